@@ -1,0 +1,53 @@
+# strata — build, demo, test and benchmark.
+#
+#   make demo    set up, build, and run the dev mesh (ARGS=--once exits after printing it)
+#   make test    set up, then run every test (race detector on the concurrent packages)
+#   make bench   run the benchmarks and print a table with ratios
+#
+# Set-up is idempotent: it installs what a fresh machine lacks (Go modules,
+# the ONNX Runtime shared library, Debian packages the tests use) and skips
+# what is already there.
+
+GO      ?= go
+BIN     := bin/strata
+ARGS    ?=
+export STRATA_ORT_LIB ?= $(CURDIR)/.deps/onnxruntime/libonnxruntime.so.1
+
+.PHONY: all build demo test test-short race bench setup setup-go setup-ort setup-debs vet fmt lint clean
+
+all: build
+
+setup: setup-go setup-ort setup-debs
+
+setup-go:
+	$(GO) mod download
+
+setup-ort:
+	@bash scripts/install-ort.sh
+
+setup-debs:
+	@bash scripts/install-debs.sh
+
+build: setup-go
+	$(GO) build -o $(BIN) ./cmd/strata
+
+demo: setup build
+	./$(BIN) dev $(ARGS)
+
+test: setup
+	$(GO) vet ./...
+	$(GO) test -count=1 -timeout 20m ./...
+	$(GO) test -count=1 -race -timeout 20m ./mesh/... ./agent/... ./storage/...
+
+bench: setup build
+	@bash scripts/bench.sh
+
+fmt:
+	gofmt -w $$(git ls-files '*.go')
+
+lint:
+	$(GO) vet ./...
+	$(GO) run honnef.co/go/tools/cmd/staticcheck@2025.1.1 ./...
+
+clean:
+	rm -rf bin

@@ -1,0 +1,157 @@
+package storage
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+
+	"github.com/cockroachdb/pebble/v2"
+	"github.com/cockroachdb/pebble/v2/vfs"
+)
+
+// ErrNotFound is returned by Get when a key has no value.
+var ErrNotFound = errors.New("storage: not found")
+
+// Options configures Open. The zero value of every field but Dir is a
+// documented default.
+type Options struct {
+	// Dir is the directory of the database. Required.
+	Dir string
+	// FS is the file system; nil means the operating system's. Tests pass
+	// vfs.NewMem() so they never touch a disk.
+	FS vfs.FS
+}
+
+// DB is a pebble database with the few operations strata needs. It is safe
+// for concurrent use.
+type DB struct {
+	db *pebble.DB
+}
+
+// Open opens (creating if needed) the database in opts.Dir.
+func Open(opts Options) (*DB, error) {
+	if opts.Dir == "" {
+		return nil, errors.New("storage: Options.Dir is required")
+	}
+	po := &pebble.Options{Logger: quietLogger{}}
+	if opts.FS != nil {
+		po.FS = opts.FS
+	}
+	db, err := pebble.Open(opts.Dir, po)
+	if err != nil {
+		return nil, fmt.Errorf("storage: open %s: %w", opts.Dir, err)
+	}
+	return &DB{db: db}, nil
+}
+
+// Get returns a copy of the value of key, or ErrNotFound.
+func (d *DB) Get(key []byte) ([]byte, error) {
+	v, closer, err := d.db.Get(key)
+	if errors.Is(err, pebble.ErrNotFound) {
+		return nil, ErrNotFound
+	}
+	if err != nil {
+		return nil, fmt.Errorf("storage: get: %w", err)
+	}
+	defer closer.Close()
+	return bytes.Clone(v), nil
+}
+
+// Put writes key=value and syncs the write-ahead log before it returns, so
+// an acknowledged write survives a crash.
+func (d *DB) Put(key, value []byte) error {
+	if err := d.db.Set(key, value, pebble.Sync); err != nil {
+		return fmt.Errorf("storage: put: %w", err)
+	}
+	return nil
+}
+
+// Delete removes key, synced. Deleting a missing key is not an error.
+func (d *DB) Delete(key []byte) error {
+	if err := d.db.Delete(key, pebble.Sync); err != nil {
+		return fmt.Errorf("storage: delete: %w", err)
+	}
+	return nil
+}
+
+// Batch is a set of writes applied atomically by Commit.
+type Batch struct {
+	b *pebble.Batch
+}
+
+// NewBatch starts an empty batch.
+func (d *DB) NewBatch() *Batch { return &Batch{b: d.db.NewBatch()} }
+
+// Put adds key=value to the batch.
+func (b *Batch) Put(key, value []byte) { _ = b.b.Set(key, value, nil) }
+
+// Delete adds the removal of key to the batch.
+func (b *Batch) Delete(key []byte) { _ = b.b.Delete(key, nil) }
+
+// Commit applies the batch atomically. With sync the write-ahead log is
+// synced before Commit returns.
+func (b *Batch) Commit(sync bool) error {
+	opt := pebble.NoSync
+	if sync {
+		opt = pebble.Sync
+	}
+	defer b.b.Close()
+	if err := b.b.Commit(opt); err != nil {
+		return fmt.Errorf("storage: commit: %w", err)
+	}
+	return nil
+}
+
+// Scan calls fn for every key with the given prefix, in key order. The slices
+// passed to fn are only valid during the call. An error from fn stops the
+// scan and is returned.
+func (d *DB) Scan(prefix []byte, fn func(key, value []byte) error) error {
+	it, err := d.db.NewIter(&pebble.IterOptions{LowerBound: prefix, UpperBound: prefixEnd(prefix)})
+	if err != nil {
+		return fmt.Errorf("storage: scan: %w", err)
+	}
+	defer it.Close()
+	for it.First(); it.Valid(); it.Next() {
+		v, err := it.ValueAndErr()
+		if err != nil {
+			return fmt.Errorf("storage: scan: %w", err)
+		}
+		if err := fn(it.Key(), v); err != nil {
+			return err
+		}
+	}
+	return it.Error()
+}
+
+// Close flushes and closes the database. Calling Close twice is safe.
+func (d *DB) Close() error {
+	if d.db == nil {
+		return nil
+	}
+	err := d.db.Close()
+	d.db = nil
+	return err
+}
+
+// prefixEnd returns the smallest key greater than every key with prefix, or
+// nil when there is none (a prefix of all 0xff).
+func prefixEnd(prefix []byte) []byte {
+	end := bytes.Clone(prefix)
+	for i := len(end) - 1; i >= 0; i-- {
+		end[i]++
+		if end[i] != 0 {
+			return end[:i+1]
+		}
+	}
+	return nil
+}
+
+// quietLogger drops pebble's informational logs; fatal errors still stop
+// the process as pebble requires.
+type quietLogger struct{}
+
+func (quietLogger) Infof(string, ...interface{})  {}
+func (quietLogger) Errorf(string, ...interface{}) {}
+func (quietLogger) Fatalf(format string, args ...interface{}) {
+	panic(fmt.Sprintf("pebble: "+format, args...))
+}
