@@ -1,0 +1,133 @@
+package mesh
+
+import (
+	"encoding/base64"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"strconv"
+	"time"
+
+	"github.com/hashicorp/memberlist"
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/strata-mesh/strata/storage"
+)
+
+// Config configures a Mesh. Zero values mean the documented defaults; a Config
+// is not mutated after New.
+type Config struct {
+	// Name is the node's unique name in the mesh. Required.
+	Name string
+	// Identity is the node's key pair. Required; its ID names the node.
+	Identity Identity
+	// BindAddr is the gossip address (host:port), UDP and TCP. Default
+	// "0.0.0.0:7946". Port 0 picks a free port (tests, the dev mesh).
+	BindAddr string
+	// AdvertiseAddr is the address peers reach this node at. Default: the
+	// bind address, or memberlist's pick of a private IP when bound to all
+	// interfaces.
+	AdvertiseAddr string
+	// GossipKey encrypts gossip with AES-GCM (16, 24 or 32 bytes). Empty
+	// means unencrypted, and such a node cannot join an encrypted mesh.
+	GossipKey []byte
+	// Local is the node's own document as discovered at start. New sets ID,
+	// Name, Version, Addrs.Gossip, Started and Updated.
+	Local NodeState
+	// DB persists the node's own document, its version and the last known
+	// state of every peer; nil keeps nothing (tests, benchmarks).
+	DB *storage.DB
+	// Logger receives the mesh's logs; nil discards them.
+	Logger *slog.Logger
+	// Registerer receives the mesh's Prometheus collectors; nil registers
+	// none.
+	Registerer prometheus.Registerer
+	// Transport carries gossip; nil means real UDP and TCP sockets. Tests and
+	// the benchmarks at hundreds of nodes pass an in-memory transport.
+	Transport memberlist.Transport
+	// Memberlist, when set, adjusts the memberlist configuration (derived from
+	// DefaultLANConfig) just before it is used: timings for tests, benchmarks.
+	Memberlist func(*memberlist.Config)
+	// CoordinatePublishInterval is how often the node checks whether its
+	// Vivaldi coordinate moved enough to publish it in its document. Default
+	// 5s. Shorter gives fresher RTT estimates at the cost of more versions.
+	CoordinatePublishInterval time.Duration
+	// PersistInterval is how often peers' documents are flushed to DB.
+	// Default 1s. The node's own document is written synchronously.
+	PersistInterval time.Duration
+	// RejoinGrace is how long a peer known only from DB keeps status
+	// "unknown" after start before it is counted as failed. Default 30s.
+	RejoinGrace time.Duration
+	// ReapAfter is how long a failed or left node stays listed. Default 72h.
+	ReapAfter time.Duration
+}
+
+// DecodeGossipKey parses a base64 gossip key as `strata keygen` prints it.
+func DecodeGossipKey(s string) ([]byte, error) {
+	k, err := base64.StdEncoding.DecodeString(s)
+	if err != nil {
+		return nil, fmt.Errorf("mesh: gossip key is not base64: %w", err)
+	}
+	switch len(k) {
+	case 16, 24, 32:
+		return k, nil
+	}
+	return nil, fmt.Errorf("mesh: gossip key must be 16, 24 or 32 bytes, got %d", len(k))
+}
+
+func (c *Config) ensureDefaults() {
+	if c.BindAddr == "" {
+		c.BindAddr = "0.0.0.0:7946"
+	}
+	if c.CoordinatePublishInterval == 0 {
+		c.CoordinatePublishInterval = 5 * time.Second
+	}
+	if c.PersistInterval == 0 {
+		c.PersistInterval = time.Second
+	}
+	if c.RejoinGrace == 0 {
+		c.RejoinGrace = 30 * time.Second
+	}
+	if c.ReapAfter == 0 {
+		c.ReapAfter = 72 * time.Hour
+	}
+	if c.Logger == nil {
+		c.Logger = slog.New(slog.DiscardHandler)
+	}
+}
+
+// Validate reports every problem with the configuration at once.
+func (c *Config) Validate() error {
+	var errs []error
+	if c.Name == "" {
+		errs = append(errs, errors.New("mesh: Name is required"))
+	}
+	if len(c.Identity.Key) == 0 {
+		errs = append(errs, errors.New("mesh: Identity is required"))
+	}
+	if _, _, err := splitHostPort(c.BindAddr); c.BindAddr != "" && err != nil {
+		errs = append(errs, fmt.Errorf("mesh: bind address %q: %w", c.BindAddr, err))
+	}
+	if _, _, err := splitHostPort(c.AdvertiseAddr); c.AdvertiseAddr != "" && err != nil {
+		errs = append(errs, fmt.Errorf("mesh: advertise address %q: %w", c.AdvertiseAddr, err))
+	}
+	switch len(c.GossipKey) {
+	case 0, 16, 24, 32:
+	default:
+		errs = append(errs, fmt.Errorf("mesh: gossip key must be 16, 24 or 32 bytes, got %d", len(c.GossipKey)))
+	}
+	return errors.Join(errs...)
+}
+
+func splitHostPort(addr string) (string, int, error) {
+	host, p, err := net.SplitHostPort(addr)
+	if err != nil {
+		return "", 0, err
+	}
+	port, err := strconv.Atoi(p)
+	if err != nil || port < 0 || port > 65535 {
+		return "", 0, fmt.Errorf("bad port %q", p)
+	}
+	return host, port, nil
+}

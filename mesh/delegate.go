@@ -1,0 +1,169 @@
+package mesh
+
+import (
+	"bytes"
+	"encoding/json"
+	"time"
+
+	"github.com/hashicorp/memberlist"
+	"github.com/hashicorp/serf/coordinate"
+)
+
+// delegate implements memberlist's Delegate, EventDelegate and PingDelegate
+// for a Mesh. memberlist calls these from its network goroutines, possibly
+// concurrently: none of them blocks on the network (TCP sends go to the
+// worker), and each holds the mesh lock only briefly.
+type delegate struct{ m *Mesh }
+
+var (
+	_ memberlist.Delegate      = (*delegate)(nil)
+	_ memberlist.EventDelegate = (*delegate)(nil)
+	_ memberlist.PingDelegate  = (*delegate)(nil)
+)
+
+// NodeMeta carries only the node ID and document version.
+func (d *delegate) NodeMeta(limit int) []byte {
+	d.m.mu.Lock()
+	b := encodeMeta(metaDigest{ID: d.m.id, Version: d.m.local.Version})
+	d.m.mu.Unlock()
+	if len(b) > limit {
+		return nil
+	}
+	return b
+}
+
+// NotifyMsg handles a user message: a document (broadcast or answer to an
+// ask) or an ask for ours. Malformed messages are dropped and counted.
+func (d *delegate) NotifyMsg(b []byte) {
+	if len(b) == 0 {
+		d.m.metrics.malformed.WithLabelValues("empty").Inc()
+		return
+	}
+	switch b[0] {
+	case msgState:
+		s, err := decodeState(b[1:])
+		if err != nil {
+			d.m.metrics.malformed.WithLabelValues("state").Inc()
+			return
+		}
+		d.m.merge(s, true)
+	case msgStateReq:
+		d.m.enqueue(job{kind: msgState, to: string(b[1:])})
+	default:
+		d.m.metrics.malformed.WithLabelValues("type").Inc()
+	}
+}
+
+// GetBroadcasts hands memberlist the queued document broadcasts.
+func (d *delegate) GetBroadcasts(overhead, limit int) [][]byte {
+	return d.m.bq.GetBroadcasts(overhead, limit)
+}
+
+// LocalState sends every document this node holds in a push/pull.
+func (d *delegate) LocalState(join bool) []byte {
+	d.m.mu.Lock()
+	docs := make([]*NodeState, 0, len(d.m.docs))
+	for _, s := range d.m.docs {
+		docs = append(docs, s)
+	}
+	b, err := json.Marshal(docs)
+	d.m.mu.Unlock()
+	if err != nil {
+		return nil
+	}
+	return b
+}
+
+// MergeRemoteState folds a peer's documents into ours (anti-entropy).
+func (d *delegate) MergeRemoteState(buf []byte, join bool) {
+	var docs []*NodeState
+	if err := json.Unmarshal(buf, &docs); err != nil {
+		d.m.metrics.malformed.WithLabelValues("pushpull").Inc()
+		return
+	}
+	for _, s := range docs {
+		if s != nil {
+			d.m.merge(s, false)
+		}
+	}
+}
+
+// NotifyJoin records a node as alive and fetches its document if newer.
+func (d *delegate) NotifyJoin(n *memberlist.Node) { d.m.observe(n, StatusAlive) }
+
+// NotifyUpdate sees a node's new meta digest.
+func (d *delegate) NotifyUpdate(n *memberlist.Node) { d.m.observe(n, StatusAlive) }
+
+// NotifyLeave records a node as gone. Whether it failed or left is told by
+// its last document (NodeState.Leaving): memberlist's event does not say.
+func (d *delegate) NotifyLeave(n *memberlist.Node) { d.m.observe(n, StatusFailed) }
+
+// AckPayload attaches our coordinate to every ack we send.
+func (d *delegate) AckPayload() []byte {
+	b, err := json.Marshal(d.m.coord.GetCoordinate())
+	if err != nil {
+		return nil
+	}
+	return b
+}
+
+// NotifyPingComplete feeds a measured RTT and the peer's coordinate to Vivaldi.
+func (d *delegate) NotifyPingComplete(other *memberlist.Node, rtt time.Duration, payload []byte) {
+	if len(payload) == 0 {
+		return
+	}
+	var c coordinate.Coordinate
+	if err := json.Unmarshal(payload, &c); err != nil {
+		d.m.metrics.malformed.WithLabelValues("coordinate").Inc()
+		return
+	}
+	if _, err := d.m.coord.Update(other.Name, &c, rtt); err != nil {
+		d.m.metrics.malformed.WithLabelValues("coordinate").Inc()
+		return
+	}
+	d.m.mu.Lock()
+	d.m.peerCoords[other.Name] = &c
+	d.m.mu.Unlock()
+}
+
+// observe records a membership event and, when the node's meta names a
+// version newer than the document held, asks the node for it.
+func (m *Mesh) observe(n *memberlist.Node, st Status) {
+	var meta metaDigest
+	if len(n.Meta) > 0 {
+		if err := json.NewDecoder(bytes.NewReader(n.Meta)).Decode(&meta); err != nil {
+			m.metrics.malformed.WithLabelValues("meta").Inc()
+		}
+	}
+	if n.Name == m.cfg.Name {
+		return
+	}
+	m.mu.Lock()
+	mi := m.members[n.Name]
+	if mi == nil {
+		mi = &memberInfo{}
+		m.members[n.Name] = mi
+	}
+	if mi.status != st {
+		mi.changed = time.Now()
+		m.log.Info("member status", "node", n.Name, "status", st)
+	}
+	mi.status, mi.addr = st, n.Address()
+	if meta.ID != "" {
+		mi.id, mi.meta = meta.ID, meta
+	}
+	fetch := false
+	if st == StatusAlive && meta.ID != "" {
+		held := m.docs[meta.ID]
+		if (held == nil || held.Version < meta.Version) && !m.fetching[n.Name] {
+			m.fetching[n.Name] = true
+			fetch = true
+		}
+	}
+	m.metrics.setMembers(m.members)
+	m.notifyLocked()
+	m.mu.Unlock()
+	if fetch {
+		m.enqueue(job{kind: msgStateReq, to: n.Name})
+	}
+}

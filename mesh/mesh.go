@@ -1,0 +1,661 @@
+package mesh
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log"
+	"log/slog"
+	"math/rand/v2"
+	"net"
+	"slices"
+	"strconv"
+	"sync"
+	"time"
+
+	"github.com/hashicorp/memberlist"
+	"github.com/hashicorp/serf/coordinate"
+)
+
+// Status is a member's liveness as this agent sees it.
+type Status string
+
+// Member statuses.
+const (
+	StatusAlive   Status = "alive"   // answering probes
+	StatusSuspect Status = "suspect" // missed probes; others are asked to confirm
+	StatusFailed  Status = "failed"  // declared dead by the failure detector
+	StatusLeft    Status = "left"    // left gracefully
+	// StatusUnknown is a peer known from the local store but not yet heard
+	// from since this agent started; after Config.RejoinGrace it is failed.
+	StatusUnknown Status = "unknown"
+)
+
+// Errors returned by Mesh.
+var (
+	ErrUnknownNode  = errors.New("mesh: unknown node")
+	ErrNoCoordinate = errors.New("mesh: no coordinate yet for node")
+	ErrClosed       = errors.New("mesh: closed")
+)
+
+// Member is one node of the site as the membership layer sees it.
+type Member struct {
+	Name   string `json:"name"`
+	ID     string `json:"id"`
+	Addr   string `json:"addr"`
+	Status Status `json:"status"`
+	Tier   string `json:"tier"`
+	Site   string `json:"site"`
+}
+
+// Node is a node's replicated document with its current status.
+type Node struct {
+	NodeState
+	Status Status `json:"status"`
+}
+
+// maxBroadcast is the largest document sent as a gossip broadcast; larger
+// ones travel only by fetch and push/pull. It leaves room in memberlist's
+// 1400-byte UDP packets for headers and piggybacked messages.
+const maxBroadcast = 1200
+
+// message types carried in memberlist user messages.
+const (
+	msgState    byte = 1 // a NodeState document (JSON)
+	msgStateReq byte = 2 // "send me your document": payload is the asker's name
+)
+
+type memberInfo struct {
+	id      string
+	addr    string
+	status  Status
+	changed time.Time
+	meta    metaDigest
+}
+
+// metaDigest is what NodeMeta carries: enough to tell that a newer document
+// exists, well under memberlist's 512-byte limit.
+type metaDigest struct {
+	ID      string `json:"i"`
+	Version uint64 `json:"v"`
+}
+
+// Mesh is one agent's view of its site. All methods are safe for concurrent
+// use; getters return copies.
+type Mesh struct {
+	cfg     Config
+	log     *slog.Logger
+	ml      *memberlist.Memberlist
+	coord   *coordinate.Client
+	bq      *memberlist.TransmitLimitedQueue
+	metrics *metrics
+	id      string
+	started time.Time
+
+	mu         sync.Mutex
+	local      NodeState
+	docs       map[string]*NodeState  // by node ID
+	members    map[string]*memberInfo // by node name
+	peerCoords map[string]*coordinate.Coordinate
+	dirty      map[string]bool
+	deleted    map[string]bool
+	fetching   map[string]bool
+	changed    chan struct{}
+
+	work      chan job
+	metaDirty chan struct{}
+	stop      chan struct{}
+	wg        sync.WaitGroup
+	closeOnce sync.Once
+	closeErr  error
+}
+
+type job struct {
+	kind byte // msgStateReq: ask node for its doc; msgState: send ours to node
+	to   string
+}
+
+// New starts a mesh node: it loads the last known state from cfg.DB, creates
+// the memberlist pool on cfg.BindAddr and publishes the local document. It
+// does not join anyone; call Join.
+func New(cfg Config) (*Mesh, error) {
+	cfg.ensureDefaults()
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	m := &Mesh{
+		cfg:        cfg,
+		log:        cfg.Logger.With("component", "mesh"),
+		id:         cfg.Identity.ID(),
+		started:    time.Now(),
+		docs:       map[string]*NodeState{},
+		members:    map[string]*memberInfo{},
+		peerCoords: map[string]*coordinate.Coordinate{},
+		dirty:      map[string]bool{},
+		deleted:    map[string]bool{},
+		fetching:   map[string]bool{},
+		changed:    make(chan struct{}),
+		work:       make(chan job, 1024),
+		metaDirty:  make(chan struct{}, 1),
+		stop:       make(chan struct{}),
+		metrics:    newMetrics(cfg.Registerer),
+	}
+	coord, err := coordinate.NewClient(coordinate.DefaultConfig())
+	if err != nil {
+		return nil, fmt.Errorf("mesh: coordinate client: %w", err)
+	}
+	m.coord = coord
+
+	local := cfg.Local.Clone()
+	local.ID, local.Name = m.id, cfg.Name
+	local.Started = m.started
+	local.Leaving = false
+	if local.Labels == nil {
+		local.Labels = map[string]string{}
+	}
+	if err := m.load(&local); err != nil {
+		return nil, err
+	}
+	m.local = local
+
+	mlc := memberlist.DefaultLANConfig()
+	mlc.Name = cfg.Name
+	host, port, _ := splitHostPort(cfg.BindAddr)
+	mlc.BindAddr, mlc.BindPort = host, port
+	mlc.AdvertisePort = port
+	if cfg.AdvertiseAddr != "" {
+		ah, ap, _ := splitHostPort(cfg.AdvertiseAddr)
+		mlc.AdvertiseAddr, mlc.AdvertisePort = ah, ap
+	}
+	if len(cfg.GossipKey) > 0 {
+		mlc.SecretKey = cfg.GossipKey
+	}
+	d := &delegate{m: m}
+	mlc.Delegate, mlc.Events, mlc.Ping = d, d, d
+	mlc.Logger = log.New(&logWriter{log: m.log, metrics: m.metrics}, "", 0)
+	if cfg.Transport != nil {
+		mlc.Transport = cfg.Transport
+	}
+	if cfg.Memberlist != nil {
+		cfg.Memberlist(mlc)
+	}
+	m.bq = &memberlist.TransmitLimitedQueue{
+		NumNodes:       func() int { return m.ml.NumMembers() },
+		RetransmitMult: mlc.RetransmitMult,
+	}
+	ml, err := memberlist.Create(mlc)
+	if err != nil {
+		return nil, fmt.Errorf("mesh: start gossip on %s: %w", cfg.BindAddr, err)
+	}
+	m.ml = ml
+	ln := ml.LocalNode()
+	gossip := net.JoinHostPort(ln.Addr.String(), strconv.Itoa(int(ln.Port)))
+	if err := m.Update(func(s *NodeState) { s.Addrs.Gossip = gossip }); err != nil {
+		ml.Shutdown()
+		return nil, err
+	}
+	m.wg.Add(3)
+	go m.worker()
+	go m.maintain()
+	go m.publishMeta()
+	return m, nil
+}
+
+// ID returns the local node's ID.
+func (m *Mesh) ID() string { return m.id }
+
+// Name returns the local node's name.
+func (m *Mesh) Name() string { return m.cfg.Name }
+
+// GossipAddr returns the address peers reach this node's gossip at.
+func (m *Mesh) GossipAddr() string {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return m.local.Addrs.Gossip
+}
+
+// Join contacts the given gossip addresses (host:port) and, when the local
+// store knows peers from an earlier run, those too. It retries with
+// exponential backoff (1s doubling to 30s, with jitter) until one answers or
+// ctx ends. With no address to try it returns nil at once.
+func (m *Mesh) Join(ctx context.Context, addrs []string) error {
+	seeds := slices.Clone(addrs)
+	m.mu.Lock()
+	for id, s := range m.docs {
+		if id != m.id && s.Addrs.Gossip != "" {
+			seeds = append(seeds, s.Addrs.Gossip)
+		}
+	}
+	m.mu.Unlock()
+	slices.Sort(seeds)
+	seeds = slices.Compact(seeds)
+	if len(seeds) == 0 {
+		return nil
+	}
+	backoff := time.Second
+	for attempt := 1; ; attempt++ {
+		n, err := m.ml.Join(seeds)
+		if n > 0 {
+			m.log.Info("joined mesh", "contacted", n, "attempt", attempt)
+			return nil
+		}
+		m.log.Warn("join failed; retrying", "seeds", seeds, "attempt", attempt, "retry_in", backoff, "err", err)
+		t := time.NewTimer(backoff + rand.N(backoff/4+1))
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return ctx.Err()
+		case <-m.stop:
+			t.Stop()
+			return ErrClosed
+		case <-t.C:
+		}
+		backoff = min(2*backoff, 30*time.Second)
+	}
+}
+
+// Update changes the local document: fn edits a copy, the version is bumped
+// past every earlier one (also across restarts), the result is written to
+// the store (synced) and gossiped.
+func (m *Mesh) Update(fn func(*NodeState)) error {
+	m.mu.Lock()
+	next := m.local.Clone()
+	fn(&next)
+	next.ID, next.Name = m.id, m.cfg.Name
+	next.Version = max(m.local.Version+1, uint64(time.Now().UnixMicro()))
+	next.Updated = time.Now().UTC()
+	m.local = next
+	cp := next.Clone()
+	m.docs[m.id] = &cp
+	err := m.persistSelf(&cp)
+	m.queueBroadcast(&cp)
+	m.notifyLocked()
+	m.mu.Unlock()
+	// Gossip the new meta digest too (coalesced, off this goroutine: it waits
+	// for the broadcast); peers that miss the broadcast fetch the document
+	// when they see the digest.
+	select {
+	case m.metaDirty <- struct{}{}:
+	default:
+	}
+	return err
+}
+
+// Local returns a copy of the local document.
+func (m *Mesh) Local() NodeState {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return m.local.Clone()
+}
+
+// Members lists every known node with its membership status, sorted by name.
+func (m *Mesh) Members() []Member {
+	nodes := m.Nodes()
+	out := make([]Member, 0, len(nodes))
+	for _, n := range nodes {
+		out = append(out, Member{Name: n.Name, ID: n.ID, Addr: n.Addrs.Gossip, Status: n.Status, Tier: n.Tier, Site: n.Site})
+	}
+	return out
+}
+
+// Nodes returns every known node's document with its status, sorted by name.
+func (m *Mesh) Nodes() []Node {
+	live := m.liveStates()
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	out := make([]Node, 0, len(m.docs))
+	for _, s := range m.docs {
+		out = append(out, Node{NodeState: s.Clone(), Status: m.statusLocked(s, live)})
+	}
+	slices.SortFunc(out, func(a, b Node) int {
+		if c := compareStr(a.Name, b.Name); c != 0 {
+			return c
+		}
+		return compareStr(a.ID, b.ID)
+	})
+	return out
+}
+
+// Node returns one node by name or ID.
+func (m *Mesh) Node(nameOrID string) (Node, error) {
+	live := m.liveStates()
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	s := m.lookupLocked(nameOrID)
+	if s == nil {
+		return Node{}, fmt.Errorf("%w %q", ErrUnknownNode, nameOrID)
+	}
+	return Node{NodeState: s.Clone(), Status: m.statusLocked(s, live)}, nil
+}
+
+// Changed returns a channel that is closed at the next change of any
+// document or status. Take a new channel after each wake-up.
+func (m *Mesh) Changed() <-chan struct{} {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return m.changed
+}
+
+// Coordinate returns the local node's current Vivaldi coordinate.
+func (m *Mesh) Coordinate() *coordinate.Coordinate { return m.coord.GetCoordinate() }
+
+// RTT estimates the round-trip time between two nodes (names or IDs) from
+// their Vivaldi coordinates, without probing either.
+func (m *Mesh) RTT(a, b string) (time.Duration, error) {
+	ca, err := m.coordOf(a)
+	if err != nil {
+		return 0, err
+	}
+	cb, err := m.coordOf(b)
+	if err != nil {
+		return 0, err
+	}
+	return ca.DistanceTo(cb), nil
+}
+
+func (m *Mesh) coordOf(nameOrID string) (*coordinate.Coordinate, error) {
+	m.mu.Lock()
+	s := m.lookupLocked(nameOrID)
+	if s == nil {
+		m.mu.Unlock()
+		return nil, fmt.Errorf("%w %q", ErrUnknownNode, nameOrID)
+	}
+	if s.ID == m.id {
+		m.mu.Unlock()
+		return m.coord.GetCoordinate(), nil
+	}
+	c := m.peerCoords[s.Name]
+	if c == nil && s.Coord != nil {
+		c = s.Coord.Clone()
+	}
+	m.mu.Unlock()
+	if c == nil {
+		return nil, fmt.Errorf("%w %q", ErrNoCoordinate, nameOrID)
+	}
+	return c, nil
+}
+
+// Leave tells the site this node is leaving (status left everywhere), waiting
+// up to timeout for the message to spread. Call Close afterwards.
+func (m *Mesh) Leave(timeout time.Duration) error {
+	if err := m.Update(func(s *NodeState) { s.Leaving = true }); err != nil {
+		m.log.Warn("could not record leaving in the store", "err", err)
+	}
+	return m.ml.Leave(timeout)
+}
+
+// Close stops gossip without saying goodbye — peers see a failure, as after
+// a crash — flushes peers' state to the store and stops the background
+// work. It is idempotent. The store is the caller's to close.
+func (m *Mesh) Close() error {
+	m.closeOnce.Do(func() {
+		close(m.stop)
+		m.closeErr = m.ml.Shutdown()
+		m.wg.Wait()
+		if err := m.flush(); err != nil && m.closeErr == nil {
+			m.closeErr = err
+		}
+	})
+	return m.closeErr
+}
+
+// liveStates reads memberlist's current view (alive or suspect) by name.
+func (m *Mesh) liveStates() map[string]memberlist.NodeStateType {
+	out := map[string]memberlist.NodeStateType{}
+	if m.ml == nil {
+		return out
+	}
+	for _, n := range m.ml.Members() {
+		out[n.Name] = n.State
+	}
+	return out
+}
+
+func (m *Mesh) statusLocked(s *NodeState, live map[string]memberlist.NodeStateType) Status {
+	if s.ID == m.id {
+		return StatusAlive
+	}
+	mi := m.members[s.Name]
+	if mi == nil || mi.id != s.ID {
+		if time.Since(m.started) < m.cfg.RejoinGrace {
+			return StatusUnknown
+		}
+		return StatusFailed
+	}
+	switch {
+	case mi.status == StatusAlive && live[s.Name] == memberlist.StateSuspect:
+		return StatusSuspect
+	case mi.status == StatusFailed && s.Leaving:
+		// memberlist does not tell a leave from a death in its events;
+		// the node's last document does.
+		return StatusLeft
+	}
+	return mi.status
+}
+
+func (m *Mesh) lookupLocked(nameOrID string) *NodeState {
+	if s, ok := m.docs[nameOrID]; ok {
+		return s
+	}
+	var found *NodeState
+	for _, s := range m.docs {
+		if s.Name == nameOrID && (found == nil || s.Updated.After(found.Updated)) {
+			found = s
+		}
+	}
+	return found
+}
+
+func (m *Mesh) notifyLocked() {
+	close(m.changed)
+	m.changed = make(chan struct{})
+}
+
+// merge folds a peer's document into the table. It reports whether the
+// document was newer than what was held.
+func (m *Mesh) merge(s *NodeState, rebroadcast bool) bool {
+	if s.ID == "" || s.Name == "" {
+		m.metrics.malformed.WithLabelValues("state").Inc()
+		return false
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if s.ID == m.id {
+		if s.Version > m.local.Version {
+			// Peers hold a newer version of us than we remember (the store
+			// was lost): move past it so our next write wins.
+			m.local.Version = s.Version
+		}
+		return false
+	}
+	if !newer(s, m.docs[s.ID]) {
+		return false
+	}
+	m.docs[s.ID] = s
+	m.dirty[s.ID] = true
+	delete(m.deleted, s.ID)
+	if mi := m.members[s.Name]; mi != nil && mi.meta.ID == s.ID && mi.meta.Version <= s.Version {
+		delete(m.fetching, s.Name)
+	}
+	m.metrics.stateUpdates.Inc()
+	if rebroadcast {
+		m.queueBroadcast(s)
+	}
+	m.notifyLocked()
+	return true
+}
+
+func (m *Mesh) queueBroadcast(s *NodeState) {
+	if m.bq == nil {
+		return
+	}
+	b, err := encodeState(s)
+	if err != nil || len(b)+1 > maxBroadcast {
+		return
+	}
+	m.bq.QueueBroadcast(&stateBroadcast{id: s.ID, msg: append([]byte{msgState}, b...)})
+}
+
+// worker sends the TCP messages that delegates may not block on: asking a
+// node for its document and answering such asks.
+func (m *Mesh) worker() {
+	defer m.wg.Done()
+	for {
+		select {
+		case <-m.stop:
+			return
+		case j := <-m.work:
+			node := m.memberNode(j.to)
+			if node == nil {
+				m.doneFetching(j.to)
+				continue
+			}
+			var msg []byte
+			switch j.kind {
+			case msgStateReq:
+				msg = append([]byte{msgStateReq}, m.cfg.Name...)
+			case msgState:
+				local := m.Local()
+				b, err := encodeState(&local)
+				if err != nil {
+					continue
+				}
+				msg = append([]byte{msgState}, b...)
+			}
+			if err := m.ml.SendReliable(node, msg); err != nil {
+				m.log.Debug("send to peer failed", "peer", j.to, "err", err)
+				m.doneFetching(j.to)
+			}
+		}
+	}
+}
+
+// publishMeta gossips the local meta digest after each Update.
+func (m *Mesh) publishMeta() {
+	defer m.wg.Done()
+	for {
+		select {
+		case <-m.stop:
+			return
+		case <-m.metaDirty:
+			if err := m.ml.UpdateNode(5 * time.Second); err != nil {
+				m.log.Debug("meta update not yet gossiped", "err", err)
+			}
+		}
+	}
+}
+
+func (m *Mesh) doneFetching(name string) {
+	m.mu.Lock()
+	delete(m.fetching, name)
+	m.mu.Unlock()
+}
+
+func (m *Mesh) memberNode(name string) *memberlist.Node {
+	for _, n := range m.ml.Members() {
+		if n.Name == name {
+			return n
+		}
+	}
+	return nil
+}
+
+func (m *Mesh) enqueue(j job) {
+	select {
+	case m.work <- j:
+	default:
+		m.metrics.dropped.Inc()
+	}
+}
+
+// maintain publishes the coordinate when it moves, flushes peers' documents
+// to the store, and reaps nodes that failed or left long ago.
+func (m *Mesh) maintain() {
+	defer m.wg.Done()
+	coordTick := time.NewTicker(m.cfg.CoordinatePublishInterval)
+	persistTick := time.NewTicker(m.cfg.PersistInterval)
+	defer coordTick.Stop()
+	defer persistTick.Stop()
+	graceOver := time.After(m.cfg.RejoinGrace)
+	for {
+		select {
+		case <-m.stop:
+			return
+		case <-graceOver:
+			// Peers known only from the store turn from unknown to failed.
+			m.mu.Lock()
+			m.notifyLocked()
+			m.mu.Unlock()
+		case <-coordTick.C:
+			m.publishCoordinate()
+			m.reap()
+		case <-persistTick.C:
+			if err := m.flush(); err != nil {
+				m.log.Warn("persisting mesh state failed", "err", err)
+			}
+		}
+	}
+}
+
+func (m *Mesh) publishCoordinate() {
+	cur := m.coord.GetCoordinate()
+	m.mu.Lock()
+	pub := m.local.Coord
+	m.mu.Unlock()
+	if pub != nil && cur.DistanceTo(pub) < 500*time.Microsecond {
+		return
+	}
+	_ = m.Update(func(s *NodeState) { s.Coord = cur })
+}
+
+func (m *Mesh) reap() {
+	live := m.liveStates()
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	for id, s := range m.docs {
+		if id == m.id {
+			continue
+		}
+		st := m.statusLocked(s, live)
+		mi := m.members[s.Name]
+		if (st == StatusFailed || st == StatusLeft) && mi != nil && time.Since(mi.changed) > m.cfg.ReapAfter {
+			delete(m.docs, id)
+			delete(m.members, s.Name)
+			m.deleted[id] = true
+			m.notifyLocked()
+		}
+	}
+}
+
+// stateBroadcast is a queued gossip broadcast of one node's document; a newer
+// one for the same node replaces it in the queue.
+type stateBroadcast struct {
+	id  string
+	msg []byte
+}
+
+var _ memberlist.NamedBroadcast = (*stateBroadcast)(nil)
+
+func (b *stateBroadcast) Invalidates(o memberlist.Broadcast) bool {
+	ob, ok := o.(*stateBroadcast)
+	return ok && ob.id == b.id
+}
+func (b *stateBroadcast) Name() string    { return "state/" + b.id }
+func (b *stateBroadcast) Message() []byte { return b.msg }
+func (b *stateBroadcast) Finished()       {}
+
+func compareStr(a, b string) int {
+	switch {
+	case a < b:
+		return -1
+	case a > b:
+		return 1
+	}
+	return 0
+}
+
+func encodeMeta(d metaDigest) []byte {
+	b, _ := json.Marshal(d)
+	return b
+}

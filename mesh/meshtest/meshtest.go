@@ -1,0 +1,37 @@
+// Package meshtest holds helpers for tests that run several mesh nodes in one
+// process: fast memberlist timings and waiting on a condition with a deadline.
+package meshtest
+
+import (
+	"testing"
+	"time"
+
+	"github.com/hashicorp/memberlist"
+)
+
+// FastTimings shortens memberlist's LAN timings so failure detection and
+// anti-entropy happen in a second or two on loopback, for tests.
+func FastTimings(c *memberlist.Config) {
+	c.ProbeInterval = 200 * time.Millisecond
+	c.ProbeTimeout = 100 * time.Millisecond
+	c.SuspicionMult = 2
+	c.SuspicionMaxTimeoutMult = 2
+	c.GossipInterval = 50 * time.Millisecond
+	c.PushPullInterval = 2 * time.Second
+	c.TCPTimeout = time.Second
+	c.DeadNodeReclaimTime = time.Nanosecond
+	c.GossipToTheDeadTime = time.Second
+}
+
+// WaitFor polls cond every 20ms until it returns true or timeout passes,
+// then fails the test with what.
+func WaitFor(tb testing.TB, timeout time.Duration, what string, cond func() bool) {
+	tb.Helper()
+	deadline := time.Now().Add(timeout)
+	for !cond() {
+		if time.Now().After(deadline) {
+			tb.Fatalf("timed out after %s waiting for %s", timeout, what)
+		}
+		time.Sleep(20 * time.Millisecond) // polling interval, not a settle delay
+	}
+}

@@ -1,0 +1,81 @@
+package mesh
+
+import (
+	"errors"
+	"fmt"
+)
+
+// Store keys. Every node's document lives under keyNodePrefix+ID; the local
+// one is written synchronously on every change, peers' in batches.
+const keyNodePrefix = "mesh/node/"
+
+// load reads the last known documents from the store. The local document
+// takes its version from the stored one so versions never go back.
+func (m *Mesh) load(local *NodeState) error {
+	if m.cfg.DB == nil {
+		return nil
+	}
+	err := m.cfg.DB.Scan([]byte(keyNodePrefix), func(k, v []byte) error {
+		s, err := decodeState(v)
+		if err != nil {
+			m.log.Warn("skipping unreadable stored node state", "key", string(k), "err", err)
+			return nil
+		}
+		if s.ID == m.id {
+			local.Version = s.Version
+			local.Coord = s.Coord
+			return nil
+		}
+		m.docs[s.ID] = s
+		return nil
+	})
+	if err != nil {
+		return fmt.Errorf("mesh: load state: %w", err)
+	}
+	return nil
+}
+
+func (m *Mesh) persistSelf(s *NodeState) error {
+	if m.cfg.DB == nil {
+		return nil
+	}
+	b, err := encodeState(s)
+	if err != nil {
+		return err
+	}
+	return m.cfg.DB.Put([]byte(keyNodePrefix+s.ID), b)
+}
+
+// flush writes peers' changed documents to the store in one batch.
+func (m *Mesh) flush() error {
+	if m.cfg.DB == nil {
+		return nil
+	}
+	m.mu.Lock()
+	if len(m.dirty) == 0 && len(m.deleted) == 0 {
+		m.mu.Unlock()
+		return nil
+	}
+	b := m.cfg.DB.NewBatch()
+	var errs []error
+	for id := range m.dirty {
+		if s := m.docs[id]; s != nil {
+			enc, err := encodeState(s)
+			if err != nil {
+				errs = append(errs, err)
+				continue
+			}
+			b.Put([]byte(keyNodePrefix+id), enc)
+		}
+	}
+	for id := range m.deleted {
+		b.Delete([]byte(keyNodePrefix + id))
+	}
+	clear(m.dirty)
+	clear(m.deleted)
+	m.mu.Unlock()
+	if err := b.Commit(false); err != nil {
+		errs = append(errs, err)
+	}
+	return errors.Join(errs...)
+}

@@ -1,0 +1,202 @@
+package mesh
+
+import (
+	"encoding/json"
+	"maps"
+	"slices"
+	"time"
+
+	"github.com/hashicorp/serf/coordinate"
+)
+
+// Tiers a node can belong to.
+const (
+	TierEdge   = "edge"
+	TierOnprem = "onprem"
+	TierCloud  = "cloud"
+)
+
+// ValidTier reports whether t is one of the tiers strata knows.
+func ValidTier(t string) bool {
+	return t == TierEdge || t == TierOnprem || t == TierCloud
+}
+
+// Sources of a capability: where the agent learned it.
+const (
+	SourceNVML     = "nvml"     // discovered through NVIDIA's management library
+	SourceSysfs    = "sysfs"    // read from /sys (RDMA) or /proc
+	SourceDeclared = "declared" // declared in the agent's configuration
+	SourceRuntime  = "runtime"  // read from the Go runtime (arch, OS, cores)
+)
+
+// NodeState is the replicated document one node writes about itself. Only its
+// own node changes it; every change bumps Version, and everywhere the higher
+// version wins. All sizes are bytes, CPU is in millicores.
+type NodeState struct {
+	// ID derives from the node's identity key (see Identity.ID).
+	ID string `json:"id"`
+	// Name is unique in the mesh; memberlist knows the node by it.
+	Name string `json:"name"`
+	// Version orders the documents of one node. It never goes back, also
+	// across restarts.
+	Version uint64 `json:"version"`
+	// Tier is edge, onprem or cloud.
+	Tier string `json:"tier"`
+	// Site is the site (one gossip pool) the node belongs to.
+	Site string `json:"site"`
+	// Region groups sites.
+	Region string `json:"region"`
+	// Labels are the operator's labels.
+	Labels map[string]string `json:"labels"`
+	// Addrs are the node's advertised addresses.
+	Addrs Addrs `json:"addrs"`
+	// Capabilities is what the host can do.
+	Capabilities Capabilities `json:"capabilities"`
+	// Load is what the host has free now.
+	Load Load `json:"load"`
+	// Locality lists what data the node holds.
+	Locality Locality `json:"locality"`
+	// Coord is the node's Vivaldi coordinate, as last published.
+	Coord *coordinate.Coordinate `json:"coord,omitempty"`
+	// Started is when the agent process started.
+	Started time.Time `json:"started"`
+	// Updated is when the node wrote this version.
+	Updated time.Time `json:"updated"`
+	// Leaving is set in the last document a node writes before it leaves
+	// gracefully, so peers can tell "left" from "failed".
+	Leaving bool `json:"leaving,omitempty"`
+}
+
+// Addrs are the addresses a node advertises.
+type Addrs struct {
+	// Gossip is the memberlist address (host:port).
+	Gossip string `json:"gossip"`
+	// API is the HTTP API address (host:port).
+	API string `json:"api"`
+	// Data is the data-plane (QUIC) address, empty until it is enabled.
+	Data string `json:"data,omitempty"`
+}
+
+// Capabilities is what a host can do, with where each part was learned.
+type Capabilities struct {
+	CPU    CPU    `json:"cpu"`
+	Memory Memory `json:"memory"`
+	OS     string `json:"os"`
+	// GPUs lists the host's GPUs, from NVML or declared in config.
+	GPUs []GPU `json:"gpus"`
+	// GPUSource says where GPUs came from (nvml, declared) or why there are
+	// none ("none: NVML absent").
+	GPUSource string `json:"gpu_source"`
+	// RDMA lists the host's RDMA devices.
+	RDMA []RDMADevice `json:"rdma"`
+	// Fabric is the RDMA fabric ID the host is attached to, "" for none. Hosts
+	// with the same fabric ID can run one training gang.
+	Fabric string `json:"fabric,omitempty"`
+}
+
+// CPU describes the host's processors.
+type CPU struct {
+	// Cores is the number of logical CPUs.
+	Cores int `json:"cores"`
+	// Millicores is Cores × 1000, what placement reasons in.
+	Millicores int64 `json:"millicores"`
+	// Arch is the Go architecture name (amd64, arm64).
+	Arch string `json:"arch"`
+	// Model is the processor's model name, when known.
+	Model  string `json:"model,omitempty"`
+	Source string `json:"source"`
+}
+
+// Memory is the host's memory.
+type Memory struct {
+	// Total is the host's memory in bytes.
+	Total  int64  `json:"total"`
+	Source string `json:"source"`
+}
+
+// GPU is one GPU.
+type GPU struct {
+	Index int    `json:"index"`
+	UUID  string `json:"uuid,omitempty"`
+	Model string `json:"model"`
+	// Memory is the device memory in bytes.
+	Memory int64 `json:"memory"`
+	// MIG is true when MIG mode is enabled.
+	MIG bool `json:"mig"`
+	// Healthy is false when the device reported an error.
+	Healthy bool   `json:"healthy"`
+	Source  string `json:"source"`
+	// NVLinkPeers lists the indexes of GPUs this one has NVLink to.
+	NVLinkPeers []int `json:"nvlink_peers,omitempty"`
+}
+
+// RDMADevice is one RDMA port.
+type RDMADevice struct {
+	// Name is the device name (mlx5_0).
+	Name string `json:"name"`
+	Port int    `json:"port"`
+	// LinkLayer is InfiniBand or Ethernet (RoCE).
+	LinkLayer string `json:"link_layer"`
+	// Rate is the link rate as the kernel prints it ("400 Gb/sec (4X NDR)").
+	Rate string `json:"rate,omitempty"`
+	// State is the port state (ACTIVE, DOWN).
+	State string `json:"state,omitempty"`
+	// Fabric is the fabric ID: the subnet prefix of the port's first GID, or
+	// declared.
+	Fabric string `json:"fabric,omitempty"`
+	Source string `json:"source"`
+}
+
+// Load is what a node has free now.
+type Load struct {
+	// FreeCPU is unreserved CPU in millicores.
+	FreeCPU int64 `json:"free_cpu"`
+	// FreeMemory is unreserved memory in bytes.
+	FreeMemory int64 `json:"free_memory"`
+	// FreeGPUs is the number of GPUs no workload holds.
+	FreeGPUs int `json:"free_gpus"`
+	// Workloads is the number of workloads running.
+	Workloads int `json:"workloads"`
+	// QPS is the inference requests per second served, averaged.
+	QPS float64 `json:"qps"`
+}
+
+// Locality is what data a node holds.
+type Locality struct {
+	// Artifacts are the digests of artifacts (models, datasets) held.
+	Artifacts []string `json:"artifacts,omitempty"`
+	// Datasets are dataset names (name:version) held.
+	Datasets []string `json:"datasets,omitempty"`
+}
+
+// Clone returns a deep copy.
+func (s NodeState) Clone() NodeState {
+	c := s
+	c.Labels = maps.Clone(s.Labels)
+	c.Capabilities.GPUs = slices.Clone(s.Capabilities.GPUs)
+	for i := range c.Capabilities.GPUs {
+		c.Capabilities.GPUs[i].NVLinkPeers = slices.Clone(s.Capabilities.GPUs[i].NVLinkPeers)
+	}
+	c.Capabilities.RDMA = slices.Clone(s.Capabilities.RDMA)
+	c.Locality.Artifacts = slices.Clone(s.Locality.Artifacts)
+	c.Locality.Datasets = slices.Clone(s.Locality.Datasets)
+	if s.Coord != nil {
+		c.Coord = s.Coord.Clone()
+	}
+	return c
+}
+
+// newer reports whether a should replace b: same node and a higher version.
+func newer(a, b *NodeState) bool {
+	return b == nil || a.Version > b.Version
+}
+
+func encodeState(s *NodeState) ([]byte, error) { return json.Marshal(s) }
+
+func decodeState(b []byte) (*NodeState, error) {
+	var s NodeState
+	if err := json.Unmarshal(b, &s); err != nil {
+		return nil, err
+	}
+	return &s, nil
+}
