@@ -155,8 +155,8 @@ func (m *Mesh) observe(n *memberlist.Node, st Status) {
 	fetch := false
 	if st == StatusAlive && meta.ID != "" {
 		held := m.docs[meta.ID]
-		if (held == nil || held.Version < meta.Version) && !m.fetching[n.Name] {
-			m.fetching[n.Name] = true
+		if _, asked := m.fetching[n.Name]; (held == nil || held.Version < meta.Version) && !asked {
+			m.fetching[n.Name] = time.Now()
 			fetch = true
 		}
 	}

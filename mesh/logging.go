@@ -55,9 +55,13 @@ func (w *logWriter) Write(p []byte) (int, error) {
 		return len(p), nil
 	}
 	// memberlist's own errors about peers are mostly transient network
-	// noise; they are warnings for an operator, not errors to act on.
+	// noise; they are warnings for an operator, not errors to act on. Sends
+	// on a socket closed by our own shutdown are not even that.
 	if level == slog.LevelError {
 		level = slog.LevelWarn
+	}
+	if strings.Contains(msg, "use of closed network connection") {
+		level = slog.LevelDebug
 	}
 	w.log.Log(context.Background(), level, msg, "source", "memberlist")
 	return len(p), nil

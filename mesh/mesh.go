@@ -100,7 +100,7 @@ type Mesh struct {
 	peerCoords map[string]*coordinate.Coordinate
 	dirty      map[string]bool
 	deleted    map[string]bool
-	fetching   map[string]bool
+	fetching   map[string]time.Time // name → when its document was asked for
 	changed    chan struct{}
 
 	work      chan job
@@ -134,7 +134,7 @@ func New(cfg Config) (*Mesh, error) {
 		peerCoords: map[string]*coordinate.Coordinate{},
 		dirty:      map[string]bool{},
 		deleted:    map[string]bool{},
-		fetching:   map[string]bool{},
+		fetching:   map[string]time.Time{},
 		changed:    make(chan struct{}),
 		work:       make(chan job, 1024),
 		metaDirty:  make(chan struct{}, 1),
@@ -508,8 +508,7 @@ func (m *Mesh) worker() {
 		case j := <-m.work:
 			node := m.memberNode(j.to)
 			if node == nil {
-				m.doneFetching(j.to)
-				continue
+				continue // not a member yet; the asker asks again
 			}
 			var msg []byte
 			switch j.kind {
@@ -525,7 +524,6 @@ func (m *Mesh) worker() {
 			}
 			if err := m.ml.SendReliable(node, msg); err != nil {
 				m.log.Debug("send to peer failed", "peer", j.to, "err", err)
-				m.doneFetching(j.to)
 			}
 		}
 	}
@@ -544,12 +542,6 @@ func (m *Mesh) publishMeta() {
 			}
 		}
 	}
-}
-
-func (m *Mesh) doneFetching(name string) {
-	m.mu.Lock()
-	delete(m.fetching, name)
-	m.mu.Unlock()
 }
 
 func (m *Mesh) memberNode(name string) *memberlist.Node {
@@ -578,10 +570,14 @@ func (m *Mesh) maintain() {
 	defer coordTick.Stop()
 	defer persistTick.Stop()
 	graceOver := time.After(m.cfg.RejoinGrace)
+	refetchTick := time.NewTicker(refetchAfter)
+	defer refetchTick.Stop()
 	for {
 		select {
 		case <-m.stop:
 			return
+		case <-refetchTick.C:
+			m.refetch()
 		case <-graceOver:
 			// Peers known only from the store turn from unknown to failed.
 			m.mu.Lock()
@@ -595,6 +591,35 @@ func (m *Mesh) maintain() {
 				m.log.Warn("persisting mesh state failed", "err", err)
 			}
 		}
+	}
+}
+
+// refetchAfter is how long an ask for a document may go unanswered before
+// it is asked again (the owner may not have known the asker yet, or the
+// answer was lost).
+const refetchAfter = time.Second
+
+// refetch asks again for every document whose meta digest is newer than
+// the one held and whose last ask went unanswered.
+func (m *Mesh) refetch() {
+	var ask []string
+	m.mu.Lock()
+	for name, mi := range m.members {
+		if mi.status != StatusAlive || mi.meta.ID == "" {
+			continue
+		}
+		if held := m.docs[mi.meta.ID]; held != nil && held.Version >= mi.meta.Version {
+			continue
+		}
+		if t, ok := m.fetching[name]; ok && time.Since(t) < refetchAfter {
+			continue
+		}
+		m.fetching[name] = time.Now()
+		ask = append(ask, name)
+	}
+	m.mu.Unlock()
+	for _, name := range ask {
+		m.enqueue(job{kind: msgStateReq, to: name})
 	}
 }
 

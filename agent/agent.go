@@ -1,0 +1,326 @@
+package agent
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"path/filepath"
+	"sync"
+	"time"
+
+	"github.com/NVIDIA/go-nvml/pkg/nvml"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	"gopkg.in/yaml.v3"
+
+	"github.com/strata-mesh/strata/agent/discover"
+	"github.com/strata-mesh/strata/mesh"
+	"github.com/strata-mesh/strata/storage"
+)
+
+// Store keys owned by the agent.
+const (
+	keyIdentity          = "agent/identity"
+	keyConfigFingerprint = "agent/config-fingerprint"
+)
+
+// Agent is one running strata daemon.
+type Agent struct {
+	cfg     Config
+	log     *slog.Logger
+	db      *storage.DB
+	id      mesh.Identity
+	mesh    *mesh.Mesh
+	reg     *prometheus.Registry
+	ln      net.Listener
+	srv     *http.Server
+	started time.Time
+
+	closeOnce sync.Once
+	closeErr  error
+}
+
+// New opens the data dir (creating the identity at first start), discovers
+// the host, binds the API and gossip ports and starts the mesh node. It does
+// not join peers or serve the API until Run.
+func New(cfg Config) (*Agent, error) {
+	cfg.EnsureDefaults()
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	a := &Agent{cfg: cfg, started: time.Now()}
+	a.log = cfg.Logger
+	if a.log == nil {
+		lvl, _ := parseLevel(cfg.LogLevel)
+		a.log = slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: lvl}))
+	}
+	a.log = a.log.With("node", cfg.Name)
+	a.reg = cfg.Registry
+	if a.reg == nil {
+		a.reg = prometheus.NewRegistry()
+		a.reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	}
+	if err := os.MkdirAll(cfg.DataDir, 0o700); err != nil {
+		return nil, fmt.Errorf("agent: data dir: %w", err)
+	}
+	db, err := storage.Open(storage.Options{Dir: filepath.Join(cfg.DataDir, "db")})
+	if err != nil {
+		return nil, err
+	}
+	a.db = db
+	fail := func(err error) (*Agent, error) {
+		a.Close()
+		return nil, err
+	}
+	if a.id, err = loadIdentity(db); err != nil {
+		return fail(err)
+	}
+	if err := a.checkFingerprint(); err != nil {
+		return fail(err)
+	}
+	a.ln, err = net.Listen("tcp", cfg.API)
+	if err != nil {
+		return fail(fmt.Errorf("agent: API listen on %s: %w (is another agent running? choose another with -api)", cfg.API, err))
+	}
+	var key []byte
+	if cfg.GossipKey != "" {
+		key, _ = mesh.DecodeGossipKey(cfg.GossipKey) // validated
+	}
+	a.mesh, err = mesh.New(mesh.Config{
+		Name:          cfg.Name,
+		Identity:      a.id,
+		BindAddr:      cfg.Bind,
+		AdvertiseAddr: cfg.Advertise,
+		GossipKey:     key,
+		Local:         a.discover(),
+		DB:            db,
+		Logger:        a.log,
+		Registerer:    a.reg,
+		Memberlist:    cfg.MeshTimings,
+	})
+	if err != nil {
+		return fail(err)
+	}
+	a.srv = &http.Server{Handler: a.routes(), ReadHeaderTimeout: 10 * time.Second}
+	return a, nil
+}
+
+// ID returns the node ID.
+func (a *Agent) ID() string { return a.id.ID() }
+
+// Name returns the node name.
+func (a *Agent) Name() string { return a.cfg.Name }
+
+// APIAddr returns the address the HTTP API listens on.
+func (a *Agent) APIAddr() string { return a.ln.Addr().String() }
+
+// Mesh returns the agent's mesh node.
+func (a *Agent) Mesh() *mesh.Mesh { return a.mesh }
+
+// Handler returns the HTTP API handler (for tests).
+func (a *Agent) Handler() http.Handler { return a.srv.Handler }
+
+// Run serves the API, joins the configured peers (retrying with backoff)
+// and keeps the node's load current, until ctx ends; then it leaves the mesh
+// gracefully and closes everything.
+func (a *Agent) Run(ctx context.Context) error {
+	a.log.Info("agent started", "id", a.ID(), "tier", a.cfg.Tier, "site", a.cfg.Site, "api", a.APIAddr(), "gossip", a.mesh.GossipAddr())
+	errc := make(chan error, 1)
+	go func() {
+		if err := a.srv.Serve(a.ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
+			errc <- fmt.Errorf("agent: API: %w", err)
+		}
+	}()
+	runCtx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	var wg sync.WaitGroup
+	wg.Add(2)
+	go func() {
+		defer wg.Done()
+		if err := a.mesh.Join(runCtx, a.cfg.Join); err != nil && !errors.Is(err, context.Canceled) && !errors.Is(err, mesh.ErrClosed) {
+			a.log.Warn("join gave up", "err", err)
+		}
+	}()
+	go func() {
+		defer wg.Done()
+		a.loadLoop(runCtx)
+	}()
+	var err error
+	select {
+	case <-ctx.Done():
+	case err = <-errc:
+	}
+	cancel()
+	wg.Wait()
+	if lerr := a.mesh.Leave(2 * time.Second); lerr != nil {
+		// Typical when the whole mesh stops at once: nobody is left to
+		// hear the goodbye.
+		a.log.Info("leave not confirmed", "err", lerr)
+	}
+	shutCtx, done := context.WithTimeout(context.Background(), 5*time.Second)
+	defer done()
+	_ = a.srv.Shutdown(shutCtx)
+	return errors.Join(err, a.Close())
+}
+
+// Close stops the agent without leaving the mesh (peers see a failure, as
+// after a crash) and closes the store. It is idempotent.
+func (a *Agent) Close() error {
+	a.closeOnce.Do(func() {
+		var errs []error
+		if a.srv != nil {
+			errs = append(errs, ignoreClosed(a.srv.Close()))
+		} else if a.ln != nil {
+			errs = append(errs, ignoreClosed(a.ln.Close()))
+		}
+		if a.mesh != nil {
+			errs = append(errs, a.mesh.Close())
+		}
+		if a.db != nil {
+			errs = append(errs, a.db.Close())
+		}
+		a.closeErr = errors.Join(errs...)
+	})
+	return a.closeErr
+}
+
+func ignoreClosed(err error) error {
+	if errors.Is(err, net.ErrClosed) || errors.Is(err, http.ErrServerClosed) {
+		return nil
+	}
+	return err
+}
+
+// loadIdentity reads the node's key from the store, making it at first start.
+func loadIdentity(db *storage.DB) (mesh.Identity, error) {
+	seed, err := db.Get([]byte(keyIdentity))
+	if err == nil {
+		return mesh.IdentityFromSeed(seed)
+	}
+	if !errors.Is(err, storage.ErrNotFound) {
+		return mesh.Identity{}, err
+	}
+	id, err := mesh.NewIdentity()
+	if err != nil {
+		return mesh.Identity{}, err
+	}
+	if err := db.Put([]byte(keyIdentity), id.Seed()); err != nil {
+		return mesh.Identity{}, err
+	}
+	return id, nil
+}
+
+// checkFingerprint records a hash of the configuration and notes when it
+// changed since the last start.
+func (a *Agent) checkFingerprint() error {
+	b, err := yaml.Marshal(a.cfg)
+	if err != nil {
+		return err
+	}
+	sum := sha256.Sum256(b)
+	fp := hex.EncodeToString(sum[:8])
+	old, err := a.db.Get([]byte(keyConfigFingerprint))
+	if err != nil && !errors.Is(err, storage.ErrNotFound) {
+		return err
+	}
+	if string(old) == fp {
+		return nil
+	}
+	if old != nil {
+		a.log.Info("configuration changed since last start", "was", string(old), "now", fp)
+	}
+	return a.db.Put([]byte(keyConfigFingerprint), []byte(fp))
+}
+
+// discover builds the local node document from the host and the config.
+func (a *Agent) discover() mesh.NodeState {
+	c := a.cfg
+	caps := discover.Host(c.ProcRoot)
+	if !c.DisableNVML {
+		var opts []nvml.LibraryOption
+		if c.NVMLLibrary != "" {
+			opts = append(opts, nvml.WithLibraryPath(c.NVMLLibrary))
+		}
+		caps.GPUs, caps.GPUSource = discover.GPUs(nvml.New(opts...))
+	} else {
+		caps.GPUSource = "none: NVML disabled"
+	}
+	if len(caps.GPUs) == 0 && len(c.GPUs) > 0 {
+		caps.GPUs, caps.GPUSource = nil, mesh.SourceDeclared
+		for _, g := range c.GPUs {
+			for range g.Count {
+				caps.GPUs = append(caps.GPUs, mesh.GPU{Index: len(caps.GPUs), Model: g.Model, Memory: int64(g.Memory), Healthy: true, Source: mesh.SourceDeclared})
+			}
+		}
+	}
+	caps.RDMA = discover.RDMA(c.SysRoot)
+	if len(caps.RDMA) == 0 {
+		for _, r := range c.RDMA {
+			caps.RDMA = append(caps.RDMA, mesh.RDMADevice{Name: r.Device, Port: r.Port, LinkLayer: r.LinkLayer, Rate: r.Rate, State: "ACTIVE", Fabric: r.Fabric, Source: mesh.SourceDeclared})
+		}
+	}
+	caps.Fabric = discover.Fabric(caps.RDMA)
+	if c.Fabric != "" {
+		caps.Fabric = c.Fabric
+	}
+	st := mesh.NodeState{
+		Tier:         c.Tier,
+		Site:         c.Site,
+		Region:       c.Region,
+		Labels:       c.Labels,
+		Capabilities: caps,
+		Addrs:        mesh.Addrs{API: a.ln.Addr().String()},
+	}
+	st.Load = a.currentLoad(caps)
+	return st
+}
+
+// currentLoad reads what is free now. Nothing is reserved by workloads yet,
+// so free CPU is the whole machine and free memory is what the kernel
+// reports available.
+func (a *Agent) currentLoad(caps mesh.Capabilities) mesh.Load {
+	l := mesh.Load{FreeCPU: caps.CPU.Millicores, FreeMemory: caps.Memory.Total}
+	if _, avail, err := discover.Memory(a.cfg.ProcRoot); err == nil && avail > 0 {
+		l.FreeMemory = avail
+	}
+	for _, g := range caps.GPUs {
+		if g.Healthy {
+			l.FreeGPUs++
+		}
+	}
+	return l
+}
+
+// loadLoop republishes the node's load when it changed noticeably (5% of
+// memory or any change in counts), so small jitter does not churn versions.
+func (a *Agent) loadLoop(ctx context.Context) {
+	t := time.NewTicker(a.cfg.LoadInterval)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		local := a.mesh.Local()
+		now := a.currentLoad(local.Capabilities)
+		old := local.Load
+		memDelta := now.FreeMemory - old.FreeMemory
+		if memDelta < 0 {
+			memDelta = -memDelta
+		}
+		if now.FreeCPU == old.FreeCPU && now.FreeGPUs == old.FreeGPUs && now.Workloads == old.Workloads &&
+			float64(memDelta) < 0.05*float64(max(local.Capabilities.Memory.Total, 1)) {
+			continue
+		}
+		if err := a.mesh.Update(func(s *mesh.NodeState) { s.Load = now }); err != nil {
+			a.log.Warn("publishing load", "err", err)
+		}
+	}
+}

@@ -1,0 +1,219 @@
+package agent
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net/http"
+	"net/url"
+	"strings"
+
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+
+	"github.com/strata-mesh/strata/mesh"
+)
+
+// apiError is the body of every error response.
+type apiError struct {
+	Error string `json:"error"`
+	Field string `json:"field,omitempty"`
+}
+
+func writeJSON(w http.ResponseWriter, code int, v any) {
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(code)
+	enc := json.NewEncoder(w)
+	enc.SetIndent("", "  ")
+	_ = enc.Encode(v)
+}
+
+func writeError(w http.ResponseWriter, code int, field, format string, args ...any) {
+	writeJSON(w, code, apiError{Error: fmt.Sprintf(format, args...), Field: field})
+}
+
+// routes builds the HTTP API.
+func (a *Agent) routes() http.Handler {
+	mux := http.NewServeMux()
+	mux.HandleFunc("GET /v1/health", a.handleHealth)
+	mux.HandleFunc("GET /v1/agent/self", a.handleSelf)
+	mux.HandleFunc("GET /v1/members", a.handleMembers)
+	mux.HandleFunc("GET /v1/nodes", a.handleNodes)
+	mux.HandleFunc("GET /v1/nodes/{id}", a.handleNode)
+	mux.HandleFunc("GET /v1/rtt", a.handleRTT)
+	mux.Handle("GET /metrics", promhttp.HandlerFor(a.reg, promhttp.HandlerOpts{}))
+	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
+		writeError(w, http.StatusNotFound, "", "no such endpoint: %s %s", r.Method, r.URL.Path)
+	})
+	return methodJSON(mux)
+}
+
+// methodJSON turns the mux's plain-text 405 into a JSON error: the mux
+// reports no pattern for a path it knows only under other methods.
+func methodJSON(mux *http.ServeMux) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if _, pattern := mux.Handler(r); pattern == "" {
+			writeError(w, http.StatusMethodNotAllowed, "", "method %s not allowed on %s", r.Method, r.URL.Path)
+			return
+		}
+		mux.ServeHTTP(w, r)
+	})
+}
+
+// checkParams rejects query parameters the endpoint does not know, so a typo
+// is an error instead of a silently ignored filter.
+func checkParams(w http.ResponseWriter, q url.Values, allowed ...string) bool {
+	for k := range q {
+		ok := false
+		for _, a := range allowed {
+			if k == a {
+				ok = true
+			}
+		}
+		if !ok {
+			writeError(w, http.StatusBadRequest, k, "unknown query parameter %q (allowed: %s)", k, strings.Join(allowed, ", "))
+			return false
+		}
+	}
+	return true
+}
+
+func (a *Agent) handleHealth(w http.ResponseWriter, r *http.Request) {
+	if !checkParams(w, r.URL.Query()) {
+		return
+	}
+	alive := 0
+	for _, m := range a.mesh.Members() {
+		if m.Status == mesh.StatusAlive {
+			alive++
+		}
+	}
+	writeJSON(w, http.StatusOK, map[string]any{"status": "ok", "node": a.cfg.Name, "id": a.ID(), "alive_members": alive})
+}
+
+func (a *Agent) handleSelf(w http.ResponseWriter, r *http.Request) {
+	if !checkParams(w, r.URL.Query()) {
+		return
+	}
+	n, err := a.mesh.Node(a.ID())
+	if err != nil {
+		writeError(w, http.StatusInternalServerError, "", "%v", err)
+		return
+	}
+	writeJSON(w, http.StatusOK, n)
+}
+
+func (a *Agent) handleMembers(w http.ResponseWriter, r *http.Request) {
+	if !checkParams(w, r.URL.Query()) {
+		return
+	}
+	writeJSON(w, http.StatusOK, a.mesh.Members())
+}
+
+// nodeFilter selects nodes by tier, site and labels (all must match).
+type nodeFilter struct {
+	tier, site string
+	labels     map[string]string
+}
+
+func parseNodeFilter(q url.Values) (nodeFilter, *apiError) {
+	f := nodeFilter{tier: q.Get("tier"), site: q.Get("site"), labels: map[string]string{}}
+	if len(q["tier"]) > 1 || len(q["site"]) > 1 {
+		return f, &apiError{Error: "tier and site may be given once each", Field: "tier"}
+	}
+	if f.tier != "" && !mesh.ValidTier(f.tier) {
+		return f, &apiError{Error: fmt.Sprintf("tier %q is not a tier: use edge, onprem or cloud", f.tier), Field: "tier"}
+	}
+	if _, ok := q["site"]; ok && f.site == "" {
+		return f, &apiError{Error: "site must not be empty", Field: "site"}
+	}
+	for _, l := range q["label"] {
+		k, v, ok := strings.Cut(l, "=")
+		if !ok || k == "" {
+			return f, &apiError{Error: fmt.Sprintf("label %q must be k=v", l), Field: "label"}
+		}
+		f.labels[k] = v
+	}
+	return f, nil
+}
+
+func (f nodeFilter) match(n mesh.Node) bool {
+	if f.tier != "" && n.Tier != f.tier || f.site != "" && n.Site != f.site {
+		return false
+	}
+	for k, v := range f.labels {
+		if got, ok := n.Labels[k]; !ok || got != v {
+			return false
+		}
+	}
+	return true
+}
+
+func (a *Agent) handleNodes(w http.ResponseWriter, r *http.Request) {
+	q := r.URL.Query()
+	if !checkParams(w, q, "tier", "site", "label") {
+		return
+	}
+	f, perr := parseNodeFilter(q)
+	if perr != nil {
+		writeJSON(w, http.StatusBadRequest, perr)
+		return
+	}
+	out := []mesh.Node{}
+	for _, n := range a.mesh.Nodes() {
+		if f.match(n) {
+			out = append(out, n)
+		}
+	}
+	writeJSON(w, http.StatusOK, out)
+}
+
+func (a *Agent) handleNode(w http.ResponseWriter, r *http.Request) {
+	if !checkParams(w, r.URL.Query()) {
+		return
+	}
+	n, err := a.mesh.Node(r.PathValue("id"))
+	if errors.Is(err, mesh.ErrUnknownNode) {
+		writeError(w, http.StatusNotFound, "", "no node named or with ID %q", r.PathValue("id"))
+		return
+	}
+	if err != nil {
+		writeError(w, http.StatusInternalServerError, "", "%v", err)
+		return
+	}
+	writeJSON(w, http.StatusOK, n)
+}
+
+// rttResponse is the body of GET /v1/rtt.
+type rttResponse struct {
+	From  string  `json:"from"`
+	To    string  `json:"to"`
+	RTTMs float64 `json:"rtt_ms"`
+}
+
+func (a *Agent) handleRTT(w http.ResponseWriter, r *http.Request) {
+	q := r.URL.Query()
+	if !checkParams(w, q, "from", "to") {
+		return
+	}
+	from, to := q.Get("from"), q.Get("to")
+	if from == "" {
+		from = a.cfg.Name
+	}
+	if to == "" {
+		writeError(w, http.StatusBadRequest, "to", "to is required: GET /v1/rtt?from=NODE&to=NODE (from defaults to this node)")
+		return
+	}
+	d, err := a.mesh.RTT(from, to)
+	switch {
+	case errors.Is(err, mesh.ErrUnknownNode):
+		writeError(w, http.StatusNotFound, "", "%s", strings.TrimPrefix(err.Error(), "mesh: "))
+		return
+	case errors.Is(err, mesh.ErrNoCoordinate):
+		writeError(w, http.StatusServiceUnavailable, "", "%s (coordinates settle within seconds of joining)", strings.TrimPrefix(err.Error(), "mesh: "))
+		return
+	case err != nil:
+		writeError(w, http.StatusInternalServerError, "", "%v", err)
+		return
+	}
+	writeJSON(w, http.StatusOK, rttResponse{From: from, To: to, RTTMs: float64(d.Microseconds()) / 1000})
+}

@@ -1,0 +1,346 @@
+package agent
+
+import (
+	"bytes"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"regexp"
+	"sort"
+	"strings"
+	"time"
+
+	"github.com/hashicorp/memberlist"
+	"github.com/prometheus/client_golang/prometheus"
+	"gopkg.in/yaml.v3"
+
+	"github.com/strata-mesh/strata/mesh"
+	"github.com/strata-mesh/strata/policy"
+)
+
+// Config is an agent's configuration: a YAML file, overridden by flags. The
+// zero value of each field is its documented default; a Config is not
+// changed after New.
+type Config struct {
+	// Name is the node's unique name. Default: the host name.
+	Name string `yaml:"name"`
+	// DataDir holds the identity key, the pebble database and artifacts.
+	// Default "/var/lib/strata".
+	DataDir string `yaml:"data_dir"`
+	// Tier is edge, onprem or cloud. Default edge.
+	Tier string `yaml:"tier"`
+	// Site is the node's site. Default "default".
+	Site string `yaml:"site"`
+	// Region groups sites. Default "default".
+	Region string `yaml:"region"`
+	// Labels are free-form key=value labels.
+	Labels map[string]string `yaml:"labels"`
+	// Bind is the gossip address, UDP and TCP. Default "0.0.0.0:7946".
+	Bind string `yaml:"bind"`
+	// Advertise is the gossip address peers use. Default: derived from Bind.
+	Advertise string `yaml:"advertise"`
+	// Join lists gossip addresses to join at start, retried with backoff.
+	Join []string `yaml:"join"`
+	// API is the HTTP API address. Default "127.0.0.1:7470".
+	API string `yaml:"api"`
+	// GossipKey is the base64 gossip encryption key (`strata keygen`).
+	// Empty: gossip is not encrypted.
+	GossipKey string `yaml:"gossip_key"`
+	// LogLevel is debug, info, warn or error. Default info.
+	LogLevel string `yaml:"log_level"`
+	// GPUs declares GPUs where NVML cannot see them. Declared GPUs are used
+	// only when NVML finds none.
+	GPUs []DeclaredGPU `yaml:"gpus"`
+	// RDMA declares RDMA ports where /sys/class/infiniband has none.
+	RDMA []DeclaredRDMA `yaml:"rdma"`
+	// Fabric declares the RDMA fabric ID; it overrides the discovered one.
+	Fabric string `yaml:"fabric"`
+	// NVMLLibrary is the path of libnvidia-ml.so.1. Default: the system's.
+	NVMLLibrary string `yaml:"nvml_library"`
+	// DisableNVML skips GPU discovery through NVML.
+	DisableNVML bool `yaml:"disable_nvml"`
+	// LoadInterval is how often free CPU and memory are re-read and
+	// published when they changed. Default 10s.
+	LoadInterval time.Duration `yaml:"load_interval"`
+
+	// Hooks; nil means production. Not settable from YAML.
+
+	// Logger receives the agent's logs. Default: text to stderr at LogLevel.
+	Logger *slog.Logger `yaml:"-"`
+	// Registerer receives metrics. Default: a registry of the agent's own,
+	// served on /metrics.
+	Registry *prometheus.Registry `yaml:"-"`
+	// MeshTimings adjusts memberlist's timings (tests, the dev mesh).
+	MeshTimings func(*memberlist.Config) `yaml:"-"`
+	// ProcRoot and SysRoot are where host discovery reads. Default "/proc"
+	// and "/sys".
+	ProcRoot string `yaml:"-"`
+	SysRoot  string `yaml:"-"`
+}
+
+// DeclaredGPU declares Count identical GPUs.
+type DeclaredGPU struct {
+	// Model is the product name, e.g. "NVIDIA H100 80GB HBM3".
+	Model string `yaml:"model"`
+	// Memory is the memory of one GPU, e.g. "80GiB".
+	Memory ByteSize `yaml:"memory"`
+	// Count is how many. Default 1.
+	Count int `yaml:"count"`
+}
+
+// DeclaredRDMA declares one RDMA port.
+type DeclaredRDMA struct {
+	Device    string `yaml:"device"`
+	Port      int    `yaml:"port"`
+	LinkLayer string `yaml:"link_layer"`
+	Rate      string `yaml:"rate"`
+	Fabric    string `yaml:"fabric"`
+}
+
+// ByteSize is a byte count written as people do ("80GiB", "512Mi").
+type ByteSize int64
+
+// UnmarshalYAML parses a byte size.
+func (b *ByteSize) UnmarshalYAML(n *yaml.Node) error {
+	v, err := policy.ParseBytes(n.Value)
+	if err != nil {
+		return fmt.Errorf("line %d: %w", n.Line, err)
+	}
+	*b = ByteSize(v)
+	return nil
+}
+
+// DefaultConfig returns the defaults.
+func DefaultConfig() Config {
+	host, _ := os.Hostname()
+	if host == "" {
+		host = "strata"
+	}
+	return Config{
+		Name:         host,
+		DataDir:      "/var/lib/strata",
+		Tier:         mesh.TierEdge,
+		Site:         "default",
+		Region:       "default",
+		Bind:         "0.0.0.0:7946",
+		API:          "127.0.0.1:7470",
+		LogLevel:     "info",
+		LoadInterval: 10 * time.Second,
+		ProcRoot:     "/proc",
+		SysRoot:      "/sys",
+	}
+}
+
+// EnsureDefaults fills zero fields with their defaults.
+func (c *Config) EnsureDefaults() {
+	d := DefaultConfig()
+	set := func(p *string, v string) {
+		if *p == "" {
+			*p = v
+		}
+	}
+	set(&c.Name, d.Name)
+	set(&c.DataDir, d.DataDir)
+	set(&c.Tier, d.Tier)
+	set(&c.Site, d.Site)
+	set(&c.Region, d.Region)
+	set(&c.Bind, d.Bind)
+	set(&c.API, d.API)
+	set(&c.LogLevel, d.LogLevel)
+	set(&c.ProcRoot, d.ProcRoot)
+	set(&c.SysRoot, d.SysRoot)
+	if c.LoadInterval == 0 {
+		c.LoadInterval = d.LoadInterval
+	}
+	for i := range c.GPUs {
+		if c.GPUs[i].Count == 0 {
+			c.GPUs[i].Count = 1
+		}
+	}
+	if c.Labels == nil {
+		c.Labels = map[string]string{}
+	}
+}
+
+// Validate reports every problem at once, each naming its setting.
+func (c *Config) Validate() error {
+	var errs []error
+	bad := func(field, format string, args ...any) {
+		errs = append(errs, fmt.Errorf("%s: %s", field, fmt.Sprintf(format, args...)))
+	}
+	if c.Name == "" {
+		bad("name", "must not be empty")
+	}
+	if !mesh.ValidTier(c.Tier) {
+		bad("tier", "%q is not a tier: use edge, onprem or cloud", c.Tier)
+	}
+	if _, err := parseLevel(c.LogLevel); err != nil {
+		bad("log_level", "%v", err)
+	}
+	if c.GossipKey != "" {
+		if _, err := mesh.DecodeGossipKey(c.GossipKey); err != nil {
+			bad("gossip_key", "%v", strings.TrimPrefix(err.Error(), "mesh: "))
+		}
+	}
+	for _, a := range []struct{ field, v string }{{"bind", c.Bind}, {"api", c.API}, {"advertise", c.Advertise}} {
+		if a.v == "" {
+			continue
+		}
+		if !strings.Contains(a.v, ":") {
+			bad(a.field, "%q must be HOST:PORT", a.v)
+		}
+	}
+	for i, g := range c.GPUs {
+		if g.Model == "" {
+			bad(fmt.Sprintf("gpus[%d].model", i), "must not be empty")
+		}
+		if g.Count < 0 {
+			bad(fmt.Sprintf("gpus[%d].count", i), "must not be negative")
+		}
+	}
+	for k := range c.Labels {
+		if k == "" || strings.ContainsAny(k, "= ") {
+			bad("labels", "bad label key %q", k)
+		}
+	}
+	if c.LoadInterval < 0 {
+		bad("load_interval", "must not be negative")
+	}
+	return errors.Join(errs...)
+}
+
+func parseLevel(s string) (slog.Level, error) {
+	var l slog.Level
+	if err := l.UnmarshalText([]byte(s)); err != nil {
+		return 0, fmt.Errorf("%q is not a level: use debug, info, warn or error", s)
+	}
+	return l, nil
+}
+
+var (
+	yamlUnknownField = regexp.MustCompile(`line (\d+): field (\S+) not found in type \S+`)
+	yamlLine         = regexp.MustCompile(`line (\d+): (.*)`)
+)
+
+// ParseConfig reads a YAML configuration strictly: an unknown key or a value
+// of the wrong type is an error that names the file, line and key.
+func ParseConfig(name string, data []byte) (Config, error) {
+	var c Config
+	dec := yaml.NewDecoder(bytes.NewReader(data))
+	dec.KnownFields(true)
+	if err := dec.Decode(&c); err != nil && !errors.Is(err, io.EOF) {
+		return Config{}, configError(name, err)
+	}
+	return c, nil
+}
+
+func configError(name string, err error) error {
+	var te *yaml.TypeError
+	if !errors.As(err, &te) {
+		msg := strings.TrimPrefix(err.Error(), "yaml: ")
+		if m := yamlLine.FindStringSubmatch(msg); m != nil {
+			return fmt.Errorf("%s:%s: %s", name, m[1], m[2])
+		}
+		return fmt.Errorf("%s: %s", name, msg)
+	}
+	var errs []error
+	for _, e := range te.Errors {
+		if m := yamlUnknownField.FindStringSubmatch(e); m != nil {
+			errs = append(errs, fmt.Errorf("%s:%s: unknown key %q (see `strata agent -h` for the settings)", name, m[1], m[2]))
+			continue
+		}
+		if m := yamlLine.FindStringSubmatch(e); m != nil {
+			errs = append(errs, fmt.Errorf("%s:%s: %s", name, m[1], m[2]))
+			continue
+		}
+		errs = append(errs, fmt.Errorf("%s: %s", name, e))
+	}
+	return errors.Join(errs...)
+}
+
+// LoadConfig reads the YAML file at path.
+func LoadConfig(path string) (Config, error) {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return Config{}, fmt.Errorf("config: %w", err)
+	}
+	return ParseConfig(path, b)
+}
+
+// Flags binds the agent's command-line flags to fs. After fs.Parse, call
+// the returned function: it loads -config (when given), applies the flags
+// that were set on top of it, and returns the result.
+func Flags(fs *flag.FlagSet) func() (Config, error) {
+	var path string
+	var sets []func(*Config) error
+	str := func(name, usage string, set func(*Config, string)) {
+		fs.Func(name, usage, func(v string) error {
+			sets = append(sets, func(c *Config) error { set(c, v); return nil })
+			return nil
+		})
+	}
+	fs.StringVar(&path, "config", "", "YAML configuration `file`; flags override it")
+	str("name", "node name, unique in the mesh (default: the host name)", func(c *Config, v string) { c.Name = v })
+	str("data-dir", "data `directory`: identity key, database, artifacts (default /var/lib/strata)", func(c *Config, v string) { c.DataDir = v })
+	str("tier", "node tier: edge, onprem or cloud (default edge)", func(c *Config, v string) { c.Tier = v })
+	str("site", "site name (default \"default\")", func(c *Config, v string) { c.Site = v })
+	str("region", "region name (default \"default\")", func(c *Config, v string) { c.Region = v })
+	fs.Func("label", "node label `k=v` (repeatable)", func(v string) error {
+		k, val, ok := strings.Cut(v, "=")
+		if !ok || k == "" {
+			return fmt.Errorf("label %q must be k=v", v)
+		}
+		sets = append(sets, func(c *Config) error {
+			if c.Labels == nil {
+				c.Labels = map[string]string{}
+			}
+			c.Labels[k] = val
+			return nil
+		})
+		return nil
+	})
+	str("bind", "gossip `HOST:PORT`, UDP and TCP (default 0.0.0.0:7946)", func(c *Config, v string) { c.Bind = v })
+	str("advertise", "gossip `HOST:PORT` peers should use (default: from -bind)", func(c *Config, v string) { c.Advertise = v })
+	fs.Func("join", "gossip `HOST:PORT` of a peer to join (repeatable; retried with backoff until reachable)", func(v string) error {
+		sets = append(sets, func(c *Config) error { c.Join = append(c.Join, v); return nil })
+		return nil
+	})
+	str("api", "HTTP API `HOST:PORT` (default 127.0.0.1:7470)", func(c *Config, v string) { c.API = v })
+	str("gossip-key", "base64 gossip encryption `key` from `strata keygen` (default: unencrypted)", func(c *Config, v string) { c.GossipKey = v })
+	str("log-level", "log `level`: debug, info, warn, error (default info)", func(c *Config, v string) { c.LogLevel = v })
+	str("fabric", "declared RDMA fabric `ID` (overrides discovery)", func(c *Config, v string) { c.Fabric = v })
+	str("nvml-library", "`path` of libnvidia-ml.so.1 (default: the system's)", func(c *Config, v string) { c.NVMLLibrary = v })
+	fs.BoolFunc("disable-nvml", "skip GPU discovery through NVML", func(string) error {
+		sets = append(sets, func(c *Config) error { c.DisableNVML = true; return nil })
+		return nil
+	})
+	return func() (Config, error) {
+		var c Config
+		if path != "" {
+			var err error
+			if c, err = LoadConfig(path); err != nil {
+				return Config{}, err
+			}
+		}
+		for _, set := range sets {
+			if err := set(&c); err != nil {
+				return Config{}, err
+			}
+		}
+		c.EnsureDefaults()
+		return c, c.Validate()
+	}
+}
+
+// sortedKeys returns m's keys in order.
+func sortedKeys[V any](m map[string]V) []string {
+	keys := make([]string, 0, len(m))
+	for k := range m {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	return keys
+}

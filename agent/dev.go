@@ -1,0 +1,69 @@
+package agent
+
+import (
+	"fmt"
+	"path/filepath"
+)
+
+// devRole is one kind of host in the dev mesh.
+type devRole struct {
+	prefix, tier, site, region string
+	gpus                       []DeclaredGPU
+	fabric                     string
+	labels                     map[string]string
+}
+
+// devMix is the default multi-tier mix: two edge sites, an on-prem rack of
+// GPU nodes on one RDMA fabric, and a cloud region. With more agents the mix
+// repeats.
+var devMix = []devRole{
+	{prefix: "edge-a", tier: "edge", site: "edge-a", region: "eu-west", labels: map[string]string{"city": "lyon"}},
+	{prefix: "edge-a", tier: "edge", site: "edge-a", region: "eu-west", labels: map[string]string{"city": "lyon"}},
+	{prefix: "edge-b", tier: "edge", site: "edge-b", region: "us-east", labels: map[string]string{"city": "boston"}},
+	{prefix: "gpu", tier: "onprem", site: "rack-1", region: "eu-west", fabric: "ib:rack-1",
+		gpus: []DeclaredGPU{{Model: "NVIDIA H100 80GB HBM3", Memory: 80 << 30, Count: 8}}},
+	{prefix: "gpu", tier: "onprem", site: "rack-1", region: "eu-west", fabric: "ib:rack-1",
+		gpus: []DeclaredGPU{{Model: "NVIDIA H100 80GB HBM3", Memory: 80 << 30, Count: 8}}},
+	{prefix: "cloud", tier: "cloud", site: "cloud-eu", region: "eu-west"},
+	{prefix: "cloud", tier: "cloud", site: "cloud-eu", region: "eu-west"},
+}
+
+// DefaultDevAgents is the size of the default dev mesh.
+var DefaultDevAgents = len(devMix)
+
+// DevConfigs returns the configurations of an n-agent dev mesh on loopback,
+// each with its data dir under dir. The first agent's API is on api (for
+// example 127.0.0.1:7470); the others pick free ports, as does gossip. All
+// agents after the first join the first.
+func DevConfigs(n int, dir, api string) []Config {
+	counts := map[string]int{}
+	var out []Config
+	for i := range n {
+		r := devMix[i%len(devMix)]
+		counts[r.prefix]++
+		name := fmt.Sprintf("%s-%d", r.prefix, counts[r.prefix])
+		c := DefaultConfig()
+		c.Name = name
+		c.DataDir = filepath.Join(dir, name)
+		c.Tier, c.Site, c.Region = r.tier, r.site, r.region
+		c.Labels = map[string]string{"dev": "true"}
+		for k, v := range r.labels {
+			c.Labels[k] = v
+		}
+		c.Bind = "127.0.0.1:0"
+		c.API = "127.0.0.1:0"
+		if i == 0 {
+			c.API = api
+		}
+		c.GPUs = r.gpus
+		c.Fabric = r.fabric
+		if r.fabric != "" {
+			c.RDMA = []DeclaredRDMA{{Device: "mlx5_0", Port: 1, LinkLayer: "InfiniBand", Rate: "400 Gb/sec (4X NDR)", Fabric: r.fabric}}
+		}
+		// The dev mesh runs on one host: GPUs it declares are the truth,
+		// whatever this machine has.
+		c.DisableNVML = len(r.gpus) > 0
+		out = append(out, c)
+	}
+	return out
+}

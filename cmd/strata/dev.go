@@ -1,0 +1,137 @@
+package main
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/base64"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"os/signal"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/strata-mesh/strata/agent"
+	"github.com/strata-mesh/strata/mesh"
+)
+
+func runDev(args []string, stdout, stderr io.Writer) error {
+	fs := newFlags("dev", "[--agents N] [--dir DIR] [--api HOST:PORT] [--once]", stderr)
+	n := fs.Int("agents", agent.DefaultDevAgents, "number of agents (the multi-tier mix repeats)")
+	dir := fs.String("dir", "", "data `directory` kept across runs (default: a temporary one, removed at exit)")
+	api := fs.String("api", "127.0.0.1:7470", "API address of the first agent")
+	once := fs.Bool("once", false, "exit once the mesh has formed and been printed")
+	level := fs.String("log-level", "warn", "log `level` of the agents")
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	if *n < 1 {
+		return errors.New("--agents must be at least 1")
+	}
+	var lvl slog.Level
+	if err := lvl.UnmarshalText([]byte(*level)); err != nil {
+		return fmt.Errorf("--log-level: %w", err)
+	}
+	if *dir == "" {
+		d, err := os.MkdirTemp("", "strata-dev-")
+		if err != nil {
+			return err
+		}
+		defer os.RemoveAll(d)
+		*dir = d
+	}
+	key := make([]byte, 32)
+	if _, err := rand.Read(key); err != nil {
+		return err
+	}
+	logger := slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: lvl}))
+
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+
+	start := time.Now()
+	var agents []*agent.Agent
+	for i, cfg := range agent.DevConfigs(*n, *dir, *api) {
+		cfg.GossipKey = base64.StdEncoding.EncodeToString(key)
+		cfg.Logger = logger
+		if i > 0 {
+			cfg.Join = []string{agents[0].Mesh().GossipAddr()}
+		}
+		a, err := agent.New(cfg)
+		if err != nil {
+			for _, b := range agents {
+				b.Close()
+			}
+			return fmt.Errorf("starting %s: %w", cfg.Name, err)
+		}
+		agents = append(agents, a)
+	}
+	var wg sync.WaitGroup
+	for _, a := range agents {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			if err := a.Run(ctx); err != nil {
+				logger.Error("agent stopped", "node", a.Name(), "err", err)
+			}
+		}()
+	}
+	defer wg.Wait()
+	defer stop()
+
+	if err := waitFormed(ctx, agents, 30*time.Second); err != nil {
+		return err
+	}
+	fmt.Fprintf(stdout, "strata dev: %d agents formed a mesh in %s (data in %s)\n\n", len(agents), time.Since(start).Round(time.Millisecond), *dir)
+	printNodes(stdout, agents[0].Mesh().Nodes(), apiAddrs(agents))
+	fmt.Fprintf(stdout, "\nAPI of %s: http://%s   (try: strata members, strata nodes, curl %s/v1/nodes)\n", agents[0].Name(), agents[0].APIAddr(), agents[0].APIAddr())
+	if *once {
+		return nil
+	}
+	fmt.Fprintln(stdout, "Ctrl-C stops the mesh.")
+	<-ctx.Done()
+	fmt.Fprintln(stdout, "\nstopping: agents leave the mesh")
+	return nil
+}
+
+func apiAddrs(agents []*agent.Agent) map[string]string {
+	m := map[string]string{}
+	for _, a := range agents {
+		m[a.Name()] = a.APIAddr()
+	}
+	return m
+}
+
+// waitFormed waits until every agent sees every other alive with its
+// document.
+func waitFormed(ctx context.Context, agents []*agent.Agent, timeout time.Duration) error {
+	deadline := time.After(timeout)
+	for {
+		formed := true
+		for _, a := range agents {
+			alive := 0
+			for _, m := range a.Mesh().Members() {
+				if m.Status == mesh.StatusAlive && m.Tier != "" {
+					alive++
+				}
+			}
+			if alive != len(agents) {
+				formed = false
+				break
+			}
+		}
+		if formed {
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-deadline:
+			return fmt.Errorf("the dev mesh did not form within %s", timeout)
+		case <-time.After(50 * time.Millisecond):
+		}
+	}
+}

@@ -1,0 +1,98 @@
+// Command strata is the strata agent and its CLI.
+//
+//	strata agent -config /etc/strata/agent.yaml   run an agent
+//	strata dev                                     a multi-tier mesh in one process
+//	strata members | nodes | node NAME             ask an agent what the mesh knows
+//	strata keygen                                  make a gossip key
+package main
+
+import (
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+)
+
+// version is set at build time with -ldflags "-X main.version=...".
+var version = "dev"
+
+// exitError carries a specific exit code: 1 for errors, 2 for "ran, but the
+// answer is no" (as nomad job plan does).
+type exitError struct {
+	code int
+	err  error
+}
+
+func (e *exitError) Error() string { return e.err.Error() }
+
+type command struct {
+	name, args, summary string
+	run                 func(args []string, stdout, stderr io.Writer) error
+}
+
+func commands() []command {
+	return []command{
+		{"agent", "[flags]", "run an agent on this host", runAgent},
+		{"dev", "[--agents N] [--dir DIR] [--once]", "run a multi-tier dev mesh in one process on loopback", runDev},
+		{"members", "[-o json]", "list the members of the mesh and their status", runMembers},
+		{"nodes", "[-tier T] [-site S] [-label k=v] [-o json]", "list nodes with their capabilities", runNodes},
+		{"node", "NAME|ID [-o json]", "show one node", runNode},
+		{"rtt", "NODE [NODE]", "estimated round-trip time between two nodes", runRTT},
+		{"keygen", "", "print a new gossip encryption key", runKeygen},
+		{"version", "", "print the version", func([]string, io.Writer, io.Writer) error { fmt.Println("strata", version); return nil }},
+	}
+}
+
+func usage(w io.Writer) {
+	fmt.Fprintf(w, "Usage: strata COMMAND [ARGS]\n\nCommands:\n")
+	for _, c := range commands() {
+		fmt.Fprintf(w, "  %-9s %s\n", c.name, c.summary)
+	}
+	fmt.Fprintf(w, "\nRun 'strata COMMAND -h' for a command's flags.\n")
+}
+
+func main() {
+	os.Exit(run(os.Args[1:], os.Stdout, os.Stderr))
+}
+
+func run(args []string, stdout, stderr io.Writer) int {
+	if len(args) == 0 || args[0] == "-h" || args[0] == "--help" || args[0] == "help" {
+		usage(stdout)
+		if len(args) == 0 {
+			return 1
+		}
+		return 0
+	}
+	for _, c := range commands() {
+		if c.name != args[0] {
+			continue
+		}
+		err := c.run(args[1:], stdout, stderr)
+		if err == nil || errors.Is(err, flag.ErrHelp) {
+			return 0
+		}
+		var ee *exitError
+		if errors.As(err, &ee) {
+			if ee.err != nil {
+				fmt.Fprintln(stderr, "strata "+c.name+":", ee.err)
+			}
+			return ee.code
+		}
+		fmt.Fprintln(stderr, "strata "+c.name+":", err)
+		return 1
+	}
+	fmt.Fprintf(stderr, "strata: unknown command %q\n\n", args[0])
+	usage(stderr)
+	return 1
+}
+
+func newFlags(name, args string, stderr io.Writer) *flag.FlagSet {
+	fs := flag.NewFlagSet(name, flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	fs.Usage = func() {
+		fmt.Fprintf(stderr, "Usage: strata %s %s\n\n", name, args)
+		fs.PrintDefaults()
+	}
+	return fs
+}
