@@ -47,16 +47,26 @@ func (a *Agent) routes() http.Handler {
 	return methodJSON(mux)
 }
 
-// methodJSON turns the mux's plain-text 405 into a JSON error: the mux
-// reports no pattern for a path it knows only under other methods.
+// methodJSON answers a known path with the wrong method by a JSON 405
+// instead of the catch-all 404.
 func methodJSON(mux *http.ServeMux) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if _, pattern := mux.Handler(r); pattern == "" {
-			writeError(w, http.StatusMethodNotAllowed, "", "method %s not allowed on %s", r.Method, r.URL.Path)
-			return
+		if _, pattern := mux.Handler(r); pattern == "/" {
+			for _, m := range []string{http.MethodGet, http.MethodPost, http.MethodDelete} {
+				if _, p := mux.Handler(withMethod(r, m)); p != "/" && p != "" {
+					writeError(w, http.StatusMethodNotAllowed, "", "method %s not allowed on %s", r.Method, r.URL.Path)
+					return
+				}
+			}
 		}
 		mux.ServeHTTP(w, r)
 	})
+}
+
+func withMethod(r *http.Request, method string) *http.Request {
+	c := *r
+	c.Method = method
+	return &c
 }
 
 // checkParams rejects query parameters the endpoint does not know, so a typo

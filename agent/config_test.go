@@ -1,0 +1,109 @@
+package agent
+
+import (
+	"flag"
+	"io"
+	"strings"
+	"testing"
+
+	"github.com/google/go-cmp/cmp"
+)
+
+func TestParseConfig(t *testing.T) {
+	src := `name: gpu-7
+tier: onprem
+site: rack-2
+labels: {zone: b}
+join: ["10.0.0.1:7946"]
+gpus:
+  - model: NVIDIA H100 80GB HBM3
+    memory: 80GiB
+    count: 8
+fabric: ib:rack-2
+`
+	c, err := ParseConfig("agent.yaml", []byte(src))
+	if err != nil {
+		t.Fatal(err)
+	}
+	c.EnsureDefaults()
+	if err := c.Validate(); err != nil {
+		t.Fatal(err)
+	}
+	want := []DeclaredGPU{{Model: "NVIDIA H100 80GB HBM3", Memory: 80 << 30, Count: 8}}
+	if diff := cmp.Diff(want, c.GPUs); diff != "" {
+		t.Errorf("gpus (-want +got):\n%s", diff)
+	}
+	if c.Name != "gpu-7" || c.Tier != "onprem" || c.API != "127.0.0.1:7470" || c.Labels["zone"] != "b" || c.Fabric != "ib:rack-2" {
+		t.Errorf("config = %+v", c)
+	}
+}
+
+func TestParseConfigErrorsNameLineAndKey(t *testing.T) {
+	for _, tc := range []struct {
+		name, src string
+		want      []string
+	}{
+		{"unknown key", "name: a\ntier: edge\nbnid: 0.0.0.0:1\n", []string{`agent.yaml:3: unknown key "bnid"`}},
+		{"unknown nested key", "gpus:\n  - model: x\n    memroy: 1Gi\n", []string{`agent.yaml:3: unknown key "memroy"`}},
+		{"wrong type", "join: 7\n", []string{"agent.yaml:1:", "cannot unmarshal"}},
+		{"bad unit", "gpus:\n  - model: x\n    memory: lots\n", []string{"agent.yaml:3", `invalid byte size "lots"`}},
+		{"malformed yaml", "name: [a\n", []string{"agent.yaml:"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			_, err := ParseConfig("agent.yaml", []byte(tc.src))
+			if err == nil {
+				t.Fatal("accepted")
+			}
+			for _, w := range tc.want {
+				if !strings.Contains(err.Error(), w) {
+					t.Errorf("error %q lacks %q", err, w)
+				}
+			}
+		})
+	}
+}
+
+func TestValidateGathersAllProblems(t *testing.T) {
+	c := Config{Name: "x", Tier: "fog", LogLevel: "loud", GossipKey: "short", API: "nohostport"}
+	c.EnsureDefaults()
+	err := c.Validate()
+	if err == nil {
+		t.Fatal("accepted")
+	}
+	for _, w := range []string{"tier: \"fog\" is not a tier", "log_level:", "gossip_key:", "api: \"nohostport\""} {
+		if !strings.Contains(err.Error(), w) {
+			t.Errorf("error %q lacks %q", err, w)
+		}
+	}
+}
+
+func TestFlagsOverrideFile(t *testing.T) {
+	dir := t.TempDir()
+	path := dir + "/agent.yaml"
+	writeFile(t, path, "name: from-file\ntier: cloud\nsite: s1\nlabels: {a: \"1\"}\n")
+	fs := flag.NewFlagSet("agent", flag.ContinueOnError)
+	load := Flags(fs)
+	if err := fs.Parse([]string{"-config", path, "-tier", "edge", "-label", "b=2", "-join", "h:1", "-join", "h:2"}); err != nil {
+		t.Fatal(err)
+	}
+	c, err := load()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c.Name != "from-file" || c.Tier != "edge" || c.Site != "s1" {
+		t.Errorf("name/tier/site = %s/%s/%s", c.Name, c.Tier, c.Site)
+	}
+	if diff := cmp.Diff(map[string]string{"a": "1", "b": "2"}, c.Labels); diff != "" {
+		t.Errorf("labels (-want +got):\n%s", diff)
+	}
+	if diff := cmp.Diff([]string{"h:1", "h:2"}, c.Join); diff != "" {
+		t.Errorf("join (-want +got):\n%s", diff)
+	}
+
+	fs = flag.NewFlagSet("agent", flag.ContinueOnError)
+	fs.SetOutput(io.Discard)
+	Flags(fs)
+	if err := fs.Parse([]string{"-label", "novalue"}); err == nil {
+		t.Error("-label without = accepted")
+	}
+}

@@ -1,0 +1,204 @@
+package main
+
+import (
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/strata-mesh/strata/mesh"
+	"github.com/strata-mesh/strata/mesh/meshtest"
+)
+
+var strataBin string
+
+func TestMain(m *testing.M) {
+	dir, err := os.MkdirTemp("", "strata-e2e-")
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(1)
+	}
+	strataBin = filepath.Join(dir, "strata")
+	if out, err := exec.Command("go", "build", "-o", strataBin, ".").CombinedOutput(); err != nil {
+		fmt.Fprintf(os.Stderr, "building strata: %v\n%s", err, out)
+		os.Exit(1)
+	}
+	code := m.Run()
+	os.RemoveAll(dir)
+	os.Exit(code)
+}
+
+// freePort returns a loopback port free for both TCP and UDP right now.
+func freePort(t *testing.T) int {
+	t.Helper()
+	for range 20 {
+		l, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		port := l.Addr().(*net.TCPAddr).Port
+		u, err := net.ListenPacket("udp", fmt.Sprintf("127.0.0.1:%d", port))
+		l.Close()
+		if err == nil {
+			u.Close()
+			return port
+		}
+	}
+	t.Fatal("no free port")
+	return 0
+}
+
+type proc struct {
+	name, dir, api, gossip string
+	args                   []string
+	cmd                    *exec.Cmd
+	log                    *bytes.Buffer
+}
+
+func startAgent(t *testing.T, p *proc) {
+	t.Helper()
+	p.log = &bytes.Buffer{}
+	p.cmd = exec.Command(strataBin, append([]string{"agent", "-name", p.name, "-data-dir", p.dir, "-api", p.api, "-bind", p.gossip,
+		"-gossip-key", "BwcHBwcHBwcHBwcHBwcHBwcHBwcHBwcHBwcHBwcHBwc=", "-disable-nvml", "-log-level", "warn"}, p.args...)...)
+	p.cmd.Stdout, p.cmd.Stderr = p.log, p.log
+	if err := p.cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if p.cmd.ProcessState == nil {
+			p.cmd.Process.Kill()
+			p.cmd.Wait()
+		}
+	})
+}
+
+// cli runs the strata CLI against an agent and returns stdout.
+func cli(t *testing.T, api string, args ...string) (string, error) {
+	t.Helper()
+	var out, errb bytes.Buffer
+	cmd := exec.Command(strataBin, args...)
+	cmd.Env = append(os.Environ(), "STRATA_ADDR=http://"+api)
+	cmd.Stdout, cmd.Stderr = &out, &errb
+	err := cmd.Run()
+	if err != nil {
+		return out.String(), fmt.Errorf("%v: %s", err, errb.String())
+	}
+	return out.String(), nil
+}
+
+func membersOf(t *testing.T, api string) map[string]mesh.Member {
+	out, err := cli(t, api, "members", "-o", "json")
+	if err != nil {
+		return nil
+	}
+	var ms []mesh.Member
+	if json.Unmarshal([]byte(out), &ms) != nil {
+		return nil
+	}
+	m := map[string]mesh.Member{}
+	for _, x := range ms {
+		m[x.Name] = x
+	}
+	return m
+}
+
+// TestThreeProcessesKillAndRestart runs three real agent processes that find
+// each other through -join, kills one with SIGKILL, expects the others to
+// see it failed, restarts it from its data dir and expects it back alive
+// with the same ID.
+func TestThreeProcessesKillAndRestart(t *testing.T) {
+	var ps []*proc
+	for i, tier := range []string{"edge", "onprem", "cloud"} {
+		p := &proc{
+			name:   fmt.Sprintf("p%d", i),
+			dir:    t.TempDir(),
+			api:    fmt.Sprintf("127.0.0.1:%d", freePort(t)),
+			gossip: fmt.Sprintf("127.0.0.1:%d", freePort(t)),
+			args:   []string{"-tier", tier, "-site", "s-" + tier},
+		}
+		if i > 0 {
+			p.args = append(p.args, "-join", ps[0].gossip)
+		}
+		ps = append(ps, p)
+	}
+	// Start the joiners first: they retry until the first agent is up.
+	for _, p := range []*proc{ps[1], ps[2], ps[0]} {
+		startAgent(t, p)
+	}
+	meshtest.WaitFor(t, 30*time.Second, "three agents to see each other alive", func() bool {
+		for _, p := range ps {
+			ms := membersOf(t, p.api)
+			if len(ms) != 3 {
+				return false
+			}
+			for _, m := range ms {
+				if m.Status != mesh.StatusAlive || m.Tier == "" {
+					return false
+				}
+			}
+		}
+		return true
+	})
+	victim := ps[2]
+	id := membersOf(t, ps[0].api)[victim.name].ID
+
+	table, err := cli(t, ps[0].api, "nodes")
+	if err != nil || !strings.Contains(table, "s-cloud") || !strings.Contains(table, "NAME") {
+		t.Errorf("strata nodes = %q, %v", table, err)
+	}
+
+	victim.cmd.Process.Signal(syscall.SIGKILL)
+	victim.cmd.Wait()
+	meshtest.WaitFor(t, 30*time.Second, "the killed agent to be failed at both others", func() bool {
+		return membersOf(t, ps[0].api)[victim.name].Status == mesh.StatusFailed &&
+			membersOf(t, ps[1].api)[victim.name].Status == mesh.StatusFailed
+	})
+
+	startAgent(t, victim)
+	meshtest.WaitFor(t, 30*time.Second, "the restarted agent to be alive again", func() bool {
+		m := membersOf(t, ps[0].api)[victim.name]
+		return m.Status == mesh.StatusAlive && m.ID == id
+	})
+	if t.Failed() {
+		for _, p := range ps {
+			t.Logf("%s log:\n%s", p.name, p.log)
+		}
+	}
+}
+
+func TestCLIErrors(t *testing.T) {
+	api := fmt.Sprintf("127.0.0.1:%d", freePort(t))
+	if _, err := cli(t, api, "members"); err == nil || !strings.Contains(err.Error(), "cannot reach the agent") {
+		t.Errorf("members with no agent: err = %v", err)
+	}
+	if _, err := cli(t, api, "nodes", "-o", "yaml"); err == nil || !strings.Contains(err.Error(), "use table or json") {
+		t.Errorf("bad -o: err = %v", err)
+	}
+	if _, err := cli(t, api, "frobnicate"); err == nil || !strings.Contains(err.Error(), "unknown command") {
+		t.Errorf("unknown command: err = %v", err)
+	}
+	cfg := filepath.Join(t.TempDir(), "agent.yaml")
+	os.WriteFile(cfg, []byte("name: x\nbnid: y\n"), 0o600)
+	if _, err := cli(t, api, "agent", "-config", cfg); err == nil || !strings.Contains(err.Error(), `agent.yaml:2: unknown key "bnid"`) {
+		t.Errorf("agent with a bad config: err = %v", err)
+	}
+}
+
+func TestDevOnce(t *testing.T) {
+	out, err := cli(t, "unused", "dev", "--once", "--api", "127.0.0.1:0", "--agents", "4")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{"4 agents formed a mesh", "edge-a-1", "gpu-1", "8× NVIDIA H100 80GB HBM3 (declared)", "ib:rack-1", "API of edge-a-1"} {
+		if !strings.Contains(out, want) {
+			t.Errorf("dev output lacks %q:\n%s", want, out)
+		}
+	}
+}
