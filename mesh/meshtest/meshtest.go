@@ -35,3 +35,17 @@ func WaitFor(tb testing.TB, timeout time.Duration, what string, cond func() bool
 		time.Sleep(20 * time.Millisecond) // polling interval, not a settle delay
 	}
 }
+
+// Elapsed polls cond every 5ms until it returns true and returns how long
+// that took, failing the test or benchmark after timeout.
+func Elapsed(tb testing.TB, timeout time.Duration, what string, cond func() bool) time.Duration {
+	tb.Helper()
+	start := time.Now()
+	for !cond() {
+		if time.Since(start) > timeout {
+			tb.Fatalf("timed out after %s waiting for %s", timeout, what)
+		}
+		time.Sleep(5 * time.Millisecond) // polling interval, not a settle delay
+	}
+	return time.Since(start)
+}

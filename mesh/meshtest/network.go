@@ -1,0 +1,167 @@
+package meshtest
+
+import (
+	"errors"
+	"fmt"
+	"net"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/hashicorp/memberlist"
+)
+
+// Network is an in-memory network for many memberlist nodes in one process.
+// Unlike memberlist's MockNetwork it queues each node's packets in a
+// buffered channel (a full queue drops the packet, as a full UDP socket
+// buffer would), so hundreds of nodes do not deadlock on each other, and it
+// can delay packets to emulate WAN latency. Safe for concurrent use.
+type Network struct {
+	// Latency, when set, gives the one-way delay of a packet from one node
+	// name to another. Streams are not delayed.
+	Latency func(from, to string) time.Duration
+
+	mu     sync.Mutex
+	byAddr map[string]*Transport
+	byName map[string]*Transport
+	port   int
+
+	// Dropped counts packets dropped because a queue was full or the
+	// destination was down.
+	Dropped atomic.Int64
+}
+
+// packetQueue is each node's packet queue length.
+const packetQueue = 4096
+
+// NewTransport makes the transport of the node called name, with a fresh
+// loopback-looking address.
+func (n *Network) NewTransport(name string) *Transport {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	if n.byAddr == nil {
+		n.byAddr, n.byName = map[string]*Transport{}, map[string]*Transport{}
+	}
+	n.port++
+	t := &Transport{
+		net:      n,
+		name:     name,
+		addr:     fmt.Sprintf("127.0.0.1:%d", 10000+n.port),
+		packetCh: make(chan *memberlist.Packet, packetQueue),
+		streamCh: make(chan net.Conn, 64),
+	}
+	n.byAddr[t.addr] = t
+	n.byName[name] = t
+	return t
+}
+
+// Transport is one node's end of a Network. It implements memberlist's
+// NodeAwareTransport.
+type Transport struct {
+	net      *Network
+	name     string
+	addr     string
+	packetCh chan *memberlist.Packet
+	streamCh chan net.Conn
+	down     atomic.Bool
+}
+
+var _ memberlist.NodeAwareTransport = (*Transport)(nil)
+
+type addr string
+
+func (a addr) Network() string { return "mem" }
+func (a addr) String() string  { return string(a) }
+
+// Addr returns the node's address on the network.
+func (t *Transport) Addr() string { return t.addr }
+
+// FinalAdvertiseAddr returns the node's address.
+func (t *Transport) FinalAdvertiseAddr(string, int) (net.IP, int, error) {
+	host, port, _ := net.SplitHostPort(t.addr)
+	p, _ := strconv.Atoi(port)
+	return net.ParseIP(host), p, nil
+}
+
+// WriteTo sends a packet to addr.
+func (t *Transport) WriteTo(b []byte, a string) (time.Time, error) {
+	return t.WriteToAddress(b, memberlist.Address{Addr: a})
+}
+
+// WriteToAddress sends a packet; it never blocks.
+func (t *Transport) WriteToAddress(b []byte, a memberlist.Address) (time.Time, error) {
+	now := time.Now()
+	dest := t.net.peer(a)
+	if dest == nil || t.down.Load() {
+		t.net.Dropped.Add(1)
+		return now, nil // like UDP: the sender does not learn of the loss
+	}
+	p := &memberlist.Packet{Buf: append([]byte(nil), b...), From: addr(t.addr), Timestamp: now}
+	deliver := func() {
+		if dest.down.Load() {
+			t.net.Dropped.Add(1)
+			return
+		}
+		p.Timestamp = time.Now()
+		select {
+		case dest.packetCh <- p:
+		default:
+			t.net.Dropped.Add(1)
+		}
+	}
+	if t.net.Latency != nil {
+		if d := t.net.Latency(t.name, dest.name); d > 0 {
+			time.AfterFunc(d, deliver)
+			return now, nil
+		}
+	}
+	deliver()
+	return now, nil
+}
+
+// PacketCh delivers incoming packets.
+func (t *Transport) PacketCh() <-chan *memberlist.Packet { return t.packetCh }
+
+// DialTimeout opens a stream to addr.
+func (t *Transport) DialTimeout(a string, timeout time.Duration) (net.Conn, error) {
+	return t.DialAddressTimeout(memberlist.Address{Addr: a}, timeout)
+}
+
+// DialAddressTimeout opens a stream (an in-memory pipe).
+func (t *Transport) DialAddressTimeout(a memberlist.Address, timeout time.Duration) (net.Conn, error) {
+	dest := t.net.peer(a)
+	if dest == nil || dest.down.Load() || t.down.Load() {
+		return nil, fmt.Errorf("meshtest: no route to %s", a.Addr)
+	}
+	c1, c2 := net.Pipe()
+	select {
+	case dest.streamCh <- c1:
+		return c2, nil
+	case <-time.After(timeout):
+		c1.Close()
+		c2.Close()
+		return nil, errors.New("meshtest: dial timeout")
+	}
+}
+
+// StreamCh delivers incoming streams.
+func (t *Transport) StreamCh() <-chan net.Conn { return t.streamCh }
+
+// Shutdown takes the node off the network: what it sends and what is sent
+// to it is dropped from now on.
+func (t *Transport) Shutdown() error {
+	t.down.Store(true)
+	return nil
+}
+
+func (n *Network) peer(a memberlist.Address) *Transport {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	if a.Name != "" {
+		if t, ok := n.byName[a.Name]; ok {
+			return t
+		}
+	}
+	return n.byAddr[a.Addr]
+}
