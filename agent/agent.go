@@ -103,6 +103,7 @@ func New(cfg Config) (*Agent, error) {
 		Logger:        a.log,
 		Registerer:    a.reg,
 		Memberlist:    cfg.MeshTimings,
+		PacketDelay:   cfg.PacketDelay,
 	})
 	if err != nil {
 		return fail(err)

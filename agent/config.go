@@ -70,11 +70,14 @@ type Config struct {
 
 	// Logger receives the agent's logs. Default: text to stderr at LogLevel.
 	Logger *slog.Logger `yaml:"-"`
-	// Registerer receives metrics. Default: a registry of the agent's own,
+	// Registry receives metrics. Default: a registry of the agent's own,
 	// served on /metrics.
 	Registry *prometheus.Registry `yaml:"-"`
 	// MeshTimings adjusts memberlist's timings (tests, the dev mesh).
 	MeshTimings func(*memberlist.Config) `yaml:"-"`
+	// PacketDelay emulates WAN latency on outgoing gossip (the dev mesh);
+	// see mesh.Config.PacketDelay.
+	PacketDelay func(toAddr string) time.Duration `yaml:"-"`
 	// ProcRoot and SysRoot are where host discovery reads. Default "/proc"
 	// and "/sys".
 	ProcRoot string `yaml:"-"`

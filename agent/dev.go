@@ -3,6 +3,8 @@ package agent
 import (
 	"fmt"
 	"path/filepath"
+	"sync"
+	"time"
 )
 
 // devRole is one kind of host in the dev mesh.
@@ -66,4 +68,51 @@ func DevConfigs(n int, dir, api string) []Config {
 		out = append(out, c)
 	}
 	return out
+}
+
+// devRTT is the emulated round-trip time between the dev mesh's sites: a
+// metro edge site close to its on-prem rack and cloud region, and an edge
+// site across the Atlantic.
+var devRTT = map[[2]string]time.Duration{
+	{"edge-a", "rack-1"}:   10 * time.Millisecond,
+	{"edge-a", "cloud-eu"}: 20 * time.Millisecond,
+	{"rack-1", "cloud-eu"}: 12 * time.Millisecond,
+	{"edge-b", "edge-a"}:   90 * time.Millisecond,
+	{"edge-b", "rack-1"}:   85 * time.Millisecond,
+	{"edge-b", "cloud-eu"}: 80 * time.Millisecond,
+}
+
+// DevSiteRTT returns the dev mesh's emulated RTT between two sites: 1ms
+// within a site, the table above between the default sites, 50ms otherwise.
+func DevSiteRTT(a, b string) time.Duration {
+	if a == b {
+		return time.Millisecond
+	}
+	if d, ok := devRTT[[2]string{a, b}]; ok {
+		return d
+	}
+	if d, ok := devRTT[[2]string{b, a}]; ok {
+		return d
+	}
+	return 50 * time.Millisecond
+}
+
+// DevNetwork emulates the dev mesh's WAN: it knows each agent's gossip
+// address and site, and delays packets by half the sites' RTT each way.
+type DevNetwork struct {
+	sites sync.Map // gossip address → site
+}
+
+// Register records that the agent at gossip address addr is in site.
+func (n *DevNetwork) Register(addr, site string) { n.sites.Store(addr, site) }
+
+// Delay returns the PacketDelay of an agent in site.
+func (n *DevNetwork) Delay(site string) func(toAddr string) time.Duration {
+	return func(toAddr string) time.Duration {
+		to, ok := n.sites.Load(toAddr)
+		if !ok {
+			return 0
+		}
+		return DevSiteRTT(site, to.(string)) / 2
+	}
 }

@@ -46,6 +46,11 @@ type Config struct {
 	// Transport carries gossip; nil means real UDP and TCP sockets. Tests and
 	// the benchmarks at hundreds of nodes pass an in-memory transport.
 	Transport memberlist.Transport
+	// PacketDelay, when set, delays every outgoing gossip packet by the
+	// returned one-way time to its destination address, so a mesh on one
+	// host measures WAN-like RTTs (the dev mesh). Nil sends at once. Only
+	// used with the default (socket) transport.
+	PacketDelay func(toAddr string) time.Duration
 	// Memberlist, when set, adjusts the memberlist configuration (derived from
 	// DefaultLANConfig) just before it is used: timings for tests, benchmarks.
 	Memberlist func(*memberlist.Config)

@@ -176,6 +176,18 @@ func New(cfg Config) (*Mesh, error) {
 	mlc.Logger = log.New(&logWriter{log: m.log, metrics: m.metrics}, "", 0)
 	if cfg.Transport != nil {
 		mlc.Transport = cfg.Transport
+	} else if cfg.PacketDelay != nil {
+		nt, err := memberlist.NewNetTransport(&memberlist.NetTransportConfig{BindAddrs: []string{host}, BindPort: port, Logger: mlc.Logger})
+		if err != nil {
+			return nil, fmt.Errorf("mesh: start gossip on %s: %w", cfg.BindAddr, err)
+		}
+		mlc.Transport = &delayTransport{NetTransport: nt, delay: cfg.PacketDelay}
+		if port == 0 {
+			mlc.BindPort = nt.GetAutoBindPort()
+			if cfg.AdvertiseAddr == "" {
+				mlc.AdvertisePort = mlc.BindPort
+			}
+		}
 	}
 	if cfg.Memberlist != nil {
 		cfg.Memberlist(mlc)
@@ -651,6 +663,27 @@ func (m *Mesh) reap() {
 			m.notifyLocked()
 		}
 	}
+}
+
+// delayTransport sends each packet after an emulated one-way delay.
+type delayTransport struct {
+	*memberlist.NetTransport
+	delay func(toAddr string) time.Duration
+}
+
+func (t *delayTransport) WriteTo(b []byte, addr string) (time.Time, error) {
+	return t.WriteToAddress(b, memberlist.Address{Addr: addr})
+}
+
+// WriteToAddress shadows NetTransport's, which memberlist prefers.
+func (t *delayTransport) WriteToAddress(b []byte, a memberlist.Address) (time.Time, error) {
+	d := t.delay(a.Addr)
+	if d <= 0 {
+		return t.NetTransport.WriteToAddress(b, a)
+	}
+	buf := append([]byte(nil), b...)
+	time.AfterFunc(d, func() { _, _ = t.NetTransport.WriteToAddress(buf, a) })
+	return time.Now(), nil
 }
 
 // stateBroadcast is a queued gossip broadcast of one node's document; a newer

@@ -25,6 +25,7 @@ func runDev(args []string, stdout, stderr io.Writer) error {
 	api := fs.String("api", "127.0.0.1:7470", "API address of the first agent")
 	once := fs.Bool("once", false, "exit once the mesh has formed and been printed")
 	level := fs.String("log-level", "warn", "log `level` of the agents")
+	flat := fs.Bool("no-wan", false, "do not emulate WAN latency between sites (all agents 0 RTT apart)")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
@@ -54,9 +55,13 @@ func runDev(args []string, stdout, stderr io.Writer) error {
 
 	start := time.Now()
 	var agents []*agent.Agent
+	wan := &agent.DevNetwork{}
 	for i, cfg := range agent.DevConfigs(*n, *dir, *api) {
 		cfg.GossipKey = base64.StdEncoding.EncodeToString(key)
 		cfg.Logger = logger
+		if !*flat {
+			cfg.PacketDelay = wan.Delay(cfg.Site)
+		}
 		if i > 0 {
 			cfg.Join = []string{agents[0].Mesh().GossipAddr()}
 		}
@@ -67,6 +72,7 @@ func runDev(args []string, stdout, stderr io.Writer) error {
 			}
 			return fmt.Errorf("starting %s: %w", cfg.Name, err)
 		}
+		wan.Register(a.Mesh().GossipAddr(), cfg.Site)
 		agents = append(agents, a)
 	}
 	var wg sync.WaitGroup
