@@ -11,6 +11,7 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"slices"
 	"sync"
 	"time"
 
@@ -243,15 +244,7 @@ func (a *Agent) checkFingerprint() error {
 func (a *Agent) discover() mesh.NodeState {
 	c := a.cfg
 	caps := discover.Host(c.ProcRoot)
-	if !c.DisableNVML {
-		var opts []nvml.LibraryOption
-		if c.NVMLLibrary != "" {
-			opts = append(opts, nvml.WithLibraryPath(c.NVMLLibrary))
-		}
-		caps.GPUs, caps.GPUSource = discover.GPUs(nvml.New(opts...))
-	} else {
-		caps.GPUSource = "none: NVML disabled"
-	}
+	caps.GPUs, caps.GPUSource = a.discoverGPUs()
 	if len(caps.GPUs) == 0 && len(c.GPUs) > 0 {
 		caps.GPUs, caps.GPUSource = nil, mesh.SourceDeclared
 		for _, g := range c.GPUs {
@@ -282,6 +275,18 @@ func (a *Agent) discover() mesh.NodeState {
 	return st
 }
 
+// discoverGPUs asks NVML, unless disabled.
+func (a *Agent) discoverGPUs() ([]mesh.GPU, string) {
+	if a.cfg.DisableNVML {
+		return nil, "none: NVML disabled"
+	}
+	var opts []nvml.LibraryOption
+	if a.cfg.NVMLLibrary != "" {
+		opts = append(opts, nvml.WithLibraryPath(a.cfg.NVMLLibrary))
+	}
+	return discover.GPUs(nvml.New(opts...))
+}
+
 // currentLoad reads what is free now. Nothing is reserved by workloads yet,
 // so free CPU is the whole machine and free memory is what the kernel
 // reports available.
@@ -310,6 +315,19 @@ func (a *Agent) loadLoop(ctx context.Context) {
 		case <-t.C:
 		}
 		local := a.mesh.Local()
+		if local.Capabilities.GPUSource == mesh.SourceNVML {
+			// Re-read GPUs so a device turning unhealthy reaches the mesh.
+			gpus, src := a.discoverGPUs()
+			if src == mesh.SourceNVML && !slices.EqualFunc(gpus, local.Capabilities.GPUs, func(x, y mesh.GPU) bool {
+				return x.UUID == y.UUID && x.Healthy == y.Healthy && x.MIG == y.MIG && x.Memory == y.Memory
+			}) {
+				local.Capabilities.GPUs = gpus
+				caps := local.Capabilities
+				if err := a.mesh.Update(func(s *mesh.NodeState) { s.Capabilities = caps }); err != nil {
+					a.log.Warn("publishing GPU change", "err", err)
+				}
+			}
+		}
 		now := a.currentLoad(local.Capabilities)
 		old := local.Load
 		memDelta := now.FreeMemory - old.FreeMemory
