@@ -701,4 +701,3 @@ func (s *Store) GC(ctx context.Context) (GCResult, error) {
 	}
 	return res, nil
 }
-
