@@ -49,6 +49,13 @@ func (d *delegate) NotifyMsg(b []byte) {
 		d.m.merge(s, true)
 	case msgStateReq:
 		d.m.enqueue(job{kind: msgState, to: string(b[1:])})
+	case msgEntry:
+		var e Entry
+		if err := json.Unmarshal(b[1:], &e); err != nil {
+			d.m.metrics.malformed.WithLabelValues("entry").Inc()
+			return
+		}
+		d.m.mergeEntry(&e, true)
 	default:
 		d.m.metrics.malformed.WithLabelValues("type").Inc()
 	}
@@ -59,14 +66,24 @@ func (d *delegate) GetBroadcasts(overhead, limit int) [][]byte {
 	return d.m.bq.GetBroadcasts(overhead, limit)
 }
 
-// LocalState sends every document this node holds in a push/pull.
+// pushPull is what a push/pull exchanges: every node document and every
+// catalog entry (tombstones included) the sender holds.
+type pushPull struct {
+	Nodes   []*NodeState `json:"nodes"`
+	Entries []*Entry     `json:"entries"`
+}
+
+// LocalState sends every document and catalog entry this node holds.
 func (d *delegate) LocalState(join bool) []byte {
 	d.m.mu.Lock()
-	docs := make([]*NodeState, 0, len(d.m.docs))
+	pp := pushPull{Nodes: make([]*NodeState, 0, len(d.m.docs)), Entries: make([]*Entry, 0, len(d.m.kv))}
 	for _, s := range d.m.docs {
-		docs = append(docs, s)
+		pp.Nodes = append(pp.Nodes, s)
 	}
-	b, err := json.Marshal(docs)
+	for _, e := range d.m.kv {
+		pp.Entries = append(pp.Entries, e)
+	}
+	b, err := json.Marshal(pp)
 	d.m.mu.Unlock()
 	if err != nil {
 		return nil
@@ -74,16 +91,22 @@ func (d *delegate) LocalState(join bool) []byte {
 	return b
 }
 
-// MergeRemoteState folds a peer's documents into ours (anti-entropy).
+// MergeRemoteState folds a peer's documents and entries into ours
+// (anti-entropy).
 func (d *delegate) MergeRemoteState(buf []byte, join bool) {
-	var docs []*NodeState
-	if err := json.Unmarshal(buf, &docs); err != nil {
+	var pp pushPull
+	if err := json.Unmarshal(buf, &pp); err != nil {
 		d.m.metrics.malformed.WithLabelValues("pushpull").Inc()
 		return
 	}
-	for _, s := range docs {
+	for _, s := range pp.Nodes {
 		if s != nil {
 			d.m.merge(s, false)
+		}
+	}
+	for _, e := range pp.Entries {
+		if e != nil {
+			d.m.mergeEntry(e, false)
 		}
 	}
 }

@@ -99,6 +99,8 @@ type Mesh struct {
 	members    map[string]*memberInfo // by node name
 	peerCoords map[string]*coordinate.Coordinate
 	dirty      map[string]bool
+	kv         map[string]*Entry // the replicated catalog, by key
+	dirtyKV    map[string]bool
 	deleted    map[string]bool
 	fetching   map[string]time.Time // name → when its document was asked for
 	changed    chan struct{}
@@ -112,8 +114,9 @@ type Mesh struct {
 }
 
 type job struct {
-	kind byte // msgStateReq: ask node for its doc; msgState: send ours to node
-	to   string
+	kind    byte // msgStateReq: ask node for its doc; msgState: send ours; msgEntry: send payload
+	to      string
+	payload []byte
 }
 
 // New starts a mesh node: it loads the last known state from cfg.DB, creates
@@ -133,6 +136,8 @@ func New(cfg Config) (*Mesh, error) {
 		members:    map[string]*memberInfo{},
 		peerCoords: map[string]*coordinate.Coordinate{},
 		dirty:      map[string]bool{},
+		kv:         map[string]*Entry{},
+		dirtyKV:    map[string]bool{},
 		deleted:    map[string]bool{},
 		fetching:   map[string]time.Time{},
 		changed:    make(chan struct{}),
@@ -533,6 +538,8 @@ func (m *Mesh) worker() {
 					continue
 				}
 				msg = append([]byte{msgState}, b...)
+			case msgEntry:
+				msg = j.payload
 			}
 			if err := m.ml.SendReliable(node, msg); err != nil {
 				m.log.Debug("send to peer failed", "peer", j.to, "err", err)

@@ -1,6 +1,7 @@
 package mesh
 
 import (
+	"encoding/json"
 	"errors"
 	"fmt"
 )
@@ -32,6 +33,18 @@ func (m *Mesh) load(local *NodeState) error {
 	if err != nil {
 		return fmt.Errorf("mesh: load state: %w", err)
 	}
+	err = m.cfg.DB.Scan([]byte(keyKVPrefix), func(k, v []byte) error {
+		var e Entry
+		if err := json.Unmarshal(v, &e); err != nil {
+			m.log.Warn("skipping unreadable stored catalog entry", "key", string(k), "err", err)
+			return nil
+		}
+		m.kv[e.Key] = &e
+		return nil
+	})
+	if err != nil {
+		return fmt.Errorf("mesh: load catalog: %w", err)
+	}
 	return nil
 }
 
@@ -52,7 +65,7 @@ func (m *Mesh) flush() error {
 		return nil
 	}
 	m.mu.Lock()
-	if len(m.dirty) == 0 && len(m.deleted) == 0 {
+	if len(m.dirty) == 0 && len(m.deleted) == 0 && len(m.dirtyKV) == 0 {
 		m.mu.Unlock()
 		return nil
 	}
@@ -71,6 +84,17 @@ func (m *Mesh) flush() error {
 	for id := range m.deleted {
 		b.Delete([]byte(keyNodePrefix + id))
 	}
+	for key := range m.dirtyKV {
+		if e := m.kv[key]; e != nil {
+			enc, err := json.Marshal(e)
+			if err != nil {
+				errs = append(errs, err)
+				continue
+			}
+			b.Put([]byte(keyKVPrefix+key), enc)
+		}
+	}
+	clear(m.dirtyKV)
 	clear(m.dirty)
 	clear(m.deleted)
 	m.mu.Unlock()
