@@ -1,0 +1,548 @@
+package placement
+
+import (
+	"fmt"
+	"slices"
+	"strings"
+)
+
+// Score is one scorer's part of a node's score.
+type Score struct {
+	// Name is the scorer ("latency", "headroom", "binpack", "data",
+	// "affinity `expr`", and for gang domains "fabric_fill", "members").
+	Name string `json:"name"`
+	// Value is the normalised score in [0, 1].
+	Value float64 `json:"value"`
+	// Weight is the scorer's weight.
+	Weight float64 `json:"weight"`
+	// Detail is the raw measure behind the value ("RTT 3.1ms from site a").
+	Detail string `json:"detail,omitempty"`
+}
+
+// Placement is one chosen node.
+type Placement struct {
+	Node   string `json:"node"`
+	NodeID string `json:"node_id"`
+	Tier   string `json:"tier"`
+	Site   string `json:"site"`
+	Region string `json:"region"`
+	Fabric string `json:"fabric,omitempty"`
+	Rack   string `json:"rack,omitempty"`
+	// Client is the client site this replica serves (PerClientSite).
+	Client string `json:"client,omitempty"`
+	// Rank is the member's rank in a gang (0 is the leader); 0 for
+	// inference.
+	Rank int `json:"rank"`
+	// Resources is what the placement takes on the node.
+	Resources Resources `json:"resources"`
+	// Scores is the breakdown of Total.
+	Scores []Score `json:"scores"`
+	// Total is the weighted mean of Scores, in [0, 1].
+	Total float64 `json:"total"`
+}
+
+// Fallback says why a tier could not hold everything and the engine moved
+// on to the next one.
+type Fallback struct {
+	// Client is the client site of a PerClientSite group, else "".
+	Client string `json:"client,omitempty"`
+	// Tier is the tier that fell short.
+	Tier string `json:"tier"`
+	// Reason is the main reason it fell short.
+	Reason Reason `json:"reason"`
+	// Message says it for people: "edge: 0 of 4 nodes meet p99 20ms from
+	// site edge-b".
+	Message string `json:"message"`
+}
+
+// Domain is the fabric a gang was placed on and why.
+type Domain struct {
+	Tier   string  `json:"tier"`
+	Fabric string  `json:"fabric,omitempty"`
+	Scores []Score `json:"scores"`
+	Total  float64 `json:"total"`
+}
+
+// Rejection is why one node was not chosen.
+type Rejection struct {
+	Node   string `json:"node"`
+	Reason Reason `json:"reason"`
+	Detail string `json:"detail"`
+}
+
+// Decision is the engine's answer: what was placed where and why, and why
+// every other node was not used. Its methods only read it; it is safe for
+// concurrent use.
+type Decision struct {
+	Kind Kind   `json:"kind"`
+	Key  string `json:"key,omitempty"`
+	// Feasible is true when every wanted placement was made. A training
+	// gang is all or nothing; inference may be partly placed.
+	Feasible bool `json:"feasible"`
+	// Wanted is the number of placements asked for.
+	Wanted int `json:"wanted"`
+	// Tiers lists the tiers the placements use, in preference order.
+	Tiers []string `json:"tiers,omitempty"`
+	// Placements are the chosen nodes, best first (gang members by rank).
+	Placements []Placement `json:"placements"`
+	// Domain is the gang's fabric (Training only).
+	Domain *Domain `json:"domain,omitempty"`
+	// Fallbacks say why preferred tiers were passed over, in order.
+	Fallbacks []Fallback `json:"fallbacks,omitempty"`
+	// Nodes is the number of nodes in the snapshot.
+	Nodes int `json:"nodes"`
+	// Rejected counts the other nodes by the Reason they were not chosen.
+	// The counts and len(Placements) add up to Nodes.
+	Rejected map[Reason]int `json:"rejected"`
+
+	s           *Snapshot
+	req         *Request
+	opts        *Options
+	ctxs        []*evalCtx
+	reached     []map[string]bool // per group: tiers a pass looked at
+	chosen      map[int32]int     // node → index in Placements
+	evals       []eval
+	reasons     []Reason // Exhaustive: every node's reason
+	touched     map[*cell]bool
+	touchedR    map[*regionIx]bool
+	domainFit   map[string]bool
+	domainFeasN map[string]int
+	after       *Snapshot
+}
+
+// finalize turns "feasible but not chosen" into a selection reason.
+func (d *Decision) finalize(i int32, r Reason) Reason {
+	if r != reasonFeasible {
+		return r
+	}
+	if d.req.Kind == Inference && d.spreadConflict(i, nil) {
+		return ReasonSpread
+	}
+	return ReasonNotSelected
+}
+
+func (d *Decision) requested(tier string) bool {
+	return len(d.req.Tiers) == 0 || slices.Contains(d.req.Tiers, tier)
+}
+
+func (d *Decision) reachedAny(tier string) bool {
+	for _, r := range d.reached {
+		if r[tier] {
+			return true
+		}
+	}
+	return false
+}
+
+// account fills Rejected.
+func (d *Decision) account() {
+	ix := d.s.ix
+	counts := map[Reason]int{}
+	if d.reasons != nil {
+		for k := range ix.nodes {
+			i := int32(k)
+			if _, ok := d.chosen[i]; ok {
+				d.reasons[i] = ""
+				continue
+			}
+			r := d.reasons[i]
+			if r == "" {
+				if r = d.baseReason(i); r == "" {
+					r = ReasonTierNotReached
+				}
+			}
+			r = d.finalize(i, r)
+			d.reasons[i] = r
+			counts[r]++
+		}
+		d.setCounts(counts)
+		return
+	}
+	c0 := d.ctxs[0]
+	counts[ReasonNotAlive] = len(ix.dead)
+	counts[ReasonExcluded] = len(c0.excl)
+	exclWhere := func(f func(n *snode) bool) int {
+		k := 0
+		for _, x := range c0.excl {
+			if f(&ix.nodes[x]) {
+				k++
+			}
+		}
+		return k
+	}
+	static := func(counts map[Reason]int, scs []sigCount, fabricToo bool, f func(n *snode) bool, tail Reason) {
+		for _, sc := range scs {
+			n := sc.plain
+			if fabricToo {
+				n += sc.fabric
+			}
+			if len(c0.excl) > 0 {
+				n -= exclWhere(func(x *snode) bool {
+					return x.sig == sc.sig && (fabricToo || x.Fabric == "") && f(x)
+				})
+			}
+			if r := c0.sigOK[sc.sig]; r != "" {
+				counts[r] += n
+			} else {
+				counts[tail] += n
+			}
+		}
+	}
+	for _, tn := range tierOrder {
+		t := ix.tiers[tn]
+		if t == nil {
+			continue
+		}
+		inTier := func(n *snode) bool { return n.Tier == tn }
+		switch {
+		case !d.requested(tn):
+			counts[ReasonTier] += t.alive - exclWhere(inTier)
+		case !d.reachedAny(tn):
+			counts[ReasonTierNotReached] += t.alive - exclWhere(inTier)
+		case d.req.Kind == Training:
+			if c0.gang {
+				static(counts, t.counts, false, inTier, ReasonNoFabric)
+			}
+		default:
+			for _, r := range t.regions {
+				inRegion := func(n *snode) bool { return n.Tier == tn && n.Region == r.name }
+				if !d.touchedR[r] {
+					static(counts, r.counts, true, inRegion, ReasonLatencySLO)
+					continue
+				}
+				for _, cl := range r.cells {
+					inCell := func(n *snode) bool { return n.Tier == tn && n.Region == r.name && n.Site == cl.site }
+					if !d.touched[cl] {
+						static(counts, cl.counts, true, inCell, ReasonLatencySLO)
+						continue
+					}
+					for _, g := range cl.groups {
+						if sr := c0.sigOK[g.sig]; sr != "" {
+							counts[sr] += len(g.nodes) - c0.exclIn(g.nodes)
+						}
+					}
+				}
+			}
+		}
+	}
+	evals := d.evals
+	if len(d.ctxs) > 1 {
+		// A node may have been looked at for several client groups: keep
+		// the furthest it came.
+		evals = slices.Clone(evals)
+		slices.SortStableFunc(evals, func(a, b eval) int { return int(a.i) - int(b.i) })
+		out := evals[:0]
+		for _, e := range evals {
+			if n := len(out); n > 0 && out[n-1].i == e.i {
+				if e.r.stage() > out[n-1].r.stage() {
+					out[n-1].r = e.r
+				}
+				continue
+			}
+			out = append(out, e)
+		}
+		evals = out
+	}
+	for _, e := range evals {
+		if _, ok := d.chosen[e.i]; ok {
+			continue
+		}
+		counts[d.finalize(e.i, e.r)]++
+	}
+	d.setCounts(counts)
+}
+
+func (d *Decision) setCounts(counts map[Reason]int) {
+	d.Rejected = map[Reason]int{}
+	for r, n := range counts {
+		if n != 0 {
+			d.Rejected[r] = n
+		}
+	}
+}
+
+// reasonOf computes node i's reason lazily and the client group it comes
+// from (-1 when it does not depend on one). Chosen nodes give "".
+func (d *Decision) reasonOf(i int32) (Reason, int) {
+	if _, ok := d.chosen[i]; ok {
+		return "", -1
+	}
+	if d.reasons != nil {
+		r := d.reasons[i]
+		// Find the group that gave it, for the explanation.
+		g := -1
+		for k, c := range d.ctxs {
+			if d.reached[k][d.s.ix.nodes[i].Tier] && r.stage() > ReasonTierNotReached.stage() {
+				if got := d.groupReason(c, i); got == r || (got == reasonFeasible && (r == ReasonNotSelected || r == ReasonSpread)) {
+					g = k
+					break
+				}
+			}
+		}
+		return r, g
+	}
+	if r := d.baseReason(i); r != "" {
+		return r, -1
+	}
+	best, bg := ReasonTierNotReached, -1
+	for g, c := range d.ctxs {
+		if !d.reached[g][d.s.ix.nodes[i].Tier] {
+			continue
+		}
+		if r := d.groupReason(c, i); r.stage() > best.stage() {
+			best, bg = r, g
+		}
+	}
+	return d.finalize(i, best), bg
+}
+
+// groupReason is node i's outcome for one client group, in a tier that
+// group reached.
+func (d *Decision) groupReason(c *evalCtx, i int32) Reason {
+	r := c.evalNode(i)
+	if r == reasonFeasible && d.req.Kind == Training && !d.domainFit[d.domainOf(i)] {
+		return ReasonGangDoesNotFit
+	}
+	return r
+}
+
+// Rejection returns why the named node (name or ID) was not chosen; ok is
+// false for a chosen node or a name the snapshot lacks.
+func (d *Decision) Rejection(node string) (Rejection, bool) {
+	i, ok := d.s.lookup(node)
+	if !ok {
+		return Rejection{}, false
+	}
+	r, g := d.reasonOf(i)
+	if r == "" {
+		return Rejection{}, false
+	}
+	return Rejection{Node: d.s.ix.nodes[i].Name, Reason: r, Detail: d.detail(i, r, g)}, true
+}
+
+// Rejections returns every node that was not chosen with its reason, in
+// the order the nodes were added. It costs a pass over every node; the
+// counts are in Rejected already.
+func (d *Decision) Rejections() []Rejection {
+	out := make([]Rejection, 0, len(d.s.ix.nodes)-len(d.Placements))
+	for k := range d.s.ix.nodes {
+		if r, ok := d.Rejection(d.s.ix.nodes[k].ID); ok {
+			out = append(out, r)
+		}
+	}
+	return out
+}
+
+// detail says why, with numbers.
+func (d *Decision) detail(i int32, r Reason, g int) string {
+	n := &d.s.ix.nodes[i]
+	c := d.ctxs[0]
+	if g >= 0 {
+		c = d.ctxs[g]
+	}
+	f := d.s.freeOf(i)
+	var s string
+	switch r {
+	case ReasonNotAlive:
+		s = "the mesh does not see the node alive"
+	case ReasonExcluded:
+		s = "the request excludes it"
+	case ReasonTier:
+		s = fmt.Sprintf("tier %s is not among the request's tiers (%s)", n.Tier, joinNames(d.req.Tiers))
+	case ReasonTierNotReached:
+		s = fmt.Sprintf("tier %s was not needed: more preferred tiers held every placement", n.Tier)
+	case ReasonNoGPU:
+		s = fmt.Sprintf("needs %d GPUs, the node has none", c.res.GPUs)
+	case ReasonGPUModel:
+		var ms []string
+		for _, g := range n.GPUs {
+			if !slices.Contains(ms, g.Model) {
+				ms = append(ms, g.Model)
+			}
+		}
+		s = fmt.Sprintf("no GPU matches %q (has %s)", c.res.GPUModel, joinNames(ms))
+	case ReasonNoFabric:
+		s = "on no RDMA fabric; the gang needs all members on one"
+	case ReasonGangDoesNotFit:
+		s = fmt.Sprintf("feasible, but %s has only %d feasible nodes; the gang needs %d", d.domainName(i), d.domainFeasN[d.domainOf(i)], d.Wanted)
+	case ReasonSpread:
+		s = d.spreadDetail(i)
+	case ReasonNotSelected:
+		s = d.notSelectedDetail(c, i)
+	default:
+		for _, fl := range c.filters {
+			if fl.reason() == r {
+				s = fl.describe(c, i, f)
+			}
+		}
+	}
+	if c.client != "" && g >= 0 {
+		s = "for client site " + c.client + ": " + s
+	}
+	return s
+}
+
+func (d *Decision) domainName(i int32) string {
+	n := &d.s.ix.nodes[i]
+	if d.ctxs[0].gang {
+		return "fabric " + n.Fabric
+	}
+	return "tier " + n.Tier
+}
+
+func (d *Decision) spreadDetail(i int32) string {
+	n := &d.s.ix.nodes[i]
+	for _, p := range d.Placements {
+		if d.req.Spread == SpreadSite && p.Site == n.Site {
+			return fmt.Sprintf("feasible, but site %s already holds a replica on %s (spread: site)", n.Site, p.Node)
+		}
+		if d.req.Spread == SpreadRegion && p.Region == n.Region {
+			return fmt.Sprintf("feasible, but region %s already holds a replica on %s (spread: region)", n.Region, p.Node)
+		}
+	}
+	return "feasible, but spread rules it out"
+}
+
+func (d *Decision) notSelectedDetail(c *evalCtx, i int32) string {
+	total := round3(c.total(i))
+	if d.req.Kind == Training {
+		n := &d.s.ix.nodes[i]
+		if d.Domain != nil && d.domainOf(i) == domainKey(d.Domain.Tier, d.Domain.Fabric) {
+			return fmt.Sprintf("feasible (score %.3f), but not among the %d members chosen on %s", total, len(d.Placements), d.domainName(i))
+		}
+		if d.Domain != nil {
+			return fmt.Sprintf("feasible, but the gang went to %s (domain score %.3f)", d.domainName(d.chosenIdx(0)), d.Domain.Total)
+		}
+		return fmt.Sprintf("feasible on %s, not chosen", n.Fabric)
+	}
+	low := -1.0
+	for _, p := range d.Placements {
+		if p.Client == c.client && (low < 0 || p.Total < low) {
+			low = p.Total
+		}
+	}
+	if low < 0 {
+		return fmt.Sprintf("feasible (score %.3f), not chosen", total)
+	}
+	return fmt.Sprintf("feasible, but scored %.3f; the chosen scored %.3f or more", total, low)
+}
+
+func (d *Decision) chosenIdx(k int) int32 {
+	for i, p := range d.chosen {
+		if p == k {
+			return i
+		}
+	}
+	return 0
+}
+
+// Explain answers "why (not) node X" in one paragraph.
+func (d *Decision) Explain(node string) string {
+	i, ok := d.s.lookup(node)
+	if !ok {
+		return fmt.Sprintf("node %s: not in the snapshot\n", node)
+	}
+	n := &d.s.ix.nodes[i]
+	head := fmt.Sprintf("node %s (%s, site %s, region %s", n.Name, n.Tier, n.Site, n.Region)
+	if n.Fabric != "" {
+		head += ", fabric " + n.Fabric
+	}
+	head += ")"
+	if k, ok := d.chosen[i]; ok {
+		p := d.Placements[k]
+		var b strings.Builder
+		fmt.Fprintf(&b, "%s: chosen", head)
+		if p.Client != "" {
+			fmt.Fprintf(&b, " for client site %s", p.Client)
+		}
+		if d.Kind == Training {
+			fmt.Fprintf(&b, " as gang rank %d", p.Rank)
+		}
+		fmt.Fprintf(&b, ", score %.3f\n", p.Total)
+		writeScores(&b, "  ", p.Scores)
+		return b.String()
+	}
+	r, _ := d.Rejection(node)
+	return fmt.Sprintf("%s: not chosen: %s: %s\n", head, r.Reason, r.Detail)
+}
+
+func writeScores(b *strings.Builder, indent string, scores []Score) {
+	for _, s := range scores {
+		fmt.Fprintf(b, "%s%-10s %.3f × %g", indent, s.Name, s.Value, s.Weight)
+		if s.Detail != "" {
+			fmt.Fprintf(b, "  (%s)", s.Detail)
+		}
+		b.WriteByte('\n')
+	}
+}
+
+// String renders the decision for people: what was placed where, the
+// fallbacks, and the rejected nodes counted by reason.
+func (d *Decision) String() string {
+	var b strings.Builder
+	name := d.Key
+	if name == "" {
+		name = "(unnamed)"
+	}
+	state := "feasible"
+	if !d.Feasible {
+		state = "NOT feasible"
+	}
+	fmt.Fprintf(&b, "%s %s: %s, %d of %d placed", d.Kind, name, state, len(d.Placements), d.Wanted)
+	if len(d.Tiers) > 0 {
+		fmt.Fprintf(&b, " on %s", joinNames(d.Tiers))
+	}
+	b.WriteByte('\n')
+	if d.Domain != nil {
+		fmt.Fprintf(&b, "domain: %s fabric %s, score %.3f\n", d.Domain.Tier, d.Domain.Fabric, d.Domain.Total)
+		writeScores(&b, "  ", d.Domain.Scores)
+	}
+	for k, p := range d.Placements {
+		fmt.Fprintf(&b, "%d. %s (%s, site %s", k+1, p.Node, p.Tier, p.Site)
+		if p.Fabric != "" {
+			fmt.Fprintf(&b, ", fabric %s", p.Fabric)
+		}
+		b.WriteByte(')')
+		if p.Client != "" {
+			fmt.Fprintf(&b, " for client site %s", p.Client)
+		}
+		if d.Kind == Training {
+			fmt.Fprintf(&b, " rank %d", p.Rank)
+		}
+		fmt.Fprintf(&b, ", score %.3f\n", p.Total)
+		writeScores(&b, "   ", p.Scores)
+	}
+	if len(d.Fallbacks) > 0 {
+		b.WriteString("fallbacks:\n")
+		for _, f := range d.Fallbacks {
+			fmt.Fprintf(&b, "  %s\n", f.Message)
+		}
+	}
+	total := 0
+	for _, n := range d.Rejected {
+		total += n
+	}
+	fmt.Fprintf(&b, "rejected: %d of %d nodes\n", total, d.Nodes)
+	for _, r := range Reasons() {
+		if n := d.Rejected[r]; n > 0 {
+			fmt.Fprintf(&b, "  %-20s %d\n", r, n)
+		}
+	}
+	return b.String()
+}
+
+// Apply returns a clone of the decision's snapshot with every placement
+// reserved, so the next request can be placed around this one. It is all
+// or nothing: on a *Refusal nothing is returned.
+func (d *Decision) Apply() (*Snapshot, error) {
+	if d.after != nil {
+		return d.after.Clone(), nil
+	}
+	c := d.s.Clone()
+	for _, p := range d.Placements {
+		if _, err := c.Reserve(p.NodeID, p.Resources); err != nil {
+			return nil, fmt.Errorf("placement: applying %s: %w", p.Node, err)
+		}
+	}
+	return c, nil
+}

@@ -1,0 +1,895 @@
+package placement
+
+import (
+	"fmt"
+	"math"
+	"slices"
+	"sort"
+	"strings"
+
+	"github.com/strata-mesh/strata/policy"
+)
+
+// tierOrder is the order tiers are walked when a request names none.
+var tierOrder = []string{TierEdge, TierOnprem, TierCloud}
+
+// cand is a feasible node with its score.
+type cand struct {
+	i     int32
+	total float64
+	tb    uint64
+}
+
+// eval is one node's outcome in one pass.
+type eval struct {
+	i int32
+	r Reason
+}
+
+// passStat counts outcomes of one pass, for fallback messages.
+type passStat struct {
+	considered int
+	counts     [13]int // by stage; index 12 is feasible
+}
+
+func (p *passStat) add(r Reason, n int) {
+	if n <= 0 {
+		return
+	}
+	p.considered += n
+	p.counts[r.stage()] += n
+}
+
+// Place places req on s. The snapshot and the request are only read;
+// the returned Decision keeps both (it explains nodes lazily), so neither
+// may change while the decision is used. Errors are for requests that
+// cannot be evaluated at all (invalid, unknown client site); a request
+// that does not fit is a Decision with Feasible false.
+func (e *Engine) Place(s *Snapshot, req *Request) (*Decision, error) {
+	if err := req.Validate(); err != nil {
+		return nil, err
+	}
+	d := &Decision{
+		Kind:   req.Kind,
+		Key:    req.Key,
+		Nodes:  s.Len(),
+		s:      s,
+		req:    req,
+		opts:   &e.opts,
+		chosen: map[int32]int{},
+	}
+	ix := s.ix
+	var excl []int32
+	for _, x := range req.Exclude {
+		if i, ok := s.lookup(x); ok && ix.nodes[i].Alive && !slices.Contains(excl, i) {
+			excl = append(excl, i)
+		}
+	}
+	// Client groups.
+	type grp struct {
+		client string
+		names  []string
+	}
+	var groups []grp
+	if req.PerClientSite {
+		for _, c := range req.Latency.Clients {
+			groups = append(groups, grp{client: c, names: []string{c}})
+		}
+	} else {
+		groups = []grp{{names: req.Latency.Clients}}
+	}
+	for g, gr := range groups {
+		c, err := e.newCtx(s, req, excl, gr.names)
+		if err != nil {
+			return nil, err
+		}
+		c.group, c.client = g, gr.client
+		d.ctxs = append(d.ctxs, c)
+	}
+	// Passes: each tier in preference order, or all tiers at once.
+	var passes [][]string
+	if len(req.Tiers) == 0 {
+		passes = [][]string{tierOrder}
+	} else {
+		for _, t := range req.Tiers {
+			passes = append(passes, []string{t})
+		}
+	}
+	d.reached = make([]map[string]bool, len(d.ctxs))
+	for g := range d.ctxs {
+		d.reached[g] = map[string]bool{}
+	}
+	if e.opts.Exhaustive {
+		d.reasons = make([]Reason, len(ix.nodes))
+	} else {
+		d.touched = map[*cell]bool{}
+		d.touchedR = map[*regionIx]bool{}
+	}
+	need := req.replicas()
+	if req.Kind == Training {
+		d.Wanted = need
+		d.domainFit = map[string]bool{}
+		d.domainFeasN = map[string]int{}
+		e.placeGang(d, passes, need)
+	} else {
+		d.Wanted = need * len(d.ctxs)
+		for _, c := range d.ctxs {
+			e.placeInference(d, c, passes, need)
+		}
+	}
+	d.Feasible = len(d.Placements) == d.Wanted
+	for _, p := range d.Placements {
+		if !slices.Contains(d.Tiers, p.Tier) {
+			d.Tiers = append(d.Tiers, p.Tier)
+		}
+	}
+	d.account()
+	return d, nil
+}
+
+func (e *Engine) newCtx(s *Snapshot, req *Request, excl []int32, clients []string) (*evalCtx, error) {
+	ix := s.ix
+	c := &evalCtx{s: s, req: req, opts: &e.opts, res: req.member(), excl: excl}
+	c.gang = req.Kind == Training && req.Gang.SameFabric
+	for _, name := range clients {
+		cc, ok := ix.clients[name]
+		if !ok {
+			return nil, fmt.Errorf("%w: %q", ErrUnknownClient, name)
+		}
+		if len(cc.Vec) != ix.dim {
+			return nil, fmt.Errorf("%w: %q has a coordinate of other dimensions", ErrUnknownClient, name)
+		}
+		c.clientN = append(c.clientN, name)
+		c.clientC = append(c.clientC, cc)
+	}
+	c.slo = req.Latency.P99.Seconds()
+	c.modelOK = make([]bool, len(ix.models))
+	for m, name := range ix.models {
+		c.modelOK[m] = modelMatches(name, c.res.GPUModel)
+	}
+	c.sigOK = make([]Reason, len(ix.sigs))
+	for sg, ms := range ix.sigs {
+		switch {
+		case c.res.GPUs == 0:
+		case len(ms) == 0:
+			c.sigOK[sg] = ReasonNoGPU
+		default:
+			ok := false
+			for _, m := range ms {
+				ok = ok || c.modelOK[m]
+			}
+			if !ok {
+				c.sigOK[sg] = ReasonGPUModel
+			}
+		}
+	}
+	if c.slo > 0 {
+		c.filters = append(c.filters, latencyFilter{})
+	}
+	if c.res.CPU > 0 {
+		c.filters = append(c.filters, cpuFilter{})
+	}
+	if c.res.Memory > 0 {
+		c.filters = append(c.filters, memoryFilter{})
+	}
+	if c.res.GPUs > 0 {
+		c.filters = append(c.filters, gpuFilter{})
+	}
+	if len(req.Constraints) > 0 {
+		c.filters = append(c.filters, constraintFilter{})
+	}
+	o := &e.opts
+	if len(c.clientC) > 0 && o.LatencyWeight > 0 {
+		c.scorers = append(c.scorers, latencyScorer{w: o.LatencyWeight})
+	}
+	if req.Kind == Training {
+		if o.PackWeight > 0 {
+			c.scorers = append(c.scorers, headroomScorer{w: o.PackWeight, pack: true})
+		}
+	} else if o.HeadroomWeight > 0 {
+		c.scorers = append(c.scorers, headroomScorer{w: o.HeadroomWeight})
+	}
+	if len(req.Data) > 0 && o.DataWeight > 0 && !c.gang {
+		c.scorers = append(c.scorers, dataScorer{w: o.DataWeight, scale: o.DataTimeScale.Seconds()})
+	}
+	for _, a := range req.Affinities {
+		if a.Weight > 0 {
+			c.scorers = append(c.scorers, affinityScorer{a: a})
+		}
+	}
+	for _, sc := range c.scorers {
+		c.wsum += sc.weight()
+	}
+	return c, nil
+}
+
+// better orders candidates: higher total, then higher seeded tie-break,
+// then smaller name.
+func (d *Decision) better(a, b cand) bool {
+	if a.total != b.total {
+		return a.total > b.total
+	}
+	if a.tb != b.tb {
+		return a.tb > b.tb
+	}
+	return d.s.ix.nodes[a.i].Name < d.s.ix.nodes[b.i].Name
+}
+
+// spreadConflict reports whether a chosen node (or one of picked) already
+// holds node i's site or region under the request's spread.
+func (d *Decision) spreadConflict(i int32, picked []cand) bool {
+	if d.req.Spread == SpreadNone {
+		return false
+	}
+	n := &d.s.ix.nodes[i]
+	same := func(site, region string) bool {
+		if d.req.Spread == SpreadSite {
+			return site == n.Site
+		}
+		return region == n.Region
+	}
+	for _, p := range d.Placements {
+		if same(p.Site, p.Region) {
+			return true
+		}
+	}
+	for _, p := range picked {
+		if o := &d.s.ix.nodes[p.i]; same(o.Site, o.Region) {
+			return true
+		}
+	}
+	return false
+}
+
+// record notes node i's outcome in a pass.
+func (d *Decision) record(i int32, r Reason) {
+	if d.reasons != nil {
+		if r.stage() > d.reasons[i].stage() || d.reasons[i] == "" {
+			d.reasons[i] = r
+		}
+		return
+	}
+	d.evals = append(d.evals, eval{i, r})
+}
+
+// prunedBy reports whether every node inside b is predicted farther than
+// the SLO from some client.
+func (c *evalCtx) prunedBy(b *ball) bool {
+	if c.slo <= 0 {
+		return false
+	}
+	// A nanosecond of slack: never prune on float rounding.
+	for _, cc := range c.clientC {
+		if b.lowerBound(cc) > c.slo+1e-9 {
+			return true
+		}
+	}
+	return false
+}
+
+// countBucket counts the alive, not excluded nodes of a bucket that are
+// never looked at one by one: those whose GPUs cannot serve get their
+// static reason, the rest tail.
+func (c *evalCtx) countBucket(p *passStat, counts []sigCount, match func(n *snode) bool, tail Reason) {
+	for _, sc := range counts {
+		n := sc.fabric + sc.plain
+		if len(c.excl) > 0 {
+			for _, x := range c.excl {
+				if xn := &c.s.ix.nodes[x]; xn.sig == sc.sig && match(xn) {
+					n--
+				}
+			}
+		}
+		if r := c.sigOK[sc.sig]; r != "" {
+			p.add(r, n)
+		} else {
+			p.add(tail, n)
+		}
+	}
+}
+
+func (c *evalCtx) exclIn(nodes []int32) int {
+	k := 0
+	for _, x := range c.excl {
+		if slices.Contains(nodes, x) {
+			k++
+		}
+	}
+	return k
+}
+
+func (c *evalCtx) tieBreak(i int32) uint64 { return tieBreak(c.req.Seed, c.s.ix.nodes[i].ID) }
+
+// placeInference places up to need replicas for one client group.
+func (e *Engine) placeInference(d *Decision, c *evalCtx, passes [][]string, need int) {
+	for _, tiers := range passes {
+		if need == 0 {
+			return
+		}
+		var p passStat
+		var feas []cand
+		for _, t := range tiers {
+			d.reached[c.group][t] = true
+		}
+		if e.opts.Exhaustive {
+			feas = e.naiveInferencePass(d, c, tiers, &p)
+		} else {
+			feas = e.inferencePass(d, c, tiers, &p)
+		}
+		picked, spreadShort := d.pick(feas, need)
+		for _, k := range picked {
+			d.addPlacement(c, k.i, 0)
+		}
+		need -= len(picked)
+		if need > 0 {
+			d.fallback(c, tiers, &p, need, len(picked), spreadShort)
+		}
+	}
+}
+
+// inferencePass walks the index: regions and sites the latency bound
+// rules out are counted, not visited.
+func (e *Engine) inferencePass(d *Decision, c *evalCtx, tiers []string, p *passStat) []cand {
+	var feas []cand
+	for _, tn := range tiers {
+		t := d.s.ix.tiers[tn]
+		if t == nil {
+			continue
+		}
+		for _, r := range t.regions {
+			if c.prunedBy(&r.ball) {
+				c.countBucket(p, r.counts, func(n *snode) bool { return n.Tier == tn && n.Region == r.name }, ReasonLatencySLO)
+				continue
+			}
+			for _, cl := range r.cells {
+				if c.prunedBy(&cl.ball) {
+					c.countBucket(p, cl.counts, func(n *snode) bool { return n.Tier == tn && n.Region == r.name && n.Site == cl.site }, ReasonLatencySLO)
+					continue
+				}
+				d.touched[cl] = true
+				d.touchedR[r] = true
+				for _, g := range cl.groups {
+					if sr := c.sigOK[g.sig]; sr != "" {
+						p.add(sr, len(g.nodes)-c.exclIn(g.nodes))
+						continue
+					}
+					for _, i := range g.nodes {
+						if len(c.excl) > 0 && c.excluded(i) {
+							continue
+						}
+						rs := c.evalRest(i)
+						p.add(rs, 1)
+						d.record(i, rs)
+						if rs == reasonFeasible {
+							feas = append(feas, cand{i, c.total(i), c.tieBreak(i)})
+						}
+					}
+				}
+			}
+		}
+	}
+	return feas
+}
+
+// naiveInferencePass looks at every node of the snapshot, with no index,
+// and sorts the feasible ones.
+func (e *Engine) naiveInferencePass(d *Decision, c *evalCtx, tiers []string, p *passStat) []cand {
+	var feas []cand
+	for k := range d.s.ix.nodes {
+		i := int32(k)
+		rs := d.baseReason(i)
+		if rs == "" && !slices.Contains(tiers, d.s.ix.nodes[i].Tier) {
+			continue
+		}
+		if rs == "" {
+			rs = c.evalNode(i)
+			p.add(rs, 1)
+		}
+		d.record(i, rs)
+		if rs == reasonFeasible {
+			feas = append(feas, cand{i, c.total(i), c.tieBreak(i)})
+		}
+	}
+	slices.SortFunc(feas, func(a, b cand) int {
+		if d.better(a, b) {
+			return -1
+		}
+		if d.better(b, a) {
+			return 1
+		}
+		return 0
+	})
+	return feas
+}
+
+// baseReason is the pass-independent first reason of node i: not alive,
+// excluded, or a tier the request does not allow; "" otherwise.
+func (d *Decision) baseReason(i int32) Reason {
+	n := &d.s.ix.nodes[i]
+	if !n.Alive {
+		return ReasonNotAlive
+	}
+	if d.ctxs[0].excluded(i) {
+		return ReasonExcluded
+	}
+	if len(d.req.Tiers) > 0 && !slices.Contains(d.req.Tiers, n.Tier) {
+		return ReasonTier
+	}
+	return ""
+}
+
+// pick takes up to need of the best candidates not already chosen,
+// honouring spread. spreadShort reports that spread, not a lack of
+// feasible nodes, left it short.
+func (d *Decision) pick(feas []cand, need int) (picked []cand, spreadShort bool) {
+	taken := make([]bool, len(feas))
+	for len(picked) < need {
+		best := -1
+		blocked := false
+		for k, cd := range feas {
+			if taken[k] {
+				continue
+			}
+			if _, ok := d.chosen[cd.i]; ok {
+				taken[k] = true
+				continue
+			}
+			if d.spreadConflict(cd.i, picked) {
+				blocked = true
+				continue
+			}
+			if best < 0 || d.better(cd, feas[best]) {
+				best = k
+			}
+		}
+		if best < 0 {
+			return picked, blocked
+		}
+		taken[best] = true
+		picked = append(picked, feas[best])
+	}
+	return picked, false
+}
+
+func (d *Decision) addPlacement(c *evalCtx, i int32, rank int) {
+	n := &d.s.ix.nodes[i]
+	scores, total := c.scores(i)
+	d.chosen[i] = len(d.Placements)
+	d.Placements = append(d.Placements, Placement{
+		Node: n.Name, NodeID: n.ID, Tier: n.Tier, Site: n.Site, Region: n.Region,
+		Fabric: n.Fabric, Rack: n.Rack, Client: c.client, Rank: rank,
+		Resources: c.res, Scores: scores, Total: total,
+	})
+}
+
+// fallback records why a pass left replicas unplaced.
+func (d *Decision) fallback(c *evalCtx, tiers []string, p *passStat, need, placed int, spreadShort bool) {
+	tierName := strings.Join(tiers, "+")
+	if len(d.req.Tiers) == 0 {
+		tierName = "all tiers"
+	}
+	feasible := p.counts[reasonFeasible.stage()]
+	var b strings.Builder
+	dominant, dn := Reason(""), 0
+	for _, r := range Reasons() {
+		if st := r.stage(); st >= 0 && p.counts[st] > dn {
+			dominant, dn = r, p.counts[st]
+		}
+	}
+	if c.slo > 0 {
+		meet := 0
+		for st := ReasonLatencySLO.stage() + 1; st < len(p.counts); st++ {
+			meet += p.counts[st]
+		}
+		fmt.Fprintf(&b, "%s: %d of %d nodes meet p99 %s from %s", tierName, meet, p.considered, d.req.Latency.P99, c.describeClients())
+		if meet > feasible {
+			fmt.Fprintf(&b, ", %d of them pass every other filter", feasible)
+		}
+	} else {
+		fmt.Fprintf(&b, "%s: %d of %d nodes feasible", tierName, feasible, p.considered)
+	}
+	if feasible == 0 && dn > 0 && (c.slo == 0 || dominant != ReasonLatencySLO) {
+		fmt.Fprintf(&b, " (most rejected: %s ×%d)", dominant, dn)
+	}
+	if spreadShort {
+		fmt.Fprintf(&b, "; spread by %s leaves room for %d", d.req.Spread, placed)
+	}
+	if feasible > 0 || placed > 0 {
+		fmt.Fprintf(&b, "; %d placed here, %d still needed", placed, need)
+	}
+	fr := dominant
+	if spreadShort {
+		fr = ReasonSpread
+	}
+	d.Fallbacks = append(d.Fallbacks, Fallback{Client: c.client, Tier: tierName, Reason: fr, Message: b.String()})
+}
+
+func (c *evalCtx) describeClients() string {
+	parts := make([]string, len(c.clientN))
+	for k, n := range c.clientN {
+		if c.s.ix.isSite(n) {
+			parts[k] = "site " + n
+		} else {
+			parts[k] = "region " + n
+		}
+	}
+	return joinNames(parts)
+}
+
+func (ix *index) isSite(name string) bool {
+	for _, t := range ix.tiers {
+		for _, r := range t.regions {
+			for _, c := range r.cells {
+				if c.site == name {
+					return true
+				}
+			}
+		}
+	}
+	return false
+}
+
+// domainCand is a fabric (or a whole tier, for gangs that need no common
+// fabric) that can hold the gang.
+type domainCand struct {
+	key     string
+	tier    string
+	fabric  string
+	members []cand
+	scores  []Score
+	total   float64
+	tb      uint64
+}
+
+func domainKey(tier, fabric string) string { return tier + "/" + fabric }
+
+// placeGang places a gang, all or nothing, on the best domain of the most
+// preferred tier that has one.
+func (e *Engine) placeGang(d *Decision, passes [][]string, need int) {
+	c := d.ctxs[0]
+	for _, tiers := range passes {
+		var p passStat
+		for _, t := range tiers {
+			d.reached[0][t] = true
+		}
+		var cands []*domainCand
+		var outcomes []eval
+		for _, tn := range tiers {
+			for _, dom := range e.gangDomains(d, c, tn) {
+				var feas []cand
+				start := len(outcomes)
+				for _, i := range dom.nodes {
+					if len(c.excl) > 0 && c.excluded(i) {
+						continue
+					}
+					rs := c.evalNode(i)
+					outcomes = append(outcomes, eval{i, rs})
+					if rs == reasonFeasible {
+						feas = append(feas, cand{i, c.total(i), c.tieBreak(i)})
+					}
+				}
+				key := domainKey(tn, dom.fabric)
+				fit := len(feas) >= need
+				d.domainFit[key] = fit
+				d.domainFeasN[key] = len(feas)
+				if fit {
+					cands = append(cands, e.scoreDomain(d, c, tn, dom, feas, need))
+				} else {
+					for k := start; k < len(outcomes); k++ {
+						if outcomes[k].r == reasonFeasible {
+							outcomes[k].r = ReasonGangDoesNotFit
+						}
+					}
+				}
+			}
+		}
+		e.recordGangPass(d, c, tiers, outcomes, &p)
+		sort.Slice(cands, func(a, b int) bool {
+			x, y := cands[a], cands[b]
+			if x.total != y.total {
+				return x.total > y.total
+			}
+			if x.tb != y.tb {
+				return x.tb > y.tb
+			}
+			return x.key < y.key
+		})
+		for _, dc := range cands {
+			// Reserve every member on a clone: all or nothing.
+			clone := d.s.Clone()
+			ok := true
+			for _, m := range dc.members {
+				if _, err := clone.Reserve(d.s.ix.nodes[m.i].ID, c.res); err != nil {
+					ok = false
+					break
+				}
+			}
+			if !ok {
+				continue
+			}
+			for rank, m := range dc.members {
+				d.addPlacement(c, m.i, rank)
+			}
+			d.Domain = &Domain{Tier: dc.tier, Fabric: dc.fabric, Scores: dc.scores, Total: round3(dc.total)}
+			d.after = clone
+			return
+		}
+		d.gangFallback(c, tiers, &p, need)
+	}
+}
+
+type gangDomain struct {
+	fabric string
+	nodes  []int32
+}
+
+// gangDomains lists a tier's candidate domains: its fabrics, or, for a
+// gang that needs no common fabric, the whole tier as one.
+func (e *Engine) gangDomains(d *Decision, c *evalCtx, tn string) []gangDomain {
+	ix := d.s.ix
+	if e.opts.Exhaustive {
+		// No index: group every node of the tier by fabric.
+		by := map[string][]int32{}
+		for k := range ix.nodes {
+			n := &ix.nodes[k]
+			if n.Tier != tn || !n.Alive {
+				continue
+			}
+			f := ""
+			if c.gang {
+				f = n.Fabric
+			}
+			by[f] = append(by[f], int32(k))
+		}
+		var out []gangDomain
+		for _, f := range slices.Sorted(mapsKeys(by)) {
+			if c.gang && f == "" {
+				continue
+			}
+			out = append(out, gangDomain{fabric: f, nodes: by[f]})
+		}
+		return out
+	}
+	t := ix.tiers[tn]
+	if t == nil {
+		return nil
+	}
+	if !c.gang {
+		var all []int32
+		for _, r := range t.regions {
+			for _, cl := range r.cells {
+				for _, g := range cl.groups {
+					all = append(all, g.nodes...)
+				}
+			}
+		}
+		slices.Sort(all)
+		return []gangDomain{{nodes: all}}
+	}
+	out := make([]gangDomain, len(t.domains))
+	for k, dm := range t.domains {
+		out[k] = gangDomain{fabric: dm.fabric, nodes: dm.nodes}
+	}
+	return out
+}
+
+func mapsKeys[M ~map[K]V, K comparable, V any](m M) func(func(K) bool) {
+	return func(yield func(K) bool) {
+		for k := range m {
+			if !yield(k) {
+				return
+			}
+		}
+	}
+}
+
+// recordGangPass records every node's outcome in a gang pass and counts
+// them for the fallback message.
+func (e *Engine) recordGangPass(d *Decision, c *evalCtx, tiers []string, outcomes []eval, p *passStat) {
+	ix := d.s.ix
+	for _, o := range outcomes {
+		p.add(o.r, 1)
+		d.record(o.i, o.r)
+	}
+	if e.opts.Exhaustive {
+		// Everything else the naive pass looked at: dead, excluded, other
+		// tiers, and nodes on no fabric.
+		for k := range ix.nodes {
+			i := int32(k)
+			n := &ix.nodes[i]
+			rs := d.baseReason(i)
+			if rs == "" && !slices.Contains(tiers, n.Tier) {
+				continue
+			}
+			if rs == "" {
+				if !c.gang || n.Fabric != "" {
+					continue // a domain member, recorded above
+				}
+				rs = c.evalNode(i)
+				p.add(rs, 1)
+			}
+			d.record(i, rs)
+		}
+		return
+	}
+	for _, tn := range tiers {
+		if t := ix.tiers[tn]; t != nil && c.gang {
+			// Nodes on no fabric.
+			for _, sc := range t.counts {
+				n := sc.plain
+				for _, x := range c.excl {
+					if xn := &ix.nodes[x]; xn.Tier == tn && xn.sig == sc.sig && xn.Fabric == "" {
+						n--
+					}
+				}
+				if r := c.sigOK[sc.sig]; r != "" {
+					p.add(r, n)
+				} else {
+					p.add(ReasonNoFabric, n)
+				}
+			}
+		}
+	}
+}
+
+// domainOf is the gang domain key of node i.
+func (d *Decision) domainOf(i int32) string {
+	n := &d.s.ix.nodes[i]
+	if d.ctxs[0].gang {
+		return domainKey(n.Tier, n.Fabric)
+	}
+	return domainKey(n.Tier, "")
+}
+
+// scoreDomain picks a domain's members and scores it: data gravity (time
+// to bring the data onto the fabric; data anywhere on it costs nothing),
+// packing (how full the fabric is after the gang: fullest first), and the
+// members' own scores.
+func (e *Engine) scoreDomain(d *Decision, c *evalCtx, tier string, dom gangDomain, feas []cand, need int) *domainCand {
+	ix := d.s.ix
+	// Members: keep the gang on as few racks as possible, then best score.
+	rackN := map[string]int{}
+	for _, f := range feas {
+		if r := ix.nodes[f.i].Rack; r != "" {
+			rackN[r]++
+		}
+	}
+	slices.SortFunc(feas, func(a, b cand) int {
+		ra, rb := ix.nodes[a.i].Rack, ix.nodes[b.i].Rack
+		if rackN[ra] != rackN[rb] {
+			return rackN[rb] - rackN[ra]
+		}
+		if ra != rb {
+			return strings.Compare(ra, rb)
+		}
+		if d.better(a, b) {
+			return -1
+		}
+		if d.better(b, a) {
+			return 1
+		}
+		return 0
+	})
+	dc := &domainCand{key: domainKey(tier, dom.fabric), tier: tier, fabric: dom.fabric, members: slices.Clone(feas[:need])}
+	dc.tb = tieBreak(c.req.Seed, dc.key)
+	o := e.opts
+	wsum, total := 0.0, 0.0
+	add := func(name string, w, v float64, detail string) {
+		dc.scores = append(dc.scores, Score{Name: name, Value: round3(v), Weight: w, Detail: detail})
+		wsum += w
+		total += w * v
+	}
+	if len(c.req.Data) > 0 && o.DataWeight > 0 && c.gang {
+		secs, bytes := d.fabricMove(dom)
+		add("data", o.DataWeight, o.DataTimeScale.Seconds()/(o.DataTimeScale.Seconds()+secs),
+			fmt.Sprintf("%s to move onto the fabric, %s", policy.FormatBytes(bytes), fmtSeconds(secs)))
+	}
+	if o.PackWeight > 0 {
+		used, all := 0.0, 0.0
+		for _, i := range dom.nodes {
+			n := &ix.nodes[i]
+			f := d.s.freeOf(i)
+			if c.res.GPUs > 0 {
+				all += float64(popcount(n.healthy))
+				used += float64(popcount(n.healthy) - popcount(n.healthy&f.gpus))
+			} else {
+				all += float64(n.CPU)
+				used += float64(n.CPU - f.cpu)
+			}
+		}
+		add := add
+		if c.res.GPUs > 0 {
+			used += float64(need * c.res.GPUs)
+		} else {
+			used += float64(int64(need) * c.res.CPU)
+		}
+		full := 0.0
+		if all > 0 {
+			full = clamp01(used / all)
+		}
+		add("fabric_fill", o.PackWeight, full, fmt.Sprintf("%.0f%% of the domain in use after the gang", 100*full))
+	}
+	mean := 0.0
+	for _, m := range dc.members {
+		mean += m.total
+	}
+	mean /= float64(len(dc.members))
+	add("members", 1, mean, fmt.Sprintf("mean member score over %d members", len(dc.members)))
+	if wsum > 0 {
+		dc.total = total / wsum
+	}
+	if math.IsNaN(dc.total) {
+		dc.total = 0
+	}
+	return dc
+}
+
+// fabricMove is the time and bytes to bring the request's data onto a
+// fabric.
+func (d *Decision) fabricMove(dom gangDomain) (float64, int64) {
+	ix := d.s.ix
+	if len(dom.nodes) == 0 {
+		return 0, 0
+	}
+	n0 := &ix.nodes[dom.nodes[0]]
+	secs, bytes := 0.0, int64(0)
+	for _, r := range d.req.Data {
+		h := ix.holders[r.key()]
+		if h != nil {
+			if _, ok := h.fabrics[dom.fabric]; ok {
+				continue
+			}
+		}
+		secs += float64(r.Bytes) / bandwidthTo(h, &ix.bw, "", n0.Site, n0.Region)
+		bytes += r.Bytes
+	}
+	return secs, bytes
+}
+
+func popcount(x uint64) int {
+	k := 0
+	for x != 0 {
+		x &= x - 1
+		k++
+	}
+	return k
+}
+
+func (d *Decision) gangFallback(c *evalCtx, tiers []string, p *passStat, need int) {
+	tierName := strings.Join(tiers, "+")
+	if len(d.req.Tiers) == 0 {
+		tierName = "all tiers"
+	}
+	best, bestKey := 0, ""
+	for key, k := range d.domainFeasN {
+		tn, _, _ := strings.Cut(key, "/")
+		if !slices.Contains(tiers, tn) {
+			continue
+		}
+		if k > best || (k == best && (bestKey == "" || key < bestKey)) {
+			best, bestKey = k, key
+		}
+	}
+	what := "fabric"
+	if !c.gang {
+		what = "tier"
+	}
+	msg := fmt.Sprintf("%s: no %s holds %d nodes × %d GPUs", tierName, what, need, c.res.GPUs)
+	if bestKey != "" && best > 0 {
+		_, name, _ := strings.Cut(bestKey, "/")
+		if !c.gang {
+			name = tierName
+		}
+		msg += fmt.Sprintf("; best %s %s has %d that fit", what, name, best)
+	}
+	dominant, dn := Reason(""), 0
+	for _, r := range Reasons() {
+		if st := r.stage(); st >= 0 && r != ReasonGangDoesNotFit && p.counts[st] > dn {
+			dominant, dn = r, p.counts[st]
+		}
+	}
+	if dn > 0 {
+		msg += fmt.Sprintf(" (most rejected: %s ×%d)", dominant, dn)
+	}
+	d.Fallbacks = append(d.Fallbacks, Fallback{Tier: tierName, Reason: ReasonGangDoesNotFit, Message: msg})
+}

@@ -1,0 +1,797 @@
+package placement
+
+import (
+	"errors"
+	"fmt"
+	"maps"
+	"math"
+	"slices"
+	"sort"
+	"strings"
+	"time"
+
+	"github.com/hashicorp/serf/coordinate"
+
+	"github.com/strata-mesh/strata/policy"
+)
+
+// Node is one node of the mesh as the engine sees it. CPU is in
+// millicores, memory in bytes.
+type Node struct {
+	// ID is the node's identity (from its key); unique.
+	ID string `json:"id"`
+	// Name is the node's name in the mesh; unique.
+	Name string `json:"name"`
+	// Tier is edge, onprem or cloud.
+	Tier string `json:"tier"`
+	// Site is the node's site (one gossip pool).
+	Site string `json:"site"`
+	// Region groups sites.
+	Region string `json:"region"`
+	// Rack is the node's rack or leaf switch, "" when unknown. Gang members
+	// are kept on as few racks as the fabric allows.
+	Rack string `json:"rack,omitempty"`
+	// Labels are the operator's labels.
+	Labels map[string]string `json:"labels,omitempty"`
+	// Arch is the CPU architecture (amd64, arm64).
+	Arch string `json:"arch,omitempty"`
+	// CPU is the node's total CPU in millicores; FreeCPU what is unreserved.
+	CPU     int64 `json:"cpu"`
+	FreeCPU int64 `json:"free_cpu"`
+	// Memory is the node's total memory in bytes; FreeMemory what is
+	// unreserved.
+	Memory     int64 `json:"memory"`
+	FreeMemory int64 `json:"free_memory"`
+	// GPUs lists the node's GPUs (at most 64).
+	GPUs []GPU `json:"gpus,omitempty"`
+	// Fabric is the RDMA fabric ID, "" for none.
+	Fabric string `json:"fabric,omitempty"`
+	// Alive is whether the mesh considers the node alive.
+	Alive bool `json:"alive"`
+	// Coord is the node's Vivaldi coordinate; nil when unknown (the node
+	// then fails every latency SLO).
+	Coord *coordinate.Coordinate `json:"coord,omitempty"`
+	// Artifacts are the digests of the artifacts the node holds.
+	Artifacts []string `json:"artifacts,omitempty"`
+	// Datasets are the dataset names the node holds.
+	Datasets []string `json:"datasets,omitempty"`
+}
+
+// GPU is one GPU of a node.
+type GPU struct {
+	// Model is the product name ("NVIDIA H100 80GB HBM3").
+	Model string `json:"model"`
+	// Memory is the GPU's memory in bytes.
+	Memory int64 `json:"memory"`
+	// Healthy is false when the device reported an error.
+	Healthy bool `json:"healthy"`
+	// Free is true when no workload holds the GPU.
+	Free bool `json:"free"`
+}
+
+// Bandwidth is the link model used for data gravity: the bytes per second
+// data moves at between two places, by how close they are. The cost of
+// moving data is its size divided by the bandwidth from its nearest holder;
+// data already on the node (or, for a gang, anywhere on its fabric) costs
+// nothing.
+type Bandwidth struct {
+	// SameFabric is the RDMA bandwidth between nodes of one fabric.
+	// Default 25 GB/s (200 Gb/s InfiniBand).
+	SameFabric float64 `json:"same_fabric"`
+	// SameSite is the bandwidth inside a site. Default 1.25 GB/s (10 GbE).
+	SameSite float64 `json:"same_site"`
+	// SameRegion is the bandwidth between sites of a region. Default
+	// 125 MB/s (1 Gb/s).
+	SameRegion float64 `json:"same_region"`
+	// CrossRegion is the bandwidth between regions, and from outside the
+	// mesh when no node holds the data. Default 25 MB/s (200 Mb/s).
+	CrossRegion float64 `json:"cross_region"`
+}
+
+// DefaultBandwidth returns the default link model.
+func DefaultBandwidth() Bandwidth {
+	return Bandwidth{SameFabric: 25e9, SameSite: 1.25e9, SameRegion: 125e6, CrossRegion: 25e6}
+}
+
+func (b *Bandwidth) ensureDefaults() {
+	d := DefaultBandwidth()
+	if b.SameFabric <= 0 {
+		b.SameFabric = d.SameFabric
+	}
+	if b.SameSite <= 0 {
+		b.SameSite = d.SameSite
+	}
+	if b.SameRegion <= 0 {
+		b.SameRegion = d.SameRegion
+	}
+	if b.CrossRegion <= 0 {
+		b.CrossRegion = d.CrossRegion
+	}
+}
+
+// Errors about snapshots.
+var (
+	// ErrInvalidSnapshot wraps every Build error.
+	ErrInvalidSnapshot = errors.New("placement: invalid snapshot")
+	// ErrImmutable is returned by Reserve on a snapshot from Build: reserve
+	// on a Clone.
+	ErrImmutable = errors.New("placement: snapshot from Build is immutable; reserve on a Clone")
+	// ErrUnknownNode is returned for a node name or ID the snapshot lacks.
+	ErrUnknownNode = errors.New("placement: unknown node")
+	// ErrUnknownClient is returned when a request names a client site or
+	// region the snapshot has no coordinate for.
+	ErrUnknownClient = errors.New("placement: unknown client site or region")
+)
+
+// Builder collects nodes and client coordinates for a Snapshot. The zero
+// value is ready to use; a Builder is not safe for concurrent use.
+type Builder struct {
+	nodes     []Node
+	clients   map[string]*coordinate.Coordinate
+	bandwidth Bandwidth
+}
+
+// Add adds nodes. Build copies them; the caller may reuse its slices after
+// Build.
+func (b *Builder) Add(nodes ...Node) { b.nodes = append(b.nodes, nodes...) }
+
+// SetClient sets the coordinate of a client site or region by name,
+// replacing the one Build would compute from the nodes (use it for client
+// sites that run no agent).
+func (b *Builder) SetClient(name string, c *coordinate.Coordinate) {
+	if b.clients == nil {
+		b.clients = map[string]*coordinate.Coordinate{}
+	}
+	b.clients[name] = c.Clone()
+}
+
+// SetBandwidth sets the link model for data gravity; zero fields take the
+// DefaultBandwidth values.
+func (b *Builder) SetBandwidth(bw Bandwidth) { b.bandwidth = bw }
+
+// ClientCoordinate returns the coordinate that stands for a group of
+// nodes, such as a client site: the component-wise median of their
+// vectors, heights, adjustments and errors. The median keeps one badly
+// converged node from dragging the site. It returns nil for no coordinates
+// and panics if their dimensions differ.
+func ClientCoordinate(coords []*coordinate.Coordinate) *coordinate.Coordinate {
+	var cs []*coordinate.Coordinate
+	for _, c := range coords {
+		if c != nil {
+			cs = append(cs, c)
+		}
+	}
+	if len(cs) == 0 {
+		return nil
+	}
+	dim := len(cs[0].Vec)
+	vals := make([]float64, len(cs))
+	median := func(get func(c *coordinate.Coordinate) float64) float64 {
+		for i, c := range cs {
+			vals[i] = get(c)
+		}
+		slices.Sort(vals)
+		n := len(vals)
+		if n%2 == 1 {
+			return vals[n/2]
+		}
+		return (vals[n/2-1] + vals[n/2]) / 2
+	}
+	out := &coordinate.Coordinate{Vec: make([]float64, dim)}
+	for d := 0; d < dim; d++ {
+		out.Vec[d] = median(func(c *coordinate.Coordinate) float64 {
+			if len(c.Vec) != dim {
+				panic(coordinate.DimensionalityConflictError{})
+			}
+			return c.Vec[d]
+		})
+	}
+	out.Height = median(func(c *coordinate.Coordinate) float64 { return c.Height })
+	out.Adjustment = median(func(c *coordinate.Coordinate) float64 { return c.Adjustment })
+	out.Error = median(func(c *coordinate.Coordinate) float64 { return c.Error })
+	return out
+}
+
+// Snapshot is an indexed, immutable view of the mesh for placement. A
+// snapshot from Build is never changed; Clone gives a copy on which
+// Reserve records reservations (copy-on-write: a clone costs nothing until
+// it reserves). Snapshots are safe for concurrent reads.
+type Snapshot struct {
+	ix   *index
+	over map[int32]freeState // reservations of a clone; nil on a built snapshot
+}
+
+// freeState is what a node has unreserved. gpus is a bit set over the
+// node's GPUs: bit j set when GPU j is free.
+type freeState struct {
+	cpu, mem int64
+	gpus     uint64
+}
+
+type snode struct {
+	Node
+	modelIDs []int32 // per GPU: index into index.models
+	sig      int32   // model signature: the set of distinct models
+	healthy  uint64  // bit j set when GPU j is healthy
+	free     freeState
+	view     policy.Node // static part of the CEL view
+}
+
+type index struct {
+	nodes   []snode
+	byKey   map[string]int32 // name and ID → node
+	dead    []int32
+	tiers   map[string]*tierIx
+	models  []string  // distinct GPU model names, sorted
+	sigs    [][]int32 // signature → sorted model IDs; sig 0 is "no GPU"
+	clients map[string]*coordinate.Coordinate
+	holders map[string]*holding
+	bw      Bandwidth
+	dim     int
+}
+
+type tierIx struct {
+	name    string
+	alive   int
+	regions []*regionIx
+	domains []*domainIx // fabrics with alive nodes in this tier, by name
+	counts  []sigCount
+}
+
+type regionIx struct {
+	name   string
+	ball   ball
+	cells  []*cell
+	counts []sigCount
+}
+
+// cell is the nodes of one site in one tier.
+type cell struct {
+	site   string
+	ball   ball
+	groups []*group
+	counts []sigCount
+}
+
+// group is the alive nodes of a cell with one GPU signature and fabric.
+type group struct {
+	sig    int32
+	fabric string
+	nodes  []int32
+}
+
+// domainIx is the alive nodes of one fabric in one tier.
+type domainIx struct {
+	fabric string
+	nodes  []int32
+}
+
+// sigCount counts alive nodes with one GPU signature, on a fabric or not.
+type sigCount struct {
+	sig           int32
+	fabric, plain int
+}
+
+// ball bounds the coordinates of a set of nodes: every vector lies within
+// radius of cent, and every height and adjustment is at least minH and
+// minAdj. n counts nodes with a coordinate.
+type ball struct {
+	n            int
+	cent         []float64
+	radius       float64
+	minH, minAdj float64
+}
+
+type holding struct {
+	nodes   map[int32]struct{}
+	sites   map[string]struct{}
+	regions map[string]struct{}
+	fabrics map[string]struct{}
+}
+
+// Build validates the nodes and indexes them. Client coordinates are
+// computed for every site and region from its nodes (ClientCoordinate)
+// unless set with SetClient. Errors wrap ErrInvalidSnapshot and list every
+// problem.
+func (b *Builder) Build() (*Snapshot, error) {
+	ix := &index{
+		byKey:   make(map[string]int32, 2*len(b.nodes)),
+		tiers:   map[string]*tierIx{},
+		clients: map[string]*coordinate.Coordinate{},
+		holders: map[string]*holding{},
+		bw:      b.bandwidth,
+		dim:     -1,
+	}
+	ix.bw.ensureDefaults()
+	var errs []error
+	bad := func(format string, a ...any) { errs = append(errs, fmt.Errorf(format, a...)) }
+
+	// Distinct GPU models.
+	modelSet := map[string]bool{}
+	for _, n := range b.nodes {
+		for _, g := range n.GPUs {
+			modelSet[g.Model] = true
+		}
+	}
+	ix.models = slices.Sorted(maps.Keys(modelSet))
+	modelID := make(map[string]int32, len(ix.models))
+	for i, m := range ix.models {
+		modelID[m] = int32(i)
+	}
+	ix.sigs = [][]int32{nil}
+	sigID := map[string]int32{"": 0}
+
+	ix.nodes = make([]snode, len(b.nodes))
+	for i, in := range b.nodes {
+		n := &ix.nodes[i]
+		n.Node = in
+		n.Labels = maps.Clone(in.Labels)
+		n.GPUs = slices.Clone(in.GPUs)
+		n.Artifacts = slices.Clone(in.Artifacts)
+		n.Datasets = slices.Clone(in.Datasets)
+		if in.Coord != nil {
+			n.Coord = in.Coord.Clone()
+		}
+		if n.Name == "" || n.ID == "" {
+			bad("node %d: name and id are required", i)
+		}
+		for _, k := range []string{n.Name, n.ID} {
+			if j, dup := ix.byKey[k]; dup && j != int32(i) {
+				bad("node %q: name or id %q used twice", n.Name, k)
+			}
+			ix.byKey[k] = int32(i)
+		}
+		if n.Tier != TierEdge && n.Tier != TierOnprem && n.Tier != TierCloud {
+			bad("node %q: tier %q: want edge, onprem or cloud", n.Name, n.Tier)
+		}
+		if n.CPU < 0 || n.Memory < 0 || n.FreeCPU < 0 || n.FreeMemory < 0 {
+			bad("node %q: resources must not be negative", n.Name)
+		}
+		if len(n.GPUs) > 64 {
+			bad("node %q: %d GPUs, at most 64 supported", n.Name, len(n.GPUs))
+			n.GPUs = n.GPUs[:64]
+		}
+		if n.Coord != nil {
+			if !n.Coord.IsValid() {
+				bad("node %q: invalid coordinate", n.Name)
+				n.Coord = nil
+			} else if ix.dim < 0 {
+				ix.dim = len(n.Coord.Vec)
+			} else if len(n.Coord.Vec) != ix.dim {
+				bad("node %q: coordinate has %d dimensions, others %d", n.Name, len(n.Coord.Vec), ix.dim)
+				n.Coord = nil
+			}
+		}
+		n.modelIDs = make([]int32, len(n.GPUs))
+		var ms []int32
+		for j, g := range n.GPUs {
+			n.modelIDs[j] = modelID[g.Model]
+			if g.Healthy {
+				n.healthy |= 1 << j
+			}
+			if g.Free {
+				n.free.gpus |= 1 << j
+			}
+			if !slices.Contains(ms, modelID[g.Model]) {
+				ms = append(ms, modelID[g.Model])
+			}
+		}
+		slices.Sort(ms)
+		key := fmt.Sprint(ms)
+		if len(ms) == 0 {
+			key = ""
+		}
+		s, ok := sigID[key]
+		if !ok {
+			s = int32(len(ix.sigs))
+			sigID[key] = s
+			ix.sigs = append(ix.sigs, ms)
+		}
+		n.sig = s
+		n.free.cpu, n.free.mem = n.FreeCPU, n.FreeMemory
+		n.view = policy.Node{
+			Name: n.Name, ID: n.ID, Tier: n.Tier, Site: n.Site, Region: n.Region,
+			Labels: n.Labels, CPU: n.CPU, Memory: n.Memory, Arch: n.Arch,
+			Fabric: n.Fabric, GPUs: make([]policy.GPU, len(n.GPUs)),
+		}
+		for j, g := range n.GPUs {
+			n.view.GPUs[j] = policy.GPU{Model: g.Model, Memory: g.Memory, Healthy: g.Healthy, Free: g.Free}
+		}
+		for _, a := range n.Artifacts {
+			ix.hold(a, int32(i), n)
+		}
+		for _, d := range n.Datasets {
+			ix.hold(datasetKey(d), int32(i), n)
+		}
+	}
+	if ix.dim < 0 {
+		ix.dim = 0
+	}
+
+	// Client coordinates: sites, then regions, then explicit ones.
+	siteCoords := map[string][]*coordinate.Coordinate{}
+	regionCoords := map[string][]*coordinate.Coordinate{}
+	for i := range ix.nodes {
+		n := &ix.nodes[i]
+		if n.Coord == nil {
+			continue
+		}
+		siteCoords[n.Site] = append(siteCoords[n.Site], n.Coord)
+		regionCoords[n.Region] = append(regionCoords[n.Region], n.Coord)
+	}
+	for name, cs := range regionCoords {
+		ix.clients[name] = ClientCoordinate(cs)
+	}
+	for name, cs := range siteCoords {
+		ix.clients[name] = ClientCoordinate(cs)
+	}
+	for name, c := range b.clients {
+		if c == nil || !c.IsValid() || (ix.dim > 0 && len(c.Vec) != ix.dim) {
+			bad("client %q: invalid coordinate or wrong dimensions", name)
+			continue
+		}
+		ix.clients[name] = c
+	}
+
+	ix.buildTiers()
+	if len(errs) > 0 {
+		return nil, fmt.Errorf("%w: %w", ErrInvalidSnapshot, errors.Join(errs...))
+	}
+	return &Snapshot{ix: ix}, nil
+}
+
+func (ix *index) hold(key string, i int32, n *snode) {
+	h := ix.holders[key]
+	if h == nil {
+		h = &holding{nodes: map[int32]struct{}{}, sites: map[string]struct{}{}, regions: map[string]struct{}{}, fabrics: map[string]struct{}{}}
+		ix.holders[key] = h
+	}
+	h.nodes[i] = struct{}{}
+	h.sites[n.Site] = struct{}{}
+	h.regions[n.Region] = struct{}{}
+	if n.Fabric != "" {
+		h.fabrics[n.Fabric] = struct{}{}
+	}
+}
+
+// buildTiers builds tier → region → cell → group and tier → fabric.
+func (ix *index) buildTiers() {
+	type cellKey struct{ tier, region, site string }
+	type groupKey struct {
+		c      cellKey
+		sig    int32
+		fabric string
+	}
+	groups := map[groupKey][]int32{}
+	domains := map[[2]string][]int32{}
+	for i := range ix.nodes {
+		n := &ix.nodes[i]
+		if !n.Alive {
+			ix.dead = append(ix.dead, int32(i))
+			continue
+		}
+		k := groupKey{cellKey{n.Tier, n.Region, n.Site}, n.sig, n.Fabric}
+		groups[k] = append(groups[k], int32(i))
+		if n.Fabric != "" {
+			dk := [2]string{n.Tier, n.Fabric}
+			domains[dk] = append(domains[dk], int32(i))
+		}
+	}
+	keys := slices.Collect(maps.Keys(groups))
+	sort.Slice(keys, func(a, b int) bool {
+		x, y := keys[a], keys[b]
+		if x.c != y.c {
+			if x.c.tier != y.c.tier {
+				return x.c.tier < y.c.tier
+			}
+			if x.c.region != y.c.region {
+				return x.c.region < y.c.region
+			}
+			return x.c.site < y.c.site
+		}
+		if x.sig != y.sig {
+			return x.sig < y.sig
+		}
+		return x.fabric < y.fabric
+	})
+	var t *tierIx
+	var r *regionIx
+	var c *cell
+	for _, k := range keys {
+		if t == nil || t.name != k.c.tier {
+			t = &tierIx{name: k.c.tier}
+			ix.tiers[t.name] = t
+			r, c = nil, nil
+		}
+		if r == nil || r.name != k.c.region {
+			r = &regionIx{name: k.c.region}
+			t.regions = append(t.regions, r)
+			c = nil
+		}
+		if c == nil || c.site != k.c.site {
+			c = &cell{site: k.c.site}
+			r.cells = append(r.cells, c)
+		}
+		g := &group{sig: k.sig, fabric: k.fabric, nodes: groups[k]}
+		c.groups = append(c.groups, g)
+		t.alive += len(g.nodes)
+		for _, counts := range []*[]sigCount{&t.counts, &r.counts, &c.counts} {
+			addCount(counts, g.sig, g.fabric != "", len(g.nodes))
+		}
+	}
+	for _, t := range ix.tiers {
+		for _, r := range t.regions {
+			var all []int32
+			for _, c := range r.cells {
+				var cn []int32
+				for _, g := range c.groups {
+					cn = append(cn, g.nodes...)
+				}
+				c.ball = ix.ballOf(cn)
+				all = append(all, cn...)
+			}
+			r.ball = ix.ballOf(all)
+		}
+	}
+	dkeys := slices.Collect(maps.Keys(domains))
+	sort.Slice(dkeys, func(a, b int) bool {
+		if dkeys[a][0] != dkeys[b][0] {
+			return dkeys[a][0] < dkeys[b][0]
+		}
+		return dkeys[a][1] < dkeys[b][1]
+	})
+	for _, k := range dkeys {
+		ix.tiers[k[0]].domains = append(ix.tiers[k[0]].domains, &domainIx{fabric: k[1], nodes: domains[k]})
+	}
+}
+
+func addCount(counts *[]sigCount, sig int32, onFabric bool, n int) {
+	for i := range *counts {
+		if (*counts)[i].sig == sig {
+			if onFabric {
+				(*counts)[i].fabric += n
+			} else {
+				(*counts)[i].plain += n
+			}
+			return
+		}
+	}
+	sc := sigCount{sig: sig}
+	if onFabric {
+		sc.fabric = n
+	} else {
+		sc.plain = n
+	}
+	*counts = append(*counts, sc)
+}
+
+func (ix *index) ballOf(nodes []int32) ball {
+	var b ball
+	b.cent = make([]float64, ix.dim)
+	b.minH, b.minAdj = math.Inf(1), math.Inf(1)
+	for _, i := range nodes {
+		c := ix.nodes[i].Coord
+		if c == nil {
+			continue
+		}
+		b.n++
+		for d := range b.cent {
+			b.cent[d] += c.Vec[d]
+		}
+		b.minH = min(b.minH, c.Height)
+		b.minAdj = min(b.minAdj, c.Adjustment)
+	}
+	if b.n == 0 {
+		return b
+	}
+	for d := range b.cent {
+		b.cent[d] /= float64(b.n)
+	}
+	for _, i := range nodes {
+		c := ix.nodes[i].Coord
+		if c == nil {
+			continue
+		}
+		b.radius = max(b.radius, vecDist(b.cent, c.Vec))
+	}
+	// Guard against rounding: the bound must never exceed a real distance.
+	b.radius = b.radius*(1+1e-9) + 1e-12
+	return b
+}
+
+// lowerBound is a lower bound, in seconds, of the RTT serf predicts from
+// client to any node inside the ball (see rttSeconds). It follows from the
+// triangle inequality: |c - v| >= |c - cent| - radius.
+func (b *ball) lowerBound(client *coordinate.Coordinate) float64 {
+	if b.n == 0 {
+		return math.Inf(1)
+	}
+	raw := max(0, vecDist(client.Vec, b.cent)-b.radius) + client.Height + b.minH
+	return min(raw, raw+client.Adjustment+b.minAdj)
+}
+
+func vecDist(a, b []float64) float64 {
+	sum := 0.0
+	for i := range a {
+		d := a[i] - b[i]
+		sum += d * d
+	}
+	return math.Sqrt(sum)
+}
+
+// rttSeconds is serf's Coordinate.DistanceTo in float seconds, without its
+// allocations: the Euclidean distance plus both heights, plus both
+// adjustments when that stays positive.
+func rttSeconds(a, b *coordinate.Coordinate) float64 {
+	dist := vecDist(a.Vec, b.Vec) + a.Height + b.Height
+	if adj := dist + a.Adjustment + b.Adjustment; adj > 0 {
+		return adj
+	}
+	return dist
+}
+
+// Clone returns a copy that shares the index and takes reservations.
+func (s *Snapshot) Clone() *Snapshot {
+	c := &Snapshot{ix: s.ix, over: make(map[int32]freeState, len(s.over))}
+	maps.Copy(c.over, s.over)
+	return c
+}
+
+// Len returns the number of nodes, alive or not.
+func (s *Snapshot) Len() int { return len(s.ix.nodes) }
+
+func (s *Snapshot) freeOf(i int32) freeState {
+	if s.over != nil {
+		if f, ok := s.over[i]; ok {
+			return f
+		}
+	}
+	return s.ix.nodes[i].free
+}
+
+func (s *Snapshot) lookup(nameOrID string) (int32, bool) {
+	i, ok := s.ix.byKey[nameOrID]
+	return i, ok
+}
+
+// Node returns a copy of a node by name or ID, with its free resources as
+// this snapshot has them (reservations applied).
+func (s *Snapshot) Node(nameOrID string) (Node, bool) {
+	i, ok := s.lookup(nameOrID)
+	if !ok {
+		return Node{}, false
+	}
+	return s.nodeCopy(i), true
+}
+
+func (s *Snapshot) nodeCopy(i int32) Node {
+	n := s.ix.nodes[i].Node
+	f := s.freeOf(i)
+	n.Labels = maps.Clone(n.Labels)
+	n.GPUs = slices.Clone(n.GPUs)
+	for j := range n.GPUs {
+		n.GPUs[j].Free = f.gpus&(1<<j) != 0
+	}
+	n.FreeCPU, n.FreeMemory = f.cpu, f.mem
+	n.Artifacts = slices.Clone(n.Artifacts)
+	n.Datasets = slices.Clone(n.Datasets)
+	if n.Coord != nil {
+		n.Coord = n.Coord.Clone()
+	}
+	return n
+}
+
+// Nodes returns copies of every node, in the order they were added.
+func (s *Snapshot) Nodes() []Node {
+	out := make([]Node, len(s.ix.nodes))
+	for i := range out {
+		out[i] = s.nodeCopy(int32(i))
+	}
+	return out
+}
+
+// Client returns the coordinate of a client site or region.
+func (s *Snapshot) Client(name string) (*coordinate.Coordinate, bool) {
+	c, ok := s.ix.clients[name]
+	if !ok {
+		return nil, false
+	}
+	return c.Clone(), true
+}
+
+// Clients returns the names of every client site and region, sorted.
+func (s *Snapshot) Clients() []string {
+	return slices.Sorted(maps.Keys(s.ix.clients))
+}
+
+// RTT returns the RTT predicted by coordinates from a client site or region
+// to a node.
+func (s *Snapshot) RTT(client, node string) (time.Duration, error) {
+	c, ok := s.ix.clients[client]
+	if !ok {
+		return 0, fmt.Errorf("%w: %q", ErrUnknownClient, client)
+	}
+	i, ok := s.lookup(node)
+	if !ok {
+		return 0, fmt.Errorf("%w: %q", ErrUnknownNode, node)
+	}
+	n := s.ix.nodes[i].Coord
+	if n == nil {
+		return 0, fmt.Errorf("placement: node %q has no coordinate", node)
+	}
+	return secondsToDuration(rttSeconds(c, n)), nil
+}
+
+func secondsToDuration(s float64) time.Duration { return time.Duration(s * 1e9) }
+
+// Reserve takes r from a node of a clone: CPU, memory and r.GPUs free,
+// healthy GPUs of the requested model and memory (lowest indexes first). It
+// returns the GPU indexes taken, or a *Refusal when the node lacks room
+// (nothing is taken then), or ErrImmutable on a snapshot from Build.
+func (s *Snapshot) Reserve(node string, r Resources) ([]int, error) {
+	if s.over == nil {
+		return nil, ErrImmutable
+	}
+	i, ok := s.lookup(node)
+	if !ok {
+		return nil, fmt.Errorf("%w: %q", ErrUnknownNode, node)
+	}
+	n := &s.ix.nodes[i]
+	f := s.freeOf(i)
+	if !n.Alive {
+		return nil, &Refusal{Reason: ReasonNotAlive, Detail: "node is not alive"}
+	}
+	if f.cpu < r.CPU {
+		return nil, &Refusal{Reason: ReasonInsufficientCPU, Detail: fmt.Sprintf("needs %s CPU, %s free", fmtCPU(r.CPU), fmtCPU(f.cpu))}
+	}
+	if f.mem < r.Memory {
+		return nil, &Refusal{Reason: ReasonInsufficientMemory, Detail: fmt.Sprintf("needs %s memory, %s free", policy.FormatBytes(r.Memory), policy.FormatBytes(f.mem))}
+	}
+	var taken []int
+	mask := uint64(0)
+	if r.GPUs > 0 {
+		for j := range n.GPUs {
+			if len(taken) == r.GPUs {
+				break
+			}
+			if n.healthy&f.gpus&(1<<j) != 0 && gpuMatches(n.GPUs[j], r) {
+				taken = append(taken, j)
+				mask |= 1 << j
+			}
+		}
+		if len(taken) < r.GPUs {
+			return nil, &Refusal{Reason: ReasonInsufficientGPU, Detail: fmt.Sprintf("needs %d GPUs%s, %d available", r.GPUs, gpuSpec(r), len(taken))}
+		}
+	}
+	f.cpu -= r.CPU
+	f.mem -= r.Memory
+	f.gpus &^= mask
+	s.over[i] = f
+	return taken, nil
+}
+
+func gpuMatches(g GPU, r Resources) bool {
+	return g.Memory >= r.GPUMemory && modelMatches(g.Model, r.GPUModel)
+}
+
+func modelMatches(model, want string) bool {
+	return want == "" || strings.Contains(strings.ToLower(model), strings.ToLower(want))
+}
+
+func gpuSpec(r Resources) string {
+	var s string
+	if r.GPUModel != "" {
+		s += " " + r.GPUModel
+	}
+	if r.GPUMemory > 0 {
+		s += " with ≥ " + policy.FormatBytes(r.GPUMemory)
+	}
+	return s
+}
+
+func fmtCPU(m int64) string {
+	if m%1000 == 0 {
+		return fmt.Sprintf("%d", m/1000)
+	}
+	return fmt.Sprintf("%dm", m)
+}
