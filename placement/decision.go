@@ -267,20 +267,17 @@ func (d *Decision) reasonOf(i int32) (Reason, int) {
 	if _, ok := d.chosen[i]; ok {
 		return "", -1
 	}
+	lazy, g := d.lazyReason(i)
 	if d.reasons != nil {
-		r := d.reasons[i]
-		// Find the group that gave it, for the explanation.
-		g := -1
-		for k, c := range d.ctxs {
-			if d.reached[k][d.s.ix.nodes[i].Tier] && r.stage() > ReasonTierNotReached.stage() {
-				if got := d.groupReason(c, i); got == r || (got == reasonFeasible && (r == ReasonNotSelected || r == ReasonSpread)) {
-					g = k
-					break
-				}
-			}
-		}
-		return r, g
+		// Exhaustive: the reason recorded while placing is authoritative;
+		// the lazy one only names the client group for the explanation.
+		return d.reasons[i], g
 	}
+	return lazy, g
+}
+
+// lazyReason recomputes node i's reason from the decision's passes.
+func (d *Decision) lazyReason(i int32) (Reason, int) {
 	if r := d.baseReason(i); r != "" {
 		return r, -1
 	}
