@@ -1,0 +1,148 @@
+package dataplane
+
+import (
+	"crypto/tls"
+	"errors"
+	"log/slog"
+	"time"
+
+	"github.com/quic-go/quic-go"
+
+	"github.com/strata-mesh/strata/storage"
+)
+
+// Config configures a Node. Zero values of the tunables mean the documented
+// defaults; Store, ServerTLS and ClientTLS are required.
+type Config struct {
+	// ListenAddr is the UDP address to serve on. Default ":7471". Use
+	// "127.0.0.1:0" in tests for an ephemeral port.
+	ListenAddr string
+	// Store holds the blobs served and receives the blobs pulled.
+	Store *storage.Store
+	// ServerTLS and ClientTLS are the mutual-auth TLS 1.3 configurations
+	// from pki.ServerTLSConfig and pki.ClientTLSConfig.
+	ServerTLS, ClientTLS *tls.Config
+	// StreamsPerHolder is how many chunk requests a pull keeps in flight to
+	// each holder. Default 4: enough to hide the request round trip and
+	// keep a QUIC connection's window full.
+	StreamsPerHolder int
+	// ConnsPerHolder is how many QUIC connections a pull opens to each
+	// holder; streams are spread over them. Default 1. More connections
+	// let the packet processing of one transfer use more than one core.
+	ConnsPerHolder int
+	// MaxConcurrentPulls bounds the pulls running at once; more wait.
+	// Default 4.
+	MaxConcurrentPulls int
+	// MaxConcurrentServes bounds the requests served at once; more wait.
+	// Default 256.
+	MaxConcurrentServes int
+	// IngressBytesPerSec caps the bytes per second this node receives in
+	// chunk bodies, across all pulls (token bucket). Zero: no cap.
+	IngressBytesPerSec int64
+	// EgressBytesPerSec caps the bytes per second this node sends in chunk
+	// bodies, across all serves (token bucket). Zero: no cap.
+	EgressBytesPerSec int64
+	// RetryTimeout is how long a pull keeps retrying while no chunk
+	// arrives (holders unreachable or all rejected) before it fails; what
+	// it fetched is kept for the next Pull to resume. Default 30s.
+	RetryTimeout time.Duration
+	// HavePoll is how long a holder holds a "have" request open waiting
+	// for its next verified chunk, and how long a puller waits before
+	// asking a holder that has nothing again. Default 250ms.
+	HavePoll time.Duration
+	// ProgressInterval is how often PullRequest.Progress is called.
+	// Default 250ms.
+	ProgressInterval time.Duration
+	// QUIC is the quic-go configuration; nil means QUICConfig().
+	QUIC *quic.Config
+	// Seed seeds the chunk order of pulls (each node should differ, so
+	// that pullers fetch different chunks from a shared origin). Zero
+	// means a seed derived from the listen address and the time.
+	Seed uint64
+	// Logger receives lifecycle logs; nil means slog.Default().
+	Logger *slog.Logger
+}
+
+// DefaultConfig returns a Config with every tunable at its default. Store
+// and the TLS configurations still have to be set.
+func DefaultConfig() Config {
+	return Config{
+		ListenAddr:          ":7471",
+		StreamsPerHolder:    4,
+		ConnsPerHolder:      1,
+		MaxConcurrentPulls:  4,
+		MaxConcurrentServes: 256,
+		RetryTimeout:        30 * time.Second,
+		HavePoll:            250 * time.Millisecond,
+		ProgressInterval:    250 * time.Millisecond,
+	}
+}
+
+// QUICConfig returns the quic-go configuration the data plane uses by
+// default: receive windows large enough for a loopback or datacenter
+// bandwidth-delay product (64 MiB per stream, 256 MiB per connection),
+// keep-alives so idle pooled connections survive NATs, and enough
+// incoming streams for many pullers.
+func QUICConfig() *quic.Config {
+	return &quic.Config{
+		MaxIdleTimeout:                 30 * time.Second,
+		KeepAlivePeriod:                10 * time.Second,
+		InitialStreamReceiveWindow:     8 << 20,
+		MaxStreamReceiveWindow:         64 << 20,
+		InitialConnectionReceiveWindow: 32 << 20,
+		MaxConnectionReceiveWindow:     256 << 20,
+		MaxIncomingStreams:             1024,
+	}
+}
+
+func (c *Config) ensureDefaults() {
+	d := DefaultConfig()
+	if c.ListenAddr == "" {
+		c.ListenAddr = d.ListenAddr
+	}
+	if c.StreamsPerHolder == 0 {
+		c.StreamsPerHolder = d.StreamsPerHolder
+	}
+	if c.ConnsPerHolder == 0 {
+		c.ConnsPerHolder = d.ConnsPerHolder
+	}
+	if c.MaxConcurrentPulls == 0 {
+		c.MaxConcurrentPulls = d.MaxConcurrentPulls
+	}
+	if c.MaxConcurrentServes == 0 {
+		c.MaxConcurrentServes = d.MaxConcurrentServes
+	}
+	if c.RetryTimeout == 0 {
+		c.RetryTimeout = d.RetryTimeout
+	}
+	if c.HavePoll == 0 {
+		c.HavePoll = d.HavePoll
+	}
+	if c.ProgressInterval == 0 {
+		c.ProgressInterval = d.ProgressInterval
+	}
+	if c.QUIC == nil {
+		c.QUIC = QUICConfig()
+	}
+	if c.Logger == nil {
+		c.Logger = slog.Default()
+	}
+}
+
+// Validate reports every problem with the configuration in one error.
+func (c Config) Validate() error {
+	var errs []error
+	if c.Store == nil {
+		errs = append(errs, errors.New("dataplane: Config.Store is required"))
+	}
+	if c.ServerTLS == nil || c.ClientTLS == nil {
+		errs = append(errs, errors.New("dataplane: Config.ServerTLS and Config.ClientTLS are required (see mesh/pki)"))
+	}
+	if c.StreamsPerHolder < 0 || c.ConnsPerHolder < 0 || c.MaxConcurrentPulls < 0 || c.MaxConcurrentServes < 0 {
+		errs = append(errs, errors.New("dataplane: stream, connection and concurrency limits must be >= 0"))
+	}
+	if c.IngressBytesPerSec < 0 || c.EgressBytesPerSec < 0 {
+		errs = append(errs, errors.New("dataplane: bandwidth caps must be >= 0 (0 means no cap)"))
+	}
+	return errors.Join(errs...)
+}

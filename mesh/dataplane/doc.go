@@ -1,0 +1,31 @@
+// Package dataplane moves artifact blobs between agents over QUIC with TLS
+// 1.3 mutual authentication (certificates from mesh/pki).
+//
+// A Node both serves and pulls. It serves whole blobs from its
+// storage.Store and, while it is itself pulling, the chunks it has already
+// verified, so pullers help each other (peer-assisted fan-out: the origin
+// sends about one copy, not one per puller). Pulls are chunked (the chunk
+// size is the manifest's), run several streams per holder and several
+// holders at once, verify every chunk against the signed manifest and the
+// whole digest at the end, reject a holder that serves a corrupted chunk,
+// and resume from the verified chunks after a broken connection or a
+// restart, because progress lives in the store's partial downloads.
+//
+//	n, err := dataplane.New(dataplane.Config{
+//		ListenAddr: ":7471",
+//		Store:      store,
+//		ServerTLS:  srvTLS, // pki.ServerTLSConfig(...)
+//		ClientTLS:  cliTLS, // pki.ClientTLSConfig(...)
+//	})
+//	defer n.Close()
+//	res, err := n.Pull(ctx, dataplane.PullRequest{
+//		Kind: storage.KindModel, Name: "fraud-scorer", Version: "v3",
+//		Holders: []dataplane.Holder{{ID: "b", Addr: "10.0.0.7:7471"}}, // nearest first
+//		Progress: dataplane.NewProgressPrinter(os.Stderr, isTerminal),
+//	})
+//
+// The wire protocol is one request per bidirectional stream: a one-byte
+// opcode and its fields, answered by a status byte and a length-prefixed
+// body. Opcodes: chunk (digest, index), have (digest; long-polls for the
+// holder's next verified chunk) and manifest (kind, name, version).
+package dataplane

@@ -1,0 +1,542 @@
+package dataplane
+
+import (
+	"context"
+	"encoding/binary"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"hash/fnv"
+	"io"
+	"log/slog"
+	"net"
+	"os"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/quic-go/quic-go"
+
+	"github.com/strata-mesh/strata/storage"
+)
+
+// ErrClosed is returned by a closed Node.
+var ErrClosed = errors.New("dataplane: node closed")
+
+// Node serves and pulls artifact blobs. It is safe for concurrent use.
+type Node struct {
+	cfg   Config
+	store *storage.Store
+	log   *slog.Logger
+
+	udp *net.UDPConn
+	tr  *quic.Transport
+	ln  *quic.Listener
+
+	ingress, egress *limiter
+	serveSem        chan struct{}
+	pullSem         chan struct{}
+	seed            atomic.Uint64
+
+	ctx    context.Context
+	cancel context.CancelFunc
+	wg     sync.WaitGroup
+
+	poolMu sync.Mutex
+	pool   map[string]*poolConn
+
+	mu        sync.Mutex
+	closed    bool
+	transfers map[string]*transfer // running pulls by digest
+	finished  []*transfer          // last finished pulls, oldest first
+
+	stats struct {
+		bytesSent, bytesReceived       atomic.Int64
+		chunksServed, chunksFetched    atomic.Int64
+		chunksRejected, holdersRefused atomic.Int64
+	}
+}
+
+// New starts a Node listening on cfg.ListenAddr.
+func New(cfg Config) (*Node, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	cfg.ensureDefaults()
+	ua, err := net.ResolveUDPAddr("udp", cfg.ListenAddr)
+	if err != nil {
+		return nil, fmt.Errorf("dataplane: listen address %q: %w", cfg.ListenAddr, err)
+	}
+	udp, err := net.ListenUDP("udp", ua)
+	if err != nil {
+		return nil, fmt.Errorf("dataplane: listen: %w", err)
+	}
+	tr := &quic.Transport{Conn: udp}
+	ln, err := tr.Listen(cfg.ServerTLS, cfg.QUIC)
+	if err != nil {
+		udp.Close()
+		return nil, fmt.Errorf("dataplane: listen: %w", err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	n := &Node{
+		cfg: cfg, store: cfg.Store,
+		log: cfg.Logger.With("component", "dataplane"),
+		udp: udp, tr: tr, ln: ln,
+		ingress:   newLimiter(cfg.IngressBytesPerSec),
+		egress:    newLimiter(cfg.EgressBytesPerSec),
+		serveSem:  make(chan struct{}, cfg.MaxConcurrentServes),
+		pullSem:   make(chan struct{}, cfg.MaxConcurrentPulls),
+		ctx:       ctx,
+		cancel:    cancel,
+		pool:      map[string]*poolConn{},
+		transfers: map[string]*transfer{},
+	}
+	seed := cfg.Seed
+	if seed == 0 {
+		h := fnv.New64a()
+		h.Write([]byte(udp.LocalAddr().String()))
+		seed = h.Sum64() ^ uint64(time.Now().UnixNano())
+	}
+	n.seed.Store(seed)
+	n.wg.Add(1)
+	go n.acceptLoop()
+	n.log.Info("data plane listening", "addr", udp.LocalAddr().String())
+	return n, nil
+}
+
+// Addr returns the UDP address the node serves on.
+func (n *Node) Addr() net.Addr { return n.udp.LocalAddr() }
+
+// Close stops serving, cancels running pulls (their progress is kept) and
+// closes connections. Calling Close twice is safe.
+func (n *Node) Close() error {
+	n.mu.Lock()
+	if n.closed {
+		n.mu.Unlock()
+		return nil
+	}
+	n.closed = true
+	n.mu.Unlock()
+	n.cancel()
+	err := n.ln.Close()
+	n.poolMu.Lock()
+	for _, pc := range n.pool {
+		pc.close()
+	}
+	n.poolMu.Unlock()
+	n.wg.Wait()
+	// The transport does not close a socket it was given.
+	return errors.Join(err, n.tr.Close(), n.udp.Close())
+}
+
+// Stats are a node's cumulative data-plane counters.
+type Stats struct {
+	// BytesSent and BytesReceived count chunk bodies served and fetched.
+	BytesSent, BytesReceived int64
+	// ChunksServed and ChunksFetched count chunks.
+	ChunksServed, ChunksFetched int64
+	// ChunksRejected counts fetched chunks that failed their digest.
+	ChunksRejected int64
+	// HoldersRejected counts holders dropped from a pull for serving a
+	// corrupted chunk.
+	HoldersRejected int64
+}
+
+// Stats returns the node's counters.
+func (n *Node) Stats() Stats {
+	return Stats{
+		BytesSent:       n.stats.bytesSent.Load(),
+		BytesReceived:   n.stats.bytesReceived.Load(),
+		ChunksServed:    n.stats.chunksServed.Load(),
+		ChunksFetched:   n.stats.chunksFetched.Load(),
+		ChunksRejected:  n.stats.chunksRejected.Load(),
+		HoldersRejected: n.stats.holdersRefused.Load(),
+	}
+}
+
+func (n *Node) acceptLoop() {
+	defer n.wg.Done()
+	for {
+		c, err := n.ln.Accept(n.ctx)
+		if err != nil {
+			return
+		}
+		n.wg.Add(1)
+		go n.serveConn(c)
+	}
+}
+
+func (n *Node) serveConn(c *quic.Conn) {
+	defer n.wg.Done()
+	defer c.CloseWithError(codeNone, "")
+	go func() {
+		select {
+		case <-n.ctx.Done():
+			c.CloseWithError(codeShutdown, "shutting down")
+		case <-c.Context().Done():
+		}
+	}()
+	for {
+		s, err := c.AcceptStream(n.ctx)
+		if err != nil {
+			return
+		}
+		select {
+		case n.serveSem <- struct{}{}:
+		case <-n.ctx.Done():
+			s.CancelRead(codeShutdown)
+			s.CancelWrite(codeShutdown)
+			return
+		}
+		n.wg.Add(1)
+		go func() {
+			defer n.wg.Done()
+			defer func() { <-n.serveSem }()
+			if err := n.serveStream(s); err != nil {
+				s.CancelWrite(codeCanceled)
+			} else {
+				s.Close()
+			}
+			s.CancelRead(codeNone)
+		}()
+	}
+}
+
+const ioPiece = 256 << 10
+
+var bufPool sync.Pool // *[]byte
+
+func getBuf(n int) *[]byte {
+	if b, ok := bufPool.Get().(*[]byte); ok && cap(*b) >= n {
+		*b = (*b)[:n]
+		return b
+	}
+	b := make([]byte, n)
+	return &b
+}
+
+func (n *Node) serveStream(s *quic.Stream) error {
+	var op [1]byte
+	if _, err := io.ReadFull(s, op[:]); err != nil {
+		return err
+	}
+	switch op[0] {
+	case opChunk:
+		var req [32 + 8 + 4]byte
+		if _, err := io.ReadFull(s, req[:]); err != nil {
+			return err
+		}
+		digest := hex.EncodeToString(req[:32])
+		off := int64(binary.BigEndian.Uint64(req[32:]))
+		length := int(binary.BigEndian.Uint32(req[40:]))
+		return n.serveChunk(s, digest, off, length)
+	case opHave:
+		var req [32 + 4]byte
+		if _, err := io.ReadFull(s, req[:]); err != nil {
+			return err
+		}
+		return n.serveHave(s, hex.EncodeToString(req[:32]), int(binary.BigEndian.Uint32(req[32:])))
+	case opManifest:
+		kind, err := readString(s)
+		if err != nil {
+			return err
+		}
+		name, err := readString(s)
+		if err != nil {
+			return err
+		}
+		version, err := readString(s)
+		if err != nil {
+			return err
+		}
+		m, err := n.store.Manifest(storage.Kind(kind), name, version)
+		if err != nil {
+			_, err = s.Write(header(statusMissing, 0))
+			return err
+		}
+		body, _ := json.Marshal(m)
+		if _, err := s.Write(header(statusOK, len(body))); err != nil {
+			return err
+		}
+		_, err = s.Write(body)
+		return err
+	default:
+		return fmt.Errorf("dataplane: unknown opcode %d", op[0])
+	}
+}
+
+// serveChunk sends [off, off+length) of a blob: from the whole blob if held,
+// else from a running download if that range is a verified chunk.
+func (n *Node) serveChunk(s *quic.Stream, digest string, off int64, length int) error {
+	if length <= 0 || length > maxBody {
+		_, err := s.Write(header(statusError, 0))
+		return err
+	}
+	bp := getBuf(length)
+	defer bufPool.Put(bp)
+	data, ok := n.readRange(digest, off, *bp)
+	if !ok {
+		_, err := s.Write(header(statusMissing, 0))
+		return err
+	}
+	if _, err := s.Write(header(statusOK, len(data))); err != nil {
+		return err
+	}
+	for len(data) > 0 {
+		k := min(len(data), ioPiece)
+		if err := n.egress.wait(n.ctx, k); err != nil {
+			return err
+		}
+		w, err := s.Write(data[:k])
+		n.stats.bytesSent.Add(int64(w))
+		if err != nil {
+			return err
+		}
+		data = data[k:]
+	}
+	n.stats.chunksServed.Add(1)
+	return nil
+}
+
+func (n *Node) readRange(digest string, off int64, buf []byte) ([]byte, bool) {
+	if n.store.Has(digest) {
+		f, err := os.Open(n.store.BlobPath(digest))
+		if err == nil {
+			defer f.Close()
+			if _, err := f.ReadAt(buf, off); err == nil {
+				return buf, true
+			}
+		}
+	}
+	p := n.store.Partial(digest)
+	if p == nil {
+		return nil, false
+	}
+	m := p.Manifest()
+	if off%m.ChunkSize != 0 {
+		return nil, false
+	}
+	i := int(off / m.ChunkSize)
+	if i >= len(m.Chunks) || m.ChunkLen(i) != int64(len(buf)) {
+		return nil, false
+	}
+	b, err := p.ReadChunk(i, buf)
+	return b, err == nil
+}
+
+// serveHave answers which chunks of a blob this node holds: the whole blob,
+// or the verified chunks of a running download. When the download has no
+// more than known chunks, it waits up to HavePoll for the next one.
+func (n *Node) serveHave(s *quic.Stream, digest string, known int) error {
+	var timer <-chan time.Time
+	for {
+		if n.store.Has(digest) {
+			if _, err := s.Write(header(statusOK, 1)); err != nil {
+				return err
+			}
+			_, err := s.Write([]byte{1})
+			return err
+		}
+		p := n.store.Partial(digest)
+		if p == nil {
+			_, err := s.Write(header(statusMissing, 0))
+			return err
+		}
+		bm, changed := p.Bitmap()
+		if popcount(bm) > known || timer != nil && isDone(timer) {
+			if _, err := s.Write(header(statusOK, 1+len(bm))); err != nil {
+				return err
+			}
+			_, err := s.Write(append([]byte{0}, bm...))
+			return err
+		}
+		if timer == nil {
+			t := time.NewTimer(n.cfg.HavePoll)
+			defer t.Stop()
+			timer = t.C
+		}
+		select {
+		case <-changed:
+		case <-timer:
+			timer = closedTime
+		case <-n.ctx.Done():
+			return n.ctx.Err()
+		}
+	}
+}
+
+var closedTime = func() <-chan time.Time {
+	c := make(chan time.Time)
+	close(c)
+	return c
+}()
+
+func isDone(c <-chan time.Time) bool {
+	select {
+	case <-c:
+		return true
+	default:
+		return false
+	}
+}
+
+func popcount(bm []byte) int {
+	k := 0
+	for _, b := range bm {
+		for ; b != 0; b &= b - 1 {
+			k++
+		}
+	}
+	return k
+}
+
+// poolConn is a slot for one pooled client connection, dialled lazily.
+type poolConn struct {
+	mu sync.Mutex
+	c  *quic.Conn
+}
+
+func (pc *poolConn) close() {
+	pc.mu.Lock()
+	if pc.c != nil {
+		pc.c.CloseWithError(codeShutdown, "shutting down")
+	}
+	pc.mu.Unlock()
+}
+
+// conn returns the k-th pooled connection to addr, dialling it if it is
+// missing or dead.
+func (n *Node) conn(ctx context.Context, addr string, k int) (*quic.Conn, error) {
+	key := fmt.Sprintf("%s#%d", addr, k)
+	n.poolMu.Lock()
+	if n.ctx.Err() != nil {
+		n.poolMu.Unlock()
+		return nil, ErrClosed
+	}
+	pc, ok := n.pool[key]
+	if !ok {
+		pc = &poolConn{}
+		n.pool[key] = pc
+	}
+	n.poolMu.Unlock()
+	pc.mu.Lock()
+	defer pc.mu.Unlock()
+	if pc.c != nil && pc.c.Context().Err() == nil {
+		return pc.c, nil
+	}
+	ua, err := net.ResolveUDPAddr("udp", addr)
+	if err != nil {
+		return nil, fmt.Errorf("dataplane: holder address %q: %w", addr, err)
+	}
+	dctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	c, err := n.tr.Dial(dctx, ua, n.cfg.ClientTLS, n.cfg.QUIC)
+	if err != nil {
+		return nil, fmt.Errorf("dataplane: dial %s: %w", addr, err)
+	}
+	pc.c = c
+	return c, nil
+}
+
+// dropConn closes a pooled connection that failed, so the next use redials.
+func (n *Node) dropConn(addr string, k int, c *quic.Conn) {
+	n.poolMu.Lock()
+	pc := n.pool[fmt.Sprintf("%s#%d", addr, k)]
+	n.poolMu.Unlock()
+	if pc == nil {
+		return
+	}
+	pc.mu.Lock()
+	if pc.c == c {
+		pc.c.CloseWithError(codeCanceled, "request failed")
+		pc.c = nil
+	}
+	pc.mu.Unlock()
+}
+
+// request opens a stream on the k-th connection to addr, writes req and
+// closes the sending side; the caller reads the response and must cancel
+// the stream's reading side when done.
+func (n *Node) request(ctx context.Context, addr string, k int, req []byte) (*quic.Stream, *quic.Conn, error) {
+	c, err := n.conn(ctx, addr, k)
+	if err != nil {
+		return nil, nil, err
+	}
+	s, err := c.OpenStreamSync(ctx)
+	if err != nil {
+		n.dropConn(addr, k, c)
+		return nil, nil, fmt.Errorf("dataplane: open stream to %s: %w", addr, err)
+	}
+	if _, err := s.Write(req); err != nil {
+		s.CancelRead(codeCanceled)
+		n.dropConn(addr, k, c)
+		return nil, nil, fmt.Errorf("dataplane: request to %s: %w", addr, err)
+	}
+	s.Close()
+	return s, c, nil
+}
+
+// FetchManifest asks the holders, in order, for the manifest of
+// kind/name@version ("" or "latest" for the latest they hold) and returns
+// the first one that verifies against the store's trusted keys. Manifests
+// that do not verify are skipped; if none verifies the last verification
+// error is returned (storage.ErrUnknownSigner, storage.ErrBadSignature,
+// ...), else storage.ErrNotFound.
+func (n *Node) FetchManifest(ctx context.Context, holders []Holder, kind storage.Kind, name, version string) (storage.Manifest, error) {
+	var req []byte
+	buf := &byteWriter{b: &req}
+	buf.Write([]byte{opManifest})
+	writeString(buf, string(kind))
+	writeString(buf, name)
+	writeString(buf, version)
+	var lastErr error = fmt.Errorf("%s/%s@%s: %w", kind, name, version, storage.ErrNotFound)
+	for _, h := range holders {
+		m, err := n.fetchManifest(ctx, h, req)
+		if err != nil {
+			if !errors.Is(err, storage.ErrNotFound) || !isVerifyErr(lastErr) {
+				lastErr = err
+			}
+			continue
+		}
+		if err := n.store.VerifyManifest(m); err != nil {
+			lastErr = fmt.Errorf("from holder %s: %w", h.ID, err)
+			continue
+		}
+		return m, nil
+	}
+	return storage.Manifest{}, lastErr
+}
+
+func isVerifyErr(err error) bool {
+	return errors.Is(err, storage.ErrUnsigned) || errors.Is(err, storage.ErrUnknownSigner) ||
+		errors.Is(err, storage.ErrBadSignature) || errors.Is(err, storage.ErrInvalidManifest)
+}
+
+func (n *Node) fetchManifest(ctx context.Context, h Holder, req []byte) (storage.Manifest, error) {
+	s, _, err := n.request(ctx, h.Addr, 0, req)
+	if err != nil {
+		return storage.Manifest{}, err
+	}
+	defer s.CancelRead(codeNone)
+	st, ln, err := readHeader(s)
+	if err != nil {
+		return storage.Manifest{}, fmt.Errorf("dataplane: manifest from %s: %w", h.ID, err)
+	}
+	if st != statusOK {
+		return storage.Manifest{}, fmt.Errorf("holder %s: %w", h.ID, storage.ErrNotFound)
+	}
+	body := make([]byte, ln)
+	if _, err := io.ReadFull(s, body); err != nil {
+		return storage.Manifest{}, fmt.Errorf("dataplane: manifest from %s: %w", h.ID, err)
+	}
+	var m storage.Manifest
+	if err := json.Unmarshal(body, &m); err != nil {
+		return storage.Manifest{}, fmt.Errorf("dataplane: manifest from %s: %w", h.ID, err)
+	}
+	return m, nil
+}
+
+type byteWriter struct{ b *[]byte }
+
+func (w *byteWriter) Write(p []byte) (int, error) { *w.b = append(*w.b, p...); return len(p), nil }

@@ -1,0 +1,736 @@
+package dataplane
+
+import (
+	"context"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"io"
+	"math/rand/v2"
+	"sort"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/strata-mesh/strata/storage"
+)
+
+// Pull errors.
+var (
+	// ErrNoHolders is returned when a pull has no holder left to ask: none
+	// given, or every one rejected for serving corrupted chunks.
+	ErrNoHolders = errors.New("dataplane: no usable holder")
+	// ErrStalled is returned when no chunk arrived for Config.RetryTimeout.
+	// What was fetched is kept; a later Pull resumes from it.
+	ErrStalled = errors.New("dataplane: pull made no progress")
+)
+
+var errMissing = errors.New("dataplane: holder does not have the chunk")
+
+// Holder is a node that may hold an artifact.
+type Holder struct {
+	// ID names the holder in statuses and errors (its node ID).
+	ID string `json:"id"`
+	// Addr is its data-plane UDP address, host:port.
+	Addr string `json:"addr"`
+}
+
+// PullRequest says what to pull and from whom.
+type PullRequest struct {
+	// Manifest is the manifest to pull, if the caller has it; it must
+	// verify against the store's trusted keys. When Manifest.Digest is
+	// empty the manifest of Kind/Name@Version is fetched from the holders.
+	Manifest storage.Manifest
+	// Kind, Name and Version name the artifact when Manifest is empty.
+	// Version "" or "latest" means the latest a holder has.
+	Kind          storage.Kind
+	Name, Version string
+	// Holders are the nodes to pull from, nearest (lowest RTT) first. The
+	// pull spreads chunks across all of them, preferring chunks few of them
+	// hold, and fails over between them. Holders still pulling the same
+	// blob serve the chunks they have verified.
+	Holders []Holder
+	// Progress, if set, is called every Config.ProgressInterval and once at
+	// the end, from one goroutine; it must not block for long.
+	Progress func(TransferStatus)
+}
+
+// SourceStatus is what one holder contributed to a pull.
+type SourceStatus struct {
+	// ID and Addr name the holder.
+	ID   string `json:"id"`
+	Addr string `json:"addr"`
+	// Bytes and Chunks count verified chunks fetched from it.
+	Bytes  int64 `json:"bytes"`
+	Chunks int   `json:"chunks"`
+	// Rejected counts chunks from it that failed their digest; one is
+	// enough to drop the holder from the pull (chunks already in flight on
+	// its other streams are counted too).
+	Rejected int `json:"rejected"`
+	// Failures counts requests to it that failed (network, restarts).
+	Failures int `json:"failures"`
+	// State is SourceActive, SourceRejected or SourceUnreachable.
+	State string `json:"state"`
+}
+
+// Source states.
+const (
+	SourceActive      = "active"
+	SourceRejected    = "rejected"
+	SourceUnreachable = "unreachable"
+)
+
+// Transfer states.
+const (
+	StateRunning = "running"
+	StateDone    = "done"
+	StateFailed  = "failed"
+)
+
+// TransferStatus is a snapshot of one pull.
+type TransferStatus struct {
+	// Digest and Ref name the blob and its manifest (kind/name@version).
+	Digest string `json:"digest"`
+	Ref    string `json:"ref"`
+	// BytesDone counts verified bytes, including Resumed; BytesTotal is
+	// the blob's size.
+	BytesDone  int64 `json:"bytes_done"`
+	BytesTotal int64 `json:"bytes_total"`
+	// Resumed counts bytes found verified from an earlier attempt.
+	Resumed int64 `json:"resumed"`
+	// Fetched counts chunk bytes received in this attempt, including
+	// rejected ones.
+	Fetched int64 `json:"fetched"`
+	// RateBytesPerSec is the mean receive rate of this attempt.
+	RateBytesPerSec float64 `json:"rate_bytes_per_sec"`
+	// Started is when this attempt began; Elapsed how long it has run.
+	Started time.Time     `json:"started"`
+	Elapsed time.Duration `json:"elapsed_ns"`
+	// Sources lists the holders and what each gave.
+	Sources []SourceStatus `json:"sources"`
+	// State is StateRunning, StateDone or StateFailed; Error says why a
+	// pull failed.
+	State string `json:"state"`
+	Error string `json:"error,omitempty"`
+}
+
+// PullResult is what a finished pull did.
+type PullResult struct {
+	// Manifest is the verified manifest of the blob now held.
+	Manifest storage.Manifest
+	// AlreadyHeld is true when the blob was held before the pull.
+	AlreadyHeld bool
+	// Status is the pull's final status (bytes, sources, rate).
+	Status TransferStatus
+}
+
+type holderState struct {
+	h        Holder
+	have     []byte // nil: not known yet
+	complete bool
+	rejected bool
+	bytes    int64
+	chunks   int
+	badCount int
+	failures int
+	lastErr  error
+}
+
+func (hs *holderState) has(i int) bool {
+	return hs.complete || hs.have != nil && i/8 < len(hs.have) && hs.have[i/8]&(1<<(i%8)) != 0
+}
+
+const (
+	chunkMissing byte = iota
+	chunkInFlight
+	chunkDone
+)
+
+// transfer is one running pull.
+type transfer struct {
+	n       *Node
+	m       storage.Manifest
+	p       *storage.Partial
+	started time.Time
+	prog    func(TransferStatus)
+	ctx     context.Context
+	cancel  context.CancelFunc
+
+	fetched atomic.Int64
+
+	mu       sync.Mutex
+	state    []byte
+	left     int
+	holders  []*holderState
+	wake     chan struct{}
+	finished bool
+	err      error
+	lastGood time.Time
+	rng      *rand.Rand
+	final    *TransferStatus
+
+	done chan struct{} // closed when the pull has ended
+}
+
+// Pull fetches an artifact's blob into the store unless it is held already,
+// and returns once the whole blob is verified and installed. A pull of a
+// blob another Pull is already fetching waits for that one. Pulls beyond
+// Config.MaxConcurrentPulls wait for a slot. On failure (ctx, ErrStalled,
+// ErrNoHolders, a manifest that does not verify) the verified chunks stay
+// on disk and the next Pull of the same blob resumes from them.
+func (n *Node) Pull(ctx context.Context, req PullRequest) (PullResult, error) {
+	m := req.Manifest
+	if m.Digest == "" {
+		var err error
+		m, err = n.FetchManifest(ctx, req.Holders, req.Kind, req.Name, req.Version)
+		if err != nil {
+			return PullResult{}, err
+		}
+	}
+	if err := n.store.VerifyManifest(m); err != nil {
+		return PullResult{}, err
+	}
+	if n.store.Has(m.Digest) {
+		if err := n.store.AddManifest(m); err != nil && !errors.Is(err, storage.ErrExists) {
+			// The same manifest again is not an error; AddManifest says so
+			// with an unexported sentinel, so check what is held instead.
+			if _, gerr := n.store.Manifest(m.Kind, m.Name, m.Version); gerr != nil {
+				return PullResult{}, err
+			}
+		}
+		return PullResult{Manifest: m, AlreadyHeld: true, Status: TransferStatus{
+			Digest: m.Digest, Ref: m.Ref(), BytesDone: m.Size, BytesTotal: m.Size, State: StateDone,
+		}}, nil
+	}
+	for {
+		n.mu.Lock()
+		if n.closed {
+			n.mu.Unlock()
+			return PullResult{}, ErrClosed
+		}
+		other, running := n.transfers[m.Digest]
+		if !running {
+			break
+		}
+		n.mu.Unlock()
+		select {
+		case <-other.done:
+			if other.err == nil {
+				return PullResult{Manifest: m, AlreadyHeld: true, Status: *other.final}, nil
+			}
+			// The other pull failed; try ourselves.
+		case <-ctx.Done():
+			return PullResult{}, ctx.Err()
+		}
+	}
+	t := &transfer{n: n, m: m, prog: req.Progress, done: make(chan struct{}), wake: make(chan struct{})}
+	n.transfers[m.Digest] = t
+	n.mu.Unlock()
+	defer func() {
+		n.mu.Lock()
+		delete(n.transfers, m.Digest)
+		n.recordFinished(t)
+		n.mu.Unlock()
+		close(t.done)
+	}()
+
+	select {
+	case n.pullSem <- struct{}{}:
+		defer func() { <-n.pullSem }()
+	case <-ctx.Done():
+		t.err = ctx.Err()
+		return PullResult{}, t.err
+	case <-n.ctx.Done():
+		t.err = ErrClosed
+		return PullResult{}, t.err
+	}
+	st, err := t.run(ctx, req.Holders)
+	t.err = err
+	if err != nil {
+		return PullResult{Manifest: m, Status: st}, err
+	}
+	return PullResult{Manifest: m, Status: st}, nil
+}
+
+func (t *transfer) run(ctx context.Context, holders []Holder) (TransferStatus, error) {
+	n := t.n
+	p, err := n.store.OpenPartial(t.m)
+	if err != nil {
+		return TransferStatus{}, err
+	}
+	t.p = p
+	t.started = time.Now()
+	t.lastGood = t.started
+	t.state = make([]byte, len(t.m.Chunks))
+	for i := range t.state {
+		if p.Has(i) {
+			t.state[i] = chunkDone
+		} else {
+			t.left++
+		}
+	}
+	self := n.Addr().String()
+	for _, h := range holders {
+		if h.Addr == self {
+			continue
+		}
+		t.holders = append(t.holders, &holderState{h: h})
+	}
+	t.rng = rand.New(rand.NewPCG(n.seed.Add(0x9e3779b97f4a7c15), uint64(t.started.UnixNano())))
+	t.ctx, t.cancel = context.WithCancel(ctx)
+	stopNode := context.AfterFunc(n.ctx, t.cancel)
+	defer stopNode()
+
+	var wg sync.WaitGroup
+	if t.left > 0 {
+		if len(t.holders) == 0 {
+			t.finish(ErrNoHolders)
+		}
+		for _, hs := range t.holders {
+			wg.Add(1)
+			go func() { defer wg.Done(); t.pollHave(hs) }()
+			for k := 0; k < n.cfg.StreamsPerHolder*n.cfg.ConnsPerHolder; k++ {
+				wg.Add(1)
+				go func() { defer wg.Done(); t.worker(hs, k%n.cfg.ConnsPerHolder) }()
+			}
+		}
+	} else {
+		t.finish(nil)
+	}
+	wg.Add(1)
+	go func() { defer wg.Done(); t.watch() }()
+	wg.Wait()
+	t.cancel()
+
+	err = t.err
+	if err == nil {
+		err = p.Commit()
+	} else {
+		p.Close()
+	}
+	st := t.status()
+	if err != nil {
+		st.State, st.Error = StateFailed, err.Error()
+	} else {
+		st.State = StateDone
+		n.log.Info("artifact pulled", "ref", t.m.Ref(), "digest", t.m.Digest, "bytes", t.m.Size,
+			"fetched", st.Fetched, "resumed", st.Resumed, "sources", len(st.Sources), "elapsed", st.Elapsed)
+	}
+	t.mu.Lock()
+	t.final = &st
+	t.mu.Unlock()
+	if t.prog != nil {
+		t.prog(st)
+	}
+	return st, err
+}
+
+// finish ends the pull with err (nil: every chunk verified). The first call
+// wins.
+func (t *transfer) finish(err error) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if t.finished {
+		return
+	}
+	t.finished = true
+	t.err = err
+	t.broadcast()
+	if t.cancel != nil {
+		t.cancel()
+	}
+}
+
+// broadcast wakes waiters; t.mu must be held.
+func (t *transfer) broadcast() {
+	close(t.wake)
+	t.wake = make(chan struct{})
+}
+
+// pick chooses the next chunk to fetch from hs: a missing chunk hs has,
+// held by as few holders as possible (rarest first, so the scarce chunks of
+// an origin are spread before common ones), ties broken at random so that
+// pullers sharing an origin ask it for different chunks. It blocks until
+// one is available and returns false when the worker should stop.
+func (t *transfer) pick(hs *holderState) (int, bool) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	for {
+		if t.finished || hs.rejected || t.ctx.Err() != nil {
+			return 0, false
+		}
+		best, bestCount := -1, 1<<30
+		nc := len(t.state)
+		start := t.rng.IntN(nc)
+		for j := 0; j < nc; j++ {
+			i := (start + j) % nc
+			if t.state[i] != chunkMissing || !hs.has(i) {
+				continue
+			}
+			c := 0
+			for _, o := range t.holders {
+				if !o.rejected && o.has(i) {
+					c++
+				}
+			}
+			if c < bestCount {
+				best, bestCount = i, c
+				if c == 1 {
+					break
+				}
+			}
+		}
+		if best >= 0 {
+			t.state[best] = chunkInFlight
+			return best, true
+		}
+		wake := t.wake
+		t.mu.Unlock()
+		select {
+		case <-wake:
+		case <-t.ctx.Done():
+		}
+		t.mu.Lock()
+	}
+}
+
+func (t *transfer) worker(hs *holderState, k int) {
+	failures := 0
+	for {
+		i, ok := t.pick(hs)
+		if !ok {
+			return
+		}
+		bp, err := t.fetch(hs, k, i)
+		if err == nil {
+			werr := t.p.WriteChunk(i, *bp)
+			bufPool.Put(bp)
+			if errors.Is(werr, storage.ErrDigestMismatch) {
+				t.reject(hs, i)
+				return
+			}
+			if werr != nil {
+				t.finish(werr)
+				return
+			}
+			failures = 0
+			t.mu.Lock()
+			t.state[i] = chunkDone
+			t.left--
+			hs.bytes += t.m.ChunkLen(i)
+			hs.chunks++
+			t.lastGood = time.Now()
+			left := t.left
+			t.broadcast()
+			t.mu.Unlock()
+			t.n.stats.chunksFetched.Add(1)
+			if left == 0 {
+				t.finish(nil)
+			}
+			continue
+		}
+		t.mu.Lock()
+		t.state[i] = chunkMissing
+		if errors.Is(err, errMissing) {
+			if !hs.complete && hs.have != nil {
+				hs.have[i/8] &^= 1 << (i % 8)
+			}
+		} else if t.ctx.Err() == nil {
+			hs.failures++
+			hs.lastErr = err
+		}
+		t.broadcast()
+		t.mu.Unlock()
+		if errors.Is(err, errMissing) {
+			continue
+		}
+		failures++
+		if !t.backoff(failures) {
+			return
+		}
+	}
+}
+
+// backoff waits 50ms doubling to 2s after consecutive failures; false if
+// the pull ended meanwhile.
+func (t *transfer) backoff(failures int) bool {
+	d := 50 * time.Millisecond << min(failures-1, 6)
+	d = min(d, 2*time.Second)
+	timer := time.NewTimer(d)
+	defer timer.Stop()
+	select {
+	case <-timer.C:
+		return true
+	case <-t.ctx.Done():
+		return false
+	}
+}
+
+func (t *transfer) reject(hs *holderState, i int) {
+	t.n.stats.chunksRejected.Add(1)
+	t.mu.Lock()
+	t.state[i] = chunkMissing
+	hs.badCount++
+	if !hs.rejected {
+		t.n.stats.holdersRefused.Add(1)
+		t.n.log.Warn("holder served a corrupted chunk; dropped from the pull",
+			"holder", hs.h.ID, "ref", t.m.Ref(), "chunk", i)
+	}
+	hs.rejected = true
+	usable := 0
+	for _, o := range t.holders {
+		if !o.rejected {
+			usable++
+		}
+	}
+	t.broadcast()
+	t.mu.Unlock()
+	if usable == 0 {
+		t.finish(fmt.Errorf("%s: %w: every holder served corrupted chunks", t.m.Ref(), ErrNoHolders))
+	}
+}
+
+// fetch requests chunk i from hs over its k-th connection and returns the
+// body in a pooled buffer.
+func (t *transfer) fetch(hs *holderState, k, i int) (*[]byte, error) {
+	n := t.n
+	length := int(t.m.ChunkLen(i))
+	req := make([]byte, 1+32+8+4)
+	req[0] = opChunk
+	if err := putDigest(req[1:], t.m.Digest); err != nil {
+		return nil, err
+	}
+	binary.BigEndian.PutUint64(req[33:], uint64(int64(i)*t.m.ChunkSize))
+	binary.BigEndian.PutUint32(req[41:], uint32(length))
+	s, _, err := n.request(t.ctx, hs.h.Addr, k, req)
+	if err != nil {
+		return nil, err
+	}
+	defer s.CancelRead(codeNone)
+	st, ln, err := readHeader(s)
+	if err != nil {
+		return nil, fmt.Errorf("dataplane: chunk %d from %s: %w", i, hs.h.ID, err)
+	}
+	if st == statusMissing {
+		return nil, errMissing
+	}
+	if st != statusOK || int(ln) != length {
+		return nil, fmt.Errorf("dataplane: chunk %d from %s: status %d, %d bytes", i, hs.h.ID, st, ln)
+	}
+	bp := getBuf(length)
+	b := *bp
+	for off := 0; off < length; {
+		k := min(length-off, ioPiece)
+		if err := n.ingress.wait(t.ctx, k); err != nil {
+			bufPool.Put(bp)
+			return nil, err
+		}
+		r, err := io.ReadFull(s, b[off:off+k])
+		off += r
+		t.fetched.Add(int64(r))
+		n.stats.bytesReceived.Add(int64(r))
+		if err != nil {
+			bufPool.Put(bp)
+			return nil, fmt.Errorf("dataplane: chunk %d from %s: %w", i, hs.h.ID, err)
+		}
+	}
+	return bp, nil
+}
+
+// pollHave keeps hs's view of which chunks it holds current, until it is
+// known to hold them all or the pull ends. Holders long-poll, so a peer's
+// new chunks are learnt about as they land.
+func (t *transfer) pollHave(hs *holderState) {
+	req := make([]byte, 1+32+4)
+	req[0] = opHave
+	if err := putDigest(req[1:], t.m.Digest); err != nil {
+		return
+	}
+	failures := 0
+	for {
+		t.mu.Lock()
+		if t.finished || hs.rejected || hs.complete {
+			t.mu.Unlock()
+			return
+		}
+		binary.BigEndian.PutUint32(req[33:], uint32(popcount(hs.have)))
+		t.mu.Unlock()
+		complete, bm, err := t.have(hs, req)
+		if err != nil {
+			if t.ctx.Err() != nil {
+				return
+			}
+			failures++
+			t.mu.Lock()
+			hs.failures++
+			hs.lastErr = err
+			t.mu.Unlock()
+			if !t.backoff(failures) {
+				return
+			}
+			continue
+		}
+		failures = 0
+		t.mu.Lock()
+		hs.complete = complete
+		if bm != nil || hs.have == nil {
+			if bm == nil {
+				bm = make([]byte, (len(t.m.Chunks)+7)/8)
+			}
+			hs.have = bm
+		}
+		t.broadcast()
+		t.mu.Unlock()
+		if bm == nil && !complete {
+			// The holder has nothing yet; ask again after a while.
+			if !t.backoff(4) {
+				return
+			}
+		}
+	}
+}
+
+func (t *transfer) have(hs *holderState, req []byte) (complete bool, bm []byte, err error) {
+	s, _, err := t.n.request(t.ctx, hs.h.Addr, 0, req)
+	if err != nil {
+		return false, nil, err
+	}
+	defer s.CancelRead(codeNone)
+	st, ln, err := readHeader(s)
+	if err != nil {
+		return false, nil, err
+	}
+	if st == statusMissing {
+		return false, nil, nil
+	}
+	if st != statusOK || ln < 1 {
+		return false, nil, fmt.Errorf("dataplane: have from %s: status %d", hs.h.ID, st)
+	}
+	body := make([]byte, ln)
+	if _, err := io.ReadFull(s, body); err != nil {
+		return false, nil, err
+	}
+	if body[0] == 1 {
+		return true, nil, nil
+	}
+	if len(body)-1 != (len(t.m.Chunks)+7)/8 {
+		return false, nil, fmt.Errorf("dataplane: have from %s: bitmap of %d bytes", hs.h.ID, len(body)-1)
+	}
+	return false, body[1:], nil
+}
+
+// watch reports progress and fails the pull when it stalls.
+func (t *transfer) watch() {
+	tick := time.NewTicker(t.n.cfg.ProgressInterval)
+	defer tick.Stop()
+	for {
+		select {
+		case <-t.ctx.Done():
+			if t.ctx.Err() != nil {
+				t.finish(t.ctx.Err())
+			}
+			return
+		case <-tick.C:
+		}
+		t.mu.Lock()
+		stalled := time.Since(t.lastGood) > t.n.cfg.RetryTimeout
+		t.mu.Unlock()
+		if stalled {
+			t.finish(fmt.Errorf("%s: %w for %s: %s", t.m.Ref(), ErrStalled, t.n.cfg.RetryTimeout, t.holderErrors()))
+			return
+		}
+		if t.prog != nil {
+			t.prog(t.status())
+		}
+	}
+}
+
+func (t *transfer) holderErrors() string {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	var out []string
+	for _, hs := range t.holders {
+		if hs.lastErr != nil {
+			out = append(out, fmt.Sprintf("%s: %v", hs.h.ID, hs.lastErr))
+		}
+	}
+	if len(out) == 0 {
+		return "no holder had the missing chunks"
+	}
+	return fmt.Sprint(out)
+}
+
+func (t *transfer) status() TransferStatus {
+	done, resumed, total := int64(0), int64(0), t.m.Size
+	if t.p != nil {
+		done, resumed, total = t.p.Progress()
+	}
+	st := TransferStatus{
+		Digest: t.m.Digest, Ref: t.m.Ref(),
+		BytesDone: done, BytesTotal: total, Resumed: resumed,
+		Fetched: t.fetched.Load(), Started: t.started, State: StateRunning,
+	}
+	if !t.started.IsZero() {
+		st.Elapsed = time.Since(t.started)
+		if s := st.Elapsed.Seconds(); s > 0 {
+			st.RateBytesPerSec = float64(st.Fetched) / s
+		}
+	}
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if t.final != nil {
+		return *t.final
+	}
+	for _, hs := range t.holders {
+		state := SourceActive
+		if hs.rejected {
+			state = SourceRejected
+		} else if hs.failures > 0 && hs.chunks == 0 && hs.lastErr != nil {
+			state = SourceUnreachable
+		}
+		st.Sources = append(st.Sources, SourceStatus{
+			ID: hs.h.ID, Addr: hs.h.Addr, Bytes: hs.bytes, Chunks: hs.chunks,
+			Rejected: hs.badCount, Failures: hs.failures, State: state,
+		})
+	}
+	return st
+}
+
+const keepFinished = 32
+
+// recordFinished keeps the last finished transfers for Transfers; n.mu
+// must be held.
+func (n *Node) recordFinished(t *transfer) {
+	n.finished = append(n.finished, t)
+	if len(n.finished) > keepFinished {
+		n.finished = n.finished[len(n.finished)-keepFinished:]
+	}
+}
+
+// Transfers returns the status of running pulls and of the last 32
+// finished ones, running first, each group newest first.
+func (n *Node) Transfers() []TransferStatus {
+	n.mu.Lock()
+	running := make([]*transfer, 0, len(n.transfers))
+	for _, t := range n.transfers {
+		running = append(running, t)
+	}
+	finished := append([]*transfer(nil), n.finished...)
+	n.mu.Unlock()
+	var out []TransferStatus
+	sort.Slice(running, func(i, j int) bool { return running[i].started.After(running[j].started) })
+	for _, t := range running {
+		out = append(out, t.status())
+	}
+	for i := len(finished) - 1; i >= 0; i-- {
+		st := finished[i].status()
+		if st.State == StateRunning {
+			st.State = StateFailed
+			if finished[i].err != nil {
+				st.Error = finished[i].err.Error()
+			}
+		}
+		out = append(out, st)
+	}
+	return out
+}
