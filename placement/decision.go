@@ -101,8 +101,9 @@ type Decision struct {
 	ctxs        []*evalCtx
 	reached     []map[string]bool // per group: tiers a pass looked at
 	chosen      map[int32]int     // node → index in Placements
-	evals       []eval
-	reasons     []Reason // Exhaustive: every node's reason
+	placed      []int32           // chosen nodes, in placement order
+	scratch     *scratch          // while placing
+	reasons     []Reason          // Exhaustive: every node's reason
 	touched     map[*cell]bool
 	touchedR    map[*regionIx]bool
 	domainFit   map[string]bool
@@ -225,7 +226,7 @@ func (d *Decision) account() {
 			}
 		}
 	}
-	evals := d.evals
+	evals := d.scratch.evals
 	if len(d.ctxs) > 1 {
 		// A node may have been looked at for several client groups: keep
 		// the furthest it came.
@@ -286,7 +287,7 @@ func (d *Decision) lazyReason(i int32) (Reason, int) {
 		if !d.reached[g][d.s.ix.nodes[i].Tier] {
 			continue
 		}
-		if r := d.groupReason(c, i); r.stage() > best.stage() {
+		if r := d.groupReason(c.fork(), i); r.stage() > best.stage() {
 			best, bg = r, g
 		}
 	}
@@ -333,9 +334,9 @@ func (d *Decision) Rejections() []Rejection {
 // detail says why, with numbers.
 func (d *Decision) detail(i int32, r Reason, g int) string {
 	n := &d.s.ix.nodes[i]
-	c := d.ctxs[0]
+	c := d.ctxs[0].fork()
 	if g >= 0 {
-		c = d.ctxs[g]
+		c = d.ctxs[g].fork()
 	}
 	f := d.s.freeOf(i)
 	var s string

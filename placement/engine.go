@@ -3,12 +3,29 @@ package placement
 import (
 	"fmt"
 	"math"
+	"math/bits"
 	"slices"
 	"sort"
 	"strings"
+	"sync"
 
 	"github.com/strata-mesh/strata/policy"
 )
+
+// scratch is per-decision working memory, pooled: decisions over large
+// snapshots would otherwise allocate tens of kilobytes each, and the
+// garbage collector then rescans the (large, live) snapshot often.
+type scratch struct {
+	evals []eval
+	feas  []cand
+	taken []bool
+}
+
+func (s *scratch) reset() {
+	s.evals, s.feas, s.taken = s.evals[:0], s.feas[:0], s.taken[:0]
+}
+
+var scratchPool = sync.Pool{New: func() any { return new(scratch) }}
 
 // tierOrder is the order tiers are walked when a request names none.
 var tierOrder = []string{TierEdge, TierOnprem, TierCloud}
@@ -105,6 +122,12 @@ func (e *Engine) Place(s *Snapshot, req *Request) (*Decision, error) {
 		d.touched = map[*cell]bool{}
 		d.touchedR = map[*regionIx]bool{}
 	}
+	d.scratch = scratchPool.Get().(*scratch)
+	defer func() {
+		d.scratch.reset()
+		scratchPool.Put(d.scratch)
+		d.scratch = nil
+	}()
 	need := req.replicas()
 	if req.Kind == Training {
 		d.Wanted = need
@@ -143,6 +166,10 @@ func (e *Engine) newCtx(s *Snapshot, req *Request, excl []int32, clients []strin
 		c.clientC = append(c.clientC, cc)
 	}
 	c.slo = req.Latency.P99.Seconds()
+	for _, r := range req.Data {
+		c.refs = append(c.refs, dataRef{h: ix.holders[r.key()], bytes: float64(r.Bytes)})
+	}
+	c.lastRTT = -1
 	c.modelOK = make([]bool, len(ix.models))
 	for m, name := range ix.models {
 		c.modelOK[m] = modelMatches(name, c.res.GPUModel)
@@ -221,24 +248,25 @@ func (d *Decision) spreadConflict(i int32, picked []cand) bool {
 	if d.req.Spread == SpreadNone {
 		return false
 	}
-	n := &d.s.ix.nodes[i]
-	same := func(site, region string) bool {
-		if d.req.Spread == SpreadSite {
-			return site == n.Site
-		}
-		return region == n.Region
-	}
-	for _, p := range d.Placements {
-		if same(p.Site, p.Region) {
+	key := d.spreadKey(i)
+	for _, j := range d.placed {
+		if d.spreadKey(j) == key {
 			return true
 		}
 	}
 	for _, p := range picked {
-		if o := &d.s.ix.nodes[p.i]; same(o.Site, o.Region) {
+		if d.spreadKey(p.i) == key {
 			return true
 		}
 	}
 	return false
+}
+
+func (d *Decision) spreadKey(i int32) int32 {
+	if d.req.Spread == SpreadSite {
+		return d.s.ix.nodes[i].siteID
+	}
+	return d.s.ix.nodes[i].regionID
 }
 
 // record notes node i's outcome in a pass.
@@ -249,7 +277,7 @@ func (d *Decision) record(i int32, r Reason) {
 		}
 		return
 	}
-	d.evals = append(d.evals, eval{i, r})
+	d.scratch.evals = append(d.scratch.evals, eval{i, r})
 }
 
 // prunedBy reports whether every node inside b is predicted farther than
@@ -298,7 +326,7 @@ func (c *evalCtx) exclIn(nodes []int32) int {
 	return k
 }
 
-func (c *evalCtx) tieBreak(i int32) uint64 { return tieBreak(c.req.Seed, c.s.ix.nodes[i].ID) }
+func (c *evalCtx) tieBreak(i int32) uint64 { return tieBreakHash(c.req.Seed, c.s.ix.nodes[i].idHash) }
 
 // placeInference places up to need replicas for one client group.
 func (e *Engine) placeInference(d *Decision, c *evalCtx, passes [][]string, need int) {
@@ -330,7 +358,8 @@ func (e *Engine) placeInference(d *Decision, c *evalCtx, passes [][]string, need
 // inferencePass walks the index: regions and sites the latency bound
 // rules out are counted, not visited.
 func (e *Engine) inferencePass(d *Decision, c *evalCtx, tiers []string, p *passStat) []cand {
-	var feas []cand
+	feas := d.scratch.feas[:0]
+	defer func() { d.scratch.feas = feas[:0] }()
 	for _, tn := range tiers {
 		t := d.s.ix.tiers[tn]
 		if t == nil {
@@ -422,7 +451,9 @@ func (d *Decision) baseReason(i int32) Reason {
 // honouring spread. spreadShort reports that spread, not a lack of
 // feasible nodes, left it short.
 func (d *Decision) pick(feas []cand, need int) (picked []cand, spreadShort bool) {
-	taken := make([]bool, len(feas))
+	taken := slices.Grow(d.scratch.taken[:0], len(feas))[:len(feas)]
+	clear(taken)
+	defer func() { d.scratch.taken = taken[:0] }()
 	for len(picked) < need {
 		best := -1
 		blocked := false
@@ -430,7 +461,7 @@ func (d *Decision) pick(feas []cand, need int) (picked []cand, spreadShort bool)
 			if taken[k] {
 				continue
 			}
-			if _, ok := d.chosen[cd.i]; ok {
+			if len(d.placed) > 0 && slices.Contains(d.placed, cd.i) {
 				taken[k] = true
 				continue
 			}
@@ -455,6 +486,7 @@ func (d *Decision) addPlacement(c *evalCtx, i int32, rank int) {
 	n := &d.s.ix.nodes[i]
 	scores, total := c.scores(i)
 	d.chosen[i] = len(d.Placements)
+	d.placed = append(d.placed, i)
 	d.Placements = append(d.Placements, Placement{
 		Node: n.Name, NodeID: n.ID, Tier: n.Tier, Site: n.Site, Region: n.Region,
 		Fabric: n.Fabric, Rack: n.Rack, Client: c.client, Rank: rank,
@@ -532,6 +564,7 @@ func (ix *index) isSite(name string) bool {
 // domainCand is a fabric (or a whole tier, for gangs that need no common
 // fabric) that can hold the gang.
 type domainCand struct {
+	dom     gangDomain
 	key     string
 	tier    string
 	fabric  string
@@ -573,7 +606,9 @@ func (e *Engine) placeGang(d *Decision, passes [][]string, need int) {
 				d.domainFit[key] = fit
 				d.domainFeasN[key] = len(feas)
 				if fit {
-					cands = append(cands, e.scoreDomain(d, c, tn, dom, feas, need))
+					dc := e.scoreDomain(d, c, tn, dom, feas, need, false)
+					dc.dom = dom
+					cands = append(cands, dc)
 				} else {
 					for k := start; k < len(outcomes); k++ {
 						if outcomes[k].r == reasonFeasible {
@@ -610,7 +645,10 @@ func (e *Engine) placeGang(d *Decision, passes [][]string, need int) {
 			for rank, m := range dc.members {
 				d.addPlacement(c, m.i, rank)
 			}
-			d.Domain = &Domain{Tier: dc.tier, Fabric: dc.fabric, Scores: dc.scores, Total: round3(dc.total)}
+			// Scores with their explanations, for the winner only.
+			members := slices.Clone(dc.members)
+			full := e.scoreDomain(d, c, dc.tier, dc.dom, members, need, true)
+			d.Domain = &Domain{Tier: dc.tier, Fabric: dc.fabric, Scores: full.scores, Total: round3(dc.total)}
 			d.after = clone
 			return
 		}
@@ -745,7 +783,7 @@ func (d *Decision) domainOf(i int32) string {
 // to bring the data onto the fabric; data anywhere on it costs nothing),
 // packing (how full the fabric is after the gang: fullest first), and the
 // members' own scores.
-func (e *Engine) scoreDomain(d *Decision, c *evalCtx, tier string, dom gangDomain, feas []cand, need int) *domainCand {
+func (e *Engine) scoreDomain(d *Decision, c *evalCtx, tier string, dom gangDomain, feas []cand, need int, details bool) *domainCand {
 	ix := d.s.ix
 	// Members: keep the gang on as few racks as possible, then best score.
 	rackN := map[string]int{}
@@ -754,35 +792,51 @@ func (e *Engine) scoreDomain(d *Decision, c *evalCtx, tier string, dom gangDomai
 			rackN[r]++
 		}
 	}
-	slices.SortFunc(feas, func(a, b cand) int {
-		ra, rb := ix.nodes[a.i].Rack, ix.nodes[b.i].Rack
-		if rackN[ra] != rackN[rb] {
-			return rackN[rb] - rackN[ra]
+	type keyed struct {
+		cand
+		racked int
+		rack   string
+	}
+	ks := make([]keyed, len(feas))
+	for k, f := range feas {
+		r := ix.nodes[f.i].Rack
+		ks[k] = keyed{f, rackN[r], r}
+	}
+	slices.SortFunc(ks, func(a, b keyed) int {
+		if a.racked != b.racked {
+			return b.racked - a.racked
 		}
-		if ra != rb {
-			return strings.Compare(ra, rb)
+		if a.rack != b.rack {
+			return strings.Compare(a.rack, b.rack)
 		}
-		if d.better(a, b) {
+		if d.better(a.cand, b.cand) {
 			return -1
 		}
-		if d.better(b, a) {
+		if d.better(b.cand, a.cand) {
 			return 1
 		}
 		return 0
 	})
+	for k := range feas {
+		feas[k] = ks[k].cand
+	}
 	dc := &domainCand{key: domainKey(tier, dom.fabric), tier: tier, fabric: dom.fabric, members: slices.Clone(feas[:need])}
 	dc.tb = tieBreak(c.req.Seed, dc.key)
 	o := e.opts
 	wsum, total := 0.0, 0.0
-	add := func(name string, w, v float64, detail string) {
-		dc.scores = append(dc.scores, Score{Name: name, Value: round3(v), Weight: w, Detail: detail})
+	add := func(name string, w, v float64, detail func() string) {
+		if details {
+			dc.scores = append(dc.scores, Score{Name: name, Value: round3(v), Weight: w, Detail: detail()})
+		}
 		wsum += w
 		total += w * v
 	}
 	if len(c.req.Data) > 0 && o.DataWeight > 0 && c.gang {
 		secs, bytes := d.fabricMove(dom)
 		add("data", o.DataWeight, o.DataTimeScale.Seconds()/(o.DataTimeScale.Seconds()+secs),
-			fmt.Sprintf("%s to move onto the fabric, %s", policy.FormatBytes(bytes), fmtSeconds(secs)))
+			func() string {
+				return fmt.Sprintf("%s to move onto the fabric, %s", policy.FormatBytes(bytes), fmtSeconds(secs))
+			})
 	}
 	if o.PackWeight > 0 {
 		used, all := 0.0, 0.0
@@ -807,14 +861,18 @@ func (e *Engine) scoreDomain(d *Decision, c *evalCtx, tier string, dom gangDomai
 		if all > 0 {
 			full = clamp01(used / all)
 		}
-		add("fabric_fill", o.PackWeight, full, fmt.Sprintf("%.0f%% of the domain in use after the gang", 100*full))
+		add("fabric_fill", o.PackWeight, full, func() string {
+			return fmt.Sprintf("%.0f%% of the domain in use after the gang", 100*full)
+		})
 	}
 	mean := 0.0
 	for _, m := range dc.members {
 		mean += m.total
 	}
 	mean /= float64(len(dc.members))
-	add("members", 1, mean, fmt.Sprintf("mean member score over %d members", len(dc.members)))
+	add("members", 1, mean, func() string {
+		return fmt.Sprintf("mean member score over %d members", len(dc.members))
+	})
 	if wsum > 0 {
 		dc.total = total / wsum
 	}
@@ -846,14 +904,7 @@ func (d *Decision) fabricMove(dom gangDomain) (float64, int64) {
 	return secs, bytes
 }
 
-func popcount(x uint64) int {
-	k := 0
-	for x != 0 {
-		x &= x - 1
-		k++
-	}
-	return k
-}
+func popcount(x uint64) int { return bits.OnesCount64(x) }
 
 func (d *Decision) gangFallback(c *evalCtx, tiers []string, p *passStat, need int) {
 	tierName := strings.Join(tiers, "+")

@@ -32,6 +32,32 @@ type evalCtx struct {
 	filters []filter
 	scorers []scorer
 	wsum    float64
+
+	refs []dataRef
+	// Caches for the node being scored: the scorers run right after the
+	// filters on the same node, and consecutive nodes share a site.
+	lastRTT  int32 // node whose worst RTT is in rtt, -1 for none
+	rtt      float64
+	rttFrom  string
+	bwSite   string
+	bwFabric string
+	bwValid  bool
+}
+
+// fork returns a copy with its own caches, so that a Decision's methods
+// can evaluate nodes concurrently.
+func (c *evalCtx) fork() *evalCtx {
+	cp := *c
+	cp.refs = append([]dataRef(nil), c.refs...)
+	cp.lastRTT, cp.bwValid = -1, false
+	return &cp
+}
+
+// dataRef is a request's data with its holders resolved.
+type dataRef struct {
+	h     *holding
+	bytes float64
+	bw    float64 // cached bandwidth to bwSite/bwFabric
 }
 
 // filter is one feasibility check of the pipeline, after the static
@@ -157,6 +183,9 @@ func (c *evalCtx) view(i int32, f freeState) *policy.Node {
 // worstRTT is the largest predicted RTT from the group's clients to node i
 // in seconds, and the client it is from; +Inf without a coordinate.
 func (c *evalCtx) worstRTT(i int32) (float64, string) {
+	if c.lastRTT == i {
+		return c.rtt, c.rttFrom
+	}
 	n := c.s.ix.nodes[i].Coord
 	if n == nil {
 		return math.Inf(1), ""
@@ -167,6 +196,7 @@ func (c *evalCtx) worstRTT(i int32) (float64, string) {
 			worst, who = d, c.clientN[k]
 		}
 	}
+	c.lastRTT, c.rtt, c.rttFrom = i, worst, who
 	return worst, who
 }
 
@@ -187,16 +217,8 @@ type latencyFilter struct{}
 
 func (latencyFilter) reason() Reason { return ReasonLatencySLO }
 func (latencyFilter) feasible(c *evalCtx, i int32, _ freeState) bool {
-	n := c.s.ix.nodes[i].Coord
-	if n == nil {
-		return false
-	}
-	for _, cc := range c.clientC {
-		if rttSeconds(cc, n) > c.slo {
-			return false
-		}
-	}
-	return true
+	d, _ := c.worstRTT(i)
+	return d <= c.slo
 }
 func (latencyFilter) describe(c *evalCtx, i int32, _ freeState) string {
 	if c.s.ix.nodes[i].Coord == nil {
@@ -358,16 +380,19 @@ func (s dataScorer) describe(c *evalCtx, i int32, _ freeState) string {
 // moveSeconds is the time to bring the request's data to node i.
 func (c *evalCtx) moveSeconds(i int32) float64 {
 	n := &c.s.ix.nodes[i]
-	bw := &c.s.ix.bw
-	t := 0.0
-	for _, d := range c.req.Data {
-		h := c.s.ix.holders[d.key()]
-		if h != nil {
-			if _, ok := h.nodes[i]; ok {
-				continue
-			}
+	if !c.bwValid || c.bwSite != n.Site || c.bwFabric != n.Fabric {
+		for k := range c.refs {
+			c.refs[k].bw = bandwidthTo(c.refs[k].h, &c.s.ix.bw, n.Fabric, n.Site, n.Region)
 		}
-		t += float64(d.Bytes) / bandwidthTo(h, bw, n.Fabric, n.Site, n.Region)
+		c.bwSite, c.bwFabric, c.bwValid = n.Site, n.Fabric, true
+	}
+	t := 0.0
+	for k := range c.refs {
+		r := &c.refs[k]
+		if r.h.has(i) {
+			continue
+		}
+		t += r.bytes / r.bw
 	}
 	return t
 }
@@ -376,10 +401,8 @@ func (c *evalCtx) moveBytes(i int32) int64 {
 	var b int64
 	for _, d := range c.req.Data {
 		h := c.s.ix.holders[d.key()]
-		if h != nil {
-			if _, ok := h.nodes[i]; ok {
-				continue
-			}
+		if h.has(i) {
+			continue
 		}
 		b += d.Bytes
 	}

@@ -46,11 +46,17 @@ func mix64(x uint64) uint64 {
 }
 
 // tieBreak is a node's seeded tie-break rank.
-func tieBreak(seed uint64, id string) uint64 {
+func tieBreak(seed uint64, id string) uint64 { return tieBreakHash(seed, fnv64(id)) }
+
+func tieBreakHash(seed, idHash uint64) uint64 {
+	return mix64(idHash ^ mix64(seed+0x9e3779b97f4a7c15))
+}
+
+func fnv64(s string) uint64 {
 	h := uint64(14695981039346656037)
-	for i := 0; i < len(id); i++ {
-		h ^= uint64(id[i])
+	for i := 0; i < len(s); i++ {
+		h ^= uint64(s[i])
 		h *= 1099511628211
 	}
-	return mix64(h ^ mix64(seed+0x9e3779b97f4a7c15))
+	return h
 }

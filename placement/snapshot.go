@@ -212,6 +212,9 @@ type snode struct {
 	Node
 	modelIDs []int32 // per GPU: index into index.models
 	sig      int32   // model signature: the set of distinct models
+	siteID   int32   // dense site number, for spread
+	regionID int32   // dense region number, for spread
+	idHash   uint64  // FNV-1a of ID, for seeded tie-breaks
 	healthy  uint64  // bit j set when GPU j is healthy
 	free     freeState
 	view     policy.Node // static part of the CEL view
@@ -282,8 +285,10 @@ type ball struct {
 	minH, minAdj float64
 }
 
+func (h *holding) has(i int32) bool { return h != nil && h.nodes[i/64]&(1<<(i%64)) != 0 }
+
 type holding struct {
-	nodes   map[int32]struct{}
+	nodes   []uint64 // bit set over node indexes
 	sites   map[string]struct{}
 	regions map[string]struct{}
 	fabrics map[string]struct{}
@@ -389,6 +394,7 @@ func (b *Builder) Build() (*Snapshot, error) {
 		}
 		n.sig = s
 		n.free.cpu, n.free.mem = n.FreeCPU, n.FreeMemory
+		n.idHash = fnv64(n.ID)
 		n.view = policy.Node{
 			Name: n.Name, ID: n.ID, Tier: n.Tier, Site: n.Site, Region: n.Region,
 			Labels: n.Labels, CPU: n.CPU, Memory: n.Memory, Arch: n.Arch,
@@ -406,6 +412,18 @@ func (b *Builder) Build() (*Snapshot, error) {
 	}
 	if ix.dim < 0 {
 		ix.dim = 0
+	}
+
+	siteIDs, regionIDs := map[string]int32{}, map[string]int32{}
+	for i := range ix.nodes {
+		n := &ix.nodes[i]
+		if _, ok := siteIDs[n.Site]; !ok {
+			siteIDs[n.Site] = int32(len(siteIDs))
+		}
+		if _, ok := regionIDs[n.Region]; !ok {
+			regionIDs[n.Region] = int32(len(regionIDs))
+		}
+		n.siteID, n.regionID = siteIDs[n.Site], regionIDs[n.Region]
 	}
 
 	// Client coordinates: sites, then regions, then explicit ones.
@@ -443,10 +461,10 @@ func (b *Builder) Build() (*Snapshot, error) {
 func (ix *index) hold(key string, i int32, n *snode) {
 	h := ix.holders[key]
 	if h == nil {
-		h = &holding{nodes: map[int32]struct{}{}, sites: map[string]struct{}{}, regions: map[string]struct{}{}, fabrics: map[string]struct{}{}}
+		h = &holding{nodes: make([]uint64, (len(ix.nodes)+63)/64), sites: map[string]struct{}{}, regions: map[string]struct{}{}, fabrics: map[string]struct{}{}}
 		ix.holders[key] = h
 	}
-	h.nodes[i] = struct{}{}
+	h.nodes[i/64] |= 1 << (i % 64)
 	h.sites[n.Site] = struct{}{}
 	h.regions[n.Region] = struct{}{}
 	if n.Fabric != "" {
