@@ -142,7 +142,11 @@ func (a *Agent) Run(ctx context.Context) error {
 	runCtx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	var wg sync.WaitGroup
-	wg.Add(2)
+	wg.Add(3)
+	go func() {
+		defer wg.Done()
+		newController(a).run(runCtx)
+	}()
 	go func() {
 		defer wg.Done()
 		if err := a.mesh.Join(runCtx, a.cfg.Join); err != nil && !errors.Is(err, context.Canceled) && !errors.Is(err, mesh.ErrClosed) {
@@ -271,7 +275,11 @@ func (a *Agent) discover() mesh.NodeState {
 		Capabilities: caps,
 		Addrs:        mesh.Addrs{API: a.ln.Addr().String()},
 	}
-	st.Load = a.currentLoad(caps)
+	st.Load = a.loadFrom(caps, nil)
+	st.Controller = c.Tier != mesh.TierEdge
+	if c.Controller != nil {
+		st.Controller = *c.Controller
+	}
 	return st
 }
 
@@ -287,24 +295,33 @@ func (a *Agent) discoverGPUs() ([]mesh.GPU, string) {
 	return discover.GPUs(nvml.New(opts...))
 }
 
-// currentLoad reads what is free now. Nothing is reserved by workloads yet,
-// so free CPU is the whole machine and free memory is what the kernel
-// reports available.
-func (a *Agent) currentLoad(caps mesh.Capabilities) mesh.Load {
+// loadFrom is what is free on the node: its capacity less what the
+// admitted assignments hold. Placement reasons in reservations, not in
+// momentary usage, so a node is never promised twice.
+func (a *Agent) loadFrom(caps mesh.Capabilities, held []mesh.Assignment) mesh.Load {
 	l := mesh.Load{FreeCPU: caps.CPU.Millicores, FreeMemory: caps.Memory.Total}
-	if _, avail, err := discover.Memory(a.cfg.ProcRoot); err == nil && avail > 0 {
-		l.FreeMemory = avail
+	busy := map[int]bool{}
+	for _, as := range held {
+		if !as.Accepted {
+			continue
+		}
+		l.Workloads++
+		l.FreeCPU -= as.CPU
+		l.FreeMemory -= as.Memory
+		for _, g := range as.GPUs {
+			busy[g] = true
+		}
 	}
 	for _, g := range caps.GPUs {
-		if g.Healthy {
+		if g.Healthy && !busy[g.Index] {
 			l.FreeGPUs++
 		}
 	}
 	return l
 }
 
-// loadLoop republishes the node's load when it changed noticeably (5% of
-// memory or any change in counts), so small jitter does not churn versions.
+// loadLoop re-reads NVML GPUs every LoadInterval, so a device turning
+// unhealthy reaches the mesh, and republishes the load when it changed.
 func (a *Agent) loadLoop(ctx context.Context) {
 	t := time.NewTicker(a.cfg.LoadInterval)
 	defer t.Stop()
@@ -315,30 +332,23 @@ func (a *Agent) loadLoop(ctx context.Context) {
 		case <-t.C:
 		}
 		local := a.mesh.Local()
-		if local.Capabilities.GPUSource == mesh.SourceNVML {
-			// Re-read GPUs so a device turning unhealthy reaches the mesh.
+		caps := local.Capabilities
+		gpusChanged := false
+		if caps.GPUSource == mesh.SourceNVML {
 			gpus, src := a.discoverGPUs()
-			if src == mesh.SourceNVML && !slices.EqualFunc(gpus, local.Capabilities.GPUs, func(x, y mesh.GPU) bool {
+			if src == mesh.SourceNVML && !slices.EqualFunc(gpus, caps.GPUs, func(x, y mesh.GPU) bool {
 				return x.UUID == y.UUID && x.Healthy == y.Healthy && x.MIG == y.MIG && x.Memory == y.Memory
 			}) {
-				local.Capabilities.GPUs = gpus
-				caps := local.Capabilities
-				if err := a.mesh.Update(func(s *mesh.NodeState) { s.Capabilities = caps }); err != nil {
-					a.log.Warn("publishing GPU change", "err", err)
-				}
+				caps.GPUs, gpusChanged = gpus, true
 			}
 		}
-		now := a.currentLoad(local.Capabilities)
-		old := local.Load
-		memDelta := now.FreeMemory - old.FreeMemory
-		if memDelta < 0 {
-			memDelta = -memDelta
-		}
-		if now.FreeCPU == old.FreeCPU && now.FreeGPUs == old.FreeGPUs && now.Workloads == old.Workloads &&
-			float64(memDelta) < 0.05*float64(max(local.Capabilities.Memory.Total, 1)) {
+		load := a.loadFrom(caps, local.Assignments)
+		if load == local.Load && !gpusChanged {
 			continue
 		}
-		if err := a.mesh.Update(func(s *mesh.NodeState) { s.Load = now }); err != nil {
+		// Recompute inside Update: the controller may have changed the
+		// assignments since Local was read.
+		if err := a.mesh.Update(func(s *mesh.NodeState) { s.Capabilities, s.Load = caps, a.loadFrom(caps, s.Assignments) }); err != nil {
 			a.log.Warn("publishing load", "err", err)
 		}
 	}

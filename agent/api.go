@@ -40,6 +40,11 @@ func (a *Agent) routes() http.Handler {
 	mux.HandleFunc("GET /v1/nodes", a.handleNodes)
 	mux.HandleFunc("GET /v1/nodes/{id}", a.handleNode)
 	mux.HandleFunc("GET /v1/rtt", a.handleRTT)
+	mux.HandleFunc("POST /v1/plan", a.handlePlan)
+	mux.HandleFunc("POST /v1/policies", a.handleApply)
+	mux.HandleFunc("GET /v1/policies", a.handlePolicies)
+	mux.HandleFunc("DELETE /v1/policies/{kind}/{name}", a.handleDeletePolicy)
+	mux.HandleFunc("GET /v1/placements", a.handlePlacements)
 	mux.Handle("GET /metrics", promhttp.HandlerFor(a.reg, promhttp.HandlerOpts{}))
 	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusNotFound, "", "no such endpoint: %s %s", r.Method, r.URL.Path)

@@ -49,6 +49,10 @@ type Config struct {
 	// GossipKey is the base64 gossip encryption key (`strata keygen`).
 	// Empty: gossip is not encrypted.
 	GossipKey string `yaml:"gossip_key"`
+	// APIToken, when set, is required (Authorization: Bearer) on mutating
+	// API calls. Without it those calls are allowed only when the API is
+	// bound to loopback.
+	APIToken string `yaml:"api_token"`
 	// LogLevel is debug, info, warn or error. Default info.
 	LogLevel string `yaml:"log_level"`
 	// GPUs declares GPUs where NVML cannot see them. Declared GPUs are used
@@ -62,8 +66,11 @@ type Config struct {
 	NVMLLibrary string `yaml:"nvml_library"`
 	// DisableNVML skips GPU discovery through NVML.
 	DisableNVML bool `yaml:"disable_nvml"`
-	// LoadInterval is how often free CPU and memory are re-read and
-	// published when they changed. Default 10s.
+	// Controller says whether this agent may own policies (place and
+	// reconcile them). Default: true on onprem and cloud, false on edge.
+	Controller *bool `yaml:"controller"`
+	// LoadInterval is how often GPUs are re-read through NVML and the load
+	// republished when it changed. Default 10s.
 	LoadInterval time.Duration `yaml:"load_interval"`
 
 	// Hooks; nil means production. Not settable from YAML.
@@ -313,6 +320,7 @@ func Flags(fs *flag.FlagSet) func() (Config, error) {
 	})
 	str("api", "HTTP API `HOST:PORT` (default 127.0.0.1:7470)", func(c *Config, v string) { c.API = v })
 	str("gossip-key", "base64 gossip encryption `key` from `strata keygen` (default: unencrypted)", func(c *Config, v string) { c.GossipKey = v })
+	str("api-token", "`token` required on mutating API calls (default: none; then only a loopback API accepts them)", func(c *Config, v string) { c.APIToken = v })
 	str("log-level", "log `level`: debug, info, warn, error (default info)", func(c *Config, v string) { c.LogLevel = v })
 	str("fabric", "declared RDMA fabric `ID` (overrides discovery)", func(c *Config, v string) { c.Fabric = v })
 	str("nvml-library", "`path` of libnvidia-ml.so.1 (default: the system's)", func(c *Config, v string) { c.NVMLLibrary = v })

@@ -62,6 +62,11 @@ type NodeState struct {
 	Started time.Time `json:"started"`
 	// Updated is when the node wrote this version.
 	Updated time.Time `json:"updated"`
+	// Controller is true when the node may own policies (place and
+	// reconcile them). By default onprem and cloud nodes are controllers.
+	Controller bool `json:"controller"`
+	// Assignments are the placements this node has admitted or refused.
+	Assignments []Assignment `json:"assignments,omitempty"`
 	// Leaving is set in the last document a node writes before it leaves
 	// gracefully, so peers can tell "left" from "failed".
 	Leaving bool `json:"leaving,omitempty"`
@@ -161,6 +166,23 @@ type Load struct {
 	QPS float64 `json:"qps"`
 }
 
+// Assignment is a node's answer to a placement that names it: admitted
+// against its own ledger of free resources, or refused with the reason.
+type Assignment struct {
+	// Key is the policy ("InferenceService/fraud-scorer").
+	Key string `json:"key"`
+	// Epoch is the placement's epoch the answer is for.
+	Epoch uint64 `json:"epoch"`
+	// Accepted is true when the node took the assignment.
+	Accepted bool `json:"accepted"`
+	// Reason says why a refused assignment was refused.
+	Reason string `json:"reason,omitempty"`
+	// CPU (millicores), Memory (bytes) and GPUs (indexes) it holds.
+	CPU    int64 `json:"cpu,omitempty"`
+	Memory int64 `json:"memory,omitempty"`
+	GPUs   []int `json:"gpus,omitempty"`
+}
+
 // Locality is what data a node holds.
 type Locality struct {
 	// Artifacts are the digests of artifacts (models, datasets) held.
@@ -178,6 +200,10 @@ func (s NodeState) Clone() NodeState {
 		c.Capabilities.GPUs[i].NVLinkPeers = slices.Clone(s.Capabilities.GPUs[i].NVLinkPeers)
 	}
 	c.Capabilities.RDMA = slices.Clone(s.Capabilities.RDMA)
+	c.Assignments = slices.Clone(s.Assignments)
+	for i := range c.Assignments {
+		c.Assignments[i].GPUs = slices.Clone(s.Assignments[i].GPUs)
+	}
 	c.Locality.Artifacts = slices.Clone(s.Locality.Artifacts)
 	c.Locality.Datasets = slices.Clone(s.Locality.Datasets)
 	if s.Coord != nil {

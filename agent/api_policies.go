@@ -1,0 +1,257 @@
+package agent
+
+import (
+	"crypto/subtle"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"sort"
+	"strings"
+	"time"
+
+	"github.com/strata-mesh/strata/mesh"
+	"github.com/strata-mesh/strata/placement"
+)
+
+// maxPolicyBody bounds a policy upload.
+const maxPolicyBody = 1 << 20
+
+// readPolicyBody reads a YAML (or JSON, which is YAML) body, answering 413
+// when it is too large.
+func readPolicyBody(w http.ResponseWriter, r *http.Request) ([]byte, string, bool) {
+	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, maxPolicyBody))
+	var mbe *http.MaxBytesError
+	switch {
+	case errors.As(err, &mbe):
+		writeError(w, http.StatusRequestEntityTooLarge, "", "policy body over %d bytes", maxPolicyBody)
+		return nil, "", false
+	case err != nil:
+		writeError(w, http.StatusBadRequest, "", "reading body: %v", err)
+		return nil, "", false
+	case len(strings.TrimSpace(string(body))) == 0:
+		writeError(w, http.StatusBadRequest, "", "empty body: send one or more YAML policy documents")
+		return nil, "", false
+	}
+	file := r.URL.Query().Get("file")
+	if file == "" {
+		file = "request"
+	}
+	return body, file, true
+}
+
+// policyErrorBody is a 400 for a policy that does not parse: every error
+// with its position.
+type policyErrorBody struct {
+	Error  string        `json:"error"`
+	Field  string        `json:"field,omitempty"`
+	Errors []PolicyError `json:"errors"`
+}
+
+func writePolicyError(w http.ResponseWriter, err error) {
+	errs := policyErrors(err)
+	body := policyErrorBody{Error: err.Error(), Errors: errs}
+	if len(errs) > 0 {
+		body.Field = errs[0].Field
+	}
+	writeJSON(w, http.StatusBadRequest, body)
+}
+
+// PlanResult is one policy's dry-run placement.
+type PlanResult struct {
+	Policy   string              `json:"policy"`
+	Decision *placement.Decision `json:"decision"`
+	// Explanation is the decision for people; Why explains one node when
+	// asked (?why=NODE).
+	Explanation string `json:"explanation"`
+	Why         string `json:"why,omitempty"`
+}
+
+func (a *Agent) handlePlan(w http.ResponseWriter, r *http.Request) {
+	if !checkParams(w, r.URL.Query(), "file", "why") {
+		return
+	}
+	body, file, ok := readPolicyBody(w, r)
+	if !ok {
+		return
+	}
+	recs, err := parsePolicies(file, body)
+	if err != nil {
+		writePolicyError(w, err)
+		return
+	}
+	why := r.URL.Query().Get("why")
+	if why != "" {
+		if _, err := a.mesh.Node(why); err != nil {
+			writeError(w, http.StatusNotFound, "why", "no node named %q", why)
+			return
+		}
+	}
+	nodes := a.mesh.Nodes()
+	var out []PlanResult
+	for _, p := range recs {
+		req, err := requestFor(p)
+		if err != nil {
+			writePolicyError(w, err)
+			return
+		}
+		snap, err := snapshotOf(nodes, p.Key())
+		if err != nil {
+			writeError(w, http.StatusInternalServerError, "", "%v", err)
+			return
+		}
+		dec, err := placement.Place(snap, req)
+		if err != nil {
+			writeError(w, http.StatusBadRequest, "", "%s: %v", p.Key(), err)
+			return
+		}
+		res := PlanResult{Policy: p.Key(), Decision: dec, Explanation: dec.String()}
+		if why != "" {
+			res.Why = dec.Explain(why)
+		}
+		out = append(out, res)
+	}
+	writeJSON(w, http.StatusOK, out)
+}
+
+// ApplyResult says what an apply did to one policy.
+type ApplyResult struct {
+	Policy     string `json:"policy"`
+	Generation uint64 `json:"generation"`
+	// Changed is false when the same source was applied again.
+	Changed bool `json:"changed"`
+}
+
+func (a *Agent) handleApply(w http.ResponseWriter, r *http.Request) {
+	if !a.authorized(w, r) || !checkParams(w, r.URL.Query(), "file") {
+		return
+	}
+	body, file, ok := readPolicyBody(w, r)
+	if !ok {
+		return
+	}
+	recs, err := parsePolicies(file, body)
+	if err != nil {
+		writePolicyError(w, err)
+		return
+	}
+	// Compile every document before storing any, so an apply is all or
+	// nothing.
+	for _, p := range recs {
+		if _, err := requestFor(p); err != nil {
+			writePolicyError(w, err)
+			return
+		}
+	}
+	var out []ApplyResult
+	for _, p := range recs {
+		res := ApplyResult{Policy: p.Key(), Changed: true, Generation: 1}
+		if e, err := a.mesh.Get(prefixPolicies + p.Key()); err == nil {
+			var old PolicyRecord
+			if json.Unmarshal(e.Value, &old) == nil {
+				res.Generation = old.Generation + 1
+				if old.Source == p.Source {
+					res.Generation, res.Changed = old.Generation, false
+				}
+			}
+		}
+		if res.Changed {
+			p.Generation, p.Applied, p.AppliedAt = res.Generation, time.Now().UTC(), a.cfg.Name
+			b, _ := json.Marshal(p)
+			if _, err := a.mesh.Put(prefixPolicies+p.Key(), b); err != nil {
+				writeError(w, http.StatusInternalServerError, "", "storing %s: %v", p.Key(), err)
+				return
+			}
+		}
+		out = append(out, res)
+	}
+	writeJSON(w, http.StatusOK, out)
+}
+
+func (a *Agent) handlePolicies(w http.ResponseWriter, r *http.Request) {
+	if !checkParams(w, r.URL.Query()) {
+		return
+	}
+	out := a.policies()
+	if out == nil {
+		out = []PolicyRecord{}
+	}
+	writeJSON(w, http.StatusOK, out)
+}
+
+func (a *Agent) handleDeletePolicy(w http.ResponseWriter, r *http.Request) {
+	if !a.authorized(w, r) || !checkParams(w, r.URL.Query()) {
+		return
+	}
+	key := r.PathValue("kind") + "/" + r.PathValue("name")
+	if _, err := a.mesh.Get(prefixPolicies + key); errors.Is(err, mesh.ErrNotFound) {
+		writeError(w, http.StatusNotFound, "", "no policy %s", key)
+		return
+	}
+	if err := a.mesh.Delete(prefixPolicies + key); err != nil {
+		writeError(w, http.StatusInternalServerError, "", "%v", err)
+		return
+	}
+	writeJSON(w, http.StatusOK, map[string]string{"deleted": key})
+}
+
+// PlacementStatus is one policy's placement as GET /v1/placements shows it.
+type PlacementStatus struct {
+	Policy     string `json:"policy"`
+	Generation uint64 `json:"generation"`
+	PlacementRecord
+}
+
+func (a *Agent) handlePlacements(w http.ResponseWriter, r *http.Request) {
+	if !checkParams(w, r.URL.Query()) {
+		return
+	}
+	recs := a.placements()
+	out := []PlacementStatus{}
+	for _, p := range a.policies() {
+		st := PlacementStatus{Policy: p.Key(), Generation: p.Generation}
+		if rec, ok := recs[p.Key()]; ok {
+			st.PlacementRecord = rec
+		} else {
+			st.PlacementRecord = PlacementRecord{Key: p.Key(), Kind: p.Kind, Name: p.Name, State: StatePending, Message: "waiting for its owner to place it"}
+		}
+		out = append(out, st)
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].Policy < out[j].Policy })
+	writeJSON(w, http.StatusOK, out)
+}
+
+// authorized checks the API token on mutating calls. Without a token
+// configured, mutating calls are allowed only on a loopback-bound API.
+func (a *Agent) authorized(w http.ResponseWriter, r *http.Request) bool {
+	if a.cfg.APIToken != "" {
+		got := strings.TrimPrefix(r.Header.Get("Authorization"), "Bearer ")
+		if subtle.ConstantTimeCompare([]byte(got), []byte(a.cfg.APIToken)) == 1 {
+			return true
+		}
+		writeError(w, http.StatusUnauthorized, "", "a valid API token is required: Authorization: Bearer TOKEN")
+		return false
+	}
+	if host, _, err := net.SplitHostPort(a.APIAddr()); err == nil {
+		if ip := net.ParseIP(host); ip != nil && ip.IsLoopback() {
+			return true
+		}
+	}
+	writeError(w, http.StatusForbidden, "", "mutating calls on a non-loopback API need api_token set in the agent's config")
+	return false
+}
+
+// PolicyError is one problem in a policy document, with its position.
+type PolicyError struct {
+	File    string `json:"file"`
+	Line    int    `json:"line"`
+	Column  int    `json:"column"`
+	Field   string `json:"field"`
+	Message string `json:"message"`
+}
+
+func (e PolicyError) String() string {
+	return fmt.Sprintf("%s:%d:%d: %s: %s", e.File, e.Line, e.Column, e.Field, e.Message)
+}
