@@ -83,7 +83,9 @@ type Decision struct {
 	Wanted int `json:"wanted"`
 	// Tiers lists the tiers the placements use, in preference order.
 	Tiers []string `json:"tiers,omitempty"`
-	// Placements are the chosen nodes, best first (gang members by rank).
+	// Placements are the chosen nodes in the order they were made: by
+	// client group, then tier preference, then score (gang members by
+	// rank).
 	Placements []Placement `json:"placements"`
 	// Domain is the gang's fabric (Training only).
 	Domain *Domain `json:"domain,omitempty"`
@@ -466,7 +468,7 @@ func (d *Decision) Explain(node string) string {
 
 func writeScores(b *strings.Builder, indent string, scores []Score) {
 	for _, s := range scores {
-		fmt.Fprintf(b, "%s%-10s %.3f × %g", indent, s.Name, s.Value, s.Weight)
+		fmt.Fprintf(b, "%s%-11s %.3f × %g", indent, s.Name, s.Value, s.Weight)
 		if s.Detail != "" {
 			fmt.Fprintf(b, "  (%s)", s.Detail)
 		}

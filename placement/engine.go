@@ -515,7 +515,7 @@ func (d *Decision) fallback(c *evalCtx, tiers []string, p *passStat, need, place
 		}
 		fmt.Fprintf(&b, "%s: %d of %d nodes meet p99 %s from %s", tierName, meet, p.considered, d.req.Latency.P99, c.describeClients())
 		if meet > feasible {
-			fmt.Fprintf(&b, ", %d of them pass every other filter", feasible)
+			fmt.Fprintf(&b, ", %d of them feasible", feasible)
 		}
 	} else {
 		fmt.Fprintf(&b, "%s: %d of %d nodes feasible", tierName, feasible, p.considered)
