@@ -62,12 +62,12 @@ type PlacementRecord struct {
 	// Nodes are the chosen nodes.
 	Nodes []PlacedNode `json:"nodes"`
 	// Message says what happened in a line; Fallbacks and Rejected say why.
-	Message   string                     `json:"message,omitempty"`
-	Fallbacks []placement.Fallback       `json:"fallbacks,omitempty"`
-	Rejected  map[placement.Reason]int   `json:"rejected,omitempty"`
-	Refused   map[string]string          `json:"refused,omitempty"` // node → reason, nodes that refused earlier epochs
-	Resources placement.Resources        `json:"resources"`
-	Updated   time.Time                  `json:"updated"`
+	Message   string                   `json:"message,omitempty"`
+	Fallbacks []placement.Fallback     `json:"fallbacks,omitempty"`
+	Rejected  map[placement.Reason]int `json:"rejected,omitempty"`
+	Refused   map[string]string        `json:"refused,omitempty"` // node → reason, nodes that refused earlier epochs
+	Resources placement.Resources      `json:"resources"`
+	Updated   time.Time                `json:"updated"`
 }
 
 // PlacedNode is one chosen node and whether it has admitted the work.
