@@ -411,7 +411,15 @@ func (b *Builder) Build() (*Snapshot, error) {
 		}
 	}
 	if ix.dim < 0 {
+		// No node has a coordinate: take the dimensions of the given
+		// client coordinates, if any.
 		ix.dim = 0
+		for _, name := range slices.Sorted(maps.Keys(b.clients)) {
+			if c := b.clients[name]; c != nil {
+				ix.dim = len(c.Vec)
+				break
+			}
+		}
 	}
 
 	siteIDs, regionIDs := map[string]int32{}, map[string]int32{}
