@@ -209,12 +209,14 @@ func Generate(opts Options) (*Topology, error) {
 		dcRegions = append(dcRegions, r)
 	}
 	dcSites := map[int]*Site{}
+	dcAt := map[int][2]float64{}
 	for k := 0; k < nOnprem; k++ {
 		r := dcRegions[(k/64)%len(dcRegions)]
 		s := dcSites[r]
 		if s == nil {
 			s = &Site{Name: "dc-" + t.Regions[r], Region: t.Regions[r], Tier: placement.TierOnprem}
 			dcSites[r] = s
+			dcAt[r] = inDisk(centres[r], 2)
 		}
 		idx := len(s.Nodes)
 		rack := idx / 16
@@ -239,9 +241,7 @@ func Generate(opts Options) (*Topology, error) {
 			n.Datasets = []string{ds}
 			t.Datasets = appendUnique(t.Datasets, ds)
 		}
-		if r < len(centres) {
-			s.Nodes = append(s.Nodes, add(n, inDisk(centres[r], 2), 0.05+0.15*rng.Float64()))
-		}
+		s.Nodes = append(s.Nodes, add(n, dcAt[r], 0.05+0.15*rng.Float64()))
 	}
 	for _, r := range dcRegions {
 		if s := dcSites[r]; s != nil {
@@ -252,11 +252,13 @@ func Generate(opts Options) (*Topology, error) {
 	// Cloud: a site per region; CPU instances, single-L4 instances and
 	// 8×A100 instances in placement groups of 16 (one fabric each).
 	cloudSites := make([]Site, opts.Regions)
+	cloudAt := make([][2]float64, opts.Regions)
 	for k := 0; k < nCloud; k++ {
 		r := k % opts.Regions
 		s := &cloudSites[r]
 		if s.Name == "" {
 			*s = Site{Name: "cloud-" + t.Regions[r], Region: t.Regions[r], Tier: placement.TierCloud}
+			cloudAt[r] = inDisk(centres[r], 2)
 		}
 		idx := len(s.Nodes)
 		n := placement.Node{
@@ -281,7 +283,7 @@ func Generate(opts Options) (*Topology, error) {
 			n.Labels = map[string]string{"instance": "m7i.8xlarge"}
 		}
 		n.FreeCPU, n.FreeMemory = free(n.CPU, 0.2, 1), free(n.Memory, 0.2, 1)
-		s.Nodes = append(s.Nodes, add(n, inDisk(centres[r], 2), 0.05+0.15*rng.Float64()))
+		s.Nodes = append(s.Nodes, add(n, cloudAt[r], 0.05+0.15*rng.Float64()))
 	}
 	for _, s := range cloudSites {
 		if s.Name != "" {
