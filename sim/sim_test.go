@@ -1,7 +1,7 @@
 package sim_test
 
 import (
-		"math/rand/v2"
+	"math/rand/v2"
 	"slices"
 	"testing"
 	"time"
