@@ -548,18 +548,7 @@ func (c *evalCtx) describeClients() string {
 	return joinNames(parts)
 }
 
-func (ix *index) isSite(name string) bool {
-	for _, t := range ix.tiers {
-		for _, r := range t.regions {
-			for _, c := range r.cells {
-				if c.site == name {
-					return true
-				}
-			}
-		}
-	}
-	return false
-}
+func (ix *index) isSite(name string) bool { return ix.sites[name] }
 
 // domainCand is a fabric (or a whole tier, for gangs that need no common
 // fabric) that can hold the gang.

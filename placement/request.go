@@ -209,6 +209,9 @@ func (r *Request) Validate() error {
 	if r.Latency.P99 > 0 && len(r.Latency.Clients) == 0 {
 		bad("latency.p99 needs at least one client site or region")
 	}
+	if r.PerClientSite && r.Kind == Training {
+		bad("perClientSite: only for kind %q", Inference)
+	}
 	if r.PerClientSite && len(r.Latency.Clients) == 0 {
 		bad("perClientSite needs latency.clients")
 	}

@@ -228,6 +228,7 @@ type index struct {
 	models  []string  // distinct GPU model names, sorted
 	sigs    [][]int32 // signature → sorted model IDs; sig 0 is "no GPU"
 	clients map[string]*coordinate.Coordinate
+	sites   map[string]bool
 	holders map[string]*holding
 	bw      Bandwidth
 	dim     int
@@ -423,6 +424,7 @@ func (b *Builder) Build() (*Snapshot, error) {
 	}
 
 	siteIDs, regionIDs := map[string]int32{}, map[string]int32{}
+	ix.sites = map[string]bool{}
 	for i := range ix.nodes {
 		n := &ix.nodes[i]
 		if _, ok := siteIDs[n.Site]; !ok {
@@ -432,6 +434,7 @@ func (b *Builder) Build() (*Snapshot, error) {
 			regionIDs[n.Region] = int32(len(regionIDs))
 		}
 		n.siteID, n.regionID = siteIDs[n.Site], regionIDs[n.Region]
+		ix.sites[n.Site] = true
 	}
 
 	// Client coordinates: sites, then regions, then explicit ones.
