@@ -93,6 +93,10 @@ type Decision struct {
 	Fallbacks []Fallback `json:"fallbacks,omitempty"`
 	// Nodes is the number of nodes in the snapshot.
 	Nodes int `json:"nodes"`
+	// Evaluated counts the nodes the filters looked at one by one (a node
+	// looked at for two client groups counts twice); the index ruled the
+	// others out in bulk.
+	Evaluated int `json:"evaluated"`
 	// Rejected counts the other nodes by the Reason they were not chosen.
 	// The counts and len(Placements) add up to Nodes.
 	Rejected map[Reason]int `json:"rejected"`
@@ -522,7 +526,7 @@ func (d *Decision) String() string {
 	for _, n := range d.Rejected {
 		total += n
 	}
-	fmt.Fprintf(&b, "rejected: %d of %d nodes\n", total, d.Nodes)
+	fmt.Fprintf(&b, "rejected: %d of %d nodes (%d evaluated one by one)\n", total, d.Nodes, d.Evaluated)
 	for _, r := range Reasons() {
 		if n := d.Rejected[r]; n > 0 {
 			fmt.Fprintf(&b, "  %-20s %d\n", r, n)

@@ -28,8 +28,24 @@
 //
 // Inference requests walk the request's tiers in preference order and fall
 // back to the next tier only for the replicas the preferred tier cannot
-// hold, recording why. Training gangs are placed on one RDMA fabric, all or
-// nothing, reserving every member on a cloned snapshot.
+// hold, recording why ("edge: 0 of 4 nodes meet p99 20ms from site
+// edge-b"). With PerClientSite every client site gets its own replicas,
+// each the best node for that site alone. Training gangs are placed on one
+// RDMA fabric, all or nothing, reserving every member on a cloned
+// snapshot; among fabrics that fit, the engine prefers the one closest to
+// the job's data (bytes to move ÷ link bandwidth, nothing for data already
+// on the fabric) and the fullest (bin-packing leaves whole fabrics free for
+// later gangs).
+//
+// # Explanations
+//
+// Decision.String renders the plan; Decision.Explain answers "why not node
+// X"; Decision.Rejected counts every other node by its first Reason. To
+// stay fast, the engine records reasons only for the nodes it looked at
+// and counts the rest in bulk; Rejection and Explain recompute a single
+// node's reason on demand, and Rejections lists them all. The tests check
+// every count and every reason against Options.Exhaustive, a reference
+// engine with no index.
 //
 // # Latency
 //
@@ -58,6 +74,9 @@
 //	})
 //	fmt.Print(d)                 // the plan, with fallbacks and counts
 //	fmt.Print(d.Explain("n-42")) // why not node n-42
+//
+// To plan several requests in a row, place the next one on d.Apply(), a
+// clone of the snapshot with d's placements reserved.
 //
 // Node-local admission (Ledger) and policy ownership (Owner, rendezvous
 // hashing) live here too: both are pure and used by the agent.

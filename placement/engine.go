@@ -271,6 +271,7 @@ func (d *Decision) spreadKey(i int32) int32 {
 
 // record notes node i's outcome in a pass.
 func (d *Decision) record(i int32, r Reason) {
+	d.Evaluated++
 	if d.reasons != nil {
 		if r.stage() > d.reasons[i].stage() || d.reasons[i] == "" {
 			d.reasons[i] = r

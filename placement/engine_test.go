@@ -336,3 +336,21 @@ func TestRejectionsCoverEveryNode(t *testing.T) {
 		t.Errorf("counts disagree with per-node reasons (-Rejected +Rejections):\n%s", diff)
 	}
 }
+
+// TestIndexPrunes checks that a latency-bound request looks at nodes near
+// its clients only: the cost of a decision does not grow with nodes that
+// cannot qualify.
+func TestIndexPrunes(t *testing.T) {
+	topo, err := sim.Generate(sim.Options{Nodes: 10000, Seed: 21})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for k := range uint64(10) {
+		req := topo.InferenceRequest(k)
+		req.Latency.P99 = 5 * time.Millisecond
+		d := place(t, topo.Snapshot, req)
+		if d.Evaluated > d.Nodes/20 {
+			t.Errorf("request %d: evaluated %d of %d nodes, want ≤ 5%%", k, d.Evaluated, d.Nodes)
+		}
+	}
+}
