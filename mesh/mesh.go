@@ -93,6 +93,10 @@ type Mesh struct {
 	id      string
 	started time.Time
 
+	liveMu sync.Mutex
+	live   map[string]memberlist.NodeStateType // cached memberlist view, read-only once built
+	liveAt time.Time
+
 	mu         sync.Mutex
 	local      NodeState
 	docs       map[string]*NodeState  // by node ID
@@ -346,6 +350,19 @@ func (m *Mesh) Node(nameOrID string) (Node, error) {
 	return Node{NodeState: s.Clone(), Status: m.statusLocked(s, live)}, nil
 }
 
+// NodeVersion returns the version of a node's document held here (by name
+// or ID), without copying it: cheap enough to poll across hundreds of
+// nodes.
+func (m *Mesh) NodeVersion(nameOrID string) (uint64, bool) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	s := m.lookupLocked(nameOrID)
+	if s == nil {
+		return 0, false
+	}
+	return s.Version, true
+}
+
 // Changed returns a channel that is closed at the next change of any
 // document or status. Take a new channel after each wake-up.
 func (m *Mesh) Changed() <-chan struct{} {
@@ -417,15 +434,21 @@ func (m *Mesh) Close() error {
 	return m.closeErr
 }
 
-// liveStates reads memberlist's current view (alive or suspect) by name.
+// liveStates reads memberlist's current view (alive or suspect) by name,
+// at most every 100ms: callers that poll many nodes share one read.
 func (m *Mesh) liveStates() map[string]memberlist.NodeStateType {
+	m.liveMu.Lock()
+	defer m.liveMu.Unlock()
+	if m.live != nil && time.Since(m.liveAt) < 100*time.Millisecond {
+		return m.live
+	}
 	out := map[string]memberlist.NodeStateType{}
-	if m.ml == nil {
-		return out
+	if m.ml != nil {
+		for _, n := range m.ml.Members() {
+			out[n.Name] = n.State
+		}
 	}
-	for _, n := range m.ml.Members() {
-		out[n.Name] = n.State
-	}
+	m.live, m.liveAt = out, time.Now()
 	return out
 }
 
@@ -454,6 +477,11 @@ func (m *Mesh) statusLocked(s *NodeState, live map[string]memberlist.NodeStateTy
 func (m *Mesh) lookupLocked(nameOrID string) *NodeState {
 	if s, ok := m.docs[nameOrID]; ok {
 		return s
+	}
+	if mi := m.members[nameOrID]; mi != nil {
+		if s, ok := m.docs[mi.id]; ok {
+			return s
+		}
 	}
 	var found *NodeState
 	for _, s := range m.docs {

@@ -40,8 +40,20 @@ type Config struct {
 	// chunk bodies, across all pulls (token bucket). Zero: no cap.
 	IngressBytesPerSec int64
 	// EgressBytesPerSec caps the bytes per second this node sends in chunk
-	// bodies, across all serves (token bucket). Zero: no cap.
+	// bodies, across all serves (token bucket). Zero: no cap. Under a cap
+	// two chunks are sent at a time, each at full rate, and other requests
+	// wait their turn.
 	EgressBytesPerSec int64
+	// MaxChunksInFlight bounds the chunk requests one pull keeps in flight
+	// across all its holders. Default 4 per holder up to 16. Fewer chunks
+	// in flight finish sooner, so a puller can pass them on to its peers
+	// sooner.
+	MaxChunksInFlight int
+	// SeedWindow is how long after sending a chunk to one puller this node
+	// answers "get it from your peers" to other pullers asking for the same
+	// chunk without force (super-seeding: an origin sends each chunk about
+	// once, and the pullers spread it). Negative disables it. Default 3s.
+	SeedWindow time.Duration
 	// RetryTimeout is how long a pull keeps retrying while no chunk
 	// arrives (holders unreachable or all rejected) before it fails; what
 	// it fetched is kept for the next Pull to resume. Default 30s.
@@ -75,6 +87,7 @@ func DefaultConfig() Config {
 		RetryTimeout:        30 * time.Second,
 		HavePoll:            250 * time.Millisecond,
 		ProgressInterval:    250 * time.Millisecond,
+		SeedWindow:          3 * time.Second,
 	}
 }
 
@@ -114,6 +127,9 @@ func (c *Config) ensureDefaults() {
 	}
 	if c.RetryTimeout == 0 {
 		c.RetryTimeout = d.RetryTimeout
+	}
+	if c.SeedWindow == 0 {
+		c.SeedWindow = d.SeedWindow
 	}
 	if c.HavePoll == 0 {
 		c.HavePoll = d.HavePoll

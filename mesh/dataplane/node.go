@@ -18,6 +18,7 @@ import (
 
 	"github.com/quic-go/quic-go"
 
+	"github.com/strata-mesh/strata/mesh/pki"
 	"github.com/strata-mesh/strata/storage"
 )
 
@@ -36,6 +37,7 @@ type Node struct {
 
 	ingress, egress *limiter
 	serveSem        chan struct{}
+	sendSlots       chan struct{} // nil without an egress cap
 	pullSem         chan struct{}
 	seed            atomic.Uint64
 
@@ -45,6 +47,8 @@ type Node struct {
 
 	poolMu sync.Mutex
 	pool   map[string]*poolConn
+
+	seeds seeder
 
 	mu        sync.Mutex
 	closed    bool
@@ -91,6 +95,9 @@ func New(cfg Config) (*Node, error) {
 		cancel:    cancel,
 		pool:      map[string]*poolConn{},
 		transfers: map[string]*transfer{},
+	}
+	if cfg.EgressBytesPerSec > 0 {
+		n.sendSlots = make(chan struct{}, capSendSlots)
 	}
 	seed := cfg.Seed
 	if seed == 0 {
@@ -170,6 +177,7 @@ func (n *Node) acceptLoop() {
 func (n *Node) serveConn(c *quic.Conn) {
 	defer n.wg.Done()
 	defer c.CloseWithError(codeNone, "")
+	peer := pki.PeerName(c.ConnectionState().TLS)
 	go func() {
 		select {
 		case <-n.ctx.Done():
@@ -193,7 +201,7 @@ func (n *Node) serveConn(c *quic.Conn) {
 		go func() {
 			defer n.wg.Done()
 			defer func() { <-n.serveSem }()
-			if err := n.serveStream(s); err != nil {
+			if err := n.serveStream(s, peer); err != nil {
 				s.CancelWrite(codeCanceled)
 			} else {
 				s.Close()
@@ -204,6 +212,10 @@ func (n *Node) serveConn(c *quic.Conn) {
 }
 
 const ioPiece = 256 << 10
+
+// capSendSlots is how many chunk bodies a node with an egress cap sends at
+// once.
+const capSendSlots = 2
 
 var bufPool sync.Pool // *[]byte
 
@@ -216,21 +228,21 @@ func getBuf(n int) *[]byte {
 	return &b
 }
 
-func (n *Node) serveStream(s *quic.Stream) error {
+func (n *Node) serveStream(s *quic.Stream, peer string) error {
 	var op [1]byte
 	if _, err := io.ReadFull(s, op[:]); err != nil {
 		return err
 	}
 	switch op[0] {
 	case opChunk:
-		var req [32 + 8 + 4]byte
+		var req [32 + 8 + 4 + 1]byte
 		if _, err := io.ReadFull(s, req[:]); err != nil {
 			return err
 		}
 		digest := hex.EncodeToString(req[:32])
 		off := int64(binary.BigEndian.Uint64(req[32:]))
 		length := int(binary.BigEndian.Uint32(req[40:]))
-		return n.serveChunk(s, digest, off, length)
+		return n.serveChunk(s, peer, digest, off, length, req[44]&flagForce != 0)
 	case opHave:
 		var req [32 + 4]byte
 		if _, err := io.ReadFull(s, req[:]); err != nil {
@@ -268,11 +280,17 @@ func (n *Node) serveStream(s *quic.Stream) error {
 
 // serveChunk sends [off, off+length) of a blob: from the whole blob if held,
 // else from a running download if that range is a verified chunk.
-func (n *Node) serveChunk(s *quic.Stream, digest string, off int64, length int) error {
+func (n *Node) serveChunk(s *quic.Stream, peer, digest string, off int64, length int, force bool) error {
 	if length <= 0 || length > maxBody {
 		_, err := s.Write(header(statusError, 0))
 		return err
 	}
+	done, ok := n.seeds.begin(digest, off, peer, force, n.cfg.SeedWindow)
+	if !ok {
+		_, err := s.Write(header(statusSeeded, 0))
+		return err
+	}
+	defer done()
 	bp := getBuf(length)
 	defer bufPool.Put(bp)
 	data, ok := n.readRange(digest, off, *bp)
@@ -282,6 +300,17 @@ func (n *Node) serveChunk(s *quic.Stream, digest string, off int64, length int) 
 	}
 	if _, err := s.Write(header(statusOK, len(data))); err != nil {
 		return err
+	}
+	if n.sendSlots != nil {
+		// Under a cap, send few chunks at a time at full rate rather than
+		// all of them at a fraction: each chunk lands sooner, so pullers can
+		// pass it on to their peers sooner.
+		select {
+		case n.sendSlots <- struct{}{}:
+			defer func() { <-n.sendSlots }()
+		case <-n.ctx.Done():
+			return n.ctx.Err()
+		}
 	}
 	for len(data) > 0 {
 		k := min(len(data), ioPiece)

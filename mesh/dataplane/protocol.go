@@ -20,6 +20,17 @@ const (
 	statusOK      byte = 0
 	statusMissing byte = 1
 	statusError   byte = 2
+	// statusSeeded answers a chunk request without force when the holder
+	// is sending, or has just sent, that chunk to another puller: the
+	// puller should get it from that peer instead (super-seeding).
+	statusSeeded byte = 3
+)
+
+// Flags of chunk requests.
+const (
+	// flagForce asks for the chunk even if it was seeded to another
+	// puller.
+	flagForce byte = 1
 )
 
 // Application error codes for closing connections and streams.

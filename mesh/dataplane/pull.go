@@ -25,7 +25,15 @@ var (
 	ErrStalled = errors.New("dataplane: pull made no progress")
 )
 
-var errMissing = errors.New("dataplane: holder does not have the chunk")
+var (
+	errMissing = errors.New("dataplane: holder does not have the chunk")
+	errSeeded  = errors.New("dataplane: holder sent the chunk to a peer")
+)
+
+// seededForceAfter is how many "get it from a peer" answers for one chunk
+// a puller accepts from a holder before it insists (the peer that got the
+// chunk may not be among its holders, or may have failed).
+const seededForceAfter = 4
 
 // Holder is a node that may hold an artifact.
 type Holder struct {
@@ -134,6 +142,10 @@ type holderState struct {
 	badCount int
 	failures int
 	lastErr  error
+	// deferred holds chunks this holder told us to fetch from a peer, and
+	// until when to leave them to the peers; seeded counts such answers.
+	deferred map[int]time.Time
+	seeded   map[int]int
 }
 
 func (hs *holderState) has(i int) bool {
@@ -161,6 +173,8 @@ type transfer struct {
 	mu       sync.Mutex
 	state    []byte
 	left     int
+	inflight int
+	maxIn    int
 	holders  []*holderState
 	wake     chan struct{}
 	finished bool
@@ -262,6 +276,10 @@ func (t *transfer) run(ctx context.Context, holders []Holder) (TransferStatus, e
 	t.started = time.Now()
 	t.lastGood = t.started
 	t.state = make([]byte, len(t.m.Chunks))
+	t.maxIn = n.cfg.MaxChunksInFlight
+	if t.maxIn == 0 {
+		t.maxIn = min(n.cfg.StreamsPerHolder*n.cfg.ConnsPerHolder*len(holders), 16)
+	}
 	for i := range t.state {
 		if p.Has(i) {
 			t.state[i] = chunkDone
@@ -360,34 +378,55 @@ func (t *transfer) pick(hs *holderState) (int, bool) {
 			return 0, false
 		}
 		best, bestCount := -1, 1<<30
-		nc := len(t.state)
-		start := t.rng.IntN(nc)
-		for j := 0; j < nc; j++ {
-			i := (start + j) % nc
-			if t.state[i] != chunkMissing || !hs.has(i) {
-				continue
-			}
-			c := 0
-			for _, o := range t.holders {
-				if !o.rejected && o.has(i) {
-					c++
+		var retryAt time.Time
+		if t.inflight < t.maxIn {
+			now := time.Now()
+			nc := len(t.state)
+			start := t.rng.IntN(nc)
+			for j := 0; j < nc; j++ {
+				i := (start + j) % nc
+				if t.state[i] != chunkMissing || !hs.has(i) {
+					continue
 				}
-			}
-			if c < bestCount {
-				best, bestCount = i, c
-				if c == 1 {
-					break
+				if until, ok := hs.deferred[i]; ok {
+					if now.Before(until) {
+						if retryAt.IsZero() || until.Before(retryAt) {
+							retryAt = until
+						}
+						continue
+					}
+				}
+				c := 0
+				for _, o := range t.holders {
+					if !o.rejected && o.has(i) {
+						c++
+					}
+				}
+				if c < bestCount {
+					best, bestCount = i, c
+					if c == 1 {
+						break
+					}
 				}
 			}
 		}
 		if best >= 0 {
 			t.state[best] = chunkInFlight
+			t.inflight++
+			delete(hs.deferred, best)
 			return best, true
 		}
 		wake := t.wake
 		t.mu.Unlock()
+		var timer <-chan time.Time
+		if !retryAt.IsZero() {
+			tm := time.NewTimer(time.Until(retryAt))
+			timer = tm.C
+			defer tm.Stop()
+		}
 		select {
 		case <-wake:
+		case <-timer:
 		case <-t.ctx.Done():
 		}
 		t.mu.Lock()
@@ -416,6 +455,7 @@ func (t *transfer) worker(hs *holderState, k int) {
 			failures = 0
 			t.mu.Lock()
 			t.state[i] = chunkDone
+			t.inflight--
 			t.left--
 			hs.bytes += t.m.ChunkLen(i)
 			hs.chunks++
@@ -431,7 +471,14 @@ func (t *transfer) worker(hs *holderState, k int) {
 		}
 		t.mu.Lock()
 		t.state[i] = chunkMissing
-		if errors.Is(err, errMissing) {
+		t.inflight--
+		if errors.Is(err, errSeeded) {
+			if hs.deferred == nil {
+				hs.deferred, hs.seeded = map[int]time.Time{}, map[int]int{}
+			}
+			hs.seeded[i]++
+			hs.deferred[i] = time.Now().Add(time.Duration(hs.seeded[i]) * 500 * time.Millisecond)
+		} else if errors.Is(err, errMissing) {
 			if !hs.complete && hs.have != nil {
 				hs.have[i/8] &^= 1 << (i % 8)
 			}
@@ -441,7 +488,7 @@ func (t *transfer) worker(hs *holderState, k int) {
 		}
 		t.broadcast()
 		t.mu.Unlock()
-		if errors.Is(err, errMissing) {
+		if errors.Is(err, errMissing) || errors.Is(err, errSeeded) {
 			continue
 		}
 		failures++
@@ -470,6 +517,7 @@ func (t *transfer) reject(hs *holderState, i int) {
 	t.n.stats.chunksRejected.Add(1)
 	t.mu.Lock()
 	t.state[i] = chunkMissing
+	t.inflight--
 	hs.badCount++
 	if !hs.rejected {
 		t.n.stats.holdersRefused.Add(1)
@@ -495,13 +543,18 @@ func (t *transfer) reject(hs *holderState, i int) {
 func (t *transfer) fetch(hs *holderState, k, i int) (*[]byte, error) {
 	n := t.n
 	length := int(t.m.ChunkLen(i))
-	req := make([]byte, 1+32+8+4)
+	req := make([]byte, 1+32+8+4+1)
 	req[0] = opChunk
 	if err := putDigest(req[1:], t.m.Digest); err != nil {
 		return nil, err
 	}
 	binary.BigEndian.PutUint64(req[33:], uint64(int64(i)*t.m.ChunkSize))
 	binary.BigEndian.PutUint32(req[41:], uint32(length))
+	t.mu.Lock()
+	if hs.seeded[i] >= seededForceAfter {
+		req[45] = flagForce
+	}
+	t.mu.Unlock()
 	s, _, err := n.request(t.ctx, hs.h.Addr, k, req)
 	if err != nil {
 		return nil, err
@@ -513,6 +566,9 @@ func (t *transfer) fetch(hs *holderState, k, i int) (*[]byte, error) {
 	}
 	if st == statusMissing {
 		return nil, errMissing
+	}
+	if st == statusSeeded {
+		return nil, errSeeded
 	}
 	if st != statusOK || int(ln) != length {
 		return nil, fmt.Errorf("dataplane: chunk %d from %s: status %d, %d bytes", i, hs.h.ID, st, ln)
