@@ -209,10 +209,18 @@ func (a *Agent) handlePlacements(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	recs := a.placements()
+	byName := map[string]mesh.Node{}
+	for _, n := range a.mesh.Nodes() {
+		byName[n.Name] = n
+	}
 	out := []PlacementStatus{}
 	for _, p := range a.policies() {
 		st := PlacementStatus{Policy: p.Key(), Generation: p.Generation}
 		if rec, ok := recs[p.Key()]; ok {
+			for i, pn := range rec.Nodes {
+				as, ok := assignmentOf(byName[pn.Name], rec.Key)
+				rec.Nodes[i].Admitted = ok && as.Accepted && as.Epoch == rec.Epoch
+			}
 			st.PlacementRecord = rec
 		} else {
 			st.PlacementRecord = PlacementRecord{Key: p.Key(), Kind: p.Kind, Name: p.Name, State: StatePending, Message: "waiting for its owner to place it"}

@@ -39,6 +39,10 @@ func commands() []command {
 		{"nodes", "[-tier T] [-site S] [-label k=v] [-o json]", "list nodes with their capabilities", runNodes},
 		{"node", "NAME|ID [-o json]", "show one node", runNode},
 		{"rtt", "NODE [NODE]", "estimated round-trip time between two nodes", runRTT},
+		{"plan", "-f FILE [--why NODE] [-o json]", "show where policies would be placed, and why (exit 2: something cannot be placed)", runPlan},
+		{"apply", "-f FILE", "apply policies: the mesh places them and keeps them placed", runApply},
+		{"delete", "KIND NAME", "delete a policy", runDelete},
+		{"placements", "[-o json]", "show where every policy is placed", runPlacements},
 		{"keygen", "", "print a new gossip encryption key", runKeygen},
 		{"version", "", "print the version", func([]string, io.Writer, io.Writer) error { fmt.Println("strata", version); return nil }},
 	}
@@ -47,7 +51,7 @@ func commands() []command {
 func usage(w io.Writer) {
 	fmt.Fprintf(w, "Usage: strata COMMAND [ARGS]\n\nCommands:\n")
 	for _, c := range commands() {
-		fmt.Fprintf(w, "  %-9s %s\n", c.name, c.summary)
+		fmt.Fprintf(w, "  %-11s %s\n", c.name, c.summary)
 	}
 	fmt.Fprintf(w, "\nRun 'strata COMMAND -h' for a command's flags.\n")
 }

@@ -1,0 +1,240 @@
+package main
+
+import (
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"net/url"
+	"os"
+	"path/filepath"
+	"strings"
+	"text/tabwriter"
+	"time"
+)
+
+// do sends a request to the agent and decodes a JSON answer into v. A
+// policy error (400 with positioned errors) is printed one per line.
+func (c *clientFlags) do(method, path, contentType string, body []byte, v any, raw *[]byte) error {
+	base := c.address
+	if !strings.Contains(base, "://") {
+		base = "http://" + base
+	}
+	req, err := http.NewRequest(method, strings.TrimSuffix(base, "/")+path, bytes.NewReader(body))
+	if err != nil {
+		return err
+	}
+	if contentType != "" {
+		req.Header.Set("Content-Type", contentType)
+	}
+	if tok := os.Getenv("STRATA_TOKEN"); tok != "" {
+		req.Header.Set("Authorization", "Bearer "+tok)
+	}
+	hc := &http.Client{Timeout: 30 * time.Second}
+	resp, err := hc.Do(req)
+	if err != nil {
+		return fmt.Errorf("cannot reach the agent at %s: %w (is one running? set -address or STRATA_ADDR)", base, err)
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	if err != nil {
+		return err
+	}
+	if resp.StatusCode >= 300 {
+		var e struct {
+			Error  string `json:"error"`
+			Errors []struct {
+				File    string `json:"file"`
+				Line    int    `json:"line"`
+				Column  int    `json:"column"`
+				Field   string `json:"field"`
+				Message string `json:"message"`
+			} `json:"errors"`
+		}
+		if json.Unmarshal(b, &e) == nil && len(e.Errors) > 0 {
+			var lines []string
+			for _, pe := range e.Errors {
+				lines = append(lines, fmt.Sprintf("%s:%d:%d: %s: %s", pe.File, pe.Line, pe.Column, pe.Field, pe.Message))
+			}
+			return fmt.Errorf("the policy has %d error(s):\n%s", len(lines), strings.Join(lines, "\n"))
+		}
+		if e.Error != "" {
+			return fmt.Errorf("%s (HTTP %d)", e.Error, resp.StatusCode)
+		}
+		return fmt.Errorf("HTTP %d: %s", resp.StatusCode, strings.TrimSpace(string(b)))
+	}
+	if raw != nil {
+		*raw = b
+	}
+	if v == nil {
+		return nil
+	}
+	return json.Unmarshal(b, v)
+}
+
+func readPolicyFile(path string) ([]byte, string, error) {
+	if path == "" {
+		return nil, "", fmt.Errorf("-f FILE is required (- reads standard input)")
+	}
+	if path == "-" {
+		b, err := io.ReadAll(os.Stdin)
+		return b, "stdin", err
+	}
+	b, err := os.ReadFile(path)
+	return b, filepath.Base(path), err
+}
+
+func runPlan(args []string, stdout, stderr io.Writer) error {
+	fs := newFlags("plan", "-f FILE [--why NODE] [-o json]", stderr)
+	c := addClientFlags(fs)
+	file := fs.String("f", "", "policy `file` (YAML, several documents allowed; - for stdin)")
+	why := fs.String("why", "", "also explain why `NODE` was or was not chosen")
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	if err := c.check(); err != nil {
+		return err
+	}
+	body, name, err := readPolicyFile(*file)
+	if err != nil {
+		return err
+	}
+	q := url.Values{"file": {name}}
+	if *why != "" {
+		q.Set("why", *why)
+	}
+	var results []struct {
+		Policy   string `json:"policy"`
+		Decision struct {
+			Feasible bool `json:"feasible"`
+		} `json:"decision"`
+		Explanation string `json:"explanation"`
+		Why         string `json:"why"`
+	}
+	var raw []byte
+	if err := c.do(http.MethodPost, "/v1/plan?"+q.Encode(), "application/yaml", body, &results, &raw); err != nil {
+		return err
+	}
+	all := true
+	for _, r := range results {
+		all = all && r.Decision.Feasible
+	}
+	if c.output == "json" {
+		stdout.Write(raw)
+	} else {
+		for i, r := range results {
+			if i > 0 {
+				fmt.Fprintln(stdout)
+			}
+			fmt.Fprint(stdout, strings.TrimRight(r.Explanation, "\n")+"\n")
+			if r.Why != "" {
+				fmt.Fprintf(stdout, "\n%s\n", strings.TrimRight(r.Why, "\n"))
+			}
+		}
+	}
+	if !all {
+		// As `nomad job plan`: 2 means it ran, but something cannot be placed.
+		return &exitError{code: 2}
+	}
+	return nil
+}
+
+func runApply(args []string, stdout, stderr io.Writer) error {
+	fs := newFlags("apply", "-f FILE", stderr)
+	c := addClientFlags(fs)
+	file := fs.String("f", "", "policy `file` (YAML, several documents allowed; - for stdin)")
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	if err := c.check(); err != nil {
+		return err
+	}
+	body, name, err := readPolicyFile(*file)
+	if err != nil {
+		return err
+	}
+	var results []struct {
+		Policy     string `json:"policy"`
+		Generation uint64 `json:"generation"`
+		Changed    bool   `json:"changed"`
+	}
+	var raw []byte
+	if err := c.do(http.MethodPost, "/v1/policies?"+url.Values{"file": {name}}.Encode(), "application/yaml", body, &results, &raw); err != nil {
+		return err
+	}
+	if c.output == "json" {
+		_, err := stdout.Write(raw)
+		return err
+	}
+	for _, r := range results {
+		verb := "applied"
+		if !r.Changed {
+			verb = "unchanged"
+		}
+		fmt.Fprintf(stdout, "%s %s (generation %d)\n", r.Policy, verb, r.Generation)
+	}
+	return nil
+}
+
+func runDelete(args []string, stdout, stderr io.Writer) error {
+	fs := newFlags("delete", "KIND NAME", stderr)
+	c := addClientFlags(fs)
+	var pos []string
+	for len(args) > 0 && !strings.HasPrefix(args[0], "-") {
+		pos, args = append(pos, args[0]), args[1:]
+	}
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	pos = append(pos, fs.Args()...)
+	if len(pos) != 2 {
+		fs.Usage()
+		return &exitError{code: 1, err: fmt.Errorf("give KIND and NAME, e.g. strata delete InferenceService fraud-scorer")}
+	}
+	if err := c.do(http.MethodDelete, "/v1/policies/"+url.PathEscape(pos[0])+"/"+url.PathEscape(pos[1]), "", nil, nil, nil); err != nil {
+		return err
+	}
+	fmt.Fprintf(stdout, "%s/%s deleted\n", pos[0], pos[1])
+	return nil
+}
+
+func runPlacements(args []string, stdout, stderr io.Writer) error {
+	fs := newFlags("placements", "[-o json]", stderr)
+	c := addClientFlags(fs)
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	if err := c.check(); err != nil {
+		return err
+	}
+	var ps []struct {
+		Policy  string `json:"policy"`
+		State   string `json:"state"`
+		Owner   string `json:"owner"`
+		Epoch   uint64 `json:"epoch"`
+		Message string `json:"message"`
+		Nodes   []struct {
+			Name     string `json:"name"`
+			Admitted bool   `json:"admitted"`
+		} `json:"nodes"`
+	}
+	var raw []byte
+	if err := c.get("/v1/placements", &ps, &raw); err != nil {
+		return err
+	}
+	if c.output == "json" {
+		_, err := stdout.Write(raw)
+		return err
+	}
+	tw := tabwriter.NewWriter(stdout, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "POLICY\tSTATE\tNODES\tOWNER\tEPOCH\tMESSAGE")
+	for _, p := range ps {
+		var names []string
+		for _, n := range p.Nodes {
+			names = append(names, n.Name)
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%d\t%s\n", p.Policy, p.State, dash(strings.Join(names, ",")), dash(p.Owner), p.Epoch, p.Message)
+	}
+	return tw.Flush()
+}
