@@ -22,6 +22,7 @@ import (
 
 	"github.com/strata-mesh/strata/agent/discover"
 	"github.com/strata-mesh/strata/mesh"
+	"github.com/strata-mesh/strata/placement"
 	"github.com/strata-mesh/strata/storage"
 )
 
@@ -43,6 +44,10 @@ type Agent struct {
 	srv     *http.Server
 	started time.Time
 
+	// compile turns an applied policy into a placement request;
+	// requestFor in production, a stand-in in tests of the controller.
+	compile func(PolicyRecord) (*placement.Request, error)
+
 	closeOnce sync.Once
 	closeErr  error
 }
@@ -55,7 +60,7 @@ func New(cfg Config) (*Agent, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
-	a := &Agent{cfg: cfg, started: time.Now()}
+	a := &Agent{cfg: cfg, started: time.Now(), compile: requestFor}
 	a.log = cfg.Logger
 	if a.log == nil {
 		lvl, _ := parseLevel(cfg.LogLevel)

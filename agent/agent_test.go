@@ -22,7 +22,7 @@ func writeFile(tb testing.TB, path, s string) {
 }
 
 // devMesh starts n dev-mix agents in this process on loopback.
-func devMesh(t *testing.T, n int) []*Agent {
+func devMesh(t *testing.T, n int, tweaks ...func(*Config)) []*Agent {
 	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
 	var agents []*Agent
@@ -32,6 +32,9 @@ func devMesh(t *testing.T, n int) []*Agent {
 		cfg.MeshTimings = meshtest.FastTimings
 		cfg.LogLevel = "error"
 		cfg.ProcRoot = "discover/testdata/proc"
+		for _, tw := range tweaks {
+			tw(&cfg)
+		}
 		if i > 0 {
 			cfg.Join = []string{agents[0].Mesh().GossipAddr()}
 		}

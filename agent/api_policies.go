@@ -92,7 +92,7 @@ func (a *Agent) handlePlan(w http.ResponseWriter, r *http.Request) {
 	nodes := a.mesh.Nodes()
 	var out []PlanResult
 	for _, p := range recs {
-		req, err := requestFor(p)
+		req, err := a.compile(p)
 		if err != nil {
 			writePolicyError(w, err)
 			return
@@ -140,7 +140,7 @@ func (a *Agent) handleApply(w http.ResponseWriter, r *http.Request) {
 	// Compile every document before storing any, so an apply is all or
 	// nothing.
 	for _, p := range recs {
-		if _, err := requestFor(p); err != nil {
+		if _, err := a.compile(p); err != nil {
 			writePolicyError(w, err)
 			return
 		}

@@ -259,7 +259,7 @@ func (c *controller) place(p PolicyRecord, old PlacementRecord, have bool, nodes
 	c.mu.Lock()
 	c.lastTry[p.Key()] = time.Now()
 	c.mu.Unlock()
-	req, err := requestFor(p)
+	req, err := a.compile(p)
 	rec := PlacementRecord{Key: p.Key(), Kind: p.Kind, Name: p.Name, Owner: a.cfg.Name, Generation: p.Generation, Updated: time.Now().UTC(), Refused: map[string]string{}}
 	if have {
 		rec.Epoch = old.Epoch

@@ -413,6 +413,11 @@ func (m *Mesh) coordOf(nameOrID string) (*coordinate.Coordinate, error) {
 // Leave tells the site this node is leaving (status left everywhere), waiting
 // up to timeout for the message to spread. Call Close afterwards.
 func (m *Mesh) Leave(timeout time.Duration) error {
+	select {
+	case <-m.stop:
+		return ErrClosed
+	default:
+	}
 	if err := m.Update(func(s *NodeState) { s.Leaving = true }); err != nil {
 		m.log.Warn("could not record leaving in the store", "err", err)
 	}

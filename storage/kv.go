@@ -4,12 +4,14 @@ import (
 	"bytes"
 	"errors"
 	"fmt"
+	"sync"
 
 	"github.com/cockroachdb/pebble/v2"
 	"github.com/cockroachdb/pebble/v2/vfs"
 )
 
-// ErrNotFound is returned by Get when a key has no value.
+// ErrNotFound is returned by Get when a key has no value. Every call after
+// Close returns ErrClosed.
 var ErrNotFound = errors.New("storage: not found")
 
 // Options configures Open. The zero value of every field but Dir is a
@@ -23,8 +25,9 @@ type Options struct {
 }
 
 // DB is a pebble database with the few operations strata needs. It is safe
-// for concurrent use.
+// for concurrent use, and for calls racing with Close (they get ErrClosed).
 type DB struct {
+	mu sync.RWMutex // write-held only by Close
 	db *pebble.DB
 }
 
@@ -46,6 +49,11 @@ func Open(opts Options) (*DB, error) {
 
 // Get returns a copy of the value of key, or ErrNotFound.
 func (d *DB) Get(key []byte) ([]byte, error) {
+	d.mu.RLock()
+	defer d.mu.RUnlock()
+	if d.db == nil {
+		return nil, ErrClosed
+	}
 	v, closer, err := d.db.Get(key)
 	if errors.Is(err, pebble.ErrNotFound) {
 		return nil, ErrNotFound
@@ -60,6 +68,11 @@ func (d *DB) Get(key []byte) ([]byte, error) {
 // Put writes key=value and syncs the write-ahead log before it returns, so
 // an acknowledged write survives a crash.
 func (d *DB) Put(key, value []byte) error {
+	d.mu.RLock()
+	defer d.mu.RUnlock()
+	if d.db == nil {
+		return ErrClosed
+	}
 	if err := d.db.Set(key, value, pebble.Sync); err != nil {
 		return fmt.Errorf("storage: put: %w", err)
 	}
@@ -68,6 +81,11 @@ func (d *DB) Put(key, value []byte) error {
 
 // Delete removes key, synced. Deleting a missing key is not an error.
 func (d *DB) Delete(key []byte) error {
+	d.mu.RLock()
+	defer d.mu.RUnlock()
+	if d.db == nil {
+		return ErrClosed
+	}
 	if err := d.db.Delete(key, pebble.Sync); err != nil {
 		return fmt.Errorf("storage: delete: %w", err)
 	}
@@ -76,27 +94,48 @@ func (d *DB) Delete(key []byte) error {
 
 // Batch is a set of writes applied atomically by Commit.
 type Batch struct {
-	b *pebble.Batch
+	d   *DB
+	ops []batchOp
+}
+
+type batchOp struct {
+	key, value []byte
+	del        bool
 }
 
 // NewBatch starts an empty batch.
-func (d *DB) NewBatch() *Batch { return &Batch{b: d.db.NewBatch()} }
+func (d *DB) NewBatch() *Batch { return &Batch{d: d} }
 
 // Put adds key=value to the batch.
-func (b *Batch) Put(key, value []byte) { _ = b.b.Set(key, value, nil) }
+func (b *Batch) Put(key, value []byte) {
+	b.ops = append(b.ops, batchOp{key: bytes.Clone(key), value: bytes.Clone(value)})
+}
 
 // Delete adds the removal of key to the batch.
-func (b *Batch) Delete(key []byte) { _ = b.b.Delete(key, nil) }
+func (b *Batch) Delete(key []byte) { b.ops = append(b.ops, batchOp{key: bytes.Clone(key), del: true}) }
 
 // Commit applies the batch atomically. With sync the write-ahead log is
 // synced before Commit returns.
 func (b *Batch) Commit(sync bool) error {
+	b.d.mu.RLock()
+	defer b.d.mu.RUnlock()
+	if b.d.db == nil {
+		return ErrClosed
+	}
+	pb := b.d.db.NewBatch()
+	defer pb.Close()
+	for _, op := range b.ops {
+		if op.del {
+			_ = pb.Delete(op.key, nil)
+		} else {
+			_ = pb.Set(op.key, op.value, nil)
+		}
+	}
 	opt := pebble.NoSync
 	if sync {
 		opt = pebble.Sync
 	}
-	defer b.b.Close()
-	if err := b.b.Commit(opt); err != nil {
+	if err := pb.Commit(opt); err != nil {
 		return fmt.Errorf("storage: commit: %w", err)
 	}
 	return nil
@@ -106,6 +145,11 @@ func (b *Batch) Commit(sync bool) error {
 // passed to fn are only valid during the call. An error from fn stops the
 // scan and is returned.
 func (d *DB) Scan(prefix []byte, fn func(key, value []byte) error) error {
+	d.mu.RLock()
+	defer d.mu.RUnlock()
+	if d.db == nil {
+		return ErrClosed
+	}
 	it, err := d.db.NewIter(&pebble.IterOptions{LowerBound: prefix, UpperBound: prefixEnd(prefix)})
 	if err != nil {
 		return fmt.Errorf("storage: scan: %w", err)
@@ -125,6 +169,8 @@ func (d *DB) Scan(prefix []byte, fn func(key, value []byte) error) error {
 
 // Close flushes and closes the database. Calling Close twice is safe.
 func (d *DB) Close() error {
+	d.mu.Lock()
+	defer d.mu.Unlock()
 	if d.db == nil {
 		return nil
 	}

@@ -81,3 +81,27 @@ func TestPrefixEnd(t *testing.T) {
 		}
 	}
 }
+
+func TestCallsAfterCloseFail(t *testing.T) {
+	db, err := Open(Options{Dir: "db", FS: vfs.NewMem()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := db.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if err := db.Close(); err != nil {
+		t.Errorf("second Close: %v", err)
+	}
+	if err := db.Put([]byte("k"), []byte("v")); !errors.Is(err, ErrClosed) {
+		t.Errorf("Put after Close: %v, want ErrClosed", err)
+	}
+	if _, err := db.Get([]byte("k")); !errors.Is(err, ErrClosed) {
+		t.Errorf("Get after Close: %v, want ErrClosed", err)
+	}
+	b := db.NewBatch()
+	b.Put([]byte("k"), []byte("v"))
+	if err := b.Commit(true); !errors.Is(err, ErrClosed) {
+		t.Errorf("Commit after Close: %v, want ErrClosed", err)
+	}
+}
