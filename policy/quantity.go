@@ -5,6 +5,7 @@ import (
 	"math"
 	"strconv"
 	"strings"
+	"time"
 )
 
 // byteSuffixes maps the suffixes people write after a byte count to their
@@ -89,4 +90,17 @@ func FormatBytes(n int64) string {
 	s := strconv.FormatFloat(f, 'f', 1, 64)
 	s = strings.TrimSuffix(s, ".0")
 	return s + " " + units[i]
+}
+
+// ParseDuration parses a duration as Go writes it ("20ms", "1.5s", "2h30m").
+// It rejects negative durations.
+func ParseDuration(s string) (time.Duration, error) {
+	d, err := time.ParseDuration(strings.TrimSpace(s))
+	if err != nil {
+		return 0, fmt.Errorf("invalid duration %q: want a number with a unit such as 20ms, 1.5s or 2h", s)
+	}
+	if d < 0 {
+		return 0, fmt.Errorf("invalid duration %q: must not be negative", s)
+	}
+	return d, nil
 }

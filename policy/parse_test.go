@@ -1,0 +1,192 @@
+package policy
+
+import (
+	"encoding/json"
+	"flag"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/google/go-cmp/cmp"
+)
+
+var update = flag.Bool("update", false, "rewrite the golden files")
+
+// TestGolden parses every testdata/*.yaml: good-* files must parse, and
+// their defaulted form must match the .golden JSON; bad-* files must fail,
+// and their full error list must match the .golden text.
+func TestGolden(t *testing.T) {
+	files, _ := filepath.Glob("testdata/*.yaml")
+	if len(files) == 0 {
+		t.Fatal("no testdata")
+	}
+	for _, f := range files {
+		t.Run(filepath.Base(f), func(t *testing.T) {
+			src, err := os.ReadFile(f)
+			if err != nil {
+				t.Fatal(err)
+			}
+			docs, err := Parse(filepath.Base(f), src)
+			var got string
+			switch {
+			case strings.HasPrefix(filepath.Base(f), "good-"):
+				if err != nil {
+					t.Fatalf("good file fails:\n%v", err)
+				}
+				b, _ := json.MarshalIndent(docs, "", "  ")
+				got = string(b) + "\n"
+			case strings.HasPrefix(filepath.Base(f), "bad-"):
+				if err == nil {
+					t.Fatal("bad file parses")
+				}
+				if _, ok := err.(ErrorList); !ok {
+					t.Fatalf("error is %T, want ErrorList", err)
+				}
+				got = err.Error() + "\n"
+			default:
+				t.Fatalf("name testdata files good-* or bad-*")
+			}
+			golden := strings.TrimSuffix(f, ".yaml") + ".golden"
+			if *update {
+				if err := os.WriteFile(golden, []byte(got), 0o644); err != nil {
+					t.Fatal(err)
+				}
+			}
+			want, err := os.ReadFile(golden)
+			if err != nil {
+				t.Fatalf("%v (run go test -update)", err)
+			}
+			if diff := cmp.Diff(string(want), got); diff != "" {
+				t.Errorf("%s (-want +got):\n%s", golden, diff)
+			}
+		})
+	}
+}
+
+func TestExamplesParse(t *testing.T) {
+	files, _ := filepath.Glob("../examples/*.yaml")
+	if len(files) == 0 {
+		t.Fatal("no examples")
+	}
+	for _, f := range files {
+		src, _ := os.ReadFile(f)
+		if _, err := Parse(f, src); err != nil {
+			t.Errorf("%s:\n%v", f, err)
+		}
+	}
+}
+
+func TestErrorsNamePosition(t *testing.T) {
+	src := "apiVersion: strata/v1\nkind: InferenceService\nmetadata: {name: a}\nspec:\n  model: {name: m}\n  resources:\n    memory: 12 parsecs\n"
+	_, err := Parse("svc.yaml", []byte(src))
+	el, ok := err.(ErrorList)
+	if !ok || len(el) != 1 {
+		t.Fatalf("err = %v", err)
+	}
+	want := &Error{File: "svc.yaml", Line: 7, Column: 13, Field: "spec.resources.memory", Msg: `invalid byte size "12 parsecs": want a number with an optional unit such as 512Mi or 16GiB`}
+	if diff := cmp.Diff(want, el[0]); diff != "" {
+		t.Errorf("(-want +got):\n%s", diff)
+	}
+}
+
+func TestEmptyFile(t *testing.T) {
+	if _, err := Parse("e.yaml", []byte("# nothing\n")); err == nil {
+		t.Error("an empty file parses")
+	}
+}
+
+func TestUnits(t *testing.T) {
+	for _, tc := range []struct {
+		in   string
+		want int64
+		bad  bool
+	}{
+		{"512", 512, false}, {"500Mi", 500 << 20, false}, {"16GiB", 16 << 30, false}, {"1.5G", 1500000000, false},
+		{"80GB", 80e9, false}, {"2Ki", 2048, false}, {"", 0, true}, {"-1Gi", 0, true}, {"lots", 0, true}, {"1.5.5G", 0, true},
+	} {
+		got, err := ParseBytes(tc.in)
+		if (err != nil) != tc.bad || got != tc.want {
+			t.Errorf("ParseBytes(%q) = %d, %v", tc.in, got, err)
+		}
+	}
+	for _, tc := range []struct {
+		in   string
+		want int64
+		bad  bool
+	}{
+		{"2", 2000, false}, {"0.5", 500, false}, {"500m", 500, false}, {"1.25", 1250, false}, {"m", 0, true}, {"-2", 0, true}, {"two", 0, true},
+	} {
+		got, err := ParseCPU(tc.in)
+		if (err != nil) != tc.bad || got != tc.want {
+			t.Errorf("ParseCPU(%q) = %d, %v", tc.in, got, err)
+		}
+	}
+	for _, tc := range []struct {
+		in   string
+		want time.Duration
+		bad  bool
+	}{
+		{"20ms", 20 * time.Millisecond, false}, {"1.5s", 1500 * time.Millisecond, false}, {"2h30m", 150 * time.Minute, false},
+		{"20", 0, true}, {"-1s", 0, true}, {"soon", 0, true},
+	} {
+		got, err := ParseDuration(tc.in)
+		if (err != nil) != tc.bad || got != tc.want {
+			t.Errorf("ParseDuration(%q) = %v, %v", tc.in, got, err)
+		}
+	}
+	if got := FormatBytes(80 << 30); got != "80 GiB" {
+		t.Errorf("FormatBytes = %q", got)
+	}
+}
+
+func TestExprEval(t *testing.T) {
+	n := &Node{Tier: "edge", Site: "a", Labels: map[string]string{"city": "lyon"}, CPU: 4000, Memory: 16 << 30,
+		GPUs: []GPU{{Model: "NVIDIA L4", Memory: 24 << 30, Healthy: true, Free: true}}, RTT: map[string]float64{"a": 3.5}}
+	for _, tc := range []struct {
+		src     string
+		numeric bool
+		match   bool
+		score   float64
+	}{
+		{`node.tier == "edge" && node.gpus.exists(g, g.memory >= 16 * GiB)`, false, true, 1},
+		{`node.labels["city"] == "paris"`, false, false, 0},
+		{`node.rtt["a"] < 5.0`, false, true, 1},
+		{`node.gpus.exists(g, g.model.contains("H100"))`, false, false, 0},
+		{`double(node.cpu) / 8000.0`, true, false, 0.5},
+	} {
+		x, err := compileExpr(tc.src, tc.numeric)
+		if err != nil {
+			t.Fatalf("%s: %v", tc.src, err)
+		}
+		if !tc.numeric {
+			got, err := x.Match(n)
+			if err != nil || got != tc.match {
+				t.Errorf("Match(%s) = %v, %v", tc.src, got, err)
+			}
+		}
+		if s, err := x.Score(n); err != nil || s != tc.score {
+			t.Errorf("Score(%s) = %v, %v; want %v", tc.src, s, err, tc.score)
+		}
+	}
+	// A missing label is an evaluation error, not a silent false.
+	x, _ := compileExpr(`node.labels["zone"] == "b"`, false)
+	if _, err := x.Match(n); err == nil {
+		t.Error("missing map key evaluated without error")
+	}
+}
+
+func BenchmarkConstraint(b *testing.B) {
+	x, err := compileExpr(`node.tier == "edge" && node.gpus.exists(g, g.memory >= 16 * GiB)`, false)
+	if err != nil {
+		b.Fatal(err)
+	}
+	n := &Node{Tier: "edge", GPUs: []GPU{{Memory: 24 << 30}}}
+	b.ResetTimer()
+	for b.Loop() {
+		if ok, _ := x.Match(n); !ok {
+			b.Fatal("no match")
+		}
+	}
+}

@@ -1,0 +1,250 @@
+package policy
+
+import (
+	"encoding/json"
+	"time"
+)
+
+// APIVersion is the only policy API version.
+const APIVersion = "strata/v1"
+
+// Kinds of policy document.
+const (
+	KindInferenceService = "InferenceService"
+	KindTrainingJob      = "TrainingJob"
+)
+
+// Tiers, in the default preference order of an InferenceService.
+var defaultInferenceTiers = []string{"edge", "onprem", "cloud"}
+
+// defaultTrainingTiers are where training gangs go by default.
+var defaultTrainingTiers = []string{"onprem", "cloud"}
+
+// Document is one parsed, defaulted and validated policy document.
+// Exactly one of InferenceService and TrainingJob is set, as Kind says.
+type Document struct {
+	APIVersion       string                `json:"apiVersion"`
+	Kind             string                `json:"kind"`
+	Metadata         Metadata              `json:"metadata"`
+	InferenceService *InferenceServiceSpec `json:"inferenceService,omitempty"`
+	TrainingJob      *TrainingJobSpec      `json:"trainingJob,omitempty"`
+	// File and Pos say where the document starts.
+	File string   `json:"-"`
+	Pos  Position `json:"-"`
+	// Source is the document's own YAML, to store and re-parse.
+	Source string `json:"-"`
+}
+
+// Key is the document's identity: "Kind/name".
+func (d *Document) Key() string { return Key(d.Kind, d.Metadata.Name) }
+
+// Key builds a policy identity from a kind and a name.
+func Key(kind, name string) string { return kind + "/" + name }
+
+// Metadata names a document.
+type Metadata struct {
+	// Name is unique per kind: lower-case letters, digits and '-', at most
+	// 63 characters, starting with a letter.
+	Name string `yaml:"name" json:"name"`
+	// Labels are free-form.
+	Labels map[string]string `yaml:"labels" json:"labels,omitempty"`
+}
+
+// InferenceServiceSpec says what model to serve, how many replicas, with
+// what resources and where: close to its clients within a latency SLO,
+// in tier-preference order.
+type InferenceServiceSpec struct {
+	// Model is the model version to serve.
+	Model ModelRef `yaml:"model" json:"model"`
+	// Replicas is the number of replicas (per client site when
+	// PerClientSite). Default 1.
+	Replicas int `yaml:"replicas" json:"replicas"`
+	// PerClientSite serves Replicas in each client site of Latency.Clients,
+	// each on the best node for that site.
+	PerClientSite bool `yaml:"perClientSite" json:"perClientSite,omitempty"`
+	// Resources is what one replica needs.
+	Resources Resources `yaml:"resources" json:"resources"`
+	// Latency is the RTT SLO from the clients.
+	Latency *Latency `yaml:"latency" json:"latency,omitempty"`
+	// Tiers is the preference order; placement falls back to the next tier
+	// only for what the previous cannot hold. Default [edge, onprem, cloud].
+	Tiers []string `yaml:"tiers" json:"tiers"`
+	// Spread puts at most one replica per site or region ("site",
+	// "region"); empty lets replicas share a site.
+	Spread string `yaml:"spread" json:"spread,omitempty"`
+	// Constraints are hard requirements, CEL expressions over `node`.
+	Constraints []*Expr `yaml:"constraints" json:"constraints,omitempty"`
+	// Affinities are weighted preferences.
+	Affinities []Affinity `yaml:"affinities" json:"affinities,omitempty"`
+	// Rollout says how a new model version replaces the old.
+	Rollout *Rollout `yaml:"rollout" json:"rollout,omitempty"`
+	// Drift says what to watch in the live inputs.
+	Drift *Drift `yaml:"drift" json:"drift,omitempty"`
+	// Retrain is the TrainingJob to run when drift is detected.
+	Retrain *TrainingJobSpec `yaml:"retrain" json:"retrain,omitempty"`
+}
+
+// ModelRef names a model version by name and version, or by digest.
+type ModelRef struct {
+	Name    string `yaml:"name" json:"name"`
+	Version string `yaml:"version" json:"version,omitempty"`
+	// Digest pins the exact artifact ("sha256:<64 hex>").
+	Digest string `yaml:"digest" json:"digest,omitempty"`
+}
+
+// Resources is what one replica or gang member needs.
+type Resources struct {
+	// CPU as Kubernetes writes it: "2", "0.5", "500m". Stored in millicores.
+	CPU CPU `yaml:"cpu" json:"cpu,omitempty"`
+	// Memory as people write it: "512Mi", "16GiB". Stored in bytes.
+	Memory Bytes `yaml:"memory" json:"memory,omitempty"`
+	// GPUs asks for whole GPUs.
+	GPUs *GPURequest `yaml:"gpus" json:"gpus,omitempty"`
+}
+
+// GPURequest asks for Count GPUs, optionally of a model and memory size.
+type GPURequest struct {
+	Count int `yaml:"count" json:"count"`
+	// Model matches as a case-insensitive substring ("H100").
+	Model string `yaml:"model" json:"model,omitempty"`
+	// Memory is the least memory per GPU.
+	Memory Bytes `yaml:"memory" json:"memory,omitempty"`
+}
+
+// Latency is an RTT SLO from client sites or regions.
+type Latency struct {
+	// P99 bounds the predicted RTT from every client ("20ms").
+	P99 Duration `yaml:"p99" json:"p99"`
+	// Clients are the site or region names the clients are in.
+	Clients []string `yaml:"clients" json:"clients"`
+}
+
+// Affinity is a weighted preference. A boolean expression adds Weight to
+// the nodes it holds for; a numeric one adds Weight × its value clamped
+// to [0, 1].
+type Affinity struct {
+	Expr   *Expr   `yaml:"expr" json:"expr"`
+	Weight float64 `yaml:"weight" json:"weight"`
+}
+
+// Rollout says how a new version replaces the old one.
+type Rollout struct {
+	// Strategy is "canary" (the drifted or first site first, then the
+	// rest) or "all" (everywhere at once). Default canary.
+	Strategy string `yaml:"strategy" json:"strategy"`
+	// CanaryRequests is how many requests the canary serves without a
+	// regression before promotion. Default 100.
+	CanaryRequests int `yaml:"canaryRequests" json:"canaryRequests"`
+	// MaxErrorRate above which the canary is rolled back. Default 0.01.
+	MaxErrorRate float64 `yaml:"maxErrorRate" json:"maxErrorRate"`
+}
+
+// Drift says how to watch a model's live inputs.
+type Drift struct {
+	// Features are the input features to watch by name; empty means all.
+	Features []string `yaml:"features" json:"features,omitempty"`
+	// Detector is psi, ks or wasserstein. Default psi.
+	Detector string `yaml:"detector" json:"detector"`
+	// Threshold is the detector's alarm level (PSI 0.2; KS p-value 0.01;
+	// Wasserstein in standard deviations 0.3 by default).
+	Threshold float64 `yaml:"threshold" json:"threshold"`
+	// Window is the live window in samples. Default 500.
+	Window int `yaml:"window" json:"window"`
+	// Reference is "training" (the summary shipped with the model) or
+	// "first" (the first Window live samples). Default training.
+	Reference string `yaml:"reference" json:"reference"`
+}
+
+// TrainingJobSpec says what to run as a gang, on what, near which data.
+type TrainingJobSpec struct {
+	// Gang is the shape of the job. Default 1 node × Resources.GPUs.
+	Gang Gang `yaml:"gang" json:"gang"`
+	// Resources is what each member needs (besides its GPUs).
+	Resources Resources `yaml:"resources" json:"resources"`
+	// Data is what the job reads: it is placed near it.
+	Data []DataRef `yaml:"data" json:"data,omitempty"`
+	// Launcher is "exec" (run Command on every member) or "builtin" (the
+	// Go trainer for small tabular models). Default: exec when Command is
+	// set, else builtin.
+	Launcher string `yaml:"launcher" json:"launcher"`
+	// Builtin configures the built-in trainer.
+	Builtin *Builtin `yaml:"builtin" json:"builtin,omitempty"`
+	// Command, Args and Env are what exec runs on each member.
+	Command []string          `yaml:"command" json:"command,omitempty"`
+	Args    []string          `yaml:"args" json:"args,omitempty"`
+	Env     map[string]string `yaml:"env" json:"env,omitempty"`
+	// Priority orders jobs competing for a fabric; higher first.
+	Priority int `yaml:"priority" json:"priority,omitempty"`
+	// MaxDuration stops a job that runs longer. Default 24h.
+	MaxDuration Duration `yaml:"maxDuration" json:"maxDuration"`
+	// Retries is how often a failed job is started again. Default 0.
+	Retries int `yaml:"retries" json:"retries,omitempty"`
+	// Tiers is where the gang may go, in preference order. Default
+	// [onprem, cloud].
+	Tiers []string `yaml:"tiers" json:"tiers"`
+	// Constraints and Affinities as for InferenceService.
+	Constraints []*Expr    `yaml:"constraints" json:"constraints,omitempty"`
+	Affinities  []Affinity `yaml:"affinities" json:"affinities,omitempty"`
+}
+
+// Gang is Nodes members with GPUsPerNode GPUs each.
+type Gang struct {
+	Nodes       int `yaml:"nodes" json:"nodes"`
+	GPUsPerNode int `yaml:"gpusPerNode" json:"gpusPerNode"`
+	// Fabric is "same" (every member on one RDMA fabric, the default) or
+	// "any".
+	Fabric string `yaml:"fabric" json:"fabric"`
+}
+
+// DataRef is a dataset (name or name:version) or an artifact (digest) the
+// job reads.
+type DataRef struct {
+	Dataset  string `yaml:"dataset" json:"dataset,omitempty"`
+	Artifact string `yaml:"artifact" json:"artifact,omitempty"`
+	// Size is the bytes to move when no node near the job holds it.
+	Size Bytes `yaml:"size" json:"size,omitempty"`
+}
+
+// Builtin configures the built-in trainer.
+type Builtin struct {
+	// Algorithm is logreg or mlp.
+	Algorithm string `yaml:"algorithm" json:"algorithm"`
+	// Hidden are the MLP's hidden layer sizes. Default [32].
+	Hidden []int `yaml:"hidden" json:"hidden,omitempty"`
+	// Epochs over the data. Default 20.
+	Epochs int `yaml:"epochs" json:"epochs"`
+	// LearningRate of the optimiser. Default 0.01.
+	LearningRate float64 `yaml:"learningRate" json:"learningRate"`
+	// Label is the name of the label column.
+	Label string `yaml:"label" json:"label"`
+}
+
+// Duration is a time.Duration written as "20ms", "1.5s", "2h".
+type Duration time.Duration
+
+// MarshalJSON writes the duration as people do.
+func (d Duration) MarshalJSON() ([]byte, error) { return json.Marshal(time.Duration(d).String()) }
+
+func (d *Duration) parseScalar(s string) error {
+	v, err := ParseDuration(s)
+	*d = Duration(v)
+	return err
+}
+
+// Bytes is a byte count written as "512Mi", "16GiB", "80GB".
+type Bytes int64
+
+func (b *Bytes) parseScalar(s string) error {
+	v, err := ParseBytes(s)
+	*b = Bytes(v)
+	return err
+}
+
+// CPU is millicores written as "2", "0.5" or "500m".
+type CPU int64
+
+func (c *CPU) parseScalar(s string) error {
+	v, err := ParseCPU(s)
+	*c = CPU(v)
+	return err
+}
