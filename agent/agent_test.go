@@ -23,15 +23,25 @@ func writeFile(tb testing.TB, path, s string) {
 
 // devMesh starts n dev-mix agents in this process on loopback.
 func devMesh(t *testing.T, n int, tweaks ...func(*Config)) []*Agent {
+	return devMeshWAN(t, n, false, tweaks...)
+}
+
+// devMeshWAN starts n dev-mix agents; with wan, gossip between sites is
+// delayed as in `strata dev`, so RTT estimates follow DevSiteRTT.
+func devMeshWAN(t *testing.T, n int, wan bool, tweaks ...func(*Config)) []*Agent {
 	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
 	var agents []*Agent
+	dn := &DevNetwork{}
 	done := make(chan struct{}, n)
 	for i, cfg := range DevConfigs(n, t.TempDir(), "127.0.0.1:0") {
 		cfg.GossipKey = "BwcHBwcHBwcHBwcHBwcHBwcHBwcHBwcHBwcHBwcHBwc="
 		cfg.MeshTimings = meshtest.FastTimings
 		cfg.LogLevel = "error"
 		cfg.ProcRoot = "discover/testdata/proc"
+		if wan {
+			cfg.PacketDelay = dn.Delay(cfg.Site)
+		}
 		for _, tw := range tweaks {
 			tw(&cfg)
 		}
@@ -42,6 +52,7 @@ func devMesh(t *testing.T, n int, tweaks ...func(*Config)) []*Agent {
 		if err != nil {
 			t.Fatal(err)
 		}
+		dn.Register(a.Mesh().GossipAddr(), cfg.Site)
 		agents = append(agents, a)
 		go func() { a.Run(ctx); done <- struct{}{} }()
 	}

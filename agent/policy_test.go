@@ -1,0 +1,176 @@
+package agent
+
+import (
+	"bytes"
+	"encoding/json"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/strata-mesh/strata/mesh/meshtest"
+)
+
+func post(t *testing.T, h http.Handler, method, path string, body []byte) (int, []byte) {
+	t.Helper()
+	rec := httptest.NewRecorder()
+	h.ServeHTTP(rec, httptest.NewRequest(method, path, bytes.NewReader(body)))
+	return rec.Code, rec.Body.Bytes()
+}
+
+// TestPlanApplyAndReplace plans and applies examples/fraud-scorer.yaml on a
+// dev mesh with emulated WAN latency: one replica per client site, each on
+// an edge node of that site (the only nodes within 20ms of it); killing one
+// moves its replica to the other edge node of the same site.
+func TestPlanApplyAndReplace(t *testing.T) {
+	agents := devMeshWAN(t, 7, true)
+	h := agents[1].Handler()
+	src, err := os.ReadFile("../examples/fraud-scorer.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	type plan struct {
+		Decision struct {
+			Feasible   bool `json:"feasible"`
+			Placements []struct {
+				Node, Site, Client string
+			} `json:"placements"`
+		} `json:"decision"`
+		Explanation string `json:"explanation"`
+		Why         string `json:"why"`
+	}
+	var got []plan
+	meshtest.WaitFor(t, 40*time.Second, "a plan with one replica in each client site", func() bool {
+		code, body := post(t, h, http.MethodPost, "/v1/plan?file=fraud-scorer.yaml&why=gpu-1", src)
+		if code != http.StatusOK || json.Unmarshal(body, &got) != nil || len(got) != 1 {
+			return false
+		}
+		d := got[0].Decision
+		if !d.Feasible || len(d.Placements) != 2 {
+			return false
+		}
+		for _, p := range d.Placements {
+			if p.Site != p.Client {
+				return false
+			}
+		}
+		return true
+	})
+	if !strings.Contains(got[0].Explanation, "InferenceService/fraud-scorer") || !strings.Contains(got[0].Why, "gpu-1") {
+		t.Errorf("explanation:\n%s\nwhy gpu-1:\n%s", got[0].Explanation, got[0].Why)
+	}
+
+	code, body := post(t, h, http.MethodPost, "/v1/policies?file=fraud-scorer.yaml", src)
+	if code != http.StatusOK {
+		t.Fatalf("apply = %d %s", code, body)
+	}
+	key := "InferenceService/fraud-scorer"
+	var placed PlacementRecord
+	meshtest.WaitFor(t, 30*time.Second, "fraud-scorer placed, seen the same by every agent", func() bool {
+		for _, a := range agents {
+			rec, ok := placementOf(a, key)
+			if !ok || rec.State != StatePlaced || len(rec.Nodes) != 2 {
+				return false
+			}
+			placed = rec
+		}
+		return true
+	})
+	sites := map[string]bool{}
+	for _, n := range placed.Nodes {
+		sites[n.Site] = true
+		if n.Tier != "edge" {
+			t.Errorf("replica on %s (tier %s), want the edge", n.Name, n.Tier)
+		}
+	}
+	if !sites["edge-a"] || !sites["edge-b"] {
+		t.Errorf("replicas in sites %v, want edge-a and edge-b", sites)
+	}
+
+	// Re-applying the same source changes nothing.
+	code, body = post(t, h, http.MethodPost, "/v1/policies", src)
+	var applied []ApplyResult
+	if code != http.StatusOK || json.Unmarshal(body, &applied) != nil || applied[0].Changed || applied[0].Generation != 1 {
+		t.Errorf("re-apply = %d %s", code, body)
+	}
+
+	// Kill the edge-a replica: it moves to the other edge-a node.
+	var victim *Agent
+	for _, n := range placed.Nodes {
+		for _, a := range agents {
+			if a.Name() == n.Name && n.Site == "edge-a" {
+				victim = a
+			}
+		}
+	}
+	victim.Close()
+	meshtest.WaitFor(t, 40*time.Second, "the edge-a replica to move to the other edge-a node", func() bool {
+		var survivor *Agent
+		for _, a := range agents {
+			if a != victim {
+				survivor = a
+			}
+		}
+		rec, ok := placementOf(survivor, key)
+		if !ok || rec.State != StatePlaced || rec.Epoch <= placed.Epoch {
+			return false
+		}
+		for _, n := range rec.Nodes {
+			if n.Name == victim.Name() {
+				return false
+			}
+			if n.Site == "edge-a" && n.Tier == "edge" {
+				return true
+			}
+		}
+		return false
+	})
+
+	var alive *Agent
+	for _, a := range agents {
+		if a != victim {
+			alive = a
+		}
+	}
+	code, _ = post(t, alive.Handler(), http.MethodDelete, "/v1/policies/InferenceService/fraud-scorer", nil)
+	if code != http.StatusOK {
+		t.Errorf("delete = %d", code)
+	}
+	meshtest.WaitFor(t, 20*time.Second, "the placement to be removed", func() bool {
+		_, ok := placementOf(alive, key)
+		return !ok
+	})
+}
+
+func TestPolicyAPIErrors(t *testing.T) {
+	agents := devMesh(t, 1)
+	h := agents[0].Handler()
+	bad := []byte("apiVersion: strata/v1\nkind: InferenceService\nmetadata: {name: x}\nspec:\n  model: {name: m}\n  replicas: many\n")
+	code, body := post(t, h, http.MethodPost, "/v1/policies?file=x.yaml", bad)
+	var e policyErrorBody
+	if code != http.StatusBadRequest || json.Unmarshal(body, &e) != nil || len(e.Errors) != 1 {
+		t.Fatalf("bad policy = %d %s", code, body)
+	}
+	want := PolicyError{File: "x.yaml", Line: 6, Column: 13, Field: "spec.replicas", Message: `want a whole number, got "many"`}
+	if e.Errors[0] != want || e.Field != "spec.replicas" {
+		t.Errorf("error = %+v, want %+v", e.Errors[0], want)
+	}
+	if code, _ := post(t, h, http.MethodPost, "/v1/policies", nil); code != http.StatusBadRequest {
+		t.Errorf("empty body = %d, want 400", code)
+	}
+	if code, _ := post(t, h, http.MethodPost, "/v1/plan", bytes.Repeat([]byte("#"), maxPolicyBody+1)); code != http.StatusRequestEntityTooLarge {
+		t.Errorf("oversized body = %d, want 413", code)
+	}
+	if code, _ := post(t, h, http.MethodDelete, "/v1/policies/InferenceService/nope", nil); code != http.StatusNotFound {
+		t.Errorf("delete unknown = %d, want 404", code)
+	}
+	if code, _ := post(t, h, http.MethodPost, "/v1/plan?why=nope", []byte("apiVersion: strata/v1\nkind: InferenceService\nmetadata: {name: x}\nspec: {model: {name: m}}\n")); code != http.StatusNotFound {
+		t.Errorf("why unknown node = %d, want 404", code)
+	}
+	code, body = post(t, h, http.MethodGet, "/v1/placements", nil)
+	if code != http.StatusOK || strings.TrimSpace(string(body)) != "[]" {
+		t.Errorf("placements = %d %s", code, body)
+	}
+}
