@@ -290,9 +290,12 @@ func (m *Mesh) Update(fn func(*NodeState)) error {
 	cp := next.Clone()
 	m.docs[m.id] = &cp
 	err := m.persistSelf(&cp)
-	m.queueBroadcast(&cp)
 	m.notifyLocked()
 	m.mu.Unlock()
+	// Queue outside m.mu: the queue asks memberlist for the member count,
+	// and memberlist calls our delegates (which take m.mu) under its own
+	// lock.
+	m.queueBroadcast(&cp)
 	// Gossip the new meta digest too (coalesced, off this goroutine: it waits
 	// for the broadcast); peers that miss the broadcast fetch the document
 	// when they see the digest.
@@ -510,16 +513,17 @@ func (m *Mesh) merge(s *NodeState, rebroadcast bool) bool {
 		return false
 	}
 	m.mu.Lock()
-	defer m.mu.Unlock()
 	if s.ID == m.id {
 		if s.Version > m.local.Version {
 			// Peers hold a newer version of us than we remember (the store
 			// was lost): move past it so our next write wins.
 			m.local.Version = s.Version
 		}
+		m.mu.Unlock()
 		return false
 	}
 	if !newer(s, m.docs[s.ID]) {
+		m.mu.Unlock()
 		return false
 	}
 	m.docs[s.ID] = s
@@ -529,13 +533,16 @@ func (m *Mesh) merge(s *NodeState, rebroadcast bool) bool {
 		delete(m.fetching, s.Name)
 	}
 	m.metrics.stateUpdates.Inc()
-	if rebroadcast {
-		m.queueBroadcast(s)
-	}
 	m.notifyLocked()
+	m.mu.Unlock()
+	if rebroadcast {
+		m.queueBroadcast(s) // outside m.mu: see Update
+	}
 	return true
 }
 
+// queueBroadcast queues a document for gossip. It must not be called with
+// m.mu held (see Update).
 func (m *Mesh) queueBroadcast(s *NodeState) {
 	if m.bq == nil {
 		return

@@ -381,6 +381,7 @@ func BenchmarkFanOut(b *testing.B) {
 		}
 		before := origin.Stats().BytesSent
 		start := time.Now()
+		c0 := cpuTime()
 		errs := make(chan error, agents)
 		for i, n := range nodes {
 			// The origin is listed last, as the farthest, and every other
@@ -401,6 +402,18 @@ func BenchmarkFanOut(b *testing.B) {
 			}
 		}
 		d := time.Since(start)
+		cpu := cpuTime() - c0
+		b.Logf("origin served %d forced %d seeded %d busy %d", origin.dbg[0].Load(), origin.dbg[1].Load(), origin.dbg[2].Load(), origin.dbg[3].Load())
+		var tot [6]int64
+		for _, n := range nodes {
+			for k := range tot {
+				tot[k] += n.dbg[k].Load()
+			}
+		}
+		b.Logf("peers served %d forced %d seeded %d busy %d", tot[0], tot[1], tot[2], tot[3])
+		// How busy the machine's cores were: near the core count means the
+		// fan-out was bound by CPU, not by the simulated links.
+		b.ReportMetric(cpu.Seconds()/d.Seconds(), "cores-busy")
 		egress := float64(origin.Stats().BytesSent - before)
 		b.ReportMetric(d.Seconds(), "s")
 		b.ReportMetric(egress, "origin-egress-bytes")

@@ -52,7 +52,7 @@ type Config struct {
 	// SeedWindow is how long after sending a chunk to one puller this node
 	// answers "get it from your peers" to other pullers asking for the same
 	// chunk without force (super-seeding: an origin sends each chunk about
-	// once, and the pullers spread it). Negative disables it. Default 3s.
+	// once, and the pullers spread it). Negative disables it. Default 10s.
 	SeedWindow time.Duration
 	// RetryTimeout is how long a pull keeps retrying while no chunk
 	// arrives (holders unreachable or all rejected) before it fails; what
@@ -87,7 +87,7 @@ func DefaultConfig() Config {
 		RetryTimeout:        30 * time.Second,
 		HavePoll:            250 * time.Millisecond,
 		ProgressInterval:    250 * time.Millisecond,
-		SeedWindow:          3 * time.Second,
+		SeedWindow:          10 * time.Second,
 	}
 }
 

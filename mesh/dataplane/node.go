@@ -38,6 +38,7 @@ type Node struct {
 	ingress, egress *limiter
 	serveSem        chan struct{}
 	sendSlots       chan struct{} // nil without an egress cap
+	queued          atomic.Int64  // chunk requests sending or waiting to
 	pullSem         chan struct{}
 	seed            atomic.Uint64
 
@@ -49,6 +50,7 @@ type Node struct {
 	pool   map[string]*poolConn
 
 	seeds seeder
+	dbg   [6]atomic.Int64 // served, forced, seeded, busy, missing, other-peer-after-window
 
 	mu        sync.Mutex
 	closed    bool
@@ -217,6 +219,10 @@ const ioPiece = 256 << 10
 // once.
 const capSendSlots = 2
 
+// capQueue is how many more chunk requests a node with an egress cap
+// queues behind those being sent before it answers busy.
+const capQueue = 4
+
 var bufPool sync.Pool // *[]byte
 
 func getBuf(n int) *[]byte {
@@ -285,18 +291,39 @@ func (n *Node) serveChunk(s *quic.Stream, peer, digest string, off int64, length
 		_, err := s.Write(header(statusError, 0))
 		return err
 	}
-	done, ok := n.seeds.begin(digest, off, peer, force, n.cfg.SeedWindow)
-	if !ok {
-		_, err := s.Write(header(statusSeeded, 0))
-		return err
+	if n.sendSlots != nil && !force {
+		// A short queue keeps each chunk's wait short; pullers take a
+		// busy holder's chunks elsewhere.
+		if n.queued.Add(1) > capSendSlots+capQueue {
+			n.queued.Add(-1)
+			n.dbg[3].Add(1)
+			_, err := s.Write(header(statusBusy, 0))
+			return err
+		}
+		defer n.queued.Add(-1)
 	}
-	defer done()
 	bp := getBuf(length)
 	defer bufPool.Put(bp)
-	data, ok := n.readRange(digest, off, *bp)
+	data, size, ok := n.readRange(digest, off, *bp)
 	if !ok {
 		_, err := s.Write(header(statusMissing, 0))
 		return err
+	}
+	if size > 0 {
+		// A whole blob: seed it, each chunk to one puller, until every
+		// chunk has gone out once.
+		done, ok := n.seeds.begin(digest, off, int64(length), size, peer, force, n.cfg.SeedWindow)
+		if !ok {
+			n.dbg[2].Add(1)
+			_, err := s.Write(header(statusSeeded, 0))
+			return err
+		}
+		defer done()
+	}
+	if force {
+		n.dbg[1].Add(1)
+	} else {
+		n.dbg[0].Add(1)
 	}
 	if _, err := s.Write(header(statusOK, len(data))); err != nil {
 		return err
@@ -328,30 +355,36 @@ func (n *Node) serveChunk(s *quic.Stream, peer, digest string, off int64, length
 	return nil
 }
 
-func (n *Node) readRange(digest string, off int64, buf []byte) ([]byte, bool) {
+// readRange reads [off, off+len(buf)) of a blob: from the whole blob if
+// held (size is then its size), else from a running download if that range
+// is a verified chunk (size 0).
+func (n *Node) readRange(digest string, off int64, buf []byte) (data []byte, size int64, ok bool) {
 	if n.store.Has(digest) {
 		f, err := os.Open(n.store.BlobPath(digest))
 		if err == nil {
 			defer f.Close()
-			if _, err := f.ReadAt(buf, off); err == nil {
-				return buf, true
+			fi, err := f.Stat()
+			if err == nil {
+				if _, err := f.ReadAt(buf, off); err == nil {
+					return buf, fi.Size(), true
+				}
 			}
 		}
 	}
 	p := n.store.Partial(digest)
 	if p == nil {
-		return nil, false
+		return nil, 0, false
 	}
 	m := p.Manifest()
 	if off%m.ChunkSize != 0 {
-		return nil, false
+		return nil, 0, false
 	}
 	i := int(off / m.ChunkSize)
 	if i >= len(m.Chunks) || m.ChunkLen(i) != int64(len(buf)) {
-		return nil, false
+		return nil, 0, false
 	}
 	b, err := p.ReadChunk(i, buf)
-	return b, err == nil
+	return b, 0, err == nil
 }
 
 // serveHave answers which chunks of a blob this node holds: the whole blob,

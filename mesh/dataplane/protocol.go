@@ -24,6 +24,9 @@ const (
 	// is sending, or has just sent, that chunk to another puller: the
 	// puller should get it from that peer instead (super-seeding).
 	statusSeeded byte = 3
+	// statusBusy answers a chunk request when the holder already has a
+	// queue of chunks to send under its egress cap: ask another holder.
+	statusBusy byte = 4
 )
 
 // Flags of chunk requests.

@@ -28,12 +28,16 @@ var (
 var (
 	errMissing = errors.New("dataplane: holder does not have the chunk")
 	errSeeded  = errors.New("dataplane: holder sent the chunk to a peer")
+	errBusy    = errors.New("dataplane: holder busy")
 )
 
 // seededForceAfter is how many "get it from a peer" answers for one chunk
 // a puller accepts from a holder before it insists (the peer that got the
 // chunk may not be among its holders, or may have failed).
 const seededForceAfter = 4
+
+// holderBusyPause is how long a puller leaves a busy holder alone.
+const holderBusyPause = 100 * time.Millisecond
 
 // Holder is a node that may hold an artifact.
 type Holder struct {
@@ -146,6 +150,11 @@ type holderState struct {
 	// until when to leave them to the peers; seeded counts such answers.
 	deferred map[int]time.Time
 	seeded   map[int]int
+	// inflight counts requests to it now; retryAt is when it may be asked
+	// again after a failure; fails counts consecutive failures.
+	inflight int
+	retryAt  time.Time
+	fails    int
 }
 
 func (hs *holderState) has(i int) bool {
@@ -175,6 +184,10 @@ type transfer struct {
 	left     int
 	inflight int
 	maxIn    int
+	perHold  int
+	avail    []int // per chunk: usable holders known to have it
+	gen      uint64
+	scanned  uint64 // gen of the last scan that found nothing
 	holders  []*holderState
 	wake     chan struct{}
 	finished bool
@@ -276,10 +289,12 @@ func (t *transfer) run(ctx context.Context, holders []Holder) (TransferStatus, e
 	t.started = time.Now()
 	t.lastGood = t.started
 	t.state = make([]byte, len(t.m.Chunks))
+	t.perHold = n.cfg.StreamsPerHolder * n.cfg.ConnsPerHolder
 	t.maxIn = n.cfg.MaxChunksInFlight
 	if t.maxIn == 0 {
-		t.maxIn = min(n.cfg.StreamsPerHolder*n.cfg.ConnsPerHolder*len(holders), 16)
+		t.maxIn = min(t.perHold*max(len(holders), 1), 16)
 	}
+	t.avail = make([]int, len(t.m.Chunks))
 	for i := range t.state {
 		if p.Has(i) {
 			t.state[i] = chunkDone
@@ -307,10 +322,10 @@ func (t *transfer) run(ctx context.Context, holders []Holder) (TransferStatus, e
 		for _, hs := range t.holders {
 			wg.Add(1)
 			go func() { defer wg.Done(); t.pollHave(hs) }()
-			for k := 0; k < n.cfg.StreamsPerHolder*n.cfg.ConnsPerHolder; k++ {
-				wg.Add(1)
-				go func() { defer wg.Done(); t.worker(hs, k%n.cfg.ConnsPerHolder) }()
-			}
+		}
+		for k := 0; k < t.maxIn; k++ {
+			wg.Add(1)
+			go func() { defer wg.Done(); t.worker(k % n.cfg.ConnsPerHolder) }()
 		}
 	} else {
 		t.finish(nil)
@@ -361,60 +376,96 @@ func (t *transfer) finish(err error) {
 
 // broadcast wakes waiters; t.mu must be held.
 func (t *transfer) broadcast() {
+	t.gen++
 	close(t.wake)
 	t.wake = make(chan struct{})
 }
 
-// pick chooses the next chunk to fetch from hs: a missing chunk hs has,
-// held by as few holders as possible (rarest first, so the scarce chunks of
-// an origin are spread before common ones), ties broken at random so that
-// pullers sharing an origin ask it for different chunks. It blocks until
-// one is available and returns false when the worker should stop.
-func (t *transfer) pick(hs *holderState) (int, bool) {
+// recount recomputes t.avail; t.mu must be held. It runs when a holder's
+// view changes, which is rare next to picks.
+func (t *transfer) recount() {
+	for i := range t.avail {
+		t.avail[i] = 0
+	}
+	for _, hs := range t.holders {
+		if hs.rejected {
+			continue
+		}
+		for i := range t.avail {
+			if hs.has(i) {
+				t.avail[i]++
+			}
+		}
+	}
+}
+
+// pick chooses the next chunk to fetch and the holder to fetch it from.
+// Chunks go rarest first (held by the fewest holders, so an origin's
+// scarce chunks spread before common ones), ties broken at random so that
+// pullers sharing an origin ask it for different chunks. The holder is the
+// least loaded of those that have the chunk, nearest first among equals,
+// skipping holders that failed recently and chunks a holder said to fetch
+// from a peer. It blocks until a pair is available and returns false when
+// the pull has ended.
+func (t *transfer) pick() (int, *holderState, bool) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	for {
-		if t.finished || hs.rejected || t.ctx.Err() != nil {
-			return 0, false
+		if t.finished || t.ctx.Err() != nil {
+			return 0, nil, false
 		}
-		best, bestCount := -1, 1<<30
 		var retryAt time.Time
-		if t.inflight < t.maxIn {
+		if t.inflight < t.maxIn && t.scanned != t.gen {
 			now := time.Now()
-			nc := len(t.state)
-			start := t.rng.IntN(nc)
-			for j := 0; j < nc; j++ {
-				i := (start + j) % nc
-				if t.state[i] != chunkMissing || !hs.has(i) {
-					continue
-				}
-				if until, ok := hs.deferred[i]; ok {
-					if now.Before(until) {
-						if retryAt.IsZero() || until.Before(retryAt) {
-							retryAt = until
-						}
-						continue
-					}
-				}
-				c := 0
-				for _, o := range t.holders {
-					if !o.rejected && o.has(i) {
-						c++
-					}
-				}
-				if c < bestCount {
-					best, bestCount = i, c
-					if c == 1 {
-						break
-					}
+			later := func(at time.Time) {
+				if retryAt.IsZero() || at.Before(retryAt) {
+					retryAt = at
 				}
 			}
-		}
-		if best >= 0 {
-			t.state[best] = chunkInFlight
-			t.inflight++
-			delete(hs.deferred, best)
-			return best, true
+			eligible := func(hs *holderState, i int) bool {
+				if hs.rejected || !hs.has(i) || hs.inflight >= t.perHold {
+					return false
+				}
+				if now.Before(hs.retryAt) {
+					later(hs.retryAt)
+					return false
+				}
+				if until, ok := hs.deferred[i]; ok && now.Before(until) {
+					later(until)
+					return false
+				}
+				return true
+			}
+			best, bestAvail := -1, 1<<30
+			var bestHolder *holderState
+			nc := len(t.state)
+			start := t.rng.IntN(nc)
+			for j := 0; j < nc && bestAvail > 1; j++ {
+				i := (start + j) % nc
+				if t.state[i] != chunkMissing || t.avail[i] == 0 || t.avail[i] >= bestAvail {
+					continue
+				}
+				var h *holderState
+				for _, hs := range t.holders {
+					if eligible(hs, i) && (h == nil || hs.inflight < h.inflight) {
+						h = hs
+					}
+				}
+				if h != nil {
+					best, bestAvail, bestHolder = i, t.avail[i], h
+				}
+			}
+			if best >= 0 {
+				t.state[best] = chunkInFlight
+				t.inflight++
+				bestHolder.inflight++
+				delete(bestHolder.deferred, best)
+				return best, bestHolder, true
+			}
+			if retryAt.IsZero() {
+				// Nothing to do until something changes.
+				t.scanned = t.gen
+			}
 		}
 		wake := t.wake
 		t.mu.Unlock()
@@ -433,10 +484,11 @@ func (t *transfer) pick(hs *holderState) (int, bool) {
 	}
 }
 
-func (t *transfer) worker(hs *holderState, k int) {
-	failures := 0
+// worker fetches chunks until the pull ends, over the k-th connection to
+// whichever holder pick chooses.
+func (t *transfer) worker(k int) {
 	for {
-		i, ok := t.pick(hs)
+		i, hs, ok := t.pick()
 		if !ok {
 			return
 		}
@@ -446,16 +498,17 @@ func (t *transfer) worker(hs *holderState, k int) {
 			bufPool.Put(bp)
 			if errors.Is(werr, storage.ErrDigestMismatch) {
 				t.reject(hs, i)
-				return
+				continue
 			}
 			if werr != nil {
 				t.finish(werr)
 				return
 			}
-			failures = 0
 			t.mu.Lock()
 			t.state[i] = chunkDone
 			t.inflight--
+			hs.inflight--
+			hs.fails = 0
 			t.left--
 			hs.bytes += t.m.ChunkLen(i)
 			hs.chunks++
@@ -472,29 +525,31 @@ func (t *transfer) worker(hs *holderState, k int) {
 		t.mu.Lock()
 		t.state[i] = chunkMissing
 		t.inflight--
-		if errors.Is(err, errSeeded) {
+		hs.inflight--
+		switch {
+		case errors.Is(err, errBusy):
+			hs.retryAt = time.Now().Add(holderBusyPause)
+		case errors.Is(err, errSeeded):
 			if hs.deferred == nil {
 				hs.deferred, hs.seeded = map[int]time.Time{}, map[int]int{}
 			}
 			hs.seeded[i]++
 			hs.deferred[i] = time.Now().Add(time.Duration(hs.seeded[i]) * 500 * time.Millisecond)
-		} else if errors.Is(err, errMissing) {
+		case errors.Is(err, errMissing):
 			if !hs.complete && hs.have != nil {
 				hs.have[i/8] &^= 1 << (i % 8)
+				t.recount()
 			}
-		} else if t.ctx.Err() == nil {
+		case t.ctx.Err() == nil:
 			hs.failures++
+			hs.fails++
 			hs.lastErr = err
+			// Back off from this holder: 50ms doubling to 2s. Other
+			// holders take over its chunks meanwhile.
+			hs.retryAt = time.Now().Add(min(50*time.Millisecond<<min(hs.fails-1, 6), 2*time.Second))
 		}
 		t.broadcast()
 		t.mu.Unlock()
-		if errors.Is(err, errMissing) || errors.Is(err, errSeeded) {
-			continue
-		}
-		failures++
-		if !t.backoff(failures) {
-			return
-		}
 	}
 }
 
@@ -518,6 +573,7 @@ func (t *transfer) reject(hs *holderState, i int) {
 	t.mu.Lock()
 	t.state[i] = chunkMissing
 	t.inflight--
+	hs.inflight--
 	hs.badCount++
 	if !hs.rejected {
 		t.n.stats.holdersRefused.Add(1)
@@ -525,6 +581,7 @@ func (t *transfer) reject(hs *holderState, i int) {
 			"holder", hs.h.ID, "ref", t.m.Ref(), "chunk", i)
 	}
 	hs.rejected = true
+	t.recount()
 	usable := 0
 	for _, o := range t.holders {
 		if !o.rejected {
@@ -551,7 +608,9 @@ func (t *transfer) fetch(hs *holderState, k, i int) (*[]byte, error) {
 	binary.BigEndian.PutUint64(req[33:], uint64(int64(i)*t.m.ChunkSize))
 	binary.BigEndian.PutUint32(req[41:], uint32(length))
 	t.mu.Lock()
-	if hs.seeded[i] >= seededForceAfter {
+	// Insist only when no other holder is known to have the chunk: if a
+	// peer has it, it is the peer's to send.
+	if hs.seeded[i] >= seededForceAfter && t.avail[i] <= 1 {
 		req[45] = flagForce
 	}
 	t.mu.Unlock()
@@ -569,6 +628,9 @@ func (t *transfer) fetch(hs *holderState, k, i int) (*[]byte, error) {
 	}
 	if st == statusSeeded {
 		return nil, errSeeded
+	}
+	if st == statusBusy {
+		return nil, errBusy
 	}
 	if st != statusOK || int(ln) != length {
 		return nil, fmt.Errorf("dataplane: chunk %d from %s: status %d, %d bytes", i, hs.h.ID, st, ln)
@@ -635,6 +697,7 @@ func (t *transfer) pollHave(hs *holderState) {
 			}
 			hs.have = bm
 		}
+		t.recount()
 		t.broadcast()
 		t.mu.Unlock()
 		if bm == nil && !complete {

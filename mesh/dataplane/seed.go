@@ -5,21 +5,22 @@ import (
 	"time"
 )
 
-// seeder remembers, per chunk (blob digest and offset), which puller this
-// node is sending it to or sent it to last, and when. With it a holder
-// sends each chunk to one puller and tells the others to fetch it from
-// that peer, so a fan-out costs the origin about one copy (the
-// "super-seeding" of BitTorrent, where a seed hides what it has already
-// given out).
+// seeder implements super-seeding (as in BitTorrent): while a holder of a
+// whole blob has not yet sent every chunk of it out, it sends each chunk to
+// one puller only and answers the others "get it from your peers", so a
+// fan-out costs it about one copy and the pullers spread the rest among
+// themselves. A chunk counts as sent out while it is being sent and for
+// the seed window after. Once every chunk has gone out, it serves anyone.
 type seeder struct {
-	mu     sync.Mutex
-	chunks map[seedKey]*seedState
-	swept  time.Time
+	mu    sync.Mutex
+	blobs map[string]*seedBlob
+	swept time.Time
 }
 
-type seedKey struct {
-	digest string
-	off    int64
+type seedBlob struct {
+	total  int // chunks in the blob, once known
+	chunks map[int64]*seedState
+	last   time.Time
 }
 
 type seedState struct {
@@ -28,33 +29,52 @@ type seedState struct {
 	last    time.Time
 }
 
-// begin decides whether to send the chunk to peer. It refuses when the
-// chunk is being sent to another peer, or was within window, unless force.
-// On success the caller must call done when the chunk is sent.
-func (s *seeder) begin(digest string, off int64, peer string, force bool, window time.Duration) (done func(), ok bool) {
+func (st *seedState) out(now time.Time, window time.Duration) bool {
+	return st.peer != "" && (st.serving > 0 || now.Sub(st.last) < window)
+}
+
+// begin decides whether to send the chunk at off (length bytes of a blob of
+// size bytes) to peer. On success the caller must call done once the chunk
+// is sent.
+func (s *seeder) begin(digest string, off, length, size int64, peer string, force bool, window time.Duration) (done func(), ok bool) {
 	now := time.Now()
-	k := seedKey{digest, off}
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if s.chunks == nil {
-		s.chunks = map[seedKey]*seedState{}
+	if s.blobs == nil {
+		s.blobs = map[string]*seedBlob{}
 	}
 	if now.Sub(s.swept) > time.Minute {
 		s.swept = now
-		for k, st := range s.chunks {
-			if st.serving == 0 && now.Sub(st.last) > time.Minute {
-				delete(s.chunks, k)
+		for d, b := range s.blobs {
+			if now.Sub(b.last) > time.Minute+window {
+				delete(s.blobs, d)
 			}
 		}
 	}
-	st := s.chunks[k]
+	b := s.blobs[digest]
+	if b == nil {
+		b = &seedBlob{chunks: map[int64]*seedState{}}
+		s.blobs[digest] = b
+	}
+	b.last = now
+	if off+length < size && length > 0 {
+		b.total = int((size + length - 1) / length)
+	}
+	st := b.chunks[off]
 	if st == nil {
 		st = &seedState{}
-		s.chunks[k] = st
+		b.chunks[off] = st
 	}
-	if window > 0 && !force && st.peer != "" && st.peer != peer &&
-		(st.serving > 0 || now.Sub(st.last) < window) {
-		return nil, false
+	if window > 0 && !force && st.peer != peer && st.out(now, window) && b.total > 0 {
+		out := 0
+		for _, c := range b.chunks {
+			if c.out(now, window) {
+				out++
+			}
+		}
+		if out < b.total {
+			return nil, false
+		}
 	}
 	st.peer = peer
 	st.serving++
