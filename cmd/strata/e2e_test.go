@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"net"
 	"os"
@@ -88,10 +89,20 @@ func cli(t *testing.T, api string, args ...string) (string, error) {
 	cmd.Stdout, cmd.Stderr = &out, &errb
 	err := cmd.Run()
 	if err != nil {
-		return out.String(), fmt.Errorf("%v: %s", err, errb.String())
+		return out.String(), &cliError{err: err, stderr: errb.String()}
 	}
 	return out.String(), nil
 }
+
+// cliError is a failed CLI run: its exit error and what it printed on
+// stderr.
+type cliError struct {
+	err    error
+	stderr string
+}
+
+func (e *cliError) Error() string { return e.err.Error() + ": " + e.stderr }
+func (e *cliError) Unwrap() error { return e.err }
 
 func membersOf(t *testing.T, api string) map[string]mesh.Member {
 	out, err := cli(t, api, "members", "-o", "json")
@@ -201,4 +212,61 @@ func TestDevOnce(t *testing.T) {
 			t.Errorf("dev output lacks %q:\n%s", want, out)
 		}
 	}
+}
+
+// TestPlanApplyCLI runs an agent process with declared GPUs and drives the
+// policy commands: plan exits 0 when everything places, 2 when something
+// cannot, 1 on a bad policy (printing every error with its position).
+func TestPlanApplyCLI(t *testing.T) {
+	dir := t.TempDir()
+	cfg := filepath.Join(dir, "agent.yaml")
+	os.WriteFile(cfg, []byte("tier: onprem\nsite: rack-1\nfabric: ib:a\ngpus:\n  - {model: NVIDIA H100 80GB HBM3, memory: 80GiB, count: 8}\n"), 0o600)
+	p := &proc{name: "g1", dir: filepath.Join(dir, "data"), api: fmt.Sprintf("127.0.0.1:%d", freePort(t)),
+		gossip: fmt.Sprintf("127.0.0.1:%d", freePort(t)), args: []string{"-config", cfg}}
+	startAgent(t, p)
+	meshtest.WaitFor(t, 20*time.Second, "the agent's API", func() bool { return len(membersOf(t, p.api)) == 1 })
+
+	one := filepath.Join(dir, "one.yaml")
+	os.WriteFile(one, []byte(`apiVersion: strata/v1
+kind: TrainingJob
+metadata: {name: small}
+spec:
+  resources: {gpus: {count: 4, model: H100}}
+  launcher: builtin
+`), 0o600)
+	out, err := cli(t, p.api, "plan", "-f", one)
+	if err != nil || !strings.Contains(out, "g1") {
+		t.Errorf("plan of a job that fits: %v\n%s", err, out)
+	}
+	out, err = cli(t, p.api, "plan", "-f", "../../examples/train-fraud.yaml")
+	if code := exitCode(err); code != 2 {
+		t.Errorf("plan of a 2-node gang on a 1-node mesh: exit %d, want 2\n%s", code, out)
+	}
+	bad := filepath.Join(dir, "bad.yaml")
+	os.WriteFile(bad, []byte("apiVersion: strata/v1\nkind: TrainingJob\nmetadata: {name: b}\nspec:\n  retries: -1\n  gang: {fabric: near}\n"), 0o600)
+	_, err = cli(t, p.api, "plan", "-f", bad)
+	if code := exitCode(err); code != 1 || !strings.Contains(err.Error(), "bad.yaml:5:12: spec.retries") || !strings.Contains(err.Error(), "bad.yaml:6:18: spec.gang.fabric") {
+		t.Errorf("plan of a bad policy: exit %d, err %v", code, err)
+	}
+	if out, err := cli(t, p.api, "apply", "-f", one); err != nil || !strings.Contains(out, "TrainingJob/small applied") {
+		t.Fatalf("apply: %v\n%s", err, out)
+	}
+	meshtest.WaitFor(t, 20*time.Second, "the job placed", func() bool {
+		out, err := cli(t, p.api, "placements")
+		return err == nil && strings.Contains(out, "TrainingJob/small") && strings.Contains(out, "placed")
+	})
+	if out, err := cli(t, p.api, "delete", "TrainingJob", "small"); err != nil || !strings.Contains(out, "deleted") {
+		t.Errorf("delete: %v %s", err, out)
+	}
+}
+
+func exitCode(err error) int {
+	if err == nil {
+		return 0
+	}
+	var ee *exec.ExitError
+	if errors.As(err, &ee) {
+		return ee.ExitCode()
+	}
+	return -1
 }
