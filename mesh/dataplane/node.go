@@ -50,7 +50,6 @@ type Node struct {
 	pool   map[string]*poolConn
 
 	seeds seeder
-	dbg   [6]atomic.Int64 // served, forced, seeded, busy, missing, other-peer-after-window
 
 	mu        sync.Mutex
 	closed    bool
@@ -61,6 +60,8 @@ type Node struct {
 		bytesSent, bytesReceived       atomic.Int64
 		chunksServed, chunksFetched    atomic.Int64
 		chunksRejected, holdersRefused atomic.Int64
+		seededRefusals, busyRefusals   atomic.Int64
+		forcedServes                   atomic.Int64
 	}
 }
 
@@ -150,6 +151,13 @@ type Stats struct {
 	// HoldersRejected counts holders dropped from a pull for serving a
 	// corrupted chunk.
 	HoldersRejected int64
+	// SeededRefusals counts chunk requests this node answered "get it from
+	// your peers" (super-seeding); ForcedServes counts chunks it sent
+	// again because a puller insisted (no peer had them).
+	SeededRefusals, ForcedServes int64
+	// BusyRefusals counts chunk requests refused because the queue under
+	// the egress cap was full.
+	BusyRefusals int64
 }
 
 // Stats returns the node's counters.
@@ -161,6 +169,9 @@ func (n *Node) Stats() Stats {
 		ChunksFetched:   n.stats.chunksFetched.Load(),
 		ChunksRejected:  n.stats.chunksRejected.Load(),
 		HoldersRejected: n.stats.holdersRefused.Load(),
+		SeededRefusals:  n.stats.seededRefusals.Load(),
+		ForcedServes:    n.stats.forcedServes.Load(),
+		BusyRefusals:    n.stats.busyRefusals.Load(),
 	}
 }
 
@@ -296,7 +307,7 @@ func (n *Node) serveChunk(s *quic.Stream, peer, digest string, off int64, length
 		// busy holder's chunks elsewhere.
 		if n.queued.Add(1) > capSendSlots+capQueue {
 			n.queued.Add(-1)
-			n.dbg[3].Add(1)
+			n.stats.busyRefusals.Add(1)
 			_, err := s.Write(header(statusBusy, 0))
 			return err
 		}
@@ -314,16 +325,14 @@ func (n *Node) serveChunk(s *quic.Stream, peer, digest string, off int64, length
 		// chunk has gone out once.
 		done, ok := n.seeds.begin(digest, off, int64(length), size, peer, force, n.cfg.SeedWindow)
 		if !ok {
-			n.dbg[2].Add(1)
+			n.stats.seededRefusals.Add(1)
 			_, err := s.Write(header(statusSeeded, 0))
 			return err
 		}
 		defer done()
 	}
 	if force {
-		n.dbg[1].Add(1)
-	} else {
-		n.dbg[0].Add(1)
+		n.stats.forcedServes.Add(1)
 	}
 	if _, err := s.Write(header(statusOK, len(data))); err != nil {
 		return err

@@ -155,6 +155,7 @@ type holderState struct {
 	inflight int
 	retryAt  time.Time
 	fails    int
+	busy     int // consecutive busy answers
 }
 
 func (hs *holderState) has(i int) bool {
@@ -509,6 +510,7 @@ func (t *transfer) worker(k int) {
 			t.inflight--
 			hs.inflight--
 			hs.fails = 0
+			hs.busy = 0
 			t.left--
 			hs.bytes += t.m.ChunkLen(i)
 			hs.chunks++
@@ -528,7 +530,9 @@ func (t *transfer) worker(k int) {
 		hs.inflight--
 		switch {
 		case errors.Is(err, errBusy):
-			hs.retryAt = time.Now().Add(holderBusyPause)
+			// 100ms doubling to 400ms while it stays busy.
+			hs.busy++
+			hs.retryAt = time.Now().Add(holderBusyPause << min(hs.busy-1, 2))
 		case errors.Is(err, errSeeded):
 			if hs.deferred == nil {
 				hs.deferred, hs.seeded = map[int]time.Time{}, map[int]int{}
