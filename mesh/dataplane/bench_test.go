@@ -112,12 +112,12 @@ func reportTransfer(b *testing.B, size int64, d time.Duration) {
 // variants show what chunk size, streams, connections and holders give.
 //
 // A shared machine is noisy, so the implementations run interleaved, in
-// STRATA_BENCH_ROUNDS rounds (default 3), after one untimed warm-up round,
+// STRATA_BENCH_ROUNDS rounds (default 1), after one untimed warm-up round,
 // and each reports its median. STRATA_BENCH_IMPLS (a comma-separated list
 // of impl names) runs only those.
 func BenchmarkTransfer(b *testing.B) {
 	size := envInt(b, "STRATA_BENCH_TRANSFER_BYTES", 1<<30)
-	rounds := int(envInt(b, "STRATA_BENCH_ROUNDS", 3))
+	rounds := int(envInt(b, "STRATA_BENCH_ROUNDS", 1))
 	group := "size=" + sizeName(size)
 	ca := newTestCA(b)
 
@@ -171,6 +171,8 @@ func BenchmarkTransfer(b *testing.B) {
 		{"strata", strata(4<<20, 1, 4, holder0)},
 		{"strata-chunk1MiB", strata(1<<20, 1, 4, holder0)},
 		{"strata-chunk16MiB", strata(16<<20, 1, 4, holder0)},
+		{"strata-streams1", strata(4<<20, 1, 1, holder0)},
+		{"strata-streams2", strata(4<<20, 1, 2, holder0)},
 		{"strata-streams8", strata(4<<20, 1, 8, holder0)},
 		{"strata-conns2", strata(4<<20, 2, 4, holder0)},
 		{"strata-holders2", strata(4<<20, 1, 4, holder0, holder1)},

@@ -26,6 +26,15 @@
 //
 // The wire protocol is one request per bidirectional stream: a one-byte
 // opcode and its fields, answered by a status byte and a length-prefixed
-// body. Opcodes: chunk (digest, index), have (digest; long-polls for the
-// holder's next verified chunk) and manifest (kind, name, version).
+// body. Opcodes: chunk (digest, offset, length, flags), have (digest;
+// long-polls for the holder's next verified chunk), manifest (kind, name,
+// version) and done (digest: the puller holds the blob now).
+//
+// Fan-out. Pulls pick chunks rarest first with random tie-breaks, from the
+// least-loaded holder that has them. A holder of a whole blob super-seeds:
+// until every chunk has gone out once it sends each chunk to one active
+// puller and tells the others to fetch it from their peers; under an
+// egress cap it sends two chunks at a time at full rate and answers busy
+// beyond a short queue, so pullers spread their requests over the peers.
+// An origin then sends about one copy however many agents pull.
 package dataplane

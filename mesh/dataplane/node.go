@@ -266,6 +266,14 @@ func (n *Node) serveStream(s *quic.Stream, peer string) error {
 			return err
 		}
 		return n.serveHave(s, hex.EncodeToString(req[:32]), int(binary.BigEndian.Uint32(req[32:])))
+	case opDone:
+		var req [32]byte
+		if _, err := io.ReadFull(s, req[:]); err != nil {
+			return err
+		}
+		n.seeds.finished(hex.EncodeToString(req[:]), peer)
+		_, err := s.Write(header(statusOK, 0))
+		return err
 	case opManifest:
 		kind, err := readString(s)
 		if err != nil {

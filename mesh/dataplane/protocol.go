@@ -13,6 +13,7 @@ const (
 	opChunk    byte = 1
 	opHave     byte = 2
 	opManifest byte = 3
+	opDone     byte = 4 // digest: the puller has the whole blob now
 )
 
 // Statuses of responses.

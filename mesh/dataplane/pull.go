@@ -339,6 +339,7 @@ func (t *transfer) run(ctx context.Context, holders []Holder) (TransferStatus, e
 	err = t.err
 	if err == nil {
 		err = p.Commit()
+		t.tellDone()
 	} else {
 		p.Close()
 	}
@@ -740,6 +741,40 @@ func (t *transfer) have(hs *holderState, req []byte) (complete bool, bm []byte, 
 		return false, nil, fmt.Errorf("dataplane: have from %s: bitmap of %d bytes", hs.h.ID, len(body)-1)
 	}
 	return false, body[1:], nil
+}
+
+// tellDone tells the holders that served this pull that it is over, so
+// they stop holding chunks back for it (see seeder). Best effort, bounded.
+func (t *transfer) tellDone() {
+	req := make([]byte, 1+32)
+	req[0] = opDone
+	if putDigest(req[1:], t.m.Digest) != nil {
+		return
+	}
+	ctx, cancel := context.WithTimeout(t.n.ctx, time.Second)
+	defer cancel()
+	var used []*holderState
+	t.mu.Lock()
+	for _, hs := range t.holders {
+		if hs.chunks > 0 || hs.seeded != nil {
+			used = append(used, hs)
+		}
+	}
+	t.mu.Unlock()
+	var wg sync.WaitGroup
+	for _, hs := range used {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			s, _, err := t.n.request(ctx, hs.h.Addr, 0, req)
+			if err != nil {
+				return
+			}
+			readHeader(s)
+			s.CancelRead(codeNone)
+		}()
+	}
+	wg.Wait()
 }
 
 // watch reports progress and fails the pull when it stalls.

@@ -21,7 +21,15 @@ type seedBlob struct {
 	total  int // chunks in the blob, once known
 	chunks map[int64]*seedState
 	last   time.Time
+	// active holds when each puller last asked for a chunk of the blob;
+	// a puller that said it is done is removed.
+	active map[string]time.Time
 }
+
+// seedActive is how long after its last request a puller counts as still
+// pulling. Only chunks given to pullers still pulling are refused: a puller
+// that has finished may not serve the others.
+const seedActive = 2 * time.Second
 
 type seedState struct {
 	peer    string
@@ -53,10 +61,11 @@ func (s *seeder) begin(digest string, off, length, size int64, peer string, forc
 	}
 	b := s.blobs[digest]
 	if b == nil {
-		b = &seedBlob{chunks: map[int64]*seedState{}}
+		b = &seedBlob{chunks: map[int64]*seedState{}, active: map[string]time.Time{}}
 		s.blobs[digest] = b
 	}
 	b.last = now
+	b.active[peer] = now
 	if off+length < size && length > 0 {
 		b.total = int((size + length - 1) / length)
 	}
@@ -65,7 +74,8 @@ func (s *seeder) begin(digest string, off, length, size int64, peer string, forc
 		st = &seedState{}
 		b.chunks[off] = st
 	}
-	if window > 0 && !force && st.peer != peer && st.out(now, window) && b.total > 0 {
+	if window > 0 && !force && st.peer != peer && st.out(now, window) && b.total > 0 &&
+		now.Sub(b.active[st.peer]) < seedActive {
 		out := 0
 		for _, c := range b.chunks {
 			if c.out(now, window) {
@@ -84,4 +94,14 @@ func (s *seeder) begin(digest string, off, length, size int64, peer string, forc
 		st.last = time.Now()
 		s.mu.Unlock()
 	}, true
+}
+
+// finished records that peer has finished pulling the blob: chunks given to
+// it are no longer held back from others.
+func (s *seeder) finished(digest, peer string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if b := s.blobs[digest]; b != nil {
+		delete(b.active, peer)
+	}
 }
