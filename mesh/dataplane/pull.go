@@ -34,7 +34,7 @@ var (
 // seededForceAfter is how many "get it from a peer" answers for one chunk
 // a puller accepts from a holder before it insists (the peer that got the
 // chunk may not be among its holders, or may have failed).
-const seededForceAfter = 4
+const seededForceAfter = 3
 
 // holderBusyPause is how long a puller leaves a busy holder alone.
 const holderBusyPause = 100 * time.Millisecond
