@@ -6,6 +6,7 @@
 //	if err != nil { ... }
 //	defer db.Close()
 //	err = db.Put([]byte("k"), []byte("v")) // synced before it returns
+//
 // Artifacts. A Store (OpenStore) keeps blobs on disk named by their SHA-256
 // (Dir/blobs/sha256/<aa>/<digest>) and, in the DB under "art/", signed
 // manifests, pins and the progress of resumable downloads. A Manifest names
