@@ -1,0 +1,146 @@
+package trainer
+
+import (
+	"encoding/csv"
+	"errors"
+	"fmt"
+	"io"
+	"math"
+	"strconv"
+	"strings"
+)
+
+// ErrDataset is returned, wrapped with the position and the cause, when a
+// dataset cannot be read or used for training.
+var ErrDataset = errors.New("trainer: bad dataset")
+
+// Dataset is a tabular classification data set held in memory.
+type Dataset struct {
+	// Features are the feature column names, in column order.
+	Features []string
+	// Label is the label column's name.
+	Label string
+	// X is row-major [Rows][len(Features)].
+	X []float64
+	// Y holds each row's class, an integer 0 ≤ y < Classes.
+	Y []int
+	// Classes is 1 + the largest label.
+	Classes int
+}
+
+// Rows returns the number of rows.
+func (d *Dataset) Rows() int { return len(d.Y) }
+
+// ReadCSV reads a CSV with a header row. The column named label holds the
+// class (a non-negative integer, written as 0, 1, 2 or 0.0, 1.0…); an empty
+// label means the last column. Every other column must be numeric. Errors
+// wrap ErrDataset and name the line and column.
+func ReadCSV(r io.Reader, label string) (*Dataset, error) {
+	cr := csv.NewReader(r)
+	cr.TrimLeadingSpace = true
+	cr.ReuseRecord = true
+	header, err := cr.Read()
+	if err == io.EOF {
+		return nil, fmt.Errorf("%w: empty file, want a header row", ErrDataset)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("%w: %w", ErrDataset, err)
+	}
+	header = append([]string(nil), header...)
+	li := len(header) - 1
+	if label != "" {
+		li = -1
+		for i, h := range header {
+			if strings.TrimSpace(h) == label {
+				li = i
+			}
+		}
+		if li < 0 {
+			return nil, fmt.Errorf("%w: no label column %q in header %v", ErrDataset, label, header)
+		}
+	}
+	if len(header) < 2 {
+		return nil, fmt.Errorf("%w: need at least one feature and a label column, got header %v", ErrDataset, header)
+	}
+	d := &Dataset{Label: strings.TrimSpace(header[li])}
+	for i, h := range header {
+		if i != li {
+			d.Features = append(d.Features, strings.TrimSpace(h))
+		}
+	}
+	for {
+		rec, err := cr.Read()
+		if err == io.EOF {
+			break
+		}
+		if err != nil {
+			return nil, fmt.Errorf("%w: %w", ErrDataset, err)
+		}
+		line, _ := cr.FieldPos(0)
+		for i, s := range rec {
+			v, err := strconv.ParseFloat(strings.TrimSpace(s), 64)
+			if err != nil || math.IsInf(v, 0) || math.IsNaN(v) {
+				return nil, fmt.Errorf("%w: line %d column %d (%s): %q is not a number", ErrDataset, line, i+1, header[i], s)
+			}
+			if i != li {
+				d.X = append(d.X, v)
+				continue
+			}
+			if v < 0 || v != math.Trunc(v) || v > 1<<16 {
+				return nil, fmt.Errorf("%w: line %d column %d (%s): label %q must be a class number 0, 1, 2…", ErrDataset, line, i+1, header[i], s)
+			}
+			d.Y = append(d.Y, int(v))
+			d.Classes = max(d.Classes, int(v)+1)
+		}
+	}
+	if len(d.Y) == 0 {
+		return nil, fmt.Errorf("%w: no data rows", ErrDataset)
+	}
+	return d, nil
+}
+
+// WriteCSV writes the dataset with a header, features then the label last,
+// in the form ReadCSV reads.
+func (d *Dataset) WriteCSV(w io.Writer) error {
+	cw := csv.NewWriter(w)
+	rec := append(append([]string(nil), d.Features...), d.Label)
+	if err := cw.Write(rec); err != nil {
+		return err
+	}
+	f := len(d.Features)
+	for r, y := range d.Y {
+		for j := 0; j < f; j++ {
+			rec[j] = strconv.FormatFloat(d.X[r*f+j], 'g', -1, 64)
+		}
+		rec[f] = strconv.Itoa(y)
+		if err := cw.Write(rec); err != nil {
+			return err
+		}
+	}
+	cw.Flush()
+	return cw.Error()
+}
+
+// validate checks the shape the trainer relies on.
+func (d *Dataset) validate() error {
+	f := len(d.Features)
+	switch {
+	case f == 0:
+		return fmt.Errorf("%w: no feature columns", ErrDataset)
+	case len(d.X) != f*len(d.Y):
+		return fmt.Errorf("%w: %d feature values for %d rows of %d features", ErrDataset, len(d.X), len(d.Y), f)
+	case len(d.Y) < 2:
+		return fmt.Errorf("%w: need at least 2 rows, got %d", ErrDataset, len(d.Y))
+	}
+	seen := map[int]bool{}
+	for _, y := range d.Y {
+		if y < 0 || y >= d.Classes {
+			return fmt.Errorf("%w: label %d outside 0..%d", ErrDataset, y, d.Classes-1)
+		}
+		seen[y] = true
+	}
+	if len(seen) < 2 {
+		return fmt.Errorf("%w: every row has the same label; need at least two classes", ErrDataset)
+	}
+	return nil
+}
