@@ -12,6 +12,8 @@ type limiter struct {
 	rate  float64
 	burst float64
 
+	now func() time.Time // time.Now; tests replace it
+
 	mu     sync.Mutex
 	tokens float64
 	last   time.Time
@@ -28,7 +30,7 @@ func newLimiter(rate int64) *limiter {
 	if burst < 64<<10 {
 		burst = 64 << 10
 	}
-	return &limiter{rate: float64(rate), burst: burst, tokens: burst, last: time.Now()}
+	return &limiter{rate: float64(rate), burst: burst, tokens: burst, last: time.Now(), now: time.Now}
 }
 
 // wait blocks until n bytes may pass. n larger than the burst is taken in
@@ -37,19 +39,7 @@ func (l *limiter) wait(ctx context.Context, n int) error {
 	if l == nil {
 		return nil
 	}
-	l.mu.Lock()
-	now := time.Now()
-	l.tokens += now.Sub(l.last).Seconds() * l.rate
-	if l.tokens > l.burst {
-		l.tokens = l.burst
-	}
-	l.last = now
-	l.tokens -= float64(n)
-	var d time.Duration
-	if l.tokens < 0 {
-		d = time.Duration(-l.tokens / l.rate * float64(time.Second))
-	}
-	l.mu.Unlock()
+	d := l.reserve(n)
 	if d <= 0 {
 		return nil
 	}
@@ -61,4 +51,22 @@ func (l *limiter) wait(ctx context.Context, n int) error {
 	case <-ctx.Done():
 		return ctx.Err()
 	}
+}
+
+// reserve takes n bytes' worth of tokens and returns how long the caller
+// must wait for them.
+func (l *limiter) reserve(n int) time.Duration {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	now := l.now()
+	l.tokens += now.Sub(l.last).Seconds() * l.rate
+	if l.tokens > l.burst {
+		l.tokens = l.burst
+	}
+	l.last = now
+	l.tokens -= float64(n)
+	if l.tokens >= 0 {
+		return 0
+	}
+	return time.Duration(-l.tokens / l.rate * float64(time.Second))
 }
