@@ -1,12 +1,24 @@
 #!/usr/bin/env bash
 # Installs the Debian packages the tests use, when missing.
+#
+#   libonnx-testdata  ONNX's backend test cases (model.onnx plus TensorProto
+#                     inputs and expected outputs), used by the infer
+#                     package's conformance test.
+#
+# Packages already installed are skipped, so running this again is cheap. On a
+# machine without apt-get the tests that need these packages skip.
 set -euo pipefail
-pkgs=()
-# (filled in as tests need packages)
-[ ${#pkgs[@]} -eq 0 ] && exit 0
+pkgs=(libonnx-testdata)
 missing=()
-for p in "${pkgs[@]}"; do dpkg -s "$p" >/dev/null 2>&1 || missing+=("$p"); done
+for p in "${pkgs[@]}"; do
+	dpkg -s "$p" >/dev/null 2>&1 || missing+=("$p")
+done
 [ ${#missing[@]} -eq 0 ] && exit 0
-SUDO=; [ "$(id -u)" -ne 0 ] && SUDO=sudo
+if ! command -v apt-get >/dev/null 2>&1; then
+	echo "install-debs: apt-get not found; tests needing ${missing[*]} will skip" >&2
+	exit 0
+fi
+SUDO=
+[ "$(id -u)" -ne 0 ] && SUDO=sudo
 $SUDO apt-get update -qq
 DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}"
