@@ -138,10 +138,16 @@ func (m *Mesh) spreadEntry(e *Entry) {
 		return
 	}
 	msg := append([]byte{msgEntry}, b...)
-	for _, n := range m.ml.Members() {
-		if n.Name != m.cfg.Name {
-			m.enqueue(job{kind: msgEntry, to: n.Name, payload: msg})
+	var to []string
+	m.mu.Lock()
+	for name, mi := range m.members {
+		if mi.status == StatusAlive {
+			to = append(to, name)
 		}
+	}
+	m.mu.Unlock()
+	for _, name := range to {
+		m.enqueue(job{kind: msgEntry, to: name, payload: msg})
 	}
 }
 

@@ -3,6 +3,7 @@ package mesh
 import (
 	"bytes"
 	"encoding/json"
+	"slices"
 	"time"
 
 	"github.com/hashicorp/memberlist"
@@ -146,6 +147,10 @@ func (d *delegate) NotifyPingComplete(other *memberlist.Node, rtt time.Duration,
 	}
 	d.m.mu.Lock()
 	d.m.peerCoords[other.Name] = &c
+	if mi := d.m.members[other.Name]; mi != nil && mi.suspect {
+		mi.suspect = false // it answered
+		d.m.notifyLocked()
+	}
 	d.m.mu.Unlock()
 }
 
@@ -171,7 +176,8 @@ func (m *Mesh) observe(n *memberlist.Node, st Status) {
 		mi.changed = time.Now()
 		m.log.Info("member status", "node", n.Name, "status", st)
 	}
-	mi.status, mi.addr = st, n.Address()
+	mi.status, mi.ip, mi.port = st, slices.Clone(n.Addr), n.Port
+	mi.suspect = false
 	if meta.ID != "" {
 		mi.id, mi.meta = meta.ID, meta
 	}

@@ -19,6 +19,9 @@ const refusalLogEvery = 10 * time.Second
 type logWriter struct {
 	log     *slog.Logger
 	metrics *metrics
+	// suspect is told when memberlist's own probe of a member fails: the
+	// only place memberlist says so.
+	suspect func(name string, suspect bool)
 
 	mu         sync.Mutex
 	lastRefuse time.Time
@@ -39,6 +42,11 @@ func (w *logWriter) Write(p []byte) (int, error) {
 	msg := line
 	if i := strings.Index(line, "memberlist: "); i >= 0 {
 		msg = line[i+len("memberlist: "):]
+	}
+	if name, ok := strings.CutPrefix(msg, "Suspect "); ok && w.suspect != nil {
+		if name, ok = strings.CutSuffix(name, " has failed, no acks received"); ok {
+			w.suspect(name, true)
+		}
 	}
 	if isRefusal(msg) {
 		w.metrics.refused.Inc()

@@ -68,8 +68,10 @@ const (
 
 type memberInfo struct {
 	id      string
-	addr    string
+	ip      net.IP
+	port    uint16
 	status  Status
+	suspect bool // this agent's probes of it are failing
 	changed time.Time
 	meta    metaDigest
 }
@@ -92,10 +94,6 @@ type Mesh struct {
 	metrics *metrics
 	id      string
 	started time.Time
-
-	liveMu sync.Mutex
-	live   map[string]memberlist.NodeStateType // cached memberlist view, read-only once built
-	liveAt time.Time
 
 	mu         sync.Mutex
 	local      NodeState
@@ -182,7 +180,7 @@ func New(cfg Config) (*Mesh, error) {
 	}
 	d := &delegate{m: m}
 	mlc.Delegate, mlc.Events, mlc.Ping = d, d, d
-	mlc.Logger = log.New(&logWriter{log: m.log, metrics: m.metrics}, "", 0)
+	mlc.Logger = log.New(&logWriter{log: m.log, metrics: m.metrics, suspect: m.markSuspect}, "", 0)
 	if cfg.Transport != nil {
 		mlc.Transport = cfg.Transport
 	} else if cfg.PacketDelay != nil {
@@ -325,12 +323,11 @@ func (m *Mesh) Members() []Member {
 
 // Nodes returns every known node's document with its status, sorted by name.
 func (m *Mesh) Nodes() []Node {
-	live := m.liveStates()
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	out := make([]Node, 0, len(m.docs))
 	for _, s := range m.docs {
-		out = append(out, Node{NodeState: s.Clone(), Status: m.statusLocked(s, live)})
+		out = append(out, Node{NodeState: s.Clone(), Status: m.statusLocked(s)})
 	}
 	slices.SortFunc(out, func(a, b Node) int {
 		if c := compareStr(a.Name, b.Name); c != 0 {
@@ -343,14 +340,13 @@ func (m *Mesh) Nodes() []Node {
 
 // Node returns one node by name or ID.
 func (m *Mesh) Node(nameOrID string) (Node, error) {
-	live := m.liveStates()
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	s := m.lookupLocked(nameOrID)
 	if s == nil {
 		return Node{}, fmt.Errorf("%w %q", ErrUnknownNode, nameOrID)
 	}
-	return Node{NodeState: s.Clone(), Status: m.statusLocked(s, live)}, nil
+	return Node{NodeState: s.Clone(), Status: m.statusLocked(s)}, nil
 }
 
 // NodeVersion returns the version of a node's document held here (by name
@@ -442,25 +438,7 @@ func (m *Mesh) Close() error {
 	return m.closeErr
 }
 
-// liveStates reads memberlist's current view (alive or suspect) by name,
-// at most every 100ms: callers that poll many nodes share one read.
-func (m *Mesh) liveStates() map[string]memberlist.NodeStateType {
-	m.liveMu.Lock()
-	defer m.liveMu.Unlock()
-	if m.live != nil && time.Since(m.liveAt) < 100*time.Millisecond {
-		return m.live
-	}
-	out := map[string]memberlist.NodeStateType{}
-	if m.ml != nil {
-		for _, n := range m.ml.Members() {
-			out[n.Name] = n.State
-		}
-	}
-	m.live, m.liveAt = out, time.Now()
-	return out
-}
-
-func (m *Mesh) statusLocked(s *NodeState, live map[string]memberlist.NodeStateType) Status {
+func (m *Mesh) statusLocked(s *NodeState) Status {
 	if s.ID == m.id {
 		return StatusAlive
 	}
@@ -472,7 +450,7 @@ func (m *Mesh) statusLocked(s *NodeState, live map[string]memberlist.NodeStateTy
 		return StatusFailed
 	}
 	switch {
-	case mi.status == StatusAlive && live[s.Name] == memberlist.StateSuspect:
+	case mi.status == StatusAlive && mi.suspect:
 		return StatusSuspect
 	case mi.status == StatusFailed && s.Leaving:
 		// memberlist does not tell a leave from a death in its events;
@@ -596,20 +574,48 @@ func (m *Mesh) publishMeta() {
 		case <-m.stop:
 			return
 		case <-m.metaDirty:
-			if err := m.ml.UpdateNode(5 * time.Second); err != nil {
-				m.log.Debug("meta update not yet gossiped", "err", err)
-			}
+			m.updateMeta()
 		}
 	}
 }
 
-func (m *Mesh) memberNode(name string) *memberlist.Node {
-	for _, n := range m.ml.Members() {
-		if n.Name == name {
-			return n
+// memberNode builds the address of a member from what its last event
+// said. memberlist's own Node values are shared with its state machine and
+// may not be read outside its lock.
+// updateMeta gossips the meta digest. memberlist's UpdateNode dereferences
+// the local node's entry, which memberlist itself may have reaped after
+// peers wrongly declared this node dead under heavy load; that panic is
+// contained here and the next update retries.
+func (m *Mesh) updateMeta() {
+	defer func() {
+		if r := recover(); r != nil {
+			m.log.Warn("meta update failed inside memberlist", "panic", r)
 		}
+	}()
+	if err := m.ml.UpdateNode(5 * time.Second); err != nil {
+		m.log.Debug("meta update not yet gossiped", "err", err)
 	}
-	return nil
+}
+
+func (m *Mesh) memberNode(name string) *memberlist.Node {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	mi := m.members[name]
+	if mi == nil || mi.status != StatusAlive || mi.ip == nil {
+		return nil
+	}
+	return &memberlist.Node{Name: name, Addr: mi.ip, Port: mi.port}
+}
+
+// markSuspect records that this agent's probes of a member are failing
+// (memberlist reports it only in its log); an ack or alive message clears it.
+func (m *Mesh) markSuspect(name string, suspect bool) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if mi := m.members[name]; mi != nil && mi.suspect != suspect {
+		mi.suspect = suspect
+		m.notifyLocked()
+	}
 }
 
 func (m *Mesh) enqueue(j job) {
@@ -694,14 +700,13 @@ func (m *Mesh) publishCoordinate() {
 }
 
 func (m *Mesh) reap() {
-	live := m.liveStates()
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	for id, s := range m.docs {
 		if id == m.id {
 			continue
 		}
-		st := m.statusLocked(s, live)
+		st := m.statusLocked(s)
 		mi := m.members[s.Name]
 		if (st == StatusFailed || st == StatusLeft) && mi != nil && time.Since(mi.changed) > m.cfg.ReapAfter {
 			delete(m.docs, id)

@@ -187,9 +187,17 @@ func TestKilledNodeFailsAndRestartsWithSameIdentity(t *testing.T) {
 	oldVersion := victim.m.Local().Version
 	victim.kill() // no Leave: what the others see after SIGKILL
 
+	sawSuspect := false
 	meshtest.WaitFor(t, 15*time.Second, "the killed node to be failed everywhere", func() bool {
-		return statusOf(nodes[0].m, name) == mesh.StatusFailed && statusOf(nodes[1].m, name) == mesh.StatusFailed
+		a, b := statusOf(nodes[0].m, name), statusOf(nodes[1].m, name)
+		sawSuspect = sawSuspect || a == mesh.StatusSuspect || b == mesh.StatusSuspect
+		return a == mesh.StatusFailed && b == mesh.StatusFailed
 	})
+	// The agent whose probe failed first reports suspect until the
+	// suspicion timeout (at least 400ms with these timings).
+	if !sawSuspect {
+		t.Error("no agent reported the killed node suspect before failed")
+	}
 
 	// Restart from the same data dir and address: same ID, and a version
 	// past every earlier one so its document wins.
