@@ -42,7 +42,7 @@ func TestPlanApplyAndReplace(t *testing.T) {
 		Why         string `json:"why"`
 	}
 	var got []plan
-	meshtest.WaitFor(t, 40*time.Second, "a plan with one replica in each client site", func() bool {
+	meshtest.WaitFor(t, 90*time.Second, "a plan with one replica in each client site", func() bool {
 		code, body := post(t, h, http.MethodPost, "/v1/plan?file=fraud-scorer.yaml&why=gpu-1", src)
 		if code != http.StatusOK || json.Unmarshal(body, &got) != nil || len(got) != 1 {
 			return false
@@ -68,7 +68,7 @@ func TestPlanApplyAndReplace(t *testing.T) {
 	}
 	key := "InferenceService/fraud-scorer"
 	var placed PlacementRecord
-	meshtest.WaitFor(t, 30*time.Second, "fraud-scorer placed, seen the same by every agent", func() bool {
+	meshtest.WaitFor(t, 60*time.Second, "fraud-scorer placed, seen the same by every agent", func() bool {
 		for _, a := range agents {
 			rec, ok := placementOf(a, key)
 			if !ok || rec.State != StatePlaced || len(rec.Nodes) != 2 {
@@ -106,7 +106,7 @@ func TestPlanApplyAndReplace(t *testing.T) {
 		}
 	}
 	victim.Close()
-	meshtest.WaitFor(t, 40*time.Second, "the edge-a replica to move to the other edge-a node", func() bool {
+	meshtest.WaitFor(t, 60*time.Second, "the edge-a replica to move to the other edge-a node", func() bool {
 		var survivor *Agent
 		for _, a := range agents {
 			if a != victim {
