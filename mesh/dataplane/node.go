@@ -234,15 +234,34 @@ const capSendSlots = 2
 // queues behind those being sent before it answers busy.
 const capQueue = 4
 
-var bufPool sync.Pool // *[]byte
+// chunkBufs keeps chunk buffers for reuse. Unlike a sync.Pool it survives
+// garbage collections: chunk buffers are megabytes, and reallocating (and
+// zeroing) them after every collection costs more than the transfer's
+// hashing. It holds at most 16 buffers.
+var chunkBufs = make(chan *[]byte, 16)
 
 func getBuf(n int) *[]byte {
-	if b, ok := bufPool.Get().(*[]byte); ok && cap(*b) >= n {
-		*b = (*b)[:n]
-		return b
+	for {
+		select {
+		case b := <-chunkBufs:
+			if cap(*b) >= n {
+				*b = (*b)[:n]
+				return b
+			}
+			// Too small for this blob's chunks: drop it and look again.
+			continue
+		default:
+		}
+		b := make([]byte, n)
+		return &b
 	}
-	b := make([]byte, n)
-	return &b
+}
+
+func putBuf(b *[]byte) {
+	select {
+	case chunkBufs <- b:
+	default:
+	}
 }
 
 func (n *Node) serveStream(s *quic.Stream, peer string) error {
@@ -322,7 +341,7 @@ func (n *Node) serveChunk(s *quic.Stream, peer, digest string, off int64, length
 		defer n.queued.Add(-1)
 	}
 	bp := getBuf(length)
-	defer bufPool.Put(bp)
+	defer putBuf(bp)
 	data, size, ok := n.readRange(digest, off, *bp)
 	if !ok {
 		_, err := s.Write(header(statusMissing, 0))

@@ -497,7 +497,7 @@ func (t *transfer) worker(k int) {
 		bp, err := t.fetch(hs, k, i)
 		if err == nil {
 			werr := t.p.WriteChunk(i, *bp)
-			bufPool.Put(bp)
+			putBuf(bp)
 			if errors.Is(werr, storage.ErrDigestMismatch) {
 				t.reject(hs, i)
 				continue
@@ -645,7 +645,7 @@ func (t *transfer) fetch(hs *holderState, k, i int) (*[]byte, error) {
 	for off := 0; off < length; {
 		k := min(length-off, ioPiece)
 		if err := n.ingress.wait(t.ctx, k); err != nil {
-			bufPool.Put(bp)
+			putBuf(bp)
 			return nil, err
 		}
 		r, err := io.ReadFull(s, b[off:off+k])
@@ -653,7 +653,7 @@ func (t *transfer) fetch(hs *holderState, k, i int) (*[]byte, error) {
 		t.fetched.Add(int64(r))
 		n.stats.bytesReceived.Add(int64(r))
 		if err != nil {
-			bufPool.Put(bp)
+			putBuf(bp)
 			return nil, fmt.Errorf("dataplane: chunk %d from %s: %w", i, hs.h.ID, err)
 		}
 	}
