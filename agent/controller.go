@@ -59,8 +59,9 @@ type PlacementRecord struct {
 	Generation uint64 `json:"generation"`
 	// State is pending, placed or failed.
 	State string `json:"state"`
-	// Nodes are the chosen nodes.
-	Nodes []PlacedNode `json:"nodes"`
+	// Nodes are the chosen nodes; Wanted how many the policy asks for.
+	Nodes  []PlacedNode `json:"nodes"`
+	Wanted int          `json:"wanted"`
 	// Message says what happened in a line; Fallbacks and Rejected say why.
 	Message   string                   `json:"message,omitempty"`
 	Fallbacks []placement.Fallback     `json:"fallbacks,omitempty"`
@@ -209,7 +210,7 @@ func (c *controller) needsPlacement(p PolicyRecord, rec PlacementRecord, have bo
 			return true, fmt.Sprintf("node %s refused: %s", pn.Name, as.Reason)
 		}
 	}
-	if rec.State == StateFailed || len(rec.Nodes) < wantedOf(rec) {
+	if rec.State == StateFailed || len(rec.Nodes) < rec.Wanted {
 		c.mu.Lock()
 		due := time.Since(c.lastTry[rec.Key]) > retryEvery
 		c.mu.Unlock()
@@ -225,13 +226,6 @@ func statusOr(s mesh.Status, def string) string {
 		return def
 	}
 	return string(s)
-}
-
-func wantedOf(rec PlacementRecord) int {
-	if rec.State == StateFailed {
-		return len(rec.Nodes) + 1
-	}
-	return len(rec.Nodes)
 }
 
 func assignmentOf(n mesh.Node, key string) (mesh.Assignment, bool) {
@@ -296,7 +290,7 @@ func (c *controller) place(p PolicyRecord, old PlacementRecord, have bool, nodes
 		c.write(rec)
 		return
 	}
-	rec.Resources = req.Resources
+	rec.Resources, rec.Wanted = req.Resources, dec.Wanted
 	rec.Fallbacks, rec.Rejected = dec.Fallbacks, dec.Rejected
 	for _, pl := range dec.Placements {
 		rec.Nodes = append(rec.Nodes, PlacedNode{Name: pl.Node, ID: pl.NodeID, Tier: pl.Tier, Site: pl.Site, Rank: pl.Rank})
