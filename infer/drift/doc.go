@@ -1,3 +1,45 @@
-// Package drift detects distribution shift between a model's reference data
-// and what it sees live. It is pure: no I/O, no goroutines, no clock.
+// Package drift detects distribution shift between a model version's
+// reference data (normally its training set) and what it sees live. It is
+// pure: no I/O, no goroutines, no clock; the agent feeds it rows and
+// persists its State.
+//
+// # Reference
+//
+// Summarize (or SummarizeColumns) reduces the reference data to a small
+// FeatureReference per feature: mean, standard deviation, quantile bin
+// edges with the reference's share in each bin, and a sorted seeded sample.
+// The trainer writes one per model version (as JSON), so every agent that
+// serves the version can judge drift without the training set.
+//
+// # Detectors
+//
+//   - PSI, the population stability index over the reference's quantile
+//     bins (Siddiqi 2006; Yurdakul 2018);
+//   - KS, the two-sample Kolmogorov–Smirnov statistic with its asymptotic
+//     p-value (Kolmogorov 1933, Smirnov 1948, Stephens 1970);
+//   - Wasserstein1, the earth mover's distance in reference standard
+//     deviations (Vallender 1974; Villani 2009).
+//
+// Each runs per feature and, when Config.Prediction is set, on the model's
+// score. KS p-values are corrected across features in each evaluation with
+// Benjamini–Hochberg (default) or Bonferroni (see Adjust).
+//
+// # Monitor
+//
+// A Monitor keeps a sliding window of the last Config.Window rows (each
+// column also kept sorted, so an evaluation is a linear merge), evaluates
+// every Config.Every rows once the window is full, and applies hysteresis:
+// it raises an alarm after Config.Consecutive evaluations in a row in which
+// some feature crossed Config.Alarm, and clears it at the first evaluation
+// where every feature is back on the safe side of Config.Clear. Each
+// transition returns an Event.
+//
+//	m, err := drift.New(ref, drift.Config{Model: "fraud", Version: "v3", Detector: drift.DetectorKS})
+//	for row := range rows {
+//		ev, err := m.Observe(row)
+//		if ev != nil && ev.Kind == drift.EventAlarm {
+//			// publish ev to the mesh; the policy owner starts a retrain
+//		}
+//	}
+//	st := m.State() // JSON; drift.Restore(ref, st) resumes it
 package drift

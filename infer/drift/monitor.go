@@ -1,0 +1,468 @@
+package drift
+
+import (
+	"errors"
+	"fmt"
+	"math"
+	"slices"
+)
+
+// Config tunes a Monitor. The zero value (with a reference) is valid and
+// means the documented defaults.
+type Config struct {
+	// Model, Version and Site label the events.
+	Model   string `json:"model,omitempty"`
+	Version string `json:"version,omitempty"`
+	Site    string `json:"site,omitempty"`
+	// Detector is the statistic compared with the thresholds. Default
+	// DetectorKS, the most sensitive of the three to shifts in location
+	// and scale at the default window.
+	Detector Detector `json:"detector,omitempty"`
+	// Window is the number of most recent samples in the live window.
+	// Default 500. Larger windows detect smaller shifts but later.
+	Window int `json:"window,omitempty"`
+	// Every is the evaluation cadence in samples once the window is full.
+	// Default 100. An evaluation sorts the window (O(W log W) per
+	// feature), so the cost per sample falls with a longer cadence and
+	// the detection delay grows by up to one cadence.
+	Every int `json:"every,omitempty"`
+	// Alarm is the threshold an evaluation must cross for a feature to
+	// count as drifted: for DetectorKS a corrected p-value at or below
+	// Alarm (default 0.001); for DetectorPSI a PSI at or above it
+	// (default 0.25); for DetectorWasserstein a distance, in reference
+	// standard deviations, at or above it (default 0.3).
+	Alarm float64 `json:"alarm,omitempty"`
+	// Clear is the lower (hysteresis) threshold: an alarm clears at the
+	// first evaluation where every feature is on the safe side of Clear:
+	// KS p-values above it (default 0.05), PSI below it (default 0.1),
+	// Wasserstein below it (default 0.15).
+	Clear float64 `json:"clear,omitempty"`
+	// Consecutive is K: the monitor alarms after K consecutive
+	// evaluations with at least one drifted feature. Default 3.
+	Consecutive int `json:"consecutive,omitempty"`
+	// Correction is applied to KS p-values across features (and the
+	// prediction) in each evaluation. Default BenjaminiHochberg. PSI and
+	// Wasserstein are effect sizes with fixed thresholds, not tests, and
+	// are not corrected.
+	Correction Correction `json:"correction,omitempty"`
+	// Prediction makes the monitor also watch the model's score, passed
+	// as one extra value at the end of each row; the reference must
+	// carry a Prediction summary.
+	Prediction bool `json:"prediction,omitempty"`
+}
+
+// Config defaults.
+const (
+	DefaultWindow      = 500
+	DefaultEvery       = 100
+	DefaultConsecutive = 3
+)
+
+// DefaultThresholds returns the (alarm, clear) thresholds of a detector.
+func DefaultThresholds(d Detector) (alarm, clear float64) {
+	switch d {
+	case DetectorPSI:
+		return 0.25, 0.1
+	case DetectorWasserstein:
+		return 0.3, 0.15
+	default:
+		return 0.001, 0.05
+	}
+}
+
+// EnsureDefaults fills zero fields with their documented defaults.
+func (c *Config) EnsureDefaults() {
+	if c.Detector == "" {
+		c.Detector = DetectorKS
+	}
+	if c.Window == 0 {
+		c.Window = DefaultWindow
+	}
+	if c.Every == 0 {
+		c.Every = DefaultEvery
+	}
+	a, cl := DefaultThresholds(c.Detector)
+	if c.Alarm == 0 {
+		c.Alarm = a
+	}
+	if c.Clear == 0 {
+		c.Clear = cl
+	}
+	if c.Consecutive == 0 {
+		c.Consecutive = DefaultConsecutive
+	}
+	if c.Correction == "" {
+		c.Correction = BenjaminiHochberg
+	}
+}
+
+// Validate reports every problem with c (after EnsureDefaults) joined into
+// one error wrapping ErrInvalid.
+func (c Config) Validate() error {
+	var errs []error
+	switch c.Detector {
+	case DetectorPSI, DetectorKS, DetectorWasserstein:
+	default:
+		errs = append(errs, fmt.Errorf("detector %q: want psi, ks or wasserstein", c.Detector))
+	}
+	if c.Window < 2 || c.Every < 1 || c.Consecutive < 1 {
+		errs = append(errs, fmt.Errorf("window %d, every %d, consecutive %d: need window ≥ 2 and the others ≥ 1", c.Window, c.Every, c.Consecutive))
+	}
+	switch {
+	case c.Detector == DetectorKS && !(c.Alarm > 0 && c.Alarm < c.Clear && c.Clear <= 1):
+		errs = append(errs, fmt.Errorf("ks thresholds: need 0 < alarm (%v) < clear (%v) ≤ 1 (they are p-values)", c.Alarm, c.Clear))
+	case c.Detector != DetectorKS && !(c.Clear > 0 && c.Clear < c.Alarm):
+		errs = append(errs, fmt.Errorf("%s thresholds: need 0 < clear (%v) < alarm (%v)", c.Detector, c.Clear, c.Alarm))
+	}
+	switch c.Correction {
+	case BenjaminiHochberg, Bonferroni, NoCorrection:
+	default:
+		errs = append(errs, fmt.Errorf("correction %q: want bh, bonferroni or none", c.Correction))
+	}
+	if len(errs) > 0 {
+		return fmt.Errorf("%w: %w", ErrInvalid, errors.Join(errs...))
+	}
+	return nil
+}
+
+// Score is one feature's result in one evaluation.
+type Score struct {
+	// Name is the feature's name ("prediction" for the score).
+	Name string `json:"name"`
+	// Statistic is PSI, the KS D, or the Wasserstein-1 distance in
+	// reference standard deviations, per the detector.
+	Statistic float64 `json:"statistic"`
+	// PValue is the corrected KS p-value (KS only; 1 otherwise).
+	PValue float64 `json:"p_value"`
+	// Drifted says the feature crossed the alarm threshold.
+	Drifted bool `json:"drifted"`
+}
+
+// Evaluation is the result of comparing the live window with the reference.
+type Evaluation struct {
+	// Seen is the number of samples observed when it ran.
+	Seen int64 `json:"seen"`
+	// Scores are per feature, in reference order, then the prediction.
+	Scores []Score `json:"scores"`
+	// Over says at least one feature drifted.
+	Over bool `json:"over"`
+	// Under says every feature is on the safe side of the clear threshold.
+	Under bool `json:"under"`
+}
+
+// EventKind says whether an Event raises or clears an alarm.
+type EventKind string
+
+// Event kinds.
+const (
+	EventAlarm EventKind = "alarm"
+	EventClear EventKind = "clear"
+)
+
+// Event is emitted when the monitor starts or stops alarming.
+type Event struct {
+	Kind     EventKind `json:"kind"`
+	Model    string    `json:"model,omitempty"`
+	Version  string    `json:"version,omitempty"`
+	Site     string    `json:"site,omitempty"`
+	Detector Detector  `json:"detector"`
+	// Scores are the evaluation's per-feature scores.
+	Scores []Score `json:"scores"`
+	// Samples is the number of samples seen when it fired.
+	Samples int64 `json:"samples"`
+}
+
+// Monitor watches one model version: it keeps a sliding window of the most
+// recent rows, evaluates the detector every Config.Every samples once the
+// window is full, and applies hysteresis. It does no I/O and keeps no
+// clock. A Monitor is not safe for concurrent use; callers serialise.
+type Monitor struct {
+	cfg  Config
+	cols []FeatureReference // features, then the prediction
+
+	ring        []float64   // column-major: ring[c*Window+slot]
+	sorted      [][]float64 // per column, the window's values in order
+	next        int
+	filled      int
+	seen        int64
+	since       int
+	consecutive int
+	alarmed     bool
+	last        *Evaluation
+
+	ps []float64
+}
+
+// New returns a Monitor comparing live rows with ref. Errors wrap
+// ErrInvalid.
+func New(ref Reference, cfg Config) (*Monitor, error) {
+	cfg.EnsureDefaults()
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	cols := append([]FeatureReference(nil), ref.Features...)
+	if cfg.Prediction {
+		if ref.Prediction == nil {
+			return nil, fmt.Errorf("%w: Prediction set but the reference has no prediction summary", ErrInvalid)
+		}
+		cols = append(cols, *ref.Prediction)
+	}
+	if len(cols) == 0 {
+		return nil, fmt.Errorf("%w: reference has no features", ErrInvalid)
+	}
+	var errs []error
+	for _, c := range cols {
+		if err := c.Validate(); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	if len(errs) > 0 {
+		return nil, errors.Join(errs...)
+	}
+	m := &Monitor{
+		cfg: cfg, cols: cols,
+		ring:   make([]float64, len(cols)*cfg.Window),
+		sorted: make([][]float64, len(cols)),
+		ps:     make([]float64, len(cols)),
+	}
+	for c := range m.sorted {
+		m.sorted[c] = make([]float64, 0, cfg.Window)
+	}
+	return m, nil
+}
+
+// Config returns the monitor's configuration with defaults filled.
+func (m *Monitor) Config() Config { return m.cfg }
+
+// Width is the number of values Observe expects per row: the features, plus
+// one for the prediction when Config.Prediction is set.
+func (m *Monitor) Width() int { return len(m.cols) }
+
+// Seen returns the number of rows observed.
+func (m *Monitor) Seen() int64 { return m.seen }
+
+// Alarmed says whether the monitor is in the alarm state.
+func (m *Monitor) Alarmed() bool { return m.alarmed }
+
+// Last returns a copy of the latest evaluation, if any.
+func (m *Monitor) Last() (Evaluation, bool) {
+	if m.last == nil {
+		return Evaluation{}, false
+	}
+	e := *m.last
+	e.Scores = slices.Clone(e.Scores)
+	return e, true
+}
+
+// Observe adds one row (Width values, the prediction last when watched).
+// It returns an Event when this row's evaluation raises or clears the
+// alarm, and nil otherwise. A row of the wrong width or with a NaN or
+// infinite value is rejected with an error wrapping ErrInvalid and not
+// counted.
+func (m *Monitor) Observe(row []float64) (*Event, error) {
+	if len(row) != len(m.cols) {
+		return nil, fmt.Errorf("%w: row has %d values, want %d", ErrInvalid, len(row), len(m.cols))
+	}
+	for i, v := range row {
+		if math.IsNaN(v) || math.IsInf(v, 0) {
+			return nil, fmt.Errorf("%w: %s = %v", ErrInvalid, m.cols[i].Name, v)
+		}
+	}
+	w := m.cfg.Window
+	for c, v := range row {
+		slot := c*w + m.next
+		if m.filled == w {
+			replaceSorted(m.sorted[c], m.ring[slot], v)
+		} else {
+			m.sorted[c] = insertSorted(m.sorted[c], v)
+		}
+		m.ring[slot] = v
+	}
+	m.next = (m.next + 1) % w
+	m.filled = min(m.filled+1, w)
+	m.seen++
+	m.since++
+	if m.filled < w || m.since < m.cfg.Every {
+		return nil, nil
+	}
+	m.since = 0
+	ev := m.Evaluate()
+	return m.step(ev), nil
+}
+
+// step applies hysteresis to a new evaluation.
+func (m *Monitor) step(ev Evaluation) *Event {
+	if ev.Over {
+		m.consecutive++
+	} else {
+		m.consecutive = 0
+	}
+	switch {
+	case !m.alarmed && m.consecutive >= m.cfg.Consecutive:
+		m.alarmed = true
+		return m.event(EventAlarm, ev)
+	case m.alarmed && ev.Under:
+		m.alarmed = false
+		m.consecutive = 0
+		return m.event(EventClear, ev)
+	}
+	return nil
+}
+
+func (m *Monitor) event(k EventKind, ev Evaluation) *Event {
+	return &Event{
+		Kind: k, Model: m.cfg.Model, Version: m.cfg.Version, Site: m.cfg.Site,
+		Detector: m.cfg.Detector, Scores: slices.Clone(ev.Scores), Samples: m.seen,
+	}
+}
+
+// Evaluate compares the current live window (however full) with the
+// reference, records it as the latest evaluation and returns it. It does not
+// apply hysteresis; Observe does.
+func (m *Monitor) Evaluate() Evaluation {
+	ev := Evaluation{Seen: m.seen, Scores: make([]Score, len(m.cols)), Under: true}
+	for c, ref := range m.cols {
+		live := m.sorted[c]
+		s := Score{Name: ref.Name, PValue: 1}
+		switch m.cfg.Detector {
+		case DetectorPSI:
+			s.Statistic = psiSorted(ref, live)
+		case DetectorWasserstein:
+			s.Statistic = Wasserstein1(ref.Sample, live, ref.Std)
+		case DetectorKS:
+			s.Statistic, m.ps[c] = KS(ref.Sample, live)
+		}
+		ev.Scores[c] = s
+	}
+	if m.cfg.Detector == DetectorKS {
+		for c, p := range Adjust(m.cfg.Correction, m.ps) {
+			ev.Scores[c].PValue = p
+		}
+	}
+	for c := range ev.Scores {
+		s := &ev.Scores[c]
+		if m.cfg.Detector == DetectorKS {
+			s.Drifted = s.PValue <= m.cfg.Alarm
+			ev.Under = ev.Under && s.PValue > m.cfg.Clear
+		} else {
+			s.Drifted = s.Statistic >= m.cfg.Alarm
+			ev.Under = ev.Under && s.Statistic < m.cfg.Clear
+		}
+		ev.Over = ev.Over || s.Drifted
+	}
+	m.last = &ev
+	out := ev
+	out.Scores = slices.Clone(ev.Scores)
+	return out
+}
+
+// State is a Monitor's serialisable state (encoding/json), for persisting
+// across agent restarts. The reference is not included: it travels with the
+// model version.
+type State struct {
+	Config Config `json:"config"`
+	// Window holds each column's live values, oldest first.
+	Window      [][]float64 `json:"window"`
+	Seen        int64       `json:"seen"`
+	SinceEval   int         `json:"since_eval"`
+	Consecutive int         `json:"consecutive"`
+	Alarmed     bool        `json:"alarmed"`
+	Last        *Evaluation `json:"last,omitempty"`
+}
+
+// State returns a copy of the monitor's state.
+func (m *Monitor) State() State {
+	w := m.cfg.Window
+	st := State{
+		Config: m.cfg, Window: make([][]float64, len(m.cols)), Seen: m.seen,
+		SinceEval: m.since, Consecutive: m.consecutive, Alarmed: m.alarmed,
+	}
+	start := 0
+	if m.filled == w {
+		start = m.next
+	}
+	for c := range m.cols {
+		col := make([]float64, 0, m.filled)
+		for k := 0; k < m.filled; k++ {
+			col = append(col, m.ring[c*w+(start+k)%w])
+		}
+		st.Window[c] = col
+	}
+	if l, ok := m.Last(); ok {
+		st.Last = &l
+	}
+	return st
+}
+
+// Restore rebuilds a Monitor from ref and a State taken from a monitor over
+// the same reference. Errors wrap ErrInvalid.
+func Restore(ref Reference, st State) (*Monitor, error) {
+	m, err := New(ref, st.Config)
+	if err != nil {
+		return nil, err
+	}
+	if len(st.Window) != len(m.cols) {
+		return nil, fmt.Errorf("%w: state has %d columns, reference %d", ErrInvalid, len(st.Window), len(m.cols))
+	}
+	n := len(st.Window[0])
+	w := m.cfg.Window
+	for c, col := range st.Window {
+		if len(col) != n || n > w {
+			return nil, fmt.Errorf("%w: state window column %d has %d values (want %d, at most %d)", ErrInvalid, c, len(col), n, w)
+		}
+		copy(m.ring[c*w:], col)
+		m.sorted[c] = append(m.sorted[c], col...)
+		slices.Sort(m.sorted[c])
+	}
+	m.filled, m.next = n, n%w
+	m.seen, m.since, m.consecutive, m.alarmed = st.Seen, st.SinceEval, st.Consecutive, st.Alarmed
+	if st.Last != nil {
+		l := *st.Last
+		l.Scores = slices.Clone(l.Scores)
+		m.last = &l
+	}
+	return m, nil
+}
+
+// insertSorted inserts v into the sorted slice s (which has spare capacity
+// for it) while the window fills.
+func insertSorted(s []float64, v float64) []float64 {
+	i := lowerBound(s, v)
+	s = append(s, 0)
+	copy(s[i+1:], s[i:])
+	s[i] = v
+	return s
+}
+
+// replaceSorted replaces one copy of old (which must be present) with v in
+// the sorted slice s, keeping it sorted: two binary searches and one
+// memmove of the values between the two positions. This keeps each
+// column's window sorted for O(log W) plus a short move per sample, against
+// O(W log W) to sort the window at every evaluation.
+func replaceSorted(s []float64, old, v float64) {
+	i := lowerBound(s, old)
+	j := lowerBound(s, v)
+	switch {
+	case j > i:
+		copy(s[i:j-1], s[i+1:j])
+		s[j-1] = v
+	default:
+		copy(s[j+1:i+1], s[j:i])
+		s[j] = v
+	}
+}
+
+// lowerBound is the first index i with s[i] >= v (len(s) if none). Values
+// are finite (Observe rejects NaN), so plain comparisons suffice.
+func lowerBound(s []float64, v float64) int {
+	lo, hi := 0, len(s)
+	for lo < hi {
+		m := int(uint(lo+hi) >> 1)
+		if s[m] < v {
+			lo = m + 1
+		} else {
+			hi = m
+		}
+	}
+	return lo
+}
