@@ -1,0 +1,146 @@
+package infer
+
+import (
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+)
+
+// Config configures a Server. The zero value of every field means the
+// documented default; DefaultConfig returns them filled in. A Config is not
+// mutated after New.
+type Config struct {
+	// NodeName is sent in the Strata-Served-By header of every response, so a
+	// caller can tell which agent answered (forwarding makes this useful).
+	// Default: the host name.
+	NodeName string
+
+	// LibraryPath is the ONNX Runtime shared library. Default: $STRATA_ORT_LIB.
+	// The runtime is process-global: every Server in a process must name the
+	// same library.
+	LibraryPath string
+
+	// MaxRequestBytes caps an inference request body; larger bodies get 413.
+	// Default: 64 MiB.
+	MaxRequestBytes int64
+
+	// DisableBatching turns dynamic batching off: every request is its own
+	// session call. Default: false (batching on for models that allow it).
+	DisableBatching bool
+
+	// BatchWindow is the longest a request waits for companions to share a
+	// session call with. A batch closes when it is full, when its window has
+	// passed, or as soon as a runner is idle and nothing else is queued, so a
+	// lone request never waits. Default: 2ms.
+	BatchWindow time.Duration
+
+	// MaxBatch caps the rows (first-dimension entries) of one batched
+	// session call. Requests with at least this many rows run alone.
+	// Default: 32.
+	MaxBatch int
+
+	// BatchRunners is how many batched session calls of one model version may
+	// run at once. More runners cut queueing when cores are plentiful; fewer
+	// make bigger batches. Default: 1.
+	BatchRunners int
+
+	// IntraOpThreads is ONNX Runtime's intra-op thread count per session.
+	// Default: 0, ONNX Runtime's own choice (one per core).
+	IntraOpThreads int
+
+	// SampleFraction is the fraction of inference requests, in [0, 1], whose
+	// inputs and outputs are kept for drift detection. Default: 0 (none).
+	SampleFraction float64
+
+	// SampleCapacity is how many rows each model's sample ring holds; the
+	// oldest rows are dropped first. Default: 1024.
+	SampleCapacity int
+
+	// Seed seeds the sampling decisions, so tests are reproducible.
+	// Default: 1.
+	Seed int64
+
+	// Forwarder serves requests for models this server does not hold. Nil
+	// means such requests get 404.
+	Forwarder Forwarder
+
+	// Registerer receives the server's Prometheus collectors. Nil means they
+	// are created but not registered.
+	Registerer prometheus.Registerer
+
+	// Logger receives lifecycle logs. Default: slog.Default().
+	Logger *slog.Logger
+}
+
+// DefaultConfig returns a Config with every default filled in.
+func DefaultConfig() Config {
+	var c Config
+	c.EnsureDefaults()
+	return c
+}
+
+// EnsureDefaults fills in the zero fields of c with their defaults.
+func (c *Config) EnsureDefaults() {
+	if c.NodeName == "" {
+		c.NodeName, _ = os.Hostname()
+	}
+	if c.LibraryPath == "" {
+		c.LibraryPath = os.Getenv(EnvLibraryPath)
+	}
+	if c.MaxRequestBytes == 0 {
+		c.MaxRequestBytes = 64 << 20
+	}
+	if c.BatchWindow == 0 {
+		c.BatchWindow = 2 * time.Millisecond
+	}
+	if c.MaxBatch == 0 {
+		c.MaxBatch = 32
+	}
+	if c.BatchRunners == 0 {
+		c.BatchRunners = 1
+	}
+	if c.SampleCapacity == 0 {
+		c.SampleCapacity = 1024
+	}
+	if c.Seed == 0 {
+		c.Seed = 1
+	}
+	if c.Logger == nil {
+		c.Logger = slog.Default()
+	}
+}
+
+// Validate reports every problem with c in one error. It does not fill in
+// defaults; call EnsureDefaults first.
+func (c Config) Validate() error {
+	var errs []error
+	if c.MaxRequestBytes < 0 {
+		errs = append(errs, fmt.Errorf("MaxRequestBytes is %d; it must be positive", c.MaxRequestBytes))
+	}
+	if c.BatchWindow < 0 {
+		errs = append(errs, fmt.Errorf("BatchWindow is %v; it must be positive (set DisableBatching to turn batching off)", c.BatchWindow))
+	}
+	if c.MaxBatch < 0 {
+		errs = append(errs, fmt.Errorf("MaxBatch is %d; it must be positive", c.MaxBatch))
+	}
+	if c.BatchRunners < 0 {
+		errs = append(errs, fmt.Errorf("BatchRunners is %d; it must be positive", c.BatchRunners))
+	}
+	if c.IntraOpThreads < 0 {
+		errs = append(errs, fmt.Errorf("IntraOpThreads is %d; it must be >= 0", c.IntraOpThreads))
+	}
+	if c.SampleFraction < 0 || c.SampleFraction > 1 {
+		errs = append(errs, fmt.Errorf("SampleFraction is %v; it must be in [0, 1]", c.SampleFraction))
+	}
+	if c.SampleCapacity < 0 {
+		errs = append(errs, fmt.Errorf("SampleCapacity is %d; it must be positive", c.SampleCapacity))
+	}
+	if len(errs) == 0 {
+		return nil
+	}
+	return fmt.Errorf("infer: invalid config: %w", errors.Join(errs...))
+}

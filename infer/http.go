@@ -1,0 +1,270 @@
+package infer
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"strconv"
+	"time"
+)
+
+// HeaderServedBy names the response header that carries Config.NodeName.
+const HeaderServedBy = "Strata-Served-By"
+
+// Handler returns the Open Inference Protocol (v2) endpoints, to be mounted
+// at /v2/ (the paths it matches include the /v2 prefix):
+//
+//	GET  /v2                                  server metadata
+//	GET  /v2/health/live, /v2/health/ready    liveness, readiness
+//	GET  /v2/models/{name}[/versions/{v}]     model metadata
+//	GET  /v2/models/{name}[/versions/{v}]/ready
+//	POST /v2/models/{name}[/versions/{v}]/infer
+//
+// Errors are JSON {"error": "..."}: 400 for a request that does not fit the
+// model, 404 for a model not served (after the Forwarder, if any, declined),
+// 413 for a body over Config.MaxRequestBytes, 500 otherwise. A panic in a
+// handler is recovered and answered with 500.
+func (s *Server) Handler() http.Handler { return s.handler }
+
+func (s *Server) routes() http.Handler {
+	mux := http.NewServeMux()
+	mux.HandleFunc("GET /v2", s.serverMeta)
+	mux.HandleFunc("GET /v2/{$}", s.serverMeta)
+	mux.HandleFunc("GET /v2/health/live", func(w http.ResponseWriter, r *http.Request) {
+		writeJSON(w, http.StatusOK, map[string]bool{"live": true})
+	})
+	mux.HandleFunc("GET /v2/health/ready", func(w http.ResponseWriter, r *http.Request) {
+		s.mu.RLock()
+		ready := !s.closed
+		s.mu.RUnlock()
+		code := http.StatusOK
+		if !ready {
+			code = http.StatusServiceUnavailable
+		}
+		writeJSON(w, code, map[string]bool{"ready": ready})
+	})
+	for _, p := range []string{"/v2/models/{name}", "/v2/models/{name}/versions/{version}"} {
+		mux.HandleFunc("GET "+p, s.modelMeta)
+		mux.HandleFunc("GET "+p+"/ready", s.modelReady)
+		mux.HandleFunc("POST "+p+"/infer", s.serveInfer)
+	}
+	mux.HandleFunc("/v2/", func(w http.ResponseWriter, r *http.Request) {
+		writeError(w, http.StatusNotFound, fmt.Errorf("no such endpoint: %s %s", r.Method, r.URL.Path))
+	})
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set(HeaderServedBy, s.cfg.NodeName)
+		defer func() {
+			if p := recover(); p != nil {
+				if p == http.ErrAbortHandler {
+					panic(p)
+				}
+				s.log.Error("inference handler panicked", "path", r.URL.Path, "panic", fmt.Sprint(p))
+				writeError(w, http.StatusInternalServerError, fmt.Errorf("internal error: %v", p))
+			}
+		}()
+		mux.ServeHTTP(w, r)
+	})
+}
+
+func (s *Server) serverMeta(w http.ResponseWriter, r *http.Request) {
+	writeJSON(w, http.StatusOK, map[string]any{
+		"name":       "strata",
+		"version":    RuntimeVersion(),
+		"extensions": []string{},
+	})
+}
+
+// local acquires the model named in r's path, or hands r to the Forwarder.
+// It returns nil when the response has been written.
+func (s *Server) local(w http.ResponseWriter, r *http.Request) *version {
+	name, ver := r.PathValue("name"), r.PathValue("version")
+	v, err := s.acquire(name, ver)
+	if err == nil {
+		return v
+	}
+	if errors.Is(err, ErrModelNotFound) && s.cfg.Forwarder != nil {
+		ferr := s.cfg.Forwarder.Forward(w, r, name, ver)
+		switch {
+		case ferr == nil:
+			return nil
+		case errors.Is(ferr, ErrModelNotFound):
+			writeError(w, http.StatusNotFound, ferr)
+		default:
+			writeError(w, http.StatusBadGateway, fmt.Errorf("forward %s: %w", modelRef(name, ver), ferr))
+		}
+		return nil
+	}
+	if errors.Is(err, ErrClosed) {
+		writeError(w, http.StatusServiceUnavailable, err)
+		return nil
+	}
+	writeError(w, http.StatusNotFound, err)
+	return nil
+}
+
+type jsonModelMeta struct {
+	Name     string       `json:"name"`
+	Versions []string     `json:"versions"`
+	Platform string       `json:"platform"`
+	Inputs   []TensorInfo `json:"inputs"`
+	Outputs  []TensorInfo `json:"outputs"`
+}
+
+func (s *Server) modelMeta(w http.ResponseWriter, r *http.Request) {
+	v := s.local(w, r)
+	if v == nil {
+		return
+	}
+	defer v.release()
+	writeJSON(w, http.StatusOK, jsonModelMeta{
+		Name:     v.info.Name,
+		Versions: []string{v.info.Version},
+		Platform: "onnxruntime",
+		Inputs:   v.info.Inputs,
+		Outputs:  v.info.Outputs,
+	})
+}
+
+func (s *Server) modelReady(w http.ResponseWriter, r *http.Request) {
+	v := s.local(w, r)
+	if v == nil {
+		return
+	}
+	defer v.release()
+	writeJSON(w, http.StatusOK, map[string]any{"name": v.info.Name, "version": v.info.Version, "ready": true})
+}
+
+type jsonInferRequest struct {
+	ID      string          `json:"id"`
+	Inputs  []jsonTensorIn  `json:"inputs"`
+	Outputs []jsonOutputReq `json:"outputs"`
+}
+
+type jsonTensorIn struct {
+	Name     string          `json:"name"`
+	Shape    []int64         `json:"shape"`
+	Datatype string          `json:"datatype"`
+	Data     json.RawMessage `json:"data"`
+}
+
+type jsonOutputReq struct {
+	Name string `json:"name"`
+}
+
+func (s *Server) serveInfer(w http.ResponseWriter, r *http.Request) {
+	start := time.Now()
+	v := s.local(w, r)
+	if v == nil {
+		s.metrics.requests.WithLabelValues("", "", "forwarded_or_missing").Inc()
+		return
+	}
+	defer v.release()
+	code := s.inferHTTP(w, r, v)
+	s.metrics.requests.WithLabelValues(v.info.Name, v.info.Version, strconv.Itoa(code)).Inc()
+	s.metrics.latency.WithLabelValues(v.info.Name, v.info.Version).Observe(time.Since(start).Seconds())
+}
+
+func (s *Server) inferHTTP(w http.ResponseWriter, r *http.Request, v *version) int {
+	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, s.cfg.MaxRequestBytes))
+	if err != nil {
+		var tooBig *http.MaxBytesError
+		if errors.As(err, &tooBig) {
+			return writeError(w, http.StatusRequestEntityTooLarge, fmt.Errorf("request body is over the %d-byte limit", tooBig.Limit))
+		}
+		return writeError(w, http.StatusBadRequest, fmt.Errorf("read request body: %w", err))
+	}
+	var jr jsonInferRequest
+	if err := json.Unmarshal(body, &jr); err != nil {
+		return writeError(w, http.StatusBadRequest, fmt.Errorf("request body is not a valid inference request: %w", err))
+	}
+	req := Request{Model: v.info.Name, Version: v.info.Version, ID: jr.ID, Inputs: make([]Tensor, len(jr.Inputs))}
+	for i, in := range jr.Inputs {
+		n, err := elements(in.Shape)
+		if err != nil {
+			return writeError(w, http.StatusBadRequest, fmt.Errorf("input %q: %w", in.Name, err))
+		}
+		data, err := parseData(Datatype(in.Datatype), in.Data, n)
+		if err != nil {
+			return writeError(w, http.StatusBadRequest, fmt.Errorf("input %q: %w", in.Name, err))
+		}
+		req.Inputs[i] = Tensor{Name: in.Name, Datatype: Datatype(in.Datatype), Shape: in.Shape, Data: data}
+	}
+	for _, o := range jr.Outputs {
+		req.Outputs = append(req.Outputs, o.Name)
+	}
+	resp, err := s.infer(r.Context(), v, &req)
+	if err != nil {
+		return writeError(w, statusOf(err), err)
+	}
+	buf := make([]byte, 0, 256)
+	buf = append(buf, `{"model_name":`...)
+	buf = appendString(buf, resp.Model)
+	buf = append(buf, `,"model_version":`...)
+	buf = appendString(buf, resp.Version)
+	if resp.ID != "" {
+		buf = append(buf, `,"id":`...)
+		buf = appendString(buf, resp.ID)
+	}
+	buf = append(buf, `,"outputs":[`...)
+	for i, o := range resp.Outputs {
+		buf = comma(buf, i)
+		buf = append(buf, `{"name":`...)
+		buf = appendString(buf, o.Name)
+		buf = append(buf, `,"datatype":"`...)
+		buf = append(buf, o.Datatype...)
+		buf = append(buf, `","shape":`...)
+		buf = append(buf, '[')
+		buf = appendInts(buf, o.Shape)
+		buf = append(buf, `],"data":`...)
+		buf = appendData(buf, o.Data)
+		buf = append(buf, '}')
+	}
+	buf = append(buf, "]}\n"...)
+	w.Header().Set("Content-Type", "application/json")
+	w.Header().Set("Content-Length", strconv.Itoa(len(buf)))
+	w.WriteHeader(http.StatusOK)
+	w.Write(buf)
+	return http.StatusOK
+}
+
+func statusOf(err error) int {
+	switch {
+	case errors.Is(err, ErrModelNotFound):
+		return http.StatusNotFound
+	case errors.Is(err, ErrBadInput), errors.Is(err, ErrScalarTensor), errors.Is(err, ErrUnsupportedDatatype):
+		return http.StatusBadRequest
+	case errors.Is(err, ErrClosed), errors.Is(err, errStopped):
+		return http.StatusServiceUnavailable
+	}
+	return http.StatusInternalServerError
+}
+
+func appendString(b []byte, s string) []byte {
+	for i := 0; i < len(s); i++ {
+		if c := s[i]; c < 0x20 || c == '"' || c == '\\' || c >= 0x80 {
+			q, _ := json.Marshal(s)
+			return append(b, q...)
+		}
+	}
+	b = append(b, '"')
+	b = append(b, s...)
+	return append(b, '"')
+}
+
+func writeJSON(w http.ResponseWriter, code int, v any) int {
+	b, err := json.Marshal(v)
+	if err != nil {
+		code = http.StatusInternalServerError
+		b, _ = json.Marshal(map[string]string{"error": err.Error()})
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(code)
+	w.Write(append(b, '\n'))
+	return code
+}
+
+func writeError(w http.ResponseWriter, code int, err error) int {
+	return writeJSON(w, code, map[string]string{"error": err.Error()})
+}

@@ -1,0 +1,45 @@
+package infer
+
+import (
+	"errors"
+
+	"github.com/prometheus/client_golang/prometheus"
+)
+
+type metrics struct {
+	requests *prometheus.CounterVec
+	latency  *prometheus.HistogramVec
+	batch    *prometheus.HistogramVec
+}
+
+func newMetrics(reg prometheus.Registerer) (*metrics, error) {
+	m := &metrics{
+		requests: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Namespace: "strata", Subsystem: "infer", Name: "requests_total",
+			Help: "Inference requests by model, version and HTTP status code.",
+		}, []string{"model", "version", "code"}),
+		latency: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Namespace: "strata", Subsystem: "infer", Name: "request_duration_seconds",
+			Help:    "Inference request latency, from body read to response written.",
+			Buckets: prometheus.ExponentialBuckets(50e-6, 2, 16),
+		}, []string{"model", "version"}),
+		batch: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Namespace: "strata", Subsystem: "infer", Name: "batch_rows",
+			Help:    "Rows per ONNX Runtime session call (batched requests share one call).",
+			Buckets: []float64{1, 2, 4, 8, 16, 32, 64, 128, 256},
+		}, []string{"model", "version"}),
+	}
+	if reg == nil {
+		return m, nil
+	}
+	var errs []error
+	for _, c := range []prometheus.Collector{m.requests, m.latency, m.batch} {
+		if err := reg.Register(c); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	if err := errors.Join(errs...); err != nil {
+		return nil, err
+	}
+	return m, nil
+}

@@ -1,0 +1,81 @@
+package infer
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"sync"
+
+	ort "github.com/yalue/onnxruntime_go"
+)
+
+// EnvLibraryPath names the environment variable that holds the path of the
+// ONNX Runtime shared library when Config.LibraryPath is empty.
+const EnvLibraryPath = "STRATA_ORT_LIB"
+
+// ErrRuntimeUnavailable is returned (wrapped, with the path tried and how to
+// fix it) when the ONNX Runtime shared library cannot be found or loaded.
+var ErrRuntimeUnavailable = errors.New("infer: ONNX Runtime unavailable")
+
+// The ONNX Runtime environment is process-global: ORT allows one per process,
+// and many agents may run in one process (tests, the dev mesh). The first
+// successful initialisation wins; later callers must name the same library.
+var runtime struct {
+	mu   sync.Mutex
+	path string
+	err  error
+	done bool
+}
+
+// InitRuntime initialises the process-global ONNX Runtime environment from the
+// shared library at path, or from $STRATA_ORT_LIB when path is empty. It is
+// safe to call from many goroutines and many servers: the environment is set
+// up once, and later calls return the first call's result. A failure to find
+// the library is not remembered, so a later call with a valid path succeeds.
+func InitRuntime(path string) error {
+	if path == "" {
+		path = os.Getenv(EnvLibraryPath)
+	}
+	runtime.mu.Lock()
+	defer runtime.mu.Unlock()
+	if runtime.done {
+		if runtime.err == nil && path != runtime.path {
+			return fmt.Errorf("%w: already initialised from %s, cannot switch to %s in the same process", ErrRuntimeUnavailable, runtime.path, path)
+		}
+		return runtime.err
+	}
+	if path == "" {
+		return missingRuntime("", errors.New("no library configured"))
+	}
+	if _, err := os.Stat(path); err != nil {
+		return missingRuntime(path, err)
+	}
+	ort.SetSharedLibraryPath(path)
+	runtime.done = true
+	runtime.path = path
+	if err := ort.InitializeEnvironment(ort.WithLogLevelError()); err != nil {
+		runtime.err = fmt.Errorf("%w: initialise from %s: %v", ErrRuntimeUnavailable, path, err)
+	}
+	return runtime.err
+}
+
+// RuntimeVersion returns the ONNX Runtime version string, or "" before
+// InitRuntime has succeeded.
+func RuntimeVersion() string {
+	runtime.mu.Lock()
+	ok := runtime.done && runtime.err == nil
+	runtime.mu.Unlock()
+	if !ok {
+		return ""
+	}
+	return ort.GetVersion()
+}
+
+// missingRuntime says what is missing and how to install it.
+func missingRuntime(path string, err error) error {
+	where := "ONNX Runtime library"
+	if path != "" {
+		where = path
+	}
+	return fmt.Errorf("%w: %s: %v; run `make setup-ort` (installs the CPU build at .deps/onnxruntime/libonnxruntime.so.1, which the Makefile exports as %s), or set %s to your own ONNX Runtime 1.24 shared library (a CUDA build on GPU nodes, for example)", ErrRuntimeUnavailable, where, err, EnvLibraryPath, EnvLibraryPath)
+}
