@@ -1,0 +1,280 @@
+package trainer
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"os/exec"
+	"sort"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+)
+
+// ExecOptions tune the Exec launcher. The zero value means the defaults.
+type ExecOptions struct {
+	// LogLimit bounds the bytes of output kept per member (the tail).
+	// Default 64 KiB.
+	LogLimit int
+	// KillGrace is how long a stopped member's process group has between
+	// SIGTERM and SIGKILL. Default 5 s.
+	KillGrace time.Duration
+	// Logger receives lifecycle records. Default: discard.
+	Logger *slog.Logger
+}
+
+// ExecOptions defaults.
+const (
+	DefaultLogLimit  = 64 << 10
+	DefaultKillGrace = 5 * time.Second
+)
+
+// Reasons a member or run fails, as they appear in errors and statuses.
+const (
+	// ReasonExited: the member's process exited non-zero.
+	ReasonExited = "exited"
+	// ReasonStopped: the member was stopped because another member
+	// failed or the run was cancelled.
+	ReasonStopped = "stopped"
+	// ReasonStart: the member's process could not be started.
+	ReasonStart = "start failed"
+)
+
+// Exec runs a job's command once per gang member as a local process in its
+// own process group, with the environment torchrun and PyTorch DDP expect:
+//
+//	MASTER_ADDR, MASTER_PORT   rank 0's address and the rendezvous port
+//	WORLD_SIZE, RANK           the gang size and the member's index
+//	LOCAL_RANK, LOCAL_WORLD_SIZE, GROUP_RANK
+//	                           the member's index among, and the count of,
+//	                           members on its node; the node's index
+//	NCCL_SOCKET_IFNAME, NCCL_IB_HCA, NCCL_IB_DISABLE
+//	                           fabric hints, when known
+//	CUDA_VISIBLE_DEVICES       the member's GPUs, when assigned
+//	STRATA_DATASET_DIR, STRATA_OUTPUT_DIR, STRATA_JOB_ID, STRATA_ATTEMPT
+//
+// If any member fails, the others' process groups get SIGTERM, then SIGKILL
+// after KillGrace, and the gang is restarted up to Job.Retries times.
+// Every member is started on this host: remote members are launched by the
+// agent on their own node, each with the same Job.
+type Exec struct {
+	opts ExecOptions
+	log  *slog.Logger
+}
+
+// NewExec returns an Exec launcher.
+func NewExec(opts ExecOptions) *Exec {
+	if opts.LogLimit <= 0 {
+		opts.LogLimit = DefaultLogLimit
+	}
+	if opts.KillGrace <= 0 {
+		opts.KillGrace = DefaultKillGrace
+	}
+	log := opts.Logger
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	return &Exec{opts: opts, log: log.With("component", "trainer.exec")}
+}
+
+// Launch validates job, starts every member and returns the Run. The run
+// ends when every member has exited (succeeded when all exit 0), when a
+// failure has used up the retries, or when ctx is cancelled (failed with
+// ctx's error).
+func (e *Exec) Launch(ctx context.Context, job Job) (*Run, error) {
+	job.EnsureDefaults()
+	if err := job.Validate(); err != nil {
+		return nil, err
+	}
+	if len(job.Command) == 0 {
+		return nil, fmt.Errorf("%w %q: command is empty", ErrJob, job.ID)
+	}
+	r := newRun(job, e.opts.LogLimit)
+	go e.run(ctx, r)
+	return r, nil
+}
+
+func (e *Exec) run(ctx context.Context, r *Run) {
+	job := r.job
+	var err error
+	for attempt := 1; attempt <= job.Retries+1; attempt++ {
+		if attempt > 1 {
+			r.resetMembers(e.opts.LogLimit)
+		}
+		r.mu.Lock()
+		r.attempt = attempt
+		r.mu.Unlock()
+		err = e.attempt(ctx, r, attempt)
+		if err == nil || ctx.Err() != nil {
+			break
+		}
+		e.log.Warn("gang failed", "job", job.ID, "attempt", attempt, "retries", job.Retries, "error", err)
+	}
+	if err == nil {
+		e.log.Info("job succeeded", "job", job.ID)
+	}
+	r.finish(err)
+}
+
+type exitResult struct {
+	rank int
+	err  error
+}
+
+// attempt runs the gang once.
+func (e *Exec) attempt(ctx context.Context, r *Run, attempt int) error {
+	job := r.job
+	cmds := make([]*exec.Cmd, len(job.Members))
+	exits := make(chan exitResult, len(job.Members))
+	started := 0
+	var startErr error
+	for rank := range job.Members {
+		cmd := exec.Command(job.Command[0], job.Command[1:]...)
+		cmd.Dir = job.Dir
+		cmd.Env = memberEnv(job, rank, attempt)
+		cmd.Stdout = r.logs[rank]
+		cmd.Stderr = r.logs[rank]
+		cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+		// Output pipes are held by grandchildren too; do not wait on them
+		// forever once the process group has been killed.
+		cmd.WaitDelay = e.opts.KillGrace
+		if err := cmd.Start(); err != nil {
+			startErr = fmt.Errorf("rank %d on %s: %s: %w", rank, job.Members[rank].Node, ReasonStart, err)
+			r.setMember(rank, StateFailed, -1, startErr)
+			break
+		}
+		cmds[rank] = cmd
+		started++
+		r.setMember(rank, StateRunning, -1, nil)
+		go func(rank int, cmd *exec.Cmd) {
+			exits <- exitResult{rank: rank, err: cmd.Wait()}
+		}(rank, cmd)
+	}
+	if startErr == nil {
+		r.setState(StateRunning)
+		e.log.Info("gang started", "job", job.ID, "attempt", attempt, "members", len(job.Members))
+	}
+
+	var failure error = startErr
+	stopping := startErr != nil
+	var killTimer <-chan time.Time
+	stop := func() {
+		if stopping {
+			return
+		}
+		stopping = true
+		for _, c := range cmds {
+			if c != nil && c.Process != nil {
+				_ = syscall.Kill(-c.Process.Pid, syscall.SIGTERM)
+			}
+		}
+		killTimer = time.After(e.opts.KillGrace)
+	}
+	if startErr != nil {
+		for _, c := range cmds {
+			if c != nil {
+				_ = syscall.Kill(-c.Process.Pid, syscall.SIGKILL)
+			}
+		}
+	}
+	done := ctx.Done()
+	for remaining := started; remaining > 0; {
+		select {
+		case x := <-exits:
+			remaining--
+			code := -1
+			var ee *exec.ExitError
+			if errors.As(x.err, &ee) {
+				code = ee.ExitCode()
+			} else if x.err == nil {
+				code = 0
+			}
+			switch {
+			case x.err == nil:
+				r.setMember(x.rank, StateSucceeded, 0, nil)
+			case stopping:
+				r.setMember(x.rank, StateFailed, code, fmt.Errorf("%s: %w", ReasonStopped, x.err))
+			default:
+				err := fmt.Errorf("rank %d on %s %s: %w", x.rank, job.Members[x.rank].Node, ReasonExited, x.err)
+				r.setMember(x.rank, StateFailed, code, err)
+				failure = err
+				stop()
+			}
+		case <-done:
+			done = nil
+			if failure == nil {
+				failure = fmt.Errorf("job %q cancelled: %w", job.ID, ctx.Err())
+			}
+			stop()
+		case <-killTimer:
+			killTimer = nil
+			for _, c := range cmds {
+				if c != nil && c.Process != nil {
+					_ = syscall.Kill(-c.Process.Pid, syscall.SIGKILL)
+				}
+			}
+		}
+	}
+	return failure
+}
+
+// memberEnv is the inherited environment, then job.Env, then the launcher's
+// variables (later entries win in os/exec).
+func memberEnv(job Job, rank, attempt int) []string {
+	env := os.Environ()
+	keys := make([]string, 0, len(job.Env))
+	for k := range job.Env {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	for _, k := range keys {
+		env = append(env, k+"="+job.Env[k])
+	}
+	m := job.Members[rank]
+	localRank, localWorld, nodeIndex := 0, 0, 0
+	seen := map[string]int{}
+	for i, o := range job.Members {
+		if _, ok := seen[o.Node]; !ok {
+			seen[o.Node] = len(seen)
+		}
+		if o.Node == m.Node {
+			if i < rank {
+				localRank++
+			}
+			localWorld++
+		}
+	}
+	nodeIndex = seen[m.Node]
+	set := func(k, v string) { env = append(env, k+"="+v) }
+	set("MASTER_ADDR", job.Members[0].Addr)
+	set("MASTER_PORT", strconv.Itoa(job.MasterPort))
+	set("WORLD_SIZE", strconv.Itoa(len(job.Members)))
+	set("RANK", strconv.Itoa(rank))
+	set("LOCAL_RANK", strconv.Itoa(localRank))
+	set("LOCAL_WORLD_SIZE", strconv.Itoa(localWorld))
+	set("GROUP_RANK", strconv.Itoa(nodeIndex))
+	if job.Fabric.SocketIfname != "" {
+		set("NCCL_SOCKET_IFNAME", job.Fabric.SocketIfname)
+	}
+	if job.Fabric.IBHCA != "" {
+		set("NCCL_IB_HCA", job.Fabric.IBHCA)
+	}
+	if job.Fabric.DisableIB {
+		set("NCCL_IB_DISABLE", "1")
+	}
+	if len(m.GPUs) > 0 {
+		ids := make([]string, len(m.GPUs))
+		for i, g := range m.GPUs {
+			ids[i] = strconv.Itoa(g)
+		}
+		set("CUDA_VISIBLE_DEVICES", strings.Join(ids, ","))
+	}
+	set("STRATA_DATASET_DIR", job.DatasetDir)
+	set("STRATA_OUTPUT_DIR", job.OutputDir)
+	set("STRATA_JOB_ID", job.ID)
+	set("STRATA_ATTEMPT", strconv.Itoa(attempt))
+	return env
+}
