@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"sync"
+	"sync/atomic"
 	"time"
 )
 
@@ -25,6 +26,8 @@ type batcher struct {
 	wg      sync.WaitGroup
 	once    sync.Once
 	observe func(rows int)
+	// queued counts requests handed to the loop; tests wait on it.
+	queued atomic.Int64
 }
 
 type batchReq struct {
@@ -58,6 +61,7 @@ func (b *batcher) do(ctx context.Context, inputs []Tensor, rows int) ([]Tensor, 
 	r := &batchReq{inputs: inputs, rows: rows, reply: make(chan batchReply, 1)}
 	select {
 	case b.queue <- r:
+		b.queued.Add(1)
 	case <-ctx.Done():
 		return nil, ctx.Err()
 	case <-b.done:

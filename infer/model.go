@@ -51,6 +51,7 @@ type version struct {
 	refs      atomic.Int64
 	retired   atomic.Bool
 	closeOnce sync.Once
+	closed    atomic.Bool
 }
 
 func infoFrom(ios []ort.InputOutputInfo, what string) ([]TensorInfo, error) {
@@ -166,6 +167,7 @@ func (v *version) close() {
 			v.batcher.stop()
 		}
 		v.sess.Destroy()
+		v.closed.Store(true)
 	})
 }
 

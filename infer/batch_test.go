@@ -1,0 +1,77 @@
+package infer
+
+import (
+	"context"
+	"encoding/json"
+	"io"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/google/go-cmp/cmp"
+)
+
+func decodeJSON(r io.Reader, v any) error { return json.NewDecoder(r).Decode(v) }
+
+// waitFor polls cond until it holds, failing tb after 20 seconds.
+func waitFor(tb testing.TB, cond func() bool) {
+	tb.Helper()
+	deadline := time.Now().Add(20 * time.Second)
+	for !cond() {
+		if time.Now().After(deadline) {
+			tb.Fatal("condition not met within 20s")
+		}
+		time.Sleep(time.Millisecond) // polling interval, not a wait for an effect
+	}
+}
+
+// TestBatchingGivesEachCallerItsRows holds the model's only runner so that
+// concurrent requests pile up into one batch, then checks that the batch ran
+// as one session call and that every caller got the rows for its inputs.
+func TestBatchingGivesEachCallerItsRows(t *testing.T) {
+	const callers = 6
+	rowsEach := []int{1, 2, 3, 1, 2, 3} // 12 rows: exactly MaxBatch
+	s, reg := newServer(t, Config{BatchWindow: time.Hour, MaxBatch: 12, BatchRunners: 1})
+	m := newMLP(t, 9, 5, 7, 3)
+	load(t, s, "m", "1", m.model)
+	s.mu.RLock()
+	b := s.models["m"].batcher
+	s.mu.RUnlock()
+	if b == nil {
+		t.Fatal("model with a dynamic batch dimension is not batched")
+	}
+	b.slots <- struct{}{} // occupy the runner
+
+	var wg sync.WaitGroup
+	got := make([][]float32, callers)
+	errs := make([]error, callers)
+	for c := 0; c < callers; c++ {
+		wg.Add(1)
+		go func(c int) {
+			defer wg.Done()
+			x := rows(c, rowsEach[c], 5)
+			resp, err := s.Infer(context.Background(), &Request{Model: "m", Inputs: []Tensor{{Name: "input", Datatype: FP32, Shape: []int64{int64(rowsEach[c]), 5}, Data: x}}})
+			if err != nil {
+				errs[c] = err
+				return
+			}
+			if diff := cmp.Diff([]int64{int64(rowsEach[c]), 3}, resp.Outputs[0].Shape); diff != "" {
+				t.Errorf("caller %d output shape (-want +got):\n%s", c, diff)
+			}
+			got[c] = resp.Outputs[0].Data.([]float32)
+		}(c)
+	}
+	// The batch is full once every request has left the queue.
+	waitFor(t, func() bool { return b.queued.Load() == callers && len(b.queue) == 0 })
+	<-b.slots // free the runner
+	wg.Wait()
+	for c := range errs {
+		if errs[c] != nil {
+			t.Fatalf("caller %d: %v", c, errs[c])
+		}
+		assertClose(t, m.predict(rows(c, rowsEach[c], 5), rowsEach[c]), got[c], 1e-4)
+	}
+	if diff := cmp.Diff(1.0, gather(t, reg)[`strata_infer_batch_rows{model="m",version="1"}`]); diff != "" {
+		t.Errorf("session calls (-want +got):\n%s", diff)
+	}
+}
