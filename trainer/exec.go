@@ -10,7 +10,6 @@ import (
 	"sort"
 	"strconv"
 	"strings"
-	"syscall"
 	"time"
 )
 
@@ -137,7 +136,7 @@ func (e *Exec) attempt(ctx context.Context, r *Run, attempt int) error {
 		cmd.Env = memberEnv(job, rank, attempt)
 		cmd.Stdout = r.logs[rank]
 		cmd.Stderr = r.logs[rank]
-		cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+		ownProcessGroup(cmd)
 		// Output pipes are held by grandchildren too; do not wait on them
 		// forever once the process group has been killed.
 		cmd.WaitDelay = e.opts.KillGrace
@@ -168,7 +167,7 @@ func (e *Exec) attempt(ctx context.Context, r *Run, attempt int) error {
 		stopping = true
 		for _, c := range cmds {
 			if c != nil && c.Process != nil {
-				_ = syscall.Kill(-c.Process.Pid, syscall.SIGTERM)
+				terminateGroup(c.Process.Pid)
 			}
 		}
 		killTimer = time.After(e.opts.KillGrace)
@@ -176,7 +175,7 @@ func (e *Exec) attempt(ctx context.Context, r *Run, attempt int) error {
 	if startErr != nil {
 		for _, c := range cmds {
 			if c != nil {
-				_ = syscall.Kill(-c.Process.Pid, syscall.SIGKILL)
+				killGroup(c.Process.Pid)
 			}
 		}
 	}
@@ -213,7 +212,7 @@ func (e *Exec) attempt(ctx context.Context, r *Run, attempt int) error {
 			killTimer = nil
 			for _, c := range cmds {
 				if c != nil && c.Process != nil {
-					_ = syscall.Kill(-c.Process.Pid, syscall.SIGKILL)
+					killGroup(c.Process.Pid)
 				}
 			}
 		}

@@ -1,0 +1,21 @@
+//go:build unix
+
+package trainer
+
+import (
+	"os/exec"
+	"syscall"
+)
+
+// ownProcessGroup starts cmd in a new process group, so that stopping a
+// member also stops whatever it spawned (torchrun's workers, a shell's
+// children).
+func ownProcessGroup(cmd *exec.Cmd) {
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+}
+
+// terminateGroup sends SIGTERM to the process group led by pid.
+func terminateGroup(pid int) { _ = syscall.Kill(-pid, syscall.SIGTERM) }
+
+// killGroup sends SIGKILL to the process group led by pid.
+func killGroup(pid int) { _ = syscall.Kill(-pid, syscall.SIGKILL) }
