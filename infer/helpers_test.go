@@ -2,6 +2,7 @@ package infer
 
 import (
 	"context"
+	"log/slog"
 	"os"
 	"path/filepath"
 	"testing"
@@ -41,6 +42,9 @@ func newServer(tb testing.TB, cfg Config) (*Server, *prometheus.Registry) {
 	reg := prometheus.NewRegistry()
 	if cfg.Registerer == nil {
 		cfg.Registerer = reg
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.New(slog.DiscardHandler)
 	}
 	if cfg.NodeName == "" {
 		cfg.NodeName = "test-node"

@@ -19,6 +19,11 @@ var ErrModelNotFound = errors.New("infer: model not found")
 // shape. The HTTP handler answers it with 400.
 var ErrBadInput = errors.New("infer: bad input")
 
+// ErrUnsupportedModel is returned by Load for models the server cannot run
+// even though ONNX Runtime loads them: models with no inputs or no outputs
+// (the Go binding needs at least one of each).
+var ErrUnsupportedModel = errors.New("infer: unsupported model")
+
 // TensorInfo describes one input or output of a model as the model declares
 // it. A dimension of -1 is dynamic.
 type TensorInfo struct {
@@ -76,6 +81,9 @@ func newVersion(name, ver string, model []byte, cfg *Config) (*version, error) {
 	ins, outs, err := ort.GetInputOutputInfoWithONNXData(model)
 	if err != nil {
 		return nil, fmt.Errorf("infer: read model %s version %s: %w", name, ver, err)
+	}
+	if len(ins) == 0 || len(outs) == 0 {
+		return nil, fmt.Errorf("%w: model %s version %s has %d inputs and %d outputs; at least one of each is needed", ErrUnsupportedModel, name, ver, len(ins), len(outs))
 	}
 	v := &version{info: ModelInfo{Name: name, Version: ver}}
 	if v.info.Inputs, err = infoFrom(ins, "input"); err != nil {
@@ -214,6 +222,9 @@ func (v *version) check(inputs []Tensor) ([]Tensor, int, error) {
 		if !ok {
 			return nil, 0, fmt.Errorf("%w: input %q is missing", ErrBadInput, v.info.Inputs[i].Name)
 		}
+	}
+	if len(ordered) == 0 {
+		return ordered, -1, nil
 	}
 	rows := ordered[0].Shape[0]
 	for _, t := range ordered[1:] {

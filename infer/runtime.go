@@ -53,7 +53,9 @@ func InitRuntime(path string) error {
 	ort.SetSharedLibraryPath(path)
 	runtime.done = true
 	runtime.path = path
-	if err := ort.InitializeEnvironment(ort.WithLogLevelError()); err != nil {
+	// Errors come back to callers as Go errors; ORT's own log would repeat
+	// them on stderr.
+	if err := ort.InitializeEnvironment(ort.WithLogLevelFatal()); err != nil {
 		runtime.err = fmt.Errorf("%w: initialise from %s: %v", ErrRuntimeUnavailable, path, err)
 	}
 	return runtime.err
