@@ -57,8 +57,11 @@ const (
 //
 // If any member fails, the others' process groups get SIGTERM, then SIGKILL
 // after KillGrace, and the gang is restarted up to Job.Retries times.
-// Every member is started on this host: remote members are launched by the
-// agent on their own node, each with the same Job.
+//
+// Every member is started as a process on this host, whatever its Node:
+// Exec does not yet start members on other nodes, so a multi-node gang
+// needs one Exec per node driven by the agents (not yet wired), or all its
+// members placed on one host.
 type Exec struct {
 	opts ExecOptions
 	log  *slog.Logger
@@ -100,6 +103,10 @@ func (e *Exec) run(ctx context.Context, r *Run) {
 	job := r.job
 	var err error
 	for attempt := 1; attempt <= job.Retries+1; attempt++ {
+		if ctx.Err() != nil {
+			err = fmt.Errorf("job %q cancelled: %w", job.ID, ctx.Err())
+			break
+		}
 		if attempt > 1 {
 			r.resetMembers(e.opts.LogLimit)
 		}

@@ -13,8 +13,11 @@ import (
 // streams of 3 N(0, 1) features where one feature's mean moves by one
 // reference standard deviation, abruptly or linearly over 1000 samples;
 // and the false alarms per 10,000 samples over the 10,000 stationary
-// samples before each change point. It reports its own percentiles over
-// the streams, so one iteration (-benchtime 1x) is enough.
+// samples before each change point. It also runs half-σ shifts, near the
+// default PSI threshold's sensitivity ("missed" counts the streams with no
+// alarm within 4,000 samples of the change). It reports its own
+// percentiles over the streams, so one iteration (-benchtime 1x) is
+// enough.
 func BenchmarkDriftDelay(b *testing.B) {
 	const (
 		streams   = 20
@@ -23,9 +26,10 @@ func BenchmarkDriftDelay(b *testing.B) {
 	)
 	ref := testReference(b, 3, 20000, 1)
 	for _, sc := range []struct {
-		name string
-		ramp int
-	}{{"abrupt", 0}, {"gradual", 1000}} {
+		name  string
+		ramp  int
+		delta float64
+	}{{"abrupt", 0, 1}, {"gradual", 1000, 1}, {"abrupt-half-sd", 0, 0.5}, {"gradual-half-sd", 1000, 0.5}} {
 		for _, det := range Detectors {
 			b.Run(fmt.Sprintf("shift=%s/detector=%s/impl=strata", sc.name, det), func(b *testing.B) {
 				var delays []float64
@@ -37,7 +41,7 @@ func BenchmarkDriftDelay(b *testing.B) {
 						if err != nil {
 							b.Fatal(err)
 						}
-						sh := shift{at: preChange, ramp: sc.ramp, delta: 1, feature: s % 3}
+						sh := shift{at: preChange, ramp: sc.ramp, delta: sc.delta, feature: s % 3}
 						events, at := run(b, m, preChange+after, sh, uint64(100+s), 0)
 						detected := false
 						for k, ev := range events {

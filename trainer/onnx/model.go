@@ -7,6 +7,7 @@ import (
 	"math"
 	"math/rand/v2"
 	"sort"
+	"strings"
 
 	"google.golang.org/protobuf/encoding/protowire"
 )
@@ -174,12 +175,17 @@ func finite(v []float32) bool {
 // MLP encodes a stack of dense layers as an ONNX model. It returns an error
 // wrapping ErrInvalidModel when the layers or options are invalid.
 func MLP(layers []Layer, opts Options) ([]byte, error) {
+	opts.EnsureDefaults()
 	if err := opts.Validate(); err != nil {
 		return nil, err
 	}
-	opts.EnsureDefaults()
 	if err := ValidateLayers(layers); err != nil {
 		return nil, err
+	}
+	for _, name := range []string{opts.InputName, opts.OutputName} {
+		if strings.HasPrefix(name, "layer") {
+			return nil, fmt.Errorf("%w: name %q: names starting with \"layer\" are reserved for the model's tensors", ErrInvalidModel, name)
+		}
 	}
 	return encodeModel(layers, opts), nil
 }

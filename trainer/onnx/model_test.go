@@ -125,6 +125,8 @@ func TestInvalid(t *testing.T) {
 		{name: "zero", layers: []onnx.Layer{{In: 0, Out: 1}}},
 		{name: "opset", layers: []onnx.Layer{good}, opts: onnx.Options{Opset: 11}},
 		{name: "names", layers: []onnx.Layer{good}, opts: onnx.Options{InputName: "x", OutputName: "x"}},
+		{name: "default-clash", layers: []onnx.Layer{good}, opts: onnx.Options{InputName: "output"}},
+		{name: "reserved", layers: []onnx.Layer{good}, opts: onnx.Options{OutputName: "layer0.weight"}},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
