@@ -31,15 +31,21 @@ const (
 // uses the step-up adjustment p̃_(i) = min_{j≥i} m·p_(j)/j over the sorted
 // p-values.
 func Adjust(c Correction, ps []float64) []float64 {
-	m := float64(len(ps))
 	out := make([]float64, len(ps))
+	adjustInto(c, ps, out, make([]int, len(ps)))
+	return out
+}
+
+// adjustInto is Adjust writing into out, with idx as scratch (both
+// len(ps)), so the monitor's evaluations do not allocate.
+func adjustInto(c Correction, ps, out []float64, idx []int) {
+	m := float64(len(ps))
 	switch c {
 	case Bonferroni:
 		for i, p := range ps {
 			out[i] = math.Min(1, p*m)
 		}
 	case BenjaminiHochberg, "":
-		idx := make([]int, len(ps))
 		for i := range idx {
 			idx[i] = i
 		}
@@ -60,5 +66,4 @@ func Adjust(c Correction, ps []float64) []float64 {
 	default:
 		copy(out, ps)
 	}
-	return out
 }

@@ -98,18 +98,30 @@ func KS(refSorted, liveSorted []float64) (d, p float64) {
 	if n == 0 || m == 0 {
 		return 0, 1
 	}
+	// Work in integers: the CDF gap at any point is |i·m − j·n| / (n·m).
 	i, j := 0, 0
-	fn, fm := float64(n), float64(m)
+	var best int64
+	in, im := int64(n), int64(m)
 	for i < n && j < m {
-		x := math.Min(refSorted[i], liveSorted[j])
+		x := refSorted[i]
+		if liveSorted[j] < x {
+			x = liveSorted[j]
+		}
 		for i < n && refSorted[i] == x {
 			i++
 		}
 		for j < m && liveSorted[j] == x {
 			j++
 		}
-		d = math.Max(d, math.Abs(float64(i)/fn-float64(j)/fm))
+		gap := int64(i)*im - int64(j)*in
+		if gap < 0 {
+			gap = -gap
+		}
+		if gap > best {
+			best = gap
+		}
 	}
+	d = float64(best) / (float64(n) * float64(m))
 	// Once one sample is exhausted its CDF is 1 and the other's only
 	// climbs towards 1, so the gap only shrinks: the sup has been seen.
 	return d, KSPValue(d, n, m)
@@ -162,9 +174,14 @@ func Wasserstein1(refSorted, liveSorted []float64, scale float64) float64 {
 	if !(scale > 0) {
 		scale = 1
 	}
-	fn, fm := float64(n), float64(m)
+	// The CDF gap between consecutive points is |i·m − j·n| / (n·m);
+	// accumulate the numerator and divide once.
+	in, im := int64(n), int64(m)
 	i, j := 0, 0
-	prev := math.Min(refSorted[0], liveSorted[0])
+	prev := refSorted[0]
+	if liveSorted[0] < prev {
+		prev = liveSorted[0]
+	}
 	var w float64
 	for i < n || j < m {
 		var x float64
@@ -173,7 +190,11 @@ func Wasserstein1(refSorted, liveSorted []float64, scale float64) float64 {
 		} else {
 			x = liveSorted[j]
 		}
-		w += math.Abs(float64(i)/fn-float64(j)/fm) * (x - prev)
+		gap := int64(i)*im - int64(j)*in
+		if gap < 0 {
+			gap = -gap
+		}
+		w += float64(gap) * (x - prev)
 		prev = x
 		for i < n && refSorted[i] == x {
 			i++
@@ -182,5 +203,6 @@ func Wasserstein1(refSorted, liveSorted []float64, scale float64) float64 {
 			j++
 		}
 	}
+	w /= float64(n) * float64(m)
 	return w / scale
 }

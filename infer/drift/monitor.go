@@ -190,7 +190,8 @@ type Monitor struct {
 	alarmed     bool
 	last        *Evaluation
 
-	ps []float64
+	ps, adj []float64
+	idx     []int
 }
 
 // New returns a Monitor comparing live rows with ref. Errors wrap
@@ -224,6 +225,8 @@ func New(ref Reference, cfg Config) (*Monitor, error) {
 		ring:   make([]float64, len(cols)*cfg.Window),
 		sorted: make([][]float64, len(cols)),
 		ps:     make([]float64, len(cols)),
+		adj:    make([]float64, len(cols)),
+		idx:    make([]int, len(cols)),
 	}
 	for c := range m.sorted {
 		m.sorted[c] = make([]float64, 0, cfg.Window)
@@ -335,7 +338,8 @@ func (m *Monitor) Evaluate() Evaluation {
 		ev.Scores[c] = s
 	}
 	if m.cfg.Detector == DetectorKS {
-		for c, p := range Adjust(m.cfg.Correction, m.ps) {
+		adjustInto(m.cfg.Correction, m.ps, m.adj, m.idx)
+		for c, p := range m.adj {
 			ev.Scores[c].PValue = p
 		}
 	}
