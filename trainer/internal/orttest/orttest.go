@@ -20,9 +20,13 @@ var (
 )
 
 // LibPath returns the ONNX Runtime shared library path, or "" when none is
-// configured or installed.
+// configured or installed (a configured path that does not exist counts as
+// none).
 func LibPath() string {
 	if p := os.Getenv("STRATA_ORT_LIB"); p != "" {
+		if _, err := os.Stat(p); err != nil {
+			return ""
+		}
 		return p
 	}
 	dir, err := os.Getwd()
