@@ -36,7 +36,7 @@
 //
 //	m, err := drift.New(ref, drift.Config{Model: "fraud", Version: "v3", Detector: drift.DetectorKS})
 //	for row := range rows {
-//		ev, err := m.Observe(row)
+//		ev, err := m.Observe(row) // or ObserveFloat32
 //		if ev != nil && ev.Kind == drift.EventAlarm {
 //			// publish ev to the mesh; the policy owner starts a retrain
 //		}

@@ -262,17 +262,24 @@ func (m *Monitor) Last() (Evaluation, bool) {
 // alarm, and nil otherwise. A row of the wrong width or with a NaN or
 // infinite value is rejected with an error wrapping ErrInvalid and not
 // counted.
-func (m *Monitor) Observe(row []float64) (*Event, error) {
+func (m *Monitor) Observe(row []float64) (*Event, error) { return observe(m, row) }
+
+// ObserveFloat32 is Observe for a float32 row, as the inference path holds
+// its tensors; it does not allocate.
+func (m *Monitor) ObserveFloat32(row []float32) (*Event, error) { return observe(m, row) }
+
+func observe[T float32 | float64](m *Monitor, row []T) (*Event, error) {
 	if len(row) != len(m.cols) {
 		return nil, fmt.Errorf("%w: row has %d values, want %d", ErrInvalid, len(row), len(m.cols))
 	}
 	for i, v := range row {
-		if math.IsNaN(v) || math.IsInf(v, 0) {
-			return nil, fmt.Errorf("%w: %s = %v", ErrInvalid, m.cols[i].Name, v)
+		if f := float64(v); math.IsNaN(f) || math.IsInf(f, 0) {
+			return nil, fmt.Errorf("%w: %s = %v", ErrInvalid, m.cols[i].Name, f)
 		}
 	}
 	w := m.cfg.Window
-	for c, v := range row {
+	for c, x := range row {
+		v := float64(x)
 		slot := c*w + m.next
 		if m.filled == w {
 			replaceSorted(m.sorted[c], m.ring[slot], v)

@@ -184,6 +184,9 @@ func TestMonitorRejects(t *testing.T) {
 			t.Errorf("row %v: want ErrInvalid, got %v", row, err)
 		}
 	}
+	if _, err := m.ObserveFloat32([]float32{float32(math.NaN()), 0}); !errors.Is(err, ErrInvalid) {
+		t.Errorf("float32 NaN: want ErrInvalid, got %v", err)
+	}
 	if m.Seen() != 0 {
 		t.Fatalf("rejected rows were counted: %d", m.Seen())
 	}
@@ -225,5 +228,35 @@ func TestReplaceSortedKeepsOrder(t *testing.T) {
 		if diff := cmp.Diff(want, sorted); diff != "" {
 			t.Fatalf("step %d (-want +got):\n%s", i, diff)
 		}
+	}
+}
+
+func TestObserveFloat32MatchesFloat64(t *testing.T) {
+	ref := testReference(t, 2, 2000, 12)
+	a, err := New(ref, Config{Window: 100, Every: 10})
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := New(ref, Config{Window: 100, Every: 10})
+	if err != nil {
+		t.Fatal(err)
+	}
+	rng := rand.New(rand.NewPCG(13, 13))
+	for i := 0; i < 2000; i++ {
+		row := []float32{float32(rng.NormFloat64()), float32(rng.NormFloat64() + float64(i/1000)*2)}
+		ea, err := a.ObserveFloat32(row)
+		if err != nil {
+			t.Fatal(err)
+		}
+		eb, err := b.Observe([]float64{float64(row[0]), float64(row[1])})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if diff := cmp.Diff(eb, ea); diff != "" {
+			t.Fatalf("row %d (-float64 +float32):\n%s", i, diff)
+		}
+	}
+	if !a.Alarmed() {
+		t.Fatal("the shifted second half should have raised an alarm")
 	}
 }
