@@ -24,15 +24,22 @@ const (
 )
 
 // Metrics summarise a built-in training run (MetricsFile).
+// The fields mirror Result's.
 type Metrics struct {
-	Kind          string   `json:"kind"`
-	Features      []string `json:"features"`
-	Classes       int      `json:"classes"`
-	TrainRows     int      `json:"train_rows"`
-	HoldoutRows   int      `json:"holdout_rows"`
-	Accuracy      float64  `json:"accuracy"`
-	TrainAccuracy float64  `json:"train_accuracy"`
-	Loss          float64  `json:"loss"`
+	// Kind is the model kind trained.
+	Kind string `json:"kind"`
+	// Features are the input columns, in order.
+	Features []string `json:"features"`
+	// Classes is the number of classes.
+	Classes int `json:"classes"`
+	// TrainRows and HoldoutRows count the split.
+	TrainRows   int `json:"train_rows"`
+	HoldoutRows int `json:"holdout_rows"`
+	// Accuracy is on the holdout rows; TrainAccuracy on the training rows.
+	Accuracy      float64 `json:"accuracy"`
+	TrainAccuracy float64 `json:"train_accuracy"`
+	// Loss is the mean training cross-entropy.
+	Loss float64 `json:"loss"`
 }
 
 // Builtin runs the built-in Go trainer in process as a Launcher: it reads

@@ -28,6 +28,33 @@ type Dataset struct {
 	Classes int
 }
 
+// NewDataset returns an empty dataset with the given feature columns and
+// label name, to be filled with Add (for example from logged samples).
+func NewDataset(features []string, label string) *Dataset {
+	return &Dataset{Features: append([]string(nil), features...), Label: label}
+}
+
+// Add appends one row of len(Features) finite values with class y ≥ 0. It
+// returns an error wrapping ErrDataset for a wrong width, a non-finite
+// value or a negative class.
+func (d *Dataset) Add(row []float64, y int) error {
+	if len(row) != len(d.Features) {
+		return fmt.Errorf("%w: row has %d values, want %d", ErrDataset, len(row), len(d.Features))
+	}
+	for j, v := range row {
+		if math.IsNaN(v) || math.IsInf(v, 0) {
+			return fmt.Errorf("%w: %s = %v is not a finite number", ErrDataset, d.Features[j], v)
+		}
+	}
+	if y < 0 {
+		return fmt.Errorf("%w: class %d must not be negative", ErrDataset, y)
+	}
+	d.X = append(d.X, row...)
+	d.Y = append(d.Y, y)
+	d.Classes = max(d.Classes, y+1)
+	return nil
+}
+
 // Rows returns the number of rows.
 func (d *Dataset) Rows() int { return len(d.Y) }
 

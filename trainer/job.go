@@ -149,9 +149,12 @@ const (
 
 // MemberStatus is one member's state in the current attempt.
 type MemberStatus struct {
-	Rank  int    `json:"rank"`
-	Node  string `json:"node"`
-	State State  `json:"state"`
+	// Rank is the member's index in Job.Members.
+	Rank int `json:"rank"`
+	// Node is the member's node.
+	Node string `json:"node"`
+	// State is the member's lifecycle state.
+	State State `json:"state"`
 	// ExitCode is the process's exit status; -1 while running, when it
 	// was killed by a signal, or when it never started.
 	ExitCode int `json:"exit_code"`
@@ -161,10 +164,13 @@ type MemberStatus struct {
 
 // Status is a copy of a run's state.
 type Status struct {
-	Job   string `json:"job"`
-	State State  `json:"state"`
+	// Job is the job's ID.
+	Job string `json:"job"`
+	// State is the run's lifecycle state.
+	State State `json:"state"`
 	// Attempt counts gang starts, from 1.
-	Attempt int            `json:"attempt"`
+	Attempt int `json:"attempt"`
+	// Members are the current attempt's members, by rank.
 	Members []MemberStatus `json:"members"`
 	// Error says why the run failed, empty otherwise.
 	Error string `json:"error,omitempty"`

@@ -232,6 +232,30 @@ func TestReadCSV(t *testing.T) {
 	}
 }
 
+func TestDatasetAdd(t *testing.T) {
+	ds := trainer.NewDataset([]string{"a", "b"}, "y")
+	for i, row := range [][]float64{{1, 2}, {3, 4}} {
+		if err := ds.Add(row, i*2); err != nil {
+			t.Fatal(err)
+		}
+	}
+	want := &trainer.Dataset{Features: []string{"a", "b"}, Label: "y", X: []float64{1, 2, 3, 4}, Y: []int{0, 2}, Classes: 3}
+	if diff := cmp.Diff(want, ds); diff != "" {
+		t.Fatalf("(-want +got):\n%s", diff)
+	}
+	for _, tc := range []struct {
+		row []float64
+		y   int
+	}{{[]float64{1}, 0}, {[]float64{math.NaN(), 1}, 0}, {[]float64{1, 1}, -1}} {
+		if err := ds.Add(tc.row, tc.y); !errors.Is(err, trainer.ErrDataset) {
+			t.Errorf("Add(%v, %d): want ErrDataset, got %v", tc.row, tc.y, err)
+		}
+	}
+	if ds.Rows() != 2 {
+		t.Fatalf("rejected rows were added: %d rows", ds.Rows())
+	}
+}
+
 func TestReadCSVErrors(t *testing.T) {
 	tests := []struct{ name, in, label, want string }{
 		{name: "empty", in: "", want: "empty file"},

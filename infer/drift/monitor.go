@@ -161,11 +161,14 @@ const (
 
 // Event is emitted when the monitor starts or stops alarming.
 type Event struct {
-	Kind     EventKind `json:"kind"`
-	Model    string    `json:"model,omitempty"`
-	Version  string    `json:"version,omitempty"`
-	Site     string    `json:"site,omitempty"`
-	Detector Detector  `json:"detector"`
+	// Kind is EventAlarm or EventClear.
+	Kind EventKind `json:"kind"`
+	// Model, Version and Site are copied from the Config.
+	Model   string `json:"model,omitempty"`
+	Version string `json:"version,omitempty"`
+	Site    string `json:"site,omitempty"`
+	// Detector produced the scores.
+	Detector Detector `json:"detector"`
 	// Scores are the evaluation's per-feature scores.
 	Scores []Score `json:"scores"`
 	// Samples is the number of samples seen when it fired.
@@ -371,14 +374,20 @@ func (m *Monitor) Evaluate() Evaluation {
 // across agent restarts. The reference is not included: it travels with the
 // model version.
 type State struct {
+	// Config is the monitor's configuration, defaults filled.
 	Config Config `json:"config"`
 	// Window holds each column's live values, oldest first.
-	Window      [][]float64 `json:"window"`
-	Seen        int64       `json:"seen"`
-	SinceEval   int         `json:"since_eval"`
-	Consecutive int         `json:"consecutive"`
-	Alarmed     bool        `json:"alarmed"`
-	Last        *Evaluation `json:"last,omitempty"`
+	Window [][]float64 `json:"window"`
+	// Seen counts rows observed.
+	Seen int64 `json:"seen"`
+	// SinceEval counts rows since the last evaluation.
+	SinceEval int `json:"since_eval"`
+	// Consecutive counts evaluations in a row with a drifted feature.
+	Consecutive int `json:"consecutive"`
+	// Alarmed is the hysteresis state.
+	Alarmed bool `json:"alarmed"`
+	// Last is the latest evaluation, if any.
+	Last *Evaluation `json:"last,omitempty"`
 }
 
 // State returns a copy of the monitor's state.
