@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"runtime"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -103,6 +104,7 @@ func (b *batcher) loop() {
 		batch := []*batchReq{first}
 		rows := first.rows
 		haveSlot := false
+		settled := false
 		timer.Reset(b.window)
 	fill:
 		for rows < b.max {
@@ -115,8 +117,19 @@ func (b *batcher) loop() {
 					break fill
 				}
 				batch, rows = append(batch, r), rows+r.rows
+				settled = false
 				continue
 			default:
+			}
+			// Callers just handed their replies are runnable and about to
+			// send their next request; yielding once lets them (and any
+			// other runnable sender) reach the queue before the batch
+			// closes. With nothing else runnable this returns at once, so a
+			// lone request does not wait.
+			if !settled {
+				settled = true
+				runtime.Gosched()
+				continue
 			}
 			select {
 			case r := <-b.queue:
@@ -125,6 +138,7 @@ func (b *batcher) loop() {
 					break fill
 				}
 				batch, rows = append(batch, r), rows+r.rows
+				settled = false
 			case b.slots <- struct{}{}:
 				haveSlot = true
 				break fill

@@ -48,8 +48,11 @@ type Config struct {
 	// make bigger batches. Default: 1.
 	BatchRunners int
 
-	// IntraOpThreads is ONNX Runtime's intra-op thread count per session.
-	// Default: 0, ONNX Runtime's own choice (one per core).
+	// IntraOpThreads is ONNX Runtime's intra-op thread count per session
+	// call. Serving spreads concurrent requests (and batches) over cores,
+	// and ONNX Runtime's spinning worker threads would compete with them,
+	// so the default is 1; raise it for large models served at low
+	// concurrency. Default: 1.
 	IntraOpThreads int
 
 	// SampleFraction is the fraction of inference requests, in [0, 1], whose
@@ -102,6 +105,9 @@ func (c *Config) EnsureDefaults() {
 	}
 	if c.BatchRunners == 0 {
 		c.BatchRunners = 1
+	}
+	if c.IntraOpThreads == 0 {
+		c.IntraOpThreads = 1
 	}
 	if c.SampleCapacity == 0 {
 		c.SampleCapacity = 1024

@@ -44,7 +44,7 @@ func newServer(tb testing.TB, cfg Config) (*Server, *prometheus.Registry) {
 		cfg.Registerer = reg
 	}
 	if cfg.Logger == nil {
-		cfg.Logger = slog.New(slog.DiscardHandler)
+		cfg.Logger = discard()
 	}
 	if cfg.NodeName == "" {
 		cfg.NodeName = "test-node"
@@ -103,3 +103,5 @@ func assertClose(tb testing.TB, want, got []float32, tol float64) {
 		}
 	}
 }
+
+func discard() *slog.Logger { return slog.New(slog.DiscardHandler) }

@@ -20,7 +20,7 @@ var ErrRuntimeUnavailable = errors.New("infer: ONNX Runtime unavailable")
 // The ONNX Runtime environment is process-global: ORT allows one per process,
 // and many agents may run in one process (tests, the dev mesh). The first
 // successful initialisation wins; later callers must name the same library.
-var runtime struct {
+var ortEnv struct {
 	mu   sync.Mutex
 	path string
 	err  error
@@ -36,13 +36,13 @@ func InitRuntime(path string) error {
 	if path == "" {
 		path = os.Getenv(EnvLibraryPath)
 	}
-	runtime.mu.Lock()
-	defer runtime.mu.Unlock()
-	if runtime.done {
-		if runtime.err == nil && path != runtime.path {
-			return fmt.Errorf("%w: already initialised from %s, cannot switch to %s in the same process", ErrRuntimeUnavailable, runtime.path, path)
+	ortEnv.mu.Lock()
+	defer ortEnv.mu.Unlock()
+	if ortEnv.done {
+		if ortEnv.err == nil && path != ortEnv.path {
+			return fmt.Errorf("%w: already initialised from %s, cannot switch to %s in the same process", ErrRuntimeUnavailable, ortEnv.path, path)
 		}
-		return runtime.err
+		return ortEnv.err
 	}
 	if path == "" {
 		return missingRuntime("", errors.New("no library configured"))
@@ -51,22 +51,22 @@ func InitRuntime(path string) error {
 		return missingRuntime(path, err)
 	}
 	ort.SetSharedLibraryPath(path)
-	runtime.done = true
-	runtime.path = path
+	ortEnv.done = true
+	ortEnv.path = path
 	// Errors come back to callers as Go errors; ORT's own log would repeat
 	// them on stderr.
 	if err := ort.InitializeEnvironment(ort.WithLogLevelFatal()); err != nil {
-		runtime.err = fmt.Errorf("%w: initialise from %s: %v", ErrRuntimeUnavailable, path, err)
+		ortEnv.err = fmt.Errorf("%w: initialise from %s: %v", ErrRuntimeUnavailable, path, err)
 	}
-	return runtime.err
+	return ortEnv.err
 }
 
 // RuntimeVersion returns the ONNX Runtime version string, or "" before
 // InitRuntime has succeeded.
 func RuntimeVersion() string {
-	runtime.mu.Lock()
-	ok := runtime.done && runtime.err == nil
-	runtime.mu.Unlock()
+	ortEnv.mu.Lock()
+	ok := ortEnv.done && ortEnv.err == nil
+	ortEnv.mu.Unlock()
 	if !ok {
 		return ""
 	}

@@ -1,0 +1,228 @@
+package infer
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"sort"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	ort "github.com/yalue/onnxruntime_go"
+)
+
+// Benchmarks report their own percentiles: `make bench` runs each body once
+// (-benchtime 1x), so every body repeats its requests itself.
+
+// benchSizes is the MLP the benchmarks serve: 64 features, two hidden layers
+// of 256, 16 outputs.
+var benchSizes = []int{64, 256, 256, 16}
+
+func percentile(d []time.Duration, p float64) float64 {
+	s := append([]time.Duration(nil), d...)
+	sort.Slice(s, func(i, j int) bool { return s[i] < s[j] })
+	i := int(p * float64(len(s)-1))
+	return float64(s[i].Nanoseconds()) / 1e3
+}
+
+func reportLatency(b *testing.B, lat []time.Duration, elapsed time.Duration) {
+	b.ReportMetric(percentile(lat, 0.50), "p50-us")
+	b.ReportMetric(percentile(lat, 0.95), "p95-us")
+	b.ReportMetric(percentile(lat, 0.99), "p99-us")
+	b.ReportMetric(float64(len(lat))/elapsed.Seconds(), "ops/s")
+	b.ReportMetric(0, "ns/op")
+}
+
+// BenchmarkHTTPPath compares one-row inference three ways over the same MLP:
+// ONNX Runtime called in-process (ort-direct), a minimal net/http handler
+// decoding the same JSON into the same kind of session (minimal-http), and
+// the Open Inference Protocol handler over loopback HTTP (strata).
+func BenchmarkHTTPPath(b *testing.B) {
+	lib := needRuntime(b)
+	m := newMLP(b, 1, benchSizes...)
+	x := rows(1, 1, benchSizes[0])
+	body := []byte(fmt.Sprintf(`{"inputs":[{"name":"input","shape":[1,%d],"datatype":"FP32","data":%s}]}`, len(x), appendData(nil, x)))
+	const warm, reps = 300, 3000
+
+	sess, err := ort.NewDynamicAdvancedSessionWithONNXData(m.model, []string{"input"}, []string{"output"}, nil)
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer sess.Destroy()
+	direct := func(x []float32) ([]float32, error) {
+		in, err := ort.NewTensor(ort.NewShape(1, int64(len(x))), x)
+		if err != nil {
+			return nil, err
+		}
+		defer in.Destroy()
+		outs := []ort.Value{nil}
+		if err := sess.Run([]ort.Value{in}, outs); err != nil {
+			return nil, err
+		}
+		defer outs[0].Destroy()
+		return outs[0].(*ort.Tensor[float32]).GetData(), nil
+	}
+
+	post := func(b *testing.B, client *http.Client, url string) func() error {
+		return func() error {
+			resp, err := client.Post(url, "application/json", bytes.NewReader(body))
+			if err != nil {
+				return err
+			}
+			_, err = io.Copy(io.Discard, resp.Body)
+			resp.Body.Close()
+			if resp.StatusCode != 200 {
+				return fmt.Errorf("status %d", resp.StatusCode)
+			}
+			return err
+		}
+	}
+	run := func(b *testing.B, f func() error) {
+		for i := 0; i < warm; i++ {
+			if err := f(); err != nil {
+				b.Fatal(err)
+			}
+		}
+		lat := make([]time.Duration, reps)
+		start := time.Now()
+		for i := range lat {
+			t0 := time.Now()
+			if err := f(); err != nil {
+				b.Fatal(err)
+			}
+			lat[i] = time.Since(t0)
+		}
+		reportLatency(b, lat, time.Since(start))
+	}
+
+	b.Run("batch=1/impl=ort-direct", func(b *testing.B) {
+		run(b, func() error { _, err := direct(x); return err })
+	})
+	b.Run("batch=1/impl=minimal-http", func(b *testing.B) {
+		srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			var req struct {
+				Inputs []struct {
+					Name     string    `json:"name"`
+					Shape    []int64   `json:"shape"`
+					Datatype string    `json:"datatype"`
+					Data     []float32 `json:"data"`
+				} `json:"inputs"`
+			}
+			if err := json.NewDecoder(r.Body).Decode(&req); err != nil || len(req.Inputs) != 1 {
+				http.Error(w, "bad request", 400)
+				return
+			}
+			out, err := direct(req.Inputs[0].Data)
+			if err != nil {
+				http.Error(w, err.Error(), 500)
+				return
+			}
+			type tensor struct {
+				Name     string    `json:"name"`
+				Datatype string    `json:"datatype"`
+				Shape    []int64   `json:"shape"`
+				Data     []float32 `json:"data"`
+			}
+			w.Header().Set("Content-Type", "application/json")
+			json.NewEncoder(w).Encode(map[string]any{"model_name": "m", "outputs": []tensor{{"output", "FP32", []int64{1, int64(len(out))}, out}}})
+		}))
+		defer srv.Close()
+		run(b, post(b, srv.Client(), srv.URL))
+	})
+	b.Run("batch=1/impl=strata", func(b *testing.B) {
+		s, err := New(Config{LibraryPath: lib, NodeName: "bench", Logger: discard()})
+		if err != nil {
+			b.Fatal(err)
+		}
+		defer s.Close()
+		load(b, s, "m", "1", m.model)
+		srv := httptest.NewServer(s.Handler())
+		defer srv.Close()
+		run(b, post(b, srv.Client(), srv.URL+"/v2/models/m/infer"))
+	})
+}
+
+// BenchmarkBatching drives one-row requests at concurrency 1, 8 and 32
+// through Server.Infer with dynamic batching (strata) and without
+// (unbatched), reporting throughput and latency percentiles.
+func BenchmarkBatching(b *testing.B) {
+	lib := needRuntime(b)
+	m := newMLP(b, 1, benchSizes...)
+	x := rows(1, 1, benchSizes[0])
+	const perWorkerMin, total = 50, 6000
+	for _, conc := range []int{1, 8, 32} {
+		for _, impl := range []string{"strata", "unbatched"} {
+			b.Run(fmt.Sprintf("conc=%d/impl=%s", conc, impl), func(b *testing.B) {
+				s, err := New(Config{LibraryPath: lib, Logger: discard(), Registerer: prometheus.NewRegistry(), DisableBatching: impl == "unbatched"})
+				if err != nil {
+					b.Fatal(err)
+				}
+				defer s.Close()
+				load(b, s, "m", "1", m.model)
+				req := func() error {
+					_, err := s.Infer(context.Background(), &Request{Model: "m", Inputs: []Tensor{{Name: "input", Datatype: FP32, Shape: []int64{1, int64(len(x))}, Data: x}}})
+					return err
+				}
+				for i := 0; i < 200; i++ {
+					if err := req(); err != nil {
+						b.Fatal(err)
+					}
+				}
+				each := max(total/conc, perWorkerMin)
+				lat := make([][]time.Duration, conc)
+				var wg sync.WaitGroup
+				errs := make(chan error, conc)
+				start := time.Now()
+				for w := 0; w < conc; w++ {
+					wg.Add(1)
+					go func(w int) {
+						defer wg.Done()
+						l := make([]time.Duration, 0, each)
+						for i := 0; i < each; i++ {
+							t0 := time.Now()
+							if err := req(); err != nil {
+								errs <- err
+								return
+							}
+							l = append(l, time.Since(t0))
+						}
+						lat[w] = l
+					}(w)
+				}
+				wg.Wait()
+				elapsed := time.Since(start)
+				close(errs)
+				for err := range errs {
+					b.Fatal(err)
+				}
+				var all []time.Duration
+				for _, l := range lat {
+					all = append(all, l...)
+				}
+				reportLatency(b, all, elapsed)
+				b.ReportMetric(meanBatchRows(b, s), "rows/call")
+			})
+		}
+	}
+}
+
+// meanBatchRows is the mean number of rows per session call so far.
+func meanBatchRows(b *testing.B, s *Server) float64 {
+	mfs, err := s.cfg.Registerer.(*prometheus.Registry).Gather()
+	if err != nil {
+		b.Fatal(err)
+	}
+	for _, mf := range mfs {
+		if mf.GetName() == "strata_infer_batch_rows" {
+			h := mf.GetMetric()[0].GetHistogram()
+			return h.GetSampleSum() / float64(h.GetSampleCount())
+		}
+	}
+	return 0
+}
