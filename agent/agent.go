@@ -47,6 +47,7 @@ type Agent struct {
 	// compile turns an applied policy into a placement request;
 	// requestFor in production, a stand-in in tests of the controller.
 	compile func(PolicyRecord) (*placement.Request, error)
+	art     *artifacts // nil without a mesh CA
 
 	closeOnce sync.Once
 	closeErr  error
@@ -90,6 +91,9 @@ func New(cfg Config) (*Agent, error) {
 	if err := a.checkFingerprint(); err != nil {
 		return fail(err)
 	}
+	if a.art, err = a.openArtifacts(); err != nil {
+		return fail(fmt.Errorf("agent: artifacts: %w", err))
+	}
 	a.ln, err = net.Listen("tcp", cfg.API)
 	if err != nil {
 		return fail(fmt.Errorf("agent: API listen on %s: %w (is another agent running? choose another with -api)", cfg.API, err))
@@ -113,6 +117,18 @@ func New(cfg Config) (*Agent, error) {
 	})
 	if err != nil {
 		return fail(err)
+	}
+	if a.art != nil {
+		// A data plane bound to all interfaces is reached at the gossip
+		// address's host.
+		data := a.art.node.Addr().String()
+		if h, port, err := net.SplitHostPort(data); err == nil && net.ParseIP(h).IsUnspecified() {
+			gh, _, _ := net.SplitHostPort(a.mesh.GossipAddr())
+			data = net.JoinHostPort(gh, port)
+			if err := a.mesh.Update(func(s *mesh.NodeState) { s.Addrs.Data = data }); err != nil {
+				return fail(err)
+			}
+		}
 	}
 	a.srv = &http.Server{Handler: a.routes(), ReadHeaderTimeout: 10 * time.Second}
 	return a, nil
@@ -193,6 +209,7 @@ func (a *Agent) Close() error {
 		if a.mesh != nil {
 			errs = append(errs, a.mesh.Close())
 		}
+		errs = append(errs, a.art.close())
 		if a.db != nil {
 			errs = append(errs, a.db.Close())
 		}
@@ -279,6 +296,10 @@ func (a *Agent) discover() mesh.NodeState {
 		Labels:       c.Labels,
 		Capabilities: caps,
 		Addrs:        mesh.Addrs{API: a.ln.Addr().String()},
+	}
+	if a.art != nil {
+		st.Addrs.Data = a.art.node.Addr().String()
+		st.Locality.Artifacts = a.art.localDigests()
 	}
 	st.Load = a.loadFrom(caps, nil)
 	st.Controller = c.Tier != mesh.TierEdge

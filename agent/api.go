@@ -45,6 +45,12 @@ func (a *Agent) routes() http.Handler {
 	mux.HandleFunc("GET /v1/policies", a.handlePolicies)
 	mux.HandleFunc("DELETE /v1/policies/{kind}/{name}", a.handleDeletePolicy)
 	mux.HandleFunc("GET /v1/placements", a.handlePlacements)
+	mux.HandleFunc("POST /v1/artifacts", a.handlePush)
+	mux.HandleFunc("GET /v1/artifacts", a.handleArtifacts)
+	mux.HandleFunc("POST /v1/artifacts/pull", a.handlePull)
+	mux.HandleFunc("GET /v1/models", a.handleModels)
+	mux.HandleFunc("GET /v1/models/{name}", a.handleModel)
+	mux.HandleFunc("GET /v1/transfers", a.handleTransfers)
 	mux.Handle("GET /metrics", promhttp.HandlerFor(a.reg, promhttp.HandlerOpts{}))
 	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusNotFound, "", "no such endpoint: %s %s", r.Method, r.URL.Path)

@@ -69,6 +69,32 @@ type Config struct {
 	// Controller says whether this agent may own policies (place and
 	// reconcile them). Default: true on onprem and cloud, false on edge.
 	Controller *bool `yaml:"controller"`
+	// DataAddr is the data plane's UDP address (QUIC with mutual TLS):
+	// artifact transfers and forwarded inference. Default "0.0.0.0:7471".
+	DataAddr string `yaml:"data_addr"`
+	// CACertFile is the mesh CA certificate (PEM) from `strata keygen -pki`.
+	// Without it the agent has no data plane: artifact calls say so.
+	CACertFile string `yaml:"ca_cert"`
+	// CAKeyFile lets the agent issue its own node certificate at first
+	// start; NodeCertFile is one issued to this node's identity key instead.
+	CAKeyFile    string `yaml:"ca_key"`
+	NodeCertFile string `yaml:"node_cert"`
+	// SigningKeyFile is the ed25519 key (PEM) this agent signs published
+	// artifacts with; without it `strata push` is refused here.
+	SigningKeyFile string `yaml:"signing_key"`
+	// TrustedKeysFile lists the public keys (PEM) trusted to sign manifests.
+	// Default: the signing key's public half.
+	TrustedKeysFile string `yaml:"trusted_keys"`
+	// IngressLimit and EgressLimit cap the data plane's bytes per second
+	// ("100MB" per second); zero means no cap.
+	IngressLimit ByteSize `yaml:"ingress_limit"`
+	EgressLimit  ByteSize `yaml:"egress_limit"`
+	// MaxConcurrentPulls bounds the transfers running at once. Default 4.
+	MaxConcurrentPulls int `yaml:"max_concurrent_pulls"`
+	// ORTLibrary is the ONNX Runtime shared library. Default:
+	// $STRATA_ORT_LIB. Without it the agent serves no models: /v2 says how
+	// to install it.
+	ORTLibrary string `yaml:"ort_library"`
 	// LoadInterval is how often GPUs are re-read through NVML and the load
 	// republished when it changed. Default 10s.
 	LoadInterval time.Duration `yaml:"load_interval"`
@@ -82,6 +108,9 @@ type Config struct {
 	Registry *prometheus.Registry `yaml:"-"`
 	// MeshTimings adjusts memberlist's timings (tests, the dev mesh).
 	MeshTimings func(*memberlist.Config) `yaml:"-"`
+	// PKI holds key material as PEM, overriding the *File settings (the dev
+	// mesh makes its own).
+	PKI PKI `yaml:"-"`
 	// PacketDelay emulates WAN latency on outgoing gossip (the dev mesh);
 	// see mesh.Config.PacketDelay.
 	PacketDelay func(toAddr string) time.Duration `yaml:"-"`
@@ -137,6 +166,7 @@ func DefaultConfig() Config {
 		Region:       "default",
 		Bind:         "0.0.0.0:7946",
 		API:          "127.0.0.1:7470",
+		DataAddr:     "0.0.0.0:7471",
 		LogLevel:     "info",
 		LoadInterval: 10 * time.Second,
 		ProcRoot:     "/proc",
@@ -159,6 +189,7 @@ func (c *Config) EnsureDefaults() {
 	set(&c.Region, d.Region)
 	set(&c.Bind, d.Bind)
 	set(&c.API, d.API)
+	set(&c.DataAddr, d.DataAddr)
 	set(&c.LogLevel, d.LogLevel)
 	set(&c.ProcRoot, d.ProcRoot)
 	set(&c.SysRoot, d.SysRoot)
@@ -195,7 +226,7 @@ func (c *Config) Validate() error {
 			bad("gossip_key", "%v", strings.TrimPrefix(err.Error(), "mesh: "))
 		}
 	}
-	for _, a := range []struct{ field, v string }{{"bind", c.Bind}, {"api", c.API}, {"advertise", c.Advertise}} {
+	for _, a := range []struct{ field, v string }{{"bind", c.Bind}, {"api", c.API}, {"advertise", c.Advertise}, {"data_addr", c.DataAddr}} {
 		if a.v == "" {
 			continue
 		}
@@ -322,6 +353,13 @@ func Flags(fs *flag.FlagSet) func() (Config, error) {
 	str("gossip-key", "base64 gossip encryption `key` from `strata keygen` (default: unencrypted)", func(c *Config, v string) { c.GossipKey = v })
 	str("api-token", "`token` required on mutating API calls (default: none; then only a loopback API accepts them)", func(c *Config, v string) { c.APIToken = v })
 	str("log-level", "log `level`: debug, info, warn, error (default info)", func(c *Config, v string) { c.LogLevel = v })
+	str("data-addr", "data plane `HOST:PORT` (UDP, QUIC; default 0.0.0.0:7471)", func(c *Config, v string) { c.DataAddr = v })
+	str("ca-cert", "mesh CA certificate `file` (PEM) from `strata keygen -pki`", func(c *Config, v string) { c.CACertFile = v })
+	str("ca-key", "mesh CA key `file`: the agent issues its own certificate", func(c *Config, v string) { c.CAKeyFile = v })
+	str("node-cert", "this node's certificate `file`, issued by the mesh CA to its identity key", func(c *Config, v string) { c.NodeCertFile = v })
+	str("signing-key", "artifact signing key `file` (PEM); needed to push", func(c *Config, v string) { c.SigningKeyFile = v })
+	str("trusted-keys", "`file` of public keys (PEM) trusted to sign artifacts (default: the signing key's)", func(c *Config, v string) { c.TrustedKeysFile = v })
+	str("ort-library", "ONNX Runtime shared library `path` (default $STRATA_ORT_LIB)", func(c *Config, v string) { c.ORTLibrary = v })
 	str("fabric", "declared RDMA fabric `ID` (overrides discovery)", func(c *Config, v string) { c.Fabric = v })
 	str("nvml-library", "`path` of libnvidia-ml.so.1 (default: the system's)", func(c *Config, v string) { c.NVMLLibrary = v })
 	fs.BoolFunc("disable-nvml", "skip GPU discovery through NVML", func(string) error {

@@ -5,6 +5,8 @@ import (
 	"path/filepath"
 	"sync"
 	"time"
+
+	"github.com/strata-mesh/strata/mesh/pki"
 )
 
 // devRole is one kind of host in the dev mesh.
@@ -54,6 +56,7 @@ func DevConfigs(n int, dir, api string) []Config {
 		}
 		c.Bind = "127.0.0.1:0"
 		c.API = "127.0.0.1:0"
+		c.DataAddr = "127.0.0.1:0"
 		if i == 0 {
 			c.API = api
 		}
@@ -115,4 +118,22 @@ func (n *DevNetwork) Delay(site string) func(toAddr string) time.Duration {
 		}
 		return DevSiteRTT(site, to.(string)) / 2
 	}
+}
+
+// NewDevPKI makes the key material of a dev mesh: a mesh CA whose key every
+// agent holds (each issues its own certificate) and one signing key.
+func NewDevPKI() (PKI, error) {
+	caCert, caKey, err := pki.NewCA("strata dev mesh CA")
+	if err != nil {
+		return PKI{}, err
+	}
+	sk, err := pki.NewSigningKey()
+	if err != nil {
+		return PKI{}, err
+	}
+	skPEM, err := pki.EncodePrivateKey(sk)
+	if err != nil {
+		return PKI{}, err
+	}
+	return PKI{CACert: caCert, CAKey: caKey, SigningKey: skPEM}, nil
 }

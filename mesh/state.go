@@ -177,6 +177,9 @@ type Assignment struct {
 	Accepted bool `json:"accepted"`
 	// Reason says why a refused assignment was refused.
 	Reason string `json:"reason,omitempty"`
+	// Digest is the artifact (model) the assignment serves, if any: the
+	// node keeps its blob through garbage collection.
+	Digest string `json:"digest,omitempty"`
 	// CPU (millicores), Memory (bytes) and GPUs (indexes) it holds.
 	CPU    int64 `json:"cpu,omitempty"`
 	Memory int64 `json:"memory,omitempty"`

@@ -2,15 +2,18 @@ package main
 
 import (
 	"context"
+	"crypto/ed25519"
 	"crypto/rand"
 	"encoding/base64"
 	"fmt"
 	"io"
 	"os"
 	"os/signal"
+	"path/filepath"
 	"syscall"
 
 	"github.com/strata-mesh/strata/agent"
+	"github.com/strata-mesh/strata/mesh/pki"
 )
 
 func runAgent(args []string, stdout, stderr io.Writer) error {
@@ -36,7 +39,8 @@ func runAgent(args []string, stdout, stderr io.Writer) error {
 }
 
 func runKeygen(args []string, stdout, stderr io.Writer) error {
-	fs := newFlags("keygen", "", stderr)
+	fs := newFlags("keygen", "[-pki DIR]", stderr)
+	dir := fs.String("pki", "", "also write the mesh CA (ca.crt, ca.key) and an artifact signing key (signing.key, signing.pub) into `DIR`")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
@@ -45,5 +49,41 @@ func runKeygen(args []string, stdout, stderr io.Writer) error {
 		return err
 	}
 	fmt.Fprintln(stdout, base64.StdEncoding.EncodeToString(key))
+	if *dir == "" {
+		return nil
+	}
+	caCert, caKey, err := pki.NewCA("strata mesh CA")
+	if err != nil {
+		return err
+	}
+	sk, err := pki.NewSigningKey()
+	if err != nil {
+		return err
+	}
+	skPEM, err := pki.EncodePrivateKey(sk)
+	if err != nil {
+		return err
+	}
+	pubPEM, err := pki.EncodePublicKey(sk.Public().(ed25519.PublicKey))
+	if err != nil {
+		return err
+	}
+	if err := os.MkdirAll(*dir, 0o700); err != nil {
+		return err
+	}
+	for _, f := range []struct {
+		name string
+		data []byte
+		mode os.FileMode
+	}{{"ca.crt", caCert, 0o644}, {"ca.key", caKey, 0o600}, {"signing.key", skPEM, 0o600}, {"signing.pub", pubPEM, 0o644}} {
+		p := filepath.Join(*dir, f.name)
+		if _, err := os.Stat(p); err == nil {
+			return fmt.Errorf("%s exists: keygen never overwrites keys", p)
+		}
+		if err := os.WriteFile(p, f.data, f.mode); err != nil {
+			return err
+		}
+	}
+	fmt.Fprintf(stderr, "wrote %s/{ca.crt,ca.key,signing.key,signing.pub}\nin each agent's config: ca_cert, ca_key (or node_cert), trusted_keys: signing.pub; signing_key only where artifacts are pushed\n", *dir)
 	return nil
 }

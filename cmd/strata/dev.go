@@ -49,6 +49,10 @@ func runDev(args []string, stdout, stderr io.Writer) error {
 		return err
 	}
 	logger := slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: lvl}))
+	keys, err := agent.NewDevPKI()
+	if err != nil {
+		return err
+	}
 
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
@@ -59,6 +63,7 @@ func runDev(args []string, stdout, stderr io.Writer) error {
 	for i, cfg := range agent.DevConfigs(*n, *dir, *api) {
 		cfg.GossipKey = base64.StdEncoding.EncodeToString(key)
 		cfg.Logger = logger
+		cfg.PKI = keys
 		if !*flat {
 			cfg.PacketDelay = wan.Delay(cfg.Site)
 		}

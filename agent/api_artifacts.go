@@ -1,0 +1,176 @@
+package agent
+
+import (
+	"errors"
+	"io"
+	"net/http"
+	"os"
+	"path/filepath"
+	"sort"
+
+	"github.com/strata-mesh/strata/mesh"
+	"github.com/strata-mesh/strata/mesh/dataplane"
+	"github.com/strata-mesh/strata/storage"
+)
+
+func parseKind(w http.ResponseWriter, s string) (storage.Kind, bool) {
+	switch storage.Kind(s) {
+	case "", storage.KindModel:
+		return storage.KindModel, true
+	case storage.KindDataset:
+		return storage.KindDataset, true
+	}
+	writeError(w, http.StatusBadRequest, "kind", "kind %q: use model or dataset", s)
+	return "", false
+}
+
+func (a *Agent) needArtifacts(w http.ResponseWriter) bool {
+	if a.art == nil {
+		writeError(w, http.StatusServiceUnavailable, "", "%v", ErrNoDataPlane)
+		return false
+	}
+	return true
+}
+
+// handlePush stores the request body as a signed artifact:
+// POST /v1/artifacts?name=N&version=V[&kind=dataset].
+func (a *Agent) handlePush(w http.ResponseWriter, r *http.Request) {
+	q := r.URL.Query()
+	if !a.authorized(w, r) || !checkParams(w, q, "name", "version", "kind") || !a.needArtifacts(w) {
+		return
+	}
+	kind, ok := parseKind(w, q.Get("kind"))
+	if !ok {
+		return
+	}
+	name, version := q.Get("name"), q.Get("version")
+	if name == "" || version == "" {
+		writeError(w, http.StatusBadRequest, "name", "name and version are required: POST /v1/artifacts?name=N&version=V")
+		return
+	}
+	// Spool to the store's disk first: Publish reads the bytes twice (chunk
+	// digests, then the blob) and must not hold a large model in memory.
+	tmp, err := os.CreateTemp(filepath.Join(a.cfg.DataDir, "artifacts"), "upload-*")
+	if err != nil {
+		writeError(w, http.StatusInternalServerError, "", "%v", err)
+		return
+	}
+	defer os.Remove(tmp.Name())
+	_, err = io.Copy(tmp, r.Body)
+	tmp.Close()
+	if err != nil {
+		writeError(w, http.StatusBadRequest, "", "reading upload: %v", err)
+		return
+	}
+	m, err := a.publish(r.Context(), tmp.Name(), storage.PublishSpec{Kind: kind, Name: name, Version: version})
+	switch {
+	case errors.Is(err, storage.ErrExists):
+		writeError(w, http.StatusConflict, "version", "%v", err)
+		return
+	case errors.Is(err, storage.ErrInvalidManifest):
+		writeError(w, http.StatusBadRequest, "", "%v", err)
+		return
+	case err != nil:
+		writeError(w, http.StatusInternalServerError, "", "%v", err)
+		return
+	}
+	writeJSON(w, http.StatusCreated, m)
+}
+
+func (a *Agent) handleArtifacts(w http.ResponseWriter, r *http.Request) {
+	q := r.URL.Query()
+	if !checkParams(w, q, "kind") {
+		return
+	}
+	var kind storage.Kind
+	if q.Has("kind") {
+		var ok bool
+		if kind, ok = parseKind(w, q.Get("kind")); !ok {
+			return
+		}
+	}
+	out := a.artifactsList(kind)
+	if out == nil {
+		out = []ArtifactInfo{}
+	}
+	writeJSON(w, http.StatusOK, out)
+}
+
+// ModelInfo is one model with its versions, newest first.
+type ModelInfo struct {
+	Name     string         `json:"name"`
+	Versions []ArtifactInfo `json:"versions"`
+}
+
+func (a *Agent) models() []ModelInfo {
+	by := map[string][]ArtifactInfo{}
+	for _, info := range a.artifactsList(storage.KindModel) {
+		by[info.Name] = append(by[info.Name], info)
+	}
+	out := []ModelInfo{}
+	for name, vs := range by {
+		sort.Slice(vs, func(i, j int) bool { return vs[i].Created.After(vs[j].Created) })
+		out = append(out, ModelInfo{Name: name, Versions: vs})
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].Name < out[j].Name })
+	return out
+}
+
+func (a *Agent) handleModels(w http.ResponseWriter, r *http.Request) {
+	if !checkParams(w, r.URL.Query()) {
+		return
+	}
+	writeJSON(w, http.StatusOK, a.models())
+}
+
+func (a *Agent) handleModel(w http.ResponseWriter, r *http.Request) {
+	if !checkParams(w, r.URL.Query()) {
+		return
+	}
+	for _, m := range a.models() {
+		if m.Name == r.PathValue("name") {
+			writeJSON(w, http.StatusOK, m)
+			return
+		}
+	}
+	writeError(w, http.StatusNotFound, "", "no model named %q", r.PathValue("name"))
+}
+
+// handlePull fetches an artifact here and answers when it is held:
+// POST /v1/artifacts/pull?name=N[&version=V][&kind=dataset].
+func (a *Agent) handlePull(w http.ResponseWriter, r *http.Request) {
+	q := r.URL.Query()
+	if !a.authorized(w, r) || !checkParams(w, q, "name", "version", "kind") || !a.needArtifacts(w) {
+		return
+	}
+	kind, ok := parseKind(w, q.Get("kind"))
+	if !ok {
+		return
+	}
+	if q.Get("name") == "" {
+		writeError(w, http.StatusBadRequest, "name", "name is required")
+		return
+	}
+	m, err := a.lookupManifest(kind, q.Get("name"), q.Get("version"))
+	if errors.Is(err, mesh.ErrNotFound) {
+		writeError(w, http.StatusNotFound, "", "%s", trimMesh(err))
+		return
+	}
+	res, err := a.pull(r.Context(), m, nil)
+	if err != nil {
+		writeError(w, http.StatusBadGateway, "", "pull %s: %v", m.Ref(), err)
+		return
+	}
+	writeJSON(w, http.StatusOK, res.Status)
+}
+
+func (a *Agent) handleTransfers(w http.ResponseWriter, r *http.Request) {
+	if !checkParams(w, r.URL.Query()) {
+		return
+	}
+	out := []dataplane.TransferStatus{}
+	if a.art != nil {
+		out = append(out, a.art.node.Transfers()...)
+	}
+	writeJSON(w, http.StatusOK, out)
+}
