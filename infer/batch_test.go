@@ -3,6 +3,7 @@ package infer
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"io"
 	"sync"
 	"testing"
@@ -74,4 +75,42 @@ func TestBatchingGivesEachCallerItsRows(t *testing.T) {
 	if diff := cmp.Diff(1.0, gather(t, reg)[`strata_infer_batch_rows{model="m",version="1"}`]); diff != "" {
 		t.Errorf("session calls (-want +got):\n%s", diff)
 	}
+}
+
+// TestBatchingUnderLoad sends distinct inputs from many goroutines at once;
+// whatever batches form, every caller must get exactly its own rows.
+func TestBatchingUnderLoad(t *testing.T) {
+	s, reg := newServer(t, Config{})
+	m := newMLP(t, 4, 6, 8, 2)
+	load(t, s, "m", "1", m.model)
+	var wg sync.WaitGroup
+	errs := make(chan error, 16)
+	for c := 0; c < 16; c++ {
+		wg.Add(1)
+		go func(c int) {
+			defer wg.Done()
+			for i := 0; i < 40; i++ {
+				n := 1 + (c+i)%3
+				x := rows(c*1000+i, n, 6)
+				resp, err := s.Infer(context.Background(), &Request{Model: "m", Inputs: []Tensor{{Name: "input", Datatype: FP32, Shape: []int64{int64(n), 6}, Data: x}}})
+				if err != nil {
+					errs <- err
+					return
+				}
+				want, got := m.predict(x, n), resp.Outputs[0].Data.([]float32)
+				for k := range want {
+					if d := want[k] - got[k]; d > 1e-4 || d < -1e-4 || len(got) != len(want) {
+						errs <- fmt.Errorf("caller %d request %d: got %v, want %v", c, i, got, want)
+						return
+					}
+				}
+			}
+		}(c)
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Error(err)
+	}
+	t.Logf("640 requests in %v session calls", gather(t, reg)[`strata_infer_batch_rows{model="m",version="1"}`])
 }

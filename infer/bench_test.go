@@ -48,13 +48,15 @@ func BenchmarkHTTPPath(b *testing.B) {
 	m := newMLP(b, 1, benchSizes...)
 	x := rows(1, 1, benchSizes[0])
 	body := []byte(fmt.Sprintf(`{"inputs":[{"name":"input","shape":[1,%d],"datatype":"FP32","data":%s}]}`, len(x), appendData(nil, x)))
-	const warm, reps = 300, 3000
 
-	sess, err := ort.NewDynamicAdvancedSessionWithONNXData(m.model, []string{"input"}, []string{"output"}, nil)
+	s, err := New(Config{LibraryPath: lib, NodeName: "bench", Logger: discard()})
 	if err != nil {
 		b.Fatal(err)
 	}
-	defer sess.Destroy()
+	defer s.Close()
+	load(b, s, "m", "1", m.model)
+	// All three call the very session the server loaded.
+	sess := s.models["m"].sess
 	direct := func(x []float32) ([]float32, error) {
 		in, err := ort.NewTensor(ort.NewShape(1, int64(len(x))), x)
 		if err != nil {
@@ -83,69 +85,108 @@ func BenchmarkHTTPPath(b *testing.B) {
 			return err
 		}
 	}
-	run := func(b *testing.B, f func() error) {
-		for i := 0; i < warm; i++ {
-			if err := f(); err != nil {
-				b.Fatal(err)
-			}
-		}
-		lat := make([]time.Duration, reps)
-		start := time.Now()
-		for i := range lat {
-			t0 := time.Now()
-			if err := f(); err != nil {
-				b.Fatal(err)
-			}
-			lat[i] = time.Since(t0)
-		}
-		reportLatency(b, lat, time.Since(start))
-	}
-
-	b.Run("batch=1/impl=ort-direct", func(b *testing.B) {
-		run(b, func() error { _, err := direct(x); return err })
-	})
-	b.Run("batch=1/impl=minimal-http", func(b *testing.B) {
-		srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-			var req struct {
-				Inputs []struct {
-					Name     string    `json:"name"`
-					Shape    []int64   `json:"shape"`
-					Datatype string    `json:"datatype"`
-					Data     []float32 `json:"data"`
-				} `json:"inputs"`
-			}
-			if err := json.NewDecoder(r.Body).Decode(&req); err != nil || len(req.Inputs) != 1 {
-				http.Error(w, "bad request", 400)
-				return
-			}
-			out, err := direct(req.Inputs[0].Data)
-			if err != nil {
-				http.Error(w, err.Error(), 500)
-				return
-			}
-			type tensor struct {
+	minimal := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		var req struct {
+			Inputs []struct {
 				Name     string    `json:"name"`
-				Datatype string    `json:"datatype"`
 				Shape    []int64   `json:"shape"`
+				Datatype string    `json:"datatype"`
 				Data     []float32 `json:"data"`
-			}
-			w.Header().Set("Content-Type", "application/json")
-			json.NewEncoder(w).Encode(map[string]any{"model_name": "m", "outputs": []tensor{{"output", "FP32", []int64{1, int64(len(out))}, out}}})
-		}))
-		defer srv.Close()
-		run(b, post(b, srv.Client(), srv.URL))
-	})
-	b.Run("batch=1/impl=strata", func(b *testing.B) {
-		s, err := New(Config{LibraryPath: lib, NodeName: "bench", Logger: discard()})
-		if err != nil {
-			b.Fatal(err)
+			} `json:"inputs"`
 		}
-		defer s.Close()
-		load(b, s, "m", "1", m.model)
-		srv := httptest.NewServer(s.Handler())
-		defer srv.Close()
-		run(b, post(b, srv.Client(), srv.URL+"/v2/models/m/infer"))
-	})
+		if err := json.NewDecoder(r.Body).Decode(&req); err != nil || len(req.Inputs) != 1 {
+			http.Error(w, "bad request", 400)
+			return
+		}
+		out, err := direct(req.Inputs[0].Data)
+		if err != nil {
+			http.Error(w, err.Error(), 500)
+			return
+		}
+		type tensor struct {
+			Name     string    `json:"name"`
+			Datatype string    `json:"datatype"`
+			Shape    []int64   `json:"shape"`
+			Data     []float32 `json:"data"`
+		}
+		w.Header().Set("Content-Type", "application/json")
+		json.NewEncoder(w).Encode(map[string]any{"model_name": "m", "outputs": []tensor{{"output", "FP32", []int64{1, int64(len(out))}, out}}})
+	}))
+	defer minimal.Close()
+
+	strata := httptest.NewServer(s.Handler())
+	defer strata.Close()
+
+	impls := []namedFunc{
+		{"ort-direct", func() error { _, err := direct(x); return err }},
+		{"minimal-http", post(b, minimal.Client(), minimal.URL)},
+		{"strata", post(b, strata.Client(), strata.URL+"/v2/models/m/infer")},
+	}
+	res := interleave(b, impls, 10, 300, 1)
+	for _, im := range impls {
+		b.Run("batch=1/impl="+im.name, func(b *testing.B) { res[im.name].report(b) })
+	}
+}
+
+type namedFunc struct {
+	name string
+	f    func() error
+}
+
+type measured struct {
+	lat     []time.Duration
+	elapsed time.Duration
+}
+
+func (m measured) report(b *testing.B) { reportLatency(b, m.lat, m.elapsed) }
+
+// interleave measures impls in rounds, rotating their order each round, so
+// that noise from other work on the machine falls on all of them alike. Each
+// round runs perRound requests per worker from conc workers per impl, after
+// one unmeasured warm-up round.
+func interleave(b *testing.B, impls []namedFunc, rounds, perRound, conc int) map[string]measured {
+	out := map[string]measured{}
+	for r := -1; r < rounds; r++ {
+		for k := range impls {
+			im := impls[(k+max(r, 0))%len(impls)]
+			lat := make([][]time.Duration, conc)
+			errs := make(chan error, conc)
+			var wg sync.WaitGroup
+			start := time.Now()
+			for w := 0; w < conc; w++ {
+				wg.Add(1)
+				go func(w int) {
+					defer wg.Done()
+					l := make([]time.Duration, 0, perRound)
+					for i := 0; i < perRound; i++ {
+						t0 := time.Now()
+						if err := im.f(); err != nil {
+							errs <- err
+							return
+						}
+						l = append(l, time.Since(t0))
+					}
+					lat[w] = l
+				}(w)
+			}
+			wg.Wait()
+			elapsed := time.Since(start)
+			close(errs)
+			for err := range errs {
+				b.Fatalf("%s: %v", im.name, err)
+			}
+			if r < 0 {
+				continue
+			}
+			m := out[im.name]
+			for _, l := range lat {
+				m.lat = append(m.lat, l...)
+			}
+			m.elapsed += elapsed
+			out[im.name] = m
+		}
+	}
+	return out
 }
 
 // BenchmarkBatching drives one-row requests at concurrency 1, 8 and 32
@@ -155,65 +196,41 @@ func BenchmarkBatching(b *testing.B) {
 	lib := needRuntime(b)
 	m := newMLP(b, 1, benchSizes...)
 	x := rows(1, 1, benchSizes[0])
-	const perWorkerMin, total = 50, 6000
+	servers := map[string]*Server{}
+	var impls []namedFunc
+	for _, impl := range []string{"strata", "unbatched"} {
+		s, err := New(Config{LibraryPath: lib, Logger: discard(), Registerer: prometheus.NewRegistry(), DisableBatching: impl == "unbatched"})
+		if err != nil {
+			b.Fatal(err)
+		}
+		defer s.Close()
+		load(b, s, "m", "1", m.model)
+		servers[impl] = s
+		impls = append(impls, namedFunc{impl, func() error {
+			_, err := s.Infer(context.Background(), &Request{Model: "m", Inputs: []Tensor{{Name: "input", Datatype: FP32, Shape: []int64{1, int64(len(x))}, Data: x}}})
+			return err
+		}})
+	}
+	const total = 1000 // requests per impl per round
 	for _, conc := range []int{1, 8, 32} {
-		for _, impl := range []string{"strata", "unbatched"} {
-			b.Run(fmt.Sprintf("conc=%d/impl=%s", conc, impl), func(b *testing.B) {
-				s, err := New(Config{LibraryPath: lib, Logger: discard(), Registerer: prometheus.NewRegistry(), DisableBatching: impl == "unbatched"})
-				if err != nil {
-					b.Fatal(err)
-				}
-				defer s.Close()
-				load(b, s, "m", "1", m.model)
-				req := func() error {
-					_, err := s.Infer(context.Background(), &Request{Model: "m", Inputs: []Tensor{{Name: "input", Datatype: FP32, Shape: []int64{1, int64(len(x))}, Data: x}}})
-					return err
-				}
-				for i := 0; i < 200; i++ {
-					if err := req(); err != nil {
-						b.Fatal(err)
-					}
-				}
-				each := max(total/conc, perWorkerMin)
-				lat := make([][]time.Duration, conc)
-				var wg sync.WaitGroup
-				errs := make(chan error, conc)
-				start := time.Now()
-				for w := 0; w < conc; w++ {
-					wg.Add(1)
-					go func(w int) {
-						defer wg.Done()
-						l := make([]time.Duration, 0, each)
-						for i := 0; i < each; i++ {
-							t0 := time.Now()
-							if err := req(); err != nil {
-								errs <- err
-								return
-							}
-							l = append(l, time.Since(t0))
-						}
-						lat[w] = l
-					}(w)
-				}
-				wg.Wait()
-				elapsed := time.Since(start)
-				close(errs)
-				for err := range errs {
-					b.Fatal(err)
-				}
-				var all []time.Duration
-				for _, l := range lat {
-					all = append(all, l...)
-				}
-				reportLatency(b, all, elapsed)
-				b.ReportMetric(meanBatchRows(b, s), "rows/call")
+		before := map[string][2]float64{}
+		for name, s := range servers {
+			before[name] = batchRows(b, s)
+		}
+		res := interleave(b, impls, 6, max(total/conc, 20), conc)
+		for _, im := range impls {
+			b.Run(fmt.Sprintf("conc=%d/impl=%s", conc, im.name), func(b *testing.B) {
+				res[im.name].report(b)
+				after := batchRows(b, servers[im.name])
+				prev := before[im.name]
+				b.ReportMetric((after[0]-prev[0])/(after[1]-prev[1]), "rows/call")
 			})
 		}
 	}
 }
 
-// meanBatchRows is the mean number of rows per session call so far.
-func meanBatchRows(b *testing.B, s *Server) float64 {
+// batchRows returns the sum of rows and the number of session calls so far.
+func batchRows(b *testing.B, s *Server) [2]float64 {
 	mfs, err := s.cfg.Registerer.(*prometheus.Registry).Gather()
 	if err != nil {
 		b.Fatal(err)
@@ -221,8 +238,8 @@ func meanBatchRows(b *testing.B, s *Server) float64 {
 	for _, mf := range mfs {
 		if mf.GetName() == "strata_infer_batch_rows" {
 			h := mf.GetMetric()[0].GetHistogram()
-			return h.GetSampleSum() / float64(h.GetSampleCount())
+			return [2]float64{h.GetSampleSum(), float64(h.GetSampleCount())}
 		}
 	}
-	return 0
+	return [2]float64{}
 }
