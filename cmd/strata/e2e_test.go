@@ -270,3 +270,47 @@ func exitCode(err error) int {
 	}
 	return -1
 }
+
+// TestPushPullCLI makes the mesh's keys with keygen -pki, runs two agent
+// processes with them, pushes a model on one and pulls it on the other.
+func TestPushPullCLI(t *testing.T) {
+	dir := t.TempDir()
+	keys := filepath.Join(dir, "pki")
+	if _, err := cli(t, "unused", "keygen", "-pki", keys); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := cli(t, "unused", "keygen", "-pki", keys); err == nil {
+		t.Error("keygen overwrote existing keys")
+	}
+	var ps []*proc
+	for i := range 2 {
+		p := &proc{name: fmt.Sprintf("a%d", i), dir: filepath.Join(dir, fmt.Sprint(i)),
+			api: fmt.Sprintf("127.0.0.1:%d", freePort(t)), gossip: fmt.Sprintf("127.0.0.1:%d", freePort(t)),
+			args: []string{"-data-addr", fmt.Sprintf("127.0.0.1:%d", freePort(t)),
+				"-ca-cert", filepath.Join(keys, "ca.crt"), "-ca-key", filepath.Join(keys, "ca.key"),
+				"-signing-key", filepath.Join(keys, "signing.key"), "-trusted-keys", filepath.Join(keys, "signing.pub")}}
+		if i > 0 {
+			p.args = append(p.args, "-join", ps[0].gossip)
+		}
+		startAgent(t, p)
+		ps = append(ps, p)
+	}
+	meshtest.WaitFor(t, 20*time.Second, "two agents", func() bool { return len(membersOf(t, ps[1].api)) == 2 })
+	model := filepath.Join(dir, "model.onnx")
+	os.WriteFile(model, bytes.Repeat([]byte("strata"), 200000), 0o644)
+	out, err := cli(t, ps[0].api, "push", model, "--name", "m", "--version", "1")
+	if err != nil || !strings.Contains(out, "model/m@1 pushed") {
+		t.Fatalf("push: %v\n%s", err, out)
+	}
+	meshtest.WaitFor(t, 20*time.Second, "the model listed at the other agent", func() bool {
+		out, err := cli(t, ps[1].api, "models")
+		return err == nil && strings.Contains(out, "a0")
+	})
+	if out, err := cli(t, ps[1].api, "pull", "m:1"); err != nil || !strings.Contains(out, "held here") {
+		t.Fatalf("pull: %v\n%s", err, out)
+	}
+	meshtest.WaitFor(t, 20*time.Second, "both agents listed as holders", func() bool {
+		out, err := cli(t, ps[0].api, "models")
+		return err == nil && strings.Contains(out, "a0,a1")
+	})
+}

@@ -43,7 +43,10 @@ func commands() []command {
 		{"apply", "-f FILE", "apply policies: the mesh places them and keeps them placed", runApply},
 		{"delete", "KIND NAME", "delete a policy", runDelete},
 		{"placements", "[-o json]", "show where every policy is placed", runPlacements},
-		{"keygen", "", "print a new gossip encryption key", runKeygen},
+		{"push", "FILE --name N --version V [--kind dataset]", "publish a signed model or dataset version", runPush},
+		{"models", "[-o json]", "list model versions and the nodes that hold them", runModels},
+		{"pull", "NAME[:VERSION]", "fetch an artifact to the agent from the nearest holders", runPull},
+		{"keygen", "[-pki DIR]", "print a new gossip key; with -pki also make the mesh CA and a signing key", runKeygen},
 		{"version", "", "print the version", func([]string, io.Writer, io.Writer) error { fmt.Println("strata", version); return nil }},
 	}
 }

@@ -1,0 +1,248 @@
+package main
+
+import (
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"net/url"
+	"os"
+	"strings"
+	"sync"
+	"text/tabwriter"
+	"time"
+
+	"golang.org/x/term"
+
+	"github.com/strata-mesh/strata/mesh/dataplane"
+)
+
+func isTerminal(w io.Writer) bool {
+	f, ok := w.(*os.File)
+	return ok && term.IsTerminal(int(f.Fd()))
+}
+
+// progressReader reports bytes read to a TransferStatus printer.
+type progressReader struct {
+	r     io.Reader
+	st    dataplane.TransferStatus
+	print func(dataplane.TransferStatus)
+	start time.Time
+	last  time.Time
+}
+
+func (p *progressReader) Read(b []byte) (int, error) {
+	n, err := p.r.Read(b)
+	p.st.BytesDone += int64(n)
+	if time.Since(p.last) > 200*time.Millisecond || err == io.EOF {
+		p.last = time.Now()
+		if el := time.Since(p.start).Seconds(); el > 0 {
+			p.st.RateBytesPerSec = float64(p.st.BytesDone) / el
+		}
+		p.print(p.st)
+	}
+	return n, err
+}
+
+func runPush(args []string, stdout, stderr io.Writer) error {
+	fs := newFlags("push", "FILE --name N --version V [--kind dataset]", stderr)
+	c := addClientFlags(fs)
+	name := fs.String("name", "", "artifact `name` (required)")
+	version := fs.String("version", "", "artifact `version` (required; versions are immutable)")
+	kind := fs.String("kind", "model", "`kind`: model or dataset")
+	var file string
+	if len(args) > 0 && !strings.HasPrefix(args[0], "-") {
+		file, args = args[0], args[1:]
+	}
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	if file == "" && fs.NArg() > 0 {
+		file = fs.Arg(0)
+	}
+	if file == "" || *name == "" || *version == "" {
+		fs.Usage()
+		return &exitError{code: 1, err: fmt.Errorf("FILE, --name and --version are required")}
+	}
+	if err := c.check(); err != nil {
+		return err
+	}
+	f, err := os.Open(file)
+	if err != nil {
+		return err
+	}
+	defer f.Close()
+	st, err := f.Stat()
+	if err != nil {
+		return err
+	}
+	ref := *kind + "/" + *name + "@" + *version
+	pr := &progressReader{r: f, st: dataplane.TransferStatus{Ref: ref + " upload", BytesTotal: st.Size(), State: dataplane.StateRunning},
+		print: dataplane.NewProgressPrinter(stderr, isTerminal(stderr)), start: time.Now()}
+	q := url.Values{"name": {*name}, "version": {*version}, "kind": {*kind}}
+	var m struct {
+		Digest string `json:"digest"`
+		Size   int64  `json:"size"`
+		Signer string `json:"signer"`
+	}
+	var raw []byte
+	err = c.doStream(http.MethodPost, "/v1/artifacts?"+q.Encode(), pr, st.Size(), &m, &raw)
+	pr.st.State = dataplane.StateDone
+	if err != nil {
+		pr.st.State, pr.st.Error = dataplane.StateFailed, "see below"
+	}
+	pr.print(pr.st)
+	if err != nil {
+		return err
+	}
+	if c.output == "json" {
+		_, err := stdout.Write(raw)
+		return err
+	}
+	fmt.Fprintf(stdout, "%s pushed: sha256:%s, %s, signed by %s\n", ref, m.Digest, dataplane.HumanBytes(m.Size), m.Signer)
+	return nil
+}
+
+func runModels(args []string, stdout, stderr io.Writer) error {
+	fs := newFlags("models", "[-o json]", stderr)
+	c := addClientFlags(fs)
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	if err := c.check(); err != nil {
+		return err
+	}
+	var models []struct {
+		Name     string `json:"name"`
+		Versions []struct {
+			Version string    `json:"version"`
+			Digest  string    `json:"digest"`
+			Size    int64     `json:"size"`
+			Created time.Time `json:"created"`
+			Holders []string  `json:"holders"`
+		} `json:"versions"`
+	}
+	var raw []byte
+	if err := c.get("/v1/models", &models, &raw); err != nil {
+		return err
+	}
+	if c.output == "json" {
+		_, err := stdout.Write(raw)
+		return err
+	}
+	tw := tabwriter.NewWriter(stdout, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "MODEL\tVERSION\tDIGEST\tSIZE\tCREATED\tHOLDERS")
+	for _, m := range models {
+		for _, v := range m.Versions {
+			fmt.Fprintf(tw, "%s\t%s\t%.12s\t%s\t%s\t%s\n", m.Name, v.Version, v.Digest, dataplane.HumanBytes(v.Size),
+				v.Created.Local().Format(time.DateTime), dash(strings.Join(v.Holders, ",")))
+		}
+	}
+	return tw.Flush()
+}
+
+func runPull(args []string, stdout, stderr io.Writer) error {
+	fs := newFlags("pull", "NAME[:VERSION] [--kind dataset]", stderr)
+	c := addClientFlags(fs)
+	kind := fs.String("kind", "model", "`kind`: model or dataset")
+	var ref string
+	if len(args) > 0 && !strings.HasPrefix(args[0], "-") {
+		ref, args = args[0], args[1:]
+	}
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	if ref == "" && fs.NArg() > 0 {
+		ref = fs.Arg(0)
+	}
+	if ref == "" {
+		fs.Usage()
+		return &exitError{code: 1, err: fmt.Errorf("NAME[:VERSION] is required")}
+	}
+	if err := c.check(); err != nil {
+		return err
+	}
+	name, version, _ := strings.Cut(ref, ":")
+	q := url.Values{"name": {name}, "kind": {*kind}}
+	if version != "" {
+		q.Set("version", version)
+	}
+	// The pull runs in the agent; progress comes from /v1/transfers.
+	done := make(chan struct{})
+	var wg sync.WaitGroup
+	print := dataplane.NewProgressPrinter(stderr, isTerminal(stderr))
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		t := time.NewTicker(250 * time.Millisecond)
+		defer t.Stop()
+		for {
+			select {
+			case <-done:
+				return
+			case <-t.C:
+			}
+			var ts []dataplane.TransferStatus
+			if c.get("/v1/transfers", &ts, nil) != nil {
+				continue
+			}
+			for _, s := range ts {
+				if s.State == dataplane.StateRunning && strings.Contains(s.Ref, "/"+name+"@") {
+					print(s)
+				}
+			}
+		}
+	}()
+	var st dataplane.TransferStatus
+	var raw []byte
+	err := c.do(http.MethodPost, "/v1/artifacts/pull?"+q.Encode(), "", nil, &st, &raw)
+	close(done)
+	wg.Wait()
+	if err != nil {
+		return err
+	}
+	print(st)
+	if c.output == "json" {
+		_, err := stdout.Write(raw)
+		return err
+	}
+	fmt.Fprintf(stdout, "%s held here (sha256:%.12s, fetched %s, %s resumed)\n", st.Ref, st.Digest, dataplane.HumanBytes(st.Fetched), dataplane.HumanBytes(st.Resumed))
+	return nil
+}
+
+// doStream sends a streamed body of known length.
+func (c *clientFlags) doStream(method, path string, body io.Reader, size int64, v any, raw *[]byte) error {
+	base := c.address
+	if !strings.Contains(base, "://") {
+		base = "http://" + base
+	}
+	req, err := http.NewRequest(method, strings.TrimSuffix(base, "/")+path, body)
+	if err != nil {
+		return err
+	}
+	req.ContentLength = size
+	req.Header.Set("Content-Type", "application/octet-stream")
+	if tok := os.Getenv("STRATA_TOKEN"); tok != "" {
+		req.Header.Set("Authorization", "Bearer "+tok)
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return fmt.Errorf("cannot reach the agent at %s: %w", base, err)
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	if err != nil {
+		return err
+	}
+	if resp.StatusCode >= 300 {
+		var e struct{ Error string }
+		if json.Unmarshal(b, &e) == nil && e.Error != "" {
+			return fmt.Errorf("%s (HTTP %d)", e.Error, resp.StatusCode)
+		}
+		return fmt.Errorf("HTTP %d: %s", resp.StatusCode, strings.TrimSpace(string(b)))
+	}
+	if raw != nil {
+		*raw = b
+	}
+	return json.Unmarshal(b, v)
+}
