@@ -77,31 +77,30 @@ func (s *Server) serverMeta(w http.ResponseWriter, r *http.Request) {
 }
 
 // local acquires the model named in r's path, or hands r to the Forwarder.
-// It returns nil when the response has been written.
-func (s *Server) local(w http.ResponseWriter, r *http.Request) *version {
+// It returns nil when the response has been written, with a label for the
+// requests metric: "forwarded" or the status code written.
+func (s *Server) local(w http.ResponseWriter, r *http.Request) (*version, string) {
 	name, ver := r.PathValue("name"), r.PathValue("version")
 	v, err := s.acquire(name, ver)
 	if err == nil {
-		return v
+		return v, ""
 	}
-	if errors.Is(err, ErrModelNotFound) && s.cfg.Forwarder != nil {
+	code := http.StatusNotFound
+	switch {
+	case errors.Is(err, ErrModelNotFound) && s.cfg.Forwarder != nil:
 		ferr := s.cfg.Forwarder.Forward(w, r, name, ver)
 		switch {
 		case ferr == nil:
-			return nil
+			return nil, "forwarded"
 		case errors.Is(ferr, ErrModelNotFound):
-			writeError(w, http.StatusNotFound, ferr)
+			err = ferr
 		default:
-			writeError(w, http.StatusBadGateway, fmt.Errorf("forward %s: %w", modelRef(name, ver), ferr))
+			code, err = http.StatusBadGateway, fmt.Errorf("forward %s: %w", modelRef(name, ver), ferr)
 		}
-		return nil
+	case errors.Is(err, ErrClosed):
+		code = http.StatusServiceUnavailable
 	}
-	if errors.Is(err, ErrClosed) {
-		writeError(w, http.StatusServiceUnavailable, err)
-		return nil
-	}
-	writeError(w, http.StatusNotFound, err)
-	return nil
+	return nil, strconv.Itoa(writeError(w, code, err))
 }
 
 type jsonModelMeta struct {
@@ -113,7 +112,7 @@ type jsonModelMeta struct {
 }
 
 func (s *Server) modelMeta(w http.ResponseWriter, r *http.Request) {
-	v := s.local(w, r)
+	v, _ := s.local(w, r)
 	if v == nil {
 		return
 	}
@@ -128,7 +127,7 @@ func (s *Server) modelMeta(w http.ResponseWriter, r *http.Request) {
 }
 
 func (s *Server) modelReady(w http.ResponseWriter, r *http.Request) {
-	v := s.local(w, r)
+	v, _ := s.local(w, r)
 	if v == nil {
 		return
 	}
@@ -155,9 +154,11 @@ type jsonOutputReq struct {
 
 func (s *Server) serveInfer(w http.ResponseWriter, r *http.Request) {
 	start := time.Now()
-	v := s.local(w, r)
+	v, label := s.local(w, r)
 	if v == nil {
-		s.metrics.requests.WithLabelValues("", "", "forwarded_or_missing").Inc()
+		// Not served here: the model label stays empty, since the name came
+		// from the client and would let it mint series.
+		s.metrics.requests.WithLabelValues("", "", label).Inc()
 		return
 	}
 	defer v.release()

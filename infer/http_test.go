@@ -112,12 +112,12 @@ func TestHTTP(t *testing.T) {
 	}
 	metrics := gather(t, reg)
 	wantMetrics := map[string]float64{
-		`strata_infer_requests_total{code="200",model="m",version="5"}`:                2,
-		`strata_infer_requests_total{code="400",model="m",version="5"}`:                8,
-		`strata_infer_requests_total{code="413",model="m",version="5"}`:                1,
-		`strata_infer_requests_total{code="forwarded_or_missing",model="",version=""}`: 1,
-		`strata_infer_request_duration_seconds{model="m",version="5"}`:                 11,
-		`strata_infer_batch_rows{model="m",version="5"}`:                               2,
+		`strata_infer_requests_total{code="200",model="m",version="5"}`: 2,
+		`strata_infer_requests_total{code="400",model="m",version="5"}`: 8,
+		`strata_infer_requests_total{code="413",model="m",version="5"}`: 1,
+		`strata_infer_requests_total{code="404",model="",version=""}`:   1,
+		`strata_infer_request_duration_seconds{model="m",version="5"}`:  11,
+		`strata_infer_batch_rows{model="m",version="5"}`:                2,
 	}
 	if diff := cmp.Diff(wantMetrics, metrics); diff != "" {
 		t.Errorf("metrics on the configured registry (-want +got):\n%s", diff)

@@ -16,7 +16,7 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 	m := &metrics{
 		requests: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Namespace: "strata", Subsystem: "infer", Name: "requests_total",
-			Help: "Inference requests by model, version and HTTP status code.",
+			Help: "Inference requests by model, version and HTTP status code; requests for models not served here have empty model and version, and code \"forwarded\" when the forwarder answered them.",
 		}, []string{"model", "version", "code"}),
 		latency: prometheus.NewHistogramVec(prometheus.HistogramOpts{
 			Namespace: "strata", Subsystem: "infer", Name: "request_duration_seconds",

@@ -180,7 +180,9 @@ func (s *Server) Model(name, ver string) (ModelInfo, error) {
 }
 
 // Samples returns the rows sampled from name's traffic (see
-// Config.SampleFraction), oldest first; nil when none.
+// Config.SampleFraction), oldest first, across versions (each row says
+// which answered it); nil when none. Samples outlive Unload, so a drift
+// detector can still read them.
 func (s *Server) Samples(name string) []Sample {
 	s.mu.RLock()
 	sm := s.samplers[name]
