@@ -13,6 +13,7 @@ import (
 	"sort"
 	"strconv"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -404,6 +405,8 @@ func BenchmarkFanOut(b *testing.B) {
 		start := time.Now()
 		c0 := cpuTime()
 		errs := make(chan error, agents)
+		var doneMu sync.Mutex
+		var doneAt []time.Duration
 		for i, n := range nodes {
 			// The origin is listed last, as the farthest, and every other
 			// agent as a holder that may have chunks.
@@ -414,6 +417,9 @@ func BenchmarkFanOut(b *testing.B) {
 			holders = append(holders, origin.holder())
 			go func() {
 				_, err := n.Pull(context.Background(), PullRequest{Manifest: m, Holders: holders})
+				doneMu.Lock()
+				doneAt = append(doneAt, time.Since(start))
+				doneMu.Unlock()
 				errs <- err
 			}()
 		}
@@ -428,9 +434,10 @@ func BenchmarkFanOut(b *testing.B) {
 		// fan-out was bound by CPU, not by the simulated links.
 		b.ReportMetric(cpu.Seconds()/d.Seconds(), "cores-busy")
 		ost := origin.Stats()
-		b.Logf("origin: %d chunk requests sent to peers instead, %d forced", ost.SeededRefusals, ost.ForcedServes)
+		b.Logf("origin: %d chunk requests sent to peers instead, %d answered with an unsent chunk, %d forced", ost.SeededRefusals, ost.Substituted, ost.ForcedServes)
 		egress := float64(ost.BytesSent - before)
 		b.ReportMetric(d.Seconds(), "s")
+		b.ReportMetric(median(doneAt).Seconds(), "p50-s")
 		b.ReportMetric(egress, "origin-egress-bytes")
 		b.ReportMetric(egress/float64(size), "origin-copies")
 		if single > 0 {

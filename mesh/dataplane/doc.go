@@ -31,9 +31,10 @@
 // version) and done (digest: the puller holds the blob now).
 //
 // Fan-out. Pulls pick chunks rarest first with random tie-breaks, from the
-// least-loaded holder that has them. A holder of a whole blob super-seeds:
-// until every chunk has gone out once it sends each chunk to one active
-// puller and tells the others to fetch it from their peers; under an
+// least-loaded holder that has them. A holder of a whole blob it did not
+// just pull itself super-seeds: until every chunk has gone out once it sends
+// each chunk to one active puller and answers the others with a chunk not
+// yet sent (or, failing that, "fetch it from your peers"); under an
 // egress cap it sends two chunks at a time at full rate and answers busy
 // beyond a short queue, so pullers spread their requests over the peers.
 // An origin then sends about one copy however many agents pull.

@@ -54,6 +54,7 @@ type Node struct {
 	mu        sync.Mutex
 	closed    bool
 	transfers map[string]*transfer // running pulls by digest
+	pulled    map[string]time.Time // blobs this node pulled, and when
 	finished  []*transfer          // last finished pulls, oldest first
 
 	stats struct {
@@ -61,7 +62,7 @@ type Node struct {
 		chunksServed, chunksFetched    atomic.Int64
 		chunksRejected, holdersRefused atomic.Int64
 		seededRefusals, busyRefusals   atomic.Int64
-		forcedServes                   atomic.Int64
+		forcedServes, substituted      atomic.Int64
 	}
 }
 
@@ -98,6 +99,7 @@ func New(cfg Config) (*Node, error) {
 		cancel:    cancel,
 		pool:      map[string]*poolConn{},
 		transfers: map[string]*transfer{},
+		pulled:    map[string]time.Time{},
 	}
 	if cfg.EgressBytesPerSec > 0 {
 		n.sendSlots = make(chan struct{}, capSendSlots)
@@ -155,6 +157,9 @@ type Stats struct {
 	// your peers" (super-seeding); ForcedServes counts chunks it sent
 	// again because a puller insisted (no peer had them).
 	SeededRefusals, ForcedServes int64
+	// Substituted counts chunk requests a seed answered with another chunk,
+	// one not yet sent to anyone.
+	Substituted int64
 	// BusyRefusals counts chunk requests refused because the queue under
 	// the egress cap was full.
 	BusyRefusals int64
@@ -171,6 +176,7 @@ func (n *Node) Stats() Stats {
 		HoldersRejected: n.stats.holdersRefused.Load(),
 		SeededRefusals:  n.stats.seededRefusals.Load(),
 		ForcedServes:    n.stats.forcedServes.Load(),
+		Substituted:     n.stats.substituted.Load(),
 		BusyRefusals:    n.stats.busyRefusals.Load(),
 	}
 }
@@ -347,10 +353,25 @@ func (n *Node) serveChunk(s *quic.Stream, peer, digest string, off int64, length
 		_, err := s.Write(header(statusMissing, 0))
 		return err
 	}
-	if size > 0 {
-		// A whole blob: seed it, each chunk to one puller, until every
-		// chunk has gone out once.
-		done, ok := n.seeds.begin(digest, off, int64(length), size, peer, force, n.cfg.SeedWindow)
+	if size > 0 && !n.pulledRecently(digest) {
+		// A whole blob this node did not just pull itself (it is an
+		// origin): seed it, each chunk to one puller, until every chunk
+		// has gone out once. A node that just pulled the blob is one of
+		// the swarm and serves whatever it is asked.
+		done, ok, alt := n.seeds.begin(digest, off, int64(length), size, peer, force, n.cfg.SeedWindow)
+		if !ok && alt.length > 0 {
+			// Send a chunk that has not gone out yet instead: the origin
+			// stays busy with new chunks while the pullers trade the rest.
+			if b := (*bp)[:cap(*bp)]; int64(len(b)) >= alt.length {
+				if d, _, rok := n.readRange(digest, alt.off, b[:alt.length]); rok {
+					data, off, ok = d, alt.off, true
+					n.stats.substituted.Add(1)
+				}
+			}
+			if !ok {
+				done()
+			}
+		}
 		if !ok {
 			n.stats.seededRefusals.Add(1)
 			_, err := s.Write(header(statusSeeded, 0))
@@ -361,7 +382,10 @@ func (n *Node) serveChunk(s *quic.Stream, peer, digest string, off int64, length
 	if force {
 		n.stats.forcedServes.Add(1)
 	}
-	if _, err := s.Write(header(statusOK, len(data))); err != nil {
+	// The body's offset comes first: a seed may answer with another chunk.
+	var offb [8]byte
+	binary.BigEndian.PutUint64(offb[:], uint64(off))
+	if _, err := s.Write(append(header(statusOK, len(data)), offb[:]...)); err != nil {
 		return err
 	}
 	if n.sendSlots != nil {
@@ -487,6 +511,29 @@ func popcount(bm []byte) int {
 		}
 	}
 	return k
+}
+
+// seedAfterPull is how long after pulling a blob a node serves it as a
+// member of the swarm rather than as a seed.
+const seedAfterPull = 10 * time.Minute
+
+func (n *Node) pulledRecently(digest string) bool {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	at, ok := n.pulled[digest]
+	return ok && time.Since(at) < seedAfterPull
+}
+
+func (n *Node) notePulled(digest string) {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	now := time.Now()
+	for d, at := range n.pulled {
+		if now.Sub(at) >= seedAfterPull {
+			delete(n.pulled, d)
+		}
+	}
+	n.pulled[digest] = now
 }
 
 // poolConn is a slot for one pooled client connection, dialled lazily.

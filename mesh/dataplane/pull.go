@@ -339,6 +339,9 @@ func (t *transfer) run(ctx context.Context, holders []Holder) (TransferStatus, e
 	err = t.err
 	if err == nil {
 		err = p.Commit()
+		if err == nil {
+			n.notePulled(t.m.Digest)
+		}
 		t.tellDone()
 	} else {
 		p.Close()
@@ -494,7 +497,28 @@ func (t *transfer) worker(k int) {
 		if !ok {
 			return
 		}
-		bp, err := t.fetch(hs, k, i)
+		got := i
+		bp, err := t.fetch(hs, k, i, &got)
+		if err == nil && got != i {
+			// The holder sent another chunk: take it if it is still wanted,
+			// and put the one asked for back.
+			t.mu.Lock()
+			t.state[i] = chunkMissing
+			want := t.state[got] == chunkMissing
+			if want {
+				t.state[got] = chunkInFlight
+			} else {
+				t.inflight--
+				hs.inflight--
+			}
+			t.broadcast()
+			t.mu.Unlock()
+			if !want {
+				putBuf(bp)
+				continue
+			}
+			i = got
+		}
 		if err == nil {
 			werr := t.p.WriteChunk(i, *bp)
 			putBuf(bp)
@@ -602,7 +626,10 @@ func (t *transfer) reject(hs *holderState, i int) {
 
 // fetch requests chunk i from hs over its k-th connection and returns the
 // body in a pooled buffer.
-func (t *transfer) fetch(hs *holderState, k, i int) (*[]byte, error) {
+//
+// A seed may answer with another chunk (see seeder); *got says which
+// chunk the body is.
+func (t *transfer) fetch(hs *holderState, k, i int, got *int) (*[]byte, error) {
 	n := t.n
 	length := int(t.m.ChunkLen(i))
 	req := make([]byte, 1+32+8+4+1)
@@ -637,9 +664,20 @@ func (t *transfer) fetch(hs *holderState, k, i int) (*[]byte, error) {
 	if st == statusBusy {
 		return nil, errBusy
 	}
-	if st != statusOK || int(ln) != length {
-		return nil, fmt.Errorf("dataplane: chunk %d from %s: status %d, %d bytes", i, hs.h.ID, st, ln)
+	if st != statusOK {
+		return nil, fmt.Errorf("dataplane: chunk %d from %s: status %d", i, hs.h.ID, st)
 	}
+	var offb [8]byte
+	if _, err := io.ReadFull(s, offb[:]); err != nil {
+		return nil, fmt.Errorf("dataplane: chunk %d from %s: %w", i, hs.h.ID, err)
+	}
+	// A seed may send another chunk than the one asked for.
+	off := int64(binary.BigEndian.Uint64(offb[:]))
+	if off%t.m.ChunkSize != 0 || off >= t.m.Size && t.m.Size > 0 || int64(ln) != t.m.ChunkLen(int(off/t.m.ChunkSize)) {
+		return nil, fmt.Errorf("dataplane: chunk %d from %s: body of %d bytes at offset %d", i, hs.h.ID, ln, off)
+	}
+	*got = int(off / t.m.ChunkSize)
+	length = int(ln)
 	bp := getBuf(length)
 	b := *bp
 	for off := 0; off < length; {

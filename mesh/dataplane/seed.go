@@ -18,7 +18,8 @@ type seeder struct {
 }
 
 type seedBlob struct {
-	total  int // chunks in the blob, once known
+	total    int   // chunks in the blob, once known
+	chunkLen int64 // their length (but the last's), once known
 	chunks map[int64]*seedState
 	last   time.Time
 	// active holds when each puller last asked for a chunk of the blob;
@@ -44,7 +45,11 @@ func (st *seedState) out(now time.Time, window time.Duration) bool {
 // begin decides whether to send the chunk at off (length bytes of a blob of
 // size bytes) to peer. On success the caller must call done once the chunk
 // is sent.
-func (s *seeder) begin(digest string, off, length, size int64, peer string, force bool, window time.Duration) (done func(), ok bool) {
+//
+// When it refuses it may offer alt, a chunk not yet out, already marked as
+// going to peer: the caller sends that one instead and calls done, or, if
+// it cannot, calls done all the same.
+func (s *seeder) begin(digest string, off, length, size int64, peer string, force bool, window time.Duration) (done func(), ok bool, alt altChunk) {
 	now := time.Now()
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -68,6 +73,7 @@ func (s *seeder) begin(digest string, off, length, size int64, peer string, forc
 	b.active[peer] = now
 	if off+length < size && length > 0 {
 		b.total = int((size + length - 1) / length)
+		b.chunkLen = length
 	}
 	st := b.chunks[off]
 	if st == nil {
@@ -83,9 +89,17 @@ func (s *seeder) begin(digest string, off, length, size int64, peer string, forc
 			}
 		}
 		if out < b.total {
-			return nil, false
+			return func() {}, false, s.substitute(b, peer, size, now, window)
 		}
 	}
+	return s.take(st, peer), true, altChunk{}
+}
+
+// altChunk is a chunk offered instead of the one asked for.
+type altChunk struct{ off, length int64 }
+
+// take marks st as going to peer; s.mu must be held.
+func (s *seeder) take(st *seedState, peer string) func() {
 	st.peer = peer
 	st.serving++
 	return func() {
@@ -93,7 +107,33 @@ func (s *seeder) begin(digest string, off, length, size int64, peer string, forc
 		st.serving--
 		st.last = time.Now()
 		s.mu.Unlock()
-	}, true
+	}
+}
+
+// substitute picks the first chunk of b not yet out, marks it as going to
+// peer and returns it; the zero altChunk if there is none. s.mu must be
+// held. The done func of the alternative is folded into the refusal's:
+// the caller's done (returned by begin) is a no-op, and the mark expires
+// with the seed window.
+func (s *seeder) substitute(b *seedBlob, peer string, size int64, now time.Time, window time.Duration) altChunk {
+	if b.chunkLen <= 0 {
+		return altChunk{}
+	}
+	for k := 0; k < b.total; k++ {
+		off := int64(k) * b.chunkLen
+		st := b.chunks[off]
+		if st == nil {
+			st = &seedState{}
+			b.chunks[off] = st
+		}
+		if st.out(now, window) {
+			continue
+		}
+		st.peer = peer
+		st.last = now
+		return altChunk{off: off, length: min(b.chunkLen, size-off)}
+	}
+	return altChunk{}
 }
 
 // finished records that peer has finished pulling the blob: chunks given to

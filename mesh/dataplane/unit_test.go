@@ -49,7 +49,7 @@ func TestSeeder(t *testing.T) {
 	)
 	var s seeder
 	begin := func(off int64, peer string, force bool) bool {
-		done, ok := s.begin(digest, off, chunk, size, peer, force, window)
+		done, ok, _ := s.begin(digest, off, chunk, size, peer, force, window)
 		if ok {
 			done()
 		}
