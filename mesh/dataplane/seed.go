@@ -20,8 +20,8 @@ type seeder struct {
 type seedBlob struct {
 	total    int   // chunks in the blob, once known
 	chunkLen int64 // their length (but the last's), once known
-	chunks map[int64]*seedState
-	last   time.Time
+	chunks   map[int64]*seedState
+	last     time.Time
 	// active holds when each puller last asked for a chunk of the blob;
 	// a puller that said it is done is removed.
 	active map[string]time.Time
