@@ -349,6 +349,20 @@ func (m *Mesh) Node(nameOrID string) (Node, error) {
 	return Node{NodeState: s.Clone(), Status: m.statusLocked(s)}, nil
 }
 
+// NumAlive counts the nodes this agent sees alive (itself included),
+// without copying their documents.
+func (m *Mesh) NumAlive() int {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	n := 0
+	for _, s := range m.docs {
+		if m.statusLocked(s) == StatusAlive {
+			n++
+		}
+	}
+	return n
+}
+
 // NodeVersion returns the version of a node's document held here (by name
 // or ID), without copying it: cheap enough to poll across hundreds of
 // nodes.
