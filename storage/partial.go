@@ -56,7 +56,7 @@ type Partial struct {
 // ErrPartialBusy when a download of the blob is already open. The caller
 // must Commit, Close or Abort the Partial.
 func (s *Store) OpenPartial(m Manifest) (*Partial, error) {
-	if err := s.AddManifest(m); err != nil && !errors.Is(err, errSameManifest) {
+	if err := s.AddManifest(m); err != nil {
 		return nil, err
 	}
 	s.mu.Lock()

@@ -315,7 +315,7 @@ func (s *Store) Publish(ctx context.Context, r io.Reader, spec PublishSpec, key 
 	}
 	m.Digest, m.Size, m.Chunks = digest, size, chunks
 	Sign(&m, key)
-	if err := s.AddManifest(m); err != nil {
+	if err := s.addManifest(m); err != nil {
 		if errors.Is(err, errSameManifest) {
 			return s.Manifest(m.Kind, m.Name, m.Version)
 		}
@@ -426,6 +426,15 @@ func (s *Store) VerifyManifest(m Manifest) error { return s.keyring.Verify(m) }
 // for the same kind, name and version is refused with ErrExists; the same
 // one again is a no-op.
 func (s *Store) AddManifest(m Manifest) error {
+	if err := s.addManifest(m); err != nil && !errors.Is(err, errSameManifest) {
+		return err
+	}
+	return nil
+}
+
+// addManifest is AddManifest that returns errSameManifest when the same
+// manifest is held already.
+func (s *Store) addManifest(m Manifest) error {
 	if err := s.keyring.Verify(m); err != nil {
 		return err
 	}

@@ -99,6 +99,13 @@ func TestPublishAndOpen(t *testing.T) {
 	if onDisk, _ := os.ReadFile(path); !bytes.Equal(onDisk, data) || pm.Digest != m.Digest {
 		t.Error("ModelFile does not point at the published bytes")
 	}
+	if err := env.store.AddManifest(m); err != nil {
+		t.Errorf("adding the same manifest again: %v, want no error", err)
+	}
+	again, err := env.store.Publish(context.Background(), bytes.NewReader(data), PublishSpec{Kind: KindModel, Name: "scorer", Version: "v1"}, key)
+	if err != nil || again.Digest != m.Digest || !again.Created.Equal(m.Created) {
+		t.Errorf("republishing the same bytes = %v, %v; want the stored manifest", again.Ref(), err)
+	}
 	if _, err := env.store.Publish(context.Background(), bytes.NewReader([]byte("other")), PublishSpec{Kind: KindModel, Name: "scorer", Version: "v1"}, key); !errors.Is(err, ErrExists) {
 		t.Errorf("republishing v1 with other bytes: error = %v, want %v", err, ErrExists)
 	}

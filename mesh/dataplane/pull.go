@@ -219,12 +219,8 @@ func (n *Node) Pull(ctx context.Context, req PullRequest) (PullResult, error) {
 		return PullResult{}, err
 	}
 	if n.store.Has(m.Digest) {
-		if err := n.store.AddManifest(m); err != nil && !errors.Is(err, storage.ErrExists) {
-			// The same manifest again is not an error; AddManifest says so
-			// with an unexported sentinel, so check what is held instead.
-			if _, gerr := n.store.Manifest(m.Kind, m.Name, m.Version); gerr != nil {
-				return PullResult{}, err
-			}
+		if err := n.store.AddManifest(m); err != nil {
+			return PullResult{}, err
 		}
 		return PullResult{Manifest: m, AlreadyHeld: true, Status: TransferStatus{
 			Digest: m.Digest, Ref: m.Ref(), BytesDone: m.Size, BytesTotal: m.Size, State: StateDone,
