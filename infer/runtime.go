@@ -39,10 +39,15 @@ func InitRuntime(path string) error {
 	ortEnv.mu.Lock()
 	defer ortEnv.mu.Unlock()
 	if ortEnv.done {
-		if ortEnv.err == nil && path != ortEnv.path {
+		if ortEnv.err == nil && path != "" && !sameFile(path, ortEnv.path) {
 			return fmt.Errorf("%w: already initialised from %s, cannot switch to %s in the same process", ErrRuntimeUnavailable, ortEnv.path, path)
 		}
 		return ortEnv.err
+	}
+	if ort.IsInitialized() {
+		// Another package in this process set the environment up itself.
+		ortEnv.done, ortEnv.path = true, path
+		return nil
 	}
 	if path == "" {
 		return missingRuntime("", errors.New("no library configured"))
@@ -80,4 +85,15 @@ func missingRuntime(path string, err error) error {
 		where = path
 	}
 	return fmt.Errorf("%w: %s: %v; run `make setup-ort` (installs the CPU build at .deps/onnxruntime/libonnxruntime.so.1, which the Makefile exports as %s), or set %s to your own ONNX Runtime 1.24 shared library (a CUDA build on GPU nodes, for example)", ErrRuntimeUnavailable, where, err, EnvLibraryPath, EnvLibraryPath)
+}
+
+// sameFile reports whether a and b name the same file, so that one library
+// reached by two spellings (relative, absolute, through a link) is accepted.
+func sameFile(a, b string) bool {
+	if a == b {
+		return true
+	}
+	fa, errA := os.Stat(a)
+	fb, errB := os.Stat(b)
+	return errA == nil && errB == nil && os.SameFile(fa, fb)
 }

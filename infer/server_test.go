@@ -3,6 +3,8 @@ package infer
 import (
 	"context"
 	"errors"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 
@@ -114,5 +116,24 @@ func TestConfigValidate(t *testing.T) {
 	d := DefaultConfig()
 	if err := d.Validate(); err != nil {
 		t.Errorf("DefaultConfig().Validate() = %v", err)
+	}
+}
+
+func TestInitRuntimeTwice(t *testing.T) {
+	p := needRuntime(t)
+	if err := InitRuntime(p); err != nil {
+		t.Fatalf("second InitRuntime with the same library: %v", err)
+	}
+	rel, err := filepath.Rel(".", p)
+	if err == nil {
+		if err := InitRuntime(rel); err != nil {
+			t.Fatalf("InitRuntime with a relative spelling of the same library: %v", err)
+		}
+	}
+	if err := InitRuntime(os.Args[0]); !errors.Is(err, ErrRuntimeUnavailable) {
+		t.Fatalf("InitRuntime with another file after initialisation: got %v, want ErrRuntimeUnavailable", err)
+	}
+	if RuntimeVersion() == "" {
+		t.Fatal("RuntimeVersion is empty after initialisation")
 	}
 }
