@@ -87,6 +87,7 @@ func TestHTTP(t *testing.T) {
 		{"not a number", "POST", "/v2/models/m/infer", strings.Replace(okBody, "0.25", `"a"`, 1), 400, nil},
 		{"unbalanced", "POST", "/v2/models/m/infer", strings.Replace(okBody, "[0.5", "[[0.5", 1), 400, nil},
 		{"bad json", "POST", "/v2/models/m/infer", "{", 400, nil},
+		{"huge shape, tiny data", "POST", "/v2/models/m/infer", strings.Replace(okBody, "[2,2]", "[1073741823,2]", 1), 400, nil},
 		{"infer unknown model", "POST", "/v2/models/zz/infer", okBody, 404, nil},
 		{"too large", "POST", "/v2/models/m/infer", `{"inputs":[{"name":"input","shape":[1,2],"datatype":"FP32","data":[1,2]}],"pad":"` + strings.Repeat("x", 5000) + `"}`, 413, nil},
 		{"no such endpoint", "GET", "/v2/nothing", "", 404, nil},
@@ -113,10 +114,10 @@ func TestHTTP(t *testing.T) {
 	metrics := gather(t, reg)
 	wantMetrics := map[string]float64{
 		`strata_infer_requests_total{code="200",model="m",version="5"}`: 2,
-		`strata_infer_requests_total{code="400",model="m",version="5"}`: 8,
+		`strata_infer_requests_total{code="400",model="m",version="5"}`: 9,
 		`strata_infer_requests_total{code="413",model="m",version="5"}`: 1,
 		`strata_infer_requests_total{code="404",model="",version=""}`:   1,
-		`strata_infer_request_duration_seconds{model="m",version="5"}`:  11,
+		`strata_infer_request_duration_seconds{model="m",version="5"}`:  12,
 		`strata_infer_batch_rows{model="m",version="5"}`:                2,
 	}
 	if diff := cmp.Diff(wantMetrics, metrics); diff != "" {

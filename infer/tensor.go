@@ -284,7 +284,9 @@ func bstr(b []byte) string {
 }
 
 func parseElems[T any](raw []byte, n int, parse func([]byte) (T, error)) ([]T, error) {
-	out := make([]T, 0, n)
+	// Every element takes at least two bytes ("0,"), so the body bounds the
+	// allocation whatever shape the request claims.
+	out := make([]T, 0, min(n, len(raw)/2+1))
 	depth := 0
 	i := 0
 	for i < len(raw) {
