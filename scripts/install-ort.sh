@@ -40,8 +40,10 @@ trap 'rm -rf "$tmp"' EXIT
 echo "install-ort: fetching onnxruntime-node@$ORT_NPM_VERSION" >&2
 (cd "$tmp" && npm pack --silent --ignore-scripts "onnxruntime-node@$ORT_NPM_VERSION" >/dev/null) ||
 	die "npm pack onnxruntime-node@$ORT_NPM_VERSION failed (is the npm registry reachable?)"
-tgz=$(ls "$tmp"/onnxruntime-node-*.tgz 2>/dev/null | head -n1)
-[ -n "$tgz" ] || die "npm pack produced no tarball"
+shopt -s nullglob
+tgzs=("$tmp"/onnxruntime-node-*.tgz)
+[ ${#tgzs[@]} -eq 1 ] || die "npm pack produced no tarball in $tmp"
+tgz=${tgzs[0]}
 tar -xzf "$tgz" -C "$tmp" "$ORT_MEMBER" || die "$ORT_MEMBER not found in $(basename "$tgz")"
 
 got=$(sha_of "$tmp/$ORT_MEMBER")
