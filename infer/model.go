@@ -188,7 +188,7 @@ func (v *version) check(inputs []Tensor) ([]Tensor, int, error) {
 	for _, t := range inputs {
 		i := slices.IndexFunc(v.info.Inputs, func(ti TensorInfo) bool { return ti.Name == t.Name })
 		if i < 0 {
-			return nil, 0, fmt.Errorf("%w: model %s has no input %q (inputs: %s)", ErrBadInput, v.info.Name, t.Name, inputNames(v.info.Inputs))
+			return nil, 0, fmt.Errorf("%w: model %s has no input %q (inputs: %s)", ErrBadInput, v.info.Name, t.Name, quotedNames(v.info.Inputs))
 		}
 		if seen[i] {
 			return nil, 0, fmt.Errorf("%w: input %q given twice", ErrBadInput, t.Name)
@@ -235,7 +235,7 @@ func (v *version) check(inputs []Tensor) ([]Tensor, int, error) {
 	return ordered, int(rows), nil
 }
 
-func inputNames(ts []TensorInfo) string {
+func quotedNames(ts []TensorInfo) string {
 	s := ""
 	for i, t := range ts {
 		if i > 0 {

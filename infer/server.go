@@ -269,7 +269,7 @@ func (s *Server) infer(ctx context.Context, v *version, req *Request) (*Response
 	for _, name := range req.Outputs {
 		i := slices.IndexFunc(v.info.Outputs, func(t TensorInfo) bool { return t.Name == name })
 		if i < 0 {
-			return nil, fmt.Errorf("%w: model %s has no output %q (outputs: %s)", ErrBadInput, v.info.Name, name, inputNames(v.info.Outputs))
+			return nil, fmt.Errorf("%w: model %s has no output %q (outputs: %s)", ErrBadInput, v.info.Name, name, quotedNames(v.info.Outputs))
 		}
 		want = append(want, i)
 	}
