@@ -33,8 +33,8 @@ type Config struct {
 	// MaxConcurrentPulls bounds the pulls running at once; more wait.
 	// Default 4.
 	MaxConcurrentPulls int
-	// MaxConcurrentServes bounds the requests served at once; more wait.
-	// Default 256.
+	// MaxConcurrentServes bounds the chunk requests served at once; more
+	// wait. Default 256. ("have" and manifest requests are not counted.)
 	MaxConcurrentServes int
 	// IngressBytesPerSec caps the bytes per second this node receives in
 	// chunk bodies, across all pulls (token bucket). Zero: no cap.

@@ -209,17 +209,13 @@ func (n *Node) serveConn(c *quic.Conn) {
 		if err != nil {
 			return
 		}
-		select {
-		case n.serveSem <- struct{}{}:
-		case <-n.ctx.Done():
-			s.CancelRead(codeShutdown)
-			s.CancelWrite(codeShutdown)
-			return
-		}
+		// The number of streams a peer may open at once is bounded by the
+		// QUIC configuration (MaxIncomingStreams); chunk bodies, the
+		// expensive part, are bounded by serveSem in serveChunk, so that
+		// long-polled "have" requests never hold a serving slot.
 		n.wg.Add(1)
 		go func() {
 			defer n.wg.Done()
-			defer func() { <-n.serveSem }()
 			if err := n.serveStream(s, peer); err != nil {
 				s.CancelWrite(codeCanceled)
 			} else {
@@ -334,6 +330,12 @@ func (n *Node) serveChunk(s *quic.Stream, peer, digest string, off int64, length
 	if length <= 0 || length > maxBody {
 		_, err := s.Write(header(statusError, 0))
 		return err
+	}
+	select {
+	case n.serveSem <- struct{}{}:
+		defer func() { <-n.serveSem }()
+	case <-n.ctx.Done():
+		return n.ctx.Err()
 	}
 	if n.sendSlots != nil && !force {
 		// A short queue keeps each chunk's wait short; pullers take a
