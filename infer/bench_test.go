@@ -191,7 +191,15 @@ func interleave(b *testing.B, impls []namedFunc, rounds, perRound, conc int) map
 
 // BenchmarkBatching drives one-row requests at concurrency 1, 8 and 32
 // through Server.Infer with dynamic batching (strata) and without
-// (unbatched), reporting throughput and latency percentiles.
+// (unbatched), reporting throughput, latency percentiles and rows per
+// session call.
+//
+// Read the unbatched percentiles with care: with more workers than cores,
+// an unbatched worker holds its processor through its short ONNX Runtime
+// call and runs request after request until descheduled, so its waits for a
+// CPU fall between measured calls and show in throughput, not in the
+// percentiles. The time a closed-loop client spends per request is
+// concurrency / throughput (Little's law).
 func BenchmarkBatching(b *testing.B) {
 	lib := needRuntime(b)
 	m := newMLP(b, 1, benchSizes...)
