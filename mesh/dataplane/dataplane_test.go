@@ -13,6 +13,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/google/go-cmp/cmp"
+
 	"github.com/strata-mesh/strata/mesh/pki"
 	"github.com/strata-mesh/strata/storage"
 )
@@ -199,6 +201,9 @@ func TestPushPull(t *testing.T) {
 	if calls == 0 {
 		t.Error("progress callback never called")
 	}
+	if got := b.Pulling(); len(got) != 0 {
+		t.Errorf("Pulling() after the pull = %v, want none", got)
+	}
 	if got := a.Stats().BytesSent; got != m.Size {
 		t.Errorf("holder sent %d bytes, want %d", got, m.Size)
 	}
@@ -223,7 +228,11 @@ func TestResumeAfterHolderRestart(t *testing.T) {
 
 	restarted := make(chan *Node, 1)
 	var once bool
+	var pulling []string
 	progress := func(st TransferStatus) {
+		if pulling == nil {
+			pulling = b.Pulling()
+		}
 		if once || st.BytesDone < st.BytesTotal*2/5 {
 			return
 		}
@@ -240,6 +249,9 @@ func TestResumeAfterHolderRestart(t *testing.T) {
 		t.Fatal(err)
 	}
 	a2 := <-restarted
+	if diff := cmp.Diff([]string{m.Digest}, pulling); diff != "" {
+		t.Errorf("Pulling() during the pull (-want +got):\n%s", diff)
+	}
 	if !bytes.Equal(readModel(t, b, "scorer"), data) {
 		t.Fatal("pulled blob differs")
 	}

@@ -926,3 +926,18 @@ func (n *Node) Transfers() []TransferStatus {
 	}
 	return out
 }
+
+// Pulling returns the digests of the blobs this node is pulling now,
+// sorted. Their verified chunks are served to other pullers, so a node may
+// advertise them (next to the blobs it holds whole) as partial holdings
+// for peer-assisted fan-out.
+func (n *Node) Pulling() []string {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	out := make([]string, 0, len(n.transfers))
+	for d := range n.transfers {
+		out = append(out, d)
+	}
+	sort.Strings(out)
+	return out
+}
