@@ -21,6 +21,7 @@ import (
 	"gopkg.in/yaml.v3"
 
 	"github.com/strata-mesh/strata/agent/discover"
+	"github.com/strata-mesh/strata/infer"
 	"github.com/strata-mesh/strata/mesh"
 	"github.com/strata-mesh/strata/placement"
 	"github.com/strata-mesh/strata/storage"
@@ -48,6 +49,9 @@ type Agent struct {
 	// requestFor in production, a stand-in in tests of the controller.
 	compile func(PolicyRecord) (*placement.Request, error)
 	art     *artifacts // nil without a mesh CA
+	inf     *infer.Server
+	infErr  error // why inf is nil
+	srvg    *serving
 
 	closeOnce sync.Once
 	closeErr  error
@@ -94,6 +98,11 @@ func New(cfg Config) (*Agent, error) {
 	if a.art, err = a.openArtifacts(); err != nil {
 		return fail(fmt.Errorf("agent: artifacts: %w", err))
 	}
+	a.inf, a.infErr = a.openInference()
+	if a.infErr != nil {
+		a.log.Warn("inference disabled", "err", a.infErr)
+	}
+	a.srvg = &serving{a: a, loaded: map[string]servedModel{}, loading: map[string]bool{}}
 	a.ln, err = net.Listen("tcp", cfg.API)
 	if err != nil {
 		return fail(fmt.Errorf("agent: API listen on %s: %w (is another agent running? choose another with -api)", cfg.API, err))
@@ -163,7 +172,11 @@ func (a *Agent) Run(ctx context.Context) error {
 	runCtx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	var wg sync.WaitGroup
-	wg.Add(3)
+	wg.Add(4)
+	go func() {
+		defer wg.Done()
+		a.srvg.run(runCtx)
+	}()
 	go func() {
 		defer wg.Done()
 		newController(a).run(runCtx)
@@ -208,6 +221,9 @@ func (a *Agent) Close() error {
 		}
 		if a.mesh != nil {
 			errs = append(errs, a.mesh.Close())
+		}
+		if a.inf != nil {
+			errs = append(errs, a.inf.Close())
 		}
 		errs = append(errs, a.art.close())
 		if a.db != nil {

@@ -51,6 +51,8 @@ func (a *Agent) routes() http.Handler {
 	mux.HandleFunc("GET /v1/models", a.handleModels)
 	mux.HandleFunc("GET /v1/models/{name}", a.handleModel)
 	mux.HandleFunc("GET /v1/transfers", a.handleTransfers)
+	mux.HandleFunc("/v2/", a.handleV2)
+	mux.HandleFunc("/v2", a.handleV2)
 	mux.Handle("GET /metrics", promhttp.HandlerFor(a.reg, promhttp.HandlerOpts{}))
 	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusNotFound, "", "no such endpoint: %s %s", r.Method, r.URL.Path)

@@ -155,12 +155,17 @@ func (ar *artifacts) close() error {
 	return errors.Join(ar.node.Close(), ar.store.Close())
 }
 
-// pinned keeps, through GC, every blob a placement on this node may need:
-// the models of the policies it serves. Every manifest in the catalog that
-// a placement here names is kept.
+// pinned keeps, through GC, every blob a placement here needs: the models
+// this node serves.
 func (a *Agent) pinned(digest string) bool {
-	for _, as := range a.mesh.Local().Assignments {
-		if as.Accepted && as.Digest == digest {
+	s := a.srvg
+	if s == nil {
+		return false
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for _, m := range s.loaded {
+		if m.digest == digest {
 			return true
 		}
 	}

@@ -95,6 +95,9 @@ type Config struct {
 	// $STRATA_ORT_LIB. Without it the agent serves no models: /v2 says how
 	// to install it.
 	ORTLibrary string `yaml:"ort_library"`
+	// SampleFraction is the fraction of inference requests whose inputs and
+	// outputs are kept for drift detection. Default 0.1.
+	SampleFraction float64 `yaml:"sample_fraction"`
 	// LoadInterval is how often GPUs are re-read through NVML and the load
 	// republished when it changed. Default 10s.
 	LoadInterval time.Duration `yaml:"load_interval"`
@@ -196,6 +199,9 @@ func (c *Config) EnsureDefaults() {
 	if c.LoadInterval == 0 {
 		c.LoadInterval = d.LoadInterval
 	}
+	if c.SampleFraction == 0 {
+		c.SampleFraction = 0.1
+	}
 	for i := range c.GPUs {
 		if c.GPUs[i].Count == 0 {
 			c.GPUs[i].Count = 1
@@ -246,6 +252,9 @@ func (c *Config) Validate() error {
 		if k == "" || strings.ContainsAny(k, "= ") {
 			bad("labels", "bad label key %q", k)
 		}
+	}
+	if c.SampleFraction < 0 || c.SampleFraction > 1 {
+		bad("sample_fraction", "must be between 0 and 1")
 	}
 	if c.LoadInterval < 0 {
 		bad("load_interval", "must not be negative")

@@ -65,6 +65,8 @@ type NodeState struct {
 	// Controller is true when the node may own policies (place and
 	// reconcile them). By default onprem and cloud nodes are controllers.
 	Controller bool `json:"controller"`
+	// Models are the model versions this node serves ("name@version").
+	Models []string `json:"models,omitempty"`
 	// Assignments are the placements this node has admitted or refused.
 	Assignments []Assignment `json:"assignments,omitempty"`
 	// Leaving is set in the last document a node writes before it leaves
@@ -177,9 +179,6 @@ type Assignment struct {
 	Accepted bool `json:"accepted"`
 	// Reason says why a refused assignment was refused.
 	Reason string `json:"reason,omitempty"`
-	// Digest is the artifact (model) the assignment serves, if any: the
-	// node keeps its blob through garbage collection.
-	Digest string `json:"digest,omitempty"`
 	// CPU (millicores), Memory (bytes) and GPUs (indexes) it holds.
 	CPU    int64 `json:"cpu,omitempty"`
 	Memory int64 `json:"memory,omitempty"`
@@ -203,6 +202,7 @@ func (s NodeState) Clone() NodeState {
 		c.Capabilities.GPUs[i].NVLinkPeers = slices.Clone(s.Capabilities.GPUs[i].NVLinkPeers)
 	}
 	c.Capabilities.RDMA = slices.Clone(s.Capabilities.RDMA)
+	c.Models = slices.Clone(s.Models)
 	c.Assignments = slices.Clone(s.Assignments)
 	for i := range c.Assignments {
 		c.Assignments[i].GPUs = slices.Clone(s.Assignments[i].GPUs)

@@ -1,0 +1,286 @@
+package agent
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net/http"
+	"net/http/httputil"
+	"net/url"
+	"os"
+	"slices"
+	"sort"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/strata-mesh/strata/infer"
+	"github.com/strata-mesh/strata/mesh"
+	"github.com/strata-mesh/strata/policy"
+	"github.com/strata-mesh/strata/storage"
+)
+
+// headerForwarded marks a request one agent forwarded to another, so the
+// second answers it or says no, and never forwards it again.
+const headerForwarded = "Strata-Forwarded-By"
+
+// openInference starts the ONNX Runtime server; without the library it
+// returns nil and the reason, which /v2 then answers with.
+func (a *Agent) openInference() (*infer.Server, error) {
+	lib := a.cfg.ORTLibrary
+	if lib == "" {
+		lib = os.Getenv("STRATA_ORT_LIB")
+	}
+	return infer.New(infer.Config{
+		NodeName:       a.cfg.Name,
+		LibraryPath:    lib,
+		SampleFraction: a.cfg.SampleFraction,
+		Forwarder:      forwarder{a},
+		Registerer:     a.reg,
+		Logger:         a.log,
+	})
+}
+
+// handleV2 serves the Open Inference Protocol, or says why it cannot.
+func (a *Agent) handleV2(w http.ResponseWriter, r *http.Request) {
+	if a.inf == nil {
+		writeError(w, http.StatusServiceUnavailable, "", "inference is not available on this agent: %v", a.infErr)
+		return
+	}
+	a.inf.Handler().ServeHTTP(w, r)
+}
+
+// forwarder sends a request for a model this agent does not serve to the
+// nearest agent (by estimated RTT) that does.
+type forwarder struct{ a *Agent }
+
+func (f forwarder) Forward(w http.ResponseWriter, r *http.Request, model, version string) error {
+	if by := r.Header.Get(headerForwarded); by != "" {
+		return fmt.Errorf("%w: %s (forwarded here by %s)", infer.ErrModelNotFound, model, by)
+	}
+	target, err := f.a.nearestServing(model, version)
+	if err != nil {
+		return err
+	}
+	u, err := url.Parse("http://" + target.Addrs.API)
+	if err != nil {
+		return err
+	}
+	proxy := httputil.NewSingleHostReverseProxy(u)
+	var perr error
+	proxy.ErrorHandler = func(w http.ResponseWriter, r *http.Request, err error) { perr = err }
+	r.Header.Set(headerForwarded, f.a.cfg.Name)
+	w.Header().Del(infer.HeaderServedBy) // the serving agent names itself
+	proxy.ServeHTTP(w, r)
+	return perr
+}
+
+// nearestServing picks the closest live node that serves model.
+func (a *Agent) nearestServing(model, version string) (mesh.Node, error) {
+	var best mesh.Node
+	bestRTT := time.Duration(-1)
+	for _, n := range a.mesh.Nodes() {
+		if n.Status != mesh.StatusAlive || n.ID == a.ID() || n.Addrs.API == "" {
+			continue
+		}
+		if !slices.ContainsFunc(n.Models, func(m string) bool {
+			name, ver, _ := strings.Cut(m, "@")
+			return name == model && (version == "" || ver == version)
+		}) {
+			continue
+		}
+		rtt, err := a.mesh.RTT(a.cfg.Name, n.Name)
+		if err != nil {
+			rtt = time.Hour
+		}
+		if bestRTT < 0 || rtt < bestRTT {
+			best, bestRTT = n, rtt
+		}
+	}
+	if bestRTT < 0 {
+		return mesh.Node{}, fmt.Errorf("%w: %s is served nowhere in the mesh", infer.ErrModelNotFound, model)
+	}
+	return best, nil
+}
+
+// servedModel is a model loaded here for a policy.
+type servedModel struct {
+	name, version, digest string
+}
+
+// serving keeps the models loaded here in line with the inference
+// assignments this node admitted: it pulls the bytes from the nearest
+// holders, loads them (a new version swaps in beside the old) and unloads
+// what is no longer assigned.
+type serving struct {
+	a       *Agent
+	mu      sync.Mutex
+	loaded  map[string]servedModel // policy key → model
+	loading map[string]bool
+}
+
+func (s *serving) run(ctx context.Context) {
+	for {
+		changed := s.a.mesh.Changed()
+		s.reconcile(ctx)
+		select {
+		case <-ctx.Done():
+			return
+		case <-changed:
+		case <-time.After(5 * time.Second):
+		}
+	}
+}
+
+// wanted resolves the models of the inference policies admitted here.
+func (s *serving) wanted() map[string]storage.Manifest {
+	a := s.a
+	out := map[string]storage.Manifest{}
+	for _, as := range a.mesh.Local().Assignments {
+		if !as.Accepted || !strings.HasPrefix(as.Key, policy.KindInferenceService+"/") {
+			continue
+		}
+		e, err := a.mesh.Get(prefixPolicies + as.Key)
+		if err != nil {
+			continue
+		}
+		var rec PolicyRecord
+		if err := json.Unmarshal(e.Value, &rec); err != nil {
+			continue
+		}
+		doc, err := compiled(rec)
+		if err != nil || doc.InferenceService == nil {
+			continue
+		}
+		m, err := a.modelManifest(doc.InferenceService.Model)
+		if err != nil {
+			a.log.Debug("model not resolvable yet", "policy", as.Key, "err", err)
+			continue
+		}
+		out[as.Key] = m
+	}
+	return out
+}
+
+// modelManifest finds the manifest a policy's model reference names.
+func (a *Agent) modelManifest(ref policy.ModelRef) (storage.Manifest, error) {
+	if ref.Digest != "" {
+		digest := strings.TrimPrefix(ref.Digest, "sha256:")
+		for _, info := range a.artifactsList(storage.KindModel) {
+			if info.Digest == digest {
+				return info.Manifest, nil
+			}
+		}
+		return storage.Manifest{}, fmt.Errorf("%w: no model with digest %s", mesh.ErrNotFound, ref.Digest)
+	}
+	return a.lookupManifest(storage.KindModel, ref.Name, ref.Version)
+}
+
+func (s *serving) reconcile(ctx context.Context) {
+	a := s.a
+	if a.inf == nil || a.art == nil {
+		return
+	}
+	want := s.wanted()
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for key, m := range want {
+		if cur, ok := s.loaded[key]; (ok && cur.digest == m.Digest) || s.loading[key] {
+			continue
+		}
+		s.loading[key] = true
+		go s.load(ctx, key, m)
+	}
+	for key, cur := range s.loaded {
+		if _, ok := want[key]; ok || s.stillNeeded(key) {
+			continue
+		}
+		if err := a.inf.Unload(cur.name, cur.version); err != nil && !errors.Is(err, infer.ErrModelNotFound) {
+			a.log.Warn("unloading model", "model", cur.name, "err", err)
+		}
+		delete(s.loaded, key)
+		a.log.Info("model unloaded", "policy", key, "model", cur.name, "version", cur.version)
+	}
+	s.publishLocked()
+}
+
+// stillNeeded says whether a model this node no longer is assigned must
+// keep serving: make before break. While the policy exists and the nodes
+// of its current placement do not all serve its current model yet, the old
+// replica goes on answering (forwarded requests included).
+func (s *serving) stillNeeded(key string) bool {
+	a := s.a
+	e, err := a.mesh.Get(prefixPolicies + key)
+	if err != nil {
+		return false // deleted
+	}
+	var p PolicyRecord
+	if json.Unmarshal(e.Value, &p) != nil {
+		return false
+	}
+	doc, err := compiled(p)
+	if err != nil || doc.InferenceService == nil {
+		return false
+	}
+	m, err := a.modelManifest(doc.InferenceService.Model)
+	if err != nil {
+		return true
+	}
+	rec, ok := a.placements()[key]
+	if !ok || rec.State != StatePlaced || len(rec.Nodes) == 0 {
+		return true
+	}
+	ready := 0
+	for _, pn := range rec.Nodes {
+		n, err := a.mesh.Node(pn.Name)
+		if err == nil && n.Status == mesh.StatusAlive && slices.Contains(n.Models, m.Name+"@"+m.Version) {
+			ready++
+		}
+	}
+	return ready < len(rec.Nodes)
+}
+
+// load pulls (if needed) and loads one model version. Loading a new version
+// of a served model swaps it in once it is ready; requests never fail.
+func (s *serving) load(ctx context.Context, key string, m storage.Manifest) {
+	a := s.a
+	err := func() error {
+		if _, err := a.art.store.ManifestByDigest(m.Digest); err != nil {
+			if _, err := a.pull(ctx, m, nil); err != nil {
+				return fmt.Errorf("pull: %w", err)
+			}
+		}
+		b, err := a.modelBytes(m)
+		if err != nil {
+			return err
+		}
+		return a.inf.Load(ctx, m.Name, m.Version, b)
+	}()
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	delete(s.loading, key)
+	if err != nil {
+		a.log.Warn("loading model failed; will retry", "policy", key, "model", m.Ref(), "err", err)
+		return
+	}
+	s.loaded[key] = servedModel{name: m.Name, version: m.Version, digest: m.Digest}
+	a.log.Info("serving model", "policy", key, "model", m.Ref())
+	s.publishLocked()
+}
+
+// publishLocked writes the models served here into the node's document.
+func (s *serving) publishLocked() {
+	var models []string
+	for _, m := range s.loaded {
+		models = append(models, m.name+"@"+m.version)
+	}
+	sort.Strings(models)
+	models = slices.Compact(models)
+	if slices.Equal(models, s.a.mesh.Local().Models) {
+		return
+	}
+	if err := s.a.mesh.Update(func(st *mesh.NodeState) { st.Models = models }); err != nil {
+		s.a.log.Warn("publishing served models", "err", err)
+	}
+}

@@ -1,0 +1,158 @@
+package agent
+
+import (
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/strata-mesh/strata/infer"
+	"github.com/strata-mesh/strata/mesh/meshtest"
+	"github.com/strata-mesh/strata/trainer/onnx"
+)
+
+// ortLib finds the ONNX Runtime library the way `make setup-ort` installs
+// it, or skips the test.
+func ortLib(t *testing.T) string {
+	t.Helper()
+	p := os.Getenv("STRATA_ORT_LIB")
+	if p == "" {
+		p, _ = filepath.Abs("../.deps/onnxruntime/libonnxruntime.so.1")
+	}
+	if _, err := os.Stat(p); err != nil {
+		t.Skipf("ONNX Runtime library not found (%v): run `make setup-ort` or set STRATA_ORT_LIB", err)
+	}
+	return p
+}
+
+const servePolicy = `apiVersion: strata/v1
+kind: InferenceService
+metadata: {name: scorer}
+spec:
+  model: {name: scorer, version: "%s"}
+  perClientSite: true
+  resources: {cpu: 250m, memory: 64Mi}
+  latency: {p99: 20ms, clients: [edge-a, edge-b]}
+`
+
+func infer1(t *testing.T, h http.Handler) (int, string, []byte) {
+	t.Helper()
+	in := make([]float32, 8)
+	for i := range in {
+		in[i] = float32(i) / 8
+	}
+	body, _ := json.Marshal(map[string]any{"inputs": []map[string]any{{"name": "input", "shape": []int{1, 8}, "datatype": "FP32", "data": in}}})
+	rec := httptest.NewRecorder()
+	h.ServeHTTP(rec, httptest.NewRequest(http.MethodPost, "/v2/models/scorer/infer", bytes.NewReader(body)))
+	return rec.Code, rec.Header().Get(infer.HeaderServedBy), rec.Body.Bytes()
+}
+
+// TestServeAtTheEdgeForwardAndSwap pushes a model, applies an
+// InferenceService with one replica per client site, and checks that the
+// chosen edge nodes serve it, that any other agent forwards to the nearest
+// replica (naming it), and that a new version swaps in with no failed
+// request.
+func TestServeAtTheEdgeForwardAndSwap(t *testing.T) {
+	lib := ortLib(t)
+	keys, err := NewDevPKI()
+	if err != nil {
+		t.Fatal(err)
+	}
+	agents := devMeshWAN(t, 7, true, func(c *Config) { c.PKI, c.ORTLibrary = keys, lib })
+	dir := t.TempDir()
+	push := func(version string, seed int64) {
+		model, _, err := onnx.RandomMLP(seed, 8, 16, 2)
+		if err != nil {
+			t.Fatal(err)
+		}
+		code, body := post(t, agents[5].Handler(), http.MethodPost, "/v1/artifacts?name=scorer&version="+version, model)
+		if code != http.StatusCreated {
+			t.Fatalf("push %s = %d %s", version, code, body)
+		}
+	}
+	push("1", 1)
+	_ = dir
+	apply := func(version string) {
+		meshtest.WaitFor(t, 90*time.Second, "apply of version "+version, func() bool {
+			code, _ := post(t, agents[1].Handler(), http.MethodPost, "/v1/policies", []byte(fmt.Sprintf(servePolicy, version)))
+			return code == http.StatusOK
+		})
+	}
+	apply("1")
+	servingAt := func(version string) []string {
+		var out []string
+		for _, n := range agents[0].Mesh().Nodes() {
+			if slices.Contains(n.Models, "scorer@"+version) {
+				out = append(out, n.Name)
+			}
+		}
+		return out
+	}
+	meshtest.WaitFor(t, 90*time.Second, "scorer@1 served in both edge sites", func() bool {
+		rec, ok := placementOf(agents[0], "InferenceService/scorer")
+		if !ok || rec.State != StatePlaced {
+			return false
+		}
+		s := servingAt("1")
+		return len(s) == 2 && strings.HasPrefix(s[0], "edge-") && strings.HasPrefix(s[1], "edge-")
+	})
+
+	// A cloud agent serves nothing itself: it forwards to the nearest edge
+	// replica and the response names it.
+	code, by, body := infer1(t, agents[5].Handler())
+	if code != http.StatusOK || !strings.HasPrefix(by, "edge-") {
+		t.Fatalf("forwarded infer = %d by %q: %s", code, by, body)
+	}
+
+	// Hot swap: keep calling while version 2 replaces version 1.
+	var failed, ok atomic.Int64
+	stop := make(chan struct{})
+	var wg sync.WaitGroup
+	for _, a := range []*Agent{agents[0], agents[2]} {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for {
+				select {
+				case <-stop:
+					return
+				default:
+				}
+				if code, _, body := infer1(t, a.Handler()); code == http.StatusOK {
+					ok.Add(1)
+				} else {
+					failed.Add(1)
+					t.Logf("failed during swap: %d %s", code, body)
+				}
+			}
+		}()
+	}
+	push("2", 2)
+	apply("2")
+	deadline := time.Now().Add(90 * time.Second)
+	for len(servingAt("2")) != 2 {
+		if time.Now().After(deadline) {
+			rec, _ := placementOf(agents[0], "InferenceService/scorer")
+			t.Logf("placement: %+v", rec)
+			for _, n := range agents[0].Mesh().Nodes() {
+				t.Logf("%s %s models=%v assignments=%+v", n.Name, n.Status, n.Models, n.Assignments)
+			}
+			t.Fatal("scorer@2 not served in both edge sites within 90s")
+		}
+		time.Sleep(50 * time.Millisecond) // polling interval
+	}
+	close(stop)
+	wg.Wait()
+	if failed.Load() != 0 || ok.Load() == 0 {
+		t.Errorf("during the swap: %d ok, %d failed; want none failed", ok.Load(), failed.Load())
+	}
+}
