@@ -26,6 +26,7 @@ func runDev(args []string, stdout, stderr io.Writer) error {
 	once := fs.Bool("once", false, "exit once the mesh has formed and been printed")
 	level := fs.String("log-level", "warn", "log `level` of the agents")
 	flat := fs.Bool("no-wan", false, "do not emulate WAN latency between sites (all agents 0 RTT apart)")
+	noModel := fs.Bool("no-model", false, "do not train, push and serve the demo model")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
@@ -98,7 +99,15 @@ func runDev(args []string, stdout, stderr io.Writer) error {
 	}
 	fmt.Fprintf(stdout, "strata dev: %d agents formed a mesh in %s (data in %s)\n\n", len(agents), time.Since(start).Round(time.Millisecond), *dir)
 	printNodes(stdout, agents[0].Mesh().Nodes(), apiAddrs(agents))
-	fmt.Fprintf(stdout, "\nAPI of %s: http://%s   (try: strata members, strata nodes, curl %s/v1/nodes)\n", agents[0].Name(), agents[0].APIAddr(), agents[0].APIAddr())
+	if !*noModel {
+		fmt.Fprintln(stdout)
+		if err := seedDemo(ctx, stdout, agents[0].APIAddr(), agents[0].Mesh().Nodes); err != nil {
+			fmt.Fprintf(stdout, "demo model: %v\n", err)
+		} else {
+			fmt.Fprintf(stdout, "try: curl -s %s/v2/models/fraud/infer -d '{\"inputs\":[{\"name\":\"input\",\"shape\":[1,3],\"datatype\":\"FP32\",\"data\":[420,3,95]}]}'\n", agents[0].APIAddr())
+		}
+	}
+	fmt.Fprintf(stdout, "\nAPI of %s: http://%s   (try: strata members, strata nodes, strata placements, strata models, curl %s/v1/nodes)\n", agents[0].Name(), agents[0].APIAddr(), agents[0].APIAddr())
 	if *once {
 		return nil
 	}
