@@ -23,14 +23,16 @@ var (
 )
 
 // Parse reads every policy document in a YAML file (documents separated by
-// ---), strictly: unknown fields, wrong types, bad units, impossible values
-// and CEL errors are all reported at once, each with file:line:column and
-// the field's path, as an ErrorList. Documents come back defaulted and
-// validated, with their expressions compiled.
+// ---), strictly: unknown fields, duplicate keys, wrong types, bad units,
+// impossible values, CEL errors and names defined twice are all reported
+// at once, in file order, each with file:line:column and the field's path,
+// as an ErrorList. Documents come back validated and defaulted, with their
+// expressions compiled, in file order.
 func Parse(file string, data []byte) ([]*Document, error) {
 	var docs []*Document
 	var errs ErrorList
 	dec := yaml.NewDecoder(bytes.NewReader(data))
+	lines := strings.Split(string(data), "\n")
 	seen := map[string]Position{}
 	for {
 		var root yaml.Node
@@ -45,15 +47,20 @@ func Parse(file string, data []byte) ([]*Document, error) {
 		if len(root.Content) == 0 {
 			continue // an empty document between separators
 		}
-		d := &decoder{file: file, pos: map[string]Position{}}
+		d := &decoder{file: file, pos: map[string]Position{}, lines: lines}
 		doc := d.document(root.Content[0])
 		if doc != nil {
+			doc.pos = d.pos
 			d.validate(doc)
-			at := d.at("metadata.name")
-			if p, dup := seen[doc.Key()]; dup {
-				d.errAt(at, "metadata.name", fmt.Sprintf("%s is defined twice in this file (first at line %d)", doc.Key(), p.Line))
+			doc.SetDefaults()
+			if doc.Metadata.Name != "" {
+				at := d.at("metadata.name")
+				if p, dup := seen[doc.Key()]; dup {
+					d.errAt(at, "metadata.name", fmt.Sprintf("%s is defined twice in this file (first at line %d)", doc.Key(), p.Line))
+				} else {
+					seen[doc.Key()] = at
+				}
 			}
-			seen[doc.Key()] = at
 		}
 		errs = append(errs, d.errs...)
 		if doc != nil {
@@ -86,6 +93,7 @@ type decoder struct {
 	errs   ErrorList
 	pos    map[string]Position // field path → position of its value
 	failed map[string]bool     // field paths that already have an error
+	lines  []string            // the file, to place errors inside expressions
 }
 
 func posOf(n *yaml.Node) Position { return Position{Line: n.Line, Column: n.Column} }
@@ -158,9 +166,6 @@ func (d *decoder) document(n *yaml.Node) *Document {
 			d.errNode(n, f, "required field is missing")
 		}
 	}
-	if keys["apiVersion"] && doc.APIVersion != APIVersion {
-		d.errField("apiVersion", fmt.Sprintf("%q is not supported: use %s", doc.APIVersion, APIVersion))
-	}
 	switch doc.Kind {
 	case KindInferenceService:
 		doc.InferenceService = &InferenceServiceSpec{}
@@ -202,16 +207,16 @@ func (d *decoder) decode(n *yaml.Node, v reflect.Value, path string) {
 	if n.Kind == yaml.AliasNode && n.Alias != nil {
 		n = n.Alias
 	}
-	d.pos[path] = posOf(n)
 	if n.Kind == yaml.ScalarNode && n.Tag == "!!null" {
 		return // an explicit null leaves the default
 	}
+	d.pos[path] = posOf(n)
 	if v.Type() == exprPtrType {
 		if n.Kind != yaml.ScalarNode {
 			d.errNode(n, path, "want a CEL expression as a string")
 			return
 		}
-		v.Set(reflect.ValueOf(&Expr{src: n.Value, pos: posOf(n)}))
+		v.Set(reflect.ValueOf(&Expr{src: n.Value, pos: posOf(n), loc: d.exprLoc(n)}))
 		return
 	}
 	if v.CanAddr() && v.Addr().Type().Implements(scalarParserType) {
@@ -315,4 +320,57 @@ func join(path, field string) string {
 		return field
 	}
 	return path + "." + field
+}
+
+// exprLoc works out how a scalar's text lies in the file, so errors inside
+// a CEL expression can point at their own column. It only claims columns
+// it has checked against the file's text.
+func (d *decoder) exprLoc(n *yaml.Node) exprLoc {
+	line := func(i int) ([]rune, bool) { // 1-based
+		if i < 1 || i > len(d.lines) {
+			return nil, false
+		}
+		return []rune(strings.TrimSuffix(d.lines[i-1], "\r")), true
+	}
+	hasAt := func(l []rune, col0 int, s string) bool { // col0 0-based
+		return col0 >= 0 && col0 <= len(l) && strings.HasPrefix(string(l[col0:]), s)
+	}
+	switch n.Style {
+	case 0, yaml.DoubleQuotedStyle, yaml.SingleQuotedStyle:
+		if strings.Contains(n.Value, "\n") {
+			return exprLoc{}
+		}
+		l, ok := line(n.Line)
+		start := n.Column // 1-based column of the first character of the value
+		if n.Style != 0 {
+			start++ // skip the quote
+		}
+		if !ok || !hasAt(l, start-1, n.Value) {
+			return exprLoc{} // escapes or folding: columns do not line up
+		}
+		return exprLoc{mappable: true, col0: start}
+	case yaml.LiteralStyle:
+		vl := strings.Split(strings.TrimRight(n.Value, "\n"), "\n")
+		indent := -1
+		for k, text := range vl {
+			l, ok := line(n.Line + 1 + k)
+			if !ok {
+				return exprLoc{}
+			}
+			if text == "" {
+				continue
+			}
+			if indent < 0 {
+				indent = len(l) - len([]rune(strings.TrimLeft(string(l), " ")))
+			}
+			if !hasAt(l, indent, text) {
+				return exprLoc{}
+			}
+		}
+		if indent < 0 {
+			return exprLoc{}
+		}
+		return exprLoc{mappable: true, block: true, first: n.Line + 1, indent: indent}
+	}
+	return exprLoc{}
 }

@@ -2,6 +2,7 @@ package policy
 
 import (
 	"encoding/json"
+	"sort"
 	"time"
 )
 
@@ -14,11 +15,60 @@ const (
 	KindTrainingJob      = "TrainingJob"
 )
 
-// Tiers, in the default preference order of an InferenceService.
-var defaultInferenceTiers = []string{"edge", "onprem", "cloud"}
+// Tiers a node can be in.
+const (
+	TierEdge   = "edge"
+	TierOnPrem = "onprem"
+	TierCloud  = "cloud"
+)
 
-// defaultTrainingTiers are where training gangs go by default.
-var defaultTrainingTiers = []string{"onprem", "cloud"}
+// DefaultInferenceTiers is an InferenceService's default tier preference:
+// as close to the clients as possible.
+var DefaultInferenceTiers = []string{TierEdge, TierOnPrem, TierCloud}
+
+// DefaultTrainingTiers is where a TrainingJob's gang goes by default: where
+// the GPUs and fabrics are.
+var DefaultTrainingTiers = []string{TierOnPrem, TierCloud}
+
+// Spread domains of an InferenceService.
+const (
+	SpreadSite   = "site"
+	SpreadRegion = "region"
+)
+
+// Rollout strategies.
+const (
+	RolloutCanary = "canary"
+	RolloutAll    = "all"
+)
+
+// Drift detectors and references.
+const (
+	DetectorPSI         = "psi"
+	DetectorKS          = "ks"
+	DetectorWasserstein = "wasserstein"
+	ReferenceTraining   = "training"
+	ReferenceFirst      = "first"
+)
+
+// DefaultDriftThreshold is each detector's default alarm level: a PSI of
+// 0.2 (the usual "significant shift"), a KS p-value of 0.01, a Wasserstein
+// distance of 0.3 reference standard deviations.
+var DefaultDriftThreshold = map[string]float64{DetectorPSI: 0.2, DetectorKS: 0.01, DetectorWasserstein: 0.3}
+
+// Gang fabric rules.
+const (
+	FabricSame = "same"
+	FabricAny  = "any"
+)
+
+// Training launchers and built-in algorithms.
+const (
+	LauncherExec    = "exec"
+	LauncherBuiltin = "builtin"
+	AlgorithmLogReg = "logreg"
+	AlgorithmMLP    = "mlp"
+)
 
 // Document is one parsed, defaulted and validated policy document.
 // Exactly one of InferenceService and TrainingJob is set, as Kind says.
@@ -33,6 +83,30 @@ type Document struct {
 	Pos  Position `json:"-"`
 	// Source is the document's own YAML, to store and re-parse.
 	Source string `json:"-"`
+
+	// pos maps each field path the file wrote (with a non-null value) to
+	// the position of its value; nil for a document built in code.
+	pos map[string]Position
+}
+
+// MarshalJSON is the canonical JSON form of a document, shaped like the
+// YAML (apiVersion, kind, metadata, spec) with every default filled in and
+// units normalised: CPU in millicores, bytes as integers, durations as Go
+// writes them, expressions as their source.
+func (d *Document) MarshalJSON() ([]byte, error) {
+	var spec any
+	switch {
+	case d.InferenceService != nil:
+		spec = d.InferenceService
+	case d.TrainingJob != nil:
+		spec = d.TrainingJob
+	}
+	return json.Marshal(struct {
+		APIVersion string   `json:"apiVersion"`
+		Kind       string   `json:"kind"`
+		Metadata   Metadata `json:"metadata"`
+		Spec       any      `json:"spec"`
+	}{d.APIVersion, d.Kind, d.Metadata, spec})
 }
 
 // Key is the document's identity: "Kind/name".
@@ -86,7 +160,7 @@ type InferenceServiceSpec struct {
 
 // ModelRef names a model version by name and version, or by digest.
 type ModelRef struct {
-	Name    string `yaml:"name" json:"name"`
+	Name    string `yaml:"name" json:"name,omitempty"`
 	Version string `yaml:"version" json:"version,omitempty"`
 	// Digest pins the exact artifact ("sha256:<64 hex>").
 	Digest string `yaml:"digest" json:"digest,omitempty"`
@@ -216,7 +290,7 @@ type Builtin struct {
 	// LearningRate of the optimiser. Default 0.01.
 	LearningRate float64 `yaml:"learningRate" json:"learningRate"`
 	// Label is the name of the label column.
-	Label string `yaml:"label" json:"label"`
+	Label string `yaml:"label" json:"label,omitempty"`
 }
 
 // Duration is a time.Duration written as "20ms", "1.5s", "2h".
@@ -247,4 +321,13 @@ func (c *CPU) parseScalar(s string) error {
 	v, err := ParseCPU(s)
 	*c = CPU(v)
 	return err
+}
+
+func sortedKeys[V any](m map[string]V) []string {
+	ks := make([]string, 0, len(m))
+	for k := range m {
+		ks = append(ks, k)
+	}
+	sort.Strings(ks)
+	return ks
 }

@@ -1,240 +1,433 @@
 package policy
 
 import (
+	"errors"
 	"fmt"
+	"math"
 	"regexp"
-	"slices"
 	"strings"
 	"time"
 )
 
 var (
 	nameRE    = regexp.MustCompile(`^[a-z]([-a-z0-9]*[a-z0-9])?$`)
+	modelRE   = regexp.MustCompile(`^[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?$`)
+	datasetRE = regexp.MustCompile(`^[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?(:[A-Za-z0-9][-A-Za-z0-9_.]*)?$`)
+	labelRE   = regexp.MustCompile(`^([a-z0-9]([-a-z0-9.]*[a-z0-9])?/)?[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?$`)
+	envRE     = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]*$`)
 	digestRE  = regexp.MustCompile(`^sha256:[0-9a-f]{64}$`)
-	validTier = map[string]bool{"edge": true, "onprem": true, "cloud": true}
+	validTier = map[string]bool{TierEdge: true, TierOnPrem: true, TierCloud: true}
 )
 
-// validate applies defaults, checks every value and compiles expressions,
-// recording each problem at its field.
+// Limits a document must stay within.
+const (
+	// MaxReplicas bounds InferenceService.Replicas.
+	MaxReplicas = 10000
+	// MaxGangNodes bounds Gang.Nodes.
+	MaxGangNodes = 4096
+	// MaxGPUsPerNode bounds Gang.GPUsPerNode: no node has more.
+	MaxGPUsPerNode = 64
+	// MaxRetries bounds TrainingJobSpec.Retries.
+	MaxRetries = 100
+	// MaxLatency bounds Latency.P99: anything longer is not an RTT SLO.
+	MaxLatency = time.Minute
+	// MinDriftWindow is the fewest samples a drift window may hold.
+	MinDriftWindow = 30
+)
+
+// ErrInvalid is what an ErrorList from Validate or Parse matches with
+// errors.Is.
+var ErrInvalid = errors.New("policy: invalid document")
+
+// Is makes errors.Is(err, ErrInvalid) hold for every ErrorList.
+func (l ErrorList) Is(target error) bool { return target == ErrInvalid }
+
+// Validate checks every field of the document and compiles any expression
+// not yet compiled. It returns nil or an ErrorList with every problem, each
+// at its field's position when the document came from Parse. Validate does
+// not change the document and accepts it before or after SetDefaults: a
+// zero value means "not set, use the default", except where the file
+// wrote the zero explicitly (replicas: 0 is an error, not 1).
+func (d *Document) Validate() error {
+	v := &decoder{file: d.File, pos: d.pos}
+	if v.pos == nil {
+		v.pos = map[string]Position{"": d.Pos}
+	}
+	v.validate(d)
+	if len(v.errs) == 0 {
+		return nil
+	}
+	return v.errs.sorted()
+}
+
+// SetDefaults fills every field left unset with its documented default.
+// It is idempotent and does not validate; call Validate first (Parse does
+// both).
+func (d *Document) SetDefaults() {
+	if d.APIVersion == "" {
+		d.APIVersion = APIVersion
+	}
+	set := func(path string) bool { _, ok := d.pos[path]; return ok }
+	if s := d.InferenceService; s != nil {
+		if d.Kind == "" {
+			d.Kind = KindInferenceService
+		}
+		s.setDefaults("spec", set)
+	}
+	if s := d.TrainingJob; s != nil {
+		if d.Kind == "" {
+			d.Kind = KindTrainingJob
+		}
+		s.setDefaults("spec", set)
+	}
+}
+
+func (s *InferenceServiceSpec) setDefaults(p string, set func(string) bool) {
+	if s.Replicas == 0 {
+		s.Replicas = 1
+	}
+	if s.Tiers == nil {
+		s.Tiers = append([]string(nil), DefaultInferenceTiers...)
+	}
+	affinityDefaults(s.Affinities, p, set)
+	if r := s.Rollout; r != nil {
+		if r.Strategy == "" {
+			r.Strategy = RolloutCanary
+		}
+		if r.CanaryRequests == 0 {
+			r.CanaryRequests = 100
+		}
+		if r.MaxErrorRate == 0 && !set(p+".rollout.maxErrorRate") {
+			r.MaxErrorRate = 0.01
+		}
+	}
+	if dr := s.Drift; dr != nil {
+		if dr.Detector == "" {
+			dr.Detector = DetectorPSI
+		}
+		if dr.Threshold == 0 {
+			dr.Threshold = DefaultDriftThreshold[dr.Detector]
+		}
+		if dr.Window == 0 {
+			dr.Window = 500
+		}
+		if dr.Reference == "" {
+			dr.Reference = ReferenceTraining
+		}
+	}
+	if s.Retrain != nil {
+		s.Retrain.setDefaults(p+".retrain", set)
+	}
+}
+
+func (s *TrainingJobSpec) setDefaults(p string, set func(string) bool) {
+	g := &s.Gang
+	if g.Nodes == 0 {
+		g.Nodes = 1
+	}
+	if g.GPUsPerNode == 0 && s.Resources.GPUs != nil {
+		g.GPUsPerNode = s.Resources.GPUs.Count
+	}
+	if g.Fabric == "" {
+		g.Fabric = FabricSame
+	}
+	s.Launcher = s.launcher()
+	if s.Launcher == LauncherBuiltin {
+		if s.Builtin == nil {
+			s.Builtin = &Builtin{}
+		}
+		b := s.Builtin
+		if b.Algorithm == "" {
+			b.Algorithm = AlgorithmLogReg
+		}
+		if b.Algorithm == AlgorithmMLP && len(b.Hidden) == 0 {
+			b.Hidden = []int{32}
+		}
+		if b.Epochs == 0 {
+			b.Epochs = 20
+		}
+		if b.LearningRate == 0 {
+			b.LearningRate = 0.01
+		}
+	}
+	if s.MaxDuration == 0 {
+		s.MaxDuration = Duration(24 * time.Hour)
+	}
+	if s.Tiers == nil {
+		s.Tiers = append([]string(nil), DefaultTrainingTiers...)
+	}
+	affinityDefaults(s.Affinities, p, set)
+}
+
+// launcher is the launcher in effect: as written, else exec when a command
+// is given, else builtin.
+func (s *TrainingJobSpec) launcher() string {
+	switch {
+	case s.Launcher != "":
+		return s.Launcher
+	case len(s.Command) > 0:
+		return LauncherExec
+	}
+	return LauncherBuiltin
+}
+
+// affinityDefaults gives weight 1 to affinities whose weight was not
+// written (an explicit 0 switches one off).
+func affinityDefaults(affs []Affinity, p string, set func(string) bool) {
+	for i := range affs {
+		if affs[i].Weight == 0 && !set(fmt.Sprintf("%s.affinities[%d].weight", p, i)) {
+			affs[i].Weight = 1
+		}
+	}
+}
+
+// isSet reports whether the file wrote path (with a non-null value).
+func (d *decoder) isSet(path string) bool { _, ok := d.pos[path]; return ok }
+
+// validate checks doc, recording each problem at its field.
 func (d *decoder) validate(doc *Document) {
+	if doc.APIVersion != APIVersion {
+		if doc.APIVersion == "" {
+			d.errField("apiVersion", "required field is missing")
+		} else {
+			d.errField("apiVersion", fmt.Sprintf("%q is not supported: use %s", doc.APIVersion, APIVersion))
+		}
+	}
+	switch {
+	case doc.Kind == KindInferenceService && doc.InferenceService != nil && doc.TrainingJob == nil:
+	case doc.Kind == KindTrainingJob && doc.TrainingJob != nil && doc.InferenceService == nil:
+	case doc.Kind == "":
+		d.errField("kind", "required field is missing")
+	case doc.Kind != KindInferenceService && doc.Kind != KindTrainingJob:
+		d.errField("kind", fmt.Sprintf("%q is not a policy kind: use %s or %s", doc.Kind, KindInferenceService, KindTrainingJob))
+	default:
+		d.errField("spec", fmt.Sprintf("a %s document needs exactly its own spec", doc.Kind))
+	}
 	m := doc.Metadata
 	switch {
 	case m.Name == "":
 		d.errField("metadata.name", "required field is missing")
 	case len(m.Name) > 63 || !nameRE.MatchString(m.Name):
-		d.errField("metadata.name", fmt.Sprintf("%q is not a valid name: lower-case letters, digits and '-', starting with a letter, at most 63 characters", m.Name))
+		d.errField("metadata.name", fmt.Sprintf("%q is not a valid name: lower-case letters, digits and '-', starting with a letter and ending with a letter or digit, at most 63 characters", m.Name))
+	}
+	for _, k := range sortedKeys(m.Labels) {
+		if len(k) > 253 || !labelRE.MatchString(k) {
+			d.errField("metadata.labels."+k, fmt.Sprintf("%q is not a label key: letters, digits, '-', '_' and '.', optionally after a DNS prefix and '/'", k))
+		}
 	}
 	if s := doc.InferenceService; s != nil {
-		d.inference(s)
+		d.inference(s, "spec")
 	}
 	if s := doc.TrainingJob; s != nil {
 		d.training(s, "spec")
 	}
 }
 
-func (d *decoder) inference(s *InferenceServiceSpec) {
-	const p = "spec"
-	if s.Model.Name == "" && s.Model.Digest == "" {
-		d.errField(p+".model", "name a model: {name: NAME, version: V} or {digest: sha256:...}")
-	}
-	if s.Model.Digest != "" && !digestRE.MatchString(s.Model.Digest) {
-		d.errField(p+".model.digest", fmt.Sprintf("%q is not a digest: want sha256: and 64 hex digits", s.Model.Digest))
-	}
-	if _, set := d.pos[p+".replicas"]; set && s.Replicas < 1 {
-		d.errField(p+".replicas", fmt.Sprintf("must be at least 1, got %d", s.Replicas))
-	}
-	if s.Replicas == 0 {
-		s.Replicas = 1
-	}
-	if s.Replicas > 10000 {
-		d.errField(p+".replicas", fmt.Sprintf("%d replicas is more than the 10000 supported", s.Replicas))
+func (d *decoder) inference(s *InferenceServiceSpec, p string) {
+	d.model(&s.Model, p+".model")
+	switch {
+	case s.Replicas < 0 || (s.Replicas == 0 && d.isSet(p+".replicas")):
+		msg := fmt.Sprintf("must be at least 1, got %d", s.Replicas)
+		if s.PerClientSite {
+			msg += " (with perClientSite it counts replicas per client site)"
+		} else {
+			msg += " (or set perClientSite: true for one per client site)"
+		}
+		d.errField(p+".replicas", msg)
+	case s.Replicas > MaxReplicas:
+		d.errField(p+".replicas", fmt.Sprintf("%d replicas is more than the %d supported", s.Replicas, MaxReplicas))
 	}
 	d.resources(&s.Resources, p+".resources")
-	if s.Latency != nil {
-		if s.Latency.P99 <= 0 {
+	if l := s.Latency; l != nil {
+		switch p99 := time.Duration(l.P99); {
+		case p99 <= 0:
 			d.errField(p+".latency.p99", "must be a positive duration such as 20ms")
-		} else if time.Duration(s.Latency.P99) > time.Minute {
-			d.errField(p+".latency.p99", fmt.Sprintf("%s is not a latency SLO: at most 1m", time.Duration(s.Latency.P99)))
+		case p99 > MaxLatency:
+			d.errField(p+".latency.p99", fmt.Sprintf("%s is not a latency SLO: at most %s", p99, MaxLatency))
 		}
-		if len(s.Latency.Clients) == 0 {
+		if len(l.Clients) == 0 {
 			d.errField(p+".latency.clients", "name the client sites or regions the SLO is measured from")
 		}
+		d.names(l.Clients, p+".latency.clients", "client site or region")
 	}
 	if s.PerClientSite && (s.Latency == nil || len(s.Latency.Clients) == 0) {
-		d.errField(p+".perClientSite", "needs latency.clients: the sites to serve")
+		d.errField(p+".perClientSite", "needs latency.clients: the client sites to serve")
 	}
-	s.Tiers = d.tiers(s.Tiers, p+".tiers", defaultInferenceTiers)
+	d.tiers(s.Tiers, p+".tiers")
 	switch s.Spread {
-	case "", "site", "region":
+	case "", SpreadSite, SpreadRegion:
 	default:
 		d.errField(p+".spread", fmt.Sprintf("%q is not a spread domain: use site or region", s.Spread))
 	}
 	d.exprs(s.Constraints, s.Affinities, p)
 	if r := s.Rollout; r != nil {
 		switch r.Strategy {
-		case "":
-			r.Strategy = "canary"
-		case "canary", "all":
+		case "", RolloutCanary, RolloutAll:
 		default:
 			d.errField(p+".rollout.strategy", fmt.Sprintf("%q is not a strategy: use canary or all", r.Strategy))
 		}
-		if r.CanaryRequests < 0 {
-			d.errField(p+".rollout.canaryRequests", "must not be negative")
+		if r.CanaryRequests < 0 || (r.CanaryRequests == 0 && d.isSet(p+".rollout.canaryRequests")) {
+			d.errField(p+".rollout.canaryRequests", fmt.Sprintf("must be at least 1, got %d", r.CanaryRequests))
 		}
-		if r.CanaryRequests == 0 {
-			r.CanaryRequests = 100
+		if r.Strategy == RolloutAll && r.CanaryRequests != 0 {
+			d.errField(p+".rollout.canaryRequests", "only the canary strategy takes canaryRequests")
 		}
-		if r.MaxErrorRate < 0 || r.MaxErrorRate > 1 {
-			d.errField(p+".rollout.maxErrorRate", "must be between 0 and 1")
-		}
-		if r.MaxErrorRate == 0 {
-			r.MaxErrorRate = 0.01
+		if !(r.MaxErrorRate >= 0 && r.MaxErrorRate <= 1) {
+			d.errField(p+".rollout.maxErrorRate", fmt.Sprintf("%g is not a rate: want 0 to 1", r.MaxErrorRate))
 		}
 	}
 	if dr := s.Drift; dr != nil {
 		switch dr.Detector {
-		case "":
-			dr.Detector = "psi"
-		case "psi", "ks", "wasserstein":
+		case "", DetectorPSI, DetectorKS, DetectorWasserstein:
 		default:
 			d.errField(p+".drift.detector", fmt.Sprintf("%q is not a detector: use psi, ks or wasserstein", dr.Detector))
 		}
-		if dr.Threshold < 0 {
-			d.errField(p+".drift.threshold", "must not be negative")
+		switch {
+		case dr.Threshold < 0 || math.IsNaN(dr.Threshold) || (dr.Threshold == 0 && d.isSet(p+".drift.threshold")):
+			d.errField(p+".drift.threshold", fmt.Sprintf("must be positive, got %g", dr.Threshold))
+		case dr.Detector == DetectorKS && dr.Threshold >= 1:
+			d.errField(p+".drift.threshold", fmt.Sprintf("the ks threshold is a p-value: want less than 1, got %g", dr.Threshold))
 		}
-		if dr.Threshold == 0 {
-			dr.Threshold = map[string]float64{"psi": 0.2, "ks": 0.01, "wasserstein": 0.3}[dr.Detector]
-		}
-		if dr.Window < 0 || (dr.Window > 0 && dr.Window < 30) {
-			d.errField(p+".drift.window", fmt.Sprintf("%d samples is too few to compare distributions: at least 30", dr.Window))
-		}
-		if dr.Window == 0 {
-			dr.Window = 500
+		if dr.Window < 0 || (dr.Window < MinDriftWindow && (dr.Window != 0 || d.isSet(p+".drift.window"))) {
+			d.errField(p+".drift.window", fmt.Sprintf("%d samples is too few to compare distributions: at least %d", dr.Window, MinDriftWindow))
 		}
 		switch dr.Reference {
-		case "":
-			dr.Reference = "training"
-		case "training", "first":
+		case "", ReferenceTraining, ReferenceFirst:
 		default:
 			d.errField(p+".drift.reference", fmt.Sprintf("%q is not a reference: use training or first", dr.Reference))
 		}
+		d.names(dr.Features, p+".drift.features", "feature")
 	}
 	if s.Retrain != nil {
 		d.training(s.Retrain, p+".retrain")
 	}
 }
 
+func (d *decoder) model(m *ModelRef, p string) {
+	switch {
+	case m.Name == "" && m.Digest == "":
+		d.errField(p, "name a model: {name: NAME, version: V} or {digest: sha256:...}")
+	case m.Name == "" && m.Version != "":
+		d.errField(p+".version", "a version needs the model's name")
+	}
+	if m.Name != "" && !modelRE.MatchString(m.Name) {
+		d.errField(p+".name", fmt.Sprintf("%q is not a model name: letters, digits, '-', '_' and '.'", m.Name))
+	}
+	if m.Version != "" && !modelRE.MatchString(m.Version) {
+		d.errField(p+".version", fmt.Sprintf("%q is not a version: letters, digits, '-', '_' and '.'", m.Version))
+	}
+	if m.Digest != "" && !digestRE.MatchString(m.Digest) {
+		d.errField(p+".digest", fmt.Sprintf("%q is not a digest: want sha256: and 64 lower-case hex digits", m.Digest))
+	}
+}
+
 func (d *decoder) training(s *TrainingJobSpec, p string) {
 	d.resources(&s.Resources, p+".resources")
 	g := &s.Gang
-	if _, set := d.pos[p+".gang.nodes"]; set && g.Nodes < 1 {
+	switch {
+	case g.Nodes < 0 || (g.Nodes == 0 && d.isSet(p+".gang.nodes")):
 		d.errField(p+".gang.nodes", fmt.Sprintf("must be at least 1, got %d", g.Nodes))
+	case g.Nodes == 0 && d.isSet(p+".gang"):
+		d.errField(p+".gang.nodes", "required field is missing: how many nodes the gang spans")
+	case g.Nodes > MaxGangNodes:
+		d.errField(p+".gang.nodes", fmt.Sprintf("%d nodes is more than the %d supported", g.Nodes, MaxGangNodes))
 	}
-	if g.Nodes == 0 {
-		g.Nodes = 1
-	}
-	if g.GPUsPerNode < 0 {
-		d.errField(p+".gang.gpusPerNode", "must not be negative")
-	}
-	if g.GPUsPerNode == 0 && s.Resources.GPUs != nil {
-		g.GPUsPerNode = s.Resources.GPUs.Count
-	}
-	if g.GPUsPerNode > 64 {
-		d.errField(p+".gang.gpusPerNode", fmt.Sprintf("%d GPUs on one node is more than any node has", g.GPUsPerNode))
-	}
-	if s.Resources.GPUs != nil && g.GPUsPerNode != s.Resources.GPUs.Count {
+	switch {
+	case g.GPUsPerNode < 0:
+		d.errField(p+".gang.gpusPerNode", fmt.Sprintf("must not be negative, got %d", g.GPUsPerNode))
+	case g.GPUsPerNode > MaxGPUsPerNode:
+		d.errField(p+".gang.gpusPerNode", fmt.Sprintf("%d GPUs on one node is more than any node has (%d)", g.GPUsPerNode, MaxGPUsPerNode))
+	case g.GPUsPerNode > 0 && s.Resources.GPUs != nil && g.GPUsPerNode != s.Resources.GPUs.Count:
 		d.errField(p+".gang.gpusPerNode", fmt.Sprintf("%d disagrees with resources.gpus.count %d: set one of them", g.GPUsPerNode, s.Resources.GPUs.Count))
 	}
 	switch g.Fabric {
-	case "":
-		g.Fabric = "same"
-	case "same", "any":
+	case "", FabricSame, FabricAny:
 	default:
-		d.errField(p+".gang.fabric", fmt.Sprintf("%q: use same (one RDMA fabric) or any", g.Fabric))
+		d.errField(p+".gang.fabric", fmt.Sprintf("%q is not a fabric rule: use same (one RDMA fabric) or any", g.Fabric))
 	}
 	for i, ref := range s.Data {
 		f := fmt.Sprintf("%s.data[%d]", p, i)
 		switch {
 		case (ref.Dataset == "") == (ref.Artifact == ""):
 			d.errField(f, "set exactly one of dataset and artifact")
+		case ref.Dataset != "" && !datasetRE.MatchString(ref.Dataset):
+			d.errField(f+".dataset", fmt.Sprintf("%q is not a dataset: want name or name:version", ref.Dataset))
 		case ref.Artifact != "" && !digestRE.MatchString(ref.Artifact):
-			d.errField(f+".artifact", fmt.Sprintf("%q is not a digest: want sha256: and 64 hex digits", ref.Artifact))
+			d.errField(f+".artifact", fmt.Sprintf("%q is not a digest: want sha256: and 64 lower-case hex digits", ref.Artifact))
 		}
 		if ref.Size < 0 {
 			d.errField(f+".size", "must not be negative")
 		}
 	}
-	switch s.Launcher {
-	case "":
-		s.Launcher = "builtin"
-		if len(s.Command) > 0 {
-			s.Launcher = "exec"
+	launcher := s.launcher()
+	switch launcher {
+	case LauncherExec:
+		if len(s.Command) == 0 {
+			at := p + ".command"
+			if d.isSet(p + ".launcher") {
+				at = p + ".launcher" // point at what asked for one
+			}
+			d.errAt(d.at(at), p+".command", "the exec launcher needs a command")
 		}
-	case "exec", "builtin":
-	default:
-		d.errField(p+".launcher", fmt.Sprintf("%q is not a launcher: use exec or builtin", s.Launcher))
-	}
-	if s.Launcher == "exec" && len(s.Command) == 0 {
-		d.errField(p+".command", "the exec launcher needs a command")
-	}
-	if s.Launcher == "builtin" {
+		if s.Builtin != nil {
+			d.errField(p+".builtin", "only the builtin launcher takes builtin settings")
+		}
+	case LauncherBuiltin:
 		if len(s.Command) > 0 {
 			d.errField(p+".command", "the builtin launcher runs no command: set launcher: exec")
 		}
-		if s.Builtin == nil {
-			s.Builtin = &Builtin{}
+		if len(s.Args) > 0 {
+			d.errField(p+".args", "the builtin launcher takes no args: set launcher: exec")
 		}
-		b := s.Builtin
-		switch b.Algorithm {
-		case "":
-			b.Algorithm = "logreg"
-		case "logreg", "mlp":
-		default:
-			d.errField(p+".builtin.algorithm", fmt.Sprintf("%q is not an algorithm: use logreg or mlp", b.Algorithm))
-		}
-		if b.Algorithm == "mlp" && len(b.Hidden) == 0 {
-			b.Hidden = []int{32}
-		}
-		for i, h := range b.Hidden {
-			if h < 1 || h > 4096 {
-				d.errField(fmt.Sprintf("%s.builtin.hidden[%d]", p, i), fmt.Sprintf("layer size %d: want 1 to 4096", h))
+		if b := s.Builtin; b != nil {
+			switch b.Algorithm {
+			case "", AlgorithmLogReg, AlgorithmMLP:
+			default:
+				d.errField(p+".builtin.algorithm", fmt.Sprintf("%q is not an algorithm: use logreg or mlp", b.Algorithm))
+			}
+			if b.Algorithm == AlgorithmLogReg && len(b.Hidden) > 0 {
+				d.errField(p+".builtin.hidden", "logreg has no hidden layers: set algorithm: mlp")
+			}
+			for i, h := range b.Hidden {
+				if h < 1 || h > 4096 {
+					d.errField(fmt.Sprintf("%s.builtin.hidden[%d]", p, i), fmt.Sprintf("layer size %d: want 1 to 4096", h))
+				}
+			}
+			if b.Epochs < 0 || b.Epochs > 100000 || (b.Epochs == 0 && d.isSet(p+".builtin.epochs")) {
+				d.errField(p+".builtin.epochs", fmt.Sprintf("want 1 to 100000, got %d", b.Epochs))
+			}
+			if !(b.LearningRate >= 0 && b.LearningRate <= 10) || (b.LearningRate == 0 && d.isSet(p+".builtin.learningRate")) {
+				d.errField(p+".builtin.learningRate", fmt.Sprintf("want a positive rate up to 10, got %g", b.LearningRate))
 			}
 		}
-		if b.Epochs < 0 {
-			d.errField(p+".builtin.epochs", "must not be negative")
-		}
-		if b.Epochs == 0 {
-			b.Epochs = 20
-		}
-		if b.LearningRate < 0 {
-			d.errField(p+".builtin.learningRate", "must not be negative")
-		}
-		if b.LearningRate == 0 {
-			b.LearningRate = 0.01
-		}
-	} else if s.Builtin != nil {
-		d.errField(p+".builtin", "only the builtin launcher takes builtin settings")
+	default:
+		d.errField(p+".launcher", fmt.Sprintf("%q is not a launcher: use exec or builtin", s.Launcher))
 	}
-	if _, set := d.pos[p+".maxDuration"]; set && s.MaxDuration <= 0 {
+	for _, k := range sortedKeys(s.Env) {
+		if !envRE.MatchString(k) {
+			d.errField(p+".env."+k, fmt.Sprintf("%q is not an environment variable name: letters, digits and '_', not starting with a digit", k))
+		}
+	}
+	if s.MaxDuration < 0 || (s.MaxDuration == 0 && d.isSet(p+".maxDuration")) {
 		d.errField(p+".maxDuration", "must be a positive duration such as 2h")
 	}
-	if s.MaxDuration == 0 {
-		s.MaxDuration = Duration(24 * time.Hour)
+	if s.Retries < 0 || s.Retries > MaxRetries {
+		d.errField(p+".retries", fmt.Sprintf("want 0 to %d, got %d", MaxRetries, s.Retries))
 	}
-	if s.Retries < 0 {
-		d.errField(p+".retries", "must not be negative")
-	}
-	s.Tiers = d.tiers(s.Tiers, p+".tiers", defaultTrainingTiers)
+	d.tiers(s.Tiers, p+".tiers")
 	d.exprs(s.Constraints, s.Affinities, p)
 }
 
 func (d *decoder) resources(r *Resources, p string) {
-	if r.CPU < 0 || r.Memory < 0 {
-		d.errField(p, "resources must not be negative")
+	if r.CPU < 0 {
+		d.errField(p+".cpu", "must not be negative")
+	}
+	if r.Memory < 0 {
+		d.errField(p+".memory", "must not be negative")
 	}
 	if g := r.GPUs; g != nil {
-		if g.Count < 1 {
-			d.errField(p+".gpus.count", fmt.Sprintf("must be at least 1 when gpus is set, got %d", g.Count))
+		if g.Count < 1 || g.Count > MaxGPUsPerNode {
+			d.errField(p+".gpus.count", fmt.Sprintf("want 1 to %d when gpus is set, got %d", MaxGPUsPerNode, g.Count))
 		}
 		if g.Memory < 0 {
 			d.errField(p+".gpus.memory", "must not be negative")
@@ -242,12 +435,10 @@ func (d *decoder) resources(r *Resources, p string) {
 	}
 }
 
-func (d *decoder) tiers(ts []string, p string, def []string) []string {
-	if ts == nil {
-		return slices.Clone(def)
-	}
-	if len(ts) == 0 {
-		d.errField(p, "name at least one tier")
+// tiers checks a tier list; nil means the default.
+func (d *decoder) tiers(ts []string, p string) {
+	if ts != nil && len(ts) == 0 {
+		d.errField(p, "name at least one tier, or leave tiers out for the default")
 	}
 	seen := map[string]bool{}
 	for i, t := range ts {
@@ -260,7 +451,21 @@ func (d *decoder) tiers(ts []string, p string, def []string) []string {
 		}
 		seen[t] = true
 	}
-	return ts
+}
+
+// names checks a list of names: none empty, none twice.
+func (d *decoder) names(ns []string, p, what string) {
+	seen := map[string]bool{}
+	for i, n := range ns {
+		f := fmt.Sprintf("%s[%d]", p, i)
+		if strings.TrimSpace(n) == "" {
+			d.errField(f, fmt.Sprintf("empty %s name", what))
+		}
+		if seen[n] {
+			d.errField(f, fmt.Sprintf("%s %q is listed twice", what, n))
+		}
+		seen[n] = true
+	}
 }
 
 // exprs compiles constraints (boolean) and affinities (boolean or numeric).
@@ -275,24 +480,40 @@ func (d *decoder) exprs(cons []*Expr, affs []Affinity, p string) {
 		} else {
 			d.compile(affs[i].Expr, f+".expr", true)
 		}
-		if affs[i].Weight < 0 {
-			d.errField(f+".weight", "must not be negative")
-		}
-		if _, set := d.pos[f+".weight"]; !set {
-			affs[i].Weight = 1
+		if w := affs[i].Weight; !(w >= 0) || math.IsInf(w, 0) {
+			d.errField(f+".weight", fmt.Sprintf("must be a finite number, 0 or more, got %g", w))
 		}
 	}
 }
 
+// compile compiles x in place unless it already is; a CEL error is
+// reported at its own line and column in the file when they can be told.
 func (d *decoder) compile(x *Expr, field string, numeric bool) {
 	if x == nil {
 		d.errField(field, "empty expression")
 		return
 	}
+	if x.Compiled() {
+		if !numeric && !x.out.IsExactType(boolType) {
+			d.errField(field, fmt.Sprintf("CEL: expression has type %s: a constraint must be bool", x.out))
+		}
+		return
+	}
 	c, err := compileExpr(x.src, numeric)
 	if err != nil {
-		msg := strings.ReplaceAll(err.Error(), "\n", " ")
-		d.errAt(x.pos, field, "CEL: "+strings.Join(strings.Fields(msg), " "))
+		at := x.pos
+		if at == (Position{}) {
+			at = d.at(field)
+		}
+		var ce *celError
+		if errors.As(err, &ce) && ce.line > 0 && x.pos != (Position{}) {
+			at = x.position(ce.line, ce.col)
+		}
+		msg := strings.Join(strings.Fields(err.Error()), " ")
+		if i := strings.Index(msg, " expecting {"); i >= 0 && len(msg)-i > 40 {
+			msg = msg[:i] // the parser's list of every token it could take
+		}
+		d.errAt(at, field, "CEL: "+msg)
 		return
 	}
 	x.prog, x.out = c.prog, c.out
