@@ -9,7 +9,6 @@ import (
 	"log/slog"
 	"os"
 	"regexp"
-	"sort"
 	"strings"
 	"time"
 
@@ -391,14 +390,4 @@ func Flags(fs *flag.FlagSet) func() (Config, error) {
 		c.EnsureDefaults()
 		return c, c.Validate()
 	}
-}
-
-// sortedKeys returns m's keys in order.
-func sortedKeys[V any](m map[string]V) []string {
-	keys := make([]string, 0, len(m))
-	for k := range m {
-		keys = append(keys, k)
-	}
-	sort.Strings(keys)
-	return keys
 }

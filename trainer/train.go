@@ -455,9 +455,7 @@ func (n *net) backprop(x []float64, y int, ws *workspace, g *net) {
 	if len(p) == 1 {
 		d[0] = p[0] - float64(y)
 	} else {
-		for k := range p {
-			d[k] = p[k]
-		}
+		copy(d, p)
 		d[y]--
 	}
 	for l := L - 1; l >= 0; l-- {

@@ -43,7 +43,7 @@ func PSI(ref FeatureReference, live []float64) float64 {
 		return 0
 	}
 	var stack [32]float64
-	counts := stack[:0]
+	var counts []float64
 	if len(ref.Proportions) <= len(stack) {
 		counts = stack[:len(ref.Proportions)]
 	} else {
@@ -62,7 +62,7 @@ func psiSorted(ref FeatureReference, live []float64) float64 {
 		return 0
 	}
 	var stack [32]float64
-	counts := stack[:0]
+	var counts []float64
 	if len(ref.Proportions) <= len(stack) {
 		counts = stack[:len(ref.Proportions)]
 	} else {
