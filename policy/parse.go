@@ -76,15 +76,35 @@ func Parse(file string, data []byte) ([]*Document, error) {
 	return docs, nil
 }
 
+// parserProblems are yaml.v3's parser (not scanner) messages: for these
+// it reports the 0-based line where the unfinished construct started, so
+// the error points at that construct's line.
+var parserProblems = []string{
+	"did not find expected ',' or ']'", "did not find expected ',' or '}'",
+	"did not find expected '-' indicator", "did not find expected <document start>",
+	"did not find expected key", "did not find expected node content",
+	"found duplicate %", "found incompatible YAML document", "found undefined tag handle",
+}
+
 func syntaxError(file string, err error) *Error {
 	msg := err.Error()
 	line := 1
 	if m := yamlLineRE.FindStringSubmatch(msg); m != nil {
 		line, _ = strconv.Atoi(m[1])
 		msg = m[2]
+		for _, p := range parserProblems {
+			if strings.HasPrefix(msg, p) {
+				line++
+				break
+			}
+		}
 	}
 	return &Error{File: file, Line: line, Column: 1, Msg: "YAML syntax: " + strings.TrimPrefix(msg, "yaml: ")}
 }
+
+// keySuffix marks the position of a map key (rather than its value) in
+// decoder.pos, for errors about the key itself.
+const keySuffix = "#key"
 
 // decoder turns one document's YAML tree into typed values, recording
 // every problem with its position and where each field was.
@@ -280,6 +300,7 @@ func (d *decoder) decode(n *yaml.Node, v reflect.Value, path string) {
 				continue
 			}
 			e := reflect.New(v.Type().Elem()).Elem()
+			d.pos[join(path, k.Value)+keySuffix] = posOf(k)
 			d.decode(val, e, join(path, k.Value))
 			m.SetMapIndex(reflect.ValueOf(k.Value), e)
 		}

@@ -140,3 +140,5 @@ func TestUnits(t *testing.T) {
 		t.Errorf("FormatBytes = %q", got)
 	}
 }
+
+func readFile(name string) ([]byte, error) { return os.ReadFile(name) }

@@ -212,7 +212,7 @@ func (d *decoder) validate(doc *Document) {
 	}
 	for _, k := range sortedKeys(m.Labels) {
 		if len(k) > 253 || !labelRE.MatchString(k) {
-			d.errField("metadata.labels."+k, fmt.Sprintf("%q is not a label key: letters, digits, '-', '_' and '.', optionally after a DNS prefix and '/'", k))
+			d.errAt(d.at("metadata.labels."+k+keySuffix), "metadata.labels."+k, fmt.Sprintf("%q is not a label key: letters, digits, '-', '_' and '.', optionally after a DNS prefix and '/'", k))
 		}
 	}
 	if s := doc.InferenceService; s != nil {
@@ -405,7 +405,7 @@ func (d *decoder) training(s *TrainingJobSpec, p string) {
 	}
 	for _, k := range sortedKeys(s.Env) {
 		if !envRE.MatchString(k) {
-			d.errField(p+".env."+k, fmt.Sprintf("%q is not an environment variable name: letters, digits and '_', not starting with a digit", k))
+			d.errAt(d.at(p+".env."+k+keySuffix), p+".env."+k, fmt.Sprintf("%q is not an environment variable name: letters, digits and '_', not starting with a digit", k))
 		}
 	}
 	if s.MaxDuration < 0 || (s.MaxDuration == 0 && d.isSet(p+".maxDuration")) {
