@@ -1,7 +1,6 @@
 package policy
 
 import (
-	"encoding/json"
 	"errors"
 	"fmt"
 	"reflect"
@@ -142,8 +141,9 @@ func (x *Expr) String() string { return x.src }
 // Compiled reports whether x can be evaluated.
 func (x *Expr) Compiled() bool { return x != nil && x.prog != nil }
 
-// MarshalJSON writes the expression's source.
-func (x *Expr) MarshalJSON() ([]byte, error) { return json.Marshal(x.src) }
+// MarshalJSON writes the expression's source as a JSON string, with &, <
+// and > left as written.
+func (x *Expr) MarshalJSON() ([]byte, error) { return marshalPlain(x.src) }
 
 // nodeActivation binds `node` for one evaluation without building a map:
 // the placement engine evaluates expressions for up to 100k nodes per

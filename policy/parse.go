@@ -236,7 +236,7 @@ func (d *decoder) decode(n *yaml.Node, v reflect.Value, path string) {
 			d.errNode(n, path, "want a CEL expression as a string")
 			return
 		}
-		v.Set(reflect.ValueOf(&Expr{src: n.Value, pos: posOf(n), loc: d.exprLoc(n)}))
+		v.Set(reflect.ValueOf(&Expr{src: strings.TrimRight(n.Value, "\n"), pos: posOf(n), loc: d.exprLoc(n)}))
 		return
 	}
 	if v.CanAddr() && v.Addr().Type().Implements(scalarParserType) {

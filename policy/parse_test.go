@@ -1,6 +1,7 @@
 package policy
 
 import (
+	"bytes"
 	"encoding/json"
 	"flag"
 	"os"
@@ -35,7 +36,7 @@ func TestGolden(t *testing.T) {
 				if err != nil {
 					t.Fatalf("good file fails:\n%v", err)
 				}
-				b, _ := json.MarshalIndent(docs, "", "  ")
+				b := indentJSON(t, docs)
 				got = string(b) + "\n"
 			case strings.HasPrefix(filepath.Base(f), "bad-"):
 				if err == nil {
@@ -65,16 +66,38 @@ func TestGolden(t *testing.T) {
 	}
 }
 
-func TestExamplesParse(t *testing.T) {
+// TestExamples parses every examples/*.yaml: each must parse cleanly, and
+// its defaulted form must match testdata/example-<name>.golden.
+func TestExamples(t *testing.T) {
 	files, _ := filepath.Glob("../examples/*.yaml")
 	if len(files) == 0 {
 		t.Fatal("no examples")
 	}
 	for _, f := range files {
-		src, _ := os.ReadFile(f)
-		if _, err := Parse(f, src); err != nil {
-			t.Errorf("%s:\n%v", f, err)
-		}
+		t.Run(filepath.Base(f), func(t *testing.T) {
+			src, err := os.ReadFile(f)
+			if err != nil {
+				t.Fatal(err)
+			}
+			docs, err := Parse(filepath.Base(f), src)
+			if err != nil {
+				t.Fatalf("%s:\n%v", f, err)
+			}
+			b := indentJSON(t, docs)
+			golden := filepath.Join("testdata", "example-"+strings.TrimSuffix(filepath.Base(f), ".yaml")+".golden")
+			if *update {
+				if err := os.WriteFile(golden, append(b, '\n'), 0o644); err != nil {
+					t.Fatal(err)
+				}
+			}
+			want, err := os.ReadFile(golden)
+			if err != nil {
+				t.Fatalf("%v (run go test -update)", err)
+			}
+			if diff := cmp.Diff(string(want), string(b)+"\n"); diff != "" {
+				t.Errorf("%s (-want +got):\n%s", golden, diff)
+			}
+		})
 	}
 }
 
@@ -142,3 +165,16 @@ func TestUnits(t *testing.T) {
 }
 
 func readFile(name string) ([]byte, error) { return os.ReadFile(name) }
+
+// indentJSON renders v as the API would, indented, without HTML escapes.
+func indentJSON(tb testing.TB, v any) []byte {
+	tb.Helper()
+	var b bytes.Buffer
+	enc := json.NewEncoder(&b)
+	enc.SetEscapeHTML(false)
+	enc.SetIndent("", "  ")
+	if err := enc.Encode(v); err != nil {
+		tb.Fatal(err)
+	}
+	return bytes.TrimSuffix(b.Bytes(), []byte("\n"))
+}

@@ -1,6 +1,7 @@
 package policy
 
 import (
+	"bytes"
 	"encoding/json"
 	"sort"
 	"time"
@@ -101,7 +102,7 @@ func (d *Document) MarshalJSON() ([]byte, error) {
 	case d.TrainingJob != nil:
 		spec = d.TrainingJob
 	}
-	return json.Marshal(struct {
+	return marshalPlain(struct {
 		APIVersion string   `json:"apiVersion"`
 		Kind       string   `json:"kind"`
 		Metadata   Metadata `json:"metadata"`
@@ -321,6 +322,18 @@ func (c *CPU) parseScalar(s string) error {
 	v, err := ParseCPU(s)
 	*c = CPU(v)
 	return err
+}
+
+// marshalPlain is json.Marshal without HTML escaping: policies are full
+// of && and >=, and the JSON is for people and programs, not HTML.
+func marshalPlain(v any) ([]byte, error) {
+	var b bytes.Buffer
+	enc := json.NewEncoder(&b)
+	enc.SetEscapeHTML(false)
+	if err := enc.Encode(v); err != nil {
+		return nil, err
+	}
+	return bytes.TrimSuffix(b.Bytes(), []byte("\n")), nil
 }
 
 func sortedKeys[V any](m map[string]V) []string {
