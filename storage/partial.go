@@ -8,7 +8,6 @@ import (
 	"hash"
 	"os"
 	"sync"
-	"time"
 )
 
 // ErrPartialBusy is returned by OpenPartial when the same blob is already
@@ -36,7 +35,6 @@ type Partial struct {
 	nDone     int
 	doneBytes int64
 	resumed   int64 // bytes found verified at open
-	lastSync  time.Time
 	changed   chan struct{}
 	closed    bool
 
@@ -48,6 +46,8 @@ type Partial struct {
 	stop      chan struct{}
 	hashDone  chan struct{}
 	hashErr   error
+	saveKick  chan struct{}
+	saveDone  chan struct{}
 	closeOnce sync.Once
 }
 
@@ -82,8 +82,10 @@ func (s *Store) OpenPartial(m Manifest) (*Partial, error) {
 		changed:  make(chan struct{}),
 		whole:    sha256.New(),
 		kick:     make(chan struct{}, 1),
+		saveKick: make(chan struct{}, 1),
 		stop:     make(chan struct{}),
 		hashDone: make(chan struct{}),
+		saveDone: make(chan struct{}),
 	}
 	if rec, err := s.db.Get([]byte(keyPartial + m.Digest)); err == nil && len(rec) == len(p.done) {
 		buf := make([]byte, m.ChunkSize)
@@ -101,12 +103,13 @@ func (s *Store) OpenPartial(m Manifest) (*Partial, error) {
 		}
 		p.resumed = p.doneBytes
 	}
-	if err := p.persist(); err != nil {
+	if err := p.save(append([]byte(nil), p.done...), false); err != nil {
 		f.Close()
 		return nil, err
 	}
 	s.partials[m.Digest] = p
 	go p.hashLoop()
+	go p.saveLoop()
 	return p, nil
 }
 
@@ -132,22 +135,37 @@ func (p *Partial) mark(i int) bool {
 	return true
 }
 
-// progressSyncEvery bounds how often a download's progress record is
-// synced: at most 5 fsyncs a second whatever the chunk rate, so at most the
-// last 200 ms of progress is refetched after a crash.
-const progressSyncEvery = 200 * time.Millisecond
-
-// persist writes the bitmap; p.mu must be held or p unshared.
-func (p *Partial) persist() error {
+// save writes the bitmap bm as the download's progress record.
+func (p *Partial) save(bm []byte, sync bool) error {
 	b := p.s.db.NewBatch()
-	b.Put([]byte(keyPartial+p.m.Digest), append([]byte(nil), p.done...))
-	// Mostly not synced: the bitmap is re-verified against the file at
-	// resume, so a lost update costs a refetch, never a wrong blob.
-	sync := time.Since(p.lastSync) >= progressSyncEvery
-	if sync {
-		p.lastSync = time.Now()
-	}
+	b.Put([]byte(keyPartial+p.m.Digest), bm)
 	return b.Commit(sync)
+}
+
+// saveLoop keeps the progress record current. It runs beside the writers
+// so that no chunk write waits for an fsync: each round saves the latest
+// bitmap, synced, and rounds run back to back while chunks keep landing.
+// A record that lags (or claims a chunk whose bytes a power cut lost) costs
+// a refetch, never a wrong blob: OpenPartial re-verifies what it claims.
+func (p *Partial) saveLoop() {
+	defer close(p.saveDone)
+	for {
+		stopping := false
+		select {
+		case <-p.saveKick:
+		case <-p.stop:
+			stopping = true
+		}
+		p.mu.Lock()
+		bm := append([]byte(nil), p.done...)
+		p.mu.Unlock()
+		if err := p.save(bm, true); err != nil {
+			p.s.log.Warn("saving download progress failed", "digest", p.m.Digest, "err", err)
+		}
+		if stopping {
+			return
+		}
+	}
 }
 
 // Has reports whether chunk i is written and verified.
@@ -214,15 +232,16 @@ func (p *Partial) WriteChunk(i int, data []byte) error {
 		p.mu.Unlock()
 		return nil
 	}
-	err := p.persist()
 	close(p.changed)
 	p.changed = make(chan struct{})
 	p.mu.Unlock()
-	select {
-	case p.kick <- struct{}{}:
-	default:
+	for _, c := range []chan struct{}{p.kick, p.saveKick} {
+		select {
+		case c <- struct{}{}:
+		default:
+		}
 	}
-	return err
+	return nil
 }
 
 // ReadChunk reads verified chunk i into buf (which must hold ChunkLen(i)
@@ -245,10 +264,15 @@ func (p *Partial) Complete() bool {
 	return p.nDone == len(p.m.Chunks)
 }
 
+// writebackEvery is how many hashed bytes of a download are handed to
+// the kernel's writeback at a time.
+const writebackEvery = 16 << 20
+
 func (p *Partial) hashLoop() {
 	defer close(p.hashDone)
 	buf := make([]byte, p.m.ChunkSize)
 	n := len(p.m.Chunks)
+	var written int64 // hashed bytes not yet handed to writeback
 	for {
 		for {
 			p.mu.Lock()
@@ -267,6 +291,11 @@ func (p *Partial) hashLoop() {
 			p.mu.Lock()
 			p.hashed++
 			p.mu.Unlock()
+			// The hashed prefix is final: start writing it to disk now.
+			if written += int64(len(b)); written >= writebackEvery {
+				startWriteback(p.f, int64(i)*p.m.ChunkSize+int64(len(b))-written, written)
+				written = 0
+			}
 		}
 		if p.hashed == n {
 			return
@@ -302,6 +331,7 @@ func (p *Partial) Commit() error {
 	p.closed = true
 	p.mu.Unlock()
 	p.closeOnce.Do(func() { close(p.stop) })
+	<-p.saveDone
 	s := p.s
 	// A crash before the rename leaves a resumable partial; after it, a
 	// verified blob that OpenStore indexes if the index write was lost.
@@ -339,6 +369,7 @@ func (p *Partial) Close() error {
 		return nil
 	}
 	<-p.hashDone
+	<-p.saveDone
 	p.forget()
 	return p.f.Close()
 }

@@ -67,10 +67,6 @@ type Config struct {
 	ProgressInterval time.Duration
 	// QUIC is the quic-go configuration; nil means QUICConfig().
 	QUIC *quic.Config
-	// Seed seeds the chunk order of pulls (each node should differ, so
-	// that pullers fetch different chunks from a shared origin). Zero
-	// means a seed derived from the listen address and the time.
-	Seed uint64
 	// Logger receives lifecycle logs; nil means slog.Default().
 	Logger *slog.Logger
 }

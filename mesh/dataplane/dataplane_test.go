@@ -110,8 +110,8 @@ func newDataplane(tb testing.TB, ca testCA, tn *testNode, o nodeOpts) *Node {
 	cfg := Config{
 		ListenAddr: addr, Store: tn.store, ServerTLS: srv, ClientTLS: cli,
 		HavePoll: 50 * time.Millisecond, ProgressInterval: 10 * time.Millisecond,
-		RetryTimeout: 15 * time.Second, Seed: uint64(len(tn.name))<<8 | uint64(tn.name[0]),
-		Logger: quietLogger(),
+		RetryTimeout: 15 * time.Second,
+		Logger:       quietLogger(),
 	}
 	if o.mutate != nil {
 		o.mutate(&cfg)

@@ -7,7 +7,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"hash/fnv"
 	"io"
 	"log/slog"
 	"net"
@@ -40,7 +39,6 @@ type Node struct {
 	sendSlots       chan struct{} // nil without an egress cap
 	queued          atomic.Int64  // chunk requests sending or waiting to
 	pullSem         chan struct{}
-	seed            atomic.Uint64
 
 	ctx    context.Context
 	cancel context.CancelFunc
@@ -104,13 +102,6 @@ func New(cfg Config) (*Node, error) {
 	if cfg.EgressBytesPerSec > 0 {
 		n.sendSlots = make(chan struct{}, capSendSlots)
 	}
-	seed := cfg.Seed
-	if seed == 0 {
-		h := fnv.New64a()
-		h.Write([]byte(udp.LocalAddr().String()))
-		seed = h.Sum64() ^ uint64(time.Now().UnixNano())
-	}
-	n.seed.Store(seed)
 	n.wg.Add(1)
 	go n.acceptLoop()
 	n.log.Info("data plane listening", "addr", udp.LocalAddr().String())

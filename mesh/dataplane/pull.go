@@ -6,7 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"math/rand/v2"
 	"sort"
 	"sync"
 	"sync/atomic"
@@ -194,7 +193,6 @@ type transfer struct {
 	finished bool
 	err      error
 	lastGood time.Time
-	rng      *rand.Rand
 	final    *TransferStatus
 
 	done chan struct{} // closed when the pull has ended
@@ -306,7 +304,6 @@ func (t *transfer) run(ctx context.Context, holders []Holder) (TransferStatus, e
 		}
 		t.holders = append(t.holders, &holderState{h: h})
 	}
-	t.rng = rand.New(rand.NewPCG(n.seed.Add(0x9e3779b97f4a7c15), uint64(t.started.UnixNano())))
 	t.ctx, t.cancel = context.WithCancel(ctx)
 	stopNode := context.AfterFunc(n.ctx, t.cancel)
 	defer stopNode()
@@ -402,8 +399,10 @@ func (t *transfer) recount() {
 
 // pick chooses the next chunk to fetch and the holder to fetch it from.
 // Chunks go rarest first (held by the fewest holders, so an origin's
-// scarce chunks spread before common ones), ties broken at random so that
-// pullers sharing an origin ask it for different chunks. The holder is the
+// scarce chunks spread before common ones), in order among equals: the
+// whole-blob hash then runs along with the transfer instead of after it,
+// and a seeding origin steers pullers to different chunks itself. The
+// holder is the
 // least loaded of those that have the chunk, nearest first among equals,
 // skipping holders that failed recently and chunks a holder said to fetch
 // from a peer. It blocks until a pair is available and returns false when
@@ -440,9 +439,7 @@ func (t *transfer) pick() (int, *holderState, bool) {
 			best, bestAvail := -1, 1<<30
 			var bestHolder *holderState
 			nc := len(t.state)
-			start := t.rng.IntN(nc)
-			for j := 0; j < nc && bestAvail > 1; j++ {
-				i := (start + j) % nc
+			for i := 0; i < nc && bestAvail > 1; i++ {
 				if t.state[i] != chunkMissing || t.avail[i] == 0 || t.avail[i] >= bestAvail {
 					continue
 				}
