@@ -1,6 +1,8 @@
 package policy
 
 import (
+	"reflect"
+
 	"github.com/google/cel-go/cel"
 	"github.com/google/cel-go/common/types"
 	"github.com/google/cel-go/common/types/ref"
@@ -14,12 +16,14 @@ import (
 type fieldProvider struct {
 	types.Provider
 	adapter types.Adapter
+	gpuType ref.Type // policy.GPU as the native provider types it
 }
 
 // fastFields installs fieldProvider over the environment's provider; it
 // must come after ext.NativeTypes.
 func fastFields(e *cel.Env) (*cel.Env, error) {
 	p := &fieldProvider{Provider: e.CELTypeProvider(), adapter: e.CELTypeAdapter()}
+	p.gpuType = p.adapter.NativeToValue(GPU{}).Type()
 	return cel.CustomTypeProvider(p)(e)
 }
 
@@ -85,7 +89,7 @@ func (p *fieldProvider) FindStructFieldType(structType, fieldName string) (*type
 		case "labels":
 			get = func(obj any) ref.Val { return types.NewStringStringMap(p.adapter, asNode(obj).Labels) }
 		case "gpus":
-			get = func(obj any) ref.Val { return types.NewDynamicList(p.adapter, asNode(obj).GPUs) }
+			get = func(obj any) ref.Val { return p.gpuList(asNode(obj).GPUs) }
 		case "rtt":
 			get = func(obj any) ref.Val { return types.NewDynamicMap(p.adapter, asNode(obj).RTT) }
 		}
@@ -134,3 +138,43 @@ func (p *fieldProvider) FindStructFieldType(structType, fieldName string) (*type
 	}
 	return &fast, true
 }
+
+// gpuList is the node's GPUs as a CEL list whose elements read their fields
+// through the direct getters, without converting each GPU by reflection.
+func (p *fieldProvider) gpuList(gs []GPU) ref.Val {
+	vals := make([]ref.Val, len(gs))
+	for i := range gs {
+		vals[i] = gpuVal{g: &gs[i], p: p}
+	}
+	return types.NewRefValList(p.adapter, vals)
+}
+
+// gpuVal is one GPU as a CEL value. Field selection goes through Value
+// (the *GPU) and the direct getters; everything else is delegated to the
+// native types' own value for the GPU.
+type gpuVal struct {
+	g *GPU
+	p *fieldProvider
+}
+
+func (v gpuVal) native() ref.Val { return v.p.adapter.NativeToValue(*v.g) }
+
+// ConvertToNative implements ref.Val.
+func (v gpuVal) ConvertToNative(t reflect.Type) (any, error) { return v.native().ConvertToNative(t) }
+
+// ConvertToType implements ref.Val.
+func (v gpuVal) ConvertToType(t ref.Type) ref.Val { return v.native().ConvertToType(t) }
+
+// Equal implements ref.Val.
+func (v gpuVal) Equal(other ref.Val) ref.Val {
+	if o, ok := other.(gpuVal); ok {
+		other = o.native()
+	}
+	return v.native().Equal(other)
+}
+
+// Type implements ref.Val.
+func (v gpuVal) Type() ref.Type { return v.p.gpuType }
+
+// Value implements ref.Val.
+func (v gpuVal) Value() any { return v.g }
