@@ -8,7 +8,6 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
-	"time"
 
 	"github.com/google/go-cmp/cmp"
 )
@@ -117,50 +116,6 @@ func TestErrorsNamePosition(t *testing.T) {
 func TestEmptyFile(t *testing.T) {
 	if _, err := Parse("e.yaml", []byte("# nothing\n")); err == nil {
 		t.Error("an empty file parses")
-	}
-}
-
-func TestUnits(t *testing.T) {
-	for _, tc := range []struct {
-		in   string
-		want int64
-		bad  bool
-	}{
-		{"512", 512, false}, {"500Mi", 500 << 20, false}, {"16GiB", 16 << 30, false}, {"1.5G", 1500000000, false},
-		{"80GB", 80e9, false}, {"2Ki", 2048, false}, {"", 0, true}, {"-1Gi", 0, true}, {"lots", 0, true}, {"1.5.5G", 0, true},
-	} {
-		got, err := ParseBytes(tc.in)
-		if (err != nil) != tc.bad || got != tc.want {
-			t.Errorf("ParseBytes(%q) = %d, %v", tc.in, got, err)
-		}
-	}
-	for _, tc := range []struct {
-		in   string
-		want int64
-		bad  bool
-	}{
-		{"2", 2000, false}, {"0.5", 500, false}, {"500m", 500, false}, {"1.25", 1250, false}, {"m", 0, true}, {"-2", 0, true}, {"two", 0, true},
-	} {
-		got, err := ParseCPU(tc.in)
-		if (err != nil) != tc.bad || got != tc.want {
-			t.Errorf("ParseCPU(%q) = %d, %v", tc.in, got, err)
-		}
-	}
-	for _, tc := range []struct {
-		in   string
-		want time.Duration
-		bad  bool
-	}{
-		{"20ms", 20 * time.Millisecond, false}, {"1.5s", 1500 * time.Millisecond, false}, {"2h30m", 150 * time.Minute, false},
-		{"20", 0, true}, {"-1s", 0, true}, {"soon", 0, true},
-	} {
-		got, err := ParseDuration(tc.in)
-		if (err != nil) != tc.bad || got != tc.want {
-			t.Errorf("ParseDuration(%q) = %v, %v", tc.in, got, err)
-		}
-	}
-	if got := FormatBytes(80 << 30); got != "80 GiB" {
-		t.Errorf("FormatBytes = %q", got)
 	}
 }
 

@@ -3,10 +3,15 @@ package policy
 import (
 	"fmt"
 	"math"
+	"regexp"
 	"strconv"
 	"strings"
 	"time"
 )
+
+// decimalRE is the plain decimal number a quantity starts with: no sign,
+// no hex, no underscores, no NaN or Inf.
+var decimalRE = regexp.MustCompile(`^([0-9]+\.?[0-9]*|\.[0-9]+)([eE][-+]?[0-9]+)?$`)
 
 // byteSuffixes maps the suffixes people write after a byte count to their
 // multipliers. Binary (Ki, KiB) and decimal (K, KB) forms are both accepted,
@@ -39,12 +44,12 @@ func ParseBytes(s string) (int64, error) {
 			break
 		}
 	}
-	f, err := strconv.ParseFloat(num, 64)
-	if err != nil || math.IsNaN(f) || math.IsInf(f, 0) {
-		return 0, fmt.Errorf("invalid byte size %q: want a number with an optional unit such as 512Mi or 16GiB", s)
-	}
-	if f < 0 {
+	if strings.HasPrefix(num, "-") && decimalRE.MatchString(num[1:]) {
 		return 0, fmt.Errorf("invalid byte size %q: must not be negative", s)
+	}
+	f, err := strconv.ParseFloat(num, 64)
+	if err != nil || !decimalRE.MatchString(num) || math.IsInf(f, 0) {
+		return 0, fmt.Errorf("invalid byte size %q: want a number with an optional unit such as 512Mi or 16GiB", s)
 	}
 	v := f * mult
 	if v > math.MaxInt64 {
@@ -65,14 +70,18 @@ func ParseCPU(s string) (int64, error) {
 		mult = 1
 		t = strings.TrimSuffix(t, "m")
 	}
-	f, err := strconv.ParseFloat(t, 64)
-	if err != nil || math.IsNaN(f) || math.IsInf(f, 0) {
-		return 0, fmt.Errorf("invalid cpu quantity %q: want cores (2, 0.5) or millicores (500m)", s)
-	}
-	if f < 0 {
+	if strings.HasPrefix(t, "-") && decimalRE.MatchString(t[1:]) {
 		return 0, fmt.Errorf("invalid cpu quantity %q: must not be negative", s)
 	}
-	return int64(math.Round(f * mult)), nil
+	f, err := strconv.ParseFloat(t, 64)
+	if err != nil || !decimalRE.MatchString(t) || math.IsInf(f, 0) || f*mult > math.MaxInt64 {
+		return 0, fmt.Errorf("invalid cpu quantity %q: want cores (2, 0.5) or millicores (500m)", s)
+	}
+	m := math.Round(f * mult)
+	if m == 0 && f != 0 {
+		return 0, fmt.Errorf("invalid cpu quantity %q: finer than one millicore (1m)", s)
+	}
+	return int64(m), nil
 }
 
 // FormatBytes renders a byte count with a binary unit, for tables.
