@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math/rand/v2"
 	"sort"
 	"sync"
 	"sync/atomic"
@@ -13,6 +14,9 @@ import (
 
 	"github.com/strata-mesh/strata/storage"
 )
+
+// pullSeq tells pulls apart in their random seeds.
+var pullSeq atomic.Uint64
 
 // Pull errors.
 var (
@@ -184,6 +188,7 @@ type transfer struct {
 	left     int
 	inflight int
 	maxIn    int
+	rng      *rand.Rand
 	perHold  int
 	avail    []int // per chunk: usable holders known to have it
 	gen      uint64
@@ -284,6 +289,7 @@ func (t *transfer) run(ctx context.Context, holders []Holder) (TransferStatus, e
 	t.started = time.Now()
 	t.lastGood = t.started
 	t.state = make([]byte, len(t.m.Chunks))
+	t.rng = rand.New(rand.NewPCG(uint64(t.started.UnixNano()), pullSeq.Add(1)))
 	t.perHold = n.cfg.StreamsPerHolder * n.cfg.ConnsPerHolder
 	t.maxIn = n.cfg.MaxChunksInFlight
 	if t.maxIn == 0 {
@@ -399,10 +405,10 @@ func (t *transfer) recount() {
 
 // pick chooses the next chunk to fetch and the holder to fetch it from.
 // Chunks go rarest first (held by the fewest holders, so an origin's
-// scarce chunks spread before common ones), in order among equals: the
-// whole-blob hash then runs along with the transfer instead of after it,
-// and a seeding origin steers pullers to different chunks itself. The
-// holder is the
+// scarce chunks spread before common ones). Among equals: in order from a
+// single holder, so that the whole-blob hash keeps pace with the transfer;
+// at random from several, so that pullers sharing holders ask them for
+// different chunks. The holder is the
 // least loaded of those that have the chunk, nearest first among equals,
 // skipping holders that failed recently and chunks a holder said to fetch
 // from a peer. It blocks until a pair is available and returns false when
@@ -439,7 +445,12 @@ func (t *transfer) pick() (int, *holderState, bool) {
 			best, bestAvail := -1, 1<<30
 			var bestHolder *holderState
 			nc := len(t.state)
-			for i := 0; i < nc && bestAvail > 1; i++ {
+			start := 0
+			if len(t.holders) > 1 {
+				start = t.rng.IntN(nc)
+			}
+			for j := 0; j < nc && bestAvail > 1; j++ {
+				i := (start + j) % nc
 				if t.state[i] != chunkMissing || t.avail[i] == 0 || t.avail[i] >= bestAvail {
 					continue
 				}
