@@ -35,6 +35,7 @@ func TestGolden(t *testing.T) {
 				if err != nil {
 					t.Fatalf("good file fails:\n%v", err)
 				}
+				revalidate(t, docs)
 				b := indentJSON(t, docs)
 				got = string(b) + "\n"
 			case strings.HasPrefix(filepath.Base(f), "bad-"):
@@ -82,6 +83,7 @@ func TestExamples(t *testing.T) {
 			if err != nil {
 				t.Fatalf("%s:\n%v", f, err)
 			}
+			revalidate(t, docs)
 			b := indentJSON(t, docs)
 			golden := filepath.Join("testdata", "example-"+strings.TrimSuffix(filepath.Base(f), ".yaml")+".golden")
 			if *update {
@@ -132,4 +134,15 @@ func indentJSON(tb testing.TB, v any) []byte {
 		tb.Fatal(err)
 	}
 	return bytes.TrimSuffix(b.Bytes(), []byte("\n"))
+}
+
+// revalidate checks that parsed (so defaulted) documents validate again:
+// a default must never be an invalid value.
+func revalidate(tb testing.TB, docs []*Document) {
+	tb.Helper()
+	for _, d := range docs {
+		if err := d.Validate(); err != nil {
+			tb.Errorf("%s after defaults: %v", d.Key(), err)
+		}
+	}
 }

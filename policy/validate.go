@@ -94,7 +94,7 @@ func (s *InferenceServiceSpec) setDefaults(p string, set func(string) bool) {
 		if r.Strategy == "" {
 			r.Strategy = RolloutCanary
 		}
-		if r.CanaryRequests == 0 {
+		if r.CanaryRequests == 0 && r.Strategy == RolloutCanary {
 			r.CanaryRequests = 100
 		}
 		if r.MaxErrorRate == 0 && !set(p+".rollout.maxErrorRate") {
