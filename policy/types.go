@@ -71,14 +71,22 @@ const (
 	AlgorithmMLP    = "mlp"
 )
 
-// Document is one parsed, defaulted and validated policy document.
-// Exactly one of InferenceService and TrainingJob is set, as Kind says.
+// Document is one policy document. From Parse it is validated, defaulted
+// and compiled; one built in code goes through Validate and SetDefaults.
+// Exactly one of InferenceService and TrainingJob is set, as Kind says, so
+// a switch on which is non-nil is exhaustive. A parsed Document is safe
+// for concurrent reads.
 type Document struct {
-	APIVersion       string                `json:"apiVersion"`
-	Kind             string                `json:"kind"`
-	Metadata         Metadata              `json:"metadata"`
+	// APIVersion is always APIVersion.
+	APIVersion string `json:"apiVersion"`
+	// Kind is KindInferenceService or KindTrainingJob.
+	Kind string `json:"kind"`
+	// Metadata names the document.
+	Metadata Metadata `json:"metadata"`
+	// InferenceService is the spec of an InferenceService, else nil.
 	InferenceService *InferenceServiceSpec `json:"inferenceService,omitempty"`
-	TrainingJob      *TrainingJobSpec      `json:"trainingJob,omitempty"`
+	// TrainingJob is the spec of a TrainingJob, else nil.
+	TrainingJob *TrainingJobSpec `json:"trainingJob,omitempty"`
 	// File and Pos say where the document starts.
 	File string   `json:"-"`
 	Pos  Position `json:"-"`
@@ -116,7 +124,7 @@ func (d *Document) Key() string { return Key(d.Kind, d.Metadata.Name) }
 // Key builds a policy identity from a kind and a name.
 func Key(kind, name string) string { return kind + "/" + name }
 
-// Metadata names a document.
+// Metadata names and labels a document.
 type Metadata struct {
 	// Name is unique per kind: lower-case letters, digits and '-', at most
 	// 63 characters, starting with a letter.
@@ -161,7 +169,10 @@ type InferenceServiceSpec struct {
 
 // ModelRef names a model version by name and version, or by digest.
 type ModelRef struct {
-	Name    string `yaml:"name" json:"name,omitempty"`
+	// Name is the model's name as published ("fraud").
+	Name string `yaml:"name" json:"name,omitempty"`
+	// Version is the published version ("3"); empty means the most
+	// recently published one.
 	Version string `yaml:"version" json:"version,omitempty"`
 	// Digest pins the exact artifact ("sha256:<64 hex>").
 	Digest string `yaml:"digest" json:"digest,omitempty"`
@@ -179,6 +190,7 @@ type Resources struct {
 
 // GPURequest asks for Count GPUs, optionally of a model and memory size.
 type GPURequest struct {
+	// Count is the number of whole GPUs, 1 to MaxGPUsPerNode.
 	Count int `yaml:"count" json:"count"`
 	// Model matches as a case-insensitive substring ("H100").
 	Model string `yaml:"model" json:"model,omitempty"`
@@ -198,7 +210,10 @@ type Latency struct {
 // the nodes it holds for; a numeric one adds Weight × its value clamped
 // to [0, 1].
 type Affinity struct {
-	Expr   *Expr   `yaml:"expr" json:"expr"`
+	// Expr is the compiled expression (bool, int or double).
+	Expr *Expr `yaml:"expr" json:"expr"`
+	// Weight scales the expression's score. Default 1; 0 switches the
+	// affinity off; never negative.
 	Weight float64 `yaml:"weight" json:"weight"`
 }
 
@@ -264,7 +279,9 @@ type TrainingJobSpec struct {
 
 // Gang is Nodes members with GPUsPerNode GPUs each.
 type Gang struct {
-	Nodes       int `yaml:"nodes" json:"nodes"`
+	// Nodes is the number of members, one per node. Default 1.
+	Nodes int `yaml:"nodes" json:"nodes"`
+	// GPUsPerNode is each member's GPUs. Default Resources.GPUs.Count.
 	GPUsPerNode int `yaml:"gpusPerNode" json:"gpusPerNode"`
 	// Fabric is "same" (every member on one RDMA fabric, the default) or
 	// "any".
@@ -274,7 +291,9 @@ type Gang struct {
 // DataRef is a dataset (name or name:version) or an artifact (digest) the
 // job reads.
 type DataRef struct {
-	Dataset  string `yaml:"dataset" json:"dataset,omitempty"`
+	// Dataset is "name" or "name:version".
+	Dataset string `yaml:"dataset" json:"dataset,omitempty"`
+	// Artifact is a digest, "sha256:<64 hex>".
 	Artifact string `yaml:"artifact" json:"artifact,omitempty"`
 	// Size is the bytes to move when no node near the job holds it.
 	Size Bytes `yaml:"size" json:"size,omitempty"`

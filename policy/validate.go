@@ -42,12 +42,14 @@ var ErrInvalid = errors.New("policy: invalid document")
 // Is makes errors.Is(err, ErrInvalid) hold for every ErrorList.
 func (l ErrorList) Is(target error) bool { return target == ErrInvalid }
 
-// Validate checks every field of the document and compiles any expression
-// not yet compiled. It returns nil or an ErrorList with every problem, each
-// at its field's position when the document came from Parse. Validate does
-// not change the document and accepts it before or after SetDefaults: a
-// zero value means "not set, use the default", except where the file
-// wrote the zero explicitly (replicas: 0 is an error, not 1).
+// Validate checks every field of the document and compiles, in place, any
+// expression not yet compiled; it changes nothing else. It returns nil or
+// an ErrorList with every problem, each at its field's position when the
+// document came from Parse (line 0 for one built in code). It accepts a
+// document before or after SetDefaults: a zero value means "not set, use
+// the default", except where the file wrote the zero explicitly
+// (replicas: 0 is an error, not 1). It must not run concurrently with
+// anything else on the same document.
 func (d *Document) Validate() error {
 	v := &decoder{file: d.File, pos: d.pos}
 	if v.pos == nil {
