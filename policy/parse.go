@@ -33,6 +33,7 @@ func Parse(file string, data []byte) ([]*Document, error) {
 	var errs ErrorList
 	dec := yaml.NewDecoder(bytes.NewReader(data))
 	lines := strings.Split(string(data), "\n")
+	seps := separators(lines)
 	seen := map[string]Position{}
 	for {
 		var root yaml.Node
@@ -47,7 +48,7 @@ func Parse(file string, data []byte) ([]*Document, error) {
 		if len(root.Content) == 0 {
 			continue // an empty document between separators
 		}
-		d := &decoder{file: file, pos: map[string]Position{}, lines: lines}
+		d := &decoder{file: file, pos: map[string]Position{}, lines: lines, seps: seps}
 		doc := d.document(root.Content[0])
 		if doc != nil {
 			doc.pos = d.pos
@@ -114,6 +115,47 @@ type decoder struct {
 	pos    map[string]Position // field path → position of its value
 	failed map[string]bool     // field paths that already have an error
 	lines  []string            // the file, to place errors inside expressions
+	seps   []int               // 1-based lines of document markers (---, ...)
+}
+
+var markerRE = regexp.MustCompile(`^(---|\.\.\.)(\s|$)`)
+
+// separators lists the lines that start or end a YAML document.
+func separators(lines []string) []int {
+	var out []int
+	for i, l := range lines {
+		if markerRE.MatchString(l) {
+			out = append(out, i+1)
+		}
+	}
+	return out
+}
+
+// source returns the document's own text as written in the file — the
+// lines between the markers around its first node, comments included —
+// so a stored policy keeps its author's form. It falls back to the
+// re-encoded node if the file's text cannot be told apart.
+func (d *decoder) source(n *yaml.Node) string {
+	start, end := 1, len(d.lines)+1 // [start, end), 1-based
+	for _, s := range d.seps {
+		if s < n.Line {
+			start = s + 1
+		} else if s > n.Line {
+			end = s
+			break
+		}
+	}
+	if start <= end && end-1 <= len(d.lines) && start >= 1 {
+		text := strings.Join(d.lines[start-1:end-1], "\n")
+		if strings.TrimSpace(text) != "" {
+			return strings.TrimRight(text, "\n") + "\n"
+		}
+	}
+	b, err := yaml.Marshal(n)
+	if err != nil {
+		return ""
+	}
+	return string(b)
 }
 
 func posOf(n *yaml.Node) Position { return Position{Line: n.Line, Column: n.Column} }
@@ -155,9 +197,7 @@ func (d *decoder) document(n *yaml.Node) *Document {
 		return nil
 	}
 	doc := &Document{File: d.file, Pos: posOf(n)}
-	if src, err := yaml.Marshal(n); err == nil {
-		doc.Source = string(src)
-	}
+	doc.Source = d.source(n)
 	var specNode *yaml.Node
 	keys := map[string]bool{}
 	for i := 0; i+1 < len(n.Content); i += 2 {

@@ -245,6 +245,9 @@ func TestSourceRoundTrip(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	// A leading marker and comment, and an explicit end marker, too.
+	src = append([]byte("# several services\n---\n"), src...)
+	src = append(src, []byte("...\n---\n# the same job, on its own\n"+tjHead+"  retries: 1 # once\n")...)
 	docs, err := Parse("all.yaml", src)
 	if err != nil {
 		t.Fatal(err)
@@ -258,6 +261,9 @@ func TestSourceRoundTrip(t *testing.T) {
 		b, _ := json.Marshal(again[0])
 		if diff := cmp.Diff(string(a), string(b)); diff != "" {
 			t.Errorf("%s (-first +again):\n%s", d.Key(), diff)
+		}
+		if !strings.Contains(string(src), d.Source) || !strings.HasPrefix(d.Source, "#") && !strings.HasPrefix(d.Source, "apiVersion") {
+			t.Errorf("%s: Source is not the document as written:\n%s", d.Key(), d.Source)
 		}
 		var shape map[string]any
 		if err := json.Unmarshal(a, &shape); err != nil {
