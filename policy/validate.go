@@ -329,8 +329,8 @@ func (d *decoder) training(s *TrainingJobSpec, p string) {
 	switch {
 	case g.Nodes < 0 || (g.Nodes == 0 && d.isSet(p+".gang.nodes")):
 		d.errField(p+".gang.nodes", fmt.Sprintf("must be at least 1, got %d", g.Nodes))
-	case g.Nodes == 0 && d.isSet(p+".gang"):
-		d.errField(p+".gang.nodes", "required field is missing: how many nodes the gang spans")
+	case g.Nodes == 0 && d.isSet(p+".gang.gpusPerNode"):
+		d.errField(p+".gang.nodes", "gpusPerNode needs nodes: how many nodes the gang spans")
 	case g.Nodes > MaxGangNodes:
 		d.errField(p+".gang.nodes", fmt.Sprintf("%d nodes is more than the %d supported", g.Nodes, MaxGangNodes))
 	}
