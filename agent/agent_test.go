@@ -38,6 +38,9 @@ func devMeshWAN(t *testing.T, n int, wan bool, tweaks ...func(*Config)) []*Agent
 		cfg.GossipKey = "BwcHBwcHBwcHBwcHBwcHBwcHBwcHBwcHBwcHBwcHBwc="
 		cfg.MeshTimings = meshtest.FastTimings
 		cfg.LogLevel = "error"
+		if lvl := os.Getenv("STRATA_TEST_LOG"); lvl != "" {
+			cfg.LogLevel = lvl // debugging a test: STRATA_TEST_LOG=info
+		}
 		cfg.ProcRoot = "discover/testdata/proc"
 		if wan {
 			cfg.PacketDelay = dn.Delay(cfg.Site)

@@ -1,13 +1,13 @@
 package agent
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"net/http"
-	"net/http/httputil"
-	"net/url"
 	"os"
 	"slices"
 	"sort"
@@ -59,27 +59,63 @@ func (f forwarder) Forward(w http.ResponseWriter, r *http.Request, model, versio
 	if by := r.Header.Get(headerForwarded); by != "" {
 		return fmt.Errorf("%w: %s (forwarded here by %s)", infer.ErrModelNotFound, model, by)
 	}
-	target, err := f.a.nearestServing(model, version)
+	targets := f.a.servingNodes(model, version)
+	if len(targets) == 0 {
+		return fmt.Errorf("%w: %s is served nowhere in the mesh", infer.ErrModelNotFound, model)
+	}
+	body, err := io.ReadAll(io.LimitReader(r.Body, maxForwardBody+1))
 	if err != nil {
 		return err
 	}
-	u, err := url.Parse("http://" + target.Addrs.API)
-	if err != nil {
-		return err
+	if len(body) > maxForwardBody {
+		return fmt.Errorf("request over %d bytes", maxForwardBody)
 	}
-	proxy := httputil.NewSingleHostReverseProxy(u)
-	var perr error
-	proxy.ErrorHandler = func(w http.ResponseWriter, r *http.Request, err error) { perr = err }
-	r.Header.Set(headerForwarded, f.a.cfg.Name)
-	w.Header().Del(infer.HeaderServedBy) // the serving agent names itself
-	proxy.ServeHTTP(w, r)
-	return perr
+	// The mesh's view of who serves what lags by a gossip round: a node
+	// that just stopped serving answers 404, and the next nearest is tried.
+	var lastErr error
+	for _, n := range targets[:min(len(targets), 3)] {
+		req, err := http.NewRequestWithContext(r.Context(), r.Method, "http://"+n.Addrs.API+r.URL.RequestURI(), bytes.NewReader(body))
+		if err != nil {
+			return err
+		}
+		req.Header = r.Header.Clone()
+		req.Header.Set(headerForwarded, f.a.cfg.Name)
+		resp, err := forwardClient.Do(req)
+		if err != nil {
+			lastErr = err
+			continue
+		}
+		if resp.StatusCode == http.StatusNotFound {
+			resp.Body.Close()
+			lastErr = fmt.Errorf("%w: %s no longer serves %s", infer.ErrModelNotFound, n.Name, model)
+			continue
+		}
+		w.Header().Del(infer.HeaderServedBy) // the serving agent names itself
+		for k, vs := range resp.Header {
+			for _, v := range vs {
+				w.Header().Add(k, v)
+			}
+		}
+		w.WriteHeader(resp.StatusCode)
+		_, err = io.Copy(w, resp.Body)
+		resp.Body.Close()
+		return nil
+	}
+	return lastErr
 }
 
-// nearestServing picks the closest live node that serves model.
-func (a *Agent) nearestServing(model, version string) (mesh.Node, error) {
-	var best mesh.Node
-	bestRTT := time.Duration(-1)
+// maxForwardBody bounds a forwarded request, as infer bounds a local one.
+const maxForwardBody = 64 << 20
+
+var forwardClient = &http.Client{Timeout: 30 * time.Second}
+
+// servingNodes lists the live nodes that serve model, nearest first.
+func (a *Agent) servingNodes(model, version string) []mesh.Node {
+	type cand struct {
+		n   mesh.Node
+		rtt time.Duration
+	}
+	var cs []cand
 	for _, n := range a.mesh.Nodes() {
 		if n.Status != mesh.StatusAlive || n.ID == a.ID() || n.Addrs.API == "" {
 			continue
@@ -94,14 +130,14 @@ func (a *Agent) nearestServing(model, version string) (mesh.Node, error) {
 		if err != nil {
 			rtt = time.Hour
 		}
-		if bestRTT < 0 || rtt < bestRTT {
-			best, bestRTT = n, rtt
-		}
+		cs = append(cs, cand{n, rtt})
 	}
-	if bestRTT < 0 {
-		return mesh.Node{}, fmt.Errorf("%w: %s is served nowhere in the mesh", infer.ErrModelNotFound, model)
+	sort.SliceStable(cs, func(i, j int) bool { return cs[i].rtt < cs[j].rtt })
+	out := make([]mesh.Node, len(cs))
+	for i, c := range cs {
+		out[i] = c.n
 	}
-	return best, nil
+	return out
 }
 
 // servedModel is a model loaded here for a policy.
@@ -246,7 +282,7 @@ func (s *serving) stillNeeded(key string) bool {
 func (s *serving) load(ctx context.Context, key string, m storage.Manifest) {
 	a := s.a
 	err := func() error {
-		if _, err := a.art.store.ManifestByDigest(m.Digest); err != nil {
+		if !a.art.store.Has(m.Digest) {
 			if _, err := a.pull(ctx, m, nil); err != nil {
 				return fmt.Errorf("pull: %w", err)
 			}
