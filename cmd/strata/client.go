@@ -1,6 +1,7 @@
 package main
 
 import (
+	"bytes"
 	"encoding/json"
 	"flag"
 	"fmt"
@@ -44,31 +45,84 @@ func (c *clientFlags) check() error {
 // get fetches path from the agent into v, or returns the API's error.
 // raw, when non-nil, receives the body as sent.
 func (c *clientFlags) get(path string, v any, raw *[]byte) error {
+	return c.request(http.MethodGet, path, "", nil, -1, v, raw)
+}
+
+// do sends a request with an in-memory body.
+func (c *clientFlags) do(method, path, contentType string, body []byte, v any, raw *[]byte) error {
+	return c.request(method, path, contentType, bytes.NewReader(body), int64(len(body)), v, raw)
+}
+
+// doStream sends a streamed body of known length.
+func (c *clientFlags) doStream(method, path string, body io.Reader, size int64, v any, raw *[]byte) error {
+	return c.request(method, path, "application/octet-stream", body, size, v, raw)
+}
+
+// request sends one API call and decodes a JSON answer into v (when not
+// nil); raw, when not nil, receives the body as sent. An API error comes
+// back as its message; a policy error (400 with positioned errors) lists
+// every error, one per line. Uploads have no overall time limit.
+func (c *clientFlags) request(method, path, contentType string, body io.Reader, size int64, v any, raw *[]byte) error {
 	base := c.address
 	if !strings.Contains(base, "://") {
 		base = "http://" + base
 	}
-	hc := &http.Client{Timeout: 10 * time.Second}
-	resp, err := hc.Get(strings.TrimSuffix(base, "/") + path)
+	req, err := http.NewRequest(method, strings.TrimSuffix(base, "/")+path, body)
+	if err != nil {
+		return err
+	}
+	if size >= 0 {
+		req.ContentLength = size
+	}
+	if contentType != "" {
+		req.Header.Set("Content-Type", contentType)
+	}
+	if tok := os.Getenv("STRATA_TOKEN"); tok != "" {
+		req.Header.Set("Authorization", "Bearer "+tok)
+	}
+	hc := &http.Client{}
+	if method == http.MethodGet {
+		hc.Timeout = 10 * time.Second
+	}
+	resp, err := hc.Do(req)
 	if err != nil {
 		return fmt.Errorf("cannot reach the agent at %s: %w (is one running? set -address or STRATA_ADDR)", base, err)
 	}
 	defer resp.Body.Close()
-	body, err := io.ReadAll(resp.Body)
+	b, err := io.ReadAll(resp.Body)
 	if err != nil {
 		return err
 	}
 	if resp.StatusCode >= 300 {
-		var e struct{ Error string }
-		if json.Unmarshal(body, &e) == nil && e.Error != "" {
+		var e struct {
+			Error  string `json:"error"`
+			Errors []struct {
+				File    string `json:"file"`
+				Line    int    `json:"line"`
+				Column  int    `json:"column"`
+				Field   string `json:"field"`
+				Message string `json:"message"`
+			} `json:"errors"`
+		}
+		if json.Unmarshal(b, &e) == nil && len(e.Errors) > 0 {
+			var lines []string
+			for _, pe := range e.Errors {
+				lines = append(lines, fmt.Sprintf("%s:%d:%d: %s: %s", pe.File, pe.Line, pe.Column, pe.Field, pe.Message))
+			}
+			return fmt.Errorf("the policy has %d error(s):\n%s", len(lines), strings.Join(lines, "\n"))
+		}
+		if e.Error != "" {
 			return fmt.Errorf("%s (HTTP %d)", e.Error, resp.StatusCode)
 		}
-		return fmt.Errorf("HTTP %d: %s", resp.StatusCode, strings.TrimSpace(string(body)))
+		return fmt.Errorf("HTTP %d: %s", resp.StatusCode, strings.TrimSpace(string(b)))
 	}
 	if raw != nil {
-		*raw = body
+		*raw = b
 	}
-	return json.Unmarshal(body, v)
+	if v == nil {
+		return nil
+	}
+	return json.Unmarshal(b, v)
 }
 
 func runMembers(args []string, stdout, stderr io.Writer) error {

@@ -1,8 +1,6 @@
 package main
 
 import (
-	"bytes"
-	"encoding/json"
 	"fmt"
 	"io"
 	"net/http"
@@ -11,67 +9,7 @@ import (
 	"path/filepath"
 	"strings"
 	"text/tabwriter"
-	"time"
 )
-
-// do sends a request to the agent and decodes a JSON answer into v. A
-// policy error (400 with positioned errors) is printed one per line.
-func (c *clientFlags) do(method, path, contentType string, body []byte, v any, raw *[]byte) error {
-	base := c.address
-	if !strings.Contains(base, "://") {
-		base = "http://" + base
-	}
-	req, err := http.NewRequest(method, strings.TrimSuffix(base, "/")+path, bytes.NewReader(body))
-	if err != nil {
-		return err
-	}
-	if contentType != "" {
-		req.Header.Set("Content-Type", contentType)
-	}
-	if tok := os.Getenv("STRATA_TOKEN"); tok != "" {
-		req.Header.Set("Authorization", "Bearer "+tok)
-	}
-	hc := &http.Client{Timeout: 30 * time.Second}
-	resp, err := hc.Do(req)
-	if err != nil {
-		return fmt.Errorf("cannot reach the agent at %s: %w (is one running? set -address or STRATA_ADDR)", base, err)
-	}
-	defer resp.Body.Close()
-	b, err := io.ReadAll(resp.Body)
-	if err != nil {
-		return err
-	}
-	if resp.StatusCode >= 300 {
-		var e struct {
-			Error  string `json:"error"`
-			Errors []struct {
-				File    string `json:"file"`
-				Line    int    `json:"line"`
-				Column  int    `json:"column"`
-				Field   string `json:"field"`
-				Message string `json:"message"`
-			} `json:"errors"`
-		}
-		if json.Unmarshal(b, &e) == nil && len(e.Errors) > 0 {
-			var lines []string
-			for _, pe := range e.Errors {
-				lines = append(lines, fmt.Sprintf("%s:%d:%d: %s: %s", pe.File, pe.Line, pe.Column, pe.Field, pe.Message))
-			}
-			return fmt.Errorf("the policy has %d error(s):\n%s", len(lines), strings.Join(lines, "\n"))
-		}
-		if e.Error != "" {
-			return fmt.Errorf("%s (HTTP %d)", e.Error, resp.StatusCode)
-		}
-		return fmt.Errorf("HTTP %d: %s", resp.StatusCode, strings.TrimSpace(string(b)))
-	}
-	if raw != nil {
-		*raw = b
-	}
-	if v == nil {
-		return nil
-	}
-	return json.Unmarshal(b, v)
-}
 
 func readPolicyFile(path string) ([]byte, string, error) {
 	if path == "" {
