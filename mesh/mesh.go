@@ -214,8 +214,12 @@ func New(cfg Config) (*Mesh, error) {
 		ml.Shutdown()
 		return nil, err
 	}
-	m.wg.Add(3)
-	go m.worker()
+	// Several senders: a stream send blocks until the peer reads it, and
+	// after a change every peer asks the owner for its document at once.
+	m.wg.Add(2 + senders)
+	for range senders {
+		go m.worker()
+	}
 	go m.maintain()
 	go m.publishMeta()
 	return m, nil
@@ -545,6 +549,9 @@ func (m *Mesh) queueBroadcast(s *NodeState) {
 	}
 	m.bq.QueueBroadcast(&stateBroadcast{id: s.ID, msg: append([]byte{msgState}, b...)})
 }
+
+// senders is how many goroutines send document asks and answers.
+const senders = 8
 
 // worker sends the TCP messages that delegates may not block on: asking a
 // node for its document and answering such asks.
