@@ -22,6 +22,13 @@ const HeaderServedBy = "Strata-Served-By"
 //	GET  /v2/models/{name}[/versions/{v}]/ready
 //	POST /v2/models/{name}[/versions/{v}]/infer
 //
+// Infer bodies are JSON, or use the binary tensor data extension: with an
+// Inference-Header-Content-Length header, the body is that many bytes of
+// JSON followed by the raw little-endian data of each input whose
+// "parameters" carry "binary_data_size". Outputs come back binary when the
+// request's parameters set "binary_data_output": true or an output asks for
+// "binary_data": true; the reply then carries the same header.
+//
 // Errors are JSON {"error": "..."}: 400 for a request that does not fit the
 // model, 404 for a model not served (after the Forwarder, if any, declined),
 // 413 for a body over Config.MaxRequestBytes, 500 otherwise. A panic in a
@@ -136,20 +143,29 @@ func (s *Server) modelReady(w http.ResponseWriter, r *http.Request) {
 }
 
 type jsonInferRequest struct {
-	ID      string          `json:"id"`
-	Inputs  []jsonTensorIn  `json:"inputs"`
-	Outputs []jsonOutputReq `json:"outputs"`
+	ID         string          `json:"id"`
+	Inputs     []jsonTensorIn  `json:"inputs"`
+	Outputs    []jsonOutputReq `json:"outputs"`
+	Parameters struct {
+		BinaryDataOutput bool `json:"binary_data_output"`
+	} `json:"parameters"`
 }
 
 type jsonTensorIn struct {
-	Name     string          `json:"name"`
-	Shape    []int64         `json:"shape"`
-	Datatype string          `json:"datatype"`
-	Data     json.RawMessage `json:"data"`
+	Name       string          `json:"name"`
+	Shape      []int64         `json:"shape"`
+	Datatype   string          `json:"datatype"`
+	Data       json.RawMessage `json:"data"`
+	Parameters struct {
+		BinaryDataSize *int64 `json:"binary_data_size"`
+	} `json:"parameters"`
 }
 
 type jsonOutputReq struct {
-	Name string `json:"name"`
+	Name       string `json:"name"`
+	Parameters struct {
+		BinaryData *bool `json:"binary_data"`
+	} `json:"parameters"`
 }
 
 func (s *Server) serveInfer(w http.ResponseWriter, r *http.Request) {
@@ -176,8 +192,16 @@ func (s *Server) inferHTTP(w http.ResponseWriter, r *http.Request, v *version) i
 		}
 		return writeError(w, http.StatusBadRequest, fmt.Errorf("read request body: %w", err))
 	}
+	header, rest := body, []byte(nil)
+	if hl := r.Header.Get(headerLengthKey); hl != "" {
+		n, err := strconv.Atoi(hl)
+		if err != nil || n < 0 || n > len(body) {
+			return writeError(w, http.StatusBadRequest, fmt.Errorf("%s is %q; want a length from 0 to the body's %d bytes", headerLengthKey, hl, len(body)))
+		}
+		header, rest = body[:n], body[n:]
+	}
 	var jr jsonInferRequest
-	if err := json.Unmarshal(body, &jr); err != nil {
+	if err := json.Unmarshal(header, &jr); err != nil {
 		return writeError(w, http.StatusBadRequest, fmt.Errorf("request body is not a valid inference request: %w", err))
 	}
 	req := Request{Model: v.info.Name, Version: v.info.Version, ID: jr.ID, Inputs: make([]Tensor, len(jr.Inputs))}
@@ -186,19 +210,42 @@ func (s *Server) inferHTTP(w http.ResponseWriter, r *http.Request, v *version) i
 		if err != nil {
 			return writeError(w, http.StatusBadRequest, fmt.Errorf("input %q: %w", in.Name, err))
 		}
-		data, err := parseData(Datatype(in.Datatype), in.Data, n)
+		var data any
+		if size := in.Parameters.BinaryDataSize; size != nil {
+			if *size < 0 || *size > int64(len(rest)) {
+				return writeError(w, http.StatusBadRequest, fmt.Errorf("input %q: binary_data_size %d is more than the %d binary bytes left in the body (is %s set?)", in.Name, *size, len(rest), headerLengthKey))
+			}
+			data, err = decodeBinary(Datatype(in.Datatype), rest[:*size], n)
+			rest = rest[*size:]
+		} else {
+			data, err = parseData(Datatype(in.Datatype), in.Data, n)
+		}
 		if err != nil {
 			return writeError(w, http.StatusBadRequest, fmt.Errorf("input %q: %w", in.Name, err))
 		}
 		req.Inputs[i] = Tensor{Name: in.Name, Datatype: Datatype(in.Datatype), Shape: in.Shape, Data: data}
 	}
+	if len(rest) > 0 {
+		return writeError(w, http.StatusBadRequest, fmt.Errorf("%d bytes of binary data follow the header that no input's binary_data_size claims", len(rest)))
+	}
+	binaryOut := map[string]bool{}
 	for _, o := range jr.Outputs {
 		req.Outputs = append(req.Outputs, o.Name)
+		if b := o.Parameters.BinaryData; b != nil {
+			binaryOut[o.Name] = *b
+		}
 	}
 	resp, err := s.infer(r.Context(), v, &req)
 	if err != nil {
 		return writeError(w, statusOf(err), err)
 	}
+	asBinary := func(name string) bool {
+		if b, ok := binaryOut[name]; ok {
+			return b
+		}
+		return jr.Parameters.BinaryDataOutput
+	}
+	var bin []byte
 	buf := make([]byte, 0, 256)
 	buf = append(buf, `{"model_name":`...)
 	buf = appendString(buf, resp.Model)
@@ -218,13 +265,32 @@ func (s *Server) inferHTTP(w http.ResponseWriter, r *http.Request, v *version) i
 		buf = append(buf, `","shape":`...)
 		buf = append(buf, '[')
 		buf = appendInts(buf, o.Shape)
+		if asBinary(o.Name) {
+			if bin == nil {
+				bin = make([]byte, 0, 4*length(o.Data))
+			}
+			n := len(bin)
+			bin = appendBinary(bin, o.Data)
+			buf = append(buf, `],"parameters":{"binary_data_size":`...)
+			buf = strconv.AppendInt(buf, int64(len(bin)-n), 10)
+			buf = append(buf, "}}"...)
+			continue
+		}
 		buf = append(buf, `],"data":`...)
 		buf = appendData(buf, o.Data)
 		buf = append(buf, '}')
 	}
-	buf = append(buf, "]}\n"...)
-	w.Header().Set("Content-Type", "application/json")
-	w.Header().Set("Content-Length", strconv.Itoa(len(buf)))
+	buf = append(buf, "]}"...)
+	h := w.Header()
+	if bin != nil {
+		h.Set("Content-Type", "application/octet-stream")
+		h.Set(headerLengthKey, strconv.Itoa(len(buf)))
+		buf = append(buf, bin...)
+	} else {
+		buf = append(buf, '\n')
+		h.Set("Content-Type", "application/json")
+	}
+	h.Set("Content-Length", strconv.Itoa(len(buf)))
 	w.WriteHeader(http.StatusOK)
 	w.Write(buf)
 	return http.StatusOK
