@@ -9,6 +9,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"sort"
+	"strconv"
 	"sync"
 	"testing"
 	"time"
@@ -39,15 +40,16 @@ func reportLatency(b *testing.B, lat []time.Duration, elapsed time.Duration) {
 	b.ReportMetric(0, "ns/op")
 }
 
-// BenchmarkHTTPPath compares one-row inference three ways over the same MLP:
-// ONNX Runtime called in-process (ort-direct), a minimal net/http handler
-// decoding the same JSON into the same kind of session (minimal-http), and
-// the Open Inference Protocol handler over loopback HTTP (strata).
+// BenchmarkHTTPPath compares inference three ways over the same MLP: ONNX
+// Runtime called in-process (ort-direct), a minimal net/http handler decoding
+// the same JSON into the same session (minimal-http), and the Open Inference
+// Protocol handler over loopback HTTP, with JSON tensors (strata) and with the
+// binary tensor data extension (strata-binary). Batch 1 is the edge case of
+// one client row; batch 64 shows where the JSON codec dominates.
 func BenchmarkHTTPPath(b *testing.B) {
 	lib := needRuntime(b)
 	m := newMLP(b, 1, benchSizes...)
-	x := rows(1, 1, benchSizes[0])
-	body := []byte(fmt.Sprintf(`{"inputs":[{"name":"input","shape":[1,%d],"datatype":"FP32","data":%s}]}`, len(x), appendData(nil, x)))
+	features := benchSizes[0]
 
 	s, err := New(Config{LibraryPath: lib, NodeName: "bench", Logger: discard()})
 	if err != nil {
@@ -55,10 +57,10 @@ func BenchmarkHTTPPath(b *testing.B) {
 	}
 	defer s.Close()
 	load(b, s, "m", "1", m.model)
-	// All three call the very session the server loaded.
+	// All of them call the very session the server loaded.
 	sess := s.models["m"].sess
-	direct := func(x []float32) ([]float32, error) {
-		in, err := ort.NewTensor(ort.NewShape(1, int64(len(x))), x)
+	direct := func(x []float32, n int) ([]float32, error) {
+		in, err := ort.NewTensor(ort.NewShape(int64(n), int64(len(x)/n)), x)
 		if err != nil {
 			return nil, err
 		}
@@ -71,9 +73,17 @@ func BenchmarkHTTPPath(b *testing.B) {
 		return outs[0].(*ort.Tensor[float32]).GetData(), nil
 	}
 
-	post := func(b *testing.B, client *http.Client, url string) func() error {
+	post := func(client *http.Client, url string, body []byte, hdr map[string]string) func() error {
 		return func() error {
-			resp, err := client.Post(url, "application/json", bytes.NewReader(body))
+			req, err := http.NewRequest("POST", url, bytes.NewReader(body))
+			if err != nil {
+				return err
+			}
+			req.Header.Set("Content-Type", "application/json")
+			for k, v := range hdr {
+				req.Header.Set(k, v)
+			}
+			resp, err := client.Do(req)
 			if err != nil {
 				return err
 			}
@@ -94,11 +104,12 @@ func BenchmarkHTTPPath(b *testing.B) {
 				Data     []float32 `json:"data"`
 			} `json:"inputs"`
 		}
-		if err := json.NewDecoder(r.Body).Decode(&req); err != nil || len(req.Inputs) != 1 {
+		if err := json.NewDecoder(r.Body).Decode(&req); err != nil || len(req.Inputs) != 1 || len(req.Inputs[0].Shape) != 2 {
 			http.Error(w, "bad request", 400)
 			return
 		}
-		out, err := direct(req.Inputs[0].Data)
+		n := int(req.Inputs[0].Shape[0])
+		out, err := direct(req.Inputs[0].Data, n)
 		if err != nil {
 			http.Error(w, err.Error(), 500)
 			return
@@ -110,21 +121,33 @@ func BenchmarkHTTPPath(b *testing.B) {
 			Data     []float32 `json:"data"`
 		}
 		w.Header().Set("Content-Type", "application/json")
-		json.NewEncoder(w).Encode(map[string]any{"model_name": "m", "outputs": []tensor{{"output", "FP32", []int64{1, int64(len(out))}, out}}})
+		json.NewEncoder(w).Encode(map[string]any{"model_name": "m", "outputs": []tensor{{"output", "FP32", []int64{int64(n), int64(len(out) / n)}, out}}})
 	}))
 	defer minimal.Close()
 
 	strata := httptest.NewServer(s.Handler())
 	defer strata.Close()
+	url := strata.URL + "/v2/models/m/infer"
 
-	impls := []namedFunc{
-		{"ort-direct", func() error { _, err := direct(x); return err }},
-		{"minimal-http", post(b, minimal.Client(), minimal.URL)},
-		{"strata", post(b, strata.Client(), strata.URL+"/v2/models/m/infer")},
-	}
-	res := interleave(b, impls, 10, 300, 1)
-	for _, im := range impls {
-		b.Run("batch=1/impl="+im.name, func(b *testing.B) { res[im.name].report(b) })
+	for _, batch := range []int{1, 64} {
+		x := rows(1, batch, features)
+		jsonBody := []byte(fmt.Sprintf(`{"inputs":[{"name":"input","shape":[%d,%d],"datatype":"FP32","data":%s}]}`, batch, features, appendData(nil, x)))
+		binHeader := fmt.Sprintf(`{"inputs":[{"name":"input","shape":[%d,%d],"datatype":"FP32","parameters":{"binary_data_size":%d}}],"parameters":{"binary_data_output":true}}`, batch, features, 4*len(x))
+		binBody := appendBinary([]byte(binHeader), x)
+		impls := []namedFunc{
+			{"ort-direct", func() error { _, err := direct(x, batch); return err }},
+			{"minimal-http", post(minimal.Client(), minimal.URL, jsonBody, nil)},
+			{"strata", post(strata.Client(), url, jsonBody, nil)},
+			{"strata-binary", post(strata.Client(), url, binBody, map[string]string{headerLengthKey: strconv.Itoa(len(binHeader))})},
+		}
+		perRound := 300
+		if batch > 1 {
+			perRound = 60
+		}
+		res := interleave(b, impls, 10, perRound, 1)
+		for _, im := range impls {
+			b.Run(fmt.Sprintf("batch=%d/impl=%s", batch, im.name), func(b *testing.B) { res[im.name].report(b) })
+		}
 	}
 }
 
