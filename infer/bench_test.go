@@ -222,7 +222,7 @@ func interleave(b *testing.B, impls []namedFunc, rounds, perRound, conc int) map
 // call and runs request after request until descheduled, so its waits for a
 // CPU fall between measured calls and show in throughput, not in the
 // percentiles. The time a closed-loop client spends per request is
-// concurrency / throughput (Little's law).
+// concurrency / throughput (Little's law), reported as client-us.
 func BenchmarkBatching(b *testing.B) {
 	lib := needRuntime(b)
 	m := newMLP(b, 1, benchSizes...)
@@ -251,7 +251,9 @@ func BenchmarkBatching(b *testing.B) {
 		res := interleave(b, impls, 6, max(total/conc, 20), conc)
 		for _, im := range impls {
 			b.Run(fmt.Sprintf("conc=%d/impl=%s", conc, im.name), func(b *testing.B) {
-				res[im.name].report(b)
+				r := res[im.name]
+				r.report(b)
+				b.ReportMetric(float64(conc)*r.elapsed.Seconds()/float64(len(r.lat))*1e6, "client-us")
 				after := batchRows(b, servers[im.name])
 				prev := before[im.name]
 				b.ReportMetric((after[0]-prev[0])/(after[1]-prev[1]), "rows/call")
