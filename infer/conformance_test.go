@@ -1,10 +1,15 @@
 package infer
 
 import (
+	"bytes"
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"math"
+	"net/http"
+	"net/http/httptest"
+	"net/url"
 	"os"
 	"path/filepath"
 	"sort"
@@ -33,8 +38,8 @@ type outcome struct {
 }
 
 // TestConformance runs ONNX's node and simple backend test cases through
-// Load and Infer — the path the HTTP handler uses — and compares outputs
-// with the expected ones (relative 1e-3, absolute 1e-5; integers and
+// Load and Infer, then again through the Open Inference Protocol handler
+// (binary tensor extension), and compares outputs with the expected ones (relative 1e-3, absolute 1e-5; integers and
 // booleans exactly). It logs counts by outcome and reason.
 func TestConformance(t *testing.T) {
 	if _, err := os.Stat(onnxTestData); err != nil {
@@ -134,8 +139,90 @@ func runCase(s *Server, name, dir string) outcome {
 				return outcome{"fail", fmt.Sprintf("%s output %d: %v", filepath.Base(set), i, err)}
 			}
 		}
+		// The same case over the Open Inference Protocol handler, with the
+		// binary extension so every datatype travels bit-exact.
+		got, err := inferOverHTTP(s.Handler(), name, inputs)
+		if err != nil {
+			return outcome{"fail", fmt.Sprintf("%s over HTTP: %v", filepath.Base(set), err)}
+		}
+		for i, w := range want {
+			if err := compare(w, got[i]); err != nil {
+				return outcome{"fail", fmt.Sprintf("%s output %d over HTTP: %v", filepath.Base(set), i, err)}
+			}
+		}
 	}
 	return outcome{"pass", ""}
+}
+
+// inferOverHTTP posts inputs to h's infer endpoint for model in the binary
+// tensor data extension, asks for binary outputs, and decodes the reply.
+func inferOverHTTP(h http.Handler, model string, inputs []Tensor) ([]Tensor, error) {
+	type param struct {
+		BinaryDataSize int `json:"binary_data_size"`
+	}
+	type tensorHeader struct {
+		Name       string   `json:"name"`
+		Datatype   Datatype `json:"datatype"`
+		Shape      []int64  `json:"shape"`
+		Parameters param    `json:"parameters"`
+	}
+	var req struct {
+		Inputs     []tensorHeader `json:"inputs"`
+		Parameters struct {
+			BinaryDataOutput bool `json:"binary_data_output"`
+		} `json:"parameters"`
+	}
+	req.Parameters.BinaryDataOutput = true
+	var payload []byte
+	for _, in := range inputs {
+		n := len(payload)
+		payload = appendBinary(payload, in.Data)
+		req.Inputs = append(req.Inputs, tensorHeader{in.Name, in.Datatype, in.Shape, param{len(payload) - n}})
+	}
+	header, err := json.Marshal(req)
+	if err != nil {
+		return nil, err
+	}
+	r := httptest.NewRequest("POST", "/v2/models/"+url.PathEscape(model)+"/infer", bytes.NewReader(append(header, payload...)))
+	r.Header.Set(headerLengthKey, strconv.Itoa(len(header)))
+	rec := httptest.NewRecorder()
+	h.ServeHTTP(rec, r)
+	body := rec.Body.Bytes()
+	if rec.Code != http.StatusOK {
+		return nil, fmt.Errorf("status %d: %s", rec.Code, body)
+	}
+	hl, err := strconv.Atoi(rec.Header().Get(headerLengthKey))
+	if err != nil || hl > len(body) {
+		return nil, fmt.Errorf("reply %s %q for a %d-byte body", headerLengthKey, rec.Header().Get(headerLengthKey), len(body))
+	}
+	var resp struct {
+		Outputs []tensorHeader `json:"outputs"`
+	}
+	if err := json.Unmarshal(body[:hl], &resp); err != nil {
+		return nil, fmt.Errorf("reply header: %w", err)
+	}
+	rest := body[hl:]
+	out := make([]Tensor, len(resp.Outputs))
+	for i, o := range resp.Outputs {
+		size := o.Parameters.BinaryDataSize
+		if size > len(rest) {
+			return nil, fmt.Errorf("output %q: binary_data_size %d, %d bytes left", o.Name, size, len(rest))
+		}
+		n, err := elements(o.Shape)
+		if err != nil {
+			return nil, fmt.Errorf("output %q: %w", o.Name, err)
+		}
+		data, err := decodeBinary(o.Datatype, rest[:size], n)
+		if err != nil {
+			return nil, fmt.Errorf("output %q: %w", o.Name, err)
+		}
+		rest = rest[size:]
+		out[i] = Tensor{Name: o.Name, Datatype: o.Datatype, Shape: o.Shape, Data: data}
+	}
+	if len(rest) > 0 {
+		return nil, fmt.Errorf("%d reply bytes past the last output", len(rest))
+	}
+	return out, nil
 }
 
 func readTensors(dir, kind string, n int) ([]Tensor, error) {
