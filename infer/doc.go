@@ -26,5 +26,10 @@
 // the first dimension into one session call (see Config.BatchWindow,
 // MaxBatch, BatchRunners) and each caller gets its own rows back.
 //
+// Infer bodies are JSON tensors or, for less codec time on wide tensors, the
+// protocol's binary tensor data extension (Inference-Header-Content-Length:
+// a JSON header followed by raw little-endian tensor bytes); see Handler.
+// A Forwarder receives the client's request as sent, headers included.
+//
 // 0-d (scalar) tensors are refused: the Go binding cannot create them.
 package infer

@@ -79,7 +79,7 @@ func (s *Server) serverMeta(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, http.StatusOK, map[string]any{
 		"name":       "strata",
 		"version":    RuntimeVersion(),
-		"extensions": []string{},
+		"extensions": []string{"binary_tensor_data"},
 	})
 }
 

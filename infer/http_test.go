@@ -48,6 +48,9 @@ func TestHTTP(t *testing.T) {
 			if got["name"] != "strata" {
 				t.Errorf("name = %v", got["name"])
 			}
+			if diff := cmp.Diff([]any{"binary_tensor_data"}, got["extensions"]); diff != "" {
+				t.Errorf("extensions (-want +got):\n%s", diff)
+			}
 		}},
 		{"model metadata", "GET", "/v2/models/m", "", 200, func(t *testing.T, got map[string]any) {
 			want := map[string]any{
