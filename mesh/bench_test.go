@@ -99,7 +99,7 @@ func BenchmarkConvergence(b *testing.B) {
 					}
 					want := src.Local().Version
 					id := src.ID()
-					d := meshtest.Elapsed(b, time.Minute, "the change to reach every node", func() bool {
+					d := meshtest.Elapsed(b, 3*time.Minute, "the change to reach every node", func() bool {
 						for _, m := range nodes {
 							if v, ok := m.NodeVersion(id); !ok || v < want {
 								return false
