@@ -68,7 +68,6 @@ func TestServeAtTheEdgeForwardAndSwap(t *testing.T) {
 		t.Fatal(err)
 	}
 	agents := devMeshWAN(t, 7, true, func(c *Config) { c.PKI, c.ORTLibrary = keys, lib })
-	dir := t.TempDir()
 	push := func(version string, seed int64) {
 		model, _, err := onnx.RandomMLP(seed, 8, 16, 2)
 		if err != nil {
@@ -80,7 +79,6 @@ func TestServeAtTheEdgeForwardAndSwap(t *testing.T) {
 		}
 	}
 	push("1", 1)
-	_ = dir
 	apply := func(version string) {
 		meshtest.WaitFor(t, 90*time.Second, "apply of version "+version, func() bool {
 			code, _ := post(t, agents[1].Handler(), http.MethodPost, "/v1/policies", []byte(fmt.Sprintf(servePolicy, version)))
@@ -138,18 +136,15 @@ func TestServeAtTheEdgeForwardAndSwap(t *testing.T) {
 	}
 	push("2", 2)
 	apply("2")
-	deadline := time.Now().Add(90 * time.Second)
-	for len(servingAt("2")) != 2 {
-		if time.Now().After(deadline) {
+	meshtest.Poll(t, 90*time.Second, 50*time.Millisecond, "scorer@2 served in both edge sites",
+		func() bool { return len(servingAt("2")) == 2 },
+		func() {
 			rec, _ := placementOf(agents[0], "InferenceService/scorer")
 			t.Logf("placement: %+v", rec)
 			for _, n := range agents[0].Mesh().Nodes() {
 				t.Logf("%s %s models=%v assignments=%+v", n.Name, n.Status, n.Models, n.Assignments)
 			}
-			t.Fatal("scorer@2 not served in both edge sites within 90s")
-		}
-		time.Sleep(50 * time.Millisecond) // polling interval
-	}
+		})
 	close(stop)
 	wg.Wait()
 	if failed.Load() != 0 || ok.Load() == 0 {

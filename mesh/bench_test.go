@@ -49,13 +49,8 @@ func memCluster(b *testing.B, n int) []*mesh.Mesh {
 	}
 	// Poll cheaply (every view once a second): at 256 nodes a tight poll
 	// of every view would steal the CPU gossip needs.
-	deadline := time.Now().Add(5 * time.Minute)
-	for !formed(nodes, n) {
-		if time.Now().After(deadline) {
-			b.Fatalf("%d nodes did not all see each other alive within 5 minutes", n)
-		}
-		time.Sleep(time.Second) // polling interval, not a settle delay
-	}
+	meshtest.Poll(b, 5*time.Minute, time.Second, fmt.Sprintf("%d nodes to see each other alive", n),
+		func() bool { return formed(nodes, n) }, nil)
 	return nodes
 }
 

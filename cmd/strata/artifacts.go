@@ -49,24 +49,18 @@ func runPush(args []string, stdout, stderr io.Writer) error {
 	name := fs.String("name", "", "artifact `name` (required)")
 	version := fs.String("version", "", "artifact `version` (required; versions are immutable)")
 	kind := fs.String("kind", "model", "`kind`: model or dataset")
-	var file string
-	if len(args) > 0 && !strings.HasPrefix(args[0], "-") {
-		file, args = args[0], args[1:]
-	}
-	if err := fs.Parse(args); err != nil {
+	pos, err := parseArgs(fs, args)
+	if err != nil {
 		return err
 	}
-	if file == "" && fs.NArg() > 0 {
-		file = fs.Arg(0)
-	}
-	if file == "" || *name == "" || *version == "" {
+	if len(pos) != 1 || *name == "" || *version == "" {
 		fs.Usage()
 		return &exitError{code: 1, err: fmt.Errorf("FILE, --name and --version are required")}
 	}
 	if err := c.check(); err != nil {
 		return err
 	}
-	f, err := os.Open(file)
+	f, err := os.Open(pos[0])
 	if err != nil {
 		return err
 	}
@@ -144,24 +138,18 @@ func runPull(args []string, stdout, stderr io.Writer) error {
 	fs := newFlags("pull", "NAME[:VERSION] [--kind dataset]", stderr)
 	c := addClientFlags(fs)
 	kind := fs.String("kind", "model", "`kind`: model or dataset")
-	var ref string
-	if len(args) > 0 && !strings.HasPrefix(args[0], "-") {
-		ref, args = args[0], args[1:]
-	}
-	if err := fs.Parse(args); err != nil {
+	pos, err := parseArgs(fs, args)
+	if err != nil {
 		return err
 	}
-	if ref == "" && fs.NArg() > 0 {
-		ref = fs.Arg(0)
-	}
-	if ref == "" {
+	if len(pos) != 1 {
 		fs.Usage()
 		return &exitError{code: 1, err: fmt.Errorf("NAME[:VERSION] is required")}
 	}
 	if err := c.check(); err != nil {
 		return err
 	}
-	name, version, _ := strings.Cut(ref, ":")
+	name, version, _ := strings.Cut(pos[0], ":")
 	q := url.Values{"name": {name}, "kind": {*kind}}
 	if version != "" {
 		q.Set("version", version)
@@ -194,7 +182,7 @@ func runPull(args []string, stdout, stderr io.Writer) error {
 	}()
 	var st dataplane.TransferStatus
 	var raw []byte
-	err := c.do(http.MethodPost, "/v1/artifacts/pull?"+q.Encode(), "", nil, &st, &raw)
+	err = c.do(http.MethodPost, "/v1/artifacts/pull?"+q.Encode(), "", nil, &st, &raw)
 	close(done)
 	wg.Wait()
 	if err != nil {

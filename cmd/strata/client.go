@@ -240,18 +240,11 @@ func dash(s string) string {
 func runNode(args []string, stdout, stderr io.Writer) error {
 	fs := newFlags("node", "NAME|ID [-o json]", stderr)
 	c := addClientFlags(fs)
-	// Accept the name before or after the flags.
-	var name string
-	if len(args) > 0 && !strings.HasPrefix(args[0], "-") {
-		name, args = args[0], args[1:]
-	}
-	if err := fs.Parse(args); err != nil {
+	pos, err := parseArgs(fs, args)
+	if err != nil {
 		return err
 	}
-	if name == "" && fs.NArg() > 0 {
-		name = fs.Arg(0)
-	}
-	if name == "" {
+	if len(pos) != 1 {
 		fs.Usage()
 		return &exitError{code: 1, err: fmt.Errorf("a node name or ID is required")}
 	}
@@ -260,7 +253,7 @@ func runNode(args []string, stdout, stderr io.Writer) error {
 	}
 	var n mesh.Node
 	var raw []byte
-	if err := c.get("/v1/nodes/"+url.PathEscape(name), &n, &raw); err != nil {
+	if err := c.get("/v1/nodes/"+url.PathEscape(pos[0]), &n, &raw); err != nil {
 		return err
 	}
 	if c.output == "json" {
@@ -303,14 +296,10 @@ func sortedKeys(m map[string]string) []string {
 func runRTT(args []string, stdout, stderr io.Writer) error {
 	fs := newFlags("rtt", "NODE [NODE]", stderr)
 	c := addClientFlags(fs)
-	var pos []string
-	for len(args) > 0 && !strings.HasPrefix(args[0], "-") {
-		pos, args = append(pos, args[0]), args[1:]
-	}
-	if err := fs.Parse(args); err != nil {
+	pos, err := parseArgs(fs, args)
+	if err != nil {
 		return err
 	}
-	pos = append(pos, fs.Args()...)
 	if len(pos) < 1 || len(pos) > 2 {
 		fs.Usage()
 		return &exitError{code: 1, err: fmt.Errorf("give one node (RTT from the agent's node) or two")}

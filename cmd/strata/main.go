@@ -12,6 +12,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"strings"
 )
 
 // version is set at build time with -ldflags "-X main.version=...".
@@ -102,4 +103,17 @@ func newFlags(name, args string, stderr io.Writer) *flag.FlagSet {
 		fs.PrintDefaults()
 	}
 	return fs
+}
+
+// parseArgs parses fs and returns the positional arguments, which may come
+// before the flags ("strata node gpu-1 -o json") or after them.
+func parseArgs(fs *flag.FlagSet, args []string) ([]string, error) {
+	var pos []string
+	for len(args) > 0 && !strings.HasPrefix(args[0], "-") {
+		pos, args = append(pos, args[0]), args[1:]
+	}
+	if err := fs.Parse(args); err != nil {
+		return nil, err
+	}
+	return append(pos, fs.Args()...), nil
 }

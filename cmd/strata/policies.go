@@ -118,14 +118,10 @@ func runApply(args []string, stdout, stderr io.Writer) error {
 func runDelete(args []string, stdout, stderr io.Writer) error {
 	fs := newFlags("delete", "KIND NAME", stderr)
 	c := addClientFlags(fs)
-	var pos []string
-	for len(args) > 0 && !strings.HasPrefix(args[0], "-") {
-		pos, args = append(pos, args[0]), args[1:]
-	}
-	if err := fs.Parse(args); err != nil {
+	pos, err := parseArgs(fs, args)
+	if err != nil {
 		return err
 	}
-	pos = append(pos, fs.Args()...)
 	if len(pos) != 2 {
 		fs.Usage()
 		return &exitError{code: 1, err: fmt.Errorf("give KIND and NAME, e.g. strata delete InferenceService fraud-scorer")}

@@ -27,12 +27,23 @@ func FastTimings(c *memberlist.Config) {
 // then fails the test with what.
 func WaitFor(tb testing.TB, timeout time.Duration, what string, cond func() bool) {
 	tb.Helper()
+	Poll(tb, timeout, 20*time.Millisecond, what, cond, nil)
+}
+
+// Poll polls cond every interval until it returns true or timeout passes;
+// then it calls dump (when not nil) to log what the test needs to explain
+// the failure, and fails the test with what.
+func Poll(tb testing.TB, timeout, interval time.Duration, what string, cond func() bool, dump func()) {
+	tb.Helper()
 	deadline := time.Now().Add(timeout)
 	for !cond() {
 		if time.Now().After(deadline) {
+			if dump != nil {
+				dump()
+			}
 			tb.Fatalf("timed out after %s waiting for %s", timeout, what)
 		}
-		time.Sleep(20 * time.Millisecond) // polling interval, not a settle delay
+		time.Sleep(interval) // polling interval, not a settle delay
 	}
 }
 
