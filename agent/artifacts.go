@@ -303,6 +303,33 @@ func (a *Agent) pull(ctx context.Context, m storage.Manifest, progress func(data
 	if a.art == nil {
 		return dataplane.PullResult{}, ErrNoDataPlane
 	}
+	// The catalog entry and the holders' locality travel separately, so a
+	// pull right after a push may see the manifest before any holder: wait
+	// a little for one to show up rather than fail.
+	holders := a.holdersOf(m)
+	deadline := time.Now().Add(holderWait)
+	for len(holders) == 0 && time.Now().Before(deadline) {
+		select {
+		case <-ctx.Done():
+			return dataplane.PullResult{}, ctx.Err()
+		case <-time.After(100 * time.Millisecond):
+		}
+		holders = a.holdersOf(m)
+	}
+	res, err := a.art.node.Pull(ctx, dataplane.PullRequest{Manifest: m, Holders: holders, Progress: progress})
+	if err != nil {
+		return res, err
+	}
+	a.publishLocality()
+	return res, nil
+}
+
+// holderWait bounds how long a pull waits for a live holder to appear.
+const holderWait = 10 * time.Second
+
+// holdersOf lists the live agents that hold an artifact's bytes, nearest
+// first by estimated RTT.
+func (a *Agent) holdersOf(m storage.Manifest) []dataplane.Holder {
 	type cand struct {
 		h   dataplane.Holder
 		rtt time.Duration
@@ -323,12 +350,7 @@ func (a *Agent) pull(ctx context.Context, m storage.Manifest, progress func(data
 	for _, c := range cands {
 		holders = append(holders, c.h)
 	}
-	res, err := a.art.node.Pull(ctx, dataplane.PullRequest{Manifest: m, Holders: holders, Progress: progress})
-	if err != nil {
-		return res, err
-	}
-	a.publishLocality()
-	return res, nil
+	return holders
 }
 
 // modelBytes returns a held model's bytes.
