@@ -64,6 +64,13 @@ type Config struct {
 	// oldest rows are dropped first. Default: 1024.
 	SampleCapacity int
 
+	// Observer, when set, receives every sampled request's rows (the same
+	// rows Samples returns) as they are taken, for streaming consumers such
+	// as drift monitors. It is called synchronously on the request's
+	// goroutine, so it must be quick and must not keep the slice's rows
+	// past the call unless it copies them. Default: nil.
+	Observer func(model string, rows []Sample)
+
 	// Seed seeds the sampling decisions, so tests are reproducible.
 	// Default: 1.
 	Seed int64

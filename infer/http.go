@@ -179,6 +179,7 @@ func (s *Server) serveInfer(w http.ResponseWriter, r *http.Request) {
 	}
 	defer v.release()
 	code := s.inferHTTP(w, r, v)
+	s.count(v.info.Name, v.info.Version, code)
 	s.metrics.requests.WithLabelValues(v.info.Name, v.info.Version, strconv.Itoa(code)).Inc()
 	s.metrics.latency.WithLabelValues(v.info.Name, v.info.Version).Observe(time.Since(start).Seconds())
 }

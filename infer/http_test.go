@@ -7,7 +7,9 @@ import (
 	"io"
 	"net/http"
 	"net/http/httptest"
+	"slices"
 	"strings"
+	"sync"
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
@@ -253,4 +255,43 @@ func gather(tb testing.TB, reg *prometheus.Registry) map[string]float64 {
 		}
 	}
 	return out
+}
+
+func TestObserverAndStats(t *testing.T) {
+	var mu sync.Mutex
+	var seen [][]float64
+	s, _ := newServer(t, Config{SampleFraction: 1, DisableBatching: true, Observer: func(model string, rows []Sample) {
+		mu.Lock()
+		defer mu.Unlock()
+		if model != "m" {
+			t.Errorf("observer got model %q", model)
+		}
+		for _, r := range rows {
+			seen = append(seen, r.Inputs)
+		}
+	}})
+	load(t, s, "m", "1", newMLP(t, 1, 2, 1).model)
+	body := `{"inputs":[{"name":"input","datatype":"FP32","shape":[2,2],"data":[1,2,3,4]}]}`
+	for range 3 {
+		if code, got, _ := do(t, s.Handler(), "POST", "/v2/models/m/infer", body); code != 200 {
+			t.Fatalf("infer = %d %v", code, got)
+		}
+	}
+	// A malformed request is the client's fault, not the version's.
+	if code, _, _ := do(t, s.Handler(), "POST", "/v2/models/m/infer", `{"inputs":[`); code != 400 {
+		t.Fatalf("bad request = %d", code)
+	}
+	mu.Lock()
+	got := len(seen)
+	first := seen[0]
+	mu.Unlock()
+	if got != 6 || !slices.Equal(first, []float64{1, 2}) {
+		t.Errorf("observer saw %d rows (first %v), want 6 rows of 2 requests' inputs", got, first)
+	}
+	if st := s.Stats("m", "1"); st != (Stats{Served: 4, Failed: 0}) {
+		t.Errorf("stats = %+v, want 4 served, 0 failed", st)
+	}
+	if st := s.Stats("m", "2"); st != (Stats{}) {
+		t.Errorf("stats of a version never served = %+v", st)
+	}
 }
