@@ -11,6 +11,7 @@ import (
 	"net"
 	"slices"
 	"strconv"
+	"strings"
 	"sync"
 	"time"
 
@@ -184,7 +185,16 @@ func New(cfg Config) (*Mesh, error) {
 	if cfg.Transport != nil {
 		mlc.Transport = cfg.Transport
 	} else if cfg.PacketDelay != nil {
-		nt, err := memberlist.NewNetTransport(&memberlist.NetTransportConfig{BindAddrs: []string{host}, BindPort: port, Logger: mlc.Logger})
+		// A kernel-chosen port is free for TCP but may be taken for UDP:
+		// retry, as memberlist does for the transport it makes itself.
+		var nt *memberlist.NetTransport
+		var err error
+		for try := 0; try < 10; try++ {
+			nt, err = memberlist.NewNetTransport(&memberlist.NetTransportConfig{BindAddrs: []string{host}, BindPort: port, Logger: mlc.Logger})
+			if err == nil || port != 0 || !strings.Contains(err.Error(), "address already in use") {
+				break
+			}
+		}
 		if err != nil {
 			return nil, fmt.Errorf("mesh: start gossip on %s: %w", cfg.BindAddr, err)
 		}
