@@ -13,6 +13,7 @@ import (
 	"path/filepath"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/NVIDIA/go-nvml/pkg/nvml"
@@ -48,10 +49,17 @@ type Agent struct {
 	// compile turns an applied policy into a placement request;
 	// requestFor in production, a stand-in in tests of the controller.
 	compile func(PolicyRecord) (*placement.Request, error)
-	art     *artifacts // nil without a mesh CA
-	inf     *infer.Server
-	infErr  error // why inf is nil
-	srvg    *serving
+	// noJobs leaves placed training jobs unrun (tests of placement alone).
+	noJobs atomic.Bool
+	art    *artifacts // nil without a mesh CA
+	inf    *infer.Server
+	infErr error // why inf is nil
+	srvg   *serving
+	drift  *driftWatch
+	// jobRunner runs the training jobs placed here; events derives the
+	// /v1/events stream.
+	jobRunner *jobRunner
+	events    *events
 
 	closeOnce sync.Once
 	closeErr  error
@@ -98,6 +106,7 @@ func New(cfg Config) (*Agent, error) {
 	if a.art, err = a.openArtifacts(); err != nil {
 		return fail(fmt.Errorf("agent: artifacts: %w", err))
 	}
+	a.drift, a.jobRunner, a.events = newDriftWatch(a), newJobRunner(a), newEvents(a)
 	a.inf, a.infErr = a.openInference()
 	if a.infErr != nil {
 		a.log.Warn("inference disabled", "err", a.infErr)
@@ -172,7 +181,19 @@ func (a *Agent) Run(ctx context.Context) error {
 	runCtx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	var wg sync.WaitGroup
-	wg.Add(4)
+	wg.Add(7)
+	go func() {
+		defer wg.Done()
+		a.drift.run(runCtx)
+	}()
+	go func() {
+		defer wg.Done()
+		a.jobRunner.loop(runCtx)
+	}()
+	go func() {
+		defer wg.Done()
+		a.events.run(runCtx)
+	}()
 	go func() {
 		defer wg.Done()
 		a.srvg.run(runCtx)

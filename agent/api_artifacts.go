@@ -1,13 +1,18 @@
 package agent
 
 import (
+	"encoding/json"
 	"errors"
+	"fmt"
 	"io"
+	"mime"
 	"net/http"
 	"os"
 	"path/filepath"
 	"sort"
+	"strings"
 
+	"github.com/strata-mesh/strata/infer/drift"
 	"github.com/strata-mesh/strata/mesh"
 	"github.com/strata-mesh/strata/mesh/dataplane"
 	"github.com/strata-mesh/strata/storage"
@@ -56,13 +61,13 @@ func (a *Agent) handlePush(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	defer os.Remove(tmp.Name())
-	_, err = io.Copy(tmp, r.Body)
+	meta, field, err := spoolUpload(r, tmp)
 	tmp.Close()
 	if err != nil {
-		writeError(w, http.StatusBadRequest, "", "reading upload: %v", err)
+		writeError(w, http.StatusBadRequest, field, "%v", err)
 		return
 	}
-	m, err := a.publish(r.Context(), tmp.Name(), storage.PublishSpec{Kind: kind, Name: name, Version: version})
+	m, err := a.publish(r.Context(), tmp.Name(), storage.PublishSpec{Kind: kind, Name: name, Version: version, Metadata: meta})
 	switch {
 	case errors.Is(err, storage.ErrExists):
 		writeError(w, http.StatusConflict, "version", "%v", err)
@@ -173,4 +178,66 @@ func (a *Agent) handleTransfers(w http.ResponseWriter, r *http.Request) {
 		out = append(out, a.art.node.Transfers()...)
 	}
 	writeJSON(w, http.StatusOK, out)
+}
+
+// maxReference bounds an uploaded drift reference.
+const maxReference = 16 << 20
+
+// spoolUpload copies an upload's bytes to dst. The body is the bytes
+// themselves, or multipart/form-data with a "file" part and, for a model,
+// an optional "reference" part: its drift reference (JSON, as the trainer
+// writes reference.json), which goes into the signed manifest.
+func spoolUpload(r *http.Request, dst io.Writer) (map[string]string, string, error) {
+	ct, _, _ := mime.ParseMediaType(r.Header.Get("Content-Type"))
+	if ct != "multipart/form-data" {
+		if _, err := io.Copy(dst, r.Body); err != nil {
+			return nil, "", fmt.Errorf("reading upload: %w", err)
+		}
+		return nil, "", nil
+	}
+	mr, err := r.MultipartReader()
+	if err != nil {
+		return nil, "", fmt.Errorf("reading upload: %w", err)
+	}
+	var meta map[string]string
+	file := false
+	for {
+		part, err := mr.NextPart()
+		if err == io.EOF {
+			break
+		}
+		if err != nil {
+			return nil, "", fmt.Errorf("reading upload: %w", err)
+		}
+		switch part.FormName() {
+		case "file":
+			if _, err := io.Copy(dst, part); err != nil {
+				return nil, "file", fmt.Errorf("reading upload: %w", err)
+			}
+			file = true
+		case "reference":
+			b, err := io.ReadAll(io.LimitReader(part, maxReference+1))
+			if err != nil {
+				return nil, "reference", fmt.Errorf("reading the reference: %w", err)
+			}
+			if len(b) > maxReference {
+				return nil, "reference", fmt.Errorf("the reference is over %d bytes", maxReference)
+			}
+			var ref drift.Reference
+			if err := json.Unmarshal(b, &ref); err != nil || len(ref.Features) == 0 {
+				return nil, "reference", fmt.Errorf("the reference is not a drift reference with features (as the trainer writes reference.json): %v", err)
+			}
+			names := make([]string, len(ref.Features))
+			for i, f := range ref.Features {
+				names[i] = f.Name
+			}
+			meta = map[string]string{MetaReference: string(b), MetaFeatures: strings.Join(names, ",")}
+		default:
+			return nil, part.FormName(), fmt.Errorf("unknown part %q: send file and, optionally, reference", part.FormName())
+		}
+	}
+	if !file {
+		return nil, "file", errors.New("the upload has no file part")
+	}
+	return meta, "", nil
 }

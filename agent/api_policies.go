@@ -202,6 +202,8 @@ type PlacementStatus struct {
 	Policy     string `json:"policy"`
 	Generation uint64 `json:"generation"`
 	PlacementRecord
+	// Rollout is the service's latest retrain and rollout, if any.
+	Rollout *RolloutRecord `json:"rollout,omitempty"`
 }
 
 func (a *Agent) handlePlacements(w http.ResponseWriter, r *http.Request) {
@@ -224,6 +226,9 @@ func (a *Agent) handlePlacements(w http.ResponseWriter, r *http.Request) {
 			st.PlacementRecord = rec
 		} else {
 			st.PlacementRecord = PlacementRecord{Key: p.Key(), Kind: p.Kind, Name: p.Name, State: StatePending, Message: "waiting for its owner to place it"}
+		}
+		if r, ok := a.rollout(p.Key(), p.Generation); ok {
+			st.Rollout = &r
 		}
 		out = append(out, st)
 	}

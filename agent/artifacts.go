@@ -193,10 +193,22 @@ func (a *Agent) publishLocality() {
 		return
 	}
 	digests := a.art.localDigests()
-	if slices.Equal(digests, a.mesh.Local().Locality.Artifacts) {
+	// Datasets held, by name and by name:version, for placement near data.
+	var datasets []string
+	if ms, err := a.art.store.Manifests(storage.KindDataset); err == nil {
+		for _, m := range ms {
+			if _, ok := slices.BinarySearch(digests, m.Digest); ok {
+				datasets = append(datasets, m.Name, m.Name+":"+m.Version)
+			}
+		}
+	}
+	sort.Strings(datasets)
+	datasets = slices.Compact(datasets)
+	loc := a.mesh.Local().Locality
+	if slices.Equal(digests, loc.Artifacts) && slices.Equal(datasets, loc.Datasets) {
 		return
 	}
-	if err := a.mesh.Update(func(s *mesh.NodeState) { s.Locality.Artifacts = digests }); err != nil {
+	if err := a.mesh.Update(func(s *mesh.NodeState) { s.Locality.Artifacts, s.Locality.Datasets = digests, datasets }); err != nil {
 		a.log.Warn("publishing locality", "err", err)
 	}
 }

@@ -13,6 +13,7 @@ import (
 
 	"github.com/strata-mesh/strata/mesh"
 	"github.com/strata-mesh/strata/placement"
+	"github.com/strata-mesh/strata/policy"
 )
 
 // Catalog key prefixes.
@@ -26,6 +27,7 @@ const (
 	StatePending = "pending" // placed, waiting for the nodes to admit it
 	StatePlaced  = "placed"  // every chosen node admitted it
 	StateFailed  = "failed"  // no feasible placement now; retried
+	StateDone    = "done"    // a training job ended; its nodes are free
 )
 
 // PolicyRecord is an applied policy as the mesh's catalog holds it.
@@ -109,6 +111,7 @@ func (c *controller) run(ctx context.Context) {
 		changed := c.a.mesh.Changed()
 		c.reconcile()
 		c.admit()
+		c.rollouts()
 		select {
 		case <-ctx.Done():
 			return
@@ -176,6 +179,16 @@ func (c *controller) reconcile() {
 			continue
 		}
 		rec, have := recs[key]
+		if p.Kind == policy.KindTrainingJob {
+			if j, err := a.job(p.Name); err == nil && j.Generation == p.Generation && j.Terminal() {
+				if !have || rec.State != StateDone {
+					rec = PlacementRecord{Key: key, Kind: p.Kind, Name: p.Name, Owner: a.cfg.Name, Epoch: rec.Epoch + 1, Generation: p.Generation,
+						State: StateDone, Message: fmt.Sprintf("job %s on %s; its nodes are released", j.State, j.Node), Updated: time.Now().UTC()}
+					c.write(rec)
+				}
+				continue
+			}
+		}
 		need, why := c.needsPlacement(p, rec, have, byName)
 		if !need {
 			if have && rec.State == StatePending && allAdmitted(rec, byName) {

@@ -62,6 +62,8 @@ func DevConfigs(n int, dir, api string) []Config {
 		}
 		c.GPUs = r.gpus
 		c.Fabric = r.fabric
+		// Every request is a sample: drift shows within a few hundred.
+		c.SampleFraction = 1
 		if r.fabric != "" {
 			c.RDMA = []DeclaredRDMA{{Device: "mlx5_0", Port: 1, LinkLayer: "InfiniBand", Rate: "400 Gb/sec (4X NDR)", Fabric: r.fabric}}
 		}

@@ -36,6 +36,7 @@ func (a *Agent) openInference() (*infer.Server, error) {
 		NodeName:       a.cfg.Name,
 		LibraryPath:    lib,
 		SampleFraction: a.cfg.SampleFraction,
+		Observer:       a.drift.observe,
 		Forwarder:      forwarder{a},
 		Registerer:     a.reg,
 		Logger:         a.log,
@@ -189,7 +190,7 @@ func (s *serving) wanted() map[string]storage.Manifest {
 		if err != nil || doc.InferenceService == nil {
 			continue
 		}
-		m, err := a.modelManifest(doc.InferenceService.Model)
+		m, err := a.modelManifest(a.modelFor(rec, doc.InferenceService, a.cfg.Name))
 		if err != nil {
 			a.log.Debug("model not resolvable yet", "policy", as.Key, "err", err)
 			continue
@@ -239,6 +240,7 @@ func (s *serving) reconcile(ctx context.Context) {
 		a.log.Info("model unloaded", "policy", key, "model", cur.name, "version", cur.version)
 	}
 	s.publishLocked()
+	a.drift.sync(s.loaded)
 }
 
 // stillNeeded says whether a model this node no longer is assigned must
@@ -259,16 +261,16 @@ func (s *serving) stillNeeded(key string) bool {
 	if err != nil || doc.InferenceService == nil {
 		return false
 	}
-	m, err := a.modelManifest(doc.InferenceService.Model)
-	if err != nil {
-		return true
-	}
 	rec, ok := a.placements()[key]
 	if !ok || rec.State != StatePlaced || len(rec.Nodes) == 0 {
 		return true
 	}
 	ready := 0
 	for _, pn := range rec.Nodes {
+		m, err := a.modelManifest(a.modelFor(p, doc.InferenceService, pn.Name))
+		if err != nil {
+			return true
+		}
 		n, err := a.mesh.Node(pn.Name)
 		if err == nil && n.Status == mesh.StatusAlive && slices.Contains(n.Models, m.Name+"@"+m.Version) {
 			ready++
@@ -303,6 +305,7 @@ func (s *serving) load(ctx context.Context, key string, m storage.Manifest) {
 	s.loaded[key] = servedModel{name: m.Name, version: m.Version, digest: m.Digest}
 	a.log.Info("serving model", "policy", key, "model", m.Ref())
 	s.publishLocked()
+	a.drift.sync(s.loaded)
 }
 
 // publishLocked writes the models served here into the node's document.

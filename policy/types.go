@@ -53,9 +53,10 @@ const (
 )
 
 // DefaultDriftThreshold is each detector's default alarm level: a PSI of
-// 0.2 (the usual "significant shift"), a KS p-value of 0.01, a Wasserstein
+// 0.2 (the usual "significant shift"), a KS p-value of 0.001 (after correction across
+// features, and evaluations overlap: a looser level alarms falsely), a Wasserstein
 // distance of 0.3 reference standard deviations.
-var DefaultDriftThreshold = map[string]float64{DetectorPSI: 0.2, DetectorKS: 0.01, DetectorWasserstein: 0.3}
+var DefaultDriftThreshold = map[string]float64{DetectorPSI: 0.2, DetectorKS: 0.001, DetectorWasserstein: 0.3}
 
 // Gang fabric rules.
 const (
@@ -235,7 +236,7 @@ type Drift struct {
 	Features []string `yaml:"features" json:"features,omitempty"`
 	// Detector is psi, ks or wasserstein. Default psi.
 	Detector string `yaml:"detector" json:"detector"`
-	// Threshold is the detector's alarm level (PSI 0.2; KS p-value 0.01;
+	// Threshold is the detector's alarm level (PSI 0.2; KS p-value 0.001;
 	// Wasserstein in standard deviations 0.3 by default).
 	Threshold float64 `yaml:"threshold" json:"threshold"`
 	// Window is the live window in samples. Default 500.

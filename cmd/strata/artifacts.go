@@ -3,9 +3,11 @@ package main
 import (
 	"fmt"
 	"io"
+	"mime/multipart"
 	"net/http"
 	"net/url"
 	"os"
+	"path/filepath"
 	"strings"
 	"sync"
 	"text/tabwriter"
@@ -49,6 +51,7 @@ func runPush(args []string, stdout, stderr io.Writer) error {
 	name := fs.String("name", "", "artifact `name` (required)")
 	version := fs.String("version", "", "artifact `version` (required; versions are immutable)")
 	kind := fs.String("kind", "model", "`kind`: model or dataset")
+	refFile := fs.String("reference", "", "drift reference `FILE` of a model (reference.json, as the trainer writes it): signed into its manifest, so agents that serve it can detect drift")
 	pos, err := parseArgs(fs, args)
 	if err != nil {
 		return err
@@ -79,7 +82,38 @@ func runPush(args []string, stdout, stderr io.Writer) error {
 		Signer string `json:"signer"`
 	}
 	var raw []byte
-	err = c.doStream(http.MethodPost, "/v1/artifacts?"+q.Encode(), pr, st.Size(), &m, &raw)
+	if *refFile != "" {
+		refBytes, rerr := os.ReadFile(*refFile)
+		if rerr != nil {
+			return rerr
+		}
+		// multipart: the reference first, then the file, streamed.
+		body, w := io.Pipe()
+		mw := multipart.NewWriter(w)
+		go func() {
+			err := func() error {
+				rp, err := mw.CreateFormFile("reference", filepath.Base(*refFile))
+				if err != nil {
+					return err
+				}
+				if _, err := rp.Write(refBytes); err != nil {
+					return err
+				}
+				fp, err := mw.CreateFormFile("file", filepath.Base(pos[0]))
+				if err != nil {
+					return err
+				}
+				if _, err := io.Copy(fp, pr); err != nil {
+					return err
+				}
+				return mw.Close()
+			}()
+			w.CloseWithError(err)
+		}()
+		err = c.request(http.MethodPost, "/v1/artifacts?"+q.Encode(), mw.FormDataContentType(), body, -1, &m, &raw)
+	} else {
+		err = c.doStream(http.MethodPost, "/v1/artifacts?"+q.Encode(), pr, st.Size(), &m, &raw)
+	}
 	pr.st.State = dataplane.StateDone
 	if err != nil {
 		pr.st.State, pr.st.Error = dataplane.StateFailed, "see below"

@@ -9,6 +9,8 @@ import (
 	"path/filepath"
 	"strings"
 	"text/tabwriter"
+
+	"github.com/strata-mesh/strata/agent"
 )
 
 func readPolicyFile(path string) ([]byte, string, error) {
@@ -152,6 +154,7 @@ func runPlacements(args []string, stdout, stderr io.Writer) error {
 			Name     string `json:"name"`
 			Admitted bool   `json:"admitted"`
 		} `json:"nodes"`
+		Rollout *agent.RolloutRecord `json:"rollout"`
 	}
 	var raw []byte
 	if err := c.get("/v1/placements", &ps, &raw); err != nil {
@@ -169,6 +172,13 @@ func runPlacements(args []string, stdout, stderr io.Writer) error {
 			names = append(names, n.Name)
 		}
 		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%d\t%s\n", p.Policy, p.State, dash(strings.Join(names, ",")), dash(p.Owner), p.Epoch, p.Message)
+		if r := p.Rollout; r != nil {
+			ver := r.From
+			if r.To != "" {
+				ver += "→" + r.To
+			}
+			fmt.Fprintf(tw, "  rollout %d\t%s\t%s\t\t\t%s\n", r.Seq, r.Stage, r.Model+"@"+ver, r.Message)
+		}
 	}
 	return tw.Flush()
 }

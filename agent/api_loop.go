@@ -1,0 +1,118 @@
+package agent
+
+import (
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"strconv"
+
+	"github.com/strata-mesh/strata/mesh"
+)
+
+// handleDrift lists every node's drift monitors: GET /v1/drift[?model=M].
+func (a *Agent) handleDrift(w http.ResponseWriter, r *http.Request) {
+	q := r.URL.Query()
+	if !checkParams(w, q, "model") {
+		return
+	}
+	out := []DriftRecord{}
+	for _, d := range a.driftRecords() {
+		if m := q.Get("model"); m == "" || d.Model == m {
+			out = append(out, d)
+		}
+	}
+	writeJSON(w, http.StatusOK, out)
+}
+
+// handleJobs lists training jobs, newest first: GET /v1/jobs.
+func (a *Agent) handleJobs(w http.ResponseWriter, r *http.Request) {
+	if !checkParams(w, r.URL.Query()) {
+		return
+	}
+	out := a.jobs()
+	if out == nil {
+		out = []JobRecord{}
+	}
+	writeJSON(w, http.StatusOK, out)
+}
+
+// handleJob shows one job: GET /v1/jobs/{name}.
+func (a *Agent) handleJob(w http.ResponseWriter, r *http.Request) {
+	if !checkParams(w, r.URL.Query()) {
+		return
+	}
+	j, err := a.job(r.PathValue("name"))
+	if errors.Is(err, mesh.ErrNotFound) {
+		writeError(w, http.StatusNotFound, "name", "no training job %q (see GET /v1/jobs)", r.PathValue("name"))
+		return
+	} else if err != nil {
+		writeError(w, http.StatusInternalServerError, "", "%v", err)
+		return
+	}
+	writeJSON(w, http.StatusOK, j)
+}
+
+// handleJobLogs returns a job member's output as text: GET
+// /v1/jobs/{name}/logs[?rank=N]. The node that ran it answers; any other
+// agent fetches it from there.
+func (a *Agent) handleJobLogs(w http.ResponseWriter, r *http.Request) {
+	q := r.URL.Query()
+	if !checkParams(w, q, "rank") {
+		return
+	}
+	rank := 0
+	if s := q.Get("rank"); s != "" {
+		n, err := strconv.Atoi(s)
+		if err != nil || n < 0 {
+			writeError(w, http.StatusBadRequest, "rank", "rank=%q: want a member index from 0", s)
+			return
+		}
+		rank = n
+	}
+	name := r.PathValue("name")
+	j, err := a.job(name)
+	if errors.Is(err, mesh.ErrNotFound) {
+		writeError(w, http.StatusNotFound, "name", "no training job %q (see GET /v1/jobs)", name)
+		return
+	} else if err != nil {
+		writeError(w, http.StatusInternalServerError, "", "%v", err)
+		return
+	}
+	if j.Node != a.cfg.Name && r.Header.Get(headerForwarded) == "" {
+		n, err := a.mesh.Node(j.Node)
+		if err != nil || n.Status != mesh.StatusAlive || n.Addrs.API == "" {
+			writeError(w, http.StatusBadGateway, "", "job %s ran on %s, which is not reachable now", name, j.Node)
+			return
+		}
+		req, err := http.NewRequestWithContext(r.Context(), http.MethodGet, "http://"+n.Addrs.API+r.URL.RequestURI(), nil)
+		if err != nil {
+			writeError(w, http.StatusInternalServerError, "", "%v", err)
+			return
+		}
+		req.Header.Set(headerForwarded, a.cfg.Name)
+		if t := r.Header.Get("Authorization"); t != "" {
+			req.Header.Set("Authorization", t)
+		}
+		resp, err := forwardClient.Do(req)
+		if err != nil {
+			writeError(w, http.StatusBadGateway, "", "fetching the log from %s: %v", j.Node, err)
+			return
+		}
+		defer resp.Body.Close()
+		w.Header().Set("Content-Type", resp.Header.Get("Content-Type"))
+		w.WriteHeader(resp.StatusCode)
+		_, _ = io.Copy(w, resp.Body)
+		return
+	}
+	logs, err := a.jobRunner.logs(name, rank)
+	if errors.Is(err, mesh.ErrNotFound) {
+		writeError(w, http.StatusNotFound, "name", "%v", err)
+		return
+	} else if err != nil {
+		writeError(w, http.StatusInternalServerError, "", "%v", err)
+		return
+	}
+	w.Header().Set("Content-Type", "text/plain; charset=utf-8")
+	fmt.Fprint(w, logs)
+}

@@ -1,0 +1,248 @@
+package agent
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"sort"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+)
+
+// Event is one step of the mesh's control loop as an agent observed it in
+// the replicated state: a placement, a drift alarm, a training job's state,
+// a rollout stage. GET /v1/events streams them as server-sent events.
+type Event struct {
+	// Seq orders this agent's events; a client resumes with ?since=Seq.
+	Seq uint64 `json:"seq"`
+	// Time is when the step happened, by the clock of the agent that
+	// wrote it.
+	Time time.Time `json:"time"`
+	// Type is "placement", "drift", "job" or "rollout", then a dot and
+	// the new state ("rollout.canary", "drift.alarm").
+	Type    string `json:"type"`
+	Policy  string `json:"policy,omitempty"`
+	Node    string `json:"node,omitempty"`
+	Message string `json:"message"`
+}
+
+// eventRing bounds the events kept for late subscribers.
+const eventRing = 512
+
+// events derives Events from changes to the catalog and fans them out.
+type events struct {
+	a    *Agent
+	mu   sync.Mutex
+	seq  uint64
+	ring []Event
+	subs map[chan Event]struct{}
+	last map[string]string // record key → its last seen state
+}
+
+func newEvents(a *Agent) *events {
+	return &events{a: a, subs: map[chan Event]struct{}{}, last: map[string]string{}}
+}
+
+func (e *events) run(ctx context.Context) {
+	e.scan(false) // what is already there is the baseline, not news
+	for {
+		changed := e.a.mesh.Changed()
+		select {
+		case <-ctx.Done():
+			return
+		case <-changed:
+		}
+		e.scan(true)
+	}
+}
+
+// scan compares the records with the last scan and emits what changed.
+func (e *events) scan(emit bool) {
+	a := e.a
+	var out []Event
+	seen := map[string]bool{}
+	note := func(key, state string, ev Event) {
+		seen[key] = true
+		e.mu.Lock()
+		prev, had := e.last[key]
+		e.last[key] = state
+		e.mu.Unlock()
+		if emit && (!had || prev != state) {
+			out = append(out, ev)
+		}
+	}
+	for key, p := range a.placements() {
+		note("p/"+key, fmt.Sprintf("%d/%s", p.Epoch, p.State), Event{Time: p.Updated, Type: "placement." + p.State, Policy: key, Node: p.Owner,
+			Message: fmt.Sprintf("%s %s on [%s]: %s", key, p.State, placedNames(p), p.Message)})
+	}
+	for _, d := range a.driftRecords() {
+		state := "clear"
+		if d.Alarmed {
+			state = "alarm"
+		}
+		if d.Error != "" {
+			state = "error"
+		}
+		msg := fmt.Sprintf("%s@%s at %s/%s: %s", d.Model, d.Version, d.Site, d.Node, state)
+		switch state {
+		case "alarm":
+			ws := worst(d.Scores, d.Detector)
+			msg = fmt.Sprintf("drift on %s@%s at %s/%s after %d samples: %s %s=%.4g", d.Model, d.Version, d.Site, d.Node, d.AlarmSeen, d.Detector, ws.Name, statOf(ws, d.Detector))
+		case "error":
+			msg += ": " + d.Error
+		}
+		at := d.Updated
+		if d.Alarmed {
+			at = d.AlarmAt
+		}
+		note("d/"+d.Policy+"/"+d.Node, d.Version+"/"+state, Event{Time: at, Type: "drift." + state, Policy: d.Policy, Node: d.Node, Message: msg})
+	}
+	for _, j := range a.jobs() {
+		msg := fmt.Sprintf("job %s %s on [%s]", j.Name, j.State, strings.Join(j.Nodes, ","))
+		switch {
+		case j.State == JobSucceeded && j.Version != "":
+			msg += fmt.Sprintf(": registered %s@%s (sha256:%.12s, accuracy %.3f)", j.Model, j.Version, j.Digest, j.Accuracy)
+		case j.State == JobFailed:
+			msg += ": " + j.Error
+		}
+		at := j.Created
+		for _, t := range []time.Time{j.Started, j.Finished} {
+			if !t.IsZero() {
+				at = t
+			}
+		}
+		note("j/"+j.Name, fmt.Sprintf("%d/%d/%s", j.Generation, j.Epoch, j.State), Event{Time: at, Type: "job." + j.State, Policy: j.Key, Node: j.Node, Message: msg})
+	}
+	for _, r := range a.rolloutRecords() {
+		note("r/"+r.Policy, fmt.Sprintf("%d/%s", r.Seq, r.Stage), Event{Time: r.Updated, Type: "rollout." + r.Stage, Policy: r.Policy, Message: r.Message})
+	}
+	e.mu.Lock()
+	for k := range e.last {
+		if !seen[k] {
+			delete(e.last, k)
+		}
+	}
+	e.mu.Unlock()
+	// One look can see several steps: tell them in the order they happened
+	// (by the writers' clocks).
+	sort.SliceStable(out, func(i, j int) bool { return out[i].Time.Before(out[j].Time) })
+	for _, ev := range out {
+		e.publish(ev)
+	}
+}
+
+func (e *events) publish(ev Event) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	e.seq++
+	ev.Seq = e.seq
+	if ev.Time.IsZero() {
+		ev.Time = time.Now().UTC()
+	}
+	e.ring = append(e.ring, ev)
+	if len(e.ring) > eventRing {
+		e.ring = e.ring[len(e.ring)-eventRing:]
+	}
+	for ch := range e.subs {
+		select {
+		case ch <- ev:
+		default: // a slow reader misses events rather than stalling the agent
+		}
+	}
+}
+
+// subscribe returns the kept events after since and a channel of new ones.
+func (e *events) subscribe(since uint64) ([]Event, chan Event, func()) {
+	ch := make(chan Event, 256)
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	var past []Event
+	for _, ev := range e.ring {
+		if ev.Seq > since {
+			past = append(past, ev)
+		}
+	}
+	e.subs[ch] = struct{}{}
+	return past, ch, func() {
+		e.mu.Lock()
+		delete(e.subs, ch)
+		e.mu.Unlock()
+	}
+}
+
+// rolloutRecords returns every service's rollout record.
+func (a *Agent) rolloutRecords() []RolloutRecord {
+	var out []RolloutRecord
+	for _, e := range a.mesh.List(prefixRollouts) {
+		var r RolloutRecord
+		if json.Unmarshal(e.Value, &r) == nil {
+			out = append(out, r)
+		}
+	}
+	return out
+}
+
+// handleEvents streams events as server-sent events: GET /v1/events
+// [?since=SEQ] (since=0 replays the events this agent kept).
+func (a *Agent) handleEvents(w http.ResponseWriter, r *http.Request) {
+	q := r.URL.Query()
+	if !checkParams(w, q, "since") {
+		return
+	}
+	since := ^uint64(0)
+	if s := q.Get("since"); s != "" {
+		n, err := strconv.ParseUint(s, 10, 64)
+		if err != nil {
+			writeError(w, http.StatusBadRequest, "since", "since=%q: want an event sequence number", s)
+			return
+		}
+		since = n
+	}
+	if s := r.Header.Get("Last-Event-ID"); s != "" && q.Get("since") == "" {
+		if n, err := strconv.ParseUint(s, 10, 64); err == nil {
+			since = n
+		}
+	}
+	fl, ok := w.(http.Flusher)
+	if !ok {
+		writeError(w, http.StatusInternalServerError, "", "streaming is not supported here")
+		return
+	}
+	past, ch, done := a.events.subscribe(since)
+	defer done()
+	w.Header().Set("Content-Type", "text/event-stream")
+	w.Header().Set("Cache-Control", "no-cache")
+	w.WriteHeader(http.StatusOK)
+	send := func(ev Event) bool {
+		b, _ := json.Marshal(ev)
+		_, err := fmt.Fprintf(w, "id: %d\nevent: %s\ndata: %s\n\n", ev.Seq, ev.Type, b)
+		return err == nil
+	}
+	for _, ev := range past {
+		if !send(ev) {
+			return
+		}
+	}
+	fl.Flush()
+	beat := time.NewTicker(15 * time.Second)
+	defer beat.Stop()
+	for {
+		select {
+		case <-r.Context().Done():
+			return
+		case ev := <-ch:
+			if !send(ev) {
+				return
+			}
+			fl.Flush()
+		case <-beat.C:
+			if _, err := fmt.Fprint(w, ": keep-alive\n\n"); err != nil {
+				return
+			}
+			fl.Flush()
+		}
+	}
+}
