@@ -12,12 +12,13 @@ GO      ?= go
 BIN     := bin/strata
 ARGS    ?=
 export STRATA_ORT_LIB ?= $(CURDIR)/.deps/onnxruntime/libonnxruntime.so.1
+export STRATA_DEMO_DATA ?= $(CURDIR)/.deps/data/breast_cancer.csv
 
-.PHONY: all build demo test test-short race bench setup setup-go setup-ort setup-debs vet fmt lint clean
+.PHONY: all build demo test test-short race bench setup setup-go setup-ort setup-debs setup-data vet fmt lint clean
 
 all: build
 
-setup: setup-go setup-ort setup-debs
+setup: setup-go setup-ort setup-debs setup-data
 
 setup-go:
 	$(GO) mod download
@@ -27,6 +28,9 @@ setup-ort:
 
 setup-debs:
 	@bash scripts/install-debs.sh
+
+setup-data:
+	@bash scripts/install-data.sh
 
 build: setup-go
 	$(GO) build -o $(BIN) ./cmd/strata

@@ -23,10 +23,15 @@ func runDev(args []string, stdout, stderr io.Writer) error {
 	n := fs.Int("agents", agent.DefaultDevAgents, "number of agents (the multi-tier mix repeats)")
 	dir := fs.String("dir", "", "data `directory` kept across runs (default: a temporary one, removed at exit)")
 	api := fs.String("api", "127.0.0.1:7470", "API address of the first agent")
-	once := fs.Bool("once", false, "exit once the mesh has formed and been printed")
+	once := fs.Bool("once", false, "exit once the demo story has run (exit 1 if a step failed)")
 	level := fs.String("log-level", "warn", "log `level` of the agents")
 	flat := fs.Bool("no-wan", false, "do not emulate WAN latency between sites (all agents 0 RTT apart)")
-	noModel := fs.Bool("no-model", false, "do not train, push and serve the demo model")
+	noModel := fs.Bool("no-model", false, "do not run the demo story (train, serve, drift, retrain, roll out)")
+	defData := os.Getenv("STRATA_DEMO_DATA")
+	if defData == "" {
+		defData = ".deps/data/breast_cancer.csv"
+	}
+	data := fs.String("data", defData, "the demo's dataset `FILE`: scikit-learn's breast_cancer.csv (env STRATA_DEMO_DATA)")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
@@ -101,10 +106,13 @@ func runDev(args []string, stdout, stderr io.Writer) error {
 	printNodes(stdout, agents[0].Mesh().Nodes(), apiAddrs(agents))
 	if !*noModel {
 		fmt.Fprintln(stdout)
-		if err := seedDemo(ctx, stdout, agents[0].APIAddr(), agents[0].Mesh().Nodes); err != nil {
-			fmt.Fprintf(stdout, "demo model: %v\n", err)
+		if err := runStory(ctx, stdout, agents, *data); err != nil {
+			if *once {
+				return fmt.Errorf("demo: %w", err)
+			}
+			fmt.Fprintf(stdout, "demo: %v\n", err)
 		} else {
-			fmt.Fprintf(stdout, "try: curl -s %s/v2/models/fraud/infer -d '{\"inputs\":[{\"name\":\"input\",\"shape\":[1,3],\"datatype\":\"FP32\",\"data\":[420,3,95]}]}'\n", agents[0].APIAddr())
+			fmt.Fprintf(stdout, "\ntry: strata drift; strata jobs; strata logs %s; strata placements; strata events -since 0\n", "screening-retrain-1")
 		}
 	}
 	fmt.Fprintf(stdout, "\nAPI of %s: http://%s   (try: strata members, strata nodes, strata placements, strata models, curl %s/v1/nodes)\n", agents[0].Name(), agents[0].APIAddr(), agents[0].APIAddr())

@@ -2,6 +2,7 @@ package main
 
 import (
 	"bufio"
+	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -170,7 +171,7 @@ func runEvents(args []string, stdout, stderr io.Writer) error {
 	if *since >= 0 {
 		path += fmt.Sprintf("?since=%d", *since)
 	}
-	return followEvents(c.address, path, func(ev agent.Event, raw string) bool {
+	return followEvents(context.Background(), c.address, path, func(ev agent.Event, raw string) bool {
 		if c.output == "json" {
 			fmt.Fprintln(stdout, raw)
 		} else {
@@ -182,12 +183,12 @@ func runEvents(args []string, stdout, stderr io.Writer) error {
 
 // followEvents reads an agent's event stream until fn returns false or the
 // stream ends.
-func followEvents(address, path string, fn func(ev agent.Event, raw string) bool) error {
+func followEvents(ctx context.Context, address, path string, fn func(ev agent.Event, raw string) bool) error {
 	base := address
 	if !strings.Contains(base, "://") {
 		base = "http://" + base
 	}
-	req, err := http.NewRequest(http.MethodGet, strings.TrimSuffix(base, "/")+path, nil)
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, strings.TrimSuffix(base, "/")+path, nil)
 	if err != nil {
 		return err
 	}
