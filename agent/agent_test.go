@@ -22,13 +22,13 @@ func writeFile(tb testing.TB, path, s string) {
 }
 
 // devMesh starts n dev-mix agents in this process on loopback.
-func devMesh(t *testing.T, n int, tweaks ...func(*Config)) []*Agent {
+func devMesh(t testing.TB, n int, tweaks ...func(*Config)) []*Agent {
 	return devMeshWAN(t, n, false, tweaks...)
 }
 
 // devMeshWAN starts n dev-mix agents; with wan, gossip between sites is
 // delayed as in `strata dev`, so RTT estimates follow DevSiteRTT.
-func devMeshWAN(t *testing.T, n int, wan bool, tweaks ...func(*Config)) []*Agent {
+func devMeshWAN(t testing.TB, n int, wan bool, tweaks ...func(*Config)) []*Agent {
 	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
 	var agents []*Agent
@@ -82,7 +82,7 @@ func devMeshWAN(t *testing.T, n int, wan bool, tweaks ...func(*Config)) []*Agent
 	return agents
 }
 
-func get(t *testing.T, h http.Handler, path string) (int, []byte) {
+func get(t testing.TB, h http.Handler, path string) (int, []byte) {
 	t.Helper()
 	rec := httptest.NewRecorder()
 	h.ServeHTTP(rec, httptest.NewRequest(http.MethodGet, path, nil))

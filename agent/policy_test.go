@@ -13,7 +13,7 @@ import (
 	"github.com/strata-mesh/strata/mesh/meshtest"
 )
 
-func post(t *testing.T, h http.Handler, method, path string, body []byte) (int, []byte) {
+func post(t testing.TB, h http.Handler, method, path string, body []byte) (int, []byte) {
 	t.Helper()
 	rec := httptest.NewRecorder()
 	h.ServeHTTP(rec, httptest.NewRequest(method, path, bytes.NewReader(body)))

@@ -22,7 +22,7 @@ import (
 
 // ortLib finds the ONNX Runtime library the way `make setup-ort` installs
 // it, or skips the test.
-func ortLib(t *testing.T) string {
+func ortLib(t testing.TB) string {
 	t.Helper()
 	p := os.Getenv("STRATA_ORT_LIB")
 	if p == "" {

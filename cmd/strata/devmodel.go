@@ -139,8 +139,11 @@ type story struct {
 	events []agent.Event
 }
 
-func (s *story) say(format string, args ...any) {
-	fmt.Fprintf(s.out, "[%6.2fs] %s\n", time.Since(s.start).Seconds(), fmt.Sprintf(format, args...))
+func (s *story) say(format string, args ...any) { s.sayAt(time.Now(), format, args...) }
+
+// sayAt prints a line stamped with the seconds since the story began.
+func (s *story) sayAt(t time.Time, format string, args ...any) {
+	fmt.Fprintf(s.out, "[%6.2fs] %s\n", t.Sub(s.start).Seconds(), fmt.Sprintf(format, args...))
 }
 
 // pushMultipart pushes a model with its drift reference, as `strata push
@@ -418,13 +421,15 @@ func (s *story) rollout() *agent.RolloutRecord {
 	return nil
 }
 
-// tell prints the events of the loop as they happen.
+// tell prints the events of the loop as this agent learns of them, each
+// stamped with when it happened (records from different agents can arrive
+// in another order than they were written).
 func (s *story) tell(ev agent.Event) {
 	switch {
 	case ev.Type == "drift.alarm", strings.HasPrefix(ev.Type, "rollout."), ev.Type == "job.succeeded", ev.Type == "job.failed":
-		s.say("%-19s %s", ev.Type, ev.Message)
+		s.sayAt(ev.Time, "%-19s %s", ev.Type, ev.Message)
 	case ev.Type == "placement.pending" && strings.HasPrefix(ev.Policy, "TrainingJob/"):
-		s.say("%-19s %s", ev.Type, s.why(ev.Policy))
+		s.sayAt(ev.Time, "%-19s %s", ev.Type, s.why(ev.Policy))
 	}
 }
 
