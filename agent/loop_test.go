@@ -79,6 +79,13 @@ type loopRun struct {
 // sites, sends unshifted traffic, then shifts edge-a's inputs and keeps
 // sending until version 2 serves at both edges.
 func runLoop(tb testing.TB) *loopRun {
+	return runLoopUntil(tb, loopPolicy, "version 2 at both edges", func(r *loopRun) bool {
+		return slices.Contains(r.edgeA.mesh.Local().Models, "scorer@2") && slices.Contains(r.edgeB.mesh.Local().Models, "scorer@2")
+	})
+}
+
+// runLoopUntil is runLoop with another policy, shifting until done.
+func runLoopUntil(tb testing.TB, pol, what string, done func(*loopRun) bool) *loopRun {
 	lib := ortLib(tb)
 	keys, err := NewDevPKI()
 	if err != nil {
@@ -106,7 +113,7 @@ func runLoop(tb testing.TB) *loopRun {
 		tb.Fatal(err)
 	}
 	publishFile(tb, gpu, storage.PublishSpec{Kind: storage.KindDataset, Name: "cases", Version: "1"}, csv.Bytes())
-	if code, body := post(tb, gpu.Handler(), http.MethodPost, "/v1/policies?file=loop.yaml", []byte(loopPolicy)); code != http.StatusOK {
+	if code, body := post(tb, gpu.Handler(), http.MethodPost, "/v1/policies?file=loop.yaml", []byte(pol)); code != http.StatusOK {
 		tb.Fatalf("apply = %d %s", code, body)
 	}
 
@@ -153,10 +160,10 @@ func runLoop(tb testing.TB) *loopRun {
 	// everywhere (each round paced so the loop can move).
 	run.shiftAt = time.Now()
 	deadline := run.shiftAt.Add(90 * time.Second)
-	for !(serving(edgeA, "2") && serving(edgeB, "2")) {
+	for !done(run) {
 		if time.Now().After(deadline) {
 			dumpLoop(tb, gpu)
-			tb.Fatal("version 2 did not reach both edges in 90s")
+			tb.Fatalf("no %s in 90s", what)
 		}
 		for range 20 {
 			send(edgeA, 2)
@@ -238,6 +245,43 @@ func TestDriftRetrainRollout(t *testing.T) {
 		}
 		t.Errorf("events:\n%s\nwant each of %v, in that order by time", strings.Join(msgs, "\n"), want)
 	}
+}
+
+// TestRetrainFailureKeepsServing fails the retraining job (its one member
+// exits non-zero mid-run): the rollout ends failed, the old version goes on
+// serving at both edges, no request fails, and the job's output is kept.
+func TestRetrainFailureKeepsServing(t *testing.T) {
+	pol := strings.Replace(loopPolicy, `    data: [{dataset: cases}]
+    builtin: {algorithm: logreg, label: y, epochs: 10}`, `    launcher: exec
+    command: [sh, -c, "echo epoch 1 of 3; sleep 0.2; echo lost a member >&2; exit 3"]`, 1)
+	if pol == loopPolicy {
+		t.Fatal("the retrain block was not replaced")
+	}
+	run := runLoopUntil(t, pol, "failed rollout", func(r *loopRun) bool {
+		rr, ok := r.agents[0].rollout("InferenceService/scorer", 1)
+		return ok && rr.Stage == StageFailed
+	})
+	if run.failed > 0 {
+		t.Errorf("%d requests failed", run.failed)
+	}
+	for _, a := range []*Agent{run.edgeA, run.edgeB} {
+		if m := a.mesh.Local().Models; !slices.Equal(m, []string{"scorer@1"}) {
+			t.Errorf("%s serves %v after the failed retrain, want scorer@1", a.Name(), m)
+		}
+	}
+	jobs := run.agents[1].jobs()
+	if len(jobs) != 1 || jobs[0].State != JobFailed || !strings.Contains(jobs[0].Error, "exit") || len(jobs[0].Members) != 1 || jobs[0].Members[0].State != "failed" {
+		t.Fatalf("jobs = %+v; want one failed job whose member exited", jobs)
+	}
+	rec := httptest.NewRecorder()
+	run.agents[0].Handler().ServeHTTP(rec, httptest.NewRequest(http.MethodGet, "/v1/jobs/"+jobs[0].Name+"/logs", nil))
+	if !strings.Contains(rec.Body.String(), "epoch 1 of 3") || !strings.Contains(rec.Body.String(), "lost a member") {
+		t.Errorf("job log = %d %q; want the member's stdout and stderr", rec.Code, rec.Body.String())
+	}
+	// The failed job's placement is done: its GPU is free again.
+	meshtest.WaitFor(t, 15*time.Second, "the GPU released", func() bool {
+		return len(run.gpu.mesh.Local().Assignments) == 0
+	})
 }
 
 func dumpLoop(t testing.TB, a *Agent) {
