@@ -150,11 +150,20 @@ func runLoopUntil(tb testing.TB, pol, what string, done func(*loopRun) bool) *lo
 		send(edgeA, 0)
 		send(edgeB, 0)
 	}
-	time.Sleep(200 * time.Millisecond)
-	for _, d := range edgeA.driftRecords() {
-		if d.Alarmed || d.Error != "" {
-			tb.Fatalf("drift record before any shift: %+v", d)
+	// The monitor takes rows off a queue: wait until edge-a's record
+	// counts all 400, then it must show no alarm.
+	var before DriftRecord
+	meshtest.WaitFor(tb, 15*time.Second, "edge-a's monitor to count the 400 unshifted samples", func() bool {
+		for _, d := range edgeA.driftRecords() {
+			if d.Node == edgeA.Name() && d.Seen >= 400 {
+				before = d
+				return true
+			}
 		}
+		return false
+	})
+	if before.Alarmed || before.Error != "" {
+		tb.Fatalf("drift record before any shift: %+v", before)
 	}
 	// The shift at edge-a: traffic goes on until version 2 serves
 	// everywhere (each round paced so the loop can move).
@@ -172,6 +181,8 @@ func runLoopUntil(tb testing.TB, pol, what string, done func(*loopRun) bool) *lo
 				run.servingAt = time.Now()
 			}
 		}
+		// Live traffic arrives over time, not in one burst: the pause
+		// between rounds is the client's pacing, not a wait for a result.
 		time.Sleep(20 * time.Millisecond)
 	}
 	return run
