@@ -3,7 +3,6 @@ package agent
 import (
 	"errors"
 	"fmt"
-	"io"
 	"net/http"
 	"strconv"
 
@@ -85,24 +84,16 @@ func (a *Agent) handleJobLogs(w http.ResponseWriter, r *http.Request) {
 			writeError(w, http.StatusBadGateway, "", "job %s ran on %s, which is not reachable now", name, j.Node)
 			return
 		}
-		req, err := http.NewRequestWithContext(r.Context(), http.MethodGet, "http://"+n.Addrs.API+r.URL.RequestURI(), nil)
-		if err != nil {
-			writeError(w, http.StatusInternalServerError, "", "%v", err)
-			return
-		}
-		req.Header.Set(headerForwarded, a.cfg.Name)
+		header := http.Header{}
 		if t := r.Header.Get("Authorization"); t != "" {
-			req.Header.Set("Authorization", t)
+			header.Set("Authorization", t)
 		}
-		resp, err := forwardClient.Do(req)
+		resp, err := a.sendToPeer(r.Context(), n, http.MethodGet, r.URL.RequestURI(), header, nil)
 		if err != nil {
 			writeError(w, http.StatusBadGateway, "", "fetching the log from %s: %v", j.Node, err)
 			return
 		}
-		defer resp.Body.Close()
-		w.Header().Set("Content-Type", resp.Header.Get("Content-Type"))
-		w.WriteHeader(resp.StatusCode)
-		_, _ = io.Copy(w, resp.Body)
+		copyResponse(w, resp)
 		return
 	}
 	logs, err := a.jobRunner.logs(name, rank)

@@ -137,6 +137,7 @@ func (a *Agent) openArtifacts() (*artifacts, error) {
 	dc := dataplane.DefaultConfig()
 	dc.ListenAddr, dc.Store, dc.ServerTLS, dc.ClientTLS, dc.Logger = a.cfg.DataAddr, store, srvTLS, cliTLS, a.log
 	dc.IngressBytesPerSec, dc.EgressBytesPerSec = int64(a.cfg.IngressLimit), int64(a.cfg.EgressLimit)
+	dc.Handler = a.peerRoutes()
 	if a.cfg.MaxConcurrentPulls > 0 {
 		dc.MaxConcurrentPulls = a.cfg.MaxConcurrentPulls
 	}

@@ -75,13 +75,7 @@ func (f forwarder) Forward(w http.ResponseWriter, r *http.Request, model, versio
 	// that just stopped serving answers 404, and the next nearest is tried.
 	var lastErr error
 	for _, n := range targets[:min(len(targets), 3)] {
-		req, err := http.NewRequestWithContext(r.Context(), r.Method, "http://"+n.Addrs.API+r.URL.RequestURI(), bytes.NewReader(body))
-		if err != nil {
-			return err
-		}
-		req.Header = r.Header.Clone()
-		req.Header.Set(headerForwarded, f.a.cfg.Name)
-		resp, err := forwardClient.Do(req)
+		resp, err := f.a.sendToPeer(r.Context(), n, r.Method, r.URL.RequestURI(), r.Header, body)
 		if err != nil {
 			lastErr = err
 			continue
@@ -92,22 +86,59 @@ func (f forwarder) Forward(w http.ResponseWriter, r *http.Request, model, versio
 			continue
 		}
 		w.Header().Del(infer.HeaderServedBy) // the serving agent names itself
-		for k, vs := range resp.Header {
-			for _, v := range vs {
-				w.Header().Add(k, v)
-			}
-		}
-		w.WriteHeader(resp.StatusCode)
-		_, err = io.Copy(w, resp.Body)
-		resp.Body.Close()
+		copyResponse(w, resp)
 		return nil
 	}
 	return lastErr
 }
 
+// peerRoutes are the requests other agents send this one over the data
+// plane: inference forwarded to a replica here, and the logs of a job that
+// ran here.
+func (a *Agent) peerRoutes() http.Handler {
+	mux := http.NewServeMux()
+	mux.HandleFunc("/v2/", a.handleV2)
+	mux.HandleFunc("GET /v1/jobs/{name}/logs", a.handleJobLogs)
+	return mux
+}
+
+// sendToPeer sends a request to agent n, marked as forwarded by this one:
+// over the data plane (QUIC, mutual TLS) when both have one, else to n's
+// HTTP API. The caller closes the response body.
+func (a *Agent) sendToPeer(ctx context.Context, n mesh.Node, method, uri string, header http.Header, body []byte) (*http.Response, error) {
+	viaData := a.art != nil && n.Addrs.Data != ""
+	url := "http://" + n.Addrs.API + uri
+	if viaData {
+		url = "http://" + n.Name + uri
+	}
+	req, err := http.NewRequestWithContext(ctx, method, url, bytes.NewReader(body))
+	if err != nil {
+		return nil, err
+	}
+	req.Header = header.Clone()
+	req.Header.Set(headerForwarded, a.cfg.Name)
+	if viaData {
+		return a.art.node.RoundTrip(ctx, n.Addrs.Data, req)
+	}
+	return forwardClient.Do(req)
+}
+
+// copyResponse writes resp (headers, status, body) to w and closes it.
+func copyResponse(w http.ResponseWriter, resp *http.Response) {
+	defer resp.Body.Close()
+	for k, vs := range resp.Header {
+		for _, v := range vs {
+			w.Header().Add(k, v)
+		}
+	}
+	w.WriteHeader(resp.StatusCode)
+	_, _ = io.Copy(w, resp.Body)
+}
+
 // maxForwardBody bounds a forwarded request, as infer bounds a local one.
 const maxForwardBody = 64 << 20
 
+// forwardClient sends to peers' HTTP APIs when the mesh has no data plane.
 var forwardClient = &http.Client{Timeout: 30 * time.Second}
 
 // servingNodes lists the live nodes that serve model, nearest first.

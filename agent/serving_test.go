@@ -106,9 +106,26 @@ func TestServeAtTheEdgeForwardAndSwap(t *testing.T) {
 
 	// A cloud agent serves nothing itself: it forwards to the nearest edge
 	// replica and the response names it.
+	proxied := agents[5].art.node.Stats().Proxied
 	code, by, body := infer1(t, agents[5].Handler())
 	if code != http.StatusOK || !strings.HasPrefix(by, "edge-") {
 		t.Fatalf("forwarded infer = %d by %q: %s", code, by, body)
+	}
+	// It went over the data plane, and the answer is the replica's own.
+	if got := agents[5].art.node.Stats().Proxied; got != proxied+1 {
+		t.Errorf("data-plane requests sent by the forwarding agent: %d, want %d", got, proxied+1)
+	}
+	for _, a := range agents {
+		if a.Name() != by {
+			continue
+		}
+		if a.art.node.Stats().ProxyServed == 0 {
+			t.Errorf("%s answered no request over its data plane", by)
+		}
+		code, by2, direct := infer1(t, a.Handler())
+		if code != http.StatusOK || by2 != by || !bytes.Equal(direct, body) {
+			t.Errorf("asked directly, %s answered %d %s; forwarded: %s", by, code, direct, body)
+		}
 	}
 
 	// Hot swap: keep calling while version 2 replaces version 1.

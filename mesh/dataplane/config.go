@@ -4,6 +4,7 @@ import (
 	"crypto/tls"
 	"errors"
 	"log/slog"
+	"net/http"
 	"time"
 
 	"github.com/quic-go/quic-go"
@@ -65,6 +66,10 @@ type Config struct {
 	// ProgressInterval is how often PullRequest.Progress is called.
 	// Default 250ms.
 	ProgressInterval time.Duration
+	// Handler serves the HTTP requests peers send with RoundTrip (an
+	// agent's forwarded inference, for example), with the sender's
+	// authenticated name in the HeaderPeer header. Nil answers them 501.
+	Handler http.Handler
 	// QUIC is the quic-go configuration; nil means QUICConfig().
 	QUIC *quic.Config
 	// Logger receives lifecycle logs; nil means slog.Default().

@@ -28,7 +28,10 @@
 // opcode and its fields, answered by a status byte and a length-prefixed
 // body. Opcodes: chunk (digest, offset, length, flags), have (digest;
 // long-polls for the holder's next verified chunk), manifest (kind, name,
-// version) and done (digest: the puller holds the blob now).
+// version), done (digest: the puller holds the blob now) and http (an
+// HTTP/1.1 request, answered by an HTTP/1.1 response instead of a status
+// byte: see Node.RoundTrip and Config.Handler; agents forward inference and
+// fetch job logs this way).
 //
 // Fan-out. Pulls pick chunks rarest first with random tie-breaks, from the
 // least-loaded holder that has them. A holder of a whole blob it did not

@@ -61,6 +61,7 @@ type Node struct {
 		chunksRejected, holdersRefused atomic.Int64
 		seededRefusals, busyRefusals   atomic.Int64
 		forcedServes, substituted      atomic.Int64
+		proxied, proxyServed           atomic.Int64
 	}
 }
 
@@ -154,6 +155,9 @@ type Stats struct {
 	// BusyRefusals counts chunk requests refused because the queue under
 	// the egress cap was full.
 	BusyRefusals int64
+	// Proxied counts requests this node sent to peers with RoundTrip and
+	// got a response to; ProxyServed counts requests peers sent it.
+	Proxied, ProxyServed int64
 }
 
 // Stats returns the node's counters.
@@ -169,6 +173,8 @@ func (n *Node) Stats() Stats {
 		ForcedServes:    n.stats.forcedServes.Load(),
 		Substituted:     n.stats.substituted.Load(),
 		BusyRefusals:    n.stats.busyRefusals.Load(),
+		Proxied:         n.stats.proxied.Load(),
+		ProxyServed:     n.stats.proxyServed.Load(),
 	}
 }
 
@@ -286,6 +292,9 @@ func (n *Node) serveStream(s *quic.Stream, peer string) error {
 		n.seeds.finished(hex.EncodeToString(req[:]), peer)
 		_, err := s.Write(header(statusOK, 0))
 		return err
+	case opHTTP:
+		n.stats.proxyServed.Add(1)
+		return n.serveHTTP(s, peer)
 	case opManifest:
 		kind, err := readString(s)
 		if err != nil {

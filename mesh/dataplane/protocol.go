@@ -14,6 +14,7 @@ const (
 	opHave     byte = 2
 	opManifest byte = 3
 	opDone     byte = 4 // digest: the puller has the whole blob now
+	opHTTP     byte = 5 // an HTTP/1.1 request, answered by an HTTP/1.1 response
 )
 
 // Statuses of responses.

@@ -1,0 +1,149 @@
+package dataplane
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"strconv"
+
+	"github.com/quic-go/quic-go"
+)
+
+// Requests between agents (a forwarded inference request, a job's log
+// fetched from the node that ran it) travel over the data plane too: one
+// HTTP/1.1 request and its response per QUIC stream, on a connection of
+// their own so that a bulk transfer's flow control never holds them up.
+// Both ends are authenticated by the mesh CA's certificates.
+
+// rpcConn is the pool index of the connection that carries proxied
+// requests; pulls use indexes from 0.
+const rpcConn = -1
+
+// maxProxyBody bounds a proxied request's and response's body, as an
+// agent's API bounds a request's.
+const maxProxyBody = 64 << 20
+
+// HeaderPeer is set on a request served through the data plane to the
+// authenticated name of the agent that sent it (from its certificate; a
+// value the sender put there is replaced).
+const HeaderPeer = "Strata-Peer"
+
+// RoundTrip sends req to the agent whose data plane listens at addr and
+// returns its response. The request, body included, is sent whole; the
+// response body streams and must be closed. The peer serves it with the
+// Handler of its Config; without one it answers 501.
+func (n *Node) RoundTrip(ctx context.Context, addr string, req *http.Request) (*http.Response, error) {
+	var buf bytes.Buffer
+	buf.WriteByte(opHTTP)
+	// Write sends the request in HTTP/1.1 form, chunked if its length is
+	// unknown; ReadRequest at the other end reads either.
+	if err := req.Write(&buf); err != nil {
+		return nil, fmt.Errorf("dataplane: proxy request: %w", err)
+	}
+	s, _, err := n.request(ctx, addr, rpcConn, buf.Bytes())
+	if err != nil {
+		return nil, err
+	}
+	stop := context.AfterFunc(ctx, func() { s.CancelRead(codeCanceled) })
+	resp, err := http.ReadResponse(bufio.NewReader(s), req)
+	if err != nil {
+		stop()
+		s.CancelRead(codeCanceled)
+		return nil, fmt.Errorf("dataplane: proxy response from %s: %w", addr, err)
+	}
+	n.stats.proxied.Add(1)
+	resp.Body = &streamBody{ReadCloser: resp.Body, s: s, stop: stop}
+	return resp, nil
+}
+
+// streamBody releases the stream when the response body is closed.
+type streamBody struct {
+	io.ReadCloser
+	s    *quic.Stream
+	stop func() bool
+}
+
+func (b *streamBody) Close() error {
+	b.stop()
+	b.s.CancelRead(codeNone)
+	return b.ReadCloser.Close()
+}
+
+// serveHTTP answers one proxied request with cfg.Handler. The response is
+// buffered and sent with its length once the handler returns.
+func (n *Node) serveHTTP(s *quic.Stream, peer string) error {
+	req, err := http.ReadRequest(bufio.NewReader(io.LimitReader(s, maxProxyBody+64<<10)))
+	if err != nil {
+		return fmt.Errorf("dataplane: proxied request from %s: %w", peer, err)
+	}
+	ctx, cancel := context.WithCancel(n.ctx)
+	defer cancel()
+	// The stream's context ends when the peer resets its reading side (it
+	// gave up on the answer).
+	stop := context.AfterFunc(s.Context(), cancel)
+	defer stop()
+	req = req.WithContext(ctx)
+	req.RemoteAddr = peer
+	req.Header.Set(HeaderPeer, peer)
+	w := &responseBuffer{header: http.Header{}}
+	if n.cfg.Handler == nil {
+		http.Error(w, "this agent does not serve requests over its data plane", http.StatusNotImplemented)
+	} else {
+		n.cfg.Handler.ServeHTTP(w, req)
+	}
+	if w.overflow {
+		w = &responseBuffer{header: http.Header{}}
+		http.Error(w, fmt.Sprintf("response over %d bytes", maxProxyBody), http.StatusBadGateway)
+	}
+	resp := &http.Response{
+		ProtoMajor: 1, ProtoMinor: 1,
+		StatusCode:    w.status(),
+		Header:        w.header,
+		ContentLength: int64(w.body.Len()),
+		Body:          io.NopCloser(&w.body),
+	}
+	resp.Header.Set("Content-Length", strconv.Itoa(w.body.Len()))
+	bw := bufio.NewWriterSize(s, 64<<10)
+	if err := resp.Write(bw); err != nil {
+		return err
+	}
+	return bw.Flush()
+}
+
+// responseBuffer is the http.ResponseWriter of a proxied request.
+type responseBuffer struct {
+	header   http.Header
+	code     int
+	body     bytes.Buffer
+	overflow bool
+}
+
+func (w *responseBuffer) Header() http.Header { return w.header }
+
+func (w *responseBuffer) WriteHeader(code int) {
+	if w.code == 0 {
+		w.code = code
+	}
+}
+
+func (w *responseBuffer) Write(p []byte) (int, error) {
+	w.WriteHeader(http.StatusOK)
+	if w.body.Len()+len(p) > maxProxyBody {
+		w.overflow = true
+		return 0, errResponseTooLarge
+	}
+	return w.body.Write(p)
+}
+
+func (w *responseBuffer) status() int {
+	if w.code == 0 {
+		return http.StatusOK
+	}
+	return w.code
+}
+
+var errResponseTooLarge = errors.New("dataplane: proxied response too large")
