@@ -6,12 +6,14 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"maps"
 	"net"
 	"os"
 	"path/filepath"
 	"slices"
 	"sort"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/strata-mesh/strata/mesh"
@@ -67,6 +69,33 @@ type artifacts struct {
 	store   *storage.Store
 	node    *dataplane.Node
 	signing ed25519.PrivateKey // nil: this agent cannot publish
+
+	mu      sync.Mutex
+	pulling map[string]int // digest → pulls of it running here
+}
+
+// startPull counts a pull of digest; the returned func ends it.
+func (ar *artifacts) startPull(digest string) (end func()) {
+	ar.mu.Lock()
+	defer ar.mu.Unlock()
+	if ar.pulling == nil {
+		ar.pulling = map[string]int{}
+	}
+	ar.pulling[digest]++
+	return func() {
+		ar.mu.Lock()
+		defer ar.mu.Unlock()
+		if ar.pulling[digest]--; ar.pulling[digest] == 0 {
+			delete(ar.pulling, digest)
+		}
+	}
+}
+
+// pullingDigests lists, sorted, the digests this node is pulling.
+func (ar *artifacts) pullingDigests() []string {
+	ar.mu.Lock()
+	defer ar.mu.Unlock()
+	return slices.Sorted(maps.Keys(ar.pulling))
 }
 
 // openArtifacts opens the store and starts the data plane, when a CA is
@@ -205,11 +234,14 @@ func (a *Agent) publishLocality() {
 	}
 	sort.Strings(datasets)
 	datasets = slices.Compact(datasets)
+	pulling := a.art.pullingDigests()
 	loc := a.mesh.Local().Locality
-	if slices.Equal(digests, loc.Artifacts) && slices.Equal(datasets, loc.Datasets) {
+	if slices.Equal(digests, loc.Artifacts) && slices.Equal(datasets, loc.Datasets) && slices.Equal(pulling, loc.Pulling) {
 		return
 	}
-	if err := a.mesh.Update(func(s *mesh.NodeState) { s.Locality.Artifacts, s.Locality.Datasets = digests, datasets }); err != nil {
+	if err := a.mesh.Update(func(s *mesh.NodeState) {
+		s.Locality.Artifacts, s.Locality.Datasets, s.Locality.Pulling = digests, datasets, pulling
+	}); err != nil {
 		a.log.Warn("publishing locality", "err", err)
 	}
 }
@@ -222,17 +254,22 @@ func artifactKey(kind storage.Kind, name, version string) string {
 type ArtifactInfo struct {
 	storage.Manifest
 	Holders []string `json:"holders"`
+	// Pulling are the nodes downloading it now (they hold some chunks).
+	Pulling []string `json:"pulling,omitempty"`
 }
 
 // artifactsList returns every manifest in the catalog with its holders.
 func (a *Agent) artifactsList(kind storage.Kind) []ArtifactInfo {
-	holders := map[string][]string{}
+	holders, pulling := map[string][]string{}, map[string][]string{}
 	for _, n := range a.mesh.Nodes() {
 		if n.Status != mesh.StatusAlive {
 			continue
 		}
 		for _, d := range n.Locality.Artifacts {
 			holders[d] = append(holders[d], n.Name)
+		}
+		for _, d := range n.Locality.Pulling {
+			pulling[d] = append(pulling[d], n.Name)
 		}
 	}
 	var out []ArtifactInfo
@@ -246,7 +283,9 @@ func (a *Agent) artifactsList(kind storage.Kind) []ArtifactInfo {
 		if h == nil {
 			h = []string{}
 		}
-		out = append(out, ArtifactInfo{Manifest: m, Holders: h})
+		p := pulling[m.Digest]
+		sort.Strings(p)
+		out = append(out, ArtifactInfo{Manifest: m, Holders: h, Pulling: p})
 	}
 	return out
 }
@@ -329,27 +368,36 @@ func (a *Agent) pull(ctx context.Context, m storage.Manifest, progress func(data
 		}
 		holders = a.holdersOf(m)
 	}
-	res, err := a.art.node.Pull(ctx, dataplane.PullRequest{Manifest: m, Holders: holders, Progress: progress})
-	if err != nil {
-		return res, err
-	}
+	// Other agents pulling the same blob learn of this pull and fetch the
+	// chunks it has verified from here (peer-assisted fan-out).
+	end := a.art.startPull(m.Digest)
 	a.publishLocality()
-	return res, nil
+	res, err := a.art.node.Pull(ctx, dataplane.PullRequest{Manifest: m, Holders: holders, Progress: progress})
+	end()
+	a.publishLocality()
+	return res, err
 }
 
 // holderWait bounds how long a pull waits for a live holder to appear.
 const holderWait = 10 * time.Second
 
-// holdersOf lists the live agents that hold an artifact's bytes, nearest
-// first by estimated RTT.
+// holdersOf lists the live agents that hold an artifact's bytes, or are
+// pulling them and so hold some, nearest first by estimated RTT. It is
+// empty while no agent holds the whole blob: pullers alone cannot finish.
 func (a *Agent) holdersOf(m storage.Manifest) []dataplane.Holder {
 	type cand struct {
 		h   dataplane.Holder
 		rtt time.Duration
 	}
 	var cands []cand
+	whole := false
 	for _, n := range a.mesh.Nodes() {
-		if n.Status != mesh.StatusAlive || n.ID == a.ID() || n.Addrs.Data == "" || !slices.Contains(n.Locality.Artifacts, m.Digest) {
+		if n.Status != mesh.StatusAlive || n.ID == a.ID() || n.Addrs.Data == "" {
+			continue
+		}
+		if slices.Contains(n.Locality.Artifacts, m.Digest) {
+			whole = true
+		} else if !slices.Contains(n.Locality.Pulling, m.Digest) {
 			continue
 		}
 		rtt, err := a.mesh.RTT(a.cfg.Name, n.Name)
@@ -357,6 +405,9 @@ func (a *Agent) holdersOf(m storage.Manifest) []dataplane.Holder {
 			rtt = time.Hour // unknown distance: try it last
 		}
 		cands = append(cands, cand{dataplane.Holder{ID: n.Name, Addr: n.Addrs.Data}, rtt})
+	}
+	if !whole {
+		return nil
 	}
 	sort.SliceStable(cands, func(i, j int) bool { return cands[i].rtt < cands[j].rtt })
 	var holders []dataplane.Holder

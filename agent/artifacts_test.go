@@ -2,14 +2,19 @@ package agent
 
 import (
 	"bytes"
+	"context"
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
 	"math/rand/v2"
 	"net/http"
+	"os"
+	"path/filepath"
+	"slices"
 	"testing"
 	"time"
 
+	"github.com/strata-mesh/strata/mesh/dataplane"
 	"github.com/strata-mesh/strata/mesh/meshtest"
 	"github.com/strata-mesh/strata/storage"
 )
@@ -74,6 +79,100 @@ func TestPushPullModels(t *testing.T) {
 	if code != http.StatusOK || !bytes.Contains(body, []byte(m.Digest)) {
 		t.Errorf("transfers = %d %s", code, body)
 	}
+}
+
+// TestPullersHelpEachOther starts a pull from an origin behind a slow
+// link, then a second pull of the same model: the second agent learns from
+// the mesh that the first is pulling and fetches chunks from it, so the
+// origin does not send every chunk twice.
+func TestPullersHelpEachOther(t *testing.T) {
+	keys, err := NewDevPKI()
+	if err != nil {
+		t.Fatal(err)
+	}
+	started := 0
+	agents := devMesh(t, 3, func(c *Config) {
+		c.PKI = keys
+		if started == 0 { // agents[0], the origin
+			c.EgressLimit = 4 << 20 // 4 MiB/s: 16 chunks a second
+		}
+		started++
+	})
+	origin, first, second := agents[0], agents[1], agents[2]
+	blob := make([]byte, 8<<20)
+	rand.NewChaCha8([32]byte{3, 4}).Read(blob)
+	path := filepath.Join(t.TempDir(), "big.bin")
+	if err := os.WriteFile(path, blob, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	// Small chunks, so that the origin is still sending the first copy
+	// (and refers the second puller to the first) when the second starts.
+	m, err := origin.publish(context.Background(), path, storage.PublishSpec{Kind: storage.KindModel, Name: "big", Version: "1", ChunkSize: 256 << 10})
+	if err != nil {
+		t.Fatal(err)
+	}
+	meshtest.WaitFor(t, 15*time.Second, "the origin's locality at both pullers", func() bool {
+		return len(first.holdersOf(m)) == 1 && len(second.holdersOf(m)) == 1
+	})
+
+	type result struct {
+		res dataplane.PullResult
+		err error
+	}
+	pull := func(a *Agent) <-chan result {
+		c := make(chan result, 1)
+		go func() {
+			res, err := a.pull(context.Background(), m, nil)
+			c <- result{res, err}
+		}()
+		return c
+	}
+	firstDone := pull(first)
+	// The second pull starts once the mesh says the first is pulling and
+	// the first holds a verified chunk to share.
+	meshtest.WaitFor(t, 30*time.Second, "the first puller advertised, with a chunk", func() bool {
+		n, err := second.mesh.Node(first.Name())
+		if err != nil || !slices.Contains(n.Locality.Pulling, m.Digest) {
+			return false
+		}
+		p := first.art.store.Partial(m.Digest)
+		if p == nil {
+			return false
+		}
+		done, _, _ := p.Progress()
+		return done > 0
+	})
+	if hs := second.holdersOf(m); len(hs) != 2 {
+		t.Fatalf("the second puller sees holders %+v; want the origin and the first puller", hs)
+	}
+	r2 := <-pull(second)
+	r1 := <-firstDone
+	if r1.err != nil || r2.err != nil {
+		t.Fatalf("pulls: %v, %v", r1.err, r2.err)
+	}
+	secondRes := r2.res
+	got, err := second.modelBytes(m)
+	if err != nil || !bytes.Equal(got, blob) {
+		t.Fatalf("the second puller's bytes differ (err %v)", err)
+	}
+	fromPeer := int64(0)
+	for _, src := range secondRes.Status.Sources {
+		if src.ID == first.Name() {
+			fromPeer = src.Bytes
+		}
+	}
+	if fromPeer == 0 {
+		t.Errorf("the second pull took nothing from the first puller: %+v", secondRes.Status.Sources)
+	}
+	// Once done, neither advertises a pull, and both hold the blob.
+	meshtest.WaitFor(t, 15*time.Second, "the pullers listed as holders", func() bool {
+		for _, ai := range origin.artifactsList(storage.KindModel) {
+			if ai.Digest == m.Digest {
+				return len(ai.Holders) == 3 && len(ai.Pulling) == 0
+			}
+		}
+		return false
+	})
 }
 
 func TestArtifactsNeedPKI(t *testing.T) {

@@ -191,6 +191,11 @@ type Locality struct {
 	Artifacts []string `json:"artifacts,omitempty"`
 	// Datasets are dataset names (name:version) held.
 	Datasets []string `json:"datasets,omitempty"`
+	// Pulling are the digests of artifacts this node is downloading. It
+	// serves their verified chunks to other pullers, so agents fetching
+	// the same model at once help each other instead of all asking the
+	// origin.
+	Pulling []string `json:"pulling,omitempty"`
 }
 
 // Clone returns a deep copy.
@@ -208,6 +213,7 @@ func (s NodeState) Clone() NodeState {
 		c.Assignments[i].GPUs = slices.Clone(s.Assignments[i].GPUs)
 	}
 	c.Locality.Artifacts = slices.Clone(s.Locality.Artifacts)
+	c.Locality.Pulling = slices.Clone(s.Locality.Pulling)
 	c.Locality.Datasets = slices.Clone(s.Locality.Datasets)
 	if s.Coord != nil {
 		c.Coord = s.Coord.Clone()

@@ -8,6 +8,7 @@ import (
 	"net/url"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"text/tabwriter"
@@ -147,6 +148,7 @@ func runModels(args []string, stdout, stderr io.Writer) error {
 			Size    int64     `json:"size"`
 			Created time.Time `json:"created"`
 			Holders []string  `json:"holders"`
+			Pulling []string  `json:"pulling"`
 		} `json:"versions"`
 	}
 	var raw []byte
@@ -162,10 +164,20 @@ func runModels(args []string, stdout, stderr io.Writer) error {
 	for _, m := range models {
 		for _, v := range m.Versions {
 			fmt.Fprintf(tw, "%s\t%s\t%.12s\t%s\t%s\t%s\n", m.Name, v.Version, v.Digest, dataplane.HumanBytes(v.Size),
-				v.Created.Local().Format(time.DateTime), dash(strings.Join(v.Holders, ",")))
+				v.Created.Local().Format(time.DateTime), dash(strings.Join(holderNames(v.Holders, v.Pulling), ",")))
 		}
 	}
 	return tw.Flush()
+}
+
+// holderNames lists the nodes that hold a blob, then those pulling it,
+// marked "(pulling)".
+func holderNames(holders, pulling []string) []string {
+	out := slices.Clone(holders)
+	for _, p := range pulling {
+		out = append(out, p+" (pulling)")
+	}
+	return out
 }
 
 func runPull(args []string, stdout, stderr io.Writer) error {
