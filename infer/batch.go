@@ -10,24 +10,30 @@ import (
 	"time"
 )
 
-// errStopped is returned to requests queued on a batcher that has stopped;
-// it cannot happen while a request holds its version (see version.close).
+// errStopped is returned to requests that reach a batcher that has
+// stopped; it cannot happen while a request holds its version (see
+// version.close).
 var errStopped = errors.New("infer: model version unloaded")
 
-// batcher gathers requests to one model version into shared session calls.
-// One goroutine (loop) owns the open batch; finished batches run on their
-// own goroutines, at most runners at a time.
+// batcher gathers concurrent requests to one model version into shared
+// session calls, with no goroutine of its own: the request that opens a
+// batch leads it. The leader waits for one of the runner slots while
+// others join its batch, then makes the session call on its own goroutine
+// and wakes the rest with their rows. A batch stops taking requests when
+// it is full, when its window has passed, or when its leader has a runner.
 type batcher struct {
 	v       *version
 	window  time.Duration
 	max     int
-	queue   chan *batchReq
-	slots   chan struct{}
-	done    chan struct{}
-	wg      sync.WaitGroup
-	once    sync.Once
+	slots   chan struct{} // runner slots: session calls at once
 	observe func(rows int)
-	// queued counts requests handed to the loop; tests wait on it.
+
+	mu      sync.Mutex
+	open    *batch // the batch taking requests, if any
+	stopped bool
+	leads   sync.WaitGroup // batches not yet run
+
+	// queued counts requests that joined a batch; tests wait on it.
 	queued atomic.Int64
 	// callers counts requests inside do; contended is set when two have
 	// overlapped and cleared when a batch of one finishes with no other
@@ -36,40 +42,39 @@ type batcher struct {
 	contended atomic.Bool
 }
 
-type batchReq struct {
-	inputs []Tensor
+// batch is one shared session call in the making.
+type batch struct {
+	reqs   []*batchReq
 	rows   int
-	reply  chan batchReply
+	sealed bool
+	full   chan struct{} // closed when sealed: the leader stops waiting
+	done   chan struct{} // closed when every request has its reply
 }
 
-type batchReply struct {
+type batchReq struct {
+	inputs  []Tensor
+	rows    int
 	outputs []Tensor
 	err     error
 }
 
 func newBatcher(v *version, window time.Duration, max, runners int, observe func(int)) *batcher {
-	b := &batcher{
+	return &batcher{
 		v:       v,
 		window:  window,
 		max:     max,
-		queue:   make(chan *batchReq, 4*max),
 		slots:   make(chan struct{}, runners),
-		done:    make(chan struct{}),
 		observe: observe,
 	}
-	b.wg.Add(1)
-	go b.loop()
-	return b
 }
 
 // do runs inputs (in model order, rows rows each) as part of a batch.
 func (b *batcher) do(ctx context.Context, inputs []Tensor, rows int) ([]Tensor, error) {
 	// A request alone in the batcher with a runner idle has nobody to share
-	// a call with: it runs on the caller's goroutine, skipping two goroutine
-	// hand-offs (a few microseconds, and tens when a thread must be woken).
-	// Once requests have overlapped, they all go through the batch loop
-	// until a batch of one finishes with nobody else waiting; otherwise a caller
-	// that is alone for a moment would run inline and split the batches.
+	// a call with: it runs at once. Once requests have overlapped, they all
+	// go through batches until a batch of one finishes with nobody else
+	// waiting; otherwise a caller that is alone for a moment would run
+	// inline and split the batches.
 	n := b.callers.Add(1)
 	defer b.callers.Add(-1)
 	if n > 1 {
@@ -84,154 +89,116 @@ func (b *batcher) do(ctx context.Context, inputs []Tensor, rows int) ([]Tensor, 
 		default:
 		}
 	}
-	r := &batchReq{inputs: inputs, rows: rows, reply: make(chan batchReply, 1)}
-	select {
-	case b.queue <- r:
-		b.queued.Add(1)
-	case <-ctx.Done():
-		return nil, ctx.Err()
-	case <-b.done:
+	r := &batchReq{inputs: inputs, rows: rows}
+	b.mu.Lock()
+	if b.stopped {
+		b.mu.Unlock()
 		return nil, errStopped
 	}
-	// Once queued the request is computed even if the caller gives up, so
-	// the reply channel is buffered and nobody waits on a lost receiver.
+	bt := b.open
+	lead := bt == nil || bt.rows+rows > b.max
+	if lead {
+		if bt != nil {
+			b.seal(bt)
+		}
+		bt = &batch{full: make(chan struct{}), done: make(chan struct{})}
+		b.open = bt
+		b.leads.Add(1)
+	}
+	bt.reqs = append(bt.reqs, r)
+	bt.rows += rows
+	if bt.rows >= b.max {
+		b.seal(bt)
+	}
+	b.mu.Unlock()
+	b.queued.Add(1)
+	if lead {
+		b.lead(ctx, bt)
+	}
+	// Once in a batch the request is computed even if the caller gives up.
 	select {
-	case rep := <-r.reply:
-		return rep.outputs, rep.err
+	case <-bt.done:
+		return r.outputs, r.err
 	case <-ctx.Done():
 		return nil, ctx.Err()
 	}
 }
 
-func (b *batcher) stop() {
-	b.once.Do(func() {
-		close(b.done)
-		b.wg.Wait()
-	})
-}
-
-func (b *batcher) loop() {
-	defer b.wg.Done()
-	timer := time.NewTimer(time.Hour)
-	timer.Stop()
-	var pending *batchReq
-	for {
-		first := pending
-		pending = nil
-		if first == nil {
-			select {
-			case first = <-b.queue:
-			case <-b.done:
-				b.drain()
-				return
-			}
-		}
-		batch := []*batchReq{first}
-		rows := first.rows
-		haveSlot := false
-		settled := false
-		timer.Reset(b.window)
-	fill:
-		for rows < b.max {
-			// Take what is already queued before asking whether a runner is
-			// idle, so a busy moment forms one batch, not many of one.
-			select {
-			case r := <-b.queue:
-				if rows+r.rows > b.max {
-					pending = r
-					break fill
-				}
-				batch, rows = append(batch, r), rows+r.rows
-				settled = false
-				continue
-			default:
-			}
-			// Callers just handed their replies are runnable and about to
-			// send their next request; yielding once lets them (and any
-			// other runnable sender) reach the queue before the batch
-			// closes. With nothing else runnable this returns at once, so a
-			// lone request does not wait.
-			if !settled {
-				settled = true
-				runtime.Gosched()
-				continue
-			}
-			select {
-			case r := <-b.queue:
-				if rows+r.rows > b.max {
-					pending = r
-					break fill
-				}
-				batch, rows = append(batch, r), rows+r.rows
-				settled = false
-			case b.slots <- struct{}{}:
-				haveSlot = true
-				break fill
-			case <-timer.C:
-				break fill
-			case <-b.done:
-				timer.Stop()
-				fail(batch, errStopped)
-				b.drain()
-				return
-			}
-		}
-		if !timer.Stop() {
-			select {
-			case <-timer.C:
-			default:
-			}
-		}
-		if !haveSlot {
-			select {
-			case b.slots <- struct{}{}:
-			case <-b.done:
-				fail(batch, errStopped)
-				b.drain()
-				return
-			}
-		}
-		b.wg.Add(1)
-		go func() {
-			defer b.wg.Done()
-			defer func() { <-b.slots }()
-			b.run(batch, rows)
-		}()
+// seal stops bt taking requests. Callers hold b.mu.
+func (b *batcher) seal(bt *batch) {
+	if bt.sealed {
+		return
+	}
+	bt.sealed = true
+	close(bt.full)
+	if b.open == bt {
+		b.open = nil
 	}
 }
 
-func (b *batcher) drain() {
+// lead waits for a runner slot while bt gathers requests, then runs it. A
+// leader whose caller gives up hands the batch to a new goroutine.
+func (b *batcher) lead(ctx context.Context, bt *batch) {
+	timer := time.NewTimer(b.window)
+	defer timer.Stop()
+	full := bt.full
 	for {
 		select {
-		case r := <-b.queue:
-			r.reply <- batchReply{err: errStopped}
-		default:
+		case b.slots <- struct{}{}:
+			b.mu.Lock()
+			sealed := bt.sealed
+			b.mu.Unlock()
+			if !sealed {
+				// Callers just handed their replies are runnable and about
+				// to send their next request; yielding once lets them join
+				// before the batch closes. With nothing else runnable this
+				// returns at once, so a lone request does not wait.
+				runtime.Gosched()
+				b.mu.Lock()
+				b.seal(bt)
+				b.mu.Unlock()
+			}
+			b.run(bt)
+			<-b.slots
+			b.leads.Done()
+			return
+		case <-full:
+			full = nil // stop gathering; wait for a runner
+		case <-timer.C:
+			b.mu.Lock()
+			b.seal(bt)
+			b.mu.Unlock()
+		case <-ctx.Done():
+			go b.lead(context.Background(), bt)
 			return
 		}
 	}
 }
 
-func fail(batch []*batchReq, err error) {
-	for _, r := range batch {
-		r.reply <- batchReply{err: err}
-	}
+// stop refuses new requests and waits for the batches in progress.
+func (b *batcher) stop() {
+	b.mu.Lock()
+	b.stopped = true
+	b.mu.Unlock()
+	b.leads.Wait()
 }
 
-// run makes one session call for the whole batch and hands each request its
-// rows of every output.
-func (b *batcher) run(batch []*batchReq, rows int) {
+// run makes one session call for the whole batch, hands each request its
+// rows of every output, and wakes the requests.
+func (b *batcher) run(bt *batch) {
+	defer close(bt.done)
 	defer func() {
 		if p := recover(); p != nil {
-			fail(batch, fmt.Errorf("infer: batch panicked: %v", p))
+			fail(bt.reqs, fmt.Errorf("infer: batch panicked: %v", p))
 		}
 	}()
+	batch, rows := bt.reqs, bt.rows
 	b.observe(rows)
 	if len(batch) == 1 {
-		out, err := b.v.run(batch[0].inputs)
-		if len(b.queue) == 0 && b.callers.Load() <= 1 {
+		batch[0].outputs, batch[0].err = b.v.run(batch[0].inputs)
+		if b.callers.Load() <= 1 {
 			b.contended.Store(false)
 		}
-		batch[0].reply <- batchReply{outputs: out, err: err}
 		return
 	}
 	inputs := make([]Tensor, len(b.v.info.Inputs))
@@ -268,7 +235,13 @@ func (b *batcher) run(batch []*batchReq, rows int) {
 			mine[i] = Tensor{Name: o.Name, Datatype: o.Datatype, Shape: shape, Data: sliceAny(o.Data, off*per, (off+r.rows)*per)}
 		}
 		off += r.rows
-		r.reply <- batchReply{outputs: mine}
+		r.outputs = mine
+	}
+}
+
+func fail(batch []*batchReq, err error) {
+	for _, r := range batch {
+		r.outputs, r.err = nil, err
 	}
 }
 

@@ -242,7 +242,7 @@ func BenchmarkBatching(b *testing.B) {
 			return err
 		}})
 	}
-	const total = 1000 // requests per impl per round
+	const total = 4000 // requests per impl per round
 	for _, conc := range []int{1, 8, 32} {
 		before := map[string][2]float64{}
 		for name, s := range servers {

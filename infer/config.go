@@ -32,10 +32,10 @@ type Config struct {
 	// session call. Default: false (batching on for models that allow it).
 	DisableBatching bool
 
-	// BatchWindow is the longest a request waits for companions to share a
-	// session call with. A batch closes when it is full, when its window has
-	// passed, or as soon as a runner is idle and nothing else is queued, so a
-	// lone request never waits. Default: 2ms.
+	// BatchWindow is the longest a batch takes new requests. A batch closes
+	// when it is full, when its window has passed, or as soon as a runner
+	// is idle for it, so a lone request never waits for companions: batches
+	// form while the runners are busy. Default: 2ms.
 	BatchWindow time.Duration
 
 	// MaxBatch caps the rows (first-dimension entries) of one batched
