@@ -444,20 +444,13 @@ func (j *jobRunner) write(jr JobRecord) {
 // its log file after.
 func (j *jobRunner) logs(name string, rank int) (string, error) {
 	j.mu.Lock()
-	var lj *localJob
-	for key, r := range j.runs {
-		if strings.TrimPrefix(key, policy.KindTrainingJob+"/") == name {
-			lj = r
-		}
+	var run *trainer.Run
+	if lj := j.runs[policy.KindTrainingJob+"/"+name]; lj != nil {
+		run = lj.run
 	}
 	j.mu.Unlock()
-	if lj != nil {
-		j.mu.Lock()
-		run := lj.run
-		j.mu.Unlock()
-		if run != nil {
-			return run.Log(rank), nil
-		}
+	if run != nil {
+		return run.Log(rank), nil
 	}
 	// Before this start: the newest run's log file.
 	files, _ := filepath.Glob(filepath.Join(j.a.cfg.DataDir, "jobs", name+"-*", fmt.Sprintf("rank-%d.log", rank)))
