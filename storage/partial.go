@@ -75,6 +75,10 @@ func (s *Store) OpenPartial(m Manifest) (*Partial, error) {
 		f.Close()
 		return nil, fmt.Errorf("storage: %w", err)
 	}
+	if err := preallocate(f, m.Size); err != nil {
+		f.Close()
+		return nil, fmt.Errorf("storage: %s needs %d bytes: %w", m.Ref(), m.Size, err)
+	}
 	n := len(m.Chunks)
 	p := &Partial{
 		s: s, m: m.Clone(), f: f,
