@@ -11,6 +11,7 @@ import (
 	"sort"
 	"strconv"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -243,12 +244,16 @@ func BenchmarkBatching(b *testing.B) {
 		}})
 	}
 	const total = 4000 // requests per impl per round
+	var unbatchedRate float64
 	for _, conc := range []int{1, 8, 32} {
 		before := map[string][2]float64{}
 		for name, s := range servers {
 			before[name] = batchRows(b, s)
 		}
 		res := interleave(b, impls, 6, max(total/conc, 20), conc)
+		if r := res["unbatched"]; conc == 32 {
+			unbatchedRate = float64(len(r.lat)) / r.elapsed.Seconds()
+		}
 		for _, im := range impls {
 			b.Run(fmt.Sprintf("conc=%d/impl=%s", conc, im.name), func(b *testing.B) {
 				r := res[im.name]
@@ -260,6 +265,68 @@ func BenchmarkBatching(b *testing.B) {
 			})
 		}
 	}
+	// The same offered load for both, 80% of what unbatched serves at
+	// concurrency 32: latency from each request's due time, so waiting for
+	// a CPU counts (a closed loop hides it; see above).
+	rate := 0.8 * unbatchedRate
+	lat := openLoop(b, impls, rate, 20000, 3)
+	for _, im := range impls {
+		b.Run(fmt.Sprintf("offered=%.0fk-per-s/impl=%s", rate/1000, im.name), func(b *testing.B) {
+			l := lat[im.name]
+			b.ReportMetric(percentile(l, 0.50), "p50-us")
+			b.ReportMetric(percentile(l, 0.95), "p95-us")
+			b.ReportMetric(percentile(l, 0.99), "p99-us")
+			b.ReportMetric(0, "ns/op")
+		})
+	}
+}
+
+// openLoop offers n requests at rate per second, each due at a fixed
+// time, from more workers than ever have a request in hand, and returns the
+// latencies measured from each request's due time: unlike a closed loop,
+// the time a request waits for a CPU (or a worker) counts. Rounds of the
+// implementations interleave as in interleave.
+func openLoop(b *testing.B, impls []namedFunc, rate float64, n, rounds int) map[string][]time.Duration {
+	out := map[string][]time.Duration{}
+	for r := -1; r < rounds; r++ {
+		for k := range impls {
+			im := impls[(k+max(r, 0))%len(impls)]
+			lat := make([]time.Duration, n)
+			var next atomic.Int64
+			var failed atomic.Value
+			start := time.Now().Add(time.Millisecond)
+			var wg sync.WaitGroup
+			for range 128 {
+				wg.Add(1)
+				go func() {
+					defer wg.Done()
+					for {
+						i := next.Add(1) - 1
+						if i >= int64(n) {
+							return
+						}
+						due := start.Add(time.Duration(float64(i) / rate * 1e9))
+						if d := time.Until(due); d > 0 {
+							time.Sleep(d)
+						}
+						if err := im.f(); err != nil {
+							failed.Store(err)
+							return
+						}
+						lat[i] = time.Since(due)
+					}
+				}()
+			}
+			wg.Wait()
+			if err, _ := failed.Load().(error); err != nil {
+				b.Fatalf("%s: %v", im.name, err)
+			}
+			if r >= 0 {
+				out[im.name] = append(out[im.name], lat...)
+			}
+		}
+	}
+	return out
 }
 
 // batchRows returns the sum of rows and the number of session calls so far.

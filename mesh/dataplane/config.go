@@ -28,10 +28,10 @@ type Config struct {
 	// round trip and keep a QUIC connection's window full.
 	StreamsPerHolder int
 	// ConnsPerHolder is how many QUIC connections a pull opens to each
-	// holder; StreamsPerHolder streams run on each. Default 2: on two
-	// cores a second connection gave 20-40% more throughput for less CPU
-	// per byte than one (BenchmarkTransfer, impl=strata-conns1), and more
-	// connections let one transfer's packet processing use more cores.
+	// holder; StreamsPerHolder streams run on each. Default 1. More
+	// connections let one transfer's packet processing use more cores (on
+	// two cores, BenchmarkTransfer's impl=strata-conns2 is within noise of
+	// one connection: faster in some runs, slower in others).
 	ConnsPerHolder int
 	// MaxConcurrentPulls bounds the pulls running at once; more wait.
 	// Default 4.
@@ -84,7 +84,7 @@ func DefaultConfig() Config {
 	return Config{
 		ListenAddr:          ":7471",
 		StreamsPerHolder:    4,
-		ConnsPerHolder:      2,
+		ConnsPerHolder:      1,
 		MaxConcurrentPulls:  4,
 		MaxConcurrentServes: 256,
 		RetryTimeout:        30 * time.Second,
