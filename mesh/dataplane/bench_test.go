@@ -115,12 +115,12 @@ func reportTransfer(b *testing.B, size int64, d time.Duration) {
 // variants show what chunk size, streams, connections and holders give.
 //
 // A shared machine is noisy, so the implementations run interleaved, in
-// STRATA_BENCH_ROUNDS rounds (default 1), after one untimed warm-up round,
+// STRATA_BENCH_ROUNDS rounds (default 3), after one untimed warm-up round,
 // and each reports its median. STRATA_BENCH_IMPLS (a comma-separated list
 // of impl names) runs only those.
 func BenchmarkTransfer(b *testing.B) {
 	size := envInt(b, "STRATA_BENCH_TRANSFER_BYTES", 1<<30)
-	rounds := int(envInt(b, "STRATA_BENCH_ROUNDS", 1))
+	rounds := int(envInt(b, "STRATA_BENCH_ROUNDS", 3))
 	group := "size=" + sizeName(size)
 	ca := newTestCA(b)
 
