@@ -172,7 +172,8 @@ func (m *Mesh) observe(n *memberlist.Node, st Status) {
 		mi = &memberInfo{}
 		m.members[n.Name] = mi
 	}
-	if mi.status != st {
+	changed := mi.status != st
+	if changed {
 		mi.changed = time.Now()
 		m.log.Info("member status", "node", n.Name, "status", st)
 	}
@@ -189,7 +190,9 @@ func (m *Mesh) observe(n *memberlist.Node, st Status) {
 			fetch = true
 		}
 	}
-	m.metrics.setMembers(m.members)
+	if changed {
+		m.metrics.setMembers(m.members)
+	}
 	m.notifyLocked()
 	m.mu.Unlock()
 	if fetch {

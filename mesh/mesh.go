@@ -106,7 +106,9 @@ type Mesh struct {
 	dirtyKV    map[string]bool
 	deleted    map[string]bool
 	fetching   map[string]time.Time // name → when its document was asked for
-	changed    chan struct{}
+	// coordPublished is when the coordinate was last put in the document.
+	coordPublished time.Time
+	changed        chan struct{}
 
 	work      chan job
 	metaDirty chan struct{}
@@ -722,13 +724,33 @@ func (m *Mesh) refetch() {
 func (m *Mesh) publishCoordinate() {
 	cur := m.coord.GetCoordinate()
 	m.mu.Lock()
-	pub := m.local.Coord
+	pub, last := m.local.Coord, m.coordPublished
 	m.mu.Unlock()
 	if pub != nil && cur.DistanceTo(pub) < 500*time.Microsecond {
 		return
 	}
-	_ = m.Update(func(s *NodeState) { s.Coord = cur })
+	// Every publication is a new document version that every member
+	// learns (and may fetch), so a large mesh publishes less often: the
+	// whole mesh makes about coordPublishesPerInterval per interval. On a
+	// loaded machine RTT samples are noisy and coordinates move often;
+	// without this, 256 agents in one process spent their CPU spreading
+	// each other's coordinates and took minutes to converge.
+	if pub != nil {
+		gap := m.cfg.CoordinatePublishInterval * time.Duration(max(1, m.ml.NumMembers()/coordPublishesPerInterval))
+		if time.Since(last) < gap {
+			return
+		}
+	}
+	if m.Update(func(s *NodeState) { s.Coord = cur }) == nil {
+		m.mu.Lock()
+		m.coordPublished = time.Now()
+		m.mu.Unlock()
+	}
 }
+
+// coordPublishesPerInterval bounds the coordinate publications of the
+// whole mesh per CoordinatePublishInterval.
+const coordPublishesPerInterval = 25
 
 func (m *Mesh) reap() {
 	m.mu.Lock()
@@ -743,6 +765,7 @@ func (m *Mesh) reap() {
 			delete(m.docs, id)
 			delete(m.members, s.Name)
 			m.deleted[id] = true
+			m.metrics.setMembers(m.members)
 			m.notifyLocked()
 		}
 	}
