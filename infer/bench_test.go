@@ -223,7 +223,10 @@ func interleave(b *testing.B, impls []namedFunc, rounds, perRound, conc int) map
 // call and runs request after request until descheduled, so its waits for a
 // CPU fall between measured calls and show in throughput, not in the
 // percentiles. The time a closed-loop client spends per request is
-// concurrency / throughput (Little's law), reported as client-us.
+// concurrency / throughput (Little's law), reported as client-us. The
+// offered=... rows put both under the same open-loop load (80% of what
+// unbatched serves at concurrency 32), with latency counted from each
+// request's due time, waits for a CPU included.
 func BenchmarkBatching(b *testing.B) {
 	lib := needRuntime(b)
 	m := newMLP(b, 1, benchSizes...)
