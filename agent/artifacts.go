@@ -16,6 +16,8 @@ import (
 	"sync"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
+
 	"github.com/strata-mesh/strata/mesh"
 	"github.com/strata-mesh/strata/mesh/dataplane"
 	"github.com/strata-mesh/strata/mesh/pki"
@@ -175,7 +177,38 @@ func (a *Agent) openArtifacts() (*artifacts, error) {
 		store.Close()
 		return nil, err
 	}
+	registerDataPlaneMetrics(a.reg, node)
 	return &artifacts{store: store, node: node, signing: signing}, nil
+}
+
+// registerDataPlaneMetrics exports the data plane's counters at /metrics.
+func registerDataPlaneMetrics(reg prometheus.Registerer, n *dataplane.Node) {
+	counter := func(name, help string, v func(dataplane.Stats) int64) prometheus.Collector {
+		return prometheus.NewCounterFunc(prometheus.CounterOpts{Name: name, Help: help},
+			func() float64 { return float64(v(n.Stats())) })
+	}
+	reg.MustRegister(
+		counter("strata_dataplane_sent_bytes_total", "Chunk bytes this agent served to other agents.",
+			func(s dataplane.Stats) int64 { return s.BytesSent }),
+		counter("strata_dataplane_received_bytes_total", "Chunk bytes this agent fetched from other agents.",
+			func(s dataplane.Stats) int64 { return s.BytesReceived }),
+		counter("strata_dataplane_chunks_served_total", "Chunks this agent served.",
+			func(s dataplane.Stats) int64 { return s.ChunksServed }),
+		counter("strata_dataplane_chunks_fetched_total", "Chunks this agent fetched and verified.",
+			func(s dataplane.Stats) int64 { return s.ChunksFetched }),
+		counter("strata_dataplane_chunks_rejected_total", "Fetched chunks that failed their digest (and were fetched again elsewhere).",
+			func(s dataplane.Stats) int64 { return s.ChunksRejected }),
+		counter("strata_dataplane_holders_rejected_total", "Holders dropped from a pull for serving a corrupted chunk.",
+			func(s dataplane.Stats) int64 { return s.HoldersRejected }),
+		counter("strata_dataplane_seeded_refusals_total", "Chunk requests answered \"fetch it from your peers\" (super-seeding).",
+			func(s dataplane.Stats) int64 { return s.SeededRefusals }),
+		counter("strata_dataplane_busy_refusals_total", "Chunk requests refused because the queue under the egress cap was full.",
+			func(s dataplane.Stats) int64 { return s.BusyRefusals }),
+		counter("strata_dataplane_proxied_requests_total", "Requests (forwarded inference, job logs) this agent sent to peers over the data plane.",
+			func(s dataplane.Stats) int64 { return s.Proxied }),
+		counter("strata_dataplane_proxy_served_total", "Requests peers sent this agent over the data plane.",
+			func(s dataplane.Stats) int64 { return s.ProxyServed }),
+	)
 }
 
 func (ar *artifacts) close() error {

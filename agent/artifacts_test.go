@@ -11,6 +11,7 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -164,6 +165,11 @@ func TestPullersHelpEachOther(t *testing.T) {
 	if fromPeer == 0 {
 		t.Errorf("the second pull took nothing from the first puller: %+v", secondRes.Status.Sources)
 	}
+	// The chunks the first puller served show in its metrics.
+	_, metrics := get(t, first.Handler(), "/metrics")
+	if !bytes.Contains(metrics, []byte("strata_dataplane_chunks_served_total")) || bytes.Contains(metrics, []byte("strata_dataplane_chunks_served_total 0\n")) {
+		t.Errorf("/metrics of the first puller lacks its served chunks:\n%s", grepLines(metrics, "strata_dataplane_"))
+	}
 	// Once done, neither advertises a pull, and both hold the blob.
 	meshtest.WaitFor(t, 15*time.Second, "the pullers listed as holders", func() bool {
 		for _, ai := range origin.artifactsList(storage.KindModel) {
@@ -181,4 +187,15 @@ func TestArtifactsNeedPKI(t *testing.T) {
 	if code != http.StatusServiceUnavailable || !bytes.Contains(body, []byte("strata keygen -pki")) {
 		t.Errorf("push without a CA = %d %s", code, body)
 	}
+}
+
+// grepLines returns the lines of b that contain s.
+func grepLines(b []byte, s string) string {
+	var out []string
+	for _, l := range strings.Split(string(b), "\n") {
+		if strings.Contains(l, s) {
+			out = append(out, l)
+		}
+	}
+	return strings.Join(out, "\n")
 }
