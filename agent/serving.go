@@ -107,20 +107,39 @@ func (a *Agent) peerRoutes() http.Handler {
 // HTTP API. The caller closes the response body.
 func (a *Agent) sendToPeer(ctx context.Context, n mesh.Node, method, uri string, header http.Header, body []byte) (*http.Response, error) {
 	viaData := a.art != nil && n.Addrs.Data != ""
-	url := "http://" + n.Addrs.API + uri
+	host := n.Addrs.API
 	if viaData {
-		url = "http://" + n.Name + uri
+		host = n.Addrs.Data
 	}
-	req, err := http.NewRequestWithContext(ctx, method, url, bytes.NewReader(body))
+	req, err := http.NewRequestWithContext(ctx, method, "http://"+host+uri, bytes.NewReader(body))
 	if err != nil {
 		return nil, err
 	}
 	req.Header = header.Clone()
 	req.Header.Set(headerForwarded, a.cfg.Name)
-	if viaData {
-		return a.art.node.RoundTrip(ctx, n.Addrs.Data, req)
+	if !viaData {
+		return forwardClient.Do(req)
 	}
-	return forwardClient.Do(req)
+	ctx, cancel := context.WithTimeout(ctx, forwardClient.Timeout)
+	resp, err := a.art.node.RoundTrip(ctx, n.Addrs.Data, req)
+	if err != nil {
+		cancel()
+		return nil, err
+	}
+	resp.Body = cancelOnClose{resp.Body, cancel}
+	return resp, nil
+}
+
+// cancelOnClose ends a request's context when its response body is closed.
+type cancelOnClose struct {
+	io.ReadCloser
+	cancel context.CancelFunc
+}
+
+func (b cancelOnClose) Close() error {
+	err := b.ReadCloser.Close()
+	b.cancel()
+	return err
 }
 
 // copyResponse writes resp (headers, status, body) to w and closes it.
@@ -138,7 +157,8 @@ func copyResponse(w http.ResponseWriter, resp *http.Response) {
 // maxForwardBody bounds a forwarded request, as infer bounds a local one.
 const maxForwardBody = 64 << 20
 
-// forwardClient sends to peers' HTTP APIs when the mesh has no data plane.
+// forwardClient sends to peers' HTTP APIs when the mesh has no data plane;
+// its timeout bounds a request over the data plane too.
 var forwardClient = &http.Client{Timeout: 30 * time.Second}
 
 // servingNodes lists the live nodes that serve model, nearest first.
