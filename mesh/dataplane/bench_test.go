@@ -115,9 +115,9 @@ func reportTransfer(b *testing.B, size int64, d time.Duration) {
 // variants show what chunk size, streams, connections and holders give.
 //
 // A shared machine is noisy, so the implementations run interleaved, in
-// STRATA_BENCH_ROUNDS rounds (default 3), after one untimed warm-up round,
-// and each reports its median. STRATA_BENCH_IMPLS (a comma-separated list
-// of impl names) runs only those.
+// STRATA_BENCH_ROUNDS rounds (default 3, each in a rotated order), after one
+// untimed warm-up round, and each reports its median. STRATA_BENCH_IMPLS (a
+// comma-separated list of impl names) runs only those.
 func BenchmarkTransfer(b *testing.B) {
 	size := envInt(b, "STRATA_BENCH_TRANSFER_BYTES", 1<<30)
 	rounds := int(envInt(b, "STRATA_BENCH_ROUNDS", 3))
@@ -196,7 +196,11 @@ func BenchmarkTransfer(b *testing.B) {
 	times := make([][]time.Duration, len(impls))
 	cpus := make([][]time.Duration, len(impls))
 	for r := -1; r < rounds; r++ {
-		for i, impl := range impls {
+		// Each round starts one implementation later: whichever runs first
+		// after the others ran measurably slower, so no one keeps that spot.
+		for k := range impls {
+			i := (k + max(r, 0)) % len(impls)
+			impl := impls[i]
 			c0 := cpuTime()
 			d := impl.run()
 			if r >= 0 {
