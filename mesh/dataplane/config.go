@@ -28,11 +28,11 @@ type Config struct {
 	// round trip and keep a QUIC connection's window full.
 	StreamsPerHolder int
 	// ConnsPerHolder is how many QUIC connections a pull opens to each
-	// holder; StreamsPerHolder streams run on each. Default 2: on two
-	// cores two connections moved 30% more bytes per second than one, for
-	// 20% less CPU per byte (BenchmarkTransfer, rounds in rotated order,
-	// impl=strata-conns1), and more connections let one transfer's packet
-	// processing use more cores.
+	// holder; StreamsPerHolder streams run on each. Default 2: more
+	// connections let one transfer's packet processing use more cores. On
+	// two cores the gain is small and noisy: two connections were 8-30%
+	// faster than one in four of five interleaved runs of
+	// BenchmarkTransfer (impl=strata-conns1), 20% slower in the fifth.
 	ConnsPerHolder int
 	// MaxConcurrentPulls bounds the pulls running at once; more wait.
 	// Default 4.
