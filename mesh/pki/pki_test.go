@@ -38,8 +38,8 @@ func newCA(tb testing.TB) (cert, key []byte) {
 }
 
 // handshake runs a TLS handshake over an in-memory pipe and returns the
-// errors of both sides and the names each side saw.
-func handshake(tb testing.TB, srv, cli *tls.Config) (srvErr, cliErr error, srvSaw, cliSaw string) {
+// names each side saw and the errors of both sides.
+func handshake(tb testing.TB, srv, cli *tls.Config) (srvSaw, cliSaw string, srvErr, cliErr error) {
 	tb.Helper()
 	a, b := net.Pipe()
 	defer a.Close()
@@ -66,7 +66,7 @@ func handshake(tb testing.TB, srv, cli *tls.Config) (srvErr, cliErr error, srvSa
 	}
 	b.Close()
 	<-done
-	return srvErr, cliErr, srvSaw, cliSaw
+	return srvSaw, cliSaw, srvErr, cliErr
 }
 
 func TestMutualTLS(t *testing.T) {
@@ -96,7 +96,7 @@ func TestMutualTLS(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			srvErr, cliErr, srvSaw, cliSaw := handshake(t, sc, cc)
+			srvSaw, cliSaw, srvErr, cliErr := handshake(t, sc, cc)
 			if tt.wantOK {
 				if srvErr != nil || cliErr != nil {
 					t.Fatalf("handshake failed: server %v, client %v", srvErr, cliErr)
@@ -121,7 +121,7 @@ func TestServerRefusesClientFromOtherCA(t *testing.T) {
 	sc, _ := ServerTLSConfig(caCert, server.cert, server.key)
 	// The rogue trusts the real CA, so only the server's check can stop it.
 	cc, _ := ClientTLSConfig(caCert, rogue.cert, rogue.key)
-	srvErr, _, _, _ := handshake(t, sc, cc)
+	_, _, srvErr, _ := handshake(t, sc, cc)
 	if srvErr == nil {
 		t.Fatal("server accepted a client certificate from another CA")
 	}
@@ -135,7 +135,7 @@ func TestClientRefusesServerFromOtherCA(t *testing.T) {
 	// The rogue server trusts the real CA, so only the client can stop it.
 	sc, _ := ServerTLSConfig(caCert, rogue.cert, rogue.key)
 	cc, _ := ClientTLSConfig(caCert, client.cert, client.key)
-	_, cliErr, _, _ := handshake(t, sc, cc)
+	_, _, _, cliErr := handshake(t, sc, cc)
 	if !errors.Is(cliErr, ErrUntrustedPeer) {
 		t.Fatalf("client error = %v, want %v", cliErr, ErrUntrustedPeer)
 	}
