@@ -111,9 +111,11 @@ func TestServeAtTheEdgeForwardAndSwap(t *testing.T) {
 	if code != http.StatusOK || !strings.HasPrefix(by, "edge-") {
 		t.Fatalf("forwarded infer = %d by %q: %s", code, by, body)
 	}
-	// It went over the data plane, and the answer is the replica's own.
-	if got := agents[5].art.node.Stats().Proxied; got != proxied+1 {
-		t.Errorf("data-plane requests sent by the forwarding agent: %d, want %d", got, proxied+1)
+	// It went over the data plane (more than once if the nearest replica
+	// it knew of had just stopped serving), and the answer is the
+	// replica's own.
+	if got := agents[5].art.node.Stats().Proxied; got <= proxied {
+		t.Errorf("data-plane requests sent by the forwarding agent: %d before, %d after; want more", proxied, got)
 	}
 	for _, a := range agents {
 		if a.Name() != by {
