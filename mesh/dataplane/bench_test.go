@@ -171,14 +171,14 @@ func BenchmarkTransfer(b *testing.B) {
 		name string
 		run  func() time.Duration
 	}{
-		{"strata", strata(4<<20, 2, 4, holder0)}, // the defaults
-		{"strata-chunk1MiB", strata(1<<20, 2, 4, holder0)},
-		{"strata-chunk16MiB", strata(16<<20, 2, 4, holder0)},
-		{"strata-streams2", strata(4<<20, 2, 2, holder0)},
-		{"strata-streams8", strata(4<<20, 2, 8, holder0)},
-		{"strata-conns1", strata(4<<20, 1, 4, holder0)},
+		{"strata", strata(4<<20, 1, 4, holder0)}, // the defaults
+		{"strata-chunk1MiB", strata(1<<20, 1, 4, holder0)},
+		{"strata-chunk16MiB", strata(16<<20, 1, 4, holder0)},
+		{"strata-streams2", strata(4<<20, 1, 2, holder0)},
+		{"strata-streams8", strata(4<<20, 1, 8, holder0)},
+		{"strata-conns2", strata(4<<20, 2, 4, holder0)},
 		{"strata-conns4", strata(4<<20, 4, 4, holder0)},
-		{"strata-holders2", strata(4<<20, 2, 4, holder0, holder1)},
+		{"strata-holders2", strata(4<<20, 1, 4, holder0, holder1)},
 		{"quic-raw", rawQUIC(b, srvTLS, cliTLS, size, "")},
 		{"quic-raw-disk", rawQUIC(b, srvTLS, cliTLS, size, b.TempDir())},
 		{"tls-tcp", rawTCP(b, srvTLS, cliTLS, size, true)},

@@ -28,11 +28,11 @@ type Config struct {
 	// round trip and keep a QUIC connection's window full.
 	StreamsPerHolder int
 	// ConnsPerHolder is how many QUIC connections a pull opens to each
-	// holder; StreamsPerHolder streams run on each. Default 2: more
-	// connections let one transfer's packet processing use more cores. On
-	// two cores the gain is small and noisy: two connections were 8-30%
-	// faster than one in four of five interleaved runs of
-	// BenchmarkTransfer (impl=strata-conns1), 20% slower in the fifth.
+	// holder; StreamsPerHolder streams run on each. Default 1. More
+	// connections let one transfer's packet processing use more cores; on
+	// two cores the gain is small and noisy (BenchmarkTransfer,
+	// impl=strata-conns2: 8-30% faster in four of five interleaved runs,
+	// 20% slower in the fifth).
 	ConnsPerHolder int
 	// MaxConcurrentPulls bounds the pulls running at once; more wait.
 	// Default 4.
@@ -85,7 +85,7 @@ func DefaultConfig() Config {
 	return Config{
 		ListenAddr:          ":7471",
 		StreamsPerHolder:    4,
-		ConnsPerHolder:      2,
+		ConnsPerHolder:      1,
 		MaxConcurrentPulls:  4,
 		MaxConcurrentServes: 256,
 		RetryTimeout:        30 * time.Second,
