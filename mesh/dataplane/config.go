@@ -30,9 +30,8 @@ type Config struct {
 	// ConnsPerHolder is how many QUIC connections a pull opens to each
 	// holder; StreamsPerHolder streams run on each. Default 1. More
 	// connections let one transfer's packet processing use more cores; on
-	// two cores the gain is small and noisy (BenchmarkTransfer,
-	// impl=strata-conns2: 8-30% faster in four of five interleaved runs,
-	// 20% slower in the fifth).
+	// two cores the gain is noisy (BenchmarkTransfer, impl=strata-conns2:
+	// faster in seven of ten runs by 8-44%, slower in three by 19-25%).
 	ConnsPerHolder int
 	// MaxConcurrentPulls bounds the pulls running at once; more wait.
 	// Default 4.
