@@ -735,8 +735,8 @@ func (m *Mesh) publishCoordinate() {
 	// loaded machine RTT samples are noisy and coordinates move often;
 	// without this, 256 agents in one process spent their CPU spreading
 	// each other's coordinates and took minutes to converge.
-	if pub != nil {
-		gap := m.cfg.CoordinatePublishInterval * time.Duration(max(1, m.ml.NumMembers()/coordPublishesPerInterval))
+	if n := m.ml.NumMembers(); pub != nil && n > coordPublishesPerInterval {
+		gap := m.cfg.CoordinatePublishInterval * time.Duration(n/coordPublishesPerInterval)
 		if time.Since(last) < gap {
 			return
 		}
