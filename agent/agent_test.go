@@ -2,6 +2,8 @@ package agent
 
 import (
 	"context"
+	crand "crypto/rand"
+	"encoding/base64"
 	"encoding/json"
 	"net/http"
 	"net/http/httptest"
@@ -34,8 +36,15 @@ func devMeshWAN(t testing.TB, n int, wan bool, tweaks ...func(*Config)) []*Agent
 	var agents []*Agent
 	dn := &DevNetwork{}
 	done := make(chan struct{}, n)
+	// A key of its own: a mesh from another test (or another package's
+	// test processes) whose freed port this mesh reuses must not gossip
+	// its way in.
+	key := make([]byte, 32)
+	if _, err := crand.Read(key); err != nil {
+		t.Fatal(err)
+	}
 	for i, cfg := range DevConfigs(n, t.TempDir(), "127.0.0.1:0") {
-		cfg.GossipKey = "BwcHBwcHBwcHBwcHBwcHBwcHBwcHBwcHBwcHBwcHBwc="
+		cfg.GossipKey = base64.StdEncoding.EncodeToString(key)
 		cfg.MeshTimings = meshtest.FastTimings
 		cfg.LogLevel = "error"
 		if lvl := os.Getenv("STRATA_TEST_LOG"); lvl != "" {

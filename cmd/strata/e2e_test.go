@@ -2,6 +2,8 @@ package main
 
 import (
 	"bytes"
+	"crypto/sha256"
+	"encoding/base64"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -63,11 +65,20 @@ type proc struct {
 	log                    *bytes.Buffer
 }
 
+// gossipKey is the gossip key of a test's agents: the same for every agent
+// of one test (a restarted agent rejoins), another for every test, so that
+// agents of other tests (and other packages' tests) that reach a reused
+// port cannot gossip their way into this test's mesh.
+func gossipKey(t *testing.T) string {
+	sum := sha256.Sum256([]byte("strata-e2e/" + t.Name()))
+	return base64.StdEncoding.EncodeToString(sum[:])
+}
+
 func startAgent(t *testing.T, p *proc) {
 	t.Helper()
 	p.log = &bytes.Buffer{}
 	p.cmd = exec.Command(strataBin, append([]string{"agent", "-name", p.name, "-data-dir", p.dir, "-api", p.api, "-bind", p.gossip,
-		"-gossip-key", "BwcHBwcHBwcHBwcHBwcHBwcHBwcHBwcHBwcHBwcHBwc=", "-disable-nvml", "-log-level", "warn"}, p.args...)...)
+		"-gossip-key", gossipKey(t), "-disable-nvml", "-log-level", "warn"}, p.args...)...)
 	p.cmd.Stdout, p.cmd.Stderr = p.log, p.log
 	if err := p.cmd.Start(); err != nil {
 		t.Fatal(err)
