@@ -225,7 +225,9 @@ func TestAPI(t *testing.T) {
 	})
 	_, body = get(t, h, "/v1/rtt?from=gpu-1&to=edge-b-1")
 	var rtt rttResponse
-	if err := json.Unmarshal(body, &rtt); err != nil || rtt.RTTMs < 0 || rtt.RTTMs > 10 {
+	// Loopback, but pings measured on a loaded machine (a -race run beside
+	// other packages' tests) have read tens of milliseconds.
+	if err := json.Unmarshal(body, &rtt); err != nil || rtt.RTTMs < 0 || rtt.RTTMs > 100 {
 		t.Errorf("rtt = %s; want a loopback-sized estimate", body)
 	}
 

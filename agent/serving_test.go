@@ -41,7 +41,9 @@ spec:
   model: {name: scorer, version: "%s"}
   perClientSite: true
   resources: {cpu: 250m, memory: 64Mi}
-  latency: {p99: 20ms, clients: [edge-a, edge-b]}
+  # 60ms, not tighter: under a -race run beside other packages' tests,
+  # RTT estimates have read 30ms on loopback, and no node would qualify.
+  latency: {p99: 60ms, clients: [edge-a, edge-b]}
 `
 
 func infer1(t *testing.T, h http.Handler) (int, string, []byte) {
