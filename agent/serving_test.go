@@ -108,6 +108,11 @@ func TestServeAtTheEdgeForwardAndSwap(t *testing.T) {
 
 	// A cloud agent serves nothing itself: it forwards to the nearest edge
 	// replica and the response names it.
+	// The mesh's view of who serves reaches the cloud agent a gossip
+	// round after the edges'.
+	meshtest.WaitFor(t, 30*time.Second, "the cloud agent to see a replica", func() bool {
+		return len(agents[5].servingNodes("scorer", "")) > 0
+	})
 	proxied := agents[5].art.node.Stats().Proxied
 	code, by, body := infer1(t, agents[5].Handler())
 	if code != http.StatusOK || !strings.HasPrefix(by, "edge-") {
