@@ -23,8 +23,40 @@ type Entry struct {
 	Origin string `json:"origin"`
 	// Deleted marks a tombstone: the key was deleted at Version.
 	Deleted bool `json:"deleted,omitempty"`
-	// Written is when Origin wrote it.
+	// Written is when Origin wrote it (Origin's clock). A tombstone is
+	// collected TombstoneTTL after Written.
 	Written time.Time `json:"written"`
+	// Scope says how far the entry travels: ScopeSite entries stay in the
+	// site's pool, ScopeGlobal ones are carried to every site. Empty means
+	// ScopeSite. One pool carries both today; federation routes by it.
+	Scope Scope `json:"scope,omitempty"`
+	// Deps are the entries this one was derived from, each at the version
+	// its writer read. A reader that holds an older version of a dependency
+	// (replication lag) treats this entry as pending; see Missing.
+	Deps []Dep `json:"deps,omitempty"`
+}
+
+// Scope is how far a catalog entry is replicated.
+type Scope string
+
+// Scopes. Node-scoped state is not a catalog entry: it travels in the
+// node's own document (NodeState), written only by that node.
+const (
+	ScopeSite   Scope = "site"
+	ScopeGlobal Scope = "global"
+)
+
+// Dep names a catalog entry that another depends on, at the version the
+// dependent's writer read.
+type Dep struct {
+	Key     string `json:"key"`
+	Version uint64 `json:"version"`
+}
+
+// PutOptions are a write's metadata.
+type PutOptions struct {
+	Scope Scope
+	Deps  []Dep
 }
 
 // ErrNotFound is returned by Get for a key that is absent or deleted.
@@ -45,23 +77,34 @@ func newerEntry(a, b *Entry) bool {
 }
 
 // Put writes key=value (JSON) to the catalog: persisted (synced) before it
-// returns, then replicated to the site.
-func (m *Mesh) Put(key string, value json.RawMessage) (Entry, error) {
-	return m.write(key, value, false)
+// returns, then replicated to the site. Options (at most one) carry the
+// entry's scope and dependencies.
+func (m *Mesh) Put(key string, value json.RawMessage, opts ...PutOptions) (Entry, error) {
+	var o PutOptions
+	if len(opts) > 0 {
+		o = opts[0]
+	}
+	return m.write(key, value, false, o)
 }
 
 // Delete writes a tombstone for key. Deleting an absent key is not an error.
 func (m *Mesh) Delete(key string) error {
-	_, err := m.write(key, nil, true)
+	m.mu.Lock()
+	var o PutOptions
+	if old := m.kv[key]; old != nil {
+		o.Scope = old.Scope
+	}
+	m.mu.Unlock()
+	_, err := m.write(key, nil, true, o)
 	return err
 }
 
-func (m *Mesh) write(key string, value json.RawMessage, deleted bool) (Entry, error) {
+func (m *Mesh) write(key string, value json.RawMessage, deleted bool, o PutOptions) (Entry, error) {
 	if key == "" || strings.ContainsAny(key, "\x00") {
 		return Entry{}, fmt.Errorf("mesh: bad catalog key %q", key)
 	}
 	m.mu.Lock()
-	e := &Entry{Key: key, Value: value, Origin: m.id, Deleted: deleted, Written: time.Now().UTC()}
+	e := &Entry{Key: key, Value: value, Origin: m.id, Deleted: deleted, Written: time.Now().UTC(), Scope: o.Scope, Deps: slices.Clone(o.Deps)}
 	e.Version = uint64(time.Now().UnixMicro())
 	if old := m.kv[key]; old != nil && old.Version >= e.Version {
 		e.Version = old.Version + 1
@@ -99,9 +142,96 @@ func (m *Mesh) List(prefix string) []Entry {
 	return out
 }
 
+// Lookup returns the entry of key as held here, tombstone included, and
+// whether one is held. Readers use it to tell "not yet replicated" from
+// "deleted".
+func (m *Mesh) Lookup(key string) (Entry, bool) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	e := m.kv[key]
+	if e == nil {
+		return Entry{}, false
+	}
+	return cloneEntry(e), true
+}
+
+// Missing returns the dependencies of deps that this node does not hold
+// at their version or newer (a tombstone at a newer version counts as held:
+// the dependency was deleted after, which the reader sees on Get).
+func (m *Mesh) Missing(deps []Dep) []Dep {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	var out []Dep
+	for _, d := range deps {
+		if e := m.kv[d.Key]; e == nil || e.Version < d.Version {
+			out = append(out, d)
+		}
+	}
+	return out
+}
+
+// CatalogStats says how large the replicated catalog held here is.
+type CatalogStats struct {
+	// Live and Tombstones count entries.
+	Live, Tombstones int
+	// Bytes is the JSON size of every entry held: what one push/pull
+	// exchange carries of the catalog.
+	Bytes int
+}
+
+// CatalogStats measures the catalog held here.
+func (m *Mesh) CatalogStats() CatalogStats {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	var st CatalogStats
+	for _, e := range m.kv {
+		if e.Deleted {
+			st.Tombstones++
+		} else {
+			st.Live++
+		}
+		if b, err := json.Marshal(e); err == nil {
+			st.Bytes += len(b)
+		}
+	}
+	return st
+}
+
+// collectTombstones forgets tombstones written more than TombstoneTTL ago,
+// here and in the store, so deleted records do not accumulate. A member
+// partitioned away for longer than the TTL may bring a deleted key back when
+// it returns: the TTL is the longest partition the catalog tolerates.
+func (m *Mesh) collectTombstones(now time.Time) int {
+	m.mu.Lock()
+	var gone []string
+	for k, e := range m.kv {
+		if e.Deleted && now.Sub(e.Written) > m.cfg.TombstoneTTL {
+			delete(m.kv, k)
+			delete(m.dirtyKV, k)
+			gone = append(gone, k)
+		}
+	}
+	m.mu.Unlock()
+	if len(gone) == 0 {
+		return 0
+	}
+	m.metrics.tombstonesCollected.Add(float64(len(gone)))
+	if m.cfg.DB != nil {
+		b := m.cfg.DB.NewBatch()
+		for _, k := range gone {
+			b.Delete([]byte(keyKVPrefix + k))
+		}
+		if err := b.Commit(false); err != nil {
+			m.log.Warn("collecting catalog tombstones", "err", err)
+		}
+	}
+	return len(gone)
+}
+
 func cloneEntry(e *Entry) Entry {
 	c := *e
 	c.Value = slices.Clone(e.Value)
+	c.Deps = slices.Clone(e.Deps)
 	return c
 }
 
@@ -113,7 +243,14 @@ func (m *Mesh) mergeEntry(e *Entry, rebroadcast bool) bool {
 		return false
 	}
 	m.mu.Lock()
-	if !newerEntry(e, m.kv[e.Key]) {
+	held := m.kv[e.Key]
+	// A tombstone past its TTL that we do not hold was collected here
+	// already (or never mattered): taking it back would undo collection.
+	if e.Deleted && held == nil && time.Since(e.Written) > m.cfg.TombstoneTTL {
+		m.mu.Unlock()
+		return false
+	}
+	if !newerEntry(e, held) {
 		m.mu.Unlock()
 		return false
 	}

@@ -66,6 +66,11 @@ type Config struct {
 	RejoinGrace time.Duration
 	// ReapAfter is how long a failed or left node stays listed. Default 72h.
 	ReapAfter time.Duration
+	// TombstoneTTL is how long a deleted catalog entry's tombstone is kept
+	// and exchanged before it is collected. Default 10m. It must outlast the
+	// longest partition after which members should still agree that the
+	// entry is gone: a member cut off for longer may bring it back.
+	TombstoneTTL time.Duration
 }
 
 // DecodeGossipKey parses a base64 gossip key as `strata keygen` prints it.
@@ -96,6 +101,9 @@ func (c *Config) ensureDefaults() {
 	}
 	if c.ReapAfter == 0 {
 		c.ReapAfter = 72 * time.Hour
+	}
+	if c.TombstoneTTL == 0 {
+		c.TombstoneTTL = 10 * time.Minute
 	}
 	if c.Logger == nil {
 		c.Logger = slog.New(slog.DiscardHandler)

@@ -684,6 +684,7 @@ func (m *Mesh) maintain() {
 		case <-coordTick.C:
 			m.publishCoordinate()
 			m.reap()
+			m.collectTombstones(time.Now())
 		case <-persistTick.C:
 			if err := m.flush(); err != nil {
 				m.log.Warn("persisting mesh state failed", "err", err)

@@ -8,6 +8,8 @@ type metrics struct {
 	dropped      prometheus.Counter
 	stateUpdates prometheus.Counter
 	members      *prometheus.GaugeVec
+	// tombstonesCollected counts catalog tombstones forgotten after their TTL.
+	tombstonesCollected prometheus.Counter
 }
 
 func newMetrics(reg prometheus.Registerer) *metrics {
@@ -32,8 +34,13 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 			Name: "strata_mesh_members",
 			Help: "Peers by membership status, as this agent sees them.",
 		}, []string{"status"}),
+		tombstonesCollected: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "strata_catalog_tombstones_collected_total",
+			Help: "Deleted catalog entries whose tombstone was forgotten after the tombstone TTL.",
+		}),
 	}
 	if reg != nil {
+		reg.MustRegister(m.tombstonesCollected)
 		reg.MustRegister(m.refused, m.malformed, m.dropped, m.stateUpdates, m.members)
 	}
 	return m
