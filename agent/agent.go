@@ -19,6 +19,8 @@ import (
 	"github.com/NVIDIA/go-nvml/pkg/nvml"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
+
+	"github.com/strata-mesh/strata/internal/catalog"
 	"gopkg.in/yaml.v3"
 
 	"github.com/strata-mesh/strata/agent/discover"
@@ -36,11 +38,13 @@ const (
 
 // Agent is one running strata daemon.
 type Agent struct {
-	cfg     Config
-	log     *slog.Logger
-	db      *storage.DB
-	id      mesh.Identity
-	mesh    *mesh.Mesh
+	cfg  Config
+	log  *slog.Logger
+	db   *storage.DB
+	id   mesh.Identity
+	mesh *mesh.Mesh
+	// cat is the mesh's shared state as typed tables.
+	cat     *catalog.Catalog
 	reg     *prometheus.Registry
 	ln      net.Listener
 	srv     *http.Server
@@ -60,6 +64,10 @@ type Agent struct {
 	// /v1/events stream.
 	jobRunner *jobRunner
 	events    *events
+
+	// decodeSeen holds the catalog decode errors logged already.
+	decodeMu   sync.Mutex
+	decodeSeen map[string]bool
 
 	closeOnce sync.Once
 	closeErr  error
@@ -136,6 +144,7 @@ func New(cfg Config) (*Agent, error) {
 	if err != nil {
 		return fail(err)
 	}
+	a.cat = catalog.New(a.mesh, a.reg)
 	if a.art != nil {
 		// A data plane bound to all interfaces is reached at the gossip
 		// address's host.

@@ -2,7 +2,6 @@ package agent
 
 import (
 	"crypto/subtle"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -12,6 +11,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/strata-mesh/strata/internal/catalog"
 	"github.com/strata-mesh/strata/mesh"
 	"github.com/strata-mesh/strata/placement"
 )
@@ -148,19 +148,15 @@ func (a *Agent) handleApply(w http.ResponseWriter, r *http.Request) {
 	var out []ApplyResult
 	for _, p := range recs {
 		res := ApplyResult{Policy: p.Key(), Changed: true, Generation: 1}
-		if e, err := a.mesh.Get(prefixPolicies + p.Key()); err == nil {
-			var old PolicyRecord
-			if json.Unmarshal(e.Value, &old) == nil {
-				res.Generation = old.Generation + 1
-				if old.Source == p.Source {
-					res.Generation, res.Changed = old.Generation, false
-				}
+		if old, err := a.cat.Policies.Value(p.Key()); err == nil {
+			res.Generation = old.Generation + 1
+			if old.Source == p.Source {
+				res.Generation, res.Changed = old.Generation, false
 			}
 		}
 		if res.Changed {
 			p.Generation, p.Applied, p.AppliedAt = res.Generation, time.Now().UTC(), a.cfg.Name
-			b, _ := json.Marshal(p)
-			if _, err := a.mesh.Put(prefixPolicies+p.Key(), b); err != nil {
+			if _, err := a.cat.Policies.Put(p); err != nil {
 				writeError(w, http.StatusInternalServerError, "", "storing %s: %v", p.Key(), err)
 				return
 			}
@@ -186,11 +182,11 @@ func (a *Agent) handleDeletePolicy(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	key := r.PathValue("kind") + "/" + r.PathValue("name")
-	if _, err := a.mesh.Get(prefixPolicies + key); errors.Is(err, mesh.ErrNotFound) {
+	if _, err := a.cat.Policies.Get(key); errors.Is(err, catalog.ErrNotFound) {
 		writeError(w, http.StatusNotFound, "", "no policy %s", key)
 		return
 	}
-	if err := a.mesh.Delete(prefixPolicies + key); err != nil {
+	if err := a.cat.Policies.Delete(key); err != nil {
 		writeError(w, http.StatusInternalServerError, "", "%v", err)
 		return
 	}

@@ -3,7 +3,6 @@ package agent
 import (
 	"context"
 	"crypto/ed25519"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"maps"
@@ -23,10 +22,6 @@ import (
 	"github.com/strata-mesh/strata/mesh/pki"
 	"github.com/strata-mesh/strata/storage"
 )
-
-// prefixArtifacts is where manifests live in the catalog:
-// artifacts/<kind>/<name>/<version>.
-const prefixArtifacts = "artifacts/"
 
 // keyNodeCert is where an agent keeps the certificate it issued itself.
 const keyNodeCert = "agent/node-cert"
@@ -279,10 +274,6 @@ func (a *Agent) publishLocality() {
 	}
 }
 
-func artifactKey(kind storage.Kind, name, version string) string {
-	return prefixArtifacts + string(kind) + "/" + name + "/" + version
-}
-
 // ArtifactInfo is a manifest with the nodes that hold its bytes.
 type ArtifactInfo struct {
 	storage.Manifest
@@ -306,9 +297,10 @@ func (a *Agent) artifactsList(kind storage.Kind) []ArtifactInfo {
 		}
 	}
 	var out []ArtifactInfo
-	for _, e := range a.mesh.List(prefixArtifacts) {
-		var m storage.Manifest
-		if json.Unmarshal(e.Value, &m) != nil || (kind != "" && m.Kind != kind) {
+	manifests, err := a.cat.Manifests.Values()
+	a.decodeErrors(err)
+	for _, m := range manifests {
+		if kind != "" && m.Kind != kind {
 			continue
 		}
 		h := holders[m.Digest]
@@ -371,11 +363,7 @@ func (a *Agent) publish(ctx context.Context, path string, spec storage.PublishSp
 
 // announce puts a manifest in the catalog and this node's locality.
 func (a *Agent) announce(m storage.Manifest) error {
-	b, err := json.Marshal(m)
-	if err != nil {
-		return err
-	}
-	if _, err := a.mesh.Put(artifactKey(m.Kind, m.Name, m.Version), b); err != nil {
+	if _, err := a.cat.Manifests.Put(m); err != nil {
 		return err
 	}
 	a.publishLocality()

@@ -2,7 +2,6 @@ package agent
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"slices"
@@ -11,77 +10,11 @@ import (
 	"sync"
 	"time"
 
+	"github.com/strata-mesh/strata/internal/catalog"
 	"github.com/strata-mesh/strata/mesh"
 	"github.com/strata-mesh/strata/placement"
 	"github.com/strata-mesh/strata/policy"
 )
-
-// Catalog key prefixes.
-const (
-	prefixPolicies   = "policies/"
-	prefixPlacements = "placements/"
-)
-
-// Placement states.
-const (
-	StatePending = "pending" // placed, waiting for the nodes to admit it
-	StatePlaced  = "placed"  // every chosen node admitted it
-	StateFailed  = "failed"  // no feasible placement now; retried
-	StateDone    = "done"    // a training job ended; its nodes are free
-)
-
-// PolicyRecord is an applied policy as the mesh's catalog holds it.
-type PolicyRecord struct {
-	Kind string `json:"kind"`
-	Name string `json:"name"`
-	// Source is the YAML document as applied; every agent re-parses it.
-	Source string `json:"source"`
-	// File is the file name it was applied from, for error messages.
-	File string `json:"file,omitempty"`
-	// Generation counts applies that changed Source.
-	Generation uint64    `json:"generation"`
-	Applied    time.Time `json:"applied"`
-	// AppliedAt is the agent that took the apply.
-	AppliedAt string `json:"applied_at"`
-}
-
-// Key is the policy's identity, "Kind/name".
-func (p PolicyRecord) Key() string { return p.Kind + "/" + p.Name }
-
-// PlacementRecord is where a policy's owner placed it.
-type PlacementRecord struct {
-	Key  string `json:"key"`
-	Kind string `json:"kind"`
-	Name string `json:"name"`
-	// Owner is the controller agent that placed it; Epoch counts
-	// placements of this policy, so a stale owner's write is recognisable.
-	Owner string `json:"owner"`
-	Epoch uint64 `json:"epoch"`
-	// Generation is the policy generation placed.
-	Generation uint64 `json:"generation"`
-	// State is pending, placed or failed.
-	State string `json:"state"`
-	// Nodes are the chosen nodes; Wanted how many the policy asks for.
-	Nodes  []PlacedNode `json:"nodes"`
-	Wanted int          `json:"wanted"`
-	// Message says what happened in a line; Fallbacks and Rejected say why.
-	Message   string                   `json:"message,omitempty"`
-	Fallbacks []placement.Fallback     `json:"fallbacks,omitempty"`
-	Rejected  map[placement.Reason]int `json:"rejected,omitempty"`
-	Refused   map[string]string        `json:"refused,omitempty"` // node → reason, nodes that refused earlier epochs
-	Resources placement.Resources      `json:"resources"`
-	Updated   time.Time                `json:"updated"`
-}
-
-// PlacedNode is one chosen node and whether it has admitted the work.
-type PlacedNode struct {
-	Name     string `json:"name"`
-	ID       string `json:"id"`
-	Tier     string `json:"tier"`
-	Site     string `json:"site"`
-	Rank     int    `json:"rank"`
-	Admitted bool   `json:"admitted"`
-}
 
 // controller places the policies this agent owns and admits (or refuses)
 // the assignments that name this node. One goroutine runs it.
@@ -127,28 +60,68 @@ func (c *controller) run(ctx context.Context) {
 	}
 }
 
-// policies returns every applied policy.
+// policies returns every applied policy that decodes (the others are
+// counted by the catalog and logged once).
 func (a *Agent) policies() []PolicyRecord {
-	var out []PolicyRecord
-	for _, e := range a.mesh.List(prefixPolicies) {
-		var p PolicyRecord
-		if json.Unmarshal(e.Value, &p) == nil {
-			out = append(out, p)
-		}
-	}
+	out, err := a.cat.Policies.Values()
+	a.decodeErrors(err)
 	return out
 }
 
 // placements returns every placement record, by key.
 func (a *Agent) placements() map[string]PlacementRecord {
-	out := map[string]PlacementRecord{}
-	for _, e := range a.mesh.List(prefixPlacements) {
-		var p PlacementRecord
-		if json.Unmarshal(e.Value, &p) == nil {
-			out[p.Key] = p
-		}
+	recs, err := a.cat.Placements.Values()
+	a.decodeErrors(err)
+	out := make(map[string]PlacementRecord, len(recs))
+	for _, p := range recs {
+		out[p.Key] = p
 	}
 	return out
+}
+
+// readyPlacements returns the placement records whose dependencies (the
+// policy version they placed) have replicated here, by key. A record that
+// arrived before its policy waits for the next change: replication lag is
+// not an error.
+func (a *Agent) readyPlacements() map[string]PlacementRecord {
+	recs, err := a.cat.Placements.List()
+	a.decodeErrors(err)
+	out := make(map[string]PlacementRecord, len(recs))
+	for _, r := range recs {
+		if missing := a.cat.Placements.Pending(r); len(missing) > 0 {
+			a.log.Debug("placement pending: its policy has not replicated here yet", "policy", r.Key, "missing", missing[0].Key)
+			continue
+		}
+		out[r.Key] = r.Value
+	}
+	return out
+}
+
+// decodeErrors logs each catalog record that does not decode, once per
+// record version (the catalog counts them in a metric).
+func (a *Agent) decodeErrors(err error) {
+	if err == nil {
+		return
+	}
+	a.decodeMu.Lock()
+	defer a.decodeMu.Unlock()
+	if a.decodeSeen == nil {
+		a.decodeSeen = map[string]bool{}
+	}
+	for _, e := range unjoin(err) {
+		if msg := e.Error(); !a.decodeSeen[msg] {
+			a.decodeSeen[msg] = true
+			a.log.Warn("ignoring an unreadable catalog record", "err", msg)
+		}
+	}
+}
+
+// unjoin splits an errors.Join error into its parts.
+func unjoin(err error) []error {
+	if j, ok := err.(interface{ Unwrap() []error }); ok {
+		return j.Unwrap()
+	}
+	return []error{err}
 }
 
 // controllers returns the names of live controller-capable nodes.
@@ -201,8 +174,8 @@ func (c *controller) reconcile() {
 	}
 	// Placements of deleted policies: the owner of the key removes them.
 	for key := range recs {
-		if _, err := a.mesh.Get(prefixPolicies + key); errors.Is(err, mesh.ErrNotFound) && placement.Owner(key, owners) == a.cfg.Name {
-			_ = a.mesh.Delete(prefixPlacements + key)
+		if _, err := a.cat.Policies.Get(key); errors.Is(err, catalog.ErrNotFound) && placement.Owner(key, owners) == a.cfg.Name {
+			_ = a.cat.Placements.Delete(key)
 		}
 	}
 }
@@ -356,12 +329,14 @@ func summarizeRejections(d *placement.Decision) string {
 	return strings.Join(parts, "; ")
 }
 
+// write records a placement, derived from the policy version held here:
+// a node that learns the placement before the policy waits for it.
 func (c *controller) write(rec PlacementRecord) {
-	b, err := json.Marshal(rec)
-	if err != nil {
-		return
+	var deps []mesh.Dep
+	if ref, ok := c.a.cat.Policies.Ref(rec.Key); ok {
+		deps = append(deps, ref)
 	}
-	if _, err := c.a.mesh.Put(prefixPlacements+rec.Key, b); err != nil {
+	if _, err := c.a.cat.Placements.Put(rec, deps...); err != nil {
 		c.a.log.Warn("writing placement", "policy", rec.Key, "err", err)
 	}
 }
@@ -419,7 +394,7 @@ func (c *controller) admit() {
 	}
 	changed := false
 	wanted := map[string]PlacementRecord{}
-	for key, rec := range a.placements() {
+	for key, rec := range a.readyPlacements() {
 		for _, pn := range rec.Nodes {
 			if pn.Name == a.cfg.Name {
 				wanted[key] = rec

@@ -40,8 +40,7 @@ func putPolicy(t *testing.T, a *Agent, kind, name string, s stubPolicy) {
 	t.Helper()
 	src, _ := json.Marshal(s)
 	rec := PolicyRecord{Kind: kind, Name: name, Source: string(src), Generation: 1, Applied: time.Now()}
-	b, _ := json.Marshal(rec)
-	if _, err := a.mesh.Put(prefixPolicies+rec.Key(), b); err != nil {
+	if _, err := a.cat.Policies.Put(rec); err != nil {
 		t.Fatal(err)
 	}
 }

@@ -13,6 +13,7 @@ import (
 
 	"github.com/strata-mesh/strata/infer"
 	"github.com/strata-mesh/strata/infer/drift"
+	"github.com/strata-mesh/strata/mesh"
 	"github.com/strata-mesh/strata/policy"
 	"github.com/strata-mesh/strata/storage"
 )
@@ -29,60 +30,6 @@ const (
 	// MetaAccuracy is the holdout accuracy the trainer measured.
 	MetaAccuracy = "strata.accuracy"
 )
-
-// prefixDrift is where each serving node publishes its drift monitors'
-// state: drift/<policy key>/<node>.
-const prefixDrift = "drift/"
-
-// DriftRecord is one node's drift monitor for one policy's model, as the
-// mesh's catalog holds it (GET /v1/drift).
-type DriftRecord struct {
-	Policy  string `json:"policy"`
-	Model   string `json:"model"`
-	Version string `json:"version"`
-	Site    string `json:"site"`
-	Node    string `json:"node"`
-	// Detector, Threshold and Window are the monitor's settings.
-	Detector  string  `json:"detector"`
-	Threshold float64 `json:"threshold"`
-	Window    int     `json:"window"`
-	// Reference says what the live window is compared with: "training"
-	// (the summary shipped with the model) or "first" (the first Window
-	// live samples); Ready is false while "first" is still collecting.
-	Reference string `json:"reference"`
-	Ready     bool   `json:"ready"`
-	// Seen counts the samples observed by this version's monitor here.
-	Seen int64 `json:"seen"`
-	// Alarmed is the hysteresis state; AlarmSeen and AlarmAt say when the
-	// current alarm fired.
-	Alarmed   bool      `json:"alarmed"`
-	AlarmSeen int64     `json:"alarm_seen,omitempty"`
-	AlarmAt   time.Time `json:"alarm_at,omitzero"`
-	// Scores are the latest evaluation's, per feature then the prediction.
-	Scores []drift.Score `json:"scores,omitempty"`
-	// History is the worst score of recent evaluations, oldest first.
-	History []DriftPoint `json:"history,omitempty"`
-	// Served and Failed count the version's requests here (for canaries).
-	Served uint64 `json:"served"`
-	Failed uint64 `json:"failed"`
-	// Dropped counts sampled rows the monitor could not keep up with.
-	Dropped uint64 `json:"dropped,omitempty"`
-	// Error says why the monitor cannot run (no reference, unknown
-	// feature).
-	Error   string    `json:"error,omitempty"`
-	Updated time.Time `json:"updated"`
-}
-
-// DriftPoint is one evaluation in a DriftRecord's history.
-type DriftPoint struct {
-	Time time.Time `json:"time"`
-	Seen int64     `json:"seen"`
-	// Feature is the worst feature; Statistic its score (the corrected
-	// p-value for KS).
-	Feature   string  `json:"feature"`
-	Statistic float64 `json:"statistic"`
-	Drifted   bool    `json:"drifted"`
-}
 
 // driftHistory bounds DriftRecord.History.
 const driftHistory = 24
@@ -321,7 +268,7 @@ func (d *driftWatch) sync(loaded map[string]servedModel) {
 	for name, w := range d.mon {
 		if !keep[name] {
 			delete(d.mon, name)
-			_ = a.mesh.Delete(prefixDrift + w.key + "/" + a.cfg.Name)
+			_ = a.cat.Drift.Delete(w.key + "/" + a.cfg.Name)
 		}
 	}
 }
@@ -431,11 +378,11 @@ func (d *driftWatch) publish(force bool) {
 	}
 	d.mu.Unlock()
 	for _, r := range out {
-		b, err := json.Marshal(r)
-		if err != nil {
-			continue
+		var deps []mesh.Dep
+		if ref, ok := a.cat.Manifests.Ref(string(storage.KindModel) + "/" + r.Model + "/" + r.Version); ok {
+			deps = append(deps, ref)
 		}
-		if _, err := a.mesh.Put(prefixDrift+r.Policy+"/"+r.Node, b); err != nil {
+		if _, err := a.cat.Drift.Put(r, deps...); err != nil {
 			a.log.Warn("publishing drift state", "policy", r.Policy, "err", err)
 		}
 	}
@@ -443,13 +390,8 @@ func (d *driftWatch) publish(force bool) {
 
 // driftRecords returns every node's drift records, by policy then node.
 func (a *Agent) driftRecords() []DriftRecord {
-	var out []DriftRecord
-	for _, e := range a.mesh.List(prefixDrift) {
-		var r DriftRecord
-		if json.Unmarshal(e.Value, &r) == nil {
-			out = append(out, r)
-		}
-	}
+	out, err := a.cat.Drift.Values()
+	a.decodeErrors(err)
 	sort.Slice(out, func(i, j int) bool {
 		if out[i].Policy != out[j].Policy {
 			return out[i].Policy < out[j].Policy
@@ -461,12 +403,8 @@ func (a *Agent) driftRecords() []DriftRecord {
 
 // policyDoc returns an applied policy's parsed document.
 func (a *Agent) policyDoc(key string) (*policy.Document, error) {
-	e, err := a.mesh.Get(prefixPolicies + key)
+	rec, err := a.cat.Policies.Value(key)
 	if err != nil {
-		return nil, err
-	}
-	var rec PolicyRecord
-	if err := json.Unmarshal(e.Value, &rec); err != nil {
 		return nil, err
 	}
 	return compiled(rec)

@@ -175,13 +175,8 @@ func (e *events) subscribe(since uint64) ([]Event, chan Event, func()) {
 
 // rolloutRecords returns every service's rollout record.
 func (a *Agent) rolloutRecords() []RolloutRecord {
-	var out []RolloutRecord
-	for _, e := range a.mesh.List(prefixRollouts) {
-		var r RolloutRecord
-		if json.Unmarshal(e.Value, &r) == nil {
-			out = append(out, r)
-		}
-	}
+	out, err := a.cat.Rollouts.Values()
+	a.decodeErrors(err)
 	return out
 }
 

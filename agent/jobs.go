@@ -21,10 +21,6 @@ import (
 	"github.com/strata-mesh/strata/trainer"
 )
 
-// prefixJobs is where a training job's rank-0 node records its run:
-// jobs/<policy name>.
-const prefixJobs = "jobs/"
-
 // Labels on a TrainingJob that register its output model: the model file
 // the job leaves in STRATA_OUTPUT_DIR becomes this name and version, signed
 // by the agent that ran rank 0.
@@ -35,58 +31,10 @@ const (
 	LabelRetrainOf = "strata.io/retrain-of"
 )
 
-// Job states, as trainer states them.
-const (
-	JobPending   = string(trainer.StatePending)
-	JobRunning   = string(trainer.StateRunning)
-	JobSucceeded = string(trainer.StateSucceeded)
-	JobFailed    = string(trainer.StateFailed)
-)
-
-// JobRecord is one training job's run, as the catalog holds it (GET
-// /v1/jobs).
-type JobRecord struct {
-	Name string `json:"name"`
-	Key  string `json:"key"`
-	// Generation and Epoch are the policy generation and placement epoch
-	// run; a job runs once per generation.
-	Generation uint64 `json:"generation"`
-	Epoch      uint64 `json:"epoch"`
-	State      string `json:"state"`
-	Launcher   string `json:"launcher"`
-	// Nodes are the gang's members by rank; Node runs rank 0 and keeps
-	// the logs.
-	Nodes []string `json:"nodes"`
-	Node  string   `json:"node"`
-	// RetrainOf is the InferenceService this job retrains, if any.
-	RetrainOf string `json:"retrain_of,omitempty"`
-	// Model and Version name the model the job registered; Digest its
-	// bytes; Accuracy the trainer's holdout accuracy when known.
-	Model    string  `json:"model,omitempty"`
-	Version  string  `json:"version,omitempty"`
-	Digest   string  `json:"digest,omitempty"`
-	Accuracy float64 `json:"accuracy,omitempty"`
-	// Members are the launcher's per-rank states.
-	Members  []trainer.MemberStatus `json:"members,omitempty"`
-	Attempt  int                    `json:"attempt,omitempty"`
-	Error    string                 `json:"error,omitempty"`
-	Created  time.Time              `json:"created"`
-	Started  time.Time              `json:"started,omitzero"`
-	Finished time.Time              `json:"finished,omitzero"`
-}
-
-// Terminal says the job has ended.
-func (j JobRecord) Terminal() bool { return j.State == JobSucceeded || j.State == JobFailed }
-
 // jobs returns every job record, newest first.
 func (a *Agent) jobs() []JobRecord {
-	var out []JobRecord
-	for _, e := range a.mesh.List(prefixJobs) {
-		var j JobRecord
-		if json.Unmarshal(e.Value, &j) == nil {
-			out = append(out, j)
-		}
-	}
+	out, err := a.cat.Jobs.Values()
+	a.decodeErrors(err)
 	sort.Slice(out, func(i, k int) bool {
 		if !out[i].Created.Equal(out[k].Created) {
 			return out[i].Created.After(out[k].Created)
@@ -98,13 +46,7 @@ func (a *Agent) jobs() []JobRecord {
 
 // job returns one job's record.
 func (a *Agent) job(name string) (JobRecord, error) {
-	e, err := a.mesh.Get(prefixJobs + name)
-	if err != nil {
-		return JobRecord{}, err
-	}
-	var j JobRecord
-	err = json.Unmarshal(e.Value, &j)
-	return j, err
+	return a.cat.Jobs.Value(name)
 }
 
 // jobRunner starts the training jobs whose rank 0 this node admitted and
@@ -143,7 +85,7 @@ func (j *jobRunner) reconcile(ctx context.Context) {
 	if a.noJobs.Load() {
 		return
 	}
-	recs := a.placements()
+	recs := a.readyPlacements()
 	mine := map[string]PlacementRecord{}
 	for _, as := range a.mesh.Local().Assignments {
 		if !as.Accepted || !strings.HasPrefix(as.Key, policy.KindTrainingJob+"/") {
@@ -431,11 +373,11 @@ func (j *jobRunner) finish(jr JobRecord, err error) {
 }
 
 func (j *jobRunner) write(jr JobRecord) {
-	b, err := json.Marshal(jr)
-	if err != nil {
-		return
+	var deps []mesh.Dep
+	if ref, ok := j.a.cat.Placements.Ref(jr.Key); ok {
+		deps = append(deps, ref)
 	}
-	if _, err := j.a.mesh.Put(prefixJobs+jr.Name, b); err != nil {
+	if _, err := j.a.cat.Jobs.Put(jr, deps...); err != nil {
 		j.a.log.Warn("recording training job", "job", jr.Name, "err", err)
 	}
 }

@@ -15,82 +15,11 @@ import (
 	"github.com/strata-mesh/strata/policy"
 )
 
-// prefixRollouts is where a service's owner records the retrain and
-// rollout of its model: rollouts/<InferenceService key>.
-const prefixRollouts = "rollouts/"
-
-// Rollout stages. A rollout begins retraining when drift is detected,
-// becomes a canary at the drifted site when the job registered a model,
-// and ends promoted (everywhere), rolled back, or failed (the job failed).
-const (
-	StageRetraining = "retraining"
-	StageCanary     = "canary"
-	StagePromoted   = "promoted"
-	StageRolledBack = "rolled-back"
-	StageFailed     = "failed"
-)
-
 // canaryMinRequests is how many requests a canary serves before its error
 // rate can roll it back.
 const canaryMinRequests = 20
 
-// RolloutRecord is a service's latest retrain-and-rollout, written by the
-// service's owner (GET /v1/placements shows it with the placement).
-type RolloutRecord struct {
-	Policy string `json:"policy"`
-	// Generation is the policy generation it belongs to: applying the
-	// policy again starts afresh.
-	Generation uint64 `json:"generation"`
-	// Seq counts the service's retrains.
-	Seq   int    `json:"seq"`
-	Stage string `json:"stage"`
-	Model string `json:"model"`
-	// From is the version served when drift was detected; To the new one.
-	From string `json:"from"`
-	To   string `json:"to,omitempty"`
-	// Job is the TrainingJob's name.
-	Job     string        `json:"job,omitempty"`
-	Trigger *DriftTrigger `json:"trigger,omitempty"`
-	// CanarySite and CanaryNodes serve To first; Served and Failed are
-	// their requests on it so far, against CanaryRequests and
-	// MaxErrorRate.
-	CanarySite     string        `json:"canary_site,omitempty"`
-	CanaryNodes    []string      `json:"canary_nodes,omitempty"`
-	CanaryRequests int           `json:"canary_requests,omitempty"`
-	MaxErrorRate   float64       `json:"max_error_rate,omitempty"`
-	Served         uint64        `json:"served,omitempty"`
-	Failed         uint64        `json:"failed,omitempty"`
-	Message        string        `json:"message"`
-	Started        time.Time     `json:"started"`
-	Updated        time.Time     `json:"updated"`
-	Steps          []RolloutStep `json:"steps"`
-}
-
-// DriftTrigger is the drift alarm that started a retrain.
-type DriftTrigger struct {
-	Site      string    `json:"site"`
-	Node      string    `json:"node"`
-	Version   string    `json:"version"`
-	Samples   int64     `json:"samples"`
-	At        time.Time `json:"at"`
-	Feature   string    `json:"feature"`
-	Statistic float64   `json:"statistic"`
-	Detector  string    `json:"detector"`
-	// Drifted names every feature (and "prediction") past the threshold.
-	Drifted []string `json:"drifted"`
-}
-
-// RolloutStep is one stage change.
-type RolloutStep struct {
-	Time    time.Time `json:"time"`
-	Stage   string    `json:"stage"`
-	Message string    `json:"message"`
-}
-
-// Active says the rollout is under way (not ended).
-func (r RolloutRecord) Active() bool { return r.Stage == StageRetraining || r.Stage == StageCanary }
-
-func (r *RolloutRecord) step(stage, format string, args ...any) {
+func step(r *RolloutRecord, stage, format string, args ...any) {
 	r.Stage, r.Message, r.Updated = stage, fmt.Sprintf(format, args...), time.Now().UTC()
 	r.Steps = append(r.Steps, RolloutStep{Time: r.Updated, Stage: stage, Message: r.Message})
 }
@@ -98,12 +27,8 @@ func (r *RolloutRecord) step(stage, format string, args ...any) {
 // rollout returns a service's rollout record when it belongs to the
 // policy's current generation.
 func (a *Agent) rollout(key string, generation uint64) (RolloutRecord, bool) {
-	e, err := a.mesh.Get(prefixRollouts + key)
-	if err != nil {
-		return RolloutRecord{}, false
-	}
-	var r RolloutRecord
-	if json.Unmarshal(e.Value, &r) != nil || r.Generation != generation {
+	r, err := a.cat.Rollouts.Value(key)
+	if err != nil || r.Generation != generation {
 		return RolloutRecord{}, false
 	}
 	return r, true
@@ -155,7 +80,11 @@ func (c *controller) rollouts() {
 			a.log.Warn("rollout", "policy", p.Key(), "err", err)
 		}
 		if after, _ := json.Marshal(r); r.Stage != "" && string(after) != string(before) {
-			if _, err := a.mesh.Put(prefixRollouts+p.Key(), after); err != nil {
+			var deps []mesh.Dep
+			if ref, ok := a.cat.Policies.Ref(p.Key()); ok {
+				deps = append(deps, ref)
+			}
+			if _, err := a.cat.Rollouts.Put(r, deps...); err != nil {
 				a.log.Warn("writing rollout", "policy", p.Key(), "err", err)
 			}
 		}
@@ -199,22 +128,22 @@ func (c *controller) advance(p PolicyRecord, doc *policy.Document, r *RolloutRec
 			return nil
 		}
 		// The job's placement is done with: free its nodes.
-		_ = a.mesh.Delete(prefixPolicies + policy.KindTrainingJob + "/" + r.Job)
+		_ = a.cat.Policies.Delete(policy.KindTrainingJob + "/" + r.Job)
 		if j.State == JobFailed || j.Version == "" {
-			r.step(StageFailed, "training job %s failed: %s; %s@%s keeps serving", j.Name, cmpOr(j.Error, "it registered no model"), r.Model, r.From)
+			step(r, StageFailed, "training job %s failed: %s; %s@%s keeps serving", j.Name, cmpOr(j.Error, "it registered no model"), r.Model, r.From)
 			return nil
 		}
 		r.To = j.Version
 		if s := svc.Rollout; s != nil && s.Strategy == policy.RolloutAll {
-			r.step(StagePromoted, "%s@%s trained by %s on %s; rolling out everywhere at once (strategy all)", r.Model, r.To, j.Name, j.Node)
+			step(r, StagePromoted, "%s@%s trained by %s on %s; rolling out everywhere at once (strategy all)", r.Model, r.To, j.Name, j.Node)
 			return nil
 		}
 		r.CanaryNodes = canaryNodes(a.placements()[p.Key()], r.CanarySite)
 		if len(r.CanaryNodes) == 0 {
-			r.step(StagePromoted, "%s@%s trained by %s; no replica to canary on, promoted everywhere", r.Model, r.To, j.Name)
+			step(r, StagePromoted, "%s@%s trained by %s; no replica to canary on, promoted everywhere", r.Model, r.To, j.Name)
 			return nil
 		}
-		r.step(StageCanary, "%s@%s trained by %s on %s (accuracy %.3f); canary on %s for %d requests", r.Model, r.To, j.Name, j.Node, j.Accuracy, strings.Join(r.CanaryNodes, ","), r.CanaryRequests)
+		step(r, StageCanary, "%s@%s trained by %s on %s (accuracy %.3f); canary on %s for %d requests", r.Model, r.To, j.Name, j.Node, j.Accuracy, strings.Join(r.CanaryNodes, ","), r.CanaryRequests)
 	case r.Stage == StageCanary:
 		var served, failed uint64
 		for _, d := range drifts {
@@ -224,7 +153,7 @@ func (c *controller) advance(p PolicyRecord, doc *policy.Document, r *RolloutRec
 			served, failed = served+d.Served, failed+d.Failed
 			if d.Alarmed {
 				r.Served, r.Failed = served, failed
-				r.step(StageRolledBack, "canary %s@%s drifted at %s too (%s); back to %s", r.Model, r.To, d.Node, worst(d.Scores, d.Detector).Name, r.From)
+				step(r, StageRolledBack, "canary %s@%s drifted at %s too (%s); back to %s", r.Model, r.To, d.Node, worst(d.Scores, d.Detector).Name, r.From)
 				return nil
 			}
 		}
@@ -235,9 +164,9 @@ func (c *controller) advance(p PolicyRecord, doc *policy.Document, r *RolloutRec
 		rate := float64(failed) / float64(max(served, 1))
 		switch {
 		case served >= canaryMinRequests && rate > r.MaxErrorRate:
-			r.step(StageRolledBack, "canary %s@%s failed %d of %d requests (%.1f%% > %.1f%%); back to %s", r.Model, r.To, failed, served, 100*rate, 100*r.MaxErrorRate, r.From)
+			step(r, StageRolledBack, "canary %s@%s failed %d of %d requests (%.1f%% > %.1f%%); back to %s", r.Model, r.To, failed, served, 100*rate, 100*r.MaxErrorRate, r.From)
 		case served >= uint64(r.CanaryRequests):
-			r.step(StagePromoted, "canary %s@%s served %d requests, %d failed, no drift; promoted everywhere", r.Model, r.To, served, failed)
+			step(r, StagePromoted, "canary %s@%s served %d requests, %d failed, no drift; promoted everywhere", r.Model, r.To, served, failed)
 		default:
 			r.Message = fmt.Sprintf("canary %s@%s on %s: %d of %d requests, %d failed", r.Model, r.To, strings.Join(r.CanaryNodes, ","), served, r.CanaryRequests, failed)
 		}
@@ -297,18 +226,14 @@ func (c *controller) startRetrain(p PolicyRecord, svc *policy.InferenceServiceSp
 	}
 	src, err := retrainSource(p, r.Job, svc.Model.Name, r.To)
 	if err != nil {
-		r.step(StageFailed, "retrain template: %v", err)
+		step(r, StageFailed, "retrain template: %v", err)
 		return err
 	}
 	job := PolicyRecord{Kind: policy.KindTrainingJob, Name: r.Job, Source: src, File: p.File, Generation: 1, Applied: time.Now().UTC(), AppliedAt: a.cfg.Name}
-	b, err := json.Marshal(job)
-	if err != nil {
+	if _, err := a.cat.Policies.Put(job); err != nil {
 		return err
 	}
-	if _, err := a.mesh.Put(prefixPolicies+job.Key(), b); err != nil {
-		return err
-	}
-	r.step(StageRetraining, "drift at %s/%s on %s@%s (%s %s=%.4g after %d samples); training %s@%s as job %s",
+	step(r, StageRetraining, "drift at %s/%s on %s@%s (%s %s=%.4g after %d samples); training %s@%s as job %s",
 		d.Site, d.Node, r.Model, cur, d.Detector, ws.Name, statOf(ws, d.Detector), d.AlarmSeen, r.Model, r.To, r.Job)
 	a.log.Info("drift detected: retraining", "policy", p.Key(), "site", d.Site, "job", r.Job, "to", r.To)
 	return nil

@@ -3,7 +3,6 @@ package agent
 import (
 	"bytes"
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -229,13 +228,9 @@ func (s *serving) wanted() map[string]storage.Manifest {
 		if !as.Accepted || !strings.HasPrefix(as.Key, policy.KindInferenceService+"/") {
 			continue
 		}
-		e, err := a.mesh.Get(prefixPolicies + as.Key)
+		rec, err := a.cat.Policies.Value(as.Key)
 		if err != nil {
-			continue
-		}
-		var rec PolicyRecord
-		if err := json.Unmarshal(e.Value, &rec); err != nil {
-			continue
+			continue // not replicated here yet, or deleted
 		}
 		doc, err := compiled(rec)
 		if err != nil || doc.InferenceService == nil {
@@ -300,13 +295,9 @@ func (s *serving) reconcile(ctx context.Context) {
 // replica goes on answering (forwarded requests included).
 func (s *serving) stillNeeded(key string) bool {
 	a := s.a
-	e, err := a.mesh.Get(prefixPolicies + key)
+	p, err := a.cat.Policies.Value(key)
 	if err != nil {
 		return false // deleted
-	}
-	var p PolicyRecord
-	if json.Unmarshal(e.Value, &p) != nil {
-		return false
 	}
 	doc, err := compiled(p)
 	if err != nil || doc.InferenceService == nil {

@@ -1,0 +1,50 @@
+package agent
+
+import "github.com/strata-mesh/strata/internal/catalog"
+
+// The catalog's record types, under the names the API and CLI have used.
+type (
+	// PolicyRecord is an applied policy (catalog.Policy).
+	PolicyRecord = catalog.Policy
+	// PlacementRecord is where a policy's owner placed it (catalog.Placement).
+	PlacementRecord = catalog.Placement
+	// PlacedNode is one chosen node of a placement.
+	PlacedNode = catalog.PlacedNode
+	// JobRecord is one training job's run (catalog.Job).
+	JobRecord = catalog.Job
+	// RolloutRecord is a service's latest retrain and rollout (catalog.Rollout).
+	RolloutRecord = catalog.Rollout
+	// RolloutStep is one stage change of a rollout.
+	RolloutStep = catalog.RolloutStep
+	// DriftTrigger is the drift alarm that started a retrain.
+	DriftTrigger = catalog.DriftTrigger
+	// DriftRecord is one node's drift monitor for one policy (catalog.Drift).
+	DriftRecord = catalog.Drift
+	// DriftPoint is one evaluation in a DriftRecord's history.
+	DriftPoint = catalog.DriftPoint
+)
+
+// Placement states.
+const (
+	StatePending = catalog.StatePending
+	StatePlaced  = catalog.StatePlaced
+	StateFailed  = catalog.StateFailed
+	StateDone    = catalog.StateDone
+)
+
+// Job states.
+const (
+	JobPending   = catalog.JobPending
+	JobRunning   = catalog.JobRunning
+	JobSucceeded = catalog.JobSucceeded
+	JobFailed    = catalog.JobFailed
+)
+
+// Rollout stages.
+const (
+	StageRetraining = catalog.StageRetraining
+	StageCanary     = catalog.StageCanary
+	StagePromoted   = catalog.StagePromoted
+	StageRolledBack = catalog.StageRolledBack
+	StageFailed     = catalog.StageFailed
+)

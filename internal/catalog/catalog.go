@@ -1,0 +1,259 @@
+package catalog
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"slices"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/strata-mesh/strata/mesh"
+	"github.com/strata-mesh/strata/storage"
+)
+
+// Store is the replicated key-value catalog the tables sit on; *mesh.Mesh
+// implements it.
+type Store interface {
+	Put(key string, value json.RawMessage, opts ...mesh.PutOptions) (mesh.Entry, error)
+	Delete(key string) error
+	Lookup(key string) (mesh.Entry, bool)
+	List(prefix string) []mesh.Entry
+	Missing(deps []mesh.Dep) []mesh.Dep
+	Changed() <-chan struct{}
+}
+
+var _ Store = (*mesh.Mesh)(nil)
+
+// ErrNotFound is returned for a key that is absent or deleted. It wraps
+// mesh.ErrNotFound, so either matches with errors.Is.
+var ErrNotFound = fmt.Errorf("catalog: %w", mesh.ErrNotFound)
+
+// DecodeError is a stored value that does not decode as its table's type.
+type DecodeError struct {
+	Table   string
+	Key     string
+	Version uint64
+	Err     error
+}
+
+func (e *DecodeError) Error() string {
+	return fmt.Sprintf("catalog: %s %q (version %d) does not decode: %v", e.Table, e.Key, e.Version, e.Err)
+}
+
+func (e *DecodeError) Unwrap() error { return e.Err }
+
+// PendingError says a record's dependencies have not replicated here yet.
+type PendingError struct {
+	Key     string
+	Missing []mesh.Dep
+}
+
+func (e *PendingError) Error() string {
+	keys := make([]string, len(e.Missing))
+	for i, d := range e.Missing {
+		keys[i] = d.Key
+	}
+	return fmt.Sprintf("catalog: %s is pending: waiting for %s to replicate", e.Key, strings.Join(keys, ", "))
+}
+
+// Record is one decoded catalog record.
+type Record[T any] struct {
+	// Key is the record's key within its table.
+	Key   string
+	Value T
+	// Version orders writes of the key (higher wins); Writer is the node ID
+	// that wrote it, Written when (the writer's clock).
+	Version uint64
+	Writer  string
+	Written time.Time
+	// Deps are the records this one was derived from, at the versions read.
+	Deps []mesh.Dep
+	// fullKey is the key in the store.
+	fullKey string
+}
+
+// Ref names this record at its version, for a record derived from it.
+func (r Record[T]) Ref() mesh.Dep { return mesh.Dep{Key: r.fullKey, Version: r.Version} }
+
+// Catalog holds the tables.
+type Catalog struct {
+	store   Store
+	decodes *prometheus.CounterVec
+
+	Policies   *Table[Policy]
+	Placements *Table[Placement]
+	Jobs       *Table[Job]
+	Rollouts   *Table[Rollout]
+	Drift      *Table[Drift]
+	Manifests  *Table[storage.Manifest]
+}
+
+// New builds the tables over store and registers the catalog's collectors
+// with reg (nil registers none).
+func New(store Store, reg prometheus.Registerer) *Catalog {
+	c := &Catalog{store: store, decodes: prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "strata_catalog_decode_errors_total",
+		Help: "Catalog records (each key and version once) that did not decode as their table's type, by table.",
+	}, []string{"table"})}
+	if reg != nil {
+		reg.MustRegister(c.decodes)
+	}
+	c.Policies = newTable(c, "policies", mesh.ScopeGlobal, Policy.Key)
+	c.Placements = newTable(c, "placements", mesh.ScopeGlobal, func(p Placement) string { return p.Key })
+	c.Jobs = newTable(c, "jobs", mesh.ScopeGlobal, func(j Job) string { return j.Name })
+	c.Rollouts = newTable(c, "rollouts", mesh.ScopeGlobal, func(r Rollout) string { return r.Policy })
+	c.Drift = newTable(c, "drift", mesh.ScopeSite, func(d Drift) string { return d.Policy + "/" + d.Node })
+	c.Manifests = newTable(c, "artifacts", mesh.ScopeGlobal, func(m storage.Manifest) string {
+		return string(m.Kind) + "/" + m.Name + "/" + m.Version
+	})
+	return c
+}
+
+// Changed returns a channel closed at the next change of any table (then
+// call it again). Tables share it: a watcher re-reads what it needs.
+func (c *Catalog) Changed() <-chan struct{} { return c.store.Changed() }
+
+// WaitFor waits until every dep has replicated here at its version or
+// newer, ctx ends, or timeout passes; then it returns a *PendingError
+// naming what is still missing (key names the record that waits).
+func (c *Catalog) WaitFor(ctx context.Context, key string, deps []mesh.Dep, timeout time.Duration) error {
+	deadline := time.NewTimer(timeout)
+	defer deadline.Stop()
+	for {
+		changed := c.store.Changed()
+		missing := c.store.Missing(deps)
+		if len(missing) == 0 {
+			return nil
+		}
+		select {
+		case <-changed:
+		case <-ctx.Done():
+			return errors.Join(&PendingError{Key: key, Missing: missing}, ctx.Err())
+		case <-deadline.C:
+			return &PendingError{Key: key, Missing: missing}
+		}
+	}
+}
+
+// Table is one record kind: its values are T, stored under the table's
+// name as key prefix. Safe for concurrent use.
+type Table[T any] struct {
+	c     *Catalog
+	name  string
+	scope mesh.Scope
+	key   func(T) string
+
+	mu  sync.Mutex
+	bad map[string]uint64 // key → version already counted as undecodable
+}
+
+func newTable[T any](c *Catalog, name string, scope mesh.Scope, key func(T) string) *Table[T] {
+	return &Table[T]{c: c, name: name, scope: scope, key: key, bad: map[string]uint64{}}
+}
+
+// Name is the table's name, also its key prefix without the slash.
+func (t *Table[T]) Name() string { return t.name }
+
+// Scope is how far the table's records travel.
+func (t *Table[T]) Scope() mesh.Scope { return t.scope }
+
+// Key is the key of value v in this table.
+func (t *Table[T]) Key(v T) string { return t.key(v) }
+
+func (t *Table[T]) prefix() string { return t.name + "/" }
+
+func (t *Table[T]) decode(e mesh.Entry) (Record[T], error) {
+	r := Record[T]{Key: strings.TrimPrefix(e.Key, t.prefix()), Version: e.Version, Writer: e.Origin, Written: e.Written, Deps: e.Deps, fullKey: e.Key}
+	if err := json.Unmarshal(e.Value, &r.Value); err != nil {
+		t.mu.Lock()
+		if t.bad[r.Key] != e.Version {
+			t.bad[r.Key] = e.Version
+			t.c.decodes.WithLabelValues(t.name).Inc()
+		}
+		t.mu.Unlock()
+		return r, &DecodeError{Table: t.name, Key: r.Key, Version: e.Version, Err: err}
+	}
+	return r, nil
+}
+
+// Get returns the live record of key: ErrNotFound when absent or deleted,
+// a *DecodeError when it does not decode.
+func (t *Table[T]) Get(key string) (Record[T], error) {
+	e, ok := t.c.store.Lookup(t.prefix() + key)
+	if !ok || e.Deleted {
+		return Record[T]{}, fmt.Errorf("%w: %s/%s", ErrNotFound, t.name, key)
+	}
+	return t.decode(e)
+}
+
+// Value returns the live value of key (Get without the metadata).
+func (t *Table[T]) Value(key string) (T, error) {
+	r, err := t.Get(key)
+	return r.Value, err
+}
+
+// List returns every live record that decodes, sorted by key, and the
+// decode errors of those that do not (joined).
+func (t *Table[T]) List() ([]Record[T], error) {
+	entries := t.c.store.List(t.prefix())
+	out := make([]Record[T], 0, len(entries))
+	var errs []error
+	for _, e := range entries {
+		r, err := t.decode(e)
+		if err != nil {
+			errs = append(errs, err)
+			continue
+		}
+		out = append(out, r)
+	}
+	return out, errors.Join(errs...)
+}
+
+// Values is List without the metadata.
+func (t *Table[T]) Values() ([]T, error) {
+	recs, err := t.List()
+	out := make([]T, len(recs))
+	for i, r := range recs {
+		out[i] = r.Value
+	}
+	return out, err
+}
+
+// Put writes v under its key, derived from deps. The write is persisted
+// here before Put returns and then replicated.
+func (t *Table[T]) Put(v T, deps ...mesh.Dep) (Record[T], error) {
+	key := t.key(v)
+	b, err := json.Marshal(v)
+	if err != nil {
+		return Record[T]{}, fmt.Errorf("catalog: encode %s %q: %w", t.name, key, err)
+	}
+	e, err := t.c.store.Put(t.prefix()+key, b, mesh.PutOptions{Scope: t.scope, Deps: slices.Clone(deps)})
+	if err != nil {
+		return Record[T]{}, err
+	}
+	return Record[T]{Key: key, Value: v, Version: e.Version, Writer: e.Origin, Written: e.Written, Deps: e.Deps, fullKey: e.Key}, nil
+}
+
+// Delete deletes key (a tombstone). Deleting an absent key is not an error.
+func (t *Table[T]) Delete(key string) error { return t.c.store.Delete(t.prefix() + key) }
+
+// Ref names the live record of key at the version held here.
+func (t *Table[T]) Ref(key string) (mesh.Dep, bool) {
+	e, ok := t.c.store.Lookup(t.prefix() + key)
+	if !ok || e.Deleted {
+		return mesh.Dep{}, false
+	}
+	return mesh.Dep{Key: e.Key, Version: e.Version}, true
+}
+
+// Pending returns the dependencies of r not yet replicated here; empty
+// means r can be acted on.
+func (t *Table[T]) Pending(r Record[T]) []mesh.Dep { return t.c.store.Missing(r.Deps) }
+
+// Watch returns a channel closed at the next change of the catalog.
+func (t *Table[T]) Watch() <-chan struct{} { return t.c.store.Changed() }

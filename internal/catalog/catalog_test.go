@@ -1,0 +1,273 @@
+package catalog
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"slices"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	dto "github.com/prometheus/client_model/go"
+
+	"github.com/strata-mesh/strata/mesh"
+	"github.com/strata-mesh/strata/storage"
+)
+
+// memStore is a Store in memory whose entries can be delivered to another
+// memStore in any order, as gossip may deliver them.
+type memStore struct {
+	mu      sync.Mutex
+	kv      map[string]mesh.Entry
+	ver     uint64
+	changed chan struct{}
+}
+
+func newMemStore() *memStore {
+	return &memStore{kv: map[string]mesh.Entry{}, changed: make(chan struct{})}
+}
+
+func (s *memStore) notifyLocked() { close(s.changed); s.changed = make(chan struct{}) }
+
+func (s *memStore) Put(key string, v json.RawMessage, opts ...mesh.PutOptions) (mesh.Entry, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.ver++
+	e := mesh.Entry{Key: key, Value: v, Version: s.ver, Origin: "w", Written: time.Now()}
+	if len(opts) > 0 {
+		e.Scope, e.Deps = opts[0].Scope, opts[0].Deps
+	}
+	s.kv[key] = e
+	s.notifyLocked()
+	return e, nil
+}
+
+func (s *memStore) Delete(key string) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.ver++
+	s.kv[key] = mesh.Entry{Key: key, Version: s.ver, Deleted: true}
+	s.notifyLocked()
+	return nil
+}
+
+func (s *memStore) Lookup(key string) (mesh.Entry, bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	e, ok := s.kv[key]
+	return e, ok
+}
+
+func (s *memStore) List(prefix string) []mesh.Entry {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	var out []mesh.Entry
+	for k, e := range s.kv {
+		if strings.HasPrefix(k, prefix) && !e.Deleted {
+			out = append(out, e)
+		}
+	}
+	slices.SortFunc(out, func(a, b mesh.Entry) int { return strings.Compare(a.Key, b.Key) })
+	return out
+}
+
+func (s *memStore) Missing(deps []mesh.Dep) []mesh.Dep {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	var out []mesh.Dep
+	for _, d := range deps {
+		if e, ok := s.kv[d.Key]; !ok || e.Version < d.Version {
+			out = append(out, d)
+		}
+	}
+	return out
+}
+
+func (s *memStore) Changed() <-chan struct{} {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.changed
+}
+
+// deliver copies key's entry from s to dst, as replication would.
+func (s *memStore) deliver(dst *memStore, key string) {
+	e, ok := s.Lookup(key)
+	if !ok {
+		panic("deliver: no " + key)
+	}
+	dst.mu.Lock()
+	dst.kv[key] = e
+	dst.notifyLocked()
+	dst.mu.Unlock()
+}
+
+// TestOutOfOrderDelivery: for every record kind derived from another, a
+// reader that receives the dependent record first sees it pending (not
+// failed), and ready once the dependency arrives.
+func TestOutOfOrderDelivery(t *testing.T) {
+	t.Parallel()
+	type step struct {
+		name string
+		// write writes the dependency then the dependent at the writer
+		// and returns both full keys.
+		write func(c *Catalog) (dep, dependent string)
+		// pending reports whether the dependent is pending at the reader.
+		pending func(c *Catalog) (bool, error)
+	}
+	cases := []step{
+		{
+			name: "placement before its policy",
+			write: func(c *Catalog) (string, string) {
+				p, _ := c.Policies.Put(Policy{Kind: "TrainingJob", Name: "retrain-1", Generation: 1})
+				c.Placements.Put(Placement{Key: p.Key, State: StatePending}, p.Ref())
+				return "policies/TrainingJob/retrain-1", "placements/TrainingJob/retrain-1"
+			},
+			pending: func(c *Catalog) (bool, error) {
+				r, err := c.Placements.Get("TrainingJob/retrain-1")
+				return len(c.Placements.Pending(r)) > 0, err
+			},
+		},
+		{
+			name: "job record before its placement",
+			write: func(c *Catalog) (string, string) {
+				p, _ := c.Placements.Put(Placement{Key: "TrainingJob/j", Epoch: 3})
+				c.Jobs.Put(Job{Name: "j", Key: "TrainingJob/j", Epoch: 3}, p.Ref())
+				return "placements/TrainingJob/j", "jobs/j"
+			},
+			pending: func(c *Catalog) (bool, error) {
+				r, err := c.Jobs.Get("j")
+				return len(c.Jobs.Pending(r)) > 0, err
+			},
+		},
+		{
+			name: "rollout before its policy's new generation",
+			write: func(c *Catalog) (string, string) {
+				p, _ := c.Policies.Put(Policy{Kind: "InferenceService", Name: "s", Generation: 2})
+				c.Rollouts.Put(Rollout{Policy: "InferenceService/s", Generation: 2}, p.Ref())
+				return "policies/InferenceService/s", "rollouts/InferenceService/s"
+			},
+			pending: func(c *Catalog) (bool, error) {
+				r, err := c.Rollouts.Get("InferenceService/s")
+				return len(c.Rollouts.Pending(r)) > 0, err
+			},
+		},
+		{
+			name: "drift state before the manifest it watches",
+			write: func(c *Catalog) (string, string) {
+				m, _ := c.Manifests.Put(storage.Manifest{Kind: storage.KindModel, Name: "m", Version: "2"})
+				c.Drift.Put(Drift{Policy: "InferenceService/s", Node: "edge-1", Model: "m", Version: "2"}, m.Ref())
+				return "artifacts/model/m/2", "drift/InferenceService/s/edge-1"
+			},
+			pending: func(c *Catalog) (bool, error) {
+				r, err := c.Drift.Get("InferenceService/s/edge-1")
+				return len(c.Drift.Pending(r)) > 0, err
+			},
+		},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			ws, rs := newMemStore(), newMemStore()
+			writer, reader := New(ws, nil), New(rs, nil)
+			dep, dependent := tc.write(writer)
+			ws.deliver(rs, dependent)
+			if p, err := tc.pending(reader); err != nil || !p {
+				t.Fatalf("dependent first: pending = %v, err = %v; want pending, no error", p, err)
+			}
+			done := make(chan error, 1)
+			go func() {
+				done <- reader.WaitFor(context.Background(), dependent, mustDeps(t, rs, dependent), time.Minute)
+			}()
+			ws.deliver(rs, dep)
+			if err := <-done; err != nil {
+				t.Fatalf("WaitFor after the dependency arrived: %v", err)
+			}
+			if p, err := tc.pending(reader); err != nil || p {
+				t.Fatalf("after the dependency: pending = %v, err = %v; want ready", p, err)
+			}
+		})
+	}
+}
+
+func mustDeps(t *testing.T, s *memStore, key string) []mesh.Dep {
+	e, ok := s.Lookup(key)
+	if !ok {
+		t.Fatalf("no %s", key)
+	}
+	return e.Deps
+}
+
+func TestWaitForGivesUpWithPendingError(t *testing.T) {
+	t.Parallel()
+	c := New(newMemStore(), nil)
+	err := c.WaitFor(context.Background(), "placements/x", []mesh.Dep{{Key: "policies/x", Version: 9}}, 10*time.Millisecond)
+	var pe *PendingError
+	if !errors.As(err, &pe) || len(pe.Missing) != 1 || pe.Missing[0].Key != "policies/x" {
+		t.Fatalf("WaitFor = %v, want a PendingError naming policies/x", err)
+	}
+	if want := "catalog: placements/x is pending: waiting for policies/x to replicate"; err.Error() != want {
+		t.Errorf("error = %q, want %q", err, want)
+	}
+}
+
+func TestDecodeErrorsReturnedAndCountedOnce(t *testing.T) {
+	t.Parallel()
+	s := newMemStore()
+	reg := prometheus.NewRegistry()
+	c := New(s, reg)
+	c.Policies.Put(Policy{Kind: "InferenceService", Name: "good"})
+	s.Put("policies/InferenceService/bad", json.RawMessage(`{"kind": 7}`))
+	for range 3 {
+		got, err := c.Policies.Values()
+		if len(got) != 1 || got[0].Name != "good" {
+			t.Fatalf("Values = %+v, want the good one", got)
+		}
+		var de *DecodeError
+		if !errors.As(err, &de) || de.Table != "policies" || de.Key != "InferenceService/bad" {
+			t.Fatalf("err = %v, want a DecodeError for policies InferenceService/bad", err)
+		}
+	}
+	if _, err := c.Policies.Get("InferenceService/bad"); err == nil {
+		t.Error("Get of an undecodable record: no error")
+	}
+	var m dto.Metric
+	if err := c.decodes.WithLabelValues("policies").Write(&m); err != nil {
+		t.Fatal(err)
+	}
+	if n := m.GetCounter().GetValue(); n != 1 {
+		t.Errorf("decode errors counted %v times, want once per record version", n)
+	}
+}
+
+func TestGetDeletedIsNotFound(t *testing.T) {
+	t.Parallel()
+	c := New(newMemStore(), nil)
+	c.Jobs.Put(Job{Name: "j"})
+	if err := c.Jobs.Delete("j"); err != nil {
+		t.Fatal(err)
+	}
+	_, err := c.Jobs.Get("j")
+	if !errors.Is(err, ErrNotFound) || !errors.Is(err, mesh.ErrNotFound) {
+		t.Errorf("Get(deleted) = %v, want ErrNotFound (and mesh.ErrNotFound)", err)
+	}
+	if _, ok := c.Jobs.Ref("j"); ok {
+		t.Error("Ref of a deleted record")
+	}
+}
+
+func TestScopes(t *testing.T) {
+	t.Parallel()
+	s := newMemStore()
+	c := New(s, nil)
+	c.Drift.Put(Drift{Policy: "InferenceService/s", Node: "n"})
+	c.Policies.Put(Policy{Kind: "InferenceService", Name: "s"})
+	if e, _ := s.Lookup("drift/InferenceService/s/n"); e.Scope != mesh.ScopeSite {
+		t.Errorf("drift scope %q, want site", e.Scope)
+	}
+	if e, _ := s.Lookup("policies/InferenceService/s"); e.Scope != mesh.ScopeGlobal {
+		t.Errorf("policy scope %q, want global", e.Scope)
+	}
+}

@@ -1,0 +1,230 @@
+package catalog
+
+import (
+	"time"
+
+	"github.com/strata-mesh/strata/infer/drift"
+	"github.com/strata-mesh/strata/placement"
+	"github.com/strata-mesh/strata/trainer"
+)
+
+// Placement states.
+const (
+	StatePending = "pending" // placed, waiting for the nodes to admit it
+	StatePlaced  = "placed"  // every chosen node admitted it
+	StateFailed  = "failed"  // no feasible placement now; retried
+	StateDone    = "done"    // a training job ended; its nodes are free
+)
+
+// Policy is an applied policy as the mesh's catalog holds it.
+type Policy struct {
+	Kind string `json:"kind"`
+	Name string `json:"name"`
+	// Source is the YAML document as applied; every agent re-parses it.
+	Source string `json:"source"`
+	// File is the file name it was applied from, for error messages.
+	File string `json:"file,omitempty"`
+	// Generation counts applies that changed Source.
+	Generation uint64    `json:"generation"`
+	Applied    time.Time `json:"applied"`
+	// AppliedAt is the agent that took the apply.
+	AppliedAt string `json:"applied_at"`
+}
+
+// Key is the policy's identity, "Kind/name".
+func (p Policy) Key() string { return p.Kind + "/" + p.Name }
+
+// Placement is where a policy's owner placed it.
+type Placement struct {
+	Key  string `json:"key"`
+	Kind string `json:"kind"`
+	Name string `json:"name"`
+	// Owner is the controller agent that placed it; Epoch counts
+	// placements of this policy, so a stale owner's write is recognisable.
+	Owner string `json:"owner"`
+	Epoch uint64 `json:"epoch"`
+	// Generation is the policy generation placed.
+	Generation uint64 `json:"generation"`
+	// State is pending, placed or failed.
+	State string `json:"state"`
+	// Nodes are the chosen nodes; Wanted how many the policy asks for.
+	Nodes  []PlacedNode `json:"nodes"`
+	Wanted int          `json:"wanted"`
+	// Message says what happened in a line; Fallbacks and Rejected say why.
+	Message   string                   `json:"message,omitempty"`
+	Fallbacks []placement.Fallback     `json:"fallbacks,omitempty"`
+	Rejected  map[placement.Reason]int `json:"rejected,omitempty"`
+	Refused   map[string]string        `json:"refused,omitempty"` // node → reason, nodes that refused earlier epochs
+	Resources placement.Resources      `json:"resources"`
+	Updated   time.Time                `json:"updated"`
+}
+
+// PlacedNode is one chosen node and whether it has admitted the work.
+type PlacedNode struct {
+	Name     string `json:"name"`
+	ID       string `json:"id"`
+	Tier     string `json:"tier"`
+	Site     string `json:"site"`
+	Rank     int    `json:"rank"`
+	Admitted bool   `json:"admitted"`
+}
+
+// Job states, as trainer states them.
+const (
+	JobPending   = string(trainer.StatePending)
+	JobRunning   = string(trainer.StateRunning)
+	JobSucceeded = string(trainer.StateSucceeded)
+	JobFailed    = string(trainer.StateFailed)
+)
+
+// Job is one training job's run, as the catalog holds it (GET
+// /v1/jobs).
+type Job struct {
+	Name string `json:"name"`
+	Key  string `json:"key"`
+	// Generation and Epoch are the policy generation and placement epoch
+	// run; a job runs once per generation.
+	Generation uint64 `json:"generation"`
+	Epoch      uint64 `json:"epoch"`
+	State      string `json:"state"`
+	Launcher   string `json:"launcher"`
+	// Nodes are the gang's members by rank; Node runs rank 0 and keeps
+	// the logs.
+	Nodes []string `json:"nodes"`
+	Node  string   `json:"node"`
+	// RetrainOf is the InferenceService this job retrains, if any.
+	RetrainOf string `json:"retrain_of,omitempty"`
+	// Model and Version name the model the job registered; Digest its
+	// bytes; Accuracy the trainer's holdout accuracy when known.
+	Model    string  `json:"model,omitempty"`
+	Version  string  `json:"version,omitempty"`
+	Digest   string  `json:"digest,omitempty"`
+	Accuracy float64 `json:"accuracy,omitempty"`
+	// Members are the launcher's per-rank states.
+	Members  []trainer.MemberStatus `json:"members,omitempty"`
+	Attempt  int                    `json:"attempt,omitempty"`
+	Error    string                 `json:"error,omitempty"`
+	Created  time.Time              `json:"created"`
+	Started  time.Time              `json:"started,omitzero"`
+	Finished time.Time              `json:"finished,omitzero"`
+}
+
+// Terminal says the job has ended.
+func (j Job) Terminal() bool { return j.State == JobSucceeded || j.State == JobFailed }
+
+// Rollout stages. A rollout begins retraining when drift is detected,
+// becomes a canary at the drifted site when the job registered a model,
+// and ends promoted (everywhere), rolled back, or failed (the job failed).
+const (
+	StageRetraining = "retraining"
+	StageCanary     = "canary"
+	StagePromoted   = "promoted"
+	StageRolledBack = "rolled-back"
+	StageFailed     = "failed"
+)
+
+// Rollout is a service's latest retrain-and-rollout, written by the
+// service's owner (GET /v1/placements shows it with the placement).
+type Rollout struct {
+	Policy string `json:"policy"`
+	// Generation is the policy generation it belongs to: applying the
+	// policy again starts afresh.
+	Generation uint64 `json:"generation"`
+	// Seq counts the service's retrains.
+	Seq   int    `json:"seq"`
+	Stage string `json:"stage"`
+	Model string `json:"model"`
+	// From is the version served when drift was detected; To the new one.
+	From string `json:"from"`
+	To   string `json:"to,omitempty"`
+	// Job is the TrainingJob's name.
+	Job     string        `json:"job,omitempty"`
+	Trigger *DriftTrigger `json:"trigger,omitempty"`
+	// CanarySite and CanaryNodes serve To first; Served and Failed are
+	// their requests on it so far, against CanaryRequests and
+	// MaxErrorRate.
+	CanarySite     string        `json:"canary_site,omitempty"`
+	CanaryNodes    []string      `json:"canary_nodes,omitempty"`
+	CanaryRequests int           `json:"canary_requests,omitempty"`
+	MaxErrorRate   float64       `json:"max_error_rate,omitempty"`
+	Served         uint64        `json:"served,omitempty"`
+	Failed         uint64        `json:"failed,omitempty"`
+	Message        string        `json:"message"`
+	Started        time.Time     `json:"started"`
+	Updated        time.Time     `json:"updated"`
+	Steps          []RolloutStep `json:"steps"`
+}
+
+// DriftTrigger is the drift alarm that started a retrain.
+type DriftTrigger struct {
+	Site      string    `json:"site"`
+	Node      string    `json:"node"`
+	Version   string    `json:"version"`
+	Samples   int64     `json:"samples"`
+	At        time.Time `json:"at"`
+	Feature   string    `json:"feature"`
+	Statistic float64   `json:"statistic"`
+	Detector  string    `json:"detector"`
+	// Drifted names every feature (and "prediction") past the threshold.
+	Drifted []string `json:"drifted"`
+}
+
+// RolloutStep is one stage change.
+type RolloutStep struct {
+	Time    time.Time `json:"time"`
+	Stage   string    `json:"stage"`
+	Message string    `json:"message"`
+}
+
+// Active says the rollout is under way (not ended).
+func (r Rollout) Active() bool { return r.Stage == StageRetraining || r.Stage == StageCanary }
+
+// Drift is one node's drift monitor for one policy's model, as the
+// mesh's catalog holds it (GET /v1/drift).
+type Drift struct {
+	Policy  string `json:"policy"`
+	Model   string `json:"model"`
+	Version string `json:"version"`
+	Site    string `json:"site"`
+	Node    string `json:"node"`
+	// Detector, Threshold and Window are the monitor's settings.
+	Detector  string  `json:"detector"`
+	Threshold float64 `json:"threshold"`
+	Window    int     `json:"window"`
+	// Reference says what the live window is compared with: "training"
+	// (the summary shipped with the model) or "first" (the first Window
+	// live samples); Ready is false while "first" is still collecting.
+	Reference string `json:"reference"`
+	Ready     bool   `json:"ready"`
+	// Seen counts the samples observed by this version's monitor here.
+	Seen int64 `json:"seen"`
+	// Alarmed is the hysteresis state; AlarmSeen and AlarmAt say when the
+	// current alarm fired.
+	Alarmed   bool      `json:"alarmed"`
+	AlarmSeen int64     `json:"alarm_seen,omitempty"`
+	AlarmAt   time.Time `json:"alarm_at,omitzero"`
+	// Scores are the latest evaluation's, per feature then the prediction.
+	Scores []drift.Score `json:"scores,omitempty"`
+	// History is the worst score of recent evaluations, oldest first.
+	History []DriftPoint `json:"history,omitempty"`
+	// Served and Failed count the version's requests here (for canaries).
+	Served uint64 `json:"served"`
+	Failed uint64 `json:"failed"`
+	// Dropped counts sampled rows the monitor could not keep up with.
+	Dropped uint64 `json:"dropped,omitempty"`
+	// Error says why the monitor cannot run (no reference, unknown
+	// feature).
+	Error   string    `json:"error,omitempty"`
+	Updated time.Time `json:"updated"`
+}
+
+// DriftPoint is one evaluation in a Drift's history.
+type DriftPoint struct {
+	Time time.Time `json:"time"`
+	Seen int64     `json:"seen"`
+	// Feature is the worst feature; Statistic its score (the corrected
+	// p-value for KS).
+	Feature   string  `json:"feature"`
+	Statistic float64 `json:"statistic"`
+	Drifted   bool    `json:"drifted"`
+}
