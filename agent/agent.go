@@ -12,6 +12,7 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"sort"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -20,7 +21,9 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 
+	"github.com/strata-mesh/strata/internal/artifacts"
 	"github.com/strata-mesh/strata/internal/catalog"
+	"github.com/strata-mesh/strata/internal/events"
 	"gopkg.in/yaml.v3"
 
 	"github.com/strata-mesh/strata/agent/discover"
@@ -55,7 +58,8 @@ type Agent struct {
 	compile func(PolicyRecord) (*placement.Request, error)
 	// noJobs leaves placed training jobs unrun (tests of placement alone).
 	noJobs atomic.Bool
-	art    *artifacts // nil without a mesh CA
+	dp     *dataPlane // nil without a mesh CA
+	art    *artifacts.Service
 	inf    *infer.Server
 	infErr error // why inf is nil
 	srvg   *serving
@@ -63,7 +67,7 @@ type Agent struct {
 	// jobRunner runs the training jobs placed here; events derives the
 	// /v1/events stream.
 	jobRunner *jobRunner
-	events    *events
+	events    *events.Stream
 
 	// decodeSeen holds the catalog decode errors logged already.
 	decodeMu   sync.Mutex
@@ -111,10 +115,10 @@ func New(cfg Config) (*Agent, error) {
 	if err := a.checkFingerprint(); err != nil {
 		return fail(err)
 	}
-	if a.art, err = a.openArtifacts(); err != nil {
+	if a.dp, err = a.openArtifacts(); err != nil {
 		return fail(fmt.Errorf("agent: artifacts: %w", err))
 	}
-	a.drift, a.jobRunner, a.events = newDriftWatch(a), newJobRunner(a), newEvents(a)
+	a.drift, a.jobRunner = newDriftWatch(a), newJobRunner(a)
 	a.inf, a.infErr = a.openInference()
 	if a.infErr != nil {
 		a.log.Warn("inference disabled", "err", a.infErr)
@@ -145,10 +149,16 @@ func New(cfg Config) (*Agent, error) {
 		return fail(err)
 	}
 	a.cat = catalog.New(a.mesh, a.reg)
-	if a.art != nil {
+	a.events = events.New(a.cat)
+	ac := artifacts.Config{Mesh: a.mesh, Catalog: a.cat, Logger: a.log}
+	if a.dp != nil {
+		ac.Store, ac.Node, ac.Signing = a.dp.store, a.dp.node, a.dp.signing
+	}
+	a.art = artifacts.New(ac)
+	if a.dp != nil {
 		// A data plane bound to all interfaces is reached at the gossip
 		// address's host.
-		data := a.art.node.Addr().String()
+		data := a.dp.node.Addr().String()
 		if h, port, err := net.SplitHostPort(data); err == nil && net.ParseIP(h).IsUnspecified() {
 			gh, _, _ := net.SplitHostPort(a.mesh.GossipAddr())
 			data = net.JoinHostPort(gh, port)
@@ -201,7 +211,7 @@ func (a *Agent) Run(ctx context.Context) error {
 	}()
 	go func() {
 		defer wg.Done()
-		a.events.run(runCtx)
+		a.events.Run(runCtx)
 	}()
 	go func() {
 		defer wg.Done()
@@ -255,7 +265,7 @@ func (a *Agent) Close() error {
 		if a.inf != nil {
 			errs = append(errs, a.inf.Close())
 		}
-		errs = append(errs, a.art.close())
+		errs = append(errs, a.dp.close())
 		if a.db != nil {
 			errs = append(errs, a.db.Close())
 		}
@@ -343,9 +353,14 @@ func (a *Agent) discover() mesh.NodeState {
 		Capabilities: caps,
 		Addrs:        mesh.Addrs{API: a.ln.Addr().String()},
 	}
-	if a.art != nil {
-		st.Addrs.Data = a.art.node.Addr().String()
-		st.Locality.Artifacts = a.art.localDigests()
+	if a.dp != nil {
+		st.Addrs.Data = a.dp.node.Addr().String()
+		if blobs, err := a.dp.store.Blobs(); err == nil {
+			for _, b := range blobs {
+				st.Locality.Artifacts = append(st.Locality.Artifacts, b.Digest)
+			}
+			sort.Strings(st.Locality.Artifacts)
+		}
 	}
 	st.Load = a.loadFrom(caps, nil)
 	st.Controller = c.Tier != mesh.TierEdge

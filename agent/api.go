@@ -1,12 +1,13 @@
 package agent
 
 import (
-	"encoding/json"
 	"errors"
 	"fmt"
 	"net/http"
 	"net/url"
 	"strings"
+
+	"github.com/strata-mesh/strata/internal/httpjson"
 
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
@@ -14,22 +15,7 @@ import (
 )
 
 // apiError is the body of every error response.
-type apiError struct {
-	Error string `json:"error"`
-	Field string `json:"field,omitempty"`
-}
-
-func writeJSON(w http.ResponseWriter, code int, v any) {
-	w.Header().Set("Content-Type", "application/json")
-	w.WriteHeader(code)
-	enc := json.NewEncoder(w)
-	enc.SetIndent("", "  ")
-	_ = enc.Encode(v)
-}
-
-func writeError(w http.ResponseWriter, code int, field, format string, args ...any) {
-	writeJSON(w, code, apiError{Error: fmt.Sprintf(format, args...), Field: field})
-}
+type apiError = httpjson.ErrorBody
 
 // routes builds the HTTP API.
 func (a *Agent) routes() http.Handler {
@@ -55,12 +41,12 @@ func (a *Agent) routes() http.Handler {
 	mux.HandleFunc("GET /v1/jobs", a.handleJobs)
 	mux.HandleFunc("GET /v1/jobs/{name}", a.handleJob)
 	mux.HandleFunc("GET /v1/jobs/{name}/logs", a.handleJobLogs)
-	mux.HandleFunc("GET /v1/events", a.handleEvents)
+	mux.Handle("GET /v1/events", a.events)
 	mux.HandleFunc("/v2/", a.handleV2)
 	mux.HandleFunc("/v2", a.handleV2)
 	mux.Handle("GET /metrics", promhttp.HandlerFor(a.reg, promhttp.HandlerOpts{}))
 	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
-		writeError(w, http.StatusNotFound, "", "no such endpoint: %s %s", r.Method, r.URL.Path)
+		httpjson.Error(w, http.StatusNotFound, "", "no such endpoint: %s %s", r.Method, r.URL.Path)
 	})
 	return methodJSON(mux)
 }
@@ -72,7 +58,7 @@ func methodJSON(mux *http.ServeMux) http.Handler {
 		if _, pattern := mux.Handler(r); pattern == "/" {
 			for _, m := range []string{http.MethodGet, http.MethodPost, http.MethodDelete} {
 				if _, p := mux.Handler(withMethod(r, m)); p != "/" && p != "" {
-					writeError(w, http.StatusMethodNotAllowed, "", "method %s not allowed on %s", r.Method, r.URL.Path)
+					httpjson.Error(w, http.StatusMethodNotAllowed, "", "method %s not allowed on %s", r.Method, r.URL.Path)
 					return
 				}
 			}
@@ -87,26 +73,8 @@ func withMethod(r *http.Request, method string) *http.Request {
 	return &c
 }
 
-// checkParams rejects query parameters the endpoint does not know, so a typo
-// is an error instead of a silently ignored filter.
-func checkParams(w http.ResponseWriter, q url.Values, allowed ...string) bool {
-	for k := range q {
-		ok := false
-		for _, a := range allowed {
-			if k == a {
-				ok = true
-			}
-		}
-		if !ok {
-			writeError(w, http.StatusBadRequest, k, "unknown query parameter %q (allowed: %s)", k, strings.Join(allowed, ", "))
-			return false
-		}
-	}
-	return true
-}
-
 func (a *Agent) handleHealth(w http.ResponseWriter, r *http.Request) {
-	if !checkParams(w, r.URL.Query()) {
+	if !httpjson.CheckParams(w, r.URL.Query()) {
 		return
 	}
 	alive := 0
@@ -115,26 +83,26 @@ func (a *Agent) handleHealth(w http.ResponseWriter, r *http.Request) {
 			alive++
 		}
 	}
-	writeJSON(w, http.StatusOK, map[string]any{"status": "ok", "node": a.cfg.Name, "id": a.ID(), "alive_members": alive})
+	httpjson.Write(w, http.StatusOK, map[string]any{"status": "ok", "node": a.cfg.Name, "id": a.ID(), "alive_members": alive})
 }
 
 func (a *Agent) handleSelf(w http.ResponseWriter, r *http.Request) {
-	if !checkParams(w, r.URL.Query()) {
+	if !httpjson.CheckParams(w, r.URL.Query()) {
 		return
 	}
 	n, err := a.mesh.Node(a.ID())
 	if err != nil {
-		writeError(w, http.StatusInternalServerError, "", "%v", err)
+		httpjson.Error(w, http.StatusInternalServerError, "", "%v", err)
 		return
 	}
-	writeJSON(w, http.StatusOK, n)
+	httpjson.Write(w, http.StatusOK, n)
 }
 
 func (a *Agent) handleMembers(w http.ResponseWriter, r *http.Request) {
-	if !checkParams(w, r.URL.Query()) {
+	if !httpjson.CheckParams(w, r.URL.Query()) {
 		return
 	}
-	writeJSON(w, http.StatusOK, a.mesh.Members())
+	httpjson.Write(w, http.StatusOK, a.mesh.Members())
 }
 
 // nodeFilter selects nodes by tier, site and labels (all must match).
@@ -178,12 +146,12 @@ func (f nodeFilter) match(n mesh.Node) bool {
 
 func (a *Agent) handleNodes(w http.ResponseWriter, r *http.Request) {
 	q := r.URL.Query()
-	if !checkParams(w, q, "tier", "site", "label") {
+	if !httpjson.CheckParams(w, q, "tier", "site", "label") {
 		return
 	}
 	f, perr := parseNodeFilter(q)
 	if perr != nil {
-		writeJSON(w, http.StatusBadRequest, perr)
+		httpjson.Write(w, http.StatusBadRequest, perr)
 		return
 	}
 	out := []mesh.Node{}
@@ -192,23 +160,23 @@ func (a *Agent) handleNodes(w http.ResponseWriter, r *http.Request) {
 			out = append(out, n)
 		}
 	}
-	writeJSON(w, http.StatusOK, out)
+	httpjson.Write(w, http.StatusOK, out)
 }
 
 func (a *Agent) handleNode(w http.ResponseWriter, r *http.Request) {
-	if !checkParams(w, r.URL.Query()) {
+	if !httpjson.CheckParams(w, r.URL.Query()) {
 		return
 	}
 	n, err := a.mesh.Node(r.PathValue("id"))
 	if errors.Is(err, mesh.ErrUnknownNode) {
-		writeError(w, http.StatusNotFound, "", "no node named or with ID %q", r.PathValue("id"))
+		httpjson.Error(w, http.StatusNotFound, "", "no node named or with ID %q", r.PathValue("id"))
 		return
 	}
 	if err != nil {
-		writeError(w, http.StatusInternalServerError, "", "%v", err)
+		httpjson.Error(w, http.StatusInternalServerError, "", "%v", err)
 		return
 	}
-	writeJSON(w, http.StatusOK, n)
+	httpjson.Write(w, http.StatusOK, n)
 }
 
 // rttResponse is the body of GET /v1/rtt.
@@ -220,7 +188,7 @@ type rttResponse struct {
 
 func (a *Agent) handleRTT(w http.ResponseWriter, r *http.Request) {
 	q := r.URL.Query()
-	if !checkParams(w, q, "from", "to") {
+	if !httpjson.CheckParams(w, q, "from", "to") {
 		return
 	}
 	from, to := q.Get("from"), q.Get("to")
@@ -228,20 +196,20 @@ func (a *Agent) handleRTT(w http.ResponseWriter, r *http.Request) {
 		from = a.cfg.Name
 	}
 	if to == "" {
-		writeError(w, http.StatusBadRequest, "to", "to is required: GET /v1/rtt?from=NODE&to=NODE (from defaults to this node)")
+		httpjson.Error(w, http.StatusBadRequest, "to", "to is required: GET /v1/rtt?from=NODE&to=NODE (from defaults to this node)")
 		return
 	}
 	d, err := a.mesh.RTT(from, to)
 	switch {
 	case errors.Is(err, mesh.ErrUnknownNode):
-		writeError(w, http.StatusNotFound, "", "%s", strings.TrimPrefix(err.Error(), "mesh: "))
+		httpjson.Error(w, http.StatusNotFound, "", "%s", strings.TrimPrefix(err.Error(), "mesh: "))
 		return
 	case errors.Is(err, mesh.ErrNoCoordinate):
-		writeError(w, http.StatusServiceUnavailable, "", "%s (coordinates settle within seconds of joining)", strings.TrimPrefix(err.Error(), "mesh: "))
+		httpjson.Error(w, http.StatusServiceUnavailable, "", "%s (coordinates settle within seconds of joining)", strings.TrimPrefix(err.Error(), "mesh: "))
 		return
 	case err != nil:
-		writeError(w, http.StatusInternalServerError, "", "%v", err)
+		httpjson.Error(w, http.StatusInternalServerError, "", "%v", err)
 		return
 	}
-	writeJSON(w, http.StatusOK, rttResponse{From: from, To: to, RTTMs: float64(d.Microseconds()) / 1000})
+	httpjson.Write(w, http.StatusOK, rttResponse{From: from, To: to, RTTMs: float64(d.Microseconds()) / 1000})
 }

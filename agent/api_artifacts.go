@@ -12,6 +12,8 @@ import (
 	"sort"
 	"strings"
 
+	"github.com/strata-mesh/strata/internal/httpjson"
+
 	"github.com/strata-mesh/strata/infer/drift"
 	"github.com/strata-mesh/strata/mesh"
 	"github.com/strata-mesh/strata/mesh/dataplane"
@@ -25,13 +27,13 @@ func parseKind(w http.ResponseWriter, s string) (storage.Kind, bool) {
 	case storage.KindDataset:
 		return storage.KindDataset, true
 	}
-	writeError(w, http.StatusBadRequest, "kind", "kind %q: use model or dataset", s)
+	httpjson.Error(w, http.StatusBadRequest, "kind", "kind %q: use model or dataset", s)
 	return "", false
 }
 
 func (a *Agent) needArtifacts(w http.ResponseWriter) bool {
-	if a.art == nil {
-		writeError(w, http.StatusServiceUnavailable, "", "%v", ErrNoDataPlane)
+	if !a.art.Enabled() {
+		httpjson.Error(w, http.StatusServiceUnavailable, "", "%v", ErrNoDataPlane)
 		return false
 	}
 	return true
@@ -41,7 +43,7 @@ func (a *Agent) needArtifacts(w http.ResponseWriter) bool {
 // POST /v1/artifacts?name=N&version=V[&kind=dataset].
 func (a *Agent) handlePush(w http.ResponseWriter, r *http.Request) {
 	q := r.URL.Query()
-	if !a.authorized(w, r) || !checkParams(w, q, "name", "version", "kind") || !a.needArtifacts(w) {
+	if !a.authorized(w, r) || !httpjson.CheckParams(w, q, "name", "version", "kind") || !a.needArtifacts(w) {
 		return
 	}
 	kind, ok := parseKind(w, q.Get("kind"))
@@ -50,41 +52,41 @@ func (a *Agent) handlePush(w http.ResponseWriter, r *http.Request) {
 	}
 	name, version := q.Get("name"), q.Get("version")
 	if name == "" || version == "" {
-		writeError(w, http.StatusBadRequest, "name", "name and version are required: POST /v1/artifacts?name=N&version=V")
+		httpjson.Error(w, http.StatusBadRequest, "name", "name and version are required: POST /v1/artifacts?name=N&version=V")
 		return
 	}
 	// Spool to the store's disk first: Publish reads the bytes twice (chunk
 	// digests, then the blob) and must not hold a large model in memory.
 	tmp, err := os.CreateTemp(filepath.Join(a.cfg.DataDir, "artifacts"), "upload-*")
 	if err != nil {
-		writeError(w, http.StatusInternalServerError, "", "%v", err)
+		httpjson.Error(w, http.StatusInternalServerError, "", "%v", err)
 		return
 	}
 	defer os.Remove(tmp.Name())
 	meta, field, err := spoolUpload(r, tmp)
 	tmp.Close()
 	if err != nil {
-		writeError(w, http.StatusBadRequest, field, "%v", err)
+		httpjson.Error(w, http.StatusBadRequest, field, "%v", err)
 		return
 	}
-	m, err := a.publish(r.Context(), tmp.Name(), storage.PublishSpec{Kind: kind, Name: name, Version: version, Metadata: meta})
+	m, err := a.art.Publish(r.Context(), tmp.Name(), storage.PublishSpec{Kind: kind, Name: name, Version: version, Metadata: meta})
 	switch {
 	case errors.Is(err, storage.ErrExists):
-		writeError(w, http.StatusConflict, "version", "%v", err)
+		httpjson.Error(w, http.StatusConflict, "version", "%v", err)
 		return
 	case errors.Is(err, storage.ErrInvalidManifest):
-		writeError(w, http.StatusBadRequest, "", "%v", err)
+		httpjson.Error(w, http.StatusBadRequest, "", "%v", err)
 		return
 	case err != nil:
-		writeError(w, http.StatusInternalServerError, "", "%v", err)
+		httpjson.Error(w, http.StatusInternalServerError, "", "%v", err)
 		return
 	}
-	writeJSON(w, http.StatusCreated, m)
+	httpjson.Write(w, http.StatusCreated, m)
 }
 
 func (a *Agent) handleArtifacts(w http.ResponseWriter, r *http.Request) {
 	q := r.URL.Query()
-	if !checkParams(w, q, "kind") {
+	if !httpjson.CheckParams(w, q, "kind") {
 		return
 	}
 	var kind storage.Kind
@@ -98,7 +100,7 @@ func (a *Agent) handleArtifacts(w http.ResponseWriter, r *http.Request) {
 	if out == nil {
 		out = []ArtifactInfo{}
 	}
-	writeJSON(w, http.StatusOK, out)
+	httpjson.Write(w, http.StatusOK, out)
 }
 
 // ModelInfo is one model with its versions, newest first.
@@ -122,30 +124,30 @@ func (a *Agent) models() []ModelInfo {
 }
 
 func (a *Agent) handleModels(w http.ResponseWriter, r *http.Request) {
-	if !checkParams(w, r.URL.Query()) {
+	if !httpjson.CheckParams(w, r.URL.Query()) {
 		return
 	}
-	writeJSON(w, http.StatusOK, a.models())
+	httpjson.Write(w, http.StatusOK, a.models())
 }
 
 func (a *Agent) handleModel(w http.ResponseWriter, r *http.Request) {
-	if !checkParams(w, r.URL.Query()) {
+	if !httpjson.CheckParams(w, r.URL.Query()) {
 		return
 	}
 	for _, m := range a.models() {
 		if m.Name == r.PathValue("name") {
-			writeJSON(w, http.StatusOK, m)
+			httpjson.Write(w, http.StatusOK, m)
 			return
 		}
 	}
-	writeError(w, http.StatusNotFound, "", "no model named %q", r.PathValue("name"))
+	httpjson.Error(w, http.StatusNotFound, "", "no model named %q", r.PathValue("name"))
 }
 
 // handlePull fetches an artifact here and answers when it is held:
 // POST /v1/artifacts/pull?name=N[&version=V][&kind=dataset].
 func (a *Agent) handlePull(w http.ResponseWriter, r *http.Request) {
 	q := r.URL.Query()
-	if !a.authorized(w, r) || !checkParams(w, q, "name", "version", "kind") || !a.needArtifacts(w) {
+	if !a.authorized(w, r) || !httpjson.CheckParams(w, q, "name", "version", "kind") || !a.needArtifacts(w) {
 		return
 	}
 	kind, ok := parseKind(w, q.Get("kind"))
@@ -153,31 +155,31 @@ func (a *Agent) handlePull(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	if q.Get("name") == "" {
-		writeError(w, http.StatusBadRequest, "name", "name is required")
+		httpjson.Error(w, http.StatusBadRequest, "name", "name is required")
 		return
 	}
-	m, err := a.lookupManifest(kind, q.Get("name"), q.Get("version"))
+	m, err := a.art.Lookup(kind, q.Get("name"), q.Get("version"))
 	if errors.Is(err, mesh.ErrNotFound) {
-		writeError(w, http.StatusNotFound, "", "%s", trimMesh(err))
+		httpjson.Error(w, http.StatusNotFound, "", "%s", trimMesh(err))
 		return
 	}
-	res, err := a.pull(r.Context(), m, nil)
+	res, err := a.art.Pull(r.Context(), m, nil)
 	if err != nil {
-		writeError(w, http.StatusBadGateway, "", "pull %s: %v", m.Ref(), err)
+		httpjson.Error(w, http.StatusBadGateway, "", "pull %s: %v", m.Ref(), err)
 		return
 	}
-	writeJSON(w, http.StatusOK, res.Status)
+	httpjson.Write(w, http.StatusOK, res.Status)
 }
 
 func (a *Agent) handleTransfers(w http.ResponseWriter, r *http.Request) {
-	if !checkParams(w, r.URL.Query()) {
+	if !httpjson.CheckParams(w, r.URL.Query()) {
 		return
 	}
 	out := []dataplane.TransferStatus{}
-	if a.art != nil {
-		out = append(out, a.art.node.Transfers()...)
+	if a.art.Enabled() {
+		out = append(out, a.art.Node().Transfers()...)
 	}
-	writeJSON(w, http.StatusOK, out)
+	httpjson.Write(w, http.StatusOK, out)
 }
 
 // maxReference bounds an uploaded drift reference.

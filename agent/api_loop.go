@@ -6,13 +6,15 @@ import (
 	"net/http"
 	"strconv"
 
+	"github.com/strata-mesh/strata/internal/httpjson"
+
 	"github.com/strata-mesh/strata/mesh"
 )
 
 // handleDrift lists every node's drift monitors: GET /v1/drift[?model=M].
 func (a *Agent) handleDrift(w http.ResponseWriter, r *http.Request) {
 	q := r.URL.Query()
-	if !checkParams(w, q, "model") {
+	if !httpjson.CheckParams(w, q, "model") {
 		return
 	}
 	out := []DriftRecord{}
@@ -21,35 +23,35 @@ func (a *Agent) handleDrift(w http.ResponseWriter, r *http.Request) {
 			out = append(out, d)
 		}
 	}
-	writeJSON(w, http.StatusOK, out)
+	httpjson.Write(w, http.StatusOK, out)
 }
 
 // handleJobs lists training jobs, newest first: GET /v1/jobs.
 func (a *Agent) handleJobs(w http.ResponseWriter, r *http.Request) {
-	if !checkParams(w, r.URL.Query()) {
+	if !httpjson.CheckParams(w, r.URL.Query()) {
 		return
 	}
 	out := a.jobs()
 	if out == nil {
 		out = []JobRecord{}
 	}
-	writeJSON(w, http.StatusOK, out)
+	httpjson.Write(w, http.StatusOK, out)
 }
 
 // handleJob shows one job: GET /v1/jobs/{name}.
 func (a *Agent) handleJob(w http.ResponseWriter, r *http.Request) {
-	if !checkParams(w, r.URL.Query()) {
+	if !httpjson.CheckParams(w, r.URL.Query()) {
 		return
 	}
 	j, err := a.job(r.PathValue("name"))
 	if errors.Is(err, mesh.ErrNotFound) {
-		writeError(w, http.StatusNotFound, "name", "no training job %q (see GET /v1/jobs)", r.PathValue("name"))
+		httpjson.Error(w, http.StatusNotFound, "name", "no training job %q (see GET /v1/jobs)", r.PathValue("name"))
 		return
 	} else if err != nil {
-		writeError(w, http.StatusInternalServerError, "", "%v", err)
+		httpjson.Error(w, http.StatusInternalServerError, "", "%v", err)
 		return
 	}
-	writeJSON(w, http.StatusOK, j)
+	httpjson.Write(w, http.StatusOK, j)
 }
 
 // handleJobLogs returns a job member's output as text: GET
@@ -57,14 +59,14 @@ func (a *Agent) handleJob(w http.ResponseWriter, r *http.Request) {
 // agent fetches it from there.
 func (a *Agent) handleJobLogs(w http.ResponseWriter, r *http.Request) {
 	q := r.URL.Query()
-	if !checkParams(w, q, "rank") {
+	if !httpjson.CheckParams(w, q, "rank") {
 		return
 	}
 	rank := 0
 	if s := q.Get("rank"); s != "" {
 		n, err := strconv.Atoi(s)
 		if err != nil || n < 0 {
-			writeError(w, http.StatusBadRequest, "rank", "rank=%q: want a member index from 0", s)
+			httpjson.Error(w, http.StatusBadRequest, "rank", "rank=%q: want a member index from 0", s)
 			return
 		}
 		rank = n
@@ -72,16 +74,16 @@ func (a *Agent) handleJobLogs(w http.ResponseWriter, r *http.Request) {
 	name := r.PathValue("name")
 	j, err := a.job(name)
 	if errors.Is(err, mesh.ErrNotFound) {
-		writeError(w, http.StatusNotFound, "name", "no training job %q (see GET /v1/jobs)", name)
+		httpjson.Error(w, http.StatusNotFound, "name", "no training job %q (see GET /v1/jobs)", name)
 		return
 	} else if err != nil {
-		writeError(w, http.StatusInternalServerError, "", "%v", err)
+		httpjson.Error(w, http.StatusInternalServerError, "", "%v", err)
 		return
 	}
 	if j.Node != a.cfg.Name && r.Header.Get(headerForwarded) == "" {
 		n, err := a.mesh.Node(j.Node)
 		if err != nil || n.Status != mesh.StatusAlive || n.Addrs.API == "" {
-			writeError(w, http.StatusBadGateway, "", "job %s ran on %s, which is not reachable now", name, j.Node)
+			httpjson.Error(w, http.StatusBadGateway, "", "job %s ran on %s, which is not reachable now", name, j.Node)
 			return
 		}
 		header := http.Header{}
@@ -90,7 +92,7 @@ func (a *Agent) handleJobLogs(w http.ResponseWriter, r *http.Request) {
 		}
 		resp, err := a.sendToPeer(r.Context(), n, http.MethodGet, r.URL.RequestURI(), header, nil)
 		if err != nil {
-			writeError(w, http.StatusBadGateway, "", "fetching the log from %s: %v", j.Node, err)
+			httpjson.Error(w, http.StatusBadGateway, "", "fetching the log from %s: %v", j.Node, err)
 			return
 		}
 		copyResponse(w, resp)
@@ -98,10 +100,10 @@ func (a *Agent) handleJobLogs(w http.ResponseWriter, r *http.Request) {
 	}
 	logs, err := a.jobRunner.logs(name, rank)
 	if errors.Is(err, mesh.ErrNotFound) {
-		writeError(w, http.StatusNotFound, "name", "%v", err)
+		httpjson.Error(w, http.StatusNotFound, "name", "%v", err)
 		return
 	} else if err != nil {
-		writeError(w, http.StatusInternalServerError, "", "%v", err)
+		httpjson.Error(w, http.StatusInternalServerError, "", "%v", err)
 		return
 	}
 	w.Header().Set("Content-Type", "text/plain; charset=utf-8")

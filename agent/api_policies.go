@@ -11,6 +11,8 @@ import (
 	"strings"
 	"time"
 
+	"github.com/strata-mesh/strata/internal/httpjson"
+
 	"github.com/strata-mesh/strata/internal/catalog"
 	"github.com/strata-mesh/strata/mesh"
 	"github.com/strata-mesh/strata/placement"
@@ -26,13 +28,13 @@ func readPolicyBody(w http.ResponseWriter, r *http.Request) ([]byte, string, boo
 	var mbe *http.MaxBytesError
 	switch {
 	case errors.As(err, &mbe):
-		writeError(w, http.StatusRequestEntityTooLarge, "", "policy body over %d bytes", maxPolicyBody)
+		httpjson.Error(w, http.StatusRequestEntityTooLarge, "", "policy body over %d bytes", maxPolicyBody)
 		return nil, "", false
 	case err != nil:
-		writeError(w, http.StatusBadRequest, "", "reading body: %v", err)
+		httpjson.Error(w, http.StatusBadRequest, "", "reading body: %v", err)
 		return nil, "", false
 	case len(strings.TrimSpace(string(body))) == 0:
-		writeError(w, http.StatusBadRequest, "", "empty body: send one or more YAML policy documents")
+		httpjson.Error(w, http.StatusBadRequest, "", "empty body: send one or more YAML policy documents")
 		return nil, "", false
 	}
 	file := r.URL.Query().Get("file")
@@ -56,7 +58,7 @@ func writePolicyError(w http.ResponseWriter, err error) {
 	if len(errs) > 0 {
 		body.Field = errs[0].Field
 	}
-	writeJSON(w, http.StatusBadRequest, body)
+	httpjson.Write(w, http.StatusBadRequest, body)
 }
 
 // PlanResult is one policy's dry-run placement.
@@ -70,7 +72,7 @@ type PlanResult struct {
 }
 
 func (a *Agent) handlePlan(w http.ResponseWriter, r *http.Request) {
-	if !checkParams(w, r.URL.Query(), "file", "why") {
+	if !httpjson.CheckParams(w, r.URL.Query(), "file", "why") {
 		return
 	}
 	body, file, ok := readPolicyBody(w, r)
@@ -85,7 +87,7 @@ func (a *Agent) handlePlan(w http.ResponseWriter, r *http.Request) {
 	why := r.URL.Query().Get("why")
 	if why != "" {
 		if _, err := a.mesh.Node(why); err != nil {
-			writeError(w, http.StatusNotFound, "why", "no node named %q", why)
+			httpjson.Error(w, http.StatusNotFound, "why", "no node named %q", why)
 			return
 		}
 	}
@@ -99,12 +101,12 @@ func (a *Agent) handlePlan(w http.ResponseWriter, r *http.Request) {
 		}
 		snap, err := snapshotOf(nodes, p.Key())
 		if err != nil {
-			writeError(w, http.StatusInternalServerError, "", "%v", err)
+			httpjson.Error(w, http.StatusInternalServerError, "", "%v", err)
 			return
 		}
 		dec, err := placement.Place(snap, req)
 		if err != nil {
-			writeError(w, http.StatusBadRequest, "", "%s: %v", p.Key(), err)
+			httpjson.Error(w, http.StatusBadRequest, "", "%s: %v", p.Key(), err)
 			return
 		}
 		res := PlanResult{Policy: p.Key(), Decision: dec, Explanation: dec.String()}
@@ -113,7 +115,7 @@ func (a *Agent) handlePlan(w http.ResponseWriter, r *http.Request) {
 		}
 		out = append(out, res)
 	}
-	writeJSON(w, http.StatusOK, out)
+	httpjson.Write(w, http.StatusOK, out)
 }
 
 // ApplyResult says what an apply did to one policy.
@@ -125,7 +127,7 @@ type ApplyResult struct {
 }
 
 func (a *Agent) handleApply(w http.ResponseWriter, r *http.Request) {
-	if !a.authorized(w, r) || !checkParams(w, r.URL.Query(), "file") {
+	if !a.authorized(w, r) || !httpjson.CheckParams(w, r.URL.Query(), "file") {
 		return
 	}
 	body, file, ok := readPolicyBody(w, r)
@@ -157,40 +159,40 @@ func (a *Agent) handleApply(w http.ResponseWriter, r *http.Request) {
 		if res.Changed {
 			p.Generation, p.Applied, p.AppliedAt = res.Generation, time.Now().UTC(), a.cfg.Name
 			if _, err := a.cat.Policies.Put(p); err != nil {
-				writeError(w, http.StatusInternalServerError, "", "storing %s: %v", p.Key(), err)
+				httpjson.Error(w, http.StatusInternalServerError, "", "storing %s: %v", p.Key(), err)
 				return
 			}
 		}
 		out = append(out, res)
 	}
-	writeJSON(w, http.StatusOK, out)
+	httpjson.Write(w, http.StatusOK, out)
 }
 
 func (a *Agent) handlePolicies(w http.ResponseWriter, r *http.Request) {
-	if !checkParams(w, r.URL.Query()) {
+	if !httpjson.CheckParams(w, r.URL.Query()) {
 		return
 	}
 	out := a.policies()
 	if out == nil {
 		out = []PolicyRecord{}
 	}
-	writeJSON(w, http.StatusOK, out)
+	httpjson.Write(w, http.StatusOK, out)
 }
 
 func (a *Agent) handleDeletePolicy(w http.ResponseWriter, r *http.Request) {
-	if !a.authorized(w, r) || !checkParams(w, r.URL.Query()) {
+	if !a.authorized(w, r) || !httpjson.CheckParams(w, r.URL.Query()) {
 		return
 	}
 	key := r.PathValue("kind") + "/" + r.PathValue("name")
 	if _, err := a.cat.Policies.Get(key); errors.Is(err, catalog.ErrNotFound) {
-		writeError(w, http.StatusNotFound, "", "no policy %s", key)
+		httpjson.Error(w, http.StatusNotFound, "", "no policy %s", key)
 		return
 	}
 	if err := a.cat.Policies.Delete(key); err != nil {
-		writeError(w, http.StatusInternalServerError, "", "%v", err)
+		httpjson.Error(w, http.StatusInternalServerError, "", "%v", err)
 		return
 	}
-	writeJSON(w, http.StatusOK, map[string]string{"deleted": key})
+	httpjson.Write(w, http.StatusOK, map[string]string{"deleted": key})
 }
 
 // PlacementStatus is one policy's placement as GET /v1/placements shows it.
@@ -203,7 +205,7 @@ type PlacementStatus struct {
 }
 
 func (a *Agent) handlePlacements(w http.ResponseWriter, r *http.Request) {
-	if !checkParams(w, r.URL.Query()) {
+	if !httpjson.CheckParams(w, r.URL.Query()) {
 		return
 	}
 	recs := a.placements()
@@ -229,7 +231,7 @@ func (a *Agent) handlePlacements(w http.ResponseWriter, r *http.Request) {
 		out = append(out, st)
 	}
 	sort.Slice(out, func(i, j int) bool { return out[i].Policy < out[j].Policy })
-	writeJSON(w, http.StatusOK, out)
+	httpjson.Write(w, http.StatusOK, out)
 }
 
 // authorized checks the API token on mutating calls. Without a token
@@ -240,7 +242,7 @@ func (a *Agent) authorized(w http.ResponseWriter, r *http.Request) bool {
 		if subtle.ConstantTimeCompare([]byte(got), []byte(a.cfg.APIToken)) == 1 {
 			return true
 		}
-		writeError(w, http.StatusUnauthorized, "", "a valid API token is required: Authorization: Bearer TOKEN")
+		httpjson.Error(w, http.StatusUnauthorized, "", "a valid API token is required: Authorization: Bearer TOKEN")
 		return false
 	}
 	if host, _, err := net.SplitHostPort(a.APIAddr()); err == nil {
@@ -248,7 +250,7 @@ func (a *Agent) authorized(w http.ResponseWriter, r *http.Request) bool {
 			return true
 		}
 	}
-	writeError(w, http.StatusForbidden, "", "mutating calls on a non-loopback API need api_token set in the agent's config")
+	httpjson.Error(w, http.StatusForbidden, "", "mutating calls on a non-loopback API need api_token set in the agent's config")
 	return false
 }
 

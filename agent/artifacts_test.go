@@ -49,14 +49,14 @@ func TestPushPullModels(t *testing.T) {
 
 	// Another agent sees the manifest (catalog) and pulls the bytes.
 	meshtest.WaitFor(t, 15*time.Second, "the manifest at the far agent", func() bool {
-		_, err := agents[2].lookupManifest(storage.KindModel, "fraud", "3")
+		_, err := agents[2].art.Lookup(storage.KindModel, "fraud", "3")
 		return err == nil
 	})
 	code, body = post(t, agents[2].Handler(), http.MethodPost, "/v1/artifacts/pull?name=fraud", nil)
 	if code != http.StatusOK {
 		t.Fatalf("pull = %d %s", code, body)
 	}
-	got, err := agents[2].modelBytes(m)
+	got, err := agents[2].art.Bytes(m)
 	if err != nil || !bytes.Equal(got, blob) {
 		t.Fatalf("pulled bytes differ (err %v)", err)
 	}
@@ -108,12 +108,12 @@ func TestPullersHelpEachOther(t *testing.T) {
 	}
 	// Small chunks, so that the origin is still sending the first copy
 	// (and refers the second puller to the first) when the second starts.
-	m, err := origin.publish(context.Background(), path, storage.PublishSpec{Kind: storage.KindModel, Name: "big", Version: "1", ChunkSize: 256 << 10})
+	m, err := origin.art.Publish(context.Background(), path, storage.PublishSpec{Kind: storage.KindModel, Name: "big", Version: "1", ChunkSize: 256 << 10})
 	if err != nil {
 		t.Fatal(err)
 	}
 	meshtest.WaitFor(t, 15*time.Second, "the origin's locality at both pullers", func() bool {
-		return len(first.holdersOf(m)) == 1 && len(second.holdersOf(m)) == 1
+		return len(first.art.Holders(m)) == 1 && len(second.art.Holders(m)) == 1
 	})
 
 	type result struct {
@@ -123,7 +123,7 @@ func TestPullersHelpEachOther(t *testing.T) {
 	pull := func(a *Agent) <-chan result {
 		c := make(chan result, 1)
 		go func() {
-			res, err := a.pull(context.Background(), m, nil)
+			res, err := a.art.Pull(context.Background(), m, nil)
 			c <- result{res, err}
 		}()
 		return c
@@ -136,14 +136,14 @@ func TestPullersHelpEachOther(t *testing.T) {
 		if err != nil || !slices.Contains(n.Locality.Pulling, m.Digest) {
 			return false
 		}
-		p := first.art.store.Partial(m.Digest)
+		p := first.art.Store().Partial(m.Digest)
 		if p == nil {
 			return false
 		}
 		done, _, _ := p.Progress()
 		return done > 0
 	})
-	if hs := second.holdersOf(m); len(hs) != 2 {
+	if hs := second.art.Holders(m); len(hs) != 2 {
 		t.Fatalf("the second puller sees holders %+v; want the origin and the first puller", hs)
 	}
 	r2 := <-pull(second)
@@ -152,7 +152,7 @@ func TestPullersHelpEachOther(t *testing.T) {
 		t.Fatalf("pulls: %v, %v", r1.err, r2.err)
 	}
 	secondRes := r2.res
-	got, err := second.modelBytes(m)
+	got, err := second.art.Bytes(m)
 	if err != nil || !bytes.Equal(got, blob) {
 		t.Fatalf("the second puller's bytes differ (err %v)", err)
 	}

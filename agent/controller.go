@@ -292,16 +292,8 @@ func (c *controller) place(p PolicyRecord, old PlacementRecord, have bool, nodes
 		rec.State = StatePending
 		rec.Message = fmt.Sprintf("placed on %d node(s) (%s); waiting for admission", len(rec.Nodes), why)
 	}
-	a.log.Info("placed policy", "policy", rec.Key, "epoch", rec.Epoch, "state", rec.State, "nodes", placedNames(rec), "why", why)
+	a.log.Info("placed policy", "policy", rec.Key, "epoch", rec.Epoch, "state", rec.State, "nodes", rec.NodeNames(), "why", why)
 	c.write(rec)
-}
-
-func placedNames(rec PlacementRecord) string {
-	var s []string
-	for _, n := range rec.Nodes {
-		s = append(s, n.Name)
-	}
-	return strings.Join(s, ",")
 }
 
 func summarizeRejections(d *placement.Decision) string {

@@ -11,6 +11,8 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/strata-mesh/strata/internal/catalog"
+
 	"github.com/strata-mesh/strata/infer"
 	"github.com/strata-mesh/strata/infer/drift"
 	"github.com/strata-mesh/strata/mesh"
@@ -144,13 +146,13 @@ func (d *driftWatch) feed(r driftRow) {
 			w.rec.AlarmSeen, w.rec.AlarmAt = ev.Samples, time.Now().UTC()
 			alarmed = true
 		}
-		d.a.log.Info("drift "+string(ev.Kind), "policy", w.key, "model", w.model, "version", w.version, "samples", ev.Samples, "worst", worst(ev.Scores, w.rec.Detector).Name)
+		d.a.log.Info("drift "+string(ev.Kind), "policy", w.key, "model", w.model, "version", w.version, "samples", ev.Samples, "worst", catalog.WorstScore(ev.Scores, w.rec.Detector).Name)
 	}
 	if w.mon != nil {
 		if ev, ok := w.mon.Last(); ok && (len(w.rec.History) == 0 || w.rec.History[len(w.rec.History)-1].Seen != ev.Seen) {
 			w.rec.Scores = ev.Scores
-			ws := worst(ev.Scores, w.rec.Detector)
-			w.rec.History = append(w.rec.History, DriftPoint{Time: time.Now().UTC(), Seen: ev.Seen, Feature: ws.Name, Statistic: statOf(ws, w.rec.Detector), Drifted: ev.Over})
+			ws := catalog.WorstScore(ev.Scores, w.rec.Detector)
+			w.rec.History = append(w.rec.History, DriftPoint{Time: time.Now().UTC(), Seen: ev.Seen, Feature: ws.Name, Statistic: catalog.ScoreStat(ws, w.rec.Detector), Drifted: ev.Over})
 			if len(w.rec.History) > driftHistory {
 				w.rec.History = slices.Delete(w.rec.History, 0, len(w.rec.History)-driftHistory)
 			}
@@ -222,31 +224,6 @@ func score(out []float64) float64 {
 	return float64(best)
 }
 
-// worst returns the score most past its threshold's side: the smallest
-// p-value for KS, the largest statistic otherwise.
-func worst(ss []drift.Score, det string) drift.Score {
-	var w drift.Score
-	for i, s := range ss {
-		a, b := statOf(s, det), statOf(w, det)
-		if det == string(drift.DetectorKS) {
-			a, b = -a, -b
-		}
-		if i == 0 || a > b {
-			w = s
-		}
-	}
-	return w
-}
-
-// statOf is the figure a detector is judged by: the corrected p-value for
-// KS (smaller is worse), the statistic otherwise.
-func statOf(s drift.Score, det string) float64 {
-	if det == string(drift.DetectorKS) {
-		return s.PValue
-	}
-	return s.Statistic
-}
-
 // sync makes the monitors match the models served here: loaded maps policy
 // key → model. New versions start fresh monitors; gone ones are dropped.
 func (d *driftWatch) sync(loaded map[string]servedModel) {
@@ -290,7 +267,7 @@ func (d *driftWatch) newWatched(key string, sm servedModel, spec policy.Drift) *
 		a.log.Warn("drift monitor not started", "policy", key, "model", sm.name, "version", sm.version, "reason", w.rec.Error)
 		return w
 	}
-	m, err := a.lookupManifest(storage.KindModel, sm.name, sm.version)
+	m, err := a.art.Lookup(storage.KindModel, sm.name, sm.version)
 	if err != nil {
 		return fail("%v", err)
 	}

@@ -261,31 +261,23 @@ func (j *jobRunner) fetchData(ctx context.Context, d policy.DataRef, dir string)
 	var m storage.Manifest
 	var err error
 	if d.Artifact != "" {
-		digest := strings.TrimPrefix(d.Artifact, "sha256:")
-		err = fmt.Errorf("%w: no artifact %s", mesh.ErrNotFound, d.Artifact)
-		for _, kind := range []storage.Kind{storage.KindDataset, storage.KindModel} {
-			for _, info := range a.artifactsList(kind) {
-				if info.Digest == digest {
-					m, err = info.Manifest, nil
-				}
-			}
-		}
+		m, err = a.art.ByDigest(d.Artifact, storage.KindDataset, storage.KindModel)
 	} else {
 		name, version, _ := strings.Cut(d.Dataset, ":")
-		m, err = a.lookupManifest(storage.KindDataset, name, version)
+		m, err = a.art.Lookup(storage.KindDataset, name, version)
 	}
 	if err != nil {
 		return fmt.Errorf("data %s%s: %w", d.Dataset, d.Artifact, err)
 	}
-	if a.art == nil {
+	if !a.art.Enabled() {
 		return ErrNoDataPlane
 	}
-	if !a.art.store.Has(m.Digest) {
-		if _, err := a.pull(ctx, m, nil); err != nil {
+	if !a.art.Store().Has(m.Digest) {
+		if _, err := a.art.Pull(ctx, m, nil); err != nil {
 			return fmt.Errorf("pulling %s: %w", m.Ref(), err)
 		}
 	}
-	src, err := a.art.store.OpenBlob(m)
+	src, err := a.art.Store().OpenBlob(m)
 	if err != nil {
 		return err
 	}
@@ -315,7 +307,7 @@ func (j *jobRunner) register(ctx context.Context, jr *JobRecord, doc *policy.Doc
 		return fmt.Errorf("the job succeeded but left no %s in STRATA_OUTPUT_DIR: %w", trainer.ModelFile, err)
 	}
 	if version == "" {
-		version = nextVersion(a, name, "")
+		version = a.art.NextVersion(name, "")
 	}
 	meta := map[string]string{MetaJob: jr.Name}
 	if b, err := os.ReadFile(filepath.Join(out, trainer.ReferenceFile)); err == nil {
@@ -329,34 +321,13 @@ func (j *jobRunner) register(ctx context.Context, jr *JobRecord, doc *policy.Doc
 			meta[MetaFeatures] = strings.Join(mt.Features, ",")
 		}
 	}
-	m, err := a.publish(ctx, model, storage.PublishSpec{Kind: storage.KindModel, Name: name, Version: version, Metadata: meta})
+	m, err := a.art.Publish(ctx, model, storage.PublishSpec{Kind: storage.KindModel, Name: name, Version: version, Metadata: meta})
 	if err != nil {
 		return fmt.Errorf("registering %s@%s: %w", name, version, err)
 	}
 	jr.Model, jr.Version, jr.Digest = m.Name, m.Version, m.Digest
 	a.log.Info("training job registered a model", "job", jr.Name, "model", m.Ref(), "accuracy", jr.Accuracy)
 	return nil
-}
-
-// nextVersion picks the version after the newest numeric version of a model
-// ("4" after "3"); a model without numeric versions gets after + ".1".
-func nextVersion(a *Agent, name, after string) string {
-	top := -1
-	for _, info := range a.artifactsList(storage.KindModel) {
-		if info.Name != name {
-			continue
-		}
-		if n, err := strconv.Atoi(info.Version); err == nil && n > top {
-			top = n
-		}
-	}
-	if top >= 0 {
-		return strconv.Itoa(top + 1)
-	}
-	if after == "" {
-		return "1"
-	}
-	return after + ".1"
 }
 
 func (j *jobRunner) finish(jr JobRecord, err error) {

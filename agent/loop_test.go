@@ -61,7 +61,7 @@ func publishFile(t testing.TB, a *Agent, spec storage.PublishSpec, b []byte) sto
 	if err := os.WriteFile(p, b, 0o600); err != nil {
 		t.Fatal(err)
 	}
-	m, err := a.publish(context.Background(), p, spec)
+	m, err := a.art.Publish(context.Background(), p, spec)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -100,7 +100,7 @@ func runLoopUntil(tb testing.TB, pol, what string, done func(*loopRun) bool) *lo
 		tb.Fatalf("agent 3 is %s, want the onprem GPU node", gpu.mesh.Local().Tier)
 	}
 	var unsub func()
-	_, run.evc, unsub = agents[1].events.subscribe(0)
+	_, run.evc, unsub = agents[1].events.Subscribe(0)
 	tb.Cleanup(unsub)
 
 	r := rand.New(rand.NewPCG(3, 4))
@@ -218,7 +218,7 @@ func TestDriftRetrainRollout(t *testing.T) {
 	if !ok || !slices.Equal(stages, []string{StageRetraining, StageCanary, StagePromoted}) || !slices.Equal(rr.CanaryNodes, []string{edgeA.Name()}) || rr.Served < 40 {
 		t.Errorf("rollout = %+v (stages %v); want retraining, canary on %s for 40 requests, promoted", rr, stages, edgeA.Name())
 	}
-	m, err := agents[0].lookupManifest(storage.KindModel, "scorer", "2")
+	m, err := agents[0].art.Lookup(storage.KindModel, "scorer", "2")
 	if err != nil || m.Metadata[MetaReference] == "" || m.Metadata[MetaJob] != jobs[0].Name || m.Signer == "" {
 		t.Errorf("scorer@2 manifest = %+v, %v; want a signed manifest with the job's name and a drift reference", m.Metadata, err)
 	}

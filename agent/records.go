@@ -1,6 +1,9 @@
 package agent
 
-import "github.com/strata-mesh/strata/internal/catalog"
+import (
+	"github.com/strata-mesh/strata/internal/catalog"
+	"github.com/strata-mesh/strata/internal/events"
+)
 
 // The catalog's record types, under the names the API and CLI have used.
 type (
@@ -22,6 +25,8 @@ type (
 	DriftRecord = catalog.Drift
 	// DriftPoint is one evaluation in a DriftRecord's history.
 	DriftPoint = catalog.DriftPoint
+	// Event is one step of the control loop (events.Event).
+	Event = events.Event
 )
 
 // Placement states.

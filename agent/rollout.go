@@ -8,6 +8,8 @@ import (
 	"strings"
 	"time"
 
+	"github.com/strata-mesh/strata/internal/catalog"
+
 	"gopkg.in/yaml.v3"
 
 	"github.com/strata-mesh/strata/mesh"
@@ -153,7 +155,7 @@ func (c *controller) advance(p PolicyRecord, doc *policy.Document, r *RolloutRec
 			served, failed = served+d.Served, failed+d.Failed
 			if d.Alarmed {
 				r.Served, r.Failed = served, failed
-				step(r, StageRolledBack, "canary %s@%s drifted at %s too (%s); back to %s", r.Model, r.To, d.Node, worst(d.Scores, d.Detector).Name, r.From)
+				step(r, StageRolledBack, "canary %s@%s drifted at %s too (%s); back to %s", r.Model, r.To, d.Node, catalog.WorstScore(d.Scores, d.Detector).Name, r.From)
 				return nil
 			}
 		}
@@ -207,14 +209,14 @@ func (c *controller) startRetrain(p PolicyRecord, svc *policy.InferenceServiceSp
 			r.MaxErrorRate = s.MaxErrorRate
 		}
 	}
-	ws := worst(d.Scores, d.Detector)
-	r.Trigger = &DriftTrigger{Site: d.Site, Node: d.Node, Version: d.Version, Samples: d.AlarmSeen, At: d.AlarmAt, Feature: ws.Name, Statistic: statOf(ws, d.Detector), Detector: d.Detector}
+	ws := catalog.WorstScore(d.Scores, d.Detector)
+	r.Trigger = &DriftTrigger{Site: d.Site, Node: d.Node, Version: d.Version, Samples: d.AlarmSeen, At: d.AlarmAt, Feature: ws.Name, Statistic: catalog.ScoreStat(ws, d.Detector), Detector: d.Detector}
 	for _, s := range d.Scores {
 		if s.Drifted {
 			r.Trigger.Drifted = append(r.Trigger.Drifted, s.Name)
 		}
 	}
-	r.To = nextVersion(a, svc.Model.Name, cur)
+	r.To = a.art.NextVersion(svc.Model.Name, cur)
 	r.Job = fmt.Sprintf("%s-retrain-%d", p.Name, seq)
 	for {
 		// A job name left by an earlier generation is not reused.
@@ -234,7 +236,7 @@ func (c *controller) startRetrain(p PolicyRecord, svc *policy.InferenceServiceSp
 		return err
 	}
 	step(r, StageRetraining, "drift at %s/%s on %s@%s (%s %s=%.4g after %d samples); training %s@%s as job %s",
-		d.Site, d.Node, r.Model, cur, d.Detector, ws.Name, statOf(ws, d.Detector), d.AlarmSeen, r.Model, r.To, r.Job)
+		d.Site, d.Node, r.Model, cur, d.Detector, ws.Name, catalog.ScoreStat(ws, d.Detector), d.AlarmSeen, r.Model, r.To, r.Job)
 	a.log.Info("drift detected: retraining", "policy", p.Key(), "site", d.Site, "job", r.Job, "to", r.To)
 	return nil
 }

@@ -14,6 +14,8 @@ import (
 	"sync"
 	"time"
 
+	"github.com/strata-mesh/strata/internal/httpjson"
+
 	"github.com/strata-mesh/strata/infer"
 	"github.com/strata-mesh/strata/mesh"
 	"github.com/strata-mesh/strata/policy"
@@ -45,7 +47,7 @@ func (a *Agent) openInference() (*infer.Server, error) {
 // handleV2 serves the Open Inference Protocol, or says why it cannot.
 func (a *Agent) handleV2(w http.ResponseWriter, r *http.Request) {
 	if a.inf == nil {
-		writeError(w, http.StatusServiceUnavailable, "", "inference is not available on this agent: %v", a.infErr)
+		httpjson.Error(w, http.StatusServiceUnavailable, "", "inference is not available on this agent: %v", a.infErr)
 		return
 	}
 	a.inf.Handler().ServeHTTP(w, r)
@@ -105,7 +107,7 @@ func (a *Agent) peerRoutes() http.Handler {
 // over the data plane (QUIC, mutual TLS) when both have one, else to n's
 // HTTP API. The caller closes the response body.
 func (a *Agent) sendToPeer(ctx context.Context, n mesh.Node, method, uri string, header http.Header, body []byte) (*http.Response, error) {
-	viaData := a.art != nil && n.Addrs.Data != ""
+	viaData := a.art.Enabled() && n.Addrs.Data != ""
 	host := n.Addrs.API
 	if viaData {
 		host = n.Addrs.Data
@@ -120,7 +122,7 @@ func (a *Agent) sendToPeer(ctx context.Context, n mesh.Node, method, uri string,
 		return forwardClient.Do(req)
 	}
 	ctx, cancel := context.WithTimeout(ctx, forwardClient.Timeout)
-	resp, err := a.art.node.RoundTrip(ctx, n.Addrs.Data, req)
+	resp, err := a.art.Node().RoundTrip(ctx, n.Addrs.Data, req)
 	if err != nil {
 		cancel()
 		return nil, err
@@ -249,20 +251,14 @@ func (s *serving) wanted() map[string]storage.Manifest {
 // modelManifest finds the manifest a policy's model reference names.
 func (a *Agent) modelManifest(ref policy.ModelRef) (storage.Manifest, error) {
 	if ref.Digest != "" {
-		digest := strings.TrimPrefix(ref.Digest, "sha256:")
-		for _, info := range a.artifactsList(storage.KindModel) {
-			if info.Digest == digest {
-				return info.Manifest, nil
-			}
-		}
-		return storage.Manifest{}, fmt.Errorf("%w: no model with digest %s", mesh.ErrNotFound, ref.Digest)
+		return a.art.ByDigest(ref.Digest, storage.KindModel)
 	}
-	return a.lookupManifest(storage.KindModel, ref.Name, ref.Version)
+	return a.art.Lookup(storage.KindModel, ref.Name, ref.Version)
 }
 
 func (s *serving) reconcile(ctx context.Context) {
 	a := s.a
-	if a.inf == nil || a.art == nil {
+	if a.inf == nil || !a.art.Enabled() {
 		return
 	}
 	want := s.wanted()
@@ -326,12 +322,12 @@ func (s *serving) stillNeeded(key string) bool {
 func (s *serving) load(ctx context.Context, key string, m storage.Manifest) {
 	a := s.a
 	err := func() error {
-		if !a.art.store.Has(m.Digest) {
-			if _, err := a.pull(ctx, m, nil); err != nil {
+		if !a.art.Store().Has(m.Digest) {
+			if _, err := a.art.Pull(ctx, m, nil); err != nil {
 				return fmt.Errorf("pull: %w", err)
 			}
 		}
-		b, err := a.modelBytes(m)
+		b, err := a.art.Bytes(m)
 		if err != nil {
 			return err
 		}

@@ -113,7 +113,7 @@ func TestServeAtTheEdgeForwardAndSwap(t *testing.T) {
 	meshtest.WaitFor(t, 30*time.Second, "the cloud agent to see a replica", func() bool {
 		return len(agents[5].servingNodes("scorer", "")) > 0
 	})
-	proxied := agents[5].art.node.Stats().Proxied
+	proxied := agents[5].art.Node().Stats().Proxied
 	code, by, body := infer1(t, agents[5].Handler())
 	if code != http.StatusOK || !strings.HasPrefix(by, "edge-") {
 		t.Fatalf("forwarded infer = %d by %q: %s", code, by, body)
@@ -121,14 +121,14 @@ func TestServeAtTheEdgeForwardAndSwap(t *testing.T) {
 	// It went over the data plane (more than once if the nearest replica
 	// it knew of had just stopped serving), and the answer is the
 	// replica's own.
-	if got := agents[5].art.node.Stats().Proxied; got <= proxied {
+	if got := agents[5].art.Node().Stats().Proxied; got <= proxied {
 		t.Errorf("data-plane requests sent by the forwarding agent: %d before, %d after; want more", proxied, got)
 	}
 	for _, a := range agents {
 		if a.Name() != by {
 			continue
 		}
-		if a.art.node.Stats().ProxyServed == 0 {
+		if a.art.Node().Stats().ProxyServed == 0 {
 			t.Errorf("%s answered no request over its data plane", by)
 		}
 		code, by2, direct := infer1(t, a.Handler())

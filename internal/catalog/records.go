@@ -1,6 +1,7 @@
 package catalog
 
 import (
+	"strings"
 	"time"
 
 	"github.com/strata-mesh/strata/infer/drift"
@@ -227,4 +228,38 @@ type DriftPoint struct {
 	Feature   string  `json:"feature"`
 	Statistic float64 `json:"statistic"`
 	Drifted   bool    `json:"drifted"`
+}
+
+// NodeNames lists the placement's nodes by name, comma-separated.
+func (p Placement) NodeNames() string {
+	s := make([]string, len(p.Nodes))
+	for i, n := range p.Nodes {
+		s[i] = n.Name
+	}
+	return strings.Join(s, ",")
+}
+
+// WorstScore returns the score most past its threshold's side: the
+// smallest p-value for KS, the largest statistic otherwise.
+func WorstScore(ss []drift.Score, det string) drift.Score {
+	var w drift.Score
+	for i, s := range ss {
+		a, b := ScoreStat(s, det), ScoreStat(w, det)
+		if det == string(drift.DetectorKS) {
+			a, b = -a, -b
+		}
+		if i == 0 || a > b {
+			w = s
+		}
+	}
+	return w
+}
+
+// ScoreStat is the figure a detector is judged by: the corrected p-value
+// for KS (smaller is worse), the statistic otherwise.
+func ScoreStat(s drift.Score, det string) float64 {
+	if det == string(drift.DetectorKS) {
+		return s.PValue
+	}
+	return s.Statistic
 }

@@ -1,4 +1,11 @@
-package agent
+// Package events derives the mesh's control-loop events (placements, drift
+// alarms, training jobs, rollout stages) from changes to the catalog, keeps
+// the latest for late subscribers, and streams them as server-sent events:
+//
+//	st := events.New(cat)
+//	go st.Run(ctx)
+//	mux.Handle("GET /v1/events", st)
+package events
 
 import (
 	"context"
@@ -10,6 +17,10 @@ import (
 	"strings"
 	"sync"
 	"time"
+
+	"github.com/strata-mesh/strata/internal/catalog"
+
+	"github.com/strata-mesh/strata/internal/httpjson"
 )
 
 // Event is one step of the mesh's control loop as an agent observed it in
@@ -32,9 +43,10 @@ type Event struct {
 // eventRing bounds the events kept for late subscribers.
 const eventRing = 512
 
-// events derives Events from changes to the catalog and fans them out.
-type events struct {
-	a    *Agent
+// Stream derives Events from changes to the catalog and fans them out.
+// Safe for concurrent use.
+type Stream struct {
+	cat  *catalog.Catalog
 	mu   sync.Mutex
 	seq  uint64
 	ring []Event
@@ -42,14 +54,17 @@ type events struct {
 	last map[string]string // record key → its last seen state
 }
 
-func newEvents(a *Agent) *events {
-	return &events{a: a, subs: map[chan Event]struct{}{}, last: map[string]string{}}
+// New returns a stream over cat's records. Nothing is derived until Run.
+func New(cat *catalog.Catalog) *Stream {
+	return &Stream{cat: cat, subs: map[chan Event]struct{}{}, last: map[string]string{}}
 }
 
-func (e *events) run(ctx context.Context) {
+// Run derives events until ctx ends. What the catalog holds when Run
+// starts is the baseline, not news.
+func (e *Stream) Run(ctx context.Context) {
 	e.scan(false) // what is already there is the baseline, not news
 	for {
-		changed := e.a.mesh.Changed()
+		changed := e.cat.Changed()
 		select {
 		case <-ctx.Done():
 			return
@@ -60,8 +75,7 @@ func (e *events) run(ctx context.Context) {
 }
 
 // scan compares the records with the last scan and emits what changed.
-func (e *events) scan(emit bool) {
-	a := e.a
+func (e *Stream) scan(emit bool) {
 	var out []Event
 	seen := map[string]bool{}
 	note := func(key, state string, ev Event) {
@@ -74,11 +88,14 @@ func (e *events) scan(emit bool) {
 			out = append(out, ev)
 		}
 	}
-	for key, p := range a.placements() {
+	placements, _ := e.cat.Placements.Values() // undecodable records are counted by the catalog
+	for _, p := range placements {
+		key := p.Key
 		note("p/"+key, fmt.Sprintf("%d/%s", p.Epoch, p.State), Event{Time: p.Updated, Type: "placement." + p.State, Policy: key, Node: p.Owner,
-			Message: fmt.Sprintf("%s %s on [%s]: %s", key, p.State, placedNames(p), p.Message)})
+			Message: fmt.Sprintf("%s %s on [%s]: %s", key, p.State, p.NodeNames(), p.Message)})
 	}
-	for _, d := range a.driftRecords() {
+	drifts, _ := e.cat.Drift.Values()
+	for _, d := range drifts {
 		state := "clear"
 		if d.Alarmed {
 			state = "alarm"
@@ -89,8 +106,8 @@ func (e *events) scan(emit bool) {
 		msg := fmt.Sprintf("%s@%s at %s/%s: %s", d.Model, d.Version, d.Site, d.Node, state)
 		switch state {
 		case "alarm":
-			ws := worst(d.Scores, d.Detector)
-			msg = fmt.Sprintf("drift on %s@%s at %s/%s after %d samples: %s %s=%.4g", d.Model, d.Version, d.Site, d.Node, d.AlarmSeen, d.Detector, ws.Name, statOf(ws, d.Detector))
+			ws := catalog.WorstScore(d.Scores, d.Detector)
+			msg = fmt.Sprintf("drift on %s@%s at %s/%s after %d samples: %s %s=%.4g", d.Model, d.Version, d.Site, d.Node, d.AlarmSeen, d.Detector, ws.Name, catalog.ScoreStat(ws, d.Detector))
 		case "error":
 			msg += ": " + d.Error
 		}
@@ -100,12 +117,13 @@ func (e *events) scan(emit bool) {
 		}
 		note("d/"+d.Policy+"/"+d.Node, d.Version+"/"+state, Event{Time: at, Type: "drift." + state, Policy: d.Policy, Node: d.Node, Message: msg})
 	}
-	for _, j := range a.jobs() {
+	jobs, _ := e.cat.Jobs.Values()
+	for _, j := range jobs {
 		msg := fmt.Sprintf("job %s %s on [%s]", j.Name, j.State, strings.Join(j.Nodes, ","))
 		switch {
-		case j.State == JobSucceeded && j.Version != "":
+		case j.State == catalog.JobSucceeded && j.Version != "":
 			msg += fmt.Sprintf(": registered %s@%s (sha256:%.12s, accuracy %.3f)", j.Model, j.Version, j.Digest, j.Accuracy)
-		case j.State == JobFailed:
+		case j.State == catalog.JobFailed:
 			msg += ": " + j.Error
 		}
 		at := j.Created
@@ -116,7 +134,8 @@ func (e *events) scan(emit bool) {
 		}
 		note("j/"+j.Name, fmt.Sprintf("%d/%d/%s", j.Generation, j.Epoch, j.State), Event{Time: at, Type: "job." + j.State, Policy: j.Key, Node: j.Node, Message: msg})
 	}
-	for _, r := range a.rolloutRecords() {
+	rollouts, _ := e.cat.Rollouts.Values()
+	for _, r := range rollouts {
 		note("r/"+r.Policy, fmt.Sprintf("%d/%s", r.Seq, r.Stage), Event{Time: r.Updated, Type: "rollout." + r.Stage, Policy: r.Policy, Message: r.Message})
 	}
 	e.mu.Lock()
@@ -134,7 +153,7 @@ func (e *events) scan(emit bool) {
 	}
 }
 
-func (e *events) publish(ev Event) {
+func (e *Stream) publish(ev Event) {
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	e.seq++
@@ -154,8 +173,10 @@ func (e *events) publish(ev Event) {
 	}
 }
 
-// subscribe returns the kept events after since and a channel of new ones.
-func (e *events) subscribe(since uint64) ([]Event, chan Event, func()) {
+// Subscribe returns the kept events after since, a channel of new ones,
+// and a function that ends the subscription. A subscriber that does not
+// keep up misses events rather than stalling the agent.
+func (e *Stream) Subscribe(since uint64) ([]Event, chan Event, func()) {
 	ch := make(chan Event, 256)
 	e.mu.Lock()
 	defer e.mu.Unlock()
@@ -173,25 +194,18 @@ func (e *events) subscribe(since uint64) ([]Event, chan Event, func()) {
 	}
 }
 
-// rolloutRecords returns every service's rollout record.
-func (a *Agent) rolloutRecords() []RolloutRecord {
-	out, err := a.cat.Rollouts.Values()
-	a.decodeErrors(err)
-	return out
-}
-
-// handleEvents streams events as server-sent events: GET /v1/events
+// ServeHTTP streams events as server-sent events: GET /v1/events
 // [?since=SEQ] (since=0 replays the events this agent kept).
-func (a *Agent) handleEvents(w http.ResponseWriter, r *http.Request) {
+func (e *Stream) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	q := r.URL.Query()
-	if !checkParams(w, q, "since") {
+	if !httpjson.CheckParams(w, q, "since") {
 		return
 	}
 	since := ^uint64(0)
 	if s := q.Get("since"); s != "" {
 		n, err := strconv.ParseUint(s, 10, 64)
 		if err != nil {
-			writeError(w, http.StatusBadRequest, "since", "since=%q: want an event sequence number", s)
+			httpjson.Error(w, http.StatusBadRequest, "since", "since=%q: want an event sequence number", s)
 			return
 		}
 		since = n
@@ -203,10 +217,10 @@ func (a *Agent) handleEvents(w http.ResponseWriter, r *http.Request) {
 	}
 	fl, ok := w.(http.Flusher)
 	if !ok {
-		writeError(w, http.StatusInternalServerError, "", "streaming is not supported here")
+		httpjson.Error(w, http.StatusInternalServerError, "", "streaming is not supported here")
 		return
 	}
-	past, ch, done := a.events.subscribe(since)
+	past, ch, done := e.Subscribe(since)
 	defer done()
 	w.Header().Set("Content-Type", "text/event-stream")
 	w.Header().Set("Cache-Control", "no-cache")
