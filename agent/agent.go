@@ -14,7 +14,6 @@ import (
 	"slices"
 	"sort"
 	"sync"
-	"sync/atomic"
 	"time"
 
 	"github.com/NVIDIA/go-nvml/pkg/nvml"
@@ -23,7 +22,9 @@ import (
 
 	"github.com/strata-mesh/strata/internal/artifacts"
 	"github.com/strata-mesh/strata/internal/catalog"
+	"github.com/strata-mesh/strata/internal/driftwatch"
 	"github.com/strata-mesh/strata/internal/events"
+	"github.com/strata-mesh/strata/internal/jobs"
 	"gopkg.in/yaml.v3"
 
 	"github.com/strata-mesh/strata/agent/discover"
@@ -56,17 +57,15 @@ type Agent struct {
 	// compile turns an applied policy into a placement request;
 	// requestFor in production, a stand-in in tests of the controller.
 	compile func(PolicyRecord) (*placement.Request, error)
-	// noJobs leaves placed training jobs unrun (tests of placement alone).
-	noJobs atomic.Bool
-	dp     *dataPlane // nil without a mesh CA
-	art    *artifacts.Service
-	inf    *infer.Server
-	infErr error // why inf is nil
-	srvg   *serving
-	drift  *driftWatch
+	dp      *dataPlane // nil without a mesh CA
+	art     *artifacts.Service
+	inf     *infer.Server
+	infErr  error // why inf is nil
+	srvg    *serving
+	drift   *driftwatch.Watch
 	// jobRunner runs the training jobs placed here; events derives the
 	// /v1/events stream.
-	jobRunner *jobRunner
+	jobRunner *jobs.Runner
 	events    *events.Stream
 
 	// decodeSeen holds the catalog decode errors logged already.
@@ -118,7 +117,6 @@ func New(cfg Config) (*Agent, error) {
 	if a.dp, err = a.openArtifacts(); err != nil {
 		return fail(fmt.Errorf("agent: artifacts: %w", err))
 	}
-	a.drift, a.jobRunner = newDriftWatch(a), newJobRunner(a)
 	a.inf, a.infErr = a.openInference()
 	if a.infErr != nil {
 		a.log.Warn("inference disabled", "err", a.infErr)
@@ -155,6 +153,12 @@ func New(cfg Config) (*Agent, error) {
 		ac.Store, ac.Node, ac.Signing = a.dp.store, a.dp.node, a.dp.signing
 	}
 	a.art = artifacts.New(ac)
+	dc := driftwatch.Config{Name: cfg.Name, Site: cfg.Site, Catalog: a.cat, Artifacts: a.art, Logger: a.log}
+	if a.inf != nil {
+		dc.Stats = a.inf.Stats
+	}
+	a.drift = driftwatch.New(dc)
+	a.jobRunner = jobs.New(jobs.Config{Name: cfg.Name, DataDir: cfg.DataDir, Mesh: a.mesh, Catalog: a.cat, Artifacts: a.art, Logger: a.log})
 	if a.dp != nil {
 		// A data plane bound to all interfaces is reached at the gossip
 		// address's host.
@@ -203,11 +207,11 @@ func (a *Agent) Run(ctx context.Context) error {
 	wg.Add(7)
 	go func() {
 		defer wg.Done()
-		a.drift.run(runCtx)
+		a.drift.Run(runCtx)
 	}()
 	go func() {
 		defer wg.Done()
-		a.jobRunner.loop(runCtx)
+		a.jobRunner.Run(runCtx)
 	}()
 	go func() {
 		defer wg.Done()

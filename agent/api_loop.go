@@ -98,7 +98,7 @@ func (a *Agent) handleJobLogs(w http.ResponseWriter, r *http.Request) {
 		copyResponse(w, resp)
 		return
 	}
-	logs, err := a.jobRunner.logs(name, rank)
+	logs, err := a.jobRunner.Logs(name, rank)
 	if errors.Is(err, mesh.ErrNotFound) {
 		httpjson.Error(w, http.StatusNotFound, "name", "%v", err)
 		return

@@ -127,7 +127,7 @@ func TestNoOverCommitWhenOwnersRace(t *testing.T) {
 	agents := devMesh(t, 7, func(c *Config) {})
 	for _, a := range agents {
 		a.compile = stubCompile
-		a.noJobs.Store(true) // placement alone: the stub jobs are not runnable
+		a.jobRunner.SetPaused(true) // placement alone: the stub jobs are not runnable
 	}
 	for i := range 3 {
 		putPolicy(t, agents[i*2], "TrainingJob", fmt.Sprintf("train-%d", i), stubPolicy{Training: true, Replicas: 1, GPUs: 8, Tiers: []string{"onprem"}})

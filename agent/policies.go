@@ -2,7 +2,6 @@ package agent
 
 import (
 	"errors"
-	"fmt"
 	"hash/fnv"
 	"time"
 
@@ -37,25 +36,9 @@ func policyErrors(err error) []PolicyError {
 	return out
 }
 
-// compiled parses a stored record back into its document.
-func compiled(p PolicyRecord) (*policy.Document, error) {
-	file := p.File
-	if file == "" {
-		file = p.Key()
-	}
-	docs, err := policy.Parse(file, []byte(p.Source))
-	if err != nil {
-		return nil, err
-	}
-	if len(docs) != 1 {
-		return nil, fmt.Errorf("policy %s: stored source holds %d documents", p.Key(), len(docs))
-	}
-	return docs[0], nil
-}
-
 // requestFor turns an applied policy into a placement request.
 func requestFor(p PolicyRecord) (*placement.Request, error) {
-	doc, err := compiled(p)
+	doc, err := p.Document()
 	if err != nil {
 		return nil, err
 	}

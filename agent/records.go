@@ -53,3 +53,14 @@ const (
 	StageRolledBack = catalog.StageRolledBack
 	StageFailed     = catalog.StageFailed
 )
+
+// Manifest metadata keys and policy labels the components share.
+const (
+	MetaReference      = catalog.MetaReference
+	MetaFeatures       = catalog.MetaFeatures
+	MetaJob            = catalog.MetaJob
+	MetaAccuracy       = catalog.MetaAccuracy
+	LabelOutputModel   = catalog.LabelOutputModel
+	LabelOutputVersion = catalog.LabelOutputVersion
+	LabelRetrainOf     = catalog.LabelRetrainOf
+)

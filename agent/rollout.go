@@ -1,6 +1,7 @@
 package agent
 
 import (
+	"cmp"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -63,7 +64,7 @@ func (c *controller) rollouts() {
 		if p.Kind != policy.KindInferenceService || placement.Owner(p.Key(), owners) != a.cfg.Name {
 			continue
 		}
-		doc, err := compiled(p)
+		doc, err := p.Document()
 		if err != nil || doc.InferenceService == nil || doc.InferenceService.Retrain == nil {
 			continue
 		}
@@ -132,7 +133,7 @@ func (c *controller) advance(p PolicyRecord, doc *policy.Document, r *RolloutRec
 		// The job's placement is done with: free its nodes.
 		_ = a.cat.Policies.Delete(policy.KindTrainingJob + "/" + r.Job)
 		if j.State == JobFailed || j.Version == "" {
-			step(r, StageFailed, "training job %s failed: %s; %s@%s keeps serving", j.Name, cmpOr(j.Error, "it registered no model"), r.Model, r.From)
+			step(r, StageFailed, "training job %s failed: %s; %s@%s keeps serving", j.Name, cmp.Or(j.Error, "it registered no model"), r.Model, r.From)
 			return nil
 		}
 		r.To = j.Version

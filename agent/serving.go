@@ -14,6 +14,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/strata-mesh/strata/internal/driftwatch"
 	"github.com/strata-mesh/strata/internal/httpjson"
 
 	"github.com/strata-mesh/strata/infer"
@@ -37,7 +38,7 @@ func (a *Agent) openInference() (*infer.Server, error) {
 		NodeName:       a.cfg.Name,
 		LibraryPath:    lib,
 		SampleFraction: a.cfg.SampleFraction,
-		Observer:       a.drift.observe,
+		Observer:       func(model string, rows []infer.Sample) { a.drift.Observe(model, rows) }, // a.drift is set before Run
 		Forwarder:      forwarder{a},
 		Registerer:     a.reg,
 		Logger:         a.log,
@@ -198,6 +199,15 @@ type servedModel struct {
 	name, version, digest string
 }
 
+// driftModels is what the drift watch needs of the models loaded here.
+func driftModels(loaded map[string]servedModel) map[string]driftwatch.Model {
+	out := make(map[string]driftwatch.Model, len(loaded))
+	for key, sm := range loaded {
+		out[key] = driftwatch.Model{Name: sm.name, Version: sm.version}
+	}
+	return out
+}
+
 // serving keeps the models loaded here in line with the inference
 // assignments this node admitted: it pulls the bytes from the nearest
 // holders, loads them (a new version swaps in beside the old) and unloads
@@ -234,7 +244,7 @@ func (s *serving) wanted() map[string]storage.Manifest {
 		if err != nil {
 			continue // not replicated here yet, or deleted
 		}
-		doc, err := compiled(rec)
+		doc, err := rec.Document()
 		if err != nil || doc.InferenceService == nil {
 			continue
 		}
@@ -282,7 +292,7 @@ func (s *serving) reconcile(ctx context.Context) {
 		a.log.Info("model unloaded", "policy", key, "model", cur.name, "version", cur.version)
 	}
 	s.publishLocked()
-	a.drift.sync(s.loaded)
+	a.drift.Sync(driftModels(s.loaded))
 }
 
 // stillNeeded says whether a model this node no longer is assigned must
@@ -295,7 +305,7 @@ func (s *serving) stillNeeded(key string) bool {
 	if err != nil {
 		return false // deleted
 	}
-	doc, err := compiled(p)
+	doc, err := p.Document()
 	if err != nil || doc.InferenceService == nil {
 		return false
 	}
@@ -343,7 +353,7 @@ func (s *serving) load(ctx context.Context, key string, m storage.Manifest) {
 	s.loaded[key] = servedModel{name: m.Name, version: m.Version, digest: m.Digest}
 	a.log.Info("serving model", "policy", key, "model", m.Ref())
 	s.publishLocked()
-	a.drift.sync(s.loaded)
+	a.drift.Sync(driftModels(s.loaded))
 }
 
 // publishLocked writes the models served here into the node's document.

@@ -257,3 +257,18 @@ func (t *Table[T]) Pending(r Record[T]) []mesh.Dep { return t.c.store.Missing(r.
 
 // Watch returns a channel closed at the next change of the catalog.
 func (t *Table[T]) Watch() <-chan struct{} { return t.c.store.Changed() }
+
+// Ready returns the live records whose dependencies have replicated here,
+// sorted by key, and the decode errors of those that do not decode. A
+// record still waiting for a dependency is left out until a later call:
+// replication lag is not an error.
+func (t *Table[T]) Ready() ([]Record[T], error) {
+	recs, err := t.List()
+	out := recs[:0]
+	for _, r := range recs {
+		if len(t.c.store.Missing(r.Deps)) == 0 {
+			out = append(out, r)
+		}
+	}
+	return out, err
+}

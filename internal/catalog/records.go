@@ -1,11 +1,13 @@
 package catalog
 
 import (
+	"fmt"
 	"strings"
 	"time"
 
 	"github.com/strata-mesh/strata/infer/drift"
 	"github.com/strata-mesh/strata/placement"
+	"github.com/strata-mesh/strata/policy"
 	"github.com/strata-mesh/strata/trainer"
 )
 
@@ -262,4 +264,20 @@ func ScoreStat(s drift.Score, det string) float64 {
 		return s.PValue
 	}
 	return s.Statistic
+}
+
+// Document parses the stored source back into its policy document.
+func (p Policy) Document() (*policy.Document, error) {
+	file := p.File
+	if file == "" {
+		file = p.Key()
+	}
+	docs, err := policy.Parse(file, []byte(p.Source))
+	if err != nil {
+		return nil, err
+	}
+	if len(docs) != 1 {
+		return nil, fmt.Errorf("policy %s: stored source holds %d documents", p.Key(), len(docs))
+	}
+	return docs[0], nil
 }

@@ -1,0 +1,24 @@
+package catalog
+
+// Manifest metadata keys the agent writes and reads.
+const (
+	// MetaReference holds a model version's drift reference (JSON of
+	// drift.Reference): the summary of its training data.
+	MetaReference = "strata.drift.reference"
+	// MetaFeatures holds a model's input feature names, comma-separated.
+	MetaFeatures = "strata.features"
+	// MetaJob names the training job that produced a model version.
+	MetaJob = "strata.job"
+	// MetaAccuracy is the holdout accuracy the trainer measured.
+	MetaAccuracy = "strata.accuracy"
+)
+
+// Labels on a TrainingJob that register its output model: the model file
+// the job leaves in STRATA_OUTPUT_DIR becomes this name and version, signed
+// by the agent that ran rank 0.
+const (
+	LabelOutputModel   = "strata.io/output-model"
+	LabelOutputVersion = "strata.io/output-version"
+	// LabelRetrainOf marks a job the mesh started to retrain a service.
+	LabelRetrainOf = "strata.io/retrain-of"
+)

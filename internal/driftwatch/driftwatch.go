@@ -1,0 +1,388 @@
+// Package driftwatch runs a drift monitor for every model served on this
+// node whose policy declares drift:, fed by the inference server's sampled
+// rows, and publishes each monitor's state to the catalog's drift table
+// (where the service's owner reads it to start a retrain).
+//
+//	w := driftwatch.New(driftwatch.Config{Name: "edge-a-1", Site: "edge-a", Catalog: cat, Artifacts: svc})
+//	go w.Run(ctx)
+//	server.Observer = w.Observe                 // sampled inference rows
+//	w.Sync(map[string]driftwatch.Model{"InferenceService/s": {Name: "s", Version: "2"}})
+package driftwatch
+
+import (
+	"cmp"
+	"context"
+	"encoding/json"
+	"fmt"
+	"log/slog"
+	"slices"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/strata-mesh/strata/internal/catalog"
+
+	"github.com/strata-mesh/strata/infer"
+	"github.com/strata-mesh/strata/infer/drift"
+	"github.com/strata-mesh/strata/mesh"
+	"github.com/strata-mesh/strata/policy"
+	"github.com/strata-mesh/strata/storage"
+)
+
+// driftHistory bounds catalog.Drift.History.
+const driftHistory = 24
+
+// driftPublishEvery bounds how often a monitor's record is republished
+// when nothing but its scores changed.
+const driftPublishEvery = time.Second
+
+// driftRows bounds the queue between the inference path and the monitors;
+// rows beyond it are dropped and counted.
+const driftRows = 8192
+
+// watched is one monitor: a policy's model version served here.
+type watched struct {
+	key            string
+	model, version string
+	spec           policy.Drift
+	cols           []int // input columns watched, in monitor order
+	pred           bool  // the prediction is watched too
+	names          []string
+	mon            *drift.Monitor
+	first          [][]float64 // rows collected for a "first" reference
+	rec            catalog.Drift
+	lastPub        time.Time
+	dirty          bool
+}
+
+type driftRow struct {
+	model string
+	s     infer.Sample
+}
+
+// Model is a model version served here.
+type Model struct{ Name, Version string }
+
+// Artifacts finds a model version's manifest (its drift reference).
+type Artifacts interface {
+	Lookup(kind storage.Kind, name, version string) (storage.Manifest, error)
+}
+
+// Config configures a Watch. Name, Site, Catalog and Artifacts are
+// required.
+type Config struct {
+	// Name and Site are this node's.
+	Name, Site string
+	Catalog    *catalog.Catalog
+	Artifacts  Artifacts
+	// Stats reports a served version's request counts (canaries are judged
+	// by them); nil when this agent serves nothing.
+	Stats  func(model, version string) infer.Stats
+	Logger *slog.Logger
+}
+
+// Watch is the drift component. Safe for concurrent use.
+type Watch struct {
+	cfg     Config
+	log     *slog.Logger
+	rows    chan driftRow
+	dropped atomic.Uint64
+
+	mu  sync.Mutex
+	mon map[string]*watched // by model name: one version serves per name
+}
+
+// New returns a watch; nothing is monitored until Sync and Run.
+func New(cfg Config) *Watch {
+	if cfg.Logger == nil {
+		cfg.Logger = slog.New(slog.DiscardHandler)
+	}
+	return &Watch{cfg: cfg, log: cfg.Logger, rows: make(chan driftRow, driftRows), mon: map[string]*watched{}}
+}
+
+// Observe is the inference server's Observer: it queues rows and never
+// blocks; rows beyond the queue are dropped and counted.
+func (d *Watch) Observe(model string, rows []infer.Sample) {
+	for _, r := range rows {
+		select {
+		case d.rows <- driftRow{model, r}:
+		default:
+			d.dropped.Add(1)
+		}
+	}
+}
+
+// Run feeds the monitors and publishes their state until ctx ends.
+func (d *Watch) Run(ctx context.Context) {
+	tick := time.NewTicker(driftPublishEvery)
+	defer tick.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case r := <-d.rows:
+			d.feed(r)
+		case <-tick.C:
+			d.publish(false)
+		}
+	}
+}
+
+func (d *Watch) feed(r driftRow) {
+	d.mu.Lock()
+	w := d.mon[r.model]
+	if w == nil || r.s.Version != w.version || w.rec.Error != "" {
+		d.mu.Unlock()
+		return
+	}
+	row := make([]float64, 0, len(w.cols)+1)
+	for _, c := range w.cols {
+		if c >= len(r.s.Inputs) {
+			d.mu.Unlock()
+			return
+		}
+		row = append(row, r.s.Inputs[c])
+	}
+	if w.pred {
+		row = append(row, score(r.s.Outputs))
+	}
+	var ev *drift.Event
+	var err error
+	if w.mon == nil {
+		w.first = append(w.first, row)
+		w.rec.Seen++
+		if len(w.first) >= w.rec.Window {
+			err = d.startFromFirst(w)
+		}
+	} else {
+		ev, err = w.mon.Observe(row)
+		w.rec.Seen = w.mon.Seen()
+	}
+	if err != nil {
+		w.rec.Error = err.Error()
+	}
+	alarmed := false
+	if ev != nil {
+		w.rec.Alarmed = ev.Kind == drift.EventAlarm
+		if w.rec.Alarmed {
+			w.rec.AlarmSeen, w.rec.AlarmAt = ev.Samples, time.Now().UTC()
+			alarmed = true
+		}
+		d.log.Info("drift "+string(ev.Kind), "policy", w.key, "model", w.model, "version", w.version, "samples", ev.Samples, "worst", catalog.WorstScore(ev.Scores, w.rec.Detector).Name)
+	}
+	if w.mon != nil {
+		if ev, ok := w.mon.Last(); ok && (len(w.rec.History) == 0 || w.rec.History[len(w.rec.History)-1].Seen != ev.Seen) {
+			w.rec.Scores = ev.Scores
+			ws := catalog.WorstScore(ev.Scores, w.rec.Detector)
+			w.rec.History = append(w.rec.History, catalog.DriftPoint{Time: time.Now().UTC(), Seen: ev.Seen, Feature: ws.Name, Statistic: catalog.ScoreStat(ws, w.rec.Detector), Drifted: ev.Over})
+			if len(w.rec.History) > driftHistory {
+				w.rec.History = slices.Delete(w.rec.History, 0, len(w.rec.History)-driftHistory)
+			}
+		}
+	}
+	w.dirty = true
+	d.mu.Unlock()
+	if ev != nil || alarmed {
+		d.publish(true)
+	}
+}
+
+// startFromFirst builds the reference from the first Window live rows.
+func (d *Watch) startFromFirst(w *watched) error {
+	cols := make([]float64, 0, len(w.first)*len(w.names))
+	for _, r := range w.first {
+		cols = append(cols, r...)
+	}
+	names := slices.Clone(w.names)
+	if w.pred {
+		names = append(names, "prediction")
+	}
+	ref, err := drift.SummarizeColumns(names, cols, drift.SummaryOptions{})
+	if err != nil {
+		return err
+	}
+	if w.pred {
+		p := ref.Features[len(ref.Features)-1]
+		ref.Features, ref.Prediction = ref.Features[:len(ref.Features)-1], &p
+	}
+	w.first = nil
+	w.mon, err = drift.New(ref, d.monitorConfig(w))
+	w.rec.Ready = err == nil
+	return err
+}
+
+func (d *Watch) monitorConfig(w *watched) drift.Config {
+	c := drift.Config{Model: w.model, Version: w.version, Site: d.cfg.Site, Detector: drift.Detector(w.rec.Detector), Window: w.rec.Window, Prediction: w.pred}
+	c.Every = max(1, c.Window/5)
+	alarm, clear := drift.DefaultThresholds(c.Detector)
+	t := w.spec.Threshold
+	if t == 0 {
+		t = policy.DefaultDriftThreshold[string(c.Detector)]
+	}
+	if t > 0 {
+		alarm = t
+		if c.Detector == drift.DetectorKS {
+			clear = min(1, max(clear, 5*t))
+		} else {
+			clear = t / 2
+		}
+	}
+	c.Alarm, c.Clear = alarm, clear
+	return c
+}
+
+// score reduces a row's outputs to the prediction the reference summarises:
+// the single score of a binary model, else the arg-max class.
+func score(out []float64) float64 {
+	if len(out) == 1 {
+		return out[0]
+	}
+	best := 0
+	for i, v := range out {
+		if v > out[best] {
+			best = i
+		}
+	}
+	return float64(best)
+}
+
+// Sync makes the monitors match the models served here: loaded maps policy
+// key → model. New versions start fresh monitors; gone ones are dropped.
+func (d *Watch) Sync(loaded map[string]Model) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	keep := map[string]bool{}
+	for key, sm := range loaded {
+		doc, err := d.policyDoc(key)
+		if err != nil || doc.InferenceService == nil || doc.InferenceService.Drift == nil {
+			continue
+		}
+		keep[sm.Name] = true
+		if w := d.mon[sm.Name]; w != nil && w.version == sm.Version && w.key == key {
+			continue
+		}
+		d.mon[sm.Name] = d.newWatched(key, sm, *doc.InferenceService.Drift)
+	}
+	for name, w := range d.mon {
+		if !keep[name] {
+			delete(d.mon, name)
+			_ = d.cfg.Catalog.Drift.Delete(w.key + "/" + d.cfg.Name)
+		}
+	}
+}
+
+func (d *Watch) newWatched(key string, sm Model, spec policy.Drift) *watched {
+	spec.Detector = cmp.Or(spec.Detector, policy.DetectorPSI)
+	spec.Reference = cmp.Or(spec.Reference, "training")
+	if spec.Window == 0 {
+		spec.Window = drift.DefaultWindow
+	}
+	w := &watched{key: key, model: sm.Name, version: sm.Version, spec: spec, dirty: true}
+	w.rec = catalog.Drift{
+		Policy: key, Model: sm.Name, Version: sm.Version, Site: d.cfg.Site, Node: d.cfg.Name,
+		Detector: spec.Detector, Window: spec.Window, Reference: spec.Reference,
+	}
+	fail := func(format string, args ...any) *watched {
+		w.rec.Error = fmt.Sprintf(format, args...)
+		d.log.Warn("drift monitor not started", "policy", key, "model", sm.Name, "version", sm.Version, "reason", w.rec.Error)
+		return w
+	}
+	m, err := d.cfg.Artifacts.Lookup(storage.KindModel, sm.Name, sm.Version)
+	if err != nil {
+		return fail("%v", err)
+	}
+	var ref drift.Reference
+	var all []string
+	if raw := m.Metadata[catalog.MetaReference]; raw != "" {
+		if err := json.Unmarshal([]byte(raw), &ref); err != nil {
+			return fail("the model's drift reference does not parse: %v", err)
+		}
+		for _, f := range ref.Features {
+			all = append(all, f.Name)
+		}
+	} else if fs := m.Metadata[catalog.MetaFeatures]; fs != "" {
+		all = strings.Split(fs, ",")
+	}
+	if spec.Reference == "training" && len(ref.Features) == 0 {
+		return fail("%s has no drift reference (publish it with the model, or use reference: first)", m.Ref())
+	}
+	want := spec.Features
+	if len(want) == 0 {
+		want = all
+	}
+	if len(want) == 0 {
+		return fail("%s names no input features; list them in drift.features with reference: training", m.Ref())
+	}
+	for _, f := range want {
+		i := slices.Index(all, f)
+		if i < 0 {
+			return fail("feature %q is not an input of %s (inputs: %s)", f, m.Ref(), strings.Join(all, ", "))
+		}
+		w.cols = append(w.cols, i)
+	}
+	w.names = want
+	if spec.Reference == "first" {
+		return w
+	}
+	sub := drift.Reference{Prediction: ref.Prediction}
+	for _, c := range w.cols {
+		sub.Features = append(sub.Features, ref.Features[c])
+	}
+	w.pred = sub.Prediction != nil
+	cfg := d.monitorConfig(w)
+	mon, err := drift.New(sub, cfg)
+	if err != nil {
+		return fail("%v", err)
+	}
+	w.mon, w.rec.Ready, w.rec.Threshold = mon, true, cfg.Alarm
+	return w
+}
+
+// publish writes the records of monitors that changed (all when force).
+func (d *Watch) publish(force bool) {
+	now := time.Now()
+	d.mu.Lock()
+	var out []catalog.Drift
+	for _, w := range d.mon {
+		if d.cfg.Stats != nil {
+			st := d.cfg.Stats(w.model, w.version)
+			if st.Served != w.rec.Served || st.Failed != w.rec.Failed {
+				w.rec.Served, w.rec.Failed, w.dirty = st.Served, st.Failed, true
+			}
+		}
+		if dr := d.dropped.Load(); dr != w.rec.Dropped {
+			w.rec.Dropped, w.dirty = dr, true
+		}
+		if !w.dirty || (!force && now.Sub(w.lastPub) < driftPublishEvery) {
+			continue
+		}
+		if w.mon != nil {
+			w.rec.Threshold = w.mon.Config().Alarm
+		}
+		w.rec.Updated = now.UTC()
+		w.lastPub, w.dirty = now, false
+		out = append(out, w.rec)
+		out[len(out)-1].Scores = slices.Clone(w.rec.Scores)
+		out[len(out)-1].History = slices.Clone(w.rec.History)
+	}
+	d.mu.Unlock()
+	for _, r := range out {
+		var deps []mesh.Dep
+		if ref, ok := d.cfg.Catalog.Manifests.Ref(string(storage.KindModel) + "/" + r.Model + "/" + r.Version); ok {
+			deps = append(deps, ref)
+		}
+		if _, err := d.cfg.Catalog.Drift.Put(r, deps...); err != nil {
+			d.log.Warn("publishing drift state", "policy", r.Policy, "err", err)
+		}
+	}
+}
+
+// policyDoc returns an applied policy's parsed document.
+func (d *Watch) policyDoc(key string) (*policy.Document, error) {
+	rec, err := d.cfg.Catalog.Policies.Value(key)
+	if err != nil {
+		return nil, err
+	}
+	return rec.Document()
+}

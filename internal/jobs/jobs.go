@@ -1,0 +1,420 @@
+// Package jobs runs the training jobs placed on this node: when this node
+// admitted rank 0 of a TrainingJob's placement, it pulls the job's data,
+// launches it (the built-in trainer or an exec command), records every
+// state change in the catalog's jobs table, and registers the model the job
+// leaves as a signed version.
+//
+//	r := jobs.New(jobs.Config{Name: "gpu-1", DataDir: dir, Mesh: m, Catalog: cat, Artifacts: svc})
+//	go r.Run(ctx)
+//	out, err := r.Logs("retrain-1", 0)
+package jobs
+
+import (
+	"cmp"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"os"
+	"path/filepath"
+	"sort"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/strata-mesh/strata/internal/artifacts"
+	"github.com/strata-mesh/strata/internal/catalog"
+	"github.com/strata-mesh/strata/mesh"
+	"github.com/strata-mesh/strata/mesh/dataplane"
+	"github.com/strata-mesh/strata/policy"
+	"github.com/strata-mesh/strata/storage"
+	"github.com/strata-mesh/strata/trainer"
+)
+
+// Mesh is what the runner reads of the mesh: this node's document (its
+// admitted assignments) and when anything changed.
+type Mesh interface {
+	Local() mesh.NodeState
+	Changed() <-chan struct{}
+}
+
+// Artifacts is what the runner needs of the artifact component: finding
+// and fetching a job's data, and publishing its model.
+type Artifacts interface {
+	Lookup(kind storage.Kind, name, version string) (storage.Manifest, error)
+	ByDigest(digest string, kinds ...storage.Kind) (storage.Manifest, error)
+	Has(digest string) bool
+	Pull(ctx context.Context, m storage.Manifest, progress func(dataplane.TransferStatus)) (dataplane.PullResult, error)
+	Open(m storage.Manifest) (*os.File, error)
+	Publish(ctx context.Context, path string, spec storage.PublishSpec) (storage.Manifest, error)
+	NextVersion(name, after string) string
+}
+
+var _ Artifacts = (*artifacts.Service)(nil)
+
+// Config configures a Runner. Every field but Logger is required.
+type Config struct {
+	// Name is this node's name; DataDir holds each run's directory
+	// (jobs/<name>-<epoch>) and logs.
+	Name, DataDir string
+	Mesh          Mesh
+	Catalog       *catalog.Catalog
+	Artifacts     Artifacts
+	Logger        *slog.Logger
+}
+
+// Runner starts the training jobs whose rank 0 this node admitted and
+// records their runs in the catalog. Safe for concurrent use.
+type Runner struct {
+	cfg    Config
+	log    *slog.Logger
+	paused atomic.Bool
+	mu     sync.Mutex
+	// runs are the jobs started here, by policy key.
+	runs map[string]*localJob
+}
+
+type localJob struct {
+	epoch  uint64
+	cancel context.CancelFunc
+	run    *trainer.Run // nil until launched
+	dir    string
+}
+
+// New returns a runner; nothing runs until Run.
+func New(cfg Config) *Runner {
+	if cfg.Logger == nil {
+		cfg.Logger = slog.New(slog.DiscardHandler)
+	}
+	return &Runner{cfg: cfg, log: cfg.Logger, runs: map[string]*localJob{}}
+}
+
+// SetPaused stops (true) or resumes starting jobs; runs under way go on.
+// Tests of placement alone pause it.
+func (j *Runner) SetPaused(p bool) { j.paused.Store(p) }
+
+// Run starts and watches jobs until ctx ends.
+func (j *Runner) Run(ctx context.Context) {
+	for {
+		changed := j.cfg.Mesh.Changed()
+		j.reconcile(ctx)
+		select {
+		case <-ctx.Done():
+			return
+		case <-changed:
+		case <-time.After(2 * time.Second):
+		}
+	}
+}
+
+func (j *Runner) reconcile(ctx context.Context) {
+	if j.paused.Load() {
+		return
+	}
+	// Placements whose policy has not replicated here yet wait.
+	ready, _ := j.cfg.Catalog.Placements.Ready() // undecodable ones are counted by the catalog
+	recs := make(map[string]catalog.Placement, len(ready))
+	for _, r := range ready {
+		recs[r.Key] = r.Value
+	}
+	mine := map[string]catalog.Placement{}
+	for _, as := range j.cfg.Mesh.Local().Assignments {
+		if !as.Accepted || !strings.HasPrefix(as.Key, policy.KindTrainingJob+"/") {
+			continue
+		}
+		rec, ok := recs[as.Key]
+		if !ok || rec.Epoch != as.Epoch || len(rec.Nodes) == 0 || rankZero(rec).Name != j.cfg.Name {
+			continue
+		}
+		mine[as.Key] = rec
+	}
+	j.mu.Lock()
+	defer j.mu.Unlock()
+	// Jobs placed elsewhere or deleted stop here.
+	for key, lj := range j.runs {
+		if rec, ok := mine[key]; !ok || rec.Epoch != lj.epoch {
+			if lj.cancel != nil {
+				lj.cancel()
+				lj.cancel = nil
+				j.log.Info("stopping training job: no longer placed here", "job", key)
+			}
+		}
+	}
+	for key, rec := range mine {
+		if lj, ok := j.runs[key]; ok && lj.epoch == rec.Epoch {
+			continue
+		}
+		if prev, err := j.cfg.Catalog.Jobs.Value(rec.Name); err == nil && prev.Generation == rec.Generation && prev.Terminal() {
+			continue // ran to its end already; a new generation runs again
+		}
+		jctx, cancel := context.WithCancel(ctx)
+		lj := &localJob{epoch: rec.Epoch, cancel: cancel}
+		j.runs[key] = lj
+		go j.start(jctx, rec, lj)
+	}
+}
+
+func rankZero(rec catalog.Placement) catalog.PlacedNode {
+	best := rec.Nodes[0]
+	for _, n := range rec.Nodes {
+		if n.Rank < best.Rank {
+			best = n
+		}
+	}
+	return best
+}
+
+// start runs one job to its end and records every step.
+func (j *Runner) start(ctx context.Context, rec catalog.Placement, lj *localJob) {
+	defer lj.cancel()
+	doc, err := j.policyDoc(rec.Key)
+	jr := catalog.Job{
+		Name: rec.Name, Key: rec.Key, Generation: rec.Generation, Epoch: rec.Epoch, State: catalog.JobPending,
+		Node: j.cfg.Name, Created: time.Now().UTC(),
+	}
+	for _, n := range rec.Nodes {
+		jr.Nodes = append(jr.Nodes, n.Name)
+	}
+	if err == nil && doc.TrainingJob == nil {
+		err = fmt.Errorf("%s is not a TrainingJob", rec.Key)
+	}
+	if err != nil {
+		j.finish(jr, err)
+		return
+	}
+	spec := doc.TrainingJob
+	jr.RetrainOf = doc.Metadata.Labels[catalog.LabelRetrainOf]
+	jr.Launcher = cmp.Or(spec.Launcher, "builtin")
+	if len(spec.Command) > 0 && spec.Launcher == "" {
+		jr.Launcher = "exec"
+	}
+	j.write(jr)
+	if d := time.Duration(spec.MaxDuration); d > 0 {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, d)
+		defer cancel()
+	}
+	dir := filepath.Join(j.cfg.DataDir, "jobs", fmt.Sprintf("%s-%d", rec.Name, rec.Epoch))
+	lj.dir = dir
+	job, launcher, err := j.prepare(ctx, jr, spec, dir)
+	if err != nil {
+		j.finish(jr, err)
+		return
+	}
+	run, err := launcher.Launch(ctx, job)
+	if err != nil {
+		j.finish(jr, err)
+		return
+	}
+	j.mu.Lock()
+	lj.run = run
+	j.mu.Unlock()
+	jr.State, jr.Started = catalog.JobRunning, time.Now().UTC()
+	jr.Members = run.Status().Members
+	j.write(jr)
+	j.log.Info("training job running", "job", jr.Name, "launcher", jr.Launcher, "nodes", strings.Join(jr.Nodes, ","))
+	err = run.Wait(context.WithoutCancel(ctx))
+	st := run.Status()
+	jr.Members, jr.Attempt = st.Members, st.Attempt
+	if logs := run.Log(0); logs != "" {
+		_ = os.WriteFile(filepath.Join(dir, "rank-0.log"), []byte(logs), 0o600)
+	}
+	if err == nil {
+		err = j.register(ctx, &jr, doc, job.OutputDir)
+	}
+	j.finish(jr, err)
+}
+
+// prepare pulls the job's datasets into dir/data and builds the launcher.
+func (j *Runner) prepare(ctx context.Context, jr catalog.Job, spec *policy.TrainingJobSpec, dir string) (trainer.Job, trainer.Launcher, error) {
+	job := trainer.Job{
+		ID: jr.Name, DatasetDir: filepath.Join(dir, "data"), OutputDir: filepath.Join(dir, "out"),
+		Env: spec.Env, Retries: spec.Retries, Dir: dir,
+	}
+	for _, d := range []string{job.DatasetDir, job.OutputDir} {
+		if err := os.MkdirAll(d, 0o700); err != nil {
+			return job, nil, err
+		}
+	}
+	for _, d := range spec.Data {
+		if err := j.fetchData(ctx, d, job.DatasetDir); err != nil {
+			return job, nil, err
+		}
+	}
+	self := j.cfg.Mesh.Local()
+	host, _, _ := net.SplitHostPort(self.Addrs.Gossip)
+	var gpus []int
+	for _, as := range self.Assignments {
+		if as.Key == jr.Key {
+			gpus = as.GPUs
+		}
+	}
+	job.Members = []trainer.Member{{Node: j.cfg.Name, Addr: host, GPUs: gpus}}
+	switch jr.Launcher {
+	case "builtin":
+		cfg := trainer.Config{Kind: trainer.KindLogistic, Seed: 1}
+		if b := spec.Builtin; b != nil {
+			if b.Algorithm == "mlp" {
+				cfg.Kind = trainer.KindMLP
+			}
+			cfg.Hidden, cfg.Epochs, cfg.LearningRate = b.Hidden, b.Epochs, b.LearningRate
+			if b.Label != "" {
+				job.Env = mergeEnv(job.Env, trainer.LabelEnv, b.Label)
+			}
+		}
+		job.Train = &cfg
+		return job, &trainer.Builtin{Logger: j.log}, nil
+	case "exec":
+		if spec.Gang.Nodes > 1 {
+			return job, nil, errors.New("not yet: exec gangs spanning several nodes (each node would run its own ranks); use gang.nodes: 1 with every GPU on one host")
+		}
+		job.Command = append(append([]string(nil), spec.Command...), spec.Args...)
+		return job, trainer.NewExec(trainer.ExecOptions{Logger: j.log}), nil
+	}
+	return job, nil, fmt.Errorf("launcher %q: want builtin or exec", jr.Launcher)
+}
+
+func mergeEnv(env map[string]string, k, v string) map[string]string {
+	out := map[string]string{k: v}
+	for ek, ev := range env {
+		out[ek] = ev
+	}
+	return out
+}
+
+// fetchData pulls one data reference (when not held) and copies its bytes
+// into dir, named after the artifact (datasets get ".csv" unless their name
+// has an extension).
+func (j *Runner) fetchData(ctx context.Context, d policy.DataRef, dir string) error {
+	var m storage.Manifest
+	var err error
+	if d.Artifact != "" {
+		m, err = j.cfg.Artifacts.ByDigest(d.Artifact, storage.KindDataset, storage.KindModel)
+	} else {
+		name, version, _ := strings.Cut(d.Dataset, ":")
+		m, err = j.cfg.Artifacts.Lookup(storage.KindDataset, name, version)
+	}
+	if err != nil {
+		return fmt.Errorf("data %s%s: %w", d.Dataset, d.Artifact, err)
+	}
+	if !j.cfg.Artifacts.Has(m.Digest) {
+		if _, err := j.cfg.Artifacts.Pull(ctx, m, nil); err != nil {
+			return fmt.Errorf("pulling %s: %w", m.Ref(), err)
+		}
+	}
+	src, err := j.cfg.Artifacts.Open(m)
+	if err != nil {
+		return err
+	}
+	defer src.Close()
+	name := m.Name
+	if filepath.Ext(name) == "" && m.Kind == storage.KindDataset {
+		name += ".csv"
+	}
+	dst, err := os.Create(filepath.Join(dir, filepath.Base(name)))
+	if err != nil {
+		return err
+	}
+	_, err = io.Copy(dst, src)
+	return errors.Join(err, dst.Close())
+}
+
+// register publishes the model a finished job left in out, when the job's
+// labels name the output model.
+func (j *Runner) register(ctx context.Context, jr *catalog.Job, doc *policy.Document, out string) error {
+	name, version := doc.Metadata.Labels[catalog.LabelOutputModel], doc.Metadata.Labels[catalog.LabelOutputVersion]
+	if name == "" {
+		return nil
+	}
+	model := filepath.Join(out, trainer.ModelFile)
+	if _, err := os.Stat(model); err != nil {
+		return fmt.Errorf("the job succeeded but left no %s in STRATA_OUTPUT_DIR: %w", trainer.ModelFile, err)
+	}
+	if version == "" {
+		version = j.cfg.Artifacts.NextVersion(name, "")
+	}
+	meta := map[string]string{catalog.MetaJob: jr.Name}
+	if b, err := os.ReadFile(filepath.Join(out, trainer.ReferenceFile)); err == nil {
+		meta[catalog.MetaReference] = string(b)
+	}
+	if b, err := os.ReadFile(filepath.Join(out, trainer.MetricsFile)); err == nil {
+		var mt trainer.Metrics
+		if json.Unmarshal(b, &mt) == nil {
+			jr.Accuracy = mt.Accuracy
+			meta[catalog.MetaAccuracy] = strconv.FormatFloat(mt.Accuracy, 'f', 4, 64)
+			meta[catalog.MetaFeatures] = strings.Join(mt.Features, ",")
+		}
+	}
+	m, err := j.cfg.Artifacts.Publish(ctx, model, storage.PublishSpec{Kind: storage.KindModel, Name: name, Version: version, Metadata: meta})
+	if err != nil {
+		return fmt.Errorf("registering %s@%s: %w", name, version, err)
+	}
+	jr.Model, jr.Version, jr.Digest = m.Name, m.Version, m.Digest
+	j.log.Info("training job registered a model", "job", jr.Name, "model", m.Ref(), "accuracy", jr.Accuracy)
+	return nil
+}
+
+func (j *Runner) finish(jr catalog.Job, err error) {
+	jr.Finished = time.Now().UTC()
+	if err != nil {
+		jr.State, jr.Error = catalog.JobFailed, err.Error()
+		j.log.Warn("training job failed", "job", jr.Name, "err", err)
+	} else {
+		jr.State = catalog.JobSucceeded
+		j.log.Info("training job succeeded", "job", jr.Name)
+	}
+	j.write(jr)
+}
+
+func (j *Runner) write(jr catalog.Job) {
+	var deps []mesh.Dep
+	if ref, ok := j.cfg.Catalog.Placements.Ref(jr.Key); ok {
+		deps = append(deps, ref)
+	}
+	if _, err := j.cfg.Catalog.Jobs.Put(jr, deps...); err != nil {
+		j.log.Warn("recording training job", "job", jr.Name, "err", err)
+	}
+}
+
+// Logs returns rank's output of a job run here: live while it runs, from
+// its log file after.
+func (j *Runner) Logs(name string, rank int) (string, error) {
+	j.mu.Lock()
+	var run *trainer.Run
+	if lj := j.runs[policy.KindTrainingJob+"/"+name]; lj != nil {
+		run = lj.run
+	}
+	j.mu.Unlock()
+	if run != nil {
+		return run.Log(rank), nil
+	}
+	// Before this start: the newest run's log file.
+	files, _ := filepath.Glob(filepath.Join(j.cfg.DataDir, "jobs", name+"-*", fmt.Sprintf("rank-%d.log", rank)))
+	if len(files) == 0 {
+		return "", fmt.Errorf("%w: no log of job %s rank %d on this node", mesh.ErrNotFound, name, rank)
+	}
+	sort.Slice(files, func(i, k int) bool { return epochOf(files[i]) < epochOf(files[k]) })
+	b, err := os.ReadFile(files[len(files)-1])
+	return string(b), err
+}
+
+// epochOf reads the epoch from a job directory's log path (".../name-7/rank-0.log").
+func epochOf(path string) int {
+	d := filepath.Base(filepath.Dir(path))
+	n, _ := strconv.Atoi(d[strings.LastIndexByte(d, '-')+1:])
+	return n
+}
+
+// policyDoc returns an applied policy's parsed document.
+func (j *Runner) policyDoc(key string) (*policy.Document, error) {
+	rec, err := j.cfg.Catalog.Policies.Value(key)
+	if err != nil {
+		return nil, err
+	}
+	return rec.Document()
+}
