@@ -25,6 +25,7 @@ import (
 	"github.com/strata-mesh/strata/internal/driftwatch"
 	"github.com/strata-mesh/strata/internal/events"
 	"github.com/strata-mesh/strata/internal/jobs"
+	"github.com/strata-mesh/strata/internal/serving"
 	"gopkg.in/yaml.v3"
 
 	"github.com/strata-mesh/strata/agent/discover"
@@ -61,7 +62,8 @@ type Agent struct {
 	art     *artifacts.Service
 	inf     *infer.Server
 	infErr  error // why inf is nil
-	srvg    *serving
+	srvg    *serving.Loader
+	fwd     *serving.Forwarder
 	drift   *driftwatch.Watch
 	// jobRunner runs the training jobs placed here; events derives the
 	// /v1/events stream.
@@ -121,7 +123,6 @@ func New(cfg Config) (*Agent, error) {
 	if a.infErr != nil {
 		a.log.Warn("inference disabled", "err", a.infErr)
 	}
-	a.srvg = &serving{a: a, loaded: map[string]servedModel{}, loading: map[string]bool{}}
 	a.ln, err = net.Listen("tcp", cfg.API)
 	if err != nil {
 		return fail(fmt.Errorf("agent: API listen on %s: %w (is another agent running? choose another with -api)", cfg.API, err))
@@ -158,6 +159,22 @@ func New(cfg Config) (*Agent, error) {
 		dc.Stats = a.inf.Stats
 	}
 	a.drift = driftwatch.New(dc)
+	lc := serving.LoaderConfig{Mesh: a.mesh, Catalog: a.cat, Artifacts: a.art, Logger: a.log, OnLoaded: func(loaded map[string]serving.Model) {
+		models := make(map[string]driftwatch.Model, len(loaded))
+		for key, m := range loaded {
+			models[key] = driftwatch.Model{Name: m.Name, Version: m.Version}
+		}
+		a.drift.Sync(models)
+	}}
+	if a.inf != nil {
+		lc.Inference = a.inf
+	}
+	a.srvg = serving.NewLoader(lc)
+	fc := serving.ForwarderConfig{Mesh: a.mesh}
+	if a.dp != nil {
+		fc.DataPlane = a.dp.node
+	}
+	a.fwd = serving.NewForwarder(fc)
 	a.jobRunner = jobs.New(jobs.Config{Name: cfg.Name, DataDir: cfg.DataDir, Mesh: a.mesh, Catalog: a.cat, Artifacts: a.art, Logger: a.log})
 	if a.dp != nil {
 		// A data plane bound to all interfaces is reached at the gossip
@@ -219,7 +236,7 @@ func (a *Agent) Run(ctx context.Context) error {
 	}()
 	go func() {
 		defer wg.Done()
-		a.srvg.run(runCtx)
+		a.srvg.Run(runCtx)
 	}()
 	go func() {
 		defer wg.Done()

@@ -7,6 +7,7 @@ import (
 	"strconv"
 
 	"github.com/strata-mesh/strata/internal/httpjson"
+	"github.com/strata-mesh/strata/internal/serving"
 
 	"github.com/strata-mesh/strata/mesh"
 )
@@ -80,7 +81,7 @@ func (a *Agent) handleJobLogs(w http.ResponseWriter, r *http.Request) {
 		httpjson.Error(w, http.StatusInternalServerError, "", "%v", err)
 		return
 	}
-	if j.Node != a.cfg.Name && r.Header.Get(headerForwarded) == "" {
+	if j.Node != a.cfg.Name && r.Header.Get(serving.HeaderForwarded) == "" {
 		n, err := a.mesh.Node(j.Node)
 		if err != nil || n.Status != mesh.StatusAlive || n.Addrs.API == "" {
 			httpjson.Error(w, http.StatusBadGateway, "", "job %s ran on %s, which is not reachable now", name, j.Node)
@@ -90,12 +91,12 @@ func (a *Agent) handleJobLogs(w http.ResponseWriter, r *http.Request) {
 		if t := r.Header.Get("Authorization"); t != "" {
 			header.Set("Authorization", t)
 		}
-		resp, err := a.sendToPeer(r.Context(), n, http.MethodGet, r.URL.RequestURI(), header, nil)
+		resp, err := a.fwd.Send(r.Context(), n, http.MethodGet, r.URL.RequestURI(), header, nil)
 		if err != nil {
 			httpjson.Error(w, http.StatusBadGateway, "", "fetching the log from %s: %v", j.Node, err)
 			return
 		}
-		copyResponse(w, resp)
+		serving.CopyResponse(w, resp)
 		return
 	}
 	logs, err := a.jobRunner.Logs(name, rank)

@@ -225,7 +225,7 @@ func (a *Agent) handlePlacements(w http.ResponseWriter, r *http.Request) {
 		} else {
 			st.PlacementRecord = PlacementRecord{Key: p.Key(), Kind: p.Kind, Name: p.Name, State: StatePending, Message: "waiting for its owner to place it"}
 		}
-		if r, ok := a.rollout(p.Key(), p.Generation); ok {
+		if r, ok := a.cat.ActiveRollout(p); ok {
 			st.Rollout = &r
 		}
 		out = append(out, st)

@@ -196,16 +196,5 @@ func registerDataPlaneMetrics(reg prometheus.Registerer, n *dataplane.Node) {
 // pinned keeps, through GC, every blob a placement here needs: the models
 // this node serves.
 func (a *Agent) pinned(digest string) bool {
-	s := a.srvg
-	if s == nil {
-		return false
-	}
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	for _, m := range s.loaded {
-		if m.digest == digest {
-			return true
-		}
-	}
-	return false
+	return a.srvg != nil && a.srvg.Serves(digest)
 }

@@ -203,7 +203,7 @@ func TestDriftRetrainRollout(t *testing.T) {
 	}
 
 	// What happened, as every agent sees it.
-	rr, ok := agents[0].rollout("InferenceService/scorer", 1)
+	rr, ok := agents[0].cat.ActiveRollout(PolicyRecord{Kind: "InferenceService", Name: "scorer", Generation: 1})
 	if tr := rr.Trigger; tr == nil || tr.Node != edgeA.Name() || tr.Version != "1" || tr.Samples <= 400 || !slices.Contains(tr.Drifted, "a") || slices.Contains(tr.Drifted, "b") {
 		t.Errorf("rollout trigger = %+v; want drift of feature a (not b) on %s's version 1 after the 400 unshifted samples", tr, edgeA.Name())
 	}
@@ -271,7 +271,7 @@ func TestRetrainFailureKeepsServing(t *testing.T) {
 		t.Fatal("the retrain block was not replaced")
 	}
 	run := runLoopUntil(t, pol, "failed rollout", func(r *loopRun) bool {
-		rr, ok := r.agents[0].rollout("InferenceService/scorer", 1)
+		rr, ok := r.agents[0].cat.ActiveRollout(PolicyRecord{Kind: "InferenceService", Name: "scorer", Generation: 1})
 		return ok && rr.Stage == StageFailed
 	})
 	if run.failed > 0 {
@@ -317,7 +317,7 @@ func BenchmarkDriftToServing(b *testing.B) {
 	var cp, total, delay []float64
 	for range b.N {
 		run := runLoop(b)
-		rr, ok := run.agents[0].rollout("InferenceService/scorer", 1)
+		rr, ok := run.agents[0].cat.ActiveRollout(PolicyRecord{Kind: "InferenceService", Name: "scorer", Generation: 1})
 		j, err := run.agents[0].job(rr.Job)
 		if !ok || err != nil || rr.Trigger == nil || run.servingAt.IsZero() {
 			b.Fatalf("no complete rollout: %+v, job %v", rr, err)

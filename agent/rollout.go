@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/strata-mesh/strata/internal/catalog"
+	"github.com/strata-mesh/strata/internal/serving"
 
 	"gopkg.in/yaml.v3"
 
@@ -25,31 +26,6 @@ const canaryMinRequests = 20
 func step(r *RolloutRecord, stage, format string, args ...any) {
 	r.Stage, r.Message, r.Updated = stage, fmt.Sprintf(format, args...), time.Now().UTC()
 	r.Steps = append(r.Steps, RolloutStep{Time: r.Updated, Stage: stage, Message: r.Message})
-}
-
-// rollout returns a service's rollout record when it belongs to the
-// policy's current generation.
-func (a *Agent) rollout(key string, generation uint64) (RolloutRecord, bool) {
-	r, err := a.cat.Rollouts.Value(key)
-	if err != nil || r.Generation != generation {
-		return RolloutRecord{}, false
-	}
-	return r, true
-}
-
-// modelFor is the model version node serves for a service: the policy's,
-// unless a rollout moved it (the canary nodes first, then everyone).
-func (a *Agent) modelFor(p PolicyRecord, svc *policy.InferenceServiceSpec, node string) policy.ModelRef {
-	r, ok := a.rollout(p.Key(), p.Generation)
-	if !ok {
-		return svc.Model
-	}
-	ref := policy.ModelRef{Name: r.Model, Version: r.From}
-	switch {
-	case r.Stage == StagePromoted, r.Stage == StageCanary && slices.Contains(r.CanaryNodes, node):
-		ref.Version = r.To
-	}
-	return ref
 }
 
 // rollouts drives the retrain-and-rollout of every service this agent owns:
@@ -77,7 +53,7 @@ func (c *controller) rollouts() {
 				mine = append(mine, d)
 			}
 		}
-		r, have := a.rollout(p.Key(), p.Generation)
+		r, have := a.cat.ActiveRollout(p)
 		before, _ := json.Marshal(r)
 		if err := c.advance(p, doc, &r, have, mine); err != nil {
 			a.log.Warn("rollout", "policy", p.Key(), "err", err)
@@ -105,7 +81,7 @@ func (c *controller) advance(p PolicyRecord, doc *policy.Document, r *RolloutRec
 			if r.Stage == StagePromoted {
 				cur = r.To
 			}
-		} else if m, err := a.modelManifest(svc.Model); err == nil {
+		} else if m, err := serving.ModelManifest(a.art, svc.Model); err == nil {
 			cur = m.Version
 		}
 		var trig *DriftRecord

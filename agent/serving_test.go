@@ -111,7 +111,7 @@ func TestServeAtTheEdgeForwardAndSwap(t *testing.T) {
 	// The mesh's view of who serves reaches the cloud agent a gossip
 	// round after the edges'.
 	meshtest.WaitFor(t, 30*time.Second, "the cloud agent to see a replica", func() bool {
-		return len(agents[5].servingNodes("scorer", "")) > 0
+		return len(agents[5].fwd.ServingNodes("scorer", "")) > 0
 	})
 	proxied := agents[5].art.Node().Stats().Proxied
 	code, by, body := infer1(t, agents[5].Handler())

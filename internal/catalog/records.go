@@ -2,6 +2,7 @@ package catalog
 
 import (
 	"fmt"
+	"slices"
 	"strings"
 	"time"
 
@@ -280,4 +281,29 @@ func (p Policy) Document() (*policy.Document, error) {
 		return nil, fmt.Errorf("policy %s: stored source holds %d documents", p.Key(), len(docs))
 	}
 	return docs[0], nil
+}
+
+// ActiveRollout returns a service's rollout record when it belongs to the
+// policy's current generation.
+func (c *Catalog) ActiveRollout(p Policy) (Rollout, bool) {
+	r, err := c.Rollouts.Value(p.Key())
+	if err != nil || r.Generation != p.Generation {
+		return Rollout{}, false
+	}
+	return r, true
+}
+
+// ModelFor is the model version node serves for a service: the policy's,
+// unless a rollout moved it (the canary nodes first, then everyone).
+func (c *Catalog) ModelFor(p Policy, svc *policy.InferenceServiceSpec, node string) policy.ModelRef {
+	r, ok := c.ActiveRollout(p)
+	if !ok {
+		return svc.Model
+	}
+	ref := policy.ModelRef{Name: r.Model, Version: r.From}
+	switch {
+	case r.Stage == StagePromoted, r.Stage == StageCanary && slices.Contains(r.CanaryNodes, node):
+		ref.Version = r.To
+	}
+	return ref
 }

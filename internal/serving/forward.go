@@ -1,0 +1,182 @@
+package serving
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"io"
+	"net/http"
+	"slices"
+	"sort"
+	"strings"
+	"time"
+
+	"github.com/strata-mesh/strata/infer"
+	"github.com/strata-mesh/strata/mesh"
+)
+
+// HeaderForwarded marks a request one agent forwarded to another, so the
+// second answers it or says no, and never forwards it again.
+const HeaderForwarded = "Strata-Forwarded-By"
+
+// Peers is what forwarding reads of the mesh.
+type Peers interface {
+	ID() string
+	Name() string
+	Nodes() []mesh.Node
+	RTT(a, b string) (time.Duration, error)
+}
+
+// RoundTripper sends an HTTP request to a peer's data-plane address
+// (*dataplane.Node implements it).
+type RoundTripper interface {
+	RoundTrip(ctx context.Context, addr string, req *http.Request) (*http.Response, error)
+}
+
+// ForwarderConfig configures a Forwarder. DataPlane is nil in a mesh
+// without a CA: requests then go to the peers' HTTP APIs.
+type ForwarderConfig struct {
+	Mesh      Peers
+	DataPlane RoundTripper
+}
+
+// Forwarder sends requests to other agents: inference for models served
+// elsewhere, and anything the API proxies (a job's logs). Safe for
+// concurrent use.
+type Forwarder struct{ cfg ForwarderConfig }
+
+// NewForwarder returns a forwarder.
+func NewForwarder(cfg ForwarderConfig) *Forwarder { return &Forwarder{cfg: cfg} }
+
+var _ infer.Forwarder = (*Forwarder)(nil)
+
+// Forward sends a request for a model this agent does not serve to the
+// nearest agent (by estimated RTT) that does; it implements
+// infer.Forwarder.
+func (f *Forwarder) Forward(w http.ResponseWriter, r *http.Request, model, version string) error {
+	if by := r.Header.Get(HeaderForwarded); by != "" {
+		return fmt.Errorf("%w: %s (forwarded here by %s)", infer.ErrModelNotFound, model, by)
+	}
+	targets := f.ServingNodes(model, version)
+	if len(targets) == 0 {
+		return fmt.Errorf("%w: %s is served nowhere in the mesh", infer.ErrModelNotFound, model)
+	}
+	body, err := io.ReadAll(io.LimitReader(r.Body, maxForwardBody+1))
+	if err != nil {
+		return err
+	}
+	if len(body) > maxForwardBody {
+		return fmt.Errorf("request over %d bytes", maxForwardBody)
+	}
+	// The mesh's view of who serves what lags by a gossip round: a node
+	// that just stopped serving answers 404, and the next nearest is tried.
+	var lastErr error
+	for _, n := range targets[:min(len(targets), 3)] {
+		resp, err := f.Send(r.Context(), n, r.Method, r.URL.RequestURI(), r.Header, body)
+		if err != nil {
+			lastErr = err
+			continue
+		}
+		if resp.StatusCode == http.StatusNotFound {
+			resp.Body.Close()
+			lastErr = fmt.Errorf("%w: %s no longer serves %s", infer.ErrModelNotFound, n.Name, model)
+			continue
+		}
+		w.Header().Del(infer.HeaderServedBy) // the serving agent names itself
+		CopyResponse(w, resp)
+		return nil
+	}
+	return lastErr
+}
+
+// Send sends a request to agent n, marked as forwarded by this one: over
+// the data plane (QUIC, mutual TLS) when both have one, else to n's HTTP
+// API. The caller closes the response body.
+func (f *Forwarder) Send(ctx context.Context, n mesh.Node, method, uri string, header http.Header, body []byte) (*http.Response, error) {
+	viaData := f.cfg.DataPlane != nil && n.Addrs.Data != ""
+	host := n.Addrs.API
+	if viaData {
+		host = n.Addrs.Data
+	}
+	req, err := http.NewRequestWithContext(ctx, method, "http://"+host+uri, bytes.NewReader(body))
+	if err != nil {
+		return nil, err
+	}
+	req.Header = header.Clone()
+	req.Header.Set(HeaderForwarded, f.cfg.Mesh.Name())
+	if !viaData {
+		return forwardClient.Do(req)
+	}
+	ctx, cancel := context.WithTimeout(ctx, forwardClient.Timeout)
+	resp, err := f.cfg.DataPlane.RoundTrip(ctx, n.Addrs.Data, req)
+	if err != nil {
+		cancel()
+		return nil, err
+	}
+	resp.Body = cancelOnClose{resp.Body, cancel}
+	return resp, nil
+}
+
+// cancelOnClose ends a request's context when its response body is closed.
+type cancelOnClose struct {
+	io.ReadCloser
+	cancel context.CancelFunc
+}
+
+func (b cancelOnClose) Close() error {
+	err := b.ReadCloser.Close()
+	b.cancel()
+	return err
+}
+
+// CopyResponse writes resp (headers, status, body) to w and closes it.
+func CopyResponse(w http.ResponseWriter, resp *http.Response) {
+	defer resp.Body.Close()
+	for k, vs := range resp.Header {
+		for _, v := range vs {
+			w.Header().Add(k, v)
+		}
+	}
+	w.WriteHeader(resp.StatusCode)
+	_, _ = io.Copy(w, resp.Body)
+}
+
+// maxForwardBody bounds a forwarded request, as infer bounds a local one.
+const maxForwardBody = 64 << 20
+
+// forwardClient sends to peers' HTTP APIs when the mesh has no data plane;
+// its timeout bounds a request over the data plane too.
+var forwardClient = &http.Client{Timeout: 30 * time.Second}
+
+// ServingNodes lists the live nodes other than this one that serve model
+// (at version, or any when empty), nearest first by estimated RTT.
+func (f *Forwarder) ServingNodes(model, version string) []mesh.Node {
+	type cand struct {
+		n   mesh.Node
+		rtt time.Duration
+	}
+	var cs []cand
+	self := f.cfg.Mesh.ID()
+	for _, n := range f.cfg.Mesh.Nodes() {
+		if n.Status != mesh.StatusAlive || n.ID == self || n.Addrs.API == "" {
+			continue
+		}
+		if !slices.ContainsFunc(n.Models, func(m string) bool {
+			name, ver, _ := strings.Cut(m, "@")
+			return name == model && (version == "" || ver == version)
+		}) {
+			continue
+		}
+		rtt, err := f.cfg.Mesh.RTT(f.cfg.Mesh.Name(), n.Name)
+		if err != nil {
+			rtt = time.Hour
+		}
+		cs = append(cs, cand{n, rtt})
+	}
+	sort.SliceStable(cs, func(i, j int) bool { return cs[i].rtt < cs[j].rtt })
+	out := make([]mesh.Node, len(cs))
+	for i, c := range cs {
+		out[i] = c.n
+	}
+	return out
+}

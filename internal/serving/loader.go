@@ -1,0 +1,281 @@
+// Package serving keeps the models this node was assigned loaded in ONNX
+// Runtime (Loader), and sends requests for models served elsewhere to the
+// nearest replica (Forwarder).
+//
+//	l := serving.NewLoader(serving.LoaderConfig{Mesh: m, Catalog: cat, Artifacts: svc, Inference: srv})
+//	go l.Run(ctx)
+//	f := serving.NewForwarder(serving.ForwarderConfig{Mesh: m, DataPlane: dp})
+package serving
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"slices"
+	"sort"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/strata-mesh/strata/infer"
+	"github.com/strata-mesh/strata/internal/artifacts"
+	"github.com/strata-mesh/strata/internal/catalog"
+	"github.com/strata-mesh/strata/mesh"
+	"github.com/strata-mesh/strata/mesh/dataplane"
+	"github.com/strata-mesh/strata/policy"
+	"github.com/strata-mesh/strata/storage"
+)
+
+// Mesh is what the loader reads and writes of the mesh.
+type Mesh interface {
+	Name() string
+	Local() mesh.NodeState
+	Node(nameOrID string) (mesh.Node, error)
+	Update(fn func(*mesh.NodeState)) error
+	Changed() <-chan struct{}
+}
+
+// Artifacts is what the loader needs of the artifact component.
+type Artifacts interface {
+	Enabled() bool
+	Lookup(kind storage.Kind, name, version string) (storage.Manifest, error)
+	ByDigest(digest string, kinds ...storage.Kind) (storage.Manifest, error)
+	Has(digest string) bool
+	Pull(ctx context.Context, m storage.Manifest, progress func(dataplane.TransferStatus)) (dataplane.PullResult, error)
+	Bytes(m storage.Manifest) ([]byte, error)
+}
+
+var _ Artifacts = (*artifacts.Service)(nil)
+
+// Inference loads and unloads model versions (*infer.Server).
+type Inference interface {
+	Load(ctx context.Context, name, version string, model []byte) error
+	Unload(name, version string) error
+}
+
+// Model is a model version loaded here.
+type Model struct{ Name, Version string }
+
+// LoaderConfig configures a Loader. Inference is nil on an agent without
+// ONNX Runtime: it then loads nothing.
+type LoaderConfig struct {
+	Mesh      Mesh
+	Catalog   *catalog.Catalog
+	Artifacts Artifacts
+	Inference Inference
+	// OnLoaded, when set, is told the models loaded here, by policy key,
+	// after every change (the drift watch follows them). It is called
+	// with the loader's lock held and must not call back into it.
+	OnLoaded func(map[string]Model)
+	Logger   *slog.Logger
+}
+
+// servedModel is a model loaded here for a policy.
+type servedModel struct {
+	name, version, digest string
+}
+
+// Loader keeps the models loaded here in line with the inference
+// assignments this node admitted: it pulls the bytes from the nearest
+// holders, loads them (a new version swaps in beside the old) and unloads
+// what is no longer assigned. Safe for concurrent use.
+type Loader struct {
+	cfg     LoaderConfig
+	log     *slog.Logger
+	mu      sync.Mutex
+	loaded  map[string]servedModel // policy key → model
+	loading map[string]bool
+}
+
+// NewLoader returns a loader; nothing loads until Run.
+func NewLoader(cfg LoaderConfig) *Loader {
+	if cfg.Logger == nil {
+		cfg.Logger = slog.New(slog.DiscardHandler)
+	}
+	return &Loader{cfg: cfg, log: cfg.Logger, loaded: map[string]servedModel{}, loading: map[string]bool{}}
+}
+
+// Serves says whether a blob is a model loaded here (kept through GC).
+func (s *Loader) Serves(digest string) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for _, m := range s.loaded {
+		if m.digest == digest {
+			return true
+		}
+	}
+	return false
+}
+
+// Run keeps the loaded models in line until ctx ends.
+func (s *Loader) Run(ctx context.Context) {
+	for {
+		changed := s.cfg.Mesh.Changed()
+		s.reconcile(ctx)
+		select {
+		case <-ctx.Done():
+			return
+		case <-changed:
+		case <-time.After(5 * time.Second):
+		}
+	}
+}
+
+// wanted resolves the models of the inference policies admitted here.
+func (s *Loader) wanted() map[string]storage.Manifest {
+	out := map[string]storage.Manifest{}
+	for _, as := range s.cfg.Mesh.Local().Assignments {
+		if !as.Accepted || !strings.HasPrefix(as.Key, policy.KindInferenceService+"/") {
+			continue
+		}
+		rec, err := s.cfg.Catalog.Policies.Value(as.Key)
+		if err != nil {
+			continue // not replicated here yet, or deleted
+		}
+		doc, err := rec.Document()
+		if err != nil || doc.InferenceService == nil {
+			continue
+		}
+		m, err := s.modelManifest(s.cfg.Catalog.ModelFor(rec, doc.InferenceService, s.cfg.Mesh.Name()))
+		if err != nil {
+			s.log.Debug("model not resolvable yet", "policy", as.Key, "err", err)
+			continue
+		}
+		out[as.Key] = m
+	}
+	return out
+}
+
+// modelManifest finds the manifest a policy's model reference names.
+func (s *Loader) modelManifest(ref policy.ModelRef) (storage.Manifest, error) {
+	return ModelManifest(s.cfg.Artifacts, ref)
+}
+
+// ModelManifest finds the manifest a policy's model reference names: by
+// digest, or by name and version (newest when empty).
+func ModelManifest(art interface {
+	Lookup(kind storage.Kind, name, version string) (storage.Manifest, error)
+	ByDigest(digest string, kinds ...storage.Kind) (storage.Manifest, error)
+}, ref policy.ModelRef) (storage.Manifest, error) {
+	if ref.Digest != "" {
+		return art.ByDigest(ref.Digest, storage.KindModel)
+	}
+	return art.Lookup(storage.KindModel, ref.Name, ref.Version)
+}
+
+// synced tells the drift watch what is loaded now; s.mu is held.
+func (s *Loader) synced() {
+	if s.cfg.OnLoaded == nil {
+		return
+	}
+	out := make(map[string]Model, len(s.loaded))
+	for key, sm := range s.loaded {
+		out[key] = Model{Name: sm.name, Version: sm.version}
+	}
+	s.cfg.OnLoaded(out)
+}
+
+func (s *Loader) reconcile(ctx context.Context) {
+	if s.cfg.Inference == nil || !s.cfg.Artifacts.Enabled() {
+		return
+	}
+	want := s.wanted()
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for key, m := range want {
+		if cur, ok := s.loaded[key]; (ok && cur.digest == m.Digest) || s.loading[key] {
+			continue
+		}
+		s.loading[key] = true
+		go s.load(ctx, key, m)
+	}
+	for key, cur := range s.loaded {
+		if _, ok := want[key]; ok || s.stillNeeded(key) {
+			continue
+		}
+		if err := s.cfg.Inference.Unload(cur.name, cur.version); err != nil && !errors.Is(err, infer.ErrModelNotFound) {
+			s.log.Warn("unloading model", "model", cur.name, "err", err)
+		}
+		delete(s.loaded, key)
+		s.log.Info("model unloaded", "policy", key, "model", cur.name, "version", cur.version)
+	}
+	s.publishLocked()
+	s.synced()
+}
+
+// stillNeeded says whether a model this node no longer is assigned must
+// keep serving: make before break. While the policy exists and the nodes
+// of its current placement do not all serve its current model yet, the old
+// replica goes on answering (forwarded requests included).
+func (s *Loader) stillNeeded(key string) bool {
+	p, err := s.cfg.Catalog.Policies.Value(key)
+	if err != nil {
+		return false // deleted
+	}
+	doc, err := p.Document()
+	if err != nil || doc.InferenceService == nil {
+		return false
+	}
+	rec, err := s.cfg.Catalog.Placements.Value(key)
+	ok := err == nil
+	if !ok || rec.State != catalog.StatePlaced || len(rec.Nodes) == 0 {
+		return true
+	}
+	ready := 0
+	for _, pn := range rec.Nodes {
+		m, err := s.modelManifest(s.cfg.Catalog.ModelFor(p, doc.InferenceService, pn.Name))
+		if err != nil {
+			return true
+		}
+		n, err := s.cfg.Mesh.Node(pn.Name)
+		if err == nil && n.Status == mesh.StatusAlive && slices.Contains(n.Models, m.Name+"@"+m.Version) {
+			ready++
+		}
+	}
+	return ready < len(rec.Nodes)
+}
+
+// load pulls (if needed) and loads one model version. Loading a new version
+// of a served model swaps it in once it is ready; requests never fail.
+func (s *Loader) load(ctx context.Context, key string, m storage.Manifest) {
+	err := func() error {
+		if !s.cfg.Artifacts.Has(m.Digest) {
+			if _, err := s.cfg.Artifacts.Pull(ctx, m, nil); err != nil {
+				return fmt.Errorf("pull: %w", err)
+			}
+		}
+		b, err := s.cfg.Artifacts.Bytes(m)
+		if err != nil {
+			return err
+		}
+		return s.cfg.Inference.Load(ctx, m.Name, m.Version, b)
+	}()
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	delete(s.loading, key)
+	if err != nil {
+		s.log.Warn("loading model failed; will retry", "policy", key, "model", m.Ref(), "err", err)
+		return
+	}
+	s.loaded[key] = servedModel{name: m.Name, version: m.Version, digest: m.Digest}
+	s.log.Info("serving model", "policy", key, "model", m.Ref())
+	s.publishLocked()
+	s.synced()
+}
+
+// publishLocked writes the models served here into the node's document.
+func (s *Loader) publishLocked() {
+	var models []string
+	for _, m := range s.loaded {
+		models = append(models, m.name+"@"+m.version)
+	}
+	sort.Strings(models)
+	models = slices.Compact(models)
+	if slices.Equal(models, s.cfg.Mesh.Local().Models) {
+		return
+	}
+	if err := s.cfg.Mesh.Update(func(st *mesh.NodeState) { st.Models = models }); err != nil {
+		s.log.Warn("publishing served models", "err", err)
+	}
+}
