@@ -22,6 +22,7 @@ import (
 
 	"github.com/strata-mesh/strata/internal/artifacts"
 	"github.com/strata-mesh/strata/internal/catalog"
+	"github.com/strata-mesh/strata/internal/controller"
 	"github.com/strata-mesh/strata/internal/driftwatch"
 	"github.com/strata-mesh/strata/internal/events"
 	"github.com/strata-mesh/strata/internal/jobs"
@@ -64,6 +65,7 @@ type Agent struct {
 	infErr  error // why inf is nil
 	srvg    *serving.Loader
 	fwd     *serving.Forwarder
+	ctrl    *controller.Controller
 	drift   *driftwatch.Watch
 	// jobRunner runs the training jobs placed here; events derives the
 	// /v1/events stream.
@@ -170,6 +172,8 @@ func New(cfg Config) (*Agent, error) {
 		lc.Inference = a.inf
 	}
 	a.srvg = serving.NewLoader(lc)
+	a.ctrl = controller.New(controller.Config{Mesh: a.mesh, Catalog: a.cat, Artifacts: a.art, Logger: a.log,
+		Compile: func(p PolicyRecord) (*placement.Request, error) { return a.compile(p) }, Load: a.loadFrom})
 	fc := serving.ForwarderConfig{Mesh: a.mesh}
 	if a.dp != nil {
 		fc.DataPlane = a.dp.node
@@ -240,7 +244,7 @@ func (a *Agent) Run(ctx context.Context) error {
 	}()
 	go func() {
 		defer wg.Done()
-		newController(a).run(runCtx)
+		a.ctrl.Run(runCtx)
 	}()
 	go func() {
 		defer wg.Done()

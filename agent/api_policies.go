@@ -11,6 +11,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/strata-mesh/strata/internal/controller"
 	"github.com/strata-mesh/strata/internal/httpjson"
 
 	"github.com/strata-mesh/strata/internal/catalog"
@@ -99,7 +100,7 @@ func (a *Agent) handlePlan(w http.ResponseWriter, r *http.Request) {
 			writePolicyError(w, err)
 			return
 		}
-		snap, err := snapshotOf(nodes, p.Key())
+		snap, err := controller.Snapshot(nodes, p.Key())
 		if err != nil {
 			httpjson.Error(w, http.StatusInternalServerError, "", "%v", err)
 			return
@@ -218,7 +219,7 @@ func (a *Agent) handlePlacements(w http.ResponseWriter, r *http.Request) {
 		st := PlacementStatus{Policy: p.Key(), Generation: p.Generation}
 		if rec, ok := recs[p.Key()]; ok {
 			for i, pn := range rec.Nodes {
-				as, ok := assignmentOf(byName[pn.Name], rec.Key)
+				as, ok := controller.AssignmentOf(byName[pn.Name], rec.Key)
 				rec.Nodes[i].Admitted = ok && as.Accepted && as.Epoch == rec.Epoch
 			}
 			st.PlacementRecord = rec

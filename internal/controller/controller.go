@@ -1,0 +1,701 @@
+// Package controller places the policies this agent owns and answers the
+// assignments that name this node. Ownership: each policy's owner is chosen
+// by rendezvous hashing over the live controller-capable agents; the owner
+// reconciles desired against actual (re-placing after failures) and drives
+// each service's retrain-and-rollout. Every node, owner or not, admits or
+// refuses what is placed on it against its local ledger, so it is never
+// over-committed.
+//
+//	c := controller.New(controller.Config{Mesh: m, Catalog: cat, Artifacts: svc, Compile: compile, Load: load})
+//	go c.Run(ctx)
+package controller
+
+import (
+	"cmp"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"slices"
+	"sort"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/strata-mesh/strata/internal/artifacts"
+	"github.com/strata-mesh/strata/internal/catalog"
+	"github.com/strata-mesh/strata/internal/serving"
+	"github.com/strata-mesh/strata/mesh"
+	"github.com/strata-mesh/strata/placement"
+	"github.com/strata-mesh/strata/policy"
+	"github.com/strata-mesh/strata/storage"
+	"go.yaml.in/yaml/v3"
+)
+
+// Controller places the policies this agent owns and admits (or refuses)
+// the assignments that name this node. One goroutine runs it.
+type Controller struct {
+	cfg Config
+	log *slog.Logger
+
+	mu     sync.Mutex
+	ledger *placement.Ledger
+	// held maps policy key → the epoch admitted (or refused) here.
+	held map[string]mesh.Assignment
+	// lastTry is when an owned, not fully placed policy was last placed.
+	lastTry map[string]time.Time
+}
+
+// retryEvery is how often an owner retries a policy it could not fully
+// place, when nothing in the mesh changed.
+const retryEvery = 5 * time.Second
+
+// New returns a controller; nothing runs until Run.
+func New(cfg Config) *Controller {
+	if cfg.Logger == nil {
+		cfg.Logger = slog.New(slog.DiscardHandler)
+	}
+	return &Controller{cfg: cfg, log: cfg.Logger, held: map[string]mesh.Assignment{}, lastTry: map[string]time.Time{}}
+}
+
+// Run places, admits and drives rollouts until ctx ends.
+func (c *Controller) Run(ctx context.Context) {
+	tick := time.NewTicker(time.Second)
+	defer tick.Stop()
+	for {
+		changed := c.cfg.Mesh.Changed()
+		c.reconcile()
+		c.admit()
+		c.rollouts()
+		select {
+		case <-ctx.Done():
+			return
+		case <-changed:
+			// Let a burst of changes land before the next pass.
+			select {
+			case <-ctx.Done():
+				return
+			case <-time.After(50 * time.Millisecond):
+			}
+		case <-tick.C:
+		}
+	}
+}
+
+// controllers returns the names of live controller-capable nodes.
+func controllers(nodes []mesh.Node) []string {
+	var out []string
+	for _, n := range nodes {
+		if n.Controller && n.Status == mesh.StatusAlive {
+			out = append(out, n.Name)
+		}
+	}
+	return out
+}
+
+// reconcile places every policy this agent owns whose placement is
+// missing, stale, or lost a node.
+func (c *Controller) reconcile() {
+	nodes := c.cfg.Mesh.Nodes()
+	owners := controllers(nodes)
+	byName := map[string]mesh.Node{}
+	for _, n := range nodes {
+		byName[n.Name] = n
+	}
+	recs := c.placements()
+	for _, p := range c.policies() {
+		key := p.Key()
+		if placement.Owner(key, owners) != c.cfg.Mesh.Name() {
+			continue
+		}
+		rec, have := recs[key]
+		if p.Kind == policy.KindTrainingJob {
+			if j, err := c.cfg.Catalog.Jobs.Value(p.Name); err == nil && j.Generation == p.Generation && j.Terminal() {
+				if !have || rec.State != catalog.StateDone {
+					rec = catalog.Placement{Key: key, Kind: p.Kind, Name: p.Name, Owner: c.cfg.Mesh.Name(), Epoch: rec.Epoch + 1, Generation: p.Generation,
+						State: catalog.StateDone, Message: fmt.Sprintf("job %s on %s; its nodes are released", j.State, j.Node), Updated: time.Now().UTC()}
+					c.write(rec)
+				}
+				continue
+			}
+		}
+		need, why := c.needsPlacement(p, rec, have, byName)
+		if !need {
+			if have && rec.State == catalog.StatePending && allAdmitted(rec, byName) {
+				rec.State, rec.Message, rec.Updated = catalog.StatePlaced, "every node admitted the work", time.Now().UTC()
+				c.write(rec)
+			}
+			continue
+		}
+		c.place(p, rec, have, nodes, why)
+	}
+	// Placements of deleted policies: the owner of the key removes them.
+	for key := range recs {
+		if _, err := c.cfg.Catalog.Policies.Get(key); errors.Is(err, catalog.ErrNotFound) && placement.Owner(key, owners) == c.cfg.Mesh.Name() {
+			_ = c.cfg.Catalog.Placements.Delete(key)
+		}
+	}
+}
+
+func (c *Controller) needsPlacement(p catalog.Policy, rec catalog.Placement, have bool, byName map[string]mesh.Node) (bool, string) {
+	switch {
+	case !have:
+		return true, "new policy"
+	case rec.Generation != p.Generation:
+		return true, "policy changed"
+	}
+	for _, pn := range rec.Nodes {
+		n, ok := byName[pn.Name]
+		if !ok || n.Status == mesh.StatusFailed || n.Status == mesh.StatusLeft {
+			return true, fmt.Sprintf("node %s is %s", pn.Name, statusOr(n.Status, "gone"))
+		}
+		if as, ok := AssignmentOf(n, rec.Key); ok && as.Epoch == rec.Epoch && !as.Accepted {
+			return true, fmt.Sprintf("node %s refused: %s", pn.Name, as.Reason)
+		}
+	}
+	if rec.State == catalog.StateFailed || len(rec.Nodes) < rec.Wanted {
+		c.mu.Lock()
+		due := time.Since(c.lastTry[rec.Key]) > retryEvery
+		c.mu.Unlock()
+		if due {
+			return true, "retrying an incomplete placement"
+		}
+	}
+	return false, ""
+}
+
+func statusOr(s mesh.Status, def string) string {
+	if s == "" {
+		return def
+	}
+	return string(s)
+}
+
+// AssignmentOf returns node n's answer to the placement of policy key.
+func AssignmentOf(n mesh.Node, key string) (mesh.Assignment, bool) {
+	for _, as := range n.Assignments {
+		if as.Key == key {
+			return as, true
+		}
+	}
+	return mesh.Assignment{}, false
+}
+
+func allAdmitted(rec catalog.Placement, byName map[string]mesh.Node) bool {
+	for _, pn := range rec.Nodes {
+		as, ok := AssignmentOf(byName[pn.Name], rec.Key)
+		if !ok || as.Epoch != rec.Epoch || !as.Accepted {
+			return false
+		}
+	}
+	return len(rec.Nodes) > 0
+}
+
+// place runs the engine for p and writes the new placement record.
+func (c *Controller) place(p catalog.Policy, old catalog.Placement, have bool, nodes []mesh.Node, why string) {
+	c.mu.Lock()
+	c.lastTry[p.Key()] = time.Now()
+	c.mu.Unlock()
+	req, err := c.cfg.Compile(p)
+	rec := catalog.Placement{Key: p.Key(), Kind: p.Kind, Name: p.Name, Owner: c.cfg.Mesh.Name(), Generation: p.Generation, Updated: time.Now().UTC(), Refused: map[string]string{}}
+	if have {
+		rec.Epoch = old.Epoch
+		for k, v := range old.Refused {
+			rec.Refused[k] = v
+		}
+	}
+	rec.Epoch++
+	if err != nil {
+		rec.State, rec.Message = catalog.StateFailed, err.Error()
+		c.write(rec)
+		return
+	}
+	// Nodes that refused this policy before are not asked again until
+	// their load changes; nodes that hold it keep their share.
+	for _, n := range nodes {
+		if as, ok := AssignmentOf(n, rec.Key); ok && !as.Accepted && have && as.Epoch == old.Epoch {
+			rec.Refused[n.Name] = as.Reason
+		}
+	}
+	for name := range rec.Refused {
+		req.Exclude = append(req.Exclude, name)
+	}
+	sort.Strings(req.Exclude)
+	snap, err := Snapshot(nodes, rec.Key)
+	if err != nil {
+		rec.State, rec.Message = catalog.StateFailed, err.Error()
+		c.write(rec)
+		return
+	}
+	dec, err := placement.Place(snap, req)
+	if err != nil {
+		rec.State, rec.Message = catalog.StateFailed, err.Error()
+		c.write(rec)
+		return
+	}
+	rec.Resources, rec.Wanted = req.Resources, dec.Wanted
+	rec.Fallbacks, rec.Rejected = dec.Fallbacks, dec.Rejected
+	for _, pl := range dec.Placements {
+		rec.Nodes = append(rec.Nodes, catalog.PlacedNode{Name: pl.Node, ID: pl.NodeID, Tier: pl.Tier, Site: pl.Site, Rank: pl.Rank})
+	}
+	switch {
+	case len(rec.Nodes) == 0 || (req.Kind == placement.Training && !dec.Feasible):
+		rec.State, rec.Nodes = catalog.StateFailed, nil
+		rec.Message = "no feasible placement: " + summarizeRejections(dec)
+	case !dec.Feasible:
+		rec.State = catalog.StatePending
+		rec.Message = fmt.Sprintf("placed %d of %d (%s)", len(rec.Nodes), dec.Wanted, why)
+	default:
+		rec.State = catalog.StatePending
+		rec.Message = fmt.Sprintf("placed on %d node(s) (%s); waiting for admission", len(rec.Nodes), why)
+	}
+	c.log.Info("placed policy", "policy", rec.Key, "epoch", rec.Epoch, "state", rec.State, "nodes", rec.NodeNames(), "why", why)
+	c.write(rec)
+}
+
+func summarizeRejections(d *placement.Decision) string {
+	type kv struct {
+		r placement.Reason
+		n int
+	}
+	var rs []kv
+	for r, n := range d.Rejected {
+		rs = append(rs, kv{r, n})
+	}
+	slices.SortFunc(rs, func(x, y kv) int {
+		if x.n != y.n {
+			return y.n - x.n
+		}
+		return strings.Compare(string(x.r), string(y.r))
+	})
+	var parts []string
+	for _, x := range rs {
+		parts = append(parts, fmt.Sprintf("%d %s", x.n, x.r))
+	}
+	if len(d.Fallbacks) > 0 {
+		parts = append(parts, d.Fallbacks[len(d.Fallbacks)-1].Message)
+	}
+	return strings.Join(parts, "; ")
+}
+
+// write records a placement, derived from the policy version held here:
+// a node that learns the placement before the policy waits for it.
+func (c *Controller) write(rec catalog.Placement) {
+	var deps []mesh.Dep
+	if ref, ok := c.cfg.Catalog.Policies.Ref(rec.Key); ok {
+		deps = append(deps, ref)
+	}
+	if _, err := c.cfg.Catalog.Placements.Put(rec, deps...); err != nil {
+		c.log.Warn("writing placement", "policy", rec.Key, "err", err)
+	}
+}
+
+// Snapshot builds the engine's view of the mesh. Resources this policy
+// already holds on a node count as free for it, so re-placing keeps what
+// still fits.
+func Snapshot(nodes []mesh.Node, key string) (*placement.Snapshot, error) {
+	var b placement.Builder
+	for _, n := range nodes {
+		pn := placement.Node{
+			ID: n.ID, Name: n.Name, Tier: n.Tier, Site: n.Site, Region: n.Region,
+			Rack: n.Labels["rack"], Labels: n.Labels, Arch: n.Capabilities.CPU.Arch,
+			CPU: n.Capabilities.CPU.Millicores, FreeCPU: n.Load.FreeCPU,
+			Memory: n.Capabilities.Memory.Total, FreeMemory: n.Load.FreeMemory,
+			Fabric: n.Capabilities.Fabric, Alive: n.Status == mesh.StatusAlive, Coord: n.Coord,
+			Artifacts: n.Locality.Artifacts, Datasets: n.Locality.Datasets,
+		}
+		held := map[int]bool{}
+		for _, as := range n.Assignments {
+			if !as.Accepted {
+				continue
+			}
+			if as.Key == key {
+				pn.FreeCPU += as.CPU
+				pn.FreeMemory += as.Memory
+				continue
+			}
+			for _, g := range as.GPUs {
+				held[g] = true
+			}
+		}
+		for _, g := range n.Capabilities.GPUs {
+			pn.GPUs = append(pn.GPUs, placement.GPU{Model: g.Model, Memory: g.Memory, Healthy: g.Healthy, Free: !held[g.Index]})
+		}
+		b.Add(pn)
+	}
+	return b.Build()
+}
+
+// admit answers every placement that names this node: admitted against
+// the node's ledger, or refused; and releases what no placement names any
+// more. The answers are published in the node's document.
+func (c *Controller) admit() {
+	self := c.cfg.Mesh.Local()
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.ledger == nil {
+		var gpus []placement.GPU
+		for _, g := range self.Capabilities.GPUs {
+			gpus = append(gpus, placement.GPU{Model: g.Model, Memory: g.Memory, Healthy: g.Healthy, Free: true})
+		}
+		c.ledger = placement.NewLedger(self.Capabilities.CPU.Millicores, self.Capabilities.Memory.Total, gpus)
+	}
+	changed := false
+	wanted := map[string]catalog.Placement{}
+	for key, rec := range c.readyPlacements() {
+		for _, pn := range rec.Nodes {
+			if pn.Name == c.cfg.Mesh.Name() {
+				wanted[key] = rec
+			}
+		}
+	}
+	// Release what is no longer ours, or was placed again at a newer epoch.
+	for key, as := range c.held {
+		rec, ok := wanted[key]
+		if ok && rec.Epoch == as.Epoch {
+			continue
+		}
+		if as.Accepted {
+			c.ledger.Release(assignmentID(key, as.Epoch))
+		}
+		delete(c.held, key)
+		changed = true
+	}
+	for key, rec := range wanted {
+		if _, ok := c.held[key]; ok {
+			continue
+		}
+		as := mesh.Assignment{Key: key, Epoch: rec.Epoch}
+		grant, err := c.ledger.Admit(placement.Assignment{ID: assignmentID(key, rec.Epoch), Key: key, Epoch: rec.Epoch, Resources: rec.Resources})
+		if err != nil {
+			as.Reason = strings.TrimPrefix(err.Error(), "placement: refused: ")
+			c.log.Info("refused assignment", "policy", key, "epoch", rec.Epoch, "reason", as.Reason)
+		} else {
+			as.Accepted, as.CPU, as.Memory, as.GPUs = true, rec.Resources.CPU, rec.Resources.Memory, grant.GPUs
+			c.log.Info("admitted assignment", "policy", key, "epoch", rec.Epoch)
+		}
+		c.held[key] = as
+		changed = true
+	}
+	if !changed {
+		return
+	}
+	var list []mesh.Assignment
+	for _, as := range c.held {
+		list = append(list, as)
+	}
+	slices.SortFunc(list, func(x, y mesh.Assignment) int { return strings.Compare(x.Key, y.Key) })
+	if err := c.cfg.Mesh.Update(func(s *mesh.NodeState) { s.Assignments, s.Load = list, c.cfg.Load(s.Capabilities, list) }); err != nil {
+		c.log.Warn("publishing assignments", "err", err)
+	}
+}
+
+func assignmentID(key string, epoch uint64) string { return fmt.Sprintf("%s@%d", key, epoch) }
+
+// canaryMinRequests is how many requests a canary serves before its error
+// rate can roll it back.
+const canaryMinRequests = 20
+
+func step(r *catalog.Rollout, stage, format string, args ...any) {
+	r.Stage, r.Message, r.Updated = stage, fmt.Sprintf(format, args...), time.Now().UTC()
+	r.Steps = append(r.Steps, catalog.RolloutStep{Time: r.Updated, Stage: stage, Message: r.Message})
+}
+
+// rollouts drives the retrain-and-rollout of every service this agent owns:
+// a drift alarm on the served version starts a TrainingJob; its model
+// becomes a canary at the drifted site; the canary is promoted after its
+// requests without regression, or rolled back.
+func (c *Controller) rollouts() {
+	owners := controllers(c.cfg.Mesh.Nodes())
+	var drifts []catalog.Drift
+	for _, p := range c.policies() {
+		if p.Kind != policy.KindInferenceService || placement.Owner(p.Key(), owners) != c.cfg.Mesh.Name() {
+			continue
+		}
+		doc, err := p.Document()
+		if err != nil || doc.InferenceService == nil || doc.InferenceService.Retrain == nil {
+			continue
+		}
+		if drifts == nil {
+			drifts = c.drifts()
+		}
+		var mine []catalog.Drift
+		for _, d := range drifts {
+			if d.Policy == p.Key() {
+				mine = append(mine, d)
+			}
+		}
+		r, have := c.cfg.Catalog.ActiveRollout(p)
+		before, _ := json.Marshal(r)
+		if err := c.advance(p, doc, &r, have, mine); err != nil {
+			c.log.Warn("rollout", "policy", p.Key(), "err", err)
+		}
+		if after, _ := json.Marshal(r); r.Stage != "" && string(after) != string(before) {
+			var deps []mesh.Dep
+			if ref, ok := c.cfg.Catalog.Policies.Ref(p.Key()); ok {
+				deps = append(deps, ref)
+			}
+			if _, err := c.cfg.Catalog.Rollouts.Put(r, deps...); err != nil {
+				c.log.Warn("writing rollout", "policy", p.Key(), "err", err)
+			}
+		}
+	}
+}
+
+func (c *Controller) advance(p catalog.Policy, doc *policy.Document, r *catalog.Rollout, have bool, drifts []catalog.Drift) error {
+	svc := doc.InferenceService
+	switch {
+	case !have || !r.Active():
+		cur := svc.Model.Version
+		if have {
+			cur = r.From
+			if r.Stage == catalog.StagePromoted {
+				cur = r.To
+			}
+		} else if m, err := serving.ModelManifest(c.cfg.Artifacts, svc.Model); err == nil {
+			cur = m.Version
+		}
+		var trig *catalog.Drift
+		for i, d := range drifts {
+			if d.Alarmed && d.Version == cur && (!have || d.AlarmAt.After(r.Updated)) {
+				trig = &drifts[i]
+				break
+			}
+		}
+		if trig == nil {
+			return nil
+		}
+		return c.startRetrain(p, svc, r, cur, *trig)
+	case r.Stage == catalog.StageRetraining:
+		j, err := c.cfg.Catalog.Jobs.Value(r.Job)
+		if err != nil {
+			if rec, ok := c.placements()[policy.KindTrainingJob+"/"+r.Job]; ok && rec.State == catalog.StateFailed && r.Message != rec.Message {
+				r.Message, r.Updated = "waiting for a place to train: "+rec.Message, time.Now().UTC()
+			}
+			return nil
+		}
+		if !j.Terminal() {
+			return nil
+		}
+		// The job's placement is done with: free its nodes.
+		_ = c.cfg.Catalog.Policies.Delete(policy.KindTrainingJob + "/" + r.Job)
+		if j.State == catalog.JobFailed || j.Version == "" {
+			step(r, catalog.StageFailed, "training job %s failed: %s; %s@%s keeps serving", j.Name, cmp.Or(j.Error, "it registered no model"), r.Model, r.From)
+			return nil
+		}
+		r.To = j.Version
+		if s := svc.Rollout; s != nil && s.Strategy == policy.RolloutAll {
+			step(r, catalog.StagePromoted, "%s@%s trained by %s on %s; rolling out everywhere at once (strategy all)", r.Model, r.To, j.Name, j.Node)
+			return nil
+		}
+		r.CanaryNodes = canaryNodes(c.placements()[p.Key()], r.CanarySite)
+		if len(r.CanaryNodes) == 0 {
+			step(r, catalog.StagePromoted, "%s@%s trained by %s; no replica to canary on, promoted everywhere", r.Model, r.To, j.Name)
+			return nil
+		}
+		step(r, catalog.StageCanary, "%s@%s trained by %s on %s (accuracy %.3f); canary on %s for %d requests", r.Model, r.To, j.Name, j.Node, j.Accuracy, strings.Join(r.CanaryNodes, ","), r.CanaryRequests)
+	case r.Stage == catalog.StageCanary:
+		var served, failed uint64
+		for _, d := range drifts {
+			if d.Version != r.To || !slices.Contains(r.CanaryNodes, d.Node) {
+				continue
+			}
+			served, failed = served+d.Served, failed+d.Failed
+			if d.Alarmed {
+				r.Served, r.Failed = served, failed
+				step(r, catalog.StageRolledBack, "canary %s@%s drifted at %s too (%s); back to %s", r.Model, r.To, d.Node, catalog.WorstScore(d.Scores, d.Detector).Name, r.From)
+				return nil
+			}
+		}
+		if served == r.Served && failed == r.Failed {
+			return nil
+		}
+		r.Served, r.Failed, r.Updated = served, failed, time.Now().UTC()
+		rate := float64(failed) / float64(max(served, 1))
+		switch {
+		case served >= canaryMinRequests && rate > r.MaxErrorRate:
+			step(r, catalog.StageRolledBack, "canary %s@%s failed %d of %d requests (%.1f%% > %.1f%%); back to %s", r.Model, r.To, failed, served, 100*rate, 100*r.MaxErrorRate, r.From)
+		case served >= uint64(r.CanaryRequests):
+			step(r, catalog.StagePromoted, "canary %s@%s served %d requests, %d failed, no drift; promoted everywhere", r.Model, r.To, served, failed)
+		default:
+			r.Message = fmt.Sprintf("canary %s@%s on %s: %d of %d requests, %d failed", r.Model, r.To, strings.Join(r.CanaryNodes, ","), served, r.CanaryRequests, failed)
+		}
+	}
+	return nil
+}
+
+// canaryNodes are the placed replicas in the drifted site, else the first.
+func canaryNodes(rec catalog.Placement, site string) []string {
+	var out []string
+	for _, n := range rec.Nodes {
+		if n.Site == site {
+			out = append(out, n.Name)
+		}
+	}
+	if len(out) == 0 && len(rec.Nodes) > 0 {
+		out = []string{rec.Nodes[0].Name}
+	}
+	return out
+}
+
+// startRetrain applies the service's retrain template as a TrainingJob
+// whose output becomes the model's next version.
+func (c *Controller) startRetrain(p catalog.Policy, svc *policy.InferenceServiceSpec, r *catalog.Rollout, cur string, d catalog.Drift) error {
+	seq := r.Seq + 1
+	steps := r.Steps
+	*r = catalog.Rollout{Policy: p.Key(), Generation: p.Generation, Seq: seq, Model: svc.Model.Name, From: cur, CanarySite: d.Site, Started: time.Now().UTC(), Steps: steps}
+	if len(r.Steps) > 20 {
+		r.Steps = slices.Delete(r.Steps, 0, len(r.Steps)-20)
+	}
+	r.CanaryRequests, r.MaxErrorRate = 100, 0.01
+	if s := svc.Rollout; s != nil {
+		if s.CanaryRequests > 0 {
+			r.CanaryRequests = s.CanaryRequests
+		}
+		if s.MaxErrorRate > 0 {
+			r.MaxErrorRate = s.MaxErrorRate
+		}
+	}
+	ws := catalog.WorstScore(d.Scores, d.Detector)
+	r.Trigger = &catalog.DriftTrigger{Site: d.Site, Node: d.Node, Version: d.Version, Samples: d.AlarmSeen, At: d.AlarmAt, Feature: ws.Name, Statistic: catalog.ScoreStat(ws, d.Detector), Detector: d.Detector}
+	for _, s := range d.Scores {
+		if s.Drifted {
+			r.Trigger.Drifted = append(r.Trigger.Drifted, s.Name)
+		}
+	}
+	r.To = c.cfg.Artifacts.NextVersion(svc.Model.Name, cur)
+	r.Job = fmt.Sprintf("%s-retrain-%d", p.Name, seq)
+	for {
+		// A job name left by an earlier generation is not reused.
+		if _, err := c.cfg.Catalog.Jobs.Value(r.Job); errors.Is(err, mesh.ErrNotFound) {
+			break
+		}
+		seq++
+		r.Seq, r.Job = seq, fmt.Sprintf("%s-retrain-%d", p.Name, seq)
+	}
+	src, err := retrainSource(p, r.Job, svc.Model.Name, r.To)
+	if err != nil {
+		step(r, catalog.StageFailed, "retrain template: %v", err)
+		return err
+	}
+	job := catalog.Policy{Kind: policy.KindTrainingJob, Name: r.Job, Source: src, File: p.File, Generation: 1, Applied: time.Now().UTC(), AppliedAt: c.cfg.Mesh.Name()}
+	if _, err := c.cfg.Catalog.Policies.Put(job); err != nil {
+		return err
+	}
+	step(r, catalog.StageRetraining, "drift at %s/%s on %s@%s (%s %s=%.4g after %d samples); training %s@%s as job %s",
+		d.Site, d.Node, r.Model, cur, d.Detector, ws.Name, catalog.ScoreStat(ws, d.Detector), d.AlarmSeen, r.Model, r.To, r.Job)
+	c.log.Info("drift detected: retraining", "policy", p.Key(), "site", d.Site, "job", r.Job, "to", r.To)
+	return nil
+}
+
+// retrainSource writes the TrainingJob document for a service's retrain:
+// its spec is the service's retrain: block as written; labels name the
+// service and the model version the job registers.
+func retrainSource(p catalog.Policy, job, model, version string) (string, error) {
+	var root yaml.Node
+	if err := yaml.Unmarshal([]byte(p.Source), &root); err != nil {
+		return "", err
+	}
+	spec := mapValue(mapValue(root.Content[0], "spec"), "retrain")
+	if spec == nil {
+		return "", fmt.Errorf("%s has no spec.retrain", p.Key())
+	}
+	str := func(s string) *yaml.Node { return &yaml.Node{Kind: yaml.ScalarNode, Value: s, Tag: "!!str"} }
+	labels := &yaml.Node{Kind: yaml.MappingNode, Content: []*yaml.Node{
+		str(catalog.LabelRetrainOf), str(p.Name), str(catalog.LabelOutputModel), str(model), str(catalog.LabelOutputVersion), str(version),
+	}}
+	doc := &yaml.Node{Kind: yaml.MappingNode, Content: []*yaml.Node{
+		str("apiVersion"), str("strata/v1"),
+		str("kind"), str(policy.KindTrainingJob),
+		str("metadata"), {Kind: yaml.MappingNode, Content: []*yaml.Node{str("name"), str(job), str("labels"), labels}},
+		str("spec"), spec,
+	}}
+	b, err := yaml.Marshal(doc)
+	if err != nil {
+		return "", err
+	}
+	if _, err := policy.Parse(p.File, b); err != nil {
+		return "", err
+	}
+	return string(b), nil
+}
+
+func mapValue(n *yaml.Node, key string) *yaml.Node {
+	if n == nil || n.Kind != yaml.MappingNode {
+		return nil
+	}
+	for i := 0; i+1 < len(n.Content); i += 2 {
+		if n.Content[i].Value == key {
+			return n.Content[i+1]
+		}
+	}
+	return nil
+}
+
+// Mesh is what the controller reads and writes of the mesh.
+type Mesh interface {
+	Name() string
+	Nodes() []mesh.Node
+	Local() mesh.NodeState
+	Update(fn func(*mesh.NodeState)) error
+	Changed() <-chan struct{}
+}
+
+// Artifacts is what rollouts need of the artifact component.
+type Artifacts interface {
+	Lookup(kind storage.Kind, name, version string) (storage.Manifest, error)
+	ByDigest(digest string, kinds ...storage.Kind) (storage.Manifest, error)
+	NextVersion(name, after string) string
+}
+
+var _ Artifacts = (*artifacts.Service)(nil)
+
+// Config configures a Controller. Every field but Logger is required.
+type Config struct {
+	Mesh      Mesh
+	Catalog   *catalog.Catalog
+	Artifacts Artifacts
+	// Compile turns an applied policy into a placement request.
+	Compile func(catalog.Policy) (*placement.Request, error)
+	// Load computes this node's load from its capabilities and the
+	// assignments it holds (published with them).
+	Load   func(caps mesh.Capabilities, held []mesh.Assignment) mesh.Load
+	Logger *slog.Logger
+}
+
+// policies returns every applied policy that decodes (the catalog counts
+// the others).
+func (c *Controller) policies() []catalog.Policy {
+	out, _ := c.cfg.Catalog.Policies.Values()
+	return out
+}
+
+// placements returns every placement record, by key.
+func (c *Controller) placements() map[string]catalog.Placement {
+	recs, _ := c.cfg.Catalog.Placements.Values()
+	out := make(map[string]catalog.Placement, len(recs))
+	for _, p := range recs {
+		out[p.Key] = p
+	}
+	return out
+}
+
+// readyPlacements returns the placement records whose dependencies (the
+// policy version they placed) have replicated here, by key. A record that
+// arrived before its policy waits for the next change: replication lag is
+// not an error.
+func (c *Controller) readyPlacements() map[string]catalog.Placement {
+	recs, _ := c.cfg.Catalog.Placements.Ready()
+	out := make(map[string]catalog.Placement, len(recs))
+	for _, r := range recs {
+		out[r.Key] = r.Value
+	}
+	return out
+}
+
+// drifts returns every node's drift records.
+func (c *Controller) drifts() []catalog.Drift {
+	out, _ := c.cfg.Catalog.Drift.Values()
+	return out
+}
