@@ -1,0 +1,230 @@
+package api
+
+import "time"
+
+// Artifact kinds.
+const (
+	KindModel   = "model"
+	KindDataset = "dataset"
+)
+
+// Manifest names a signed model or dataset version and its bytes (the
+// answer of POST /v1/artifacts).
+type Manifest struct {
+	// Kind is model or dataset.
+	Kind    string `json:"kind"`
+	Name    string `json:"name"`
+	Version string `json:"version"`
+	// Digest is the SHA-256 of the bytes, hex.
+	Digest string `json:"digest"`
+	// Size is the blob's size in bytes; ChunkSize that of every chunk but
+	// the last.
+	Size      int64     `json:"size"`
+	ChunkSize int64     `json:"chunk_size"`
+	Chunks    []string  `json:"chunks"`
+	Created   time.Time `json:"created"`
+	// Metadata rides along signed (a model's drift reference, ...).
+	Metadata map[string]string `json:"metadata,omitempty"`
+	// Signer is the signing key's fingerprint; Signature the ed25519
+	// signature.
+	Signer    string `json:"signer"`
+	Signature []byte `json:"signature"`
+}
+
+// Ref names the version as kind/name@version.
+func (m Manifest) Ref() string { return m.Kind + "/" + m.Name + "@" + m.Version }
+
+// Artifact is a manifest with the nodes that hold its bytes (GET
+// /v1/artifacts).
+type Artifact struct {
+	Manifest
+	// Holders are the live nodes that hold the bytes.
+	Holders []string `json:"holders"`
+	// Pulling are the nodes downloading it now.
+	Pulling []string `json:"pulling,omitempty"`
+}
+
+// Model is one model with its versions, newest first (GET /v1/models).
+type Model struct {
+	Name     string     `json:"name"`
+	Versions []Artifact `json:"versions"`
+}
+
+// Transfer states.
+const (
+	TransferRunning = "running"
+	TransferDone    = "done"
+	TransferFailed  = "failed"
+)
+
+// TransferStatus is a snapshot of one pull (GET /v1/transfers, POST
+// /v1/artifacts/pull).
+type TransferStatus struct {
+	// Digest and Ref name the blob and its manifest (kind/name@version).
+	Digest string `json:"digest"`
+	Ref    string `json:"ref"`
+	// BytesDone counts verified bytes, including Resumed; BytesTotal is
+	// the blob's size.
+	BytesDone  int64 `json:"bytes_done"`
+	BytesTotal int64 `json:"bytes_total"`
+	// Resumed counts bytes found verified from an earlier attempt.
+	Resumed int64 `json:"resumed"`
+	// Fetched counts chunk bytes received in this attempt.
+	Fetched int64 `json:"fetched"`
+	// RateBytesPerSec is the mean receive rate of this attempt.
+	RateBytesPerSec float64 `json:"rate_bytes_per_sec"`
+	// Started is when this attempt began; Elapsed how long it has run.
+	Started time.Time     `json:"started"`
+	Elapsed time.Duration `json:"elapsed_ns"`
+	// Sources lists the holders and what each gave.
+	Sources []TransferSource `json:"sources"`
+	// State is running, done or failed; Error says why a pull failed.
+	State string `json:"state"`
+	Error string `json:"error,omitempty"`
+}
+
+// TransferSource is one holder of a pull and what it gave.
+type TransferSource struct {
+	ID   string `json:"id"`
+	Addr string `json:"addr"`
+	// Bytes and Chunks count verified chunks fetched from it.
+	Bytes  int64 `json:"bytes"`
+	Chunks int   `json:"chunks"`
+	// Rejected counts chunks from it that failed their digest.
+	Rejected int `json:"rejected"`
+	// Failures counts requests to it that failed.
+	Failures int `json:"failures"`
+	// State is active, rejected or unreachable.
+	State string `json:"state"`
+}
+
+// Job states.
+const (
+	JobPending   = "pending"
+	JobRunning   = "running"
+	JobSucceeded = "succeeded"
+	JobFailed    = "failed"
+)
+
+// Job is one training job's run (GET /v1/jobs, GET /v1/jobs/{name}).
+type Job struct {
+	Name string `json:"name"`
+	// Key is the TrainingJob policy's key.
+	Key string `json:"key"`
+	// Generation and Epoch are the policy generation and placement epoch
+	// run.
+	Generation uint64 `json:"generation"`
+	Epoch      uint64 `json:"epoch"`
+	State      string `json:"state"`
+	Launcher   string `json:"launcher"`
+	// Nodes are the gang's members by rank; Node runs rank 0 and keeps
+	// the logs.
+	Nodes []string `json:"nodes"`
+	Node  string   `json:"node"`
+	// RetrainOf is the InferenceService this job retrains, if any.
+	RetrainOf string `json:"retrain_of,omitempty"`
+	// Model and Version name the model the job registered; Digest its
+	// bytes; Accuracy the holdout accuracy when known.
+	Model    string  `json:"model,omitempty"`
+	Version  string  `json:"version,omitempty"`
+	Digest   string  `json:"digest,omitempty"`
+	Accuracy float64 `json:"accuracy,omitempty"`
+	// Members are the launcher's per-rank states.
+	Members  []JobMember `json:"members,omitempty"`
+	Attempt  int         `json:"attempt,omitempty"`
+	Error    string      `json:"error,omitempty"`
+	Created  time.Time   `json:"created"`
+	Started  time.Time   `json:"started,omitzero"`
+	Finished time.Time   `json:"finished,omitzero"`
+}
+
+// Terminal says the job has ended.
+func (j Job) Terminal() bool { return j.State == JobSucceeded || j.State == JobFailed }
+
+// JobMember is one gang member's state.
+type JobMember struct {
+	Rank  int    `json:"rank"`
+	Node  string `json:"node"`
+	State string `json:"state"`
+	// ExitCode is the process's exit status; -1 while running, when it
+	// was killed by a signal, or when it never started.
+	ExitCode int    `json:"exit_code"`
+	Error    string `json:"error,omitempty"`
+}
+
+// Drift is one node's drift monitor for one policy's model (GET
+// /v1/drift).
+type Drift struct {
+	Policy  string `json:"policy"`
+	Model   string `json:"model"`
+	Version string `json:"version"`
+	Site    string `json:"site"`
+	Node    string `json:"node"`
+	// Detector (psi, ks, wasserstein, ...), Threshold and Window are the
+	// monitor's settings.
+	Detector  string  `json:"detector"`
+	Threshold float64 `json:"threshold"`
+	Window    int     `json:"window"`
+	// Reference is "training" or "first"; Ready is false while "first" is
+	// still collecting.
+	Reference string `json:"reference"`
+	Ready     bool   `json:"ready"`
+	// Seen counts the samples observed by this version's monitor.
+	Seen int64 `json:"seen"`
+	// Alarmed is the hysteresis state; AlarmSeen and AlarmAt say when the
+	// current alarm fired.
+	Alarmed   bool      `json:"alarmed"`
+	AlarmSeen int64     `json:"alarm_seen,omitempty"`
+	AlarmAt   time.Time `json:"alarm_at,omitzero"`
+	// Scores are the latest evaluation's, per feature then the prediction.
+	Scores []DriftScore `json:"scores,omitempty"`
+	// History is the worst score of recent evaluations, oldest first.
+	History []DriftPoint `json:"history,omitempty"`
+	// Served and Failed count the version's requests on the node.
+	Served uint64 `json:"served"`
+	Failed uint64 `json:"failed"`
+	// Dropped counts sampled rows the monitor could not keep up with.
+	Dropped uint64 `json:"dropped,omitempty"`
+	// Error says why the monitor cannot run.
+	Error   string    `json:"error,omitempty"`
+	Updated time.Time `json:"updated"`
+}
+
+// DriftScore is one feature's score in an evaluation.
+type DriftScore struct {
+	// Name is the feature's name ("prediction" for the score).
+	Name string `json:"name"`
+	// Statistic is PSI, the KS D, or the Wasserstein-1 distance, per the
+	// detector.
+	Statistic float64 `json:"statistic"`
+	// PValue is the corrected KS p-value (KS only; 1 otherwise).
+	PValue  float64 `json:"p_value"`
+	Drifted bool    `json:"drifted"`
+}
+
+// DriftPoint is one evaluation in a Drift's history.
+type DriftPoint struct {
+	Time time.Time `json:"time"`
+	Seen int64     `json:"seen"`
+	// Feature is the worst feature; Statistic its score (the corrected
+	// p-value for KS).
+	Feature   string  `json:"feature"`
+	Statistic float64 `json:"statistic"`
+	Drifted   bool    `json:"drifted"`
+}
+
+// Event is one step of the control loop (GET /v1/events, a
+// server-sent-event stream).
+type Event struct {
+	// Seq orders the answering agent's events; a client resumes after it.
+	Seq uint64 `json:"seq"`
+	// Time is when the step happened, by the clock of the agent that
+	// wrote it.
+	Time time.Time `json:"time"`
+	// Type is "placement", "drift", "job" or "rollout", a dot and the new
+	// state ("rollout.canary", "drift.alarm").
+	Type    string `json:"type"`
+	Policy  string `json:"policy,omitempty"`
+	Node    string `json:"node,omitempty"`
+	Message string `json:"message"`
+}

@@ -1,0 +1,246 @@
+package api
+
+import (
+	"fmt"
+	"time"
+)
+
+// Policy is an applied policy (GET /v1/policies).
+type Policy struct {
+	Kind string `json:"kind"`
+	Name string `json:"name"`
+	// Source is the YAML document as applied.
+	Source string `json:"source"`
+	// File is the file name it was applied from.
+	File string `json:"file,omitempty"`
+	// Generation counts applies that changed Source.
+	Generation uint64    `json:"generation"`
+	Applied    time.Time `json:"applied"`
+	// AppliedAt is the agent that took the apply.
+	AppliedAt string `json:"applied_at"`
+}
+
+// Key is the policy's identity, "Kind/name".
+func (p Policy) Key() string { return p.Kind + "/" + p.Name }
+
+// ApplyResult says what an apply did to one policy (POST /v1/policies).
+type ApplyResult struct {
+	Policy     string `json:"policy"`
+	Generation uint64 `json:"generation"`
+	// Changed is false when the same source was applied again.
+	Changed bool `json:"changed"`
+}
+
+// PolicyError is one problem in a policy document, with its position. A
+// policy that does not parse or validate comes back as a 400 with every
+// problem (see client.Error).
+type PolicyError struct {
+	File    string `json:"file"`
+	Line    int    `json:"line"`
+	Column  int    `json:"column"`
+	Field   string `json:"field"`
+	Message string `json:"message"`
+}
+
+// String formats the error as file:line:column: field: message.
+func (e PolicyError) String() string {
+	return fmt.Sprintf("%s:%d:%d: %s: %s", e.File, e.Line, e.Column, e.Field, e.Message)
+}
+
+// PlanResult is one policy's dry-run placement (POST /v1/plan).
+type PlanResult struct {
+	Policy   string    `json:"policy"`
+	Decision *Decision `json:"decision"`
+	// Explanation is the decision for people; Why explains one node when
+	// asked.
+	Explanation string `json:"explanation"`
+	Why         string `json:"why,omitempty"`
+}
+
+// Decision is a placement decision: the chosen nodes with their scores,
+// and for the others the count of nodes rejected per reason.
+type Decision struct {
+	// Kind is the workload kind placed (inference, training, ...).
+	Kind string `json:"kind"`
+	Key  string `json:"key,omitempty"`
+	// Feasible is true when every wanted replica or gang member found a
+	// node.
+	Feasible bool `json:"feasible"`
+	// Wanted is how many nodes the request asked for.
+	Wanted int `json:"wanted"`
+	// Tiers are the tiers tried, in order.
+	Tiers []string `json:"tiers,omitempty"`
+	// Placements are the chosen nodes, best first.
+	Placements []Choice `json:"placements"`
+	// Domain is the fabric a gang was placed in, if one was.
+	Domain *Domain `json:"domain,omitempty"`
+	// Fallbacks say which tiers were passed over and why.
+	Fallbacks []Fallback `json:"fallbacks,omitempty"`
+	// Nodes counts the snapshot's nodes; Evaluated those looked at.
+	Nodes     int `json:"nodes"`
+	Evaluated int `json:"evaluated"`
+	// Rejected counts the nodes rejected per reason.
+	Rejected map[string]int `json:"rejected"`
+}
+
+// Choice is one chosen node of a Decision, with its score breakdown.
+type Choice struct {
+	Node   string `json:"node"`
+	NodeID string `json:"node_id"`
+	Tier   string `json:"tier"`
+	Site   string `json:"site"`
+	Region string `json:"region"`
+	Fabric string `json:"fabric,omitempty"`
+	Rack   string `json:"rack,omitempty"`
+	// Client is the client site this replica serves, for latency policies.
+	Client string `json:"client,omitempty"`
+	// Rank is the member's index in a gang.
+	Rank      int       `json:"rank"`
+	Resources Resources `json:"resources"`
+	Scores    []Score   `json:"scores"`
+	Total     float64   `json:"total"`
+}
+
+// Score is one scorer's contribution to a node's total.
+type Score struct {
+	Name   string  `json:"name"`
+	Value  float64 `json:"value"`
+	Weight float64 `json:"weight"`
+	Detail string  `json:"detail,omitempty"`
+}
+
+// Domain is the fabric a gang was placed in, with its scores.
+type Domain struct {
+	Tier   string  `json:"tier"`
+	Fabric string  `json:"fabric,omitempty"`
+	Scores []Score `json:"scores"`
+	Total  float64 `json:"total"`
+}
+
+// Fallback says why a tier was passed over.
+type Fallback struct {
+	Client  string `json:"client,omitempty"`
+	Tier    string `json:"tier"`
+	Reason  string `json:"reason"`
+	Message string `json:"message"`
+}
+
+// Resources are what one replica or gang member takes: CPU in millicores,
+// memory and GPU memory in bytes.
+type Resources struct {
+	CPU       int64  `json:"cpu,omitempty"`
+	Memory    int64  `json:"memory,omitempty"`
+	GPUs      int    `json:"gpus,omitempty"`
+	GPUModel  string `json:"gpu_model,omitempty"`
+	GPUMemory int64  `json:"gpu_memory,omitempty"`
+}
+
+// Placement states.
+const (
+	StatePending = "pending" // not placed yet, or waiting for nodes
+	StatePlaced  = "placed"
+	StateFailed  = "failed"
+	StateDone    = "done" // a training job ended; its nodes are free
+)
+
+// PlacementStatus is one policy's placement (GET /v1/placements).
+type PlacementStatus struct {
+	// Policy is the policy's key; Generation the policy's generation.
+	Policy     string `json:"policy"`
+	Generation uint64 `json:"generation"`
+	Key        string `json:"key"`
+	Kind       string `json:"kind"`
+	Name       string `json:"name"`
+	// Owner is the controller agent that placed it; Epoch counts its
+	// placements.
+	Owner string `json:"owner"`
+	Epoch uint64 `json:"epoch"`
+	// State is pending, placed, failed or done.
+	State string `json:"state"`
+	// Nodes are the chosen nodes; Wanted how many the policy asks for.
+	Nodes  []PlacedNode `json:"nodes"`
+	Wanted int          `json:"wanted"`
+	// Message says what happened in a line; Fallbacks and Rejected say
+	// why.
+	Message   string         `json:"message,omitempty"`
+	Fallbacks []Fallback     `json:"fallbacks,omitempty"`
+	Rejected  map[string]int `json:"rejected,omitempty"`
+	// Refused maps nodes that refused earlier epochs to their reason.
+	Refused   map[string]string `json:"refused,omitempty"`
+	Resources Resources         `json:"resources"`
+	Updated   time.Time         `json:"updated"`
+	// Rollout is the service's latest retrain and rollout, if any.
+	Rollout *Rollout `json:"rollout,omitempty"`
+}
+
+// PlacedNode is one chosen node and whether it has admitted the work.
+type PlacedNode struct {
+	Name     string `json:"name"`
+	ID       string `json:"id"`
+	Tier     string `json:"tier"`
+	Site     string `json:"site"`
+	Rank     int    `json:"rank"`
+	Admitted bool   `json:"admitted"`
+}
+
+// Rollout stages.
+const (
+	StageRetraining = "retraining"
+	StageCanary     = "canary"
+	StagePromoted   = "promoted"
+	StageRolledBack = "rolled-back"
+	StageFailed     = "failed"
+)
+
+// Rollout is a service's latest retrain and rollout.
+type Rollout struct {
+	Policy     string `json:"policy"`
+	Generation uint64 `json:"generation"`
+	// Seq counts the service's retrains.
+	Seq   int    `json:"seq"`
+	Stage string `json:"stage"`
+	Model string `json:"model"`
+	// From is the version served when drift was detected; To the new one.
+	From    string        `json:"from"`
+	To      string        `json:"to,omitempty"`
+	Job     string        `json:"job,omitempty"`
+	Trigger *DriftTrigger `json:"trigger,omitempty"`
+	// CanarySite and CanaryNodes serve To first; Served and Failed count
+	// their requests on it, against CanaryRequests and MaxErrorRate.
+	CanarySite     string        `json:"canary_site,omitempty"`
+	CanaryNodes    []string      `json:"canary_nodes,omitempty"`
+	CanaryRequests int           `json:"canary_requests,omitempty"`
+	MaxErrorRate   float64       `json:"max_error_rate,omitempty"`
+	Served         uint64        `json:"served,omitempty"`
+	Failed         uint64        `json:"failed,omitempty"`
+	Message        string        `json:"message"`
+	Started        time.Time     `json:"started"`
+	Updated        time.Time     `json:"updated"`
+	Steps          []RolloutStep `json:"steps"`
+}
+
+// Ended says the rollout is over: promoted, rolled back or failed.
+func (r Rollout) Ended() bool {
+	return r.Stage == StagePromoted || r.Stage == StageRolledBack || r.Stage == StageFailed
+}
+
+// DriftTrigger is the drift alarm that started a retrain.
+type DriftTrigger struct {
+	Site      string    `json:"site"`
+	Node      string    `json:"node"`
+	Version   string    `json:"version"`
+	Samples   int64     `json:"samples"`
+	At        time.Time `json:"at"`
+	Feature   string    `json:"feature"`
+	Statistic float64   `json:"statistic"`
+	Detector  string    `json:"detector"`
+	// Drifted names every feature (and "prediction") past the threshold.
+	Drifted []string `json:"drifted"`
+}
+
+// RolloutStep is one stage change of a rollout.
+type RolloutStep struct {
+	Time    time.Time `json:"time"`
+	Stage   string    `json:"stage"`
+	Message string    `json:"message"`
+}

@@ -1,0 +1,228 @@
+package api
+
+import "time"
+
+// Tiers of a node.
+const (
+	TierEdge   = "edge"
+	TierOnPrem = "onprem"
+	TierCloud  = "cloud"
+)
+
+// Status is a member's liveness as the answering agent sees it.
+type Status string
+
+// Member statuses.
+const (
+	StatusAlive   Status = "alive"   // answering probes
+	StatusSuspect Status = "suspect" // missed probes; others are asked to confirm
+	StatusFailed  Status = "failed"  // declared dead by the failure detector
+	StatusLeft    Status = "left"    // left gracefully
+	StatusUnknown Status = "unknown" // known from the store, not heard from yet
+)
+
+// Health is the answer of GET /v1/health.
+type Health struct {
+	// Status is "ok" when the agent answers.
+	Status string `json:"status"`
+	// Node and ID name the answering agent's node.
+	Node string `json:"node"`
+	ID   string `json:"id"`
+	// AliveMembers counts the members of its site it sees alive, itself
+	// included.
+	AliveMembers int `json:"alive_members"`
+}
+
+// Member is one node of the site as the membership layer sees it (GET
+// /v1/members).
+type Member struct {
+	Name   string `json:"name"`
+	ID     string `json:"id"`
+	Addr   string `json:"addr"`
+	Status Status `json:"status"`
+	Tier   string `json:"tier"`
+	Site   string `json:"site"`
+}
+
+// Node is a node's replicated document with its current status (GET
+// /v1/nodes, GET /v1/nodes/{id}, GET /v1/agent/self).
+type Node struct {
+	// ID derives from the node's identity key.
+	ID string `json:"id"`
+	// Name is unique in the mesh.
+	Name string `json:"name"`
+	// Version orders the documents of one node; it never goes back.
+	Version uint64 `json:"version"`
+	// Tier is edge, onprem or cloud.
+	Tier string `json:"tier"`
+	// Site is the site (one gossip pool) the node belongs to.
+	Site string `json:"site"`
+	// Region groups sites.
+	Region string `json:"region"`
+	// Labels are the operator's labels.
+	Labels map[string]string `json:"labels"`
+	// Addrs are the node's advertised addresses.
+	Addrs Addrs `json:"addrs"`
+	// Capabilities is what the host can do.
+	Capabilities Capabilities `json:"capabilities"`
+	// Load is what the host has free now.
+	Load Load `json:"load"`
+	// Locality lists what data the node holds.
+	Locality Locality `json:"locality"`
+	// Coord is the node's Vivaldi coordinate, as last published; nil
+	// before the first.
+	Coord *Coordinate `json:"coord,omitempty"`
+	// Started is when the agent process started.
+	Started time.Time `json:"started"`
+	// Updated is when the node wrote this version.
+	Updated time.Time `json:"updated"`
+	// Controller is true when the node may own policies.
+	Controller bool `json:"controller"`
+	// Models are the model versions this node serves ("name@version").
+	Models []string `json:"models,omitempty"`
+	// Assignments are the placements this node has admitted or refused.
+	Assignments []Assignment `json:"assignments,omitempty"`
+	// Leaving is set in the last document a node writes before it leaves.
+	Leaving bool `json:"leaving,omitempty"`
+	// Status is the node's liveness as the answering agent sees it.
+	Status Status `json:"status"`
+}
+
+// Addrs are the addresses a node advertises (host:port each).
+type Addrs struct {
+	// Gossip is the memberlist address.
+	Gossip string `json:"gossip"`
+	// API is the HTTP API address.
+	API string `json:"api"`
+	// Data is the data-plane (QUIC) address, empty until it is enabled.
+	Data string `json:"data,omitempty"`
+}
+
+// Capabilities is what a host can do, with where each part was learned.
+type Capabilities struct {
+	CPU    CPU    `json:"cpu"`
+	Memory Memory `json:"memory"`
+	OS     string `json:"os"`
+	// GPUs lists the host's GPUs, from NVML or declared in config.
+	GPUs []GPU `json:"gpus"`
+	// GPUSource says where GPUs came from (nvml, declared) or why there
+	// are none.
+	GPUSource string `json:"gpu_source"`
+	// RDMA lists the host's RDMA ports.
+	RDMA []RDMADevice `json:"rdma"`
+	// Fabric is the RDMA fabric ID the host is attached to, "" for none.
+	Fabric string `json:"fabric,omitempty"`
+}
+
+// CPU describes the host's processors.
+type CPU struct {
+	// Cores is the number of logical CPUs.
+	Cores int `json:"cores"`
+	// Millicores is Cores × 1000.
+	Millicores int64 `json:"millicores"`
+	// Arch is the Go architecture name (amd64, arm64).
+	Arch string `json:"arch"`
+	// Model is the processor's model name, when known.
+	Model  string `json:"model,omitempty"`
+	Source string `json:"source"`
+}
+
+// Memory is the host's memory.
+type Memory struct {
+	// Total is the host's memory in bytes.
+	Total  int64  `json:"total"`
+	Source string `json:"source"`
+}
+
+// GPU is one GPU.
+type GPU struct {
+	Index int    `json:"index"`
+	UUID  string `json:"uuid,omitempty"`
+	Model string `json:"model"`
+	// Memory is the device memory in bytes.
+	Memory int64 `json:"memory"`
+	// MIG is true when MIG mode is enabled.
+	MIG bool `json:"mig"`
+	// Healthy is false when the device reported an error.
+	Healthy bool   `json:"healthy"`
+	Source  string `json:"source"`
+	// NVLinkPeers lists the indexes of GPUs this one has NVLink to.
+	NVLinkPeers []int `json:"nvlink_peers,omitempty"`
+}
+
+// RDMADevice is one RDMA port.
+type RDMADevice struct {
+	// Name is the device name (mlx5_0).
+	Name string `json:"name"`
+	Port int    `json:"port"`
+	// LinkLayer is InfiniBand or Ethernet (RoCE).
+	LinkLayer string `json:"link_layer"`
+	// Rate is the link rate as the kernel prints it.
+	Rate string `json:"rate,omitempty"`
+	// State is the port state (ACTIVE, DOWN).
+	State string `json:"state,omitempty"`
+	// Fabric is the fabric ID.
+	Fabric string `json:"fabric,omitempty"`
+	Source string `json:"source"`
+}
+
+// Load is what a node has free now.
+type Load struct {
+	// FreeCPU is unreserved CPU in millicores.
+	FreeCPU int64 `json:"free_cpu"`
+	// FreeMemory is unreserved memory in bytes.
+	FreeMemory int64 `json:"free_memory"`
+	// FreeGPUs is the number of GPUs no workload holds.
+	FreeGPUs int `json:"free_gpus"`
+	// Workloads is the number of workloads running.
+	Workloads int `json:"workloads"`
+	// QPS is the inference requests per second served, averaged.
+	QPS float64 `json:"qps"`
+}
+
+// Assignment is a node's answer to a placement that names it.
+type Assignment struct {
+	// Key is the policy ("InferenceService/fraud-scorer").
+	Key string `json:"key"`
+	// Epoch is the placement's epoch the answer is for.
+	Epoch uint64 `json:"epoch"`
+	// Accepted is true when the node took the assignment.
+	Accepted bool `json:"accepted"`
+	// Reason says why a refused assignment was refused.
+	Reason string `json:"reason,omitempty"`
+	// CPU (millicores), Memory (bytes) and GPUs (indexes) it holds.
+	CPU    int64 `json:"cpu,omitempty"`
+	Memory int64 `json:"memory,omitempty"`
+	GPUs   []int `json:"gpus,omitempty"`
+}
+
+// Locality is what data a node holds.
+type Locality struct {
+	// Artifacts are the digests of artifacts held.
+	Artifacts []string `json:"artifacts,omitempty"`
+	// Datasets are dataset names (name:version) held.
+	Datasets []string `json:"datasets,omitempty"`
+	// Pulling are the digests of artifacts the node is downloading.
+	Pulling []string `json:"pulling,omitempty"`
+}
+
+// Coordinate is a Vivaldi network coordinate (serf's coordinate package;
+// its JSON names are the Go field names).
+type Coordinate struct {
+	Vec        []float64 `json:"Vec"`
+	Error      float64   `json:"Error"`
+	Adjustment float64   `json:"Adjustment"`
+	Height     float64   `json:"Height"`
+}
+
+// RTT is the answer of GET /v1/rtt: the estimated round-trip time between
+// two nodes.
+type RTT struct {
+	From string `json:"from"`
+	To   string `json:"to"`
+	// Millis is the estimate in milliseconds.
+	Millis float64 `json:"rtt_ms"`
+}
+
+// Duration is the estimate as a time.Duration.
+func (r RTT) Duration() time.Duration { return time.Duration(r.Millis * float64(time.Millisecond)) }
