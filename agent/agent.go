@@ -14,6 +14,7 @@ import (
 	"slices"
 	"sort"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/NVIDIA/go-nvml/pkg/nvml"
@@ -25,6 +26,7 @@ import (
 	"github.com/strata-mesh/strata/internal/controller"
 	"github.com/strata-mesh/strata/internal/driftwatch"
 	"github.com/strata-mesh/strata/internal/events"
+	"github.com/strata-mesh/strata/internal/httpapi"
 	"github.com/strata-mesh/strata/internal/jobs"
 	"github.com/strata-mesh/strata/internal/serving"
 	"gopkg.in/yaml.v3"
@@ -57,7 +59,7 @@ type Agent struct {
 	started time.Time
 
 	// compile turns an applied policy into a placement request;
-	// requestFor in production, a stand-in in tests of the controller.
+	// controller.Compile in production, a stand-in in tests of the controller.
 	compile func(PolicyRecord) (*placement.Request, error)
 	dp      *dataPlane // nil without a mesh CA
 	art     *artifacts.Service
@@ -72,9 +74,8 @@ type Agent struct {
 	jobRunner *jobs.Runner
 	events    *events.Stream
 
-	// decodeSeen holds the catalog decode errors logged already.
-	decodeMu   sync.Mutex
-	decodeSeen map[string]bool
+	// peer answers requests other agents send over the data plane.
+	peer atomic.Pointer[http.Handler]
 
 	closeOnce sync.Once
 	closeErr  error
@@ -88,7 +89,7 @@ func New(cfg Config) (*Agent, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
-	a := &Agent{cfg: cfg, started: time.Now(), compile: requestFor}
+	a := &Agent{cfg: cfg, started: time.Now(), compile: controller.Compile}
 	a.log = cfg.Logger
 	if a.log == nil {
 		lvl, _ := parseLevel(cfg.LogLevel)
@@ -192,7 +193,19 @@ func New(cfg Config) (*Agent, error) {
 			}
 		}
 	}
-	a.srv = &http.Server{Handler: a.routes(), ReadHeaderTimeout: 10 * time.Second}
+	ac2 := httpapi.Config{
+		Mesh: a.mesh, Catalog: a.cat, Artifacts: a.art, Jobs: a.jobRunner, Forwarder: a.fwd, Events: a.events,
+		InferenceErr: a.infErr, Registry: a.reg, Token: cfg.APIToken, Addr: a.APIAddr, Logger: a.log,
+		SpoolDir: filepath.Join(cfg.DataDir, "artifacts"),
+		Compile:  func(p PolicyRecord) (*placement.Request, error) { return a.compile(p) },
+	}
+	if a.inf != nil {
+		ac2.Inference = a.inf.Handler()
+	}
+	api := httpapi.New(ac2)
+	peer := api.PeerRoutes()
+	a.peer.Store(&peer)
+	a.srv = &http.Server{Handler: api.Handler(), ReadHeaderTimeout: 10 * time.Second}
 	return a, nil
 }
 

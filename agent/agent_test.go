@@ -12,6 +12,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/strata-mesh/strata/internal/httpapi"
+	"github.com/strata-mesh/strata/internal/httpjson"
 	"github.com/strata-mesh/strata/mesh"
 	"github.com/strata-mesh/strata/mesh/meshtest"
 )
@@ -204,7 +206,7 @@ func TestAPI(t *testing.T) {
 		{"/v1/nope", http.StatusNotFound, ""},
 	} {
 		code, body := get(t, h, tc.path)
-		var e apiError
+		var e httpjson.ErrorBody
 		if err := json.Unmarshal(body, &e); err != nil || e.Error == "" {
 			t.Errorf("GET %s: body %s is not a JSON error", tc.path, body)
 		}
@@ -224,7 +226,7 @@ func TestAPI(t *testing.T) {
 		return code == http.StatusOK
 	})
 	_, body = get(t, h, "/v1/rtt?from=gpu-1&to=edge-b-1")
-	var rtt rttResponse
+	var rtt httpapi.RTTResponse
 	// Loopback, but pings measured on a loaded machine (a -race run beside
 	// other packages' tests) have read tens of milliseconds.
 	if err := json.Unmarshal(body, &rtt); err != nil || rtt.RTTMs < 0 || rtt.RTTMs > 100 {

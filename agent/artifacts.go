@@ -5,9 +5,9 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"net/http"
 	"os"
 	"path/filepath"
-	"strings"
 
 	"github.com/prometheus/client_golang/prometheus"
 
@@ -26,15 +26,6 @@ var ErrNoDataPlane = artifacts.ErrNoDataPlane
 
 // ArtifactInfo is a manifest with the nodes that hold its bytes.
 type ArtifactInfo = artifacts.Info
-
-func trimMesh(err error) string { return strings.TrimPrefix(err.Error(), "mesh: ") }
-
-// artifactsList returns every manifest of kind with its holders.
-func (a *Agent) artifactsList(kind storage.Kind) []ArtifactInfo {
-	out, err := a.art.List(kind)
-	a.decodeErrors(err)
-	return out
-}
 
 // PKI is the agent's key material as PEM: the mesh CA's certificate, and
 // either the CA's key (the agent issues its own certificate at first start)
@@ -150,7 +141,14 @@ func (a *Agent) openArtifacts() (*dataPlane, error) {
 	dc := dataplane.DefaultConfig()
 	dc.ListenAddr, dc.Store, dc.ServerTLS, dc.ClientTLS, dc.Logger = a.cfg.DataAddr, store, srvTLS, cliTLS, a.log
 	dc.IngressBytesPerSec, dc.EgressBytesPerSec = int64(a.cfg.IngressLimit), int64(a.cfg.EgressLimit)
-	dc.Handler = a.peerRoutes()
+	dc.Handler = http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		// Peers may call before New has built the API.
+		if h := a.peer.Load(); h != nil {
+			(*h).ServeHTTP(w, r)
+			return
+		}
+		http.Error(w, "starting", http.StatusServiceUnavailable)
+	})
 	if a.cfg.MaxConcurrentPulls > 0 {
 		dc.MaxConcurrentPulls = a.cfg.MaxConcurrentPulls
 	}

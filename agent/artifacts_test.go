@@ -172,7 +172,8 @@ func TestPullersHelpEachOther(t *testing.T) {
 	}
 	// Once done, neither advertises a pull, and both hold the blob.
 	meshtest.WaitFor(t, 15*time.Second, "the pullers listed as holders", func() bool {
-		for _, ai := range origin.artifactsList(storage.KindModel) {
+		list, _ := origin.art.List(storage.KindModel)
+		for _, ai := range list {
 			if ai.Digest == m.Digest {
 				return len(ai.Holders) == 3 && len(ai.Pulling) == 0
 			}

@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/strata-mesh/strata/internal/httpapi"
 	"github.com/strata-mesh/strata/mesh/meshtest"
 )
 
@@ -150,7 +151,7 @@ func TestPolicyAPIErrors(t *testing.T) {
 	h := agents[0].Handler()
 	bad := []byte("apiVersion: strata/v1\nkind: InferenceService\nmetadata: {name: x}\nspec:\n  model: {name: m}\n  replicas: many\n")
 	code, body := post(t, h, http.MethodPost, "/v1/policies?file=x.yaml", bad)
-	var e policyErrorBody
+	var e httpapi.PolicyErrorBody
 	if code != http.StatusBadRequest || json.Unmarshal(body, &e) != nil || len(e.Errors) != 1 {
 		t.Fatalf("bad policy = %d %s", code, body)
 	}
@@ -161,7 +162,7 @@ func TestPolicyAPIErrors(t *testing.T) {
 	if code, _ := post(t, h, http.MethodPost, "/v1/policies", nil); code != http.StatusBadRequest {
 		t.Errorf("empty body = %d, want 400", code)
 	}
-	if code, _ := post(t, h, http.MethodPost, "/v1/plan", bytes.Repeat([]byte("#"), maxPolicyBody+1)); code != http.StatusRequestEntityTooLarge {
+	if code, _ := post(t, h, http.MethodPost, "/v1/plan", bytes.Repeat([]byte("#"), httpapi.MaxPolicyBody+1)); code != http.StatusRequestEntityTooLarge {
 		t.Errorf("oversized body = %d, want 413", code)
 	}
 	if code, _ := post(t, h, http.MethodDelete, "/v1/policies/InferenceService/nope", nil); code != http.StatusNotFound {

@@ -3,6 +3,7 @@ package agent
 import (
 	"github.com/strata-mesh/strata/internal/catalog"
 	"github.com/strata-mesh/strata/internal/events"
+	"github.com/strata-mesh/strata/internal/httpapi"
 )
 
 // The catalog's record types, under the names the API and CLI have used.
@@ -27,6 +28,17 @@ type (
 	DriftPoint = catalog.DriftPoint
 	// Event is one step of the control loop (events.Event).
 	Event = events.Event
+
+	// PlacementStatus is one policy's placement as GET /v1/placements shows it.
+	PlacementStatus = httpapi.PlacementStatus
+	// PlanResult is the answer of POST /v1/plan.
+	PlanResult = httpapi.PlanResult
+	// ApplyResult is one policy's outcome of POST /v1/policies.
+	ApplyResult = httpapi.ApplyResult
+	// PolicyError is one problem in a policy document, with its position.
+	PolicyError = httpapi.PolicyError
+	// ModelInfo is one model version as GET /v1/models shows it.
+	ModelInfo = httpapi.ModelInfo
 )
 
 // Placement states.

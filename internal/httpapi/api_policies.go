@@ -1,4 +1,4 @@
-package agent
+package httpapi
 
 import (
 	"crypto/subtle"
@@ -19,17 +19,17 @@ import (
 	"github.com/strata-mesh/strata/placement"
 )
 
-// maxPolicyBody bounds a policy upload.
-const maxPolicyBody = 1 << 20
+// MaxPolicyBody bounds a policy upload (bytes).
+const MaxPolicyBody = 1 << 20
 
 // readPolicyBody reads a YAML (or JSON, which is YAML) body, answering 413
 // when it is too large.
 func readPolicyBody(w http.ResponseWriter, r *http.Request) ([]byte, string, bool) {
-	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, maxPolicyBody))
+	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, MaxPolicyBody))
 	var mbe *http.MaxBytesError
 	switch {
 	case errors.As(err, &mbe):
-		httpjson.Error(w, http.StatusRequestEntityTooLarge, "", "policy body over %d bytes", maxPolicyBody)
+		httpjson.Error(w, http.StatusRequestEntityTooLarge, "", "policy body over %d bytes", MaxPolicyBody)
 		return nil, "", false
 	case err != nil:
 		httpjson.Error(w, http.StatusBadRequest, "", "reading body: %v", err)
@@ -45,9 +45,9 @@ func readPolicyBody(w http.ResponseWriter, r *http.Request) ([]byte, string, boo
 	return body, file, true
 }
 
-// policyErrorBody is a 400 for a policy that does not parse: every error
+// PolicyErrorBody is a 400 for a policy that does not parse: every error
 // with its position.
-type policyErrorBody struct {
+type PolicyErrorBody struct {
 	Error  string        `json:"error"`
 	Field  string        `json:"field,omitempty"`
 	Errors []PolicyError `json:"errors"`
@@ -55,7 +55,7 @@ type policyErrorBody struct {
 
 func writePolicyError(w http.ResponseWriter, err error) {
 	errs := policyErrors(err)
-	body := policyErrorBody{Error: err.Error(), Errors: errs}
+	body := PolicyErrorBody{Error: err.Error(), Errors: errs}
 	if len(errs) > 0 {
 		body.Field = errs[0].Field
 	}
@@ -72,7 +72,7 @@ type PlanResult struct {
 	Why         string `json:"why,omitempty"`
 }
 
-func (a *Agent) handlePlan(w http.ResponseWriter, r *http.Request) {
+func (s *Server) handlePlan(w http.ResponseWriter, r *http.Request) {
 	if !httpjson.CheckParams(w, r.URL.Query(), "file", "why") {
 		return
 	}
@@ -87,15 +87,15 @@ func (a *Agent) handlePlan(w http.ResponseWriter, r *http.Request) {
 	}
 	why := r.URL.Query().Get("why")
 	if why != "" {
-		if _, err := a.mesh.Node(why); err != nil {
+		if _, err := s.cfg.Mesh.Node(why); err != nil {
 			httpjson.Error(w, http.StatusNotFound, "why", "no node named %q", why)
 			return
 		}
 	}
-	nodes := a.mesh.Nodes()
+	nodes := s.cfg.Mesh.Nodes()
 	var out []PlanResult
 	for _, p := range recs {
-		req, err := a.compile(p)
+		req, err := s.cfg.Compile(p)
 		if err != nil {
 			writePolicyError(w, err)
 			return
@@ -127,8 +127,8 @@ type ApplyResult struct {
 	Changed bool `json:"changed"`
 }
 
-func (a *Agent) handleApply(w http.ResponseWriter, r *http.Request) {
-	if !a.authorized(w, r) || !httpjson.CheckParams(w, r.URL.Query(), "file") {
+func (s *Server) handleApply(w http.ResponseWriter, r *http.Request) {
+	if !s.authorized(w, r) || !httpjson.CheckParams(w, r.URL.Query(), "file") {
 		return
 	}
 	body, file, ok := readPolicyBody(w, r)
@@ -143,7 +143,7 @@ func (a *Agent) handleApply(w http.ResponseWriter, r *http.Request) {
 	// Compile every document before storing any, so an apply is all or
 	// nothing.
 	for _, p := range recs {
-		if _, err := a.compile(p); err != nil {
+		if _, err := s.cfg.Compile(p); err != nil {
 			writePolicyError(w, err)
 			return
 		}
@@ -151,15 +151,15 @@ func (a *Agent) handleApply(w http.ResponseWriter, r *http.Request) {
 	var out []ApplyResult
 	for _, p := range recs {
 		res := ApplyResult{Policy: p.Key(), Changed: true, Generation: 1}
-		if old, err := a.cat.Policies.Value(p.Key()); err == nil {
+		if old, err := s.cfg.Catalog.Policies.Value(p.Key()); err == nil {
 			res.Generation = old.Generation + 1
 			if old.Source == p.Source {
 				res.Generation, res.Changed = old.Generation, false
 			}
 		}
 		if res.Changed {
-			p.Generation, p.Applied, p.AppliedAt = res.Generation, time.Now().UTC(), a.cfg.Name
-			if _, err := a.cat.Policies.Put(p); err != nil {
+			p.Generation, p.Applied, p.AppliedAt = res.Generation, time.Now().UTC(), s.cfg.Mesh.Name()
+			if _, err := s.cfg.Catalog.Policies.Put(p); err != nil {
 				httpjson.Error(w, http.StatusInternalServerError, "", "storing %s: %v", p.Key(), err)
 				return
 			}
@@ -169,27 +169,27 @@ func (a *Agent) handleApply(w http.ResponseWriter, r *http.Request) {
 	httpjson.Write(w, http.StatusOK, out)
 }
 
-func (a *Agent) handlePolicies(w http.ResponseWriter, r *http.Request) {
+func (s *Server) handlePolicies(w http.ResponseWriter, r *http.Request) {
 	if !httpjson.CheckParams(w, r.URL.Query()) {
 		return
 	}
-	out := a.policies()
+	out := s.policies()
 	if out == nil {
-		out = []PolicyRecord{}
+		out = []catalog.Policy{}
 	}
 	httpjson.Write(w, http.StatusOK, out)
 }
 
-func (a *Agent) handleDeletePolicy(w http.ResponseWriter, r *http.Request) {
-	if !a.authorized(w, r) || !httpjson.CheckParams(w, r.URL.Query()) {
+func (s *Server) handleDeletePolicy(w http.ResponseWriter, r *http.Request) {
+	if !s.authorized(w, r) || !httpjson.CheckParams(w, r.URL.Query()) {
 		return
 	}
 	key := r.PathValue("kind") + "/" + r.PathValue("name")
-	if _, err := a.cat.Policies.Get(key); errors.Is(err, catalog.ErrNotFound) {
+	if _, err := s.cfg.Catalog.Policies.Get(key); errors.Is(err, catalog.ErrNotFound) {
 		httpjson.Error(w, http.StatusNotFound, "", "no policy %s", key)
 		return
 	}
-	if err := a.cat.Policies.Delete(key); err != nil {
+	if err := s.cfg.Catalog.Policies.Delete(key); err != nil {
 		httpjson.Error(w, http.StatusInternalServerError, "", "%v", err)
 		return
 	}
@@ -200,33 +200,33 @@ func (a *Agent) handleDeletePolicy(w http.ResponseWriter, r *http.Request) {
 type PlacementStatus struct {
 	Policy     string `json:"policy"`
 	Generation uint64 `json:"generation"`
-	PlacementRecord
+	catalog.Placement
 	// Rollout is the service's latest retrain and rollout, if any.
-	Rollout *RolloutRecord `json:"rollout,omitempty"`
+	Rollout *catalog.Rollout `json:"rollout,omitempty"`
 }
 
-func (a *Agent) handlePlacements(w http.ResponseWriter, r *http.Request) {
+func (s *Server) handlePlacements(w http.ResponseWriter, r *http.Request) {
 	if !httpjson.CheckParams(w, r.URL.Query()) {
 		return
 	}
-	recs := a.placements()
+	recs := s.placements()
 	byName := map[string]mesh.Node{}
-	for _, n := range a.mesh.Nodes() {
+	for _, n := range s.cfg.Mesh.Nodes() {
 		byName[n.Name] = n
 	}
 	out := []PlacementStatus{}
-	for _, p := range a.policies() {
+	for _, p := range s.policies() {
 		st := PlacementStatus{Policy: p.Key(), Generation: p.Generation}
 		if rec, ok := recs[p.Key()]; ok {
 			for i, pn := range rec.Nodes {
 				as, ok := controller.AssignmentOf(byName[pn.Name], rec.Key)
 				rec.Nodes[i].Admitted = ok && as.Accepted && as.Epoch == rec.Epoch
 			}
-			st.PlacementRecord = rec
+			st.Placement = rec
 		} else {
-			st.PlacementRecord = PlacementRecord{Key: p.Key(), Kind: p.Kind, Name: p.Name, State: StatePending, Message: "waiting for its owner to place it"}
+			st.Placement = catalog.Placement{Key: p.Key(), Kind: p.Kind, Name: p.Name, State: catalog.StatePending, Message: "waiting for its owner to place it"}
 		}
-		if r, ok := a.cat.ActiveRollout(p); ok {
+		if r, ok := s.cfg.Catalog.ActiveRollout(p); ok {
 			st.Rollout = &r
 		}
 		out = append(out, st)
@@ -237,16 +237,16 @@ func (a *Agent) handlePlacements(w http.ResponseWriter, r *http.Request) {
 
 // authorized checks the API token on mutating calls. Without a token
 // configured, mutating calls are allowed only on a loopback-bound API.
-func (a *Agent) authorized(w http.ResponseWriter, r *http.Request) bool {
-	if a.cfg.APIToken != "" {
+func (s *Server) authorized(w http.ResponseWriter, r *http.Request) bool {
+	if s.cfg.Token != "" {
 		got := strings.TrimPrefix(r.Header.Get("Authorization"), "Bearer ")
-		if subtle.ConstantTimeCompare([]byte(got), []byte(a.cfg.APIToken)) == 1 {
+		if subtle.ConstantTimeCompare([]byte(got), []byte(s.cfg.Token)) == 1 {
 			return true
 		}
 		httpjson.Error(w, http.StatusUnauthorized, "", "a valid API token is required: Authorization: Bearer TOKEN")
 		return false
 	}
-	if host, _, err := net.SplitHostPort(a.APIAddr()); err == nil {
+	if host, _, err := net.SplitHostPort(s.cfg.Addr()); err == nil {
 		if ip := net.ParseIP(host); ip != nil && ip.IsLoopback() {
 			return true
 		}

@@ -1,4 +1,4 @@
-package agent
+package httpapi
 
 import (
 	"encoding/json"
@@ -8,10 +8,11 @@ import (
 	"mime"
 	"net/http"
 	"os"
-	"path/filepath"
 	"sort"
 	"strings"
 
+	"github.com/strata-mesh/strata/internal/artifacts"
+	"github.com/strata-mesh/strata/internal/catalog"
 	"github.com/strata-mesh/strata/internal/httpjson"
 
 	"github.com/strata-mesh/strata/infer/drift"
@@ -31,9 +32,9 @@ func parseKind(w http.ResponseWriter, s string) (storage.Kind, bool) {
 	return "", false
 }
 
-func (a *Agent) needArtifacts(w http.ResponseWriter) bool {
-	if !a.art.Enabled() {
-		httpjson.Error(w, http.StatusServiceUnavailable, "", "%v", ErrNoDataPlane)
+func (s *Server) needArtifacts(w http.ResponseWriter) bool {
+	if !s.cfg.Artifacts.Enabled() {
+		httpjson.Error(w, http.StatusServiceUnavailable, "", "%v", artifacts.ErrNoDataPlane)
 		return false
 	}
 	return true
@@ -41,9 +42,9 @@ func (a *Agent) needArtifacts(w http.ResponseWriter) bool {
 
 // handlePush stores the request body as a signed artifact:
 // POST /v1/artifacts?name=N&version=V[&kind=dataset].
-func (a *Agent) handlePush(w http.ResponseWriter, r *http.Request) {
+func (s *Server) handlePush(w http.ResponseWriter, r *http.Request) {
 	q := r.URL.Query()
-	if !a.authorized(w, r) || !httpjson.CheckParams(w, q, "name", "version", "kind") || !a.needArtifacts(w) {
+	if !s.authorized(w, r) || !httpjson.CheckParams(w, q, "name", "version", "kind") || !s.needArtifacts(w) {
 		return
 	}
 	kind, ok := parseKind(w, q.Get("kind"))
@@ -57,7 +58,7 @@ func (a *Agent) handlePush(w http.ResponseWriter, r *http.Request) {
 	}
 	// Spool to the store's disk first: Publish reads the bytes twice (chunk
 	// digests, then the blob) and must not hold a large model in memory.
-	tmp, err := os.CreateTemp(filepath.Join(a.cfg.DataDir, "artifacts"), "upload-*")
+	tmp, err := os.CreateTemp(s.cfg.SpoolDir, "upload-*")
 	if err != nil {
 		httpjson.Error(w, http.StatusInternalServerError, "", "%v", err)
 		return
@@ -69,7 +70,7 @@ func (a *Agent) handlePush(w http.ResponseWriter, r *http.Request) {
 		httpjson.Error(w, http.StatusBadRequest, field, "%v", err)
 		return
 	}
-	m, err := a.art.Publish(r.Context(), tmp.Name(), storage.PublishSpec{Kind: kind, Name: name, Version: version, Metadata: meta})
+	m, err := s.cfg.Artifacts.Publish(r.Context(), tmp.Name(), storage.PublishSpec{Kind: kind, Name: name, Version: version, Metadata: meta})
 	switch {
 	case errors.Is(err, storage.ErrExists):
 		httpjson.Error(w, http.StatusConflict, "version", "%v", err)
@@ -84,7 +85,7 @@ func (a *Agent) handlePush(w http.ResponseWriter, r *http.Request) {
 	httpjson.Write(w, http.StatusCreated, m)
 }
 
-func (a *Agent) handleArtifacts(w http.ResponseWriter, r *http.Request) {
+func (s *Server) handleArtifacts(w http.ResponseWriter, r *http.Request) {
 	q := r.URL.Query()
 	if !httpjson.CheckParams(w, q, "kind") {
 		return
@@ -96,22 +97,22 @@ func (a *Agent) handleArtifacts(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 	}
-	out := a.artifactsList(kind)
+	out := s.artifactsList(kind)
 	if out == nil {
-		out = []ArtifactInfo{}
+		out = []artifacts.Info{}
 	}
 	httpjson.Write(w, http.StatusOK, out)
 }
 
 // ModelInfo is one model with its versions, newest first.
 type ModelInfo struct {
-	Name     string         `json:"name"`
-	Versions []ArtifactInfo `json:"versions"`
+	Name     string           `json:"name"`
+	Versions []artifacts.Info `json:"versions"`
 }
 
-func (a *Agent) models() []ModelInfo {
-	by := map[string][]ArtifactInfo{}
-	for _, info := range a.artifactsList(storage.KindModel) {
+func (s *Server) models() []ModelInfo {
+	by := map[string][]artifacts.Info{}
+	for _, info := range s.artifactsList(storage.KindModel) {
 		by[info.Name] = append(by[info.Name], info)
 	}
 	out := []ModelInfo{}
@@ -123,18 +124,18 @@ func (a *Agent) models() []ModelInfo {
 	return out
 }
 
-func (a *Agent) handleModels(w http.ResponseWriter, r *http.Request) {
+func (s *Server) handleModels(w http.ResponseWriter, r *http.Request) {
 	if !httpjson.CheckParams(w, r.URL.Query()) {
 		return
 	}
-	httpjson.Write(w, http.StatusOK, a.models())
+	httpjson.Write(w, http.StatusOK, s.models())
 }
 
-func (a *Agent) handleModel(w http.ResponseWriter, r *http.Request) {
+func (s *Server) handleModel(w http.ResponseWriter, r *http.Request) {
 	if !httpjson.CheckParams(w, r.URL.Query()) {
 		return
 	}
-	for _, m := range a.models() {
+	for _, m := range s.models() {
 		if m.Name == r.PathValue("name") {
 			httpjson.Write(w, http.StatusOK, m)
 			return
@@ -145,9 +146,9 @@ func (a *Agent) handleModel(w http.ResponseWriter, r *http.Request) {
 
 // handlePull fetches an artifact here and answers when it is held:
 // POST /v1/artifacts/pull?name=N[&version=V][&kind=dataset].
-func (a *Agent) handlePull(w http.ResponseWriter, r *http.Request) {
+func (s *Server) handlePull(w http.ResponseWriter, r *http.Request) {
 	q := r.URL.Query()
-	if !a.authorized(w, r) || !httpjson.CheckParams(w, q, "name", "version", "kind") || !a.needArtifacts(w) {
+	if !s.authorized(w, r) || !httpjson.CheckParams(w, q, "name", "version", "kind") || !s.needArtifacts(w) {
 		return
 	}
 	kind, ok := parseKind(w, q.Get("kind"))
@@ -158,12 +159,12 @@ func (a *Agent) handlePull(w http.ResponseWriter, r *http.Request) {
 		httpjson.Error(w, http.StatusBadRequest, "name", "name is required")
 		return
 	}
-	m, err := a.art.Lookup(kind, q.Get("name"), q.Get("version"))
+	m, err := s.cfg.Artifacts.Lookup(kind, q.Get("name"), q.Get("version"))
 	if errors.Is(err, mesh.ErrNotFound) {
 		httpjson.Error(w, http.StatusNotFound, "", "%s", trimMesh(err))
 		return
 	}
-	res, err := a.art.Pull(r.Context(), m, nil)
+	res, err := s.cfg.Artifacts.Pull(r.Context(), m, nil)
 	if err != nil {
 		httpjson.Error(w, http.StatusBadGateway, "", "pull %s: %v", m.Ref(), err)
 		return
@@ -171,13 +172,13 @@ func (a *Agent) handlePull(w http.ResponseWriter, r *http.Request) {
 	httpjson.Write(w, http.StatusOK, res.Status)
 }
 
-func (a *Agent) handleTransfers(w http.ResponseWriter, r *http.Request) {
+func (s *Server) handleTransfers(w http.ResponseWriter, r *http.Request) {
 	if !httpjson.CheckParams(w, r.URL.Query()) {
 		return
 	}
 	out := []dataplane.TransferStatus{}
-	if a.art.Enabled() {
-		out = append(out, a.art.Node().Transfers()...)
+	if s.cfg.Artifacts.Enabled() {
+		out = append(out, s.cfg.Artifacts.Node().Transfers()...)
 	}
 	httpjson.Write(w, http.StatusOK, out)
 }
@@ -233,7 +234,7 @@ func spoolUpload(r *http.Request, dst io.Writer) (map[string]string, string, err
 			for i, f := range ref.Features {
 				names[i] = f.Name
 			}
-			meta = map[string]string{MetaReference: string(b), MetaFeatures: strings.Join(names, ",")}
+			meta = map[string]string{catalog.MetaReference: string(b), catalog.MetaFeatures: strings.Join(names, ",")}
 		default:
 			return nil, part.FormName(), fmt.Errorf("unknown part %q: send file and, optionally, reference", part.FormName())
 		}
@@ -243,3 +244,5 @@ func spoolUpload(r *http.Request, dst io.Writer) (map[string]string, string, err
 	}
 	return meta, "", nil
 }
+
+func trimMesh(err error) string { return strings.TrimPrefix(err.Error(), "mesh: ") }

@@ -1,4 +1,4 @@
-package agent
+package httpapi
 
 import (
 	"errors"
@@ -6,6 +6,7 @@ import (
 	"net/http"
 	"strconv"
 
+	"github.com/strata-mesh/strata/internal/catalog"
 	"github.com/strata-mesh/strata/internal/httpjson"
 	"github.com/strata-mesh/strata/internal/serving"
 
@@ -13,13 +14,13 @@ import (
 )
 
 // handleDrift lists every node's drift monitors: GET /v1/drift[?model=M].
-func (a *Agent) handleDrift(w http.ResponseWriter, r *http.Request) {
+func (s *Server) handleDrift(w http.ResponseWriter, r *http.Request) {
 	q := r.URL.Query()
 	if !httpjson.CheckParams(w, q, "model") {
 		return
 	}
-	out := []DriftRecord{}
-	for _, d := range a.driftRecords() {
+	out := []catalog.Drift{}
+	for _, d := range s.driftRecords() {
 		if m := q.Get("model"); m == "" || d.Model == m {
 			out = append(out, d)
 		}
@@ -28,23 +29,23 @@ func (a *Agent) handleDrift(w http.ResponseWriter, r *http.Request) {
 }
 
 // handleJobs lists training jobs, newest first: GET /v1/jobs.
-func (a *Agent) handleJobs(w http.ResponseWriter, r *http.Request) {
+func (s *Server) handleJobs(w http.ResponseWriter, r *http.Request) {
 	if !httpjson.CheckParams(w, r.URL.Query()) {
 		return
 	}
-	out := a.jobs()
+	out := s.jobs()
 	if out == nil {
-		out = []JobRecord{}
+		out = []catalog.Job{}
 	}
 	httpjson.Write(w, http.StatusOK, out)
 }
 
 // handleJob shows one job: GET /v1/jobs/{name}.
-func (a *Agent) handleJob(w http.ResponseWriter, r *http.Request) {
+func (s *Server) handleJob(w http.ResponseWriter, r *http.Request) {
 	if !httpjson.CheckParams(w, r.URL.Query()) {
 		return
 	}
-	j, err := a.job(r.PathValue("name"))
+	j, err := s.job(r.PathValue("name"))
 	if errors.Is(err, mesh.ErrNotFound) {
 		httpjson.Error(w, http.StatusNotFound, "name", "no training job %q (see GET /v1/jobs)", r.PathValue("name"))
 		return
@@ -58,7 +59,7 @@ func (a *Agent) handleJob(w http.ResponseWriter, r *http.Request) {
 // handleJobLogs returns a job member's output as text: GET
 // /v1/jobs/{name}/logs[?rank=N]. The node that ran it answers; any other
 // agent fetches it from there.
-func (a *Agent) handleJobLogs(w http.ResponseWriter, r *http.Request) {
+func (s *Server) handleJobLogs(w http.ResponseWriter, r *http.Request) {
 	q := r.URL.Query()
 	if !httpjson.CheckParams(w, q, "rank") {
 		return
@@ -73,7 +74,7 @@ func (a *Agent) handleJobLogs(w http.ResponseWriter, r *http.Request) {
 		rank = n
 	}
 	name := r.PathValue("name")
-	j, err := a.job(name)
+	j, err := s.job(name)
 	if errors.Is(err, mesh.ErrNotFound) {
 		httpjson.Error(w, http.StatusNotFound, "name", "no training job %q (see GET /v1/jobs)", name)
 		return
@@ -81,8 +82,8 @@ func (a *Agent) handleJobLogs(w http.ResponseWriter, r *http.Request) {
 		httpjson.Error(w, http.StatusInternalServerError, "", "%v", err)
 		return
 	}
-	if j.Node != a.cfg.Name && r.Header.Get(serving.HeaderForwarded) == "" {
-		n, err := a.mesh.Node(j.Node)
+	if j.Node != s.cfg.Mesh.Name() && r.Header.Get(serving.HeaderForwarded) == "" {
+		n, err := s.cfg.Mesh.Node(j.Node)
 		if err != nil || n.Status != mesh.StatusAlive || n.Addrs.API == "" {
 			httpjson.Error(w, http.StatusBadGateway, "", "job %s ran on %s, which is not reachable now", name, j.Node)
 			return
@@ -91,7 +92,7 @@ func (a *Agent) handleJobLogs(w http.ResponseWriter, r *http.Request) {
 		if t := r.Header.Get("Authorization"); t != "" {
 			header.Set("Authorization", t)
 		}
-		resp, err := a.fwd.Send(r.Context(), n, http.MethodGet, r.URL.RequestURI(), header, nil)
+		resp, err := s.cfg.Forwarder.Send(r.Context(), n, http.MethodGet, r.URL.RequestURI(), header, nil)
 		if err != nil {
 			httpjson.Error(w, http.StatusBadGateway, "", "fetching the log from %s: %v", j.Node, err)
 			return
@@ -99,7 +100,7 @@ func (a *Agent) handleJobLogs(w http.ResponseWriter, r *http.Request) {
 		serving.CopyResponse(w, resp)
 		return
 	}
-	logs, err := a.jobRunner.Logs(name, rank)
+	logs, err := s.cfg.Jobs.Logs(name, rank)
 	if errors.Is(err, mesh.ErrNotFound) {
 		httpjson.Error(w, http.StatusNotFound, "name", "%v", err)
 		return

@@ -1,4 +1,4 @@
-package agent
+package httpapi
 
 import (
 	"errors"
@@ -18,33 +18,33 @@ import (
 type apiError = httpjson.ErrorBody
 
 // routes builds the HTTP API.
-func (a *Agent) routes() http.Handler {
+func (s *Server) routes() http.Handler {
 	mux := http.NewServeMux()
-	mux.HandleFunc("GET /v1/health", a.handleHealth)
-	mux.HandleFunc("GET /v1/agent/self", a.handleSelf)
-	mux.HandleFunc("GET /v1/members", a.handleMembers)
-	mux.HandleFunc("GET /v1/nodes", a.handleNodes)
-	mux.HandleFunc("GET /v1/nodes/{id}", a.handleNode)
-	mux.HandleFunc("GET /v1/rtt", a.handleRTT)
-	mux.HandleFunc("POST /v1/plan", a.handlePlan)
-	mux.HandleFunc("POST /v1/policies", a.handleApply)
-	mux.HandleFunc("GET /v1/policies", a.handlePolicies)
-	mux.HandleFunc("DELETE /v1/policies/{kind}/{name}", a.handleDeletePolicy)
-	mux.HandleFunc("GET /v1/placements", a.handlePlacements)
-	mux.HandleFunc("POST /v1/artifacts", a.handlePush)
-	mux.HandleFunc("GET /v1/artifacts", a.handleArtifacts)
-	mux.HandleFunc("POST /v1/artifacts/pull", a.handlePull)
-	mux.HandleFunc("GET /v1/models", a.handleModels)
-	mux.HandleFunc("GET /v1/models/{name}", a.handleModel)
-	mux.HandleFunc("GET /v1/transfers", a.handleTransfers)
-	mux.HandleFunc("GET /v1/drift", a.handleDrift)
-	mux.HandleFunc("GET /v1/jobs", a.handleJobs)
-	mux.HandleFunc("GET /v1/jobs/{name}", a.handleJob)
-	mux.HandleFunc("GET /v1/jobs/{name}/logs", a.handleJobLogs)
-	mux.Handle("GET /v1/events", a.events)
-	mux.HandleFunc("/v2/", a.handleV2)
-	mux.HandleFunc("/v2", a.handleV2)
-	mux.Handle("GET /metrics", promhttp.HandlerFor(a.reg, promhttp.HandlerOpts{}))
+	mux.HandleFunc("GET /v1/health", s.handleHealth)
+	mux.HandleFunc("GET /v1/agent/self", s.handleSelf)
+	mux.HandleFunc("GET /v1/members", s.handleMembers)
+	mux.HandleFunc("GET /v1/nodes", s.handleNodes)
+	mux.HandleFunc("GET /v1/nodes/{id}", s.handleNode)
+	mux.HandleFunc("GET /v1/rtt", s.handleRTT)
+	mux.HandleFunc("POST /v1/plan", s.handlePlan)
+	mux.HandleFunc("POST /v1/policies", s.handleApply)
+	mux.HandleFunc("GET /v1/policies", s.handlePolicies)
+	mux.HandleFunc("DELETE /v1/policies/{kind}/{name}", s.handleDeletePolicy)
+	mux.HandleFunc("GET /v1/placements", s.handlePlacements)
+	mux.HandleFunc("POST /v1/artifacts", s.handlePush)
+	mux.HandleFunc("GET /v1/artifacts", s.handleArtifacts)
+	mux.HandleFunc("POST /v1/artifacts/pull", s.handlePull)
+	mux.HandleFunc("GET /v1/models", s.handleModels)
+	mux.HandleFunc("GET /v1/models/{name}", s.handleModel)
+	mux.HandleFunc("GET /v1/transfers", s.handleTransfers)
+	mux.HandleFunc("GET /v1/drift", s.handleDrift)
+	mux.HandleFunc("GET /v1/jobs", s.handleJobs)
+	mux.HandleFunc("GET /v1/jobs/{name}", s.handleJob)
+	mux.HandleFunc("GET /v1/jobs/{name}/logs", s.handleJobLogs)
+	mux.Handle("GET /v1/events", s.cfg.Events)
+	mux.HandleFunc("/v2/", s.handleV2)
+	mux.HandleFunc("/v2", s.handleV2)
+	mux.Handle("GET /metrics", promhttp.HandlerFor(s.cfg.Registry, promhttp.HandlerOpts{}))
 	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
 		httpjson.Error(w, http.StatusNotFound, "", "no such endpoint: %s %s", r.Method, r.URL.Path)
 	})
@@ -73,24 +73,24 @@ func withMethod(r *http.Request, method string) *http.Request {
 	return &c
 }
 
-func (a *Agent) handleHealth(w http.ResponseWriter, r *http.Request) {
+func (s *Server) handleHealth(w http.ResponseWriter, r *http.Request) {
 	if !httpjson.CheckParams(w, r.URL.Query()) {
 		return
 	}
 	alive := 0
-	for _, m := range a.mesh.Members() {
+	for _, m := range s.cfg.Mesh.Members() {
 		if m.Status == mesh.StatusAlive {
 			alive++
 		}
 	}
-	httpjson.Write(w, http.StatusOK, map[string]any{"status": "ok", "node": a.cfg.Name, "id": a.ID(), "alive_members": alive})
+	httpjson.Write(w, http.StatusOK, map[string]any{"status": "ok", "node": s.cfg.Mesh.Name(), "id": s.cfg.Mesh.ID(), "alive_members": alive})
 }
 
-func (a *Agent) handleSelf(w http.ResponseWriter, r *http.Request) {
+func (s *Server) handleSelf(w http.ResponseWriter, r *http.Request) {
 	if !httpjson.CheckParams(w, r.URL.Query()) {
 		return
 	}
-	n, err := a.mesh.Node(a.ID())
+	n, err := s.cfg.Mesh.Node(s.cfg.Mesh.ID())
 	if err != nil {
 		httpjson.Error(w, http.StatusInternalServerError, "", "%v", err)
 		return
@@ -98,11 +98,11 @@ func (a *Agent) handleSelf(w http.ResponseWriter, r *http.Request) {
 	httpjson.Write(w, http.StatusOK, n)
 }
 
-func (a *Agent) handleMembers(w http.ResponseWriter, r *http.Request) {
+func (s *Server) handleMembers(w http.ResponseWriter, r *http.Request) {
 	if !httpjson.CheckParams(w, r.URL.Query()) {
 		return
 	}
-	httpjson.Write(w, http.StatusOK, a.mesh.Members())
+	httpjson.Write(w, http.StatusOK, s.cfg.Mesh.Members())
 }
 
 // nodeFilter selects nodes by tier, site and labels (all must match).
@@ -144,7 +144,7 @@ func (f nodeFilter) match(n mesh.Node) bool {
 	return true
 }
 
-func (a *Agent) handleNodes(w http.ResponseWriter, r *http.Request) {
+func (s *Server) handleNodes(w http.ResponseWriter, r *http.Request) {
 	q := r.URL.Query()
 	if !httpjson.CheckParams(w, q, "tier", "site", "label") {
 		return
@@ -155,7 +155,7 @@ func (a *Agent) handleNodes(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	out := []mesh.Node{}
-	for _, n := range a.mesh.Nodes() {
+	for _, n := range s.cfg.Mesh.Nodes() {
 		if f.match(n) {
 			out = append(out, n)
 		}
@@ -163,11 +163,11 @@ func (a *Agent) handleNodes(w http.ResponseWriter, r *http.Request) {
 	httpjson.Write(w, http.StatusOK, out)
 }
 
-func (a *Agent) handleNode(w http.ResponseWriter, r *http.Request) {
+func (s *Server) handleNode(w http.ResponseWriter, r *http.Request) {
 	if !httpjson.CheckParams(w, r.URL.Query()) {
 		return
 	}
-	n, err := a.mesh.Node(r.PathValue("id"))
+	n, err := s.cfg.Mesh.Node(r.PathValue("id"))
 	if errors.Is(err, mesh.ErrUnknownNode) {
 		httpjson.Error(w, http.StatusNotFound, "", "no node named or with ID %q", r.PathValue("id"))
 		return
@@ -179,27 +179,27 @@ func (a *Agent) handleNode(w http.ResponseWriter, r *http.Request) {
 	httpjson.Write(w, http.StatusOK, n)
 }
 
-// rttResponse is the body of GET /v1/rtt.
-type rttResponse struct {
+// RTTResponse is the body of GET /v1/rtt.
+type RTTResponse struct {
 	From  string  `json:"from"`
 	To    string  `json:"to"`
 	RTTMs float64 `json:"rtt_ms"`
 }
 
-func (a *Agent) handleRTT(w http.ResponseWriter, r *http.Request) {
+func (s *Server) handleRTT(w http.ResponseWriter, r *http.Request) {
 	q := r.URL.Query()
 	if !httpjson.CheckParams(w, q, "from", "to") {
 		return
 	}
 	from, to := q.Get("from"), q.Get("to")
 	if from == "" {
-		from = a.cfg.Name
+		from = s.cfg.Mesh.Name()
 	}
 	if to == "" {
 		httpjson.Error(w, http.StatusBadRequest, "to", "to is required: GET /v1/rtt?from=NODE&to=NODE (from defaults to this node)")
 		return
 	}
-	d, err := a.mesh.RTT(from, to)
+	d, err := s.cfg.Mesh.RTT(from, to)
 	switch {
 	case errors.Is(err, mesh.ErrUnknownNode):
 		httpjson.Error(w, http.StatusNotFound, "", "%s", strings.TrimPrefix(err.Error(), "mesh: "))
@@ -211,5 +211,24 @@ func (a *Agent) handleRTT(w http.ResponseWriter, r *http.Request) {
 		httpjson.Error(w, http.StatusInternalServerError, "", "%v", err)
 		return
 	}
-	httpjson.Write(w, http.StatusOK, rttResponse{From: from, To: to, RTTMs: float64(d.Microseconds()) / 1000})
+	httpjson.Write(w, http.StatusOK, RTTResponse{From: from, To: to, RTTMs: float64(d.Microseconds()) / 1000})
+}
+
+// handleV2 serves the Open Inference Protocol, or says why it cannot.
+func (s *Server) handleV2(w http.ResponseWriter, r *http.Request) {
+	if s.cfg.Inference == nil {
+		httpjson.Error(w, http.StatusServiceUnavailable, "", "inference is not available on this agent: %v", s.cfg.InferenceErr)
+		return
+	}
+	s.cfg.Inference.ServeHTTP(w, r)
+}
+
+// PeerRoutes are the requests other agents send this one over the data
+// plane: inference forwarded to a replica here, and the logs of a job that
+// ran here.
+func (s *Server) PeerRoutes() http.Handler {
+	mux := http.NewServeMux()
+	mux.HandleFunc("/v2/", s.handleV2)
+	mux.HandleFunc("GET /v1/jobs/{name}/logs", s.handleJobLogs)
+	return mux
 }

@@ -1,0 +1,169 @@
+// Package httpapi is the agent's HTTP API: /v1 (mesh, policies, placements,
+// artifacts, drift, jobs, events), /metrics and the Open Inference Protocol
+// under /v2. It reads the mesh and the catalog and calls the other
+// components through the narrow interfaces in Config; it owns no state.
+//
+//	s := httpapi.New(httpapi.Config{Mesh: m, Catalog: cat, Artifacts: svc, ...})
+//	http.Serve(ln, s.Handler())
+package httpapi
+
+import (
+	"log/slog"
+	"net/http"
+	"sort"
+	"sync"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/strata-mesh/strata/internal/artifacts"
+	"github.com/strata-mesh/strata/internal/catalog"
+	"github.com/strata-mesh/strata/internal/serving"
+	"github.com/strata-mesh/strata/mesh"
+	"github.com/strata-mesh/strata/placement"
+	"github.com/strata-mesh/strata/storage"
+)
+
+// Mesh is what the API reads of the mesh.
+type Mesh interface {
+	ID() string
+	Name() string
+	Members() []mesh.Member
+	Nodes() []mesh.Node
+	Node(nameOrID string) (mesh.Node, error)
+	RTT(a, b string) (time.Duration, error)
+}
+
+// Jobs reads the output of training jobs run on this node.
+type Jobs interface {
+	Logs(name string, rank int) (string, error)
+}
+
+// Config wires the API to the agent's components. Every field is required
+// unless its doc says otherwise.
+type Config struct {
+	Mesh      Mesh
+	Catalog   *catalog.Catalog
+	Artifacts *artifacts.Service
+	Jobs      Jobs
+	Forwarder *serving.Forwarder
+	// Events streams GET /v1/events.
+	Events http.Handler
+	// Inference serves /v2; nil when ONNX Runtime is not available, and
+	// InferenceErr says why.
+	Inference    http.Handler
+	InferenceErr error
+	// Compile turns an applied policy into a placement request (plan).
+	Compile func(catalog.Policy) (*placement.Request, error)
+	// Registry is gathered at /metrics.
+	Registry prometheus.Gatherer
+	// Token, when set, is required (Authorization: Bearer) on mutating
+	// calls; without it they are allowed only on a loopback-bound API.
+	Token string
+	// SpoolDir receives uploads before they are published (on the store's
+	// file system).
+	SpoolDir string
+	// Addr returns the address the API listens on.
+	Addr   func() string
+	Logger *slog.Logger
+}
+
+// Server is the HTTP API. Safe for concurrent use.
+type Server struct {
+	cfg     Config
+	log     *slog.Logger
+	handler http.Handler
+
+	// decodeSeen holds the catalog decode errors logged already.
+	decodeMu   sync.Mutex
+	decodeSeen map[string]bool
+}
+
+// New builds the API's routes.
+func New(cfg Config) *Server {
+	if cfg.Logger == nil {
+		cfg.Logger = slog.New(slog.DiscardHandler)
+	}
+	s := &Server{cfg: cfg, log: cfg.Logger, decodeSeen: map[string]bool{}}
+	s.handler = s.routes()
+	return s
+}
+
+// Handler is the API's handler.
+func (s *Server) Handler() http.Handler { return s.handler }
+
+// decodeErrors logs each catalog record that does not decode, once per
+// record version (the catalog counts them in a metric).
+func (s *Server) decodeErrors(err error) {
+	if err == nil {
+		return
+	}
+	var errs []error
+	if j, ok := err.(interface{ Unwrap() []error }); ok {
+		errs = j.Unwrap()
+	} else {
+		errs = []error{err}
+	}
+	s.decodeMu.Lock()
+	defer s.decodeMu.Unlock()
+	for _, e := range errs {
+		if msg := e.Error(); !s.decodeSeen[msg] {
+			s.decodeSeen[msg] = true
+			s.log.Warn("ignoring an unreadable catalog record", "err", msg)
+		}
+	}
+}
+
+// policies returns every applied policy that decodes.
+func (s *Server) policies() []catalog.Policy {
+	out, err := s.cfg.Catalog.Policies.Values()
+	s.decodeErrors(err)
+	return out
+}
+
+// placements returns every placement record, by key.
+func (s *Server) placements() map[string]catalog.Placement {
+	recs, err := s.cfg.Catalog.Placements.Values()
+	s.decodeErrors(err)
+	out := make(map[string]catalog.Placement, len(recs))
+	for _, p := range recs {
+		out[p.Key] = p
+	}
+	return out
+}
+
+// jobs returns every job record, newest first.
+func (s *Server) jobs() []catalog.Job {
+	out, err := s.cfg.Catalog.Jobs.Values()
+	s.decodeErrors(err)
+	sort.Slice(out, func(i, k int) bool {
+		if !out[i].Created.Equal(out[k].Created) {
+			return out[i].Created.After(out[k].Created)
+		}
+		return out[i].Name < out[k].Name
+	})
+	return out
+}
+
+// job returns one job's record.
+func (s *Server) job(name string) (catalog.Job, error) { return s.cfg.Catalog.Jobs.Value(name) }
+
+// driftRecords returns every node's drift records, by policy then node.
+func (s *Server) driftRecords() []catalog.Drift {
+	out, err := s.cfg.Catalog.Drift.Values()
+	s.decodeErrors(err)
+	sort.Slice(out, func(i, j int) bool {
+		if out[i].Policy != out[j].Policy {
+			return out[i].Policy < out[j].Policy
+		}
+		return out[i].Node < out[j].Node
+	})
+	return out
+}
+
+// artifactsList returns every manifest of kind with its holders.
+func (s *Server) artifactsList(kind storage.Kind) []artifacts.Info {
+	out, err := s.cfg.Artifacts.List(kind)
+	s.decodeErrors(err)
+	return out
+}
