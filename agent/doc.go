@@ -1,6 +1,8 @@
 // Package agent is one strata daemon: it wires the local store, the node's
-// identity, host discovery, the mesh and the HTTP API together, and owns
-// their lifecycle.
+// identity, host discovery, the mesh, the catalog and the components under
+// internal/ (controller, serving, drift watch, jobs, events, artifacts, the
+// HTTP API) together, and owns their lifecycle. It holds no logic of its
+// own beyond that; see docs/architecture.md for the map.
 //
 //	cfg := agent.DefaultConfig()
 //	cfg.Tier, cfg.Site = "edge", "shop-17"
