@@ -4,105 +4,16 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
-	"slices"
-	"strings"
-	"sync"
 	"testing"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	dto "github.com/prometheus/client_model/go"
 
+	"github.com/strata-mesh/strata/internal/catalog/catalogtest"
 	"github.com/strata-mesh/strata/mesh"
 	"github.com/strata-mesh/strata/storage"
 )
-
-// memStore is a Store in memory whose entries can be delivered to another
-// memStore in any order, as gossip may deliver them.
-type memStore struct {
-	mu      sync.Mutex
-	kv      map[string]mesh.Entry
-	ver     uint64
-	changed chan struct{}
-}
-
-func newMemStore() *memStore {
-	return &memStore{kv: map[string]mesh.Entry{}, changed: make(chan struct{})}
-}
-
-func (s *memStore) notifyLocked() { close(s.changed); s.changed = make(chan struct{}) }
-
-func (s *memStore) Put(key string, v json.RawMessage, opts ...mesh.PutOptions) (mesh.Entry, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	s.ver++
-	e := mesh.Entry{Key: key, Value: v, Version: s.ver, Origin: "w", Written: time.Now()}
-	if len(opts) > 0 {
-		e.Scope, e.Deps = opts[0].Scope, opts[0].Deps
-	}
-	s.kv[key] = e
-	s.notifyLocked()
-	return e, nil
-}
-
-func (s *memStore) Delete(key string) error {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	s.ver++
-	s.kv[key] = mesh.Entry{Key: key, Version: s.ver, Deleted: true}
-	s.notifyLocked()
-	return nil
-}
-
-func (s *memStore) Lookup(key string) (mesh.Entry, bool) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	e, ok := s.kv[key]
-	return e, ok
-}
-
-func (s *memStore) List(prefix string) []mesh.Entry {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	var out []mesh.Entry
-	for k, e := range s.kv {
-		if strings.HasPrefix(k, prefix) && !e.Deleted {
-			out = append(out, e)
-		}
-	}
-	slices.SortFunc(out, func(a, b mesh.Entry) int { return strings.Compare(a.Key, b.Key) })
-	return out
-}
-
-func (s *memStore) Missing(deps []mesh.Dep) []mesh.Dep {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	var out []mesh.Dep
-	for _, d := range deps {
-		if e, ok := s.kv[d.Key]; !ok || e.Version < d.Version {
-			out = append(out, d)
-		}
-	}
-	return out
-}
-
-func (s *memStore) Changed() <-chan struct{} {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.changed
-}
-
-// deliver copies key's entry from s to dst, as replication would.
-func (s *memStore) deliver(dst *memStore, key string) {
-	e, ok := s.Lookup(key)
-	if !ok {
-		panic("deliver: no " + key)
-	}
-	dst.mu.Lock()
-	dst.kv[key] = e
-	dst.notifyLocked()
-	dst.mu.Unlock()
-}
 
 // TestOutOfOrderDelivery: for every record kind derived from another, a
 // reader that receives the dependent record first sees it pending (not
@@ -170,10 +81,10 @@ func TestOutOfOrderDelivery(t *testing.T) {
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
-			ws, rs := newMemStore(), newMemStore()
+			ws, rs := catalogtest.NewStore(), catalogtest.NewStore()
 			writer, reader := New(ws, nil), New(rs, nil)
 			dep, dependent := tc.write(writer)
-			ws.deliver(rs, dependent)
+			ws.Deliver(rs, dependent)
 			if p, err := tc.pending(reader); err != nil || !p {
 				t.Fatalf("dependent first: pending = %v, err = %v; want pending, no error", p, err)
 			}
@@ -181,7 +92,7 @@ func TestOutOfOrderDelivery(t *testing.T) {
 			go func() {
 				done <- reader.WaitFor(context.Background(), dependent, mustDeps(t, rs, dependent), time.Minute)
 			}()
-			ws.deliver(rs, dep)
+			ws.Deliver(rs, dep)
 			if err := <-done; err != nil {
 				t.Fatalf("WaitFor after the dependency arrived: %v", err)
 			}
@@ -192,7 +103,7 @@ func TestOutOfOrderDelivery(t *testing.T) {
 	}
 }
 
-func mustDeps(t *testing.T, s *memStore, key string) []mesh.Dep {
+func mustDeps(t *testing.T, s *catalogtest.Store, key string) []mesh.Dep {
 	e, ok := s.Lookup(key)
 	if !ok {
 		t.Fatalf("no %s", key)
@@ -202,7 +113,7 @@ func mustDeps(t *testing.T, s *memStore, key string) []mesh.Dep {
 
 func TestWaitForGivesUpWithPendingError(t *testing.T) {
 	t.Parallel()
-	c := New(newMemStore(), nil)
+	c := New(catalogtest.NewStore(), nil)
 	err := c.WaitFor(context.Background(), "placements/x", []mesh.Dep{{Key: "policies/x", Version: 9}}, 10*time.Millisecond)
 	var pe *PendingError
 	if !errors.As(err, &pe) || len(pe.Missing) != 1 || pe.Missing[0].Key != "policies/x" {
@@ -215,7 +126,7 @@ func TestWaitForGivesUpWithPendingError(t *testing.T) {
 
 func TestDecodeErrorsReturnedAndCountedOnce(t *testing.T) {
 	t.Parallel()
-	s := newMemStore()
+	s := catalogtest.NewStore()
 	reg := prometheus.NewRegistry()
 	c := New(s, reg)
 	c.Policies.Put(Policy{Kind: "InferenceService", Name: "good"})
@@ -244,7 +155,7 @@ func TestDecodeErrorsReturnedAndCountedOnce(t *testing.T) {
 
 func TestGetDeletedIsNotFound(t *testing.T) {
 	t.Parallel()
-	c := New(newMemStore(), nil)
+	c := New(catalogtest.NewStore(), nil)
 	c.Jobs.Put(Job{Name: "j"})
 	if err := c.Jobs.Delete("j"); err != nil {
 		t.Fatal(err)
@@ -260,7 +171,7 @@ func TestGetDeletedIsNotFound(t *testing.T) {
 
 func TestScopes(t *testing.T) {
 	t.Parallel()
-	s := newMemStore()
+	s := catalogtest.NewStore()
 	c := New(s, nil)
 	c.Drift.Put(Drift{Policy: "InferenceService/s", Node: "n"})
 	c.Policies.Put(Policy{Kind: "InferenceService", Name: "s"})

@@ -1,0 +1,115 @@
+// Package catalogtest is an in-memory catalog store for tests of the
+// components that read and write the catalog: one Store per simulated node,
+// whose entries reach another Store only when the test delivers them, in
+// any order, as gossip may.
+//
+//	w, r := catalogtest.NewStore(), catalogtest.NewStore()
+//	writer, reader := catalog.New(w, nil), catalog.New(r, nil)
+//	... writer.Placements.Put(...)
+//	w.Deliver(r, "placements/InferenceService/s")
+package catalogtest
+
+import (
+	"encoding/json"
+	"slices"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/strata-mesh/strata/mesh"
+)
+
+// Store is an in-memory catalog.Store. Safe for concurrent use.
+type Store struct {
+	mu      sync.Mutex
+	kv      map[string]mesh.Entry
+	ver     uint64
+	changed chan struct{}
+}
+
+// NewStore returns an empty store.
+func NewStore() *Store {
+	return &Store{kv: map[string]mesh.Entry{}, changed: make(chan struct{})}
+}
+
+func (s *Store) notifyLocked() { close(s.changed); s.changed = make(chan struct{}) }
+
+// Put writes key=v at the next version.
+func (s *Store) Put(key string, v json.RawMessage, opts ...mesh.PutOptions) (mesh.Entry, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.ver++
+	e := mesh.Entry{Key: key, Value: v, Version: s.ver, Origin: "test", Written: time.Now()}
+	if len(opts) > 0 {
+		e.Scope, e.Deps = opts[0].Scope, slices.Clone(opts[0].Deps)
+	}
+	s.kv[key] = e
+	s.notifyLocked()
+	return e, nil
+}
+
+// Delete writes a tombstone for key.
+func (s *Store) Delete(key string) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.ver++
+	s.kv[key] = mesh.Entry{Key: key, Version: s.ver, Origin: "test", Deleted: true, Written: time.Now()}
+	s.notifyLocked()
+	return nil
+}
+
+// Lookup returns key's entry, tombstone included.
+func (s *Store) Lookup(key string) (mesh.Entry, bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	e, ok := s.kv[key]
+	return e, ok
+}
+
+// List returns the live entries under prefix, sorted by key.
+func (s *Store) List(prefix string) []mesh.Entry {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	var out []mesh.Entry
+	for k, e := range s.kv {
+		if strings.HasPrefix(k, prefix) && !e.Deleted {
+			out = append(out, e)
+		}
+	}
+	slices.SortFunc(out, func(a, b mesh.Entry) int { return strings.Compare(a.Key, b.Key) })
+	return out
+}
+
+// Missing returns the deps not held at their version or newer.
+func (s *Store) Missing(deps []mesh.Dep) []mesh.Dep {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	var out []mesh.Dep
+	for _, d := range deps {
+		if e, ok := s.kv[d.Key]; !ok || e.Version < d.Version {
+			out = append(out, d)
+		}
+	}
+	return out
+}
+
+// Changed returns a channel closed at the next change.
+func (s *Store) Changed() <-chan struct{} {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.changed
+}
+
+// Deliver copies key's entry to dst, as replication would. It panics when
+// s does not hold key (a mistake in the test).
+func (s *Store) Deliver(dst *Store, key string) {
+	e, ok := s.Lookup(key)
+	if !ok {
+		panic("catalogtest: Deliver: no " + key)
+	}
+	dst.mu.Lock()
+	dst.kv[key] = e
+	dst.ver = max(dst.ver, e.Version)
+	dst.notifyLocked()
+	dst.mu.Unlock()
+}
