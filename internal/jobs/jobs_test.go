@@ -1,0 +1,104 @@
+package jobs
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/strata-mesh/strata/internal/catalog"
+	"github.com/strata-mesh/strata/internal/catalog/catalogtest"
+	"github.com/strata-mesh/strata/mesh"
+	"github.com/strata-mesh/strata/mesh/dataplane"
+	"github.com/strata-mesh/strata/storage"
+)
+
+type fakeMesh struct{ local mesh.NodeState }
+
+func (f fakeMesh) Local() mesh.NodeState    { return f.local }
+func (f fakeMesh) Changed() <-chan struct{} { return make(chan struct{}) }
+
+// noArtifacts holds nothing: every lookup misses.
+type noArtifacts struct{}
+
+func (noArtifacts) Lookup(kind storage.Kind, name, version string) (storage.Manifest, error) {
+	return storage.Manifest{}, fmt.Errorf("%w: no %s %s", mesh.ErrNotFound, kind, name)
+}
+func (noArtifacts) ByDigest(string, ...storage.Kind) (storage.Manifest, error) {
+	return storage.Manifest{}, mesh.ErrNotFound
+}
+func (noArtifacts) Has(string) bool { return false }
+func (noArtifacts) Pull(context.Context, storage.Manifest, func(dataplane.TransferStatus)) (dataplane.PullResult, error) {
+	return dataplane.PullResult{}, errors.New("no data plane")
+}
+func (noArtifacts) Open(storage.Manifest) (*os.File, error) { return nil, errors.New("no data plane") }
+func (noArtifacts) Publish(context.Context, string, storage.PublishSpec) (storage.Manifest, error) {
+	return storage.Manifest{}, errors.New("no data plane")
+}
+func (noArtifacts) NextVersion(string, string) string { return "1" }
+
+const jobSource = `apiVersion: strata/v1
+kind: TrainingJob
+metadata: {name: retrain-1}
+spec:
+  resources: {cpu: "1", memory: 1Gi}
+  data:
+    - dataset: cases
+  launcher: builtin
+`
+
+// TestPlacementBeforeItsPolicyWaits: the node told to run a job learns the
+// placement before the policy it points to (the demo's replication race).
+// The job must not start, and so not fail with "not found: policies/...";
+// once the policy arrives it starts.
+func TestPlacementBeforeItsPolicyWaits(t *testing.T) {
+	t.Parallel()
+	owner, runner := catalogtest.NewStore(), catalogtest.NewStore()
+	ownerCat, runnerCat := catalog.New(owner, nil), catalog.New(runner, nil)
+	pol, err := ownerCat.Policies.Put(catalog.Policy{Kind: "TrainingJob", Name: "retrain-1", Source: jobSource, Generation: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	rec := catalog.Placement{Key: "TrainingJob/retrain-1", Kind: "TrainingJob", Name: "retrain-1", Epoch: 1, Generation: 1,
+		State: catalog.StatePlaced, Nodes: []catalog.PlacedNode{{Name: "gpu-2", Rank: 0, Admitted: true}}}
+	if _, err := ownerCat.Placements.Put(rec, pol.Ref()); err != nil {
+		t.Fatal(err)
+	}
+	owner.Deliver(runner, "placements/TrainingJob/retrain-1")
+
+	r := New(Config{Name: "gpu-2", DataDir: t.TempDir(), Catalog: runnerCat, Artifacts: noArtifacts{},
+		Mesh: fakeMesh{mesh.NodeState{Assignments: []mesh.Assignment{{Key: "TrainingJob/retrain-1", Epoch: 1, Accepted: true}}}}})
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	r.reconcile(ctx)
+	r.mu.Lock()
+	started := len(r.runs)
+	r.mu.Unlock()
+	if started != 0 {
+		t.Fatal("the job started before its policy replicated")
+	}
+	if _, err := runnerCat.Jobs.Get("retrain-1"); err == nil {
+		t.Fatal("a job record was written before the policy replicated")
+	}
+
+	owner.Deliver(runner, "policies/TrainingJob/retrain-1")
+	r.reconcile(ctx)
+	// It starts, and ends on its missing dataset: not on its policy.
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		j, err := runnerCat.Jobs.Value("retrain-1")
+		if err == nil && j.Terminal() {
+			if strings.Contains(j.Error, "policies/") || !strings.Contains(j.Error, "data cases") {
+				t.Fatalf("job ended with %q; want it to fail on its missing dataset, not its policy", j.Error)
+			}
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("job record after the policy arrived: %+v, %v", j, err)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
