@@ -1,13 +1,10 @@
 package main
 
 import (
+	"context"
 	"fmt"
 	"io"
-	"mime/multipart"
-	"net/http"
-	"net/url"
 	"os"
-	"path/filepath"
 	"slices"
 	"strings"
 	"sync"
@@ -16,6 +13,8 @@ import (
 
 	"golang.org/x/term"
 
+	"github.com/strata-mesh/strata/api"
+	"github.com/strata-mesh/strata/api/client"
 	"github.com/strata-mesh/strata/mesh/dataplane"
 )
 
@@ -76,45 +75,15 @@ func runPush(args []string, stdout, stderr io.Writer) error {
 	ref := *kind + "/" + *name + "@" + *version
 	pr := &progressReader{r: f, st: dataplane.TransferStatus{Ref: ref + " upload", BytesTotal: st.Size(), State: dataplane.StateRunning},
 		print: dataplane.NewProgressPrinter(stderr, isTerminal(stderr)), start: time.Now()}
-	q := url.Values{"name": {*name}, "version": {*version}, "kind": {*kind}}
-	var m struct {
-		Digest string `json:"digest"`
-		Size   int64  `json:"size"`
-		Signer string `json:"signer"`
+	spec := client.PushSpec{Kind: *kind, Name: *name, Version: *version}
+	if *refFile != "" {
+		if spec.Reference, err = os.ReadFile(*refFile); err != nil {
+			return err
+		}
 	}
 	var raw []byte
-	if *refFile != "" {
-		refBytes, rerr := os.ReadFile(*refFile)
-		if rerr != nil {
-			return rerr
-		}
-		// multipart: the reference first, then the file, streamed.
-		body, w := io.Pipe()
-		mw := multipart.NewWriter(w)
-		go func() {
-			err := func() error {
-				rp, err := mw.CreateFormFile("reference", filepath.Base(*refFile))
-				if err != nil {
-					return err
-				}
-				if _, err := rp.Write(refBytes); err != nil {
-					return err
-				}
-				fp, err := mw.CreateFormFile("file", filepath.Base(pos[0]))
-				if err != nil {
-					return err
-				}
-				if _, err := io.Copy(fp, pr); err != nil {
-					return err
-				}
-				return mw.Close()
-			}()
-			w.CloseWithError(err)
-		}()
-		err = c.request(http.MethodPost, "/v1/artifacts?"+q.Encode(), mw.FormDataContentType(), body, -1, &m, &raw)
-	} else {
-		err = c.doStream(http.MethodPost, "/v1/artifacts?"+q.Encode(), pr, st.Size(), &m, &raw)
-	}
+	m, err := c.client().Push(context.Background(), spec, pr, st.Size(), client.Body(&raw))
+	err = c.explain(err)
 	pr.st.State = dataplane.StateDone
 	if err != nil {
 		pr.st.State, pr.st.Error = dataplane.StateFailed, "see below"
@@ -124,8 +93,7 @@ func runPush(args []string, stdout, stderr io.Writer) error {
 		return err
 	}
 	if c.output == "json" {
-		_, err := stdout.Write(raw)
-		return err
+		return write(stdout, raw)
 	}
 	fmt.Fprintf(stdout, "%s pushed: sha256:%s, %s, signed by %s\n", ref, m.Digest, dataplane.HumanBytes(m.Size), m.Signer)
 	return nil
@@ -140,24 +108,15 @@ func runModels(args []string, stdout, stderr io.Writer) error {
 	if err := c.check(); err != nil {
 		return err
 	}
-	var models []struct {
-		Name     string `json:"name"`
-		Versions []struct {
-			Version string    `json:"version"`
-			Digest  string    `json:"digest"`
-			Size    int64     `json:"size"`
-			Created time.Time `json:"created"`
-			Holders []string  `json:"holders"`
-			Pulling []string  `json:"pulling"`
-		} `json:"versions"`
-	}
+	ctx, cancel := readCtx()
+	defer cancel()
 	var raw []byte
-	if err := c.get("/v1/models", &models, &raw); err != nil {
-		return err
+	models, err := c.client().Models(ctx, client.Body(&raw))
+	if err != nil {
+		return c.explain(err)
 	}
 	if c.output == "json" {
-		_, err := stdout.Write(raw)
-		return err
+		return write(stdout, raw)
 	}
 	tw := tabwriter.NewWriter(stdout, 0, 4, 2, ' ', 0)
 	fmt.Fprintln(tw, "MODEL\tVERSION\tDIGEST\tSIZE\tCREATED\tHOLDERS")
@@ -196,14 +155,11 @@ func runPull(args []string, stdout, stderr io.Writer) error {
 		return err
 	}
 	name, version, _ := strings.Cut(pos[0], ":")
-	q := url.Values{"name": {name}, "kind": {*kind}}
-	if version != "" {
-		q.Set("version", version)
-	}
 	// The pull runs in the agent; progress comes from /v1/transfers.
 	done := make(chan struct{})
 	var wg sync.WaitGroup
 	print := dataplane.NewProgressPrinter(stderr, isTerminal(stderr))
+	cl := c.client()
 	wg.Add(1)
 	go func() {
 		defer wg.Done()
@@ -215,30 +171,42 @@ func runPull(args []string, stdout, stderr io.Writer) error {
 				return
 			case <-t.C:
 			}
-			var ts []dataplane.TransferStatus
-			if c.get("/v1/transfers", &ts, nil) != nil {
+			ctx, cancel := readCtx()
+			ts, err := cl.Transfers(ctx)
+			cancel()
+			if err != nil {
 				continue
 			}
 			for _, s := range ts {
-				if s.State == dataplane.StateRunning && strings.Contains(s.Ref, "/"+name+"@") {
-					print(s)
+				if s.State == api.TransferRunning && strings.Contains(s.Ref, "/"+name+"@") {
+					print(transferStatus(s))
 				}
 			}
 		}
 	}()
-	var st dataplane.TransferStatus
 	var raw []byte
-	err = c.do(http.MethodPost, "/v1/artifacts/pull?"+q.Encode(), "", nil, &st, &raw)
+	st, err := cl.Pull(context.Background(), *kind, name, version, client.Body(&raw))
 	close(done)
 	wg.Wait()
 	if err != nil {
-		return err
+		return c.explain(err)
 	}
-	print(st)
+	print(transferStatus(st))
 	if c.output == "json" {
-		_, err := stdout.Write(raw)
-		return err
+		return write(stdout, raw)
 	}
 	fmt.Fprintf(stdout, "%s held here (sha256:%.12s, fetched %s, %s resumed)\n", st.Ref, st.Digest, dataplane.HumanBytes(st.Fetched), dataplane.HumanBytes(st.Resumed))
 	return nil
+}
+
+// transferStatus is the progress printer's view of a pull.
+func transferStatus(s api.TransferStatus) dataplane.TransferStatus {
+	out := dataplane.TransferStatus{Digest: s.Digest, Ref: s.Ref, BytesDone: s.BytesDone, BytesTotal: s.BytesTotal,
+		Resumed: s.Resumed, Fetched: s.Fetched, RateBytesPerSec: s.RateBytesPerSec, Started: s.Started, Elapsed: s.Elapsed,
+		State: s.State, Error: s.Error}
+	for _, src := range s.Sources {
+		out.Sources = append(out.Sources, dataplane.SourceStatus{ID: src.ID, Addr: src.Addr, Bytes: src.Bytes, Chunks: src.Chunks,
+			Rejected: src.Rejected, Failures: src.Failures, State: src.State})
+	}
+	return out
 }

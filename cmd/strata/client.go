@@ -1,12 +1,11 @@
 package main
 
 import (
-	"bytes"
-	"encoding/json"
+	"context"
+	"errors"
 	"flag"
 	"fmt"
 	"io"
-	"net/http"
 	"net/url"
 	"os"
 	"slices"
@@ -14,7 +13,8 @@ import (
 	"text/tabwriter"
 	"time"
 
-	"github.com/strata-mesh/strata/mesh"
+	"github.com/strata-mesh/strata/api"
+	"github.com/strata-mesh/strata/api/client"
 	"github.com/strata-mesh/strata/policy"
 )
 
@@ -42,87 +42,29 @@ func (c *clientFlags) check() error {
 	return nil
 }
 
-// get fetches path from the agent into v, or returns the API's error.
-// raw, when non-nil, receives the body as sent.
-func (c *clientFlags) get(path string, v any, raw *[]byte) error {
-	return c.request(http.MethodGet, path, "", nil, -1, v, raw)
+// client returns the API client of the flags' address, with the token
+// in STRATA_TOKEN.
+func (c *clientFlags) client() *client.Client {
+	return client.New(c.address, client.WithToken(os.Getenv("STRATA_TOKEN")))
 }
 
-// do sends a request with an in-memory body.
-func (c *clientFlags) do(method, path, contentType string, body []byte, v any, raw *[]byte) error {
-	return c.request(method, path, contentType, bytes.NewReader(body), int64(len(body)), v, raw)
+// readTimeout bounds a read-only call; calls that change something
+// (apply, push, pull) have no overall time limit.
+const readTimeout = 10 * time.Second
+
+// readCtx is the context of a read-only call.
+func readCtx() (context.Context, context.CancelFunc) {
+	return context.WithTimeout(context.Background(), readTimeout)
 }
 
-// doStream sends a streamed body of known length.
-func (c *clientFlags) doStream(method, path string, body io.Reader, size int64, v any, raw *[]byte) error {
-	return c.request(method, path, "application/octet-stream", body, size, v, raw)
-}
-
-// request sends one API call and decodes a JSON answer into v (when not
-// nil); raw, when not nil, receives the body as sent. An API error comes
-// back as its message; a policy error (400 with positioned errors) lists
-// every error, one per line. Uploads have no overall time limit.
-func (c *clientFlags) request(method, path, contentType string, body io.Reader, size int64, v any, raw *[]byte) error {
-	base := c.address
-	if !strings.Contains(base, "://") {
-		base = "http://" + base
+// explain turns a call's error into what the CLI prints: the API's errors
+// as they are, an agent that cannot be reached with a hint.
+func (c *clientFlags) explain(err error) error {
+	var ue *url.Error
+	if err != nil && errors.As(err, &ue) {
+		return fmt.Errorf("cannot reach the agent at %s: %w (is one running? set -address or STRATA_ADDR)", c.client().Addr(), err)
 	}
-	req, err := http.NewRequest(method, strings.TrimSuffix(base, "/")+path, body)
-	if err != nil {
-		return err
-	}
-	if size >= 0 {
-		req.ContentLength = size
-	}
-	if contentType != "" {
-		req.Header.Set("Content-Type", contentType)
-	}
-	if tok := os.Getenv("STRATA_TOKEN"); tok != "" {
-		req.Header.Set("Authorization", "Bearer "+tok)
-	}
-	hc := &http.Client{}
-	if method == http.MethodGet {
-		hc.Timeout = 10 * time.Second
-	}
-	resp, err := hc.Do(req)
-	if err != nil {
-		return fmt.Errorf("cannot reach the agent at %s: %w (is one running? set -address or STRATA_ADDR)", base, err)
-	}
-	defer resp.Body.Close()
-	b, err := io.ReadAll(resp.Body)
-	if err != nil {
-		return err
-	}
-	if resp.StatusCode >= 300 {
-		var e struct {
-			Error  string `json:"error"`
-			Errors []struct {
-				File    string `json:"file"`
-				Line    int    `json:"line"`
-				Column  int    `json:"column"`
-				Field   string `json:"field"`
-				Message string `json:"message"`
-			} `json:"errors"`
-		}
-		if json.Unmarshal(b, &e) == nil && len(e.Errors) > 0 {
-			var lines []string
-			for _, pe := range e.Errors {
-				lines = append(lines, fmt.Sprintf("%s:%d:%d: %s: %s", pe.File, pe.Line, pe.Column, pe.Field, pe.Message))
-			}
-			return fmt.Errorf("the policy has %d error(s):\n%s", len(lines), strings.Join(lines, "\n"))
-		}
-		if e.Error != "" {
-			return fmt.Errorf("%s (HTTP %d)", e.Error, resp.StatusCode)
-		}
-		return fmt.Errorf("HTTP %d: %s", resp.StatusCode, strings.TrimSpace(string(b)))
-	}
-	if raw != nil {
-		*raw = b
-	}
-	if v == nil {
-		return nil
-	}
-	return json.Unmarshal(b, v)
+	return err
 }
 
 func runMembers(args []string, stdout, stderr io.Writer) error {
@@ -134,14 +76,15 @@ func runMembers(args []string, stdout, stderr io.Writer) error {
 	if err := c.check(); err != nil {
 		return err
 	}
-	var members []mesh.Member
+	ctx, cancel := readCtx()
+	defer cancel()
 	var raw []byte
-	if err := c.get("/v1/members", &members, &raw); err != nil {
-		return err
+	members, err := c.client().Members(ctx, client.Body(&raw))
+	if err != nil {
+		return c.explain(err)
 	}
 	if c.output == "json" {
-		_, err := stdout.Write(raw)
-		return err
+		return write(stdout, raw)
 	}
 	tw := tabwriter.NewWriter(stdout, 0, 4, 2, ' ', 0)
 	fmt.Fprintln(tw, "NAME\tID\tADDRESS\tSTATUS\tTIER\tSITE")
@@ -164,35 +107,22 @@ func runNodes(args []string, stdout, stderr io.Writer) error {
 	if err := c.check(); err != nil {
 		return err
 	}
-	q := url.Values{}
-	if *tier != "" {
-		q.Set("tier", *tier)
-	}
-	if *site != "" {
-		q.Set("site", *site)
-	}
-	for _, l := range labels {
-		q.Add("label", l)
-	}
-	path := "/v1/nodes"
-	if len(q) > 0 {
-		path += "?" + q.Encode()
-	}
-	var nodes []mesh.Node
+	ctx, cancel := readCtx()
+	defer cancel()
 	var raw []byte
-	if err := c.get(path, &nodes, &raw); err != nil {
-		return err
+	nodes, err := c.client().Nodes(ctx, client.NodeFilter{Tier: *tier, Site: *site, Labels: labels}, client.Body(&raw))
+	if err != nil {
+		return c.explain(err)
 	}
 	if c.output == "json" {
-		_, err := stdout.Write(raw)
-		return err
+		return write(stdout, raw)
 	}
 	printNodes(stdout, nodes, nil)
 	return nil
 }
 
 // printNodes prints the nodes table; apis, when given, adds an API column.
-func printNodes(w io.Writer, nodes []mesh.Node, apis map[string]string) {
+func printNodes(w io.Writer, nodes []api.Node, apis map[string]string) {
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
 	hdr := "NAME\tSTATUS\tTIER\tSITE\tREGION\tCPU\tMEMORY\tGPUS\tFABRIC"
 	if apis != nil {
@@ -210,7 +140,7 @@ func printNodes(w io.Writer, nodes []mesh.Node, apis map[string]string) {
 	tw.Flush()
 }
 
-func gpuSummary(c mesh.Capabilities) string {
+func gpuSummary(c api.Capabilities) string {
 	if len(c.GPUs) == 0 {
 		return "-"
 	}
@@ -251,14 +181,15 @@ func runNode(args []string, stdout, stderr io.Writer) error {
 	if err := c.check(); err != nil {
 		return err
 	}
-	var n mesh.Node
+	ctx, cancel := readCtx()
+	defer cancel()
 	var raw []byte
-	if err := c.get("/v1/nodes/"+url.PathEscape(pos[0]), &n, &raw); err != nil {
-		return err
+	n, err := c.client().Node(ctx, pos[0], client.Body(&raw))
+	if err != nil {
+		return c.explain(err)
 	}
 	if c.output == "json" {
-		_, err := stdout.Write(raw)
-		return err
+		return write(stdout, raw)
 	}
 	tw := tabwriter.NewWriter(stdout, 0, 4, 2, ' ', 0)
 	row := func(k, v string) { fmt.Fprintf(tw, "%s\t%s\n", k, v) }
@@ -304,26 +235,20 @@ func runRTT(args []string, stdout, stderr io.Writer) error {
 		fs.Usage()
 		return &exitError{code: 1, err: fmt.Errorf("give one node (RTT from the agent's node) or two")}
 	}
-	q := url.Values{}
+	from, to := "", pos[0]
 	if len(pos) == 2 {
-		q.Set("from", pos[0])
-		q.Set("to", pos[1])
-	} else {
-		q.Set("to", pos[0])
+		from, to = pos[0], pos[1]
 	}
-	var r struct {
-		From  string  `json:"from"`
-		To    string  `json:"to"`
-		RTTMs float64 `json:"rtt_ms"`
-	}
+	ctx, cancel := readCtx()
+	defer cancel()
 	var raw []byte
-	if err := c.get("/v1/rtt?"+q.Encode(), &r, &raw); err != nil {
-		return err
+	r, err := c.client().RTT(ctx, from, to, client.Body(&raw))
+	if err != nil {
+		return c.explain(err)
 	}
 	if c.output == "json" {
-		_, err := stdout.Write(raw)
-		return err
+		return write(stdout, raw)
 	}
-	fmt.Fprintf(stdout, "Estimated RTT %s ↔ %s: %.3f ms\n", r.From, r.To, r.RTTMs)
+	fmt.Fprintf(stdout, "Estimated RTT %s ↔ %s: %.3f ms\n", r.From, r.To, r.Millis)
 	return nil
 }

@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/strata-mesh/strata/agent"
+	"github.com/strata-mesh/strata/api/client"
 	"github.com/strata-mesh/strata/mesh"
 )
 
@@ -103,10 +104,15 @@ func runDev(args []string, stdout, stderr io.Writer) error {
 		return err
 	}
 	fmt.Fprintf(stdout, "strata dev: %d agents formed a mesh in %s (data in %s)\n\n", len(agents), time.Since(start).Round(time.Millisecond), *dir)
-	printNodes(stdout, agents[0].Mesh().Nodes(), apiAddrs(agents))
+	cl := client.New(agents[0].APIAddr())
+	nodes, err := cl.Nodes(ctx, client.NodeFilter{})
+	if err != nil {
+		return fmt.Errorf("asking %s for the nodes: %w", agents[0].Name(), err)
+	}
+	printNodes(stdout, nodes, apiAddrs(agents))
 	if !*noModel {
 		fmt.Fprintln(stdout)
-		if err := runStory(ctx, stdout, agents, *data); err != nil {
+		if err := runStory(ctx, stdout, cl, agents, *data); err != nil {
 			if *once {
 				return fmt.Errorf("demo: %w", err)
 			}

@@ -8,7 +8,6 @@ import (
 	"fmt"
 	"io"
 	"math/rand/v2"
-	"mime/multipart"
 	"net/http"
 	"os"
 	"slices"
@@ -20,6 +19,8 @@ import (
 	"time"
 
 	"github.com/strata-mesh/strata/agent"
+	"github.com/strata-mesh/strata/api"
+	"github.com/strata-mesh/strata/api/client"
 	"github.com/strata-mesh/strata/mesh"
 	"github.com/strata-mesh/strata/trainer"
 )
@@ -130,13 +131,13 @@ func (d demoData) dataset(shift bool) *trainer.Dataset {
 // story runs the demo against a running dev mesh and prints it.
 type story struct {
 	out    io.Writer
-	c      *clientFlags
+	c      *client.Client
 	agents []*agent.Agent
 	data   demoData
 	start  time.Time
 
 	mu     sync.Mutex
-	events []agent.Event
+	events []api.Event
 }
 
 func (s *story) say(format string, args ...any) { s.sayAt(time.Now(), format, args...) }
@@ -146,35 +147,20 @@ func (s *story) sayAt(t time.Time, format string, args ...any) {
 	fmt.Fprintf(s.out, "[%6.2fs] %s\n", t.Sub(s.start).Seconds(), fmt.Sprintf(format, args...))
 }
 
-// pushMultipart pushes a model with its drift reference, as `strata push
+// pushModel pushes a model with its drift reference, as `strata push
 // --reference` does.
-func (s *story) pushModel(name, version string, model, ref []byte) (string, error) {
-	var body bytes.Buffer
-	mw := multipart.NewWriter(&body)
-	for _, p := range []struct {
-		name string
-		b    []byte
-	}{{"reference", ref}, {"file", model}} {
-		w, err := mw.CreateFormFile(p.name, p.name)
-		if err != nil {
-			return "", err
-		}
-		w.Write(p.b)
-	}
-	mw.Close()
-	var m struct {
-		Digest string `json:"digest"`
-	}
-	err := s.c.do(http.MethodPost, "/v1/artifacts?name="+name+"&version="+version, mw.FormDataContentType(), body.Bytes(), &m, nil)
+func (s *story) pushModel(ctx context.Context, name, version string, model, ref []byte) (string, error) {
+	m, err := s.c.Push(ctx, client.PushSpec{Name: name, Version: version, Reference: ref}, bytes.NewReader(model), int64(len(model)))
 	return m.Digest, err
 }
 
-func (s *story) pushDataset(version string, ds *trainer.Dataset) error {
+func (s *story) pushDataset(ctx context.Context, version string, ds *trainer.Dataset) error {
 	var b bytes.Buffer
 	if err := ds.WriteCSV(&b); err != nil {
 		return err
 	}
-	return s.c.doStream(http.MethodPost, "/v1/artifacts?kind=dataset&name=cases&version="+version, &b, int64(b.Len()), nil, nil)
+	_, err := s.c.Push(ctx, client.PushSpec{Kind: api.KindDataset, Name: "cases", Version: version}, &b, int64(b.Len()))
+	return err
 }
 
 // servingAt returns, per site, the node serving model@version.
@@ -261,8 +247,8 @@ func (c *clinic) run(d demoData, seed uint64) {
 // runStory tells the closed loop: train, serve, drift, retrain, canary,
 // promote. It returns an error when a step does not happen or a request
 // failed.
-func runStory(ctx context.Context, stdout io.Writer, agents []*agent.Agent, dataPath string) error {
-	s := &story{out: stdout, c: &clientFlags{address: "http://" + agents[0].APIAddr(), output: "table"}, agents: agents, start: time.Now()}
+func runStory(ctx context.Context, stdout io.Writer, c *client.Client, agents []*agent.Agent, dataPath string) error {
+	s := &story{out: stdout, c: c, agents: agents, start: time.Now()}
 	d, err := loadDemoData(dataPath)
 	if err != nil {
 		return fmt.Errorf("the demo dataset: %w", err)
@@ -273,7 +259,7 @@ func runStory(ctx context.Context, stdout io.Writer, agents []*agent.Agent, data
 	evCtx, stopEvents := context.WithCancel(ctx)
 	defer stopEvents()
 	go func() {
-		_ = followEvents(evCtx, s.c.address, "/v1/events", func(ev agent.Event, _ string) bool {
+		_ = followEvents(evCtx, s.c, -1, func(ev api.Event, _ []byte) bool {
 			s.mu.Lock()
 			s.events = append(s.events, ev)
 			s.mu.Unlock()
@@ -287,17 +273,17 @@ func runStory(ctx context.Context, stdout io.Writer, agents []*agent.Agent, data
 		return fmt.Errorf("training the first model: %w", err)
 	}
 	ref, _ := json.Marshal(res.Reference)
-	digest, err := s.pushModel("screening", "1", res.Model, ref)
+	digest, err := s.pushModel(ctx, "screening", "1", res.Model, ref)
 	if err != nil {
 		return fmt.Errorf("pushing the first model: %w", err)
 	}
 	s.say("trained screening@1 on %d cases of the Wisconsin breast cancer data (%s): logistic regression on %d features, holdout accuracy %.3f; signed and pushed (sha256:%.12s) with its drift reference",
 		len(d.rows), d.source, len(demoFeatures), res.Accuracy, digest)
-	if err := s.pushDataset("1", d.dataset(false)); err != nil {
+	if err := s.pushDataset(ctx, "1", d.dataset(false)); err != nil {
 		return fmt.Errorf("pushing the dataset: %w", err)
 	}
 	s.say("published dataset cases@1 (the labelled archive)")
-	if err := s.c.do(http.MethodPost, "/v1/policies?file=screening.yaml", "application/yaml", []byte(demoPolicy), nil, nil); err != nil {
+	if _, err := s.c.Apply(ctx, "screening.yaml", []byte(demoPolicy)); err != nil {
 		return fmt.Errorf("applying the demo policy: %w", err)
 	}
 	s.say("applied InferenceService/screening: a replica per clinic (edge-a, edge-b) within 20ms; drift: ks over a 300-sample window; retrain: builtin logreg on dataset cases, 1 GPU; rollout: canary for 200 requests")
@@ -335,27 +321,27 @@ func runStory(ctx context.Context, stdout io.Writer, agents []*agent.Agent, data
 	if alarms := s.count("drift.alarm"); alarms > 0 {
 		s.say("note: %d drift alarm(s) before any shift (false alarms)", alarms)
 	}
-	if err := s.pushDataset("2", d.dataset(true)); err != nil {
+	if err := s.pushDataset(ctx, "2", d.dataset(true)); err != nil {
 		return fmt.Errorf("pushing the re-measured archive: %w", err)
 	}
 	a.shift.Store(true)
 	shiftAt := time.Now()
 	s.say("edge-a replaced its imaging device: it measures mean texture +30%% and mean area +25%%; the archive re-measured on it is published as cases@2")
 
-	var rr *agent.RolloutRecord
+	var rr *api.Rollout
 	if err := s.waitFor(ctx, 120*time.Second, "the rollout to end", func() bool {
 		rr = s.rollout()
-		return rr != nil && (rr.Stage == agent.StagePromoted || rr.Stage == agent.StageRolledBack || rr.Stage == agent.StageFailed)
+		return rr != nil && rr.Ended()
 	}); err != nil {
 		return err
 	}
 	canaryAt := time.Now()
 	for _, st := range rr.Steps {
-		if st.Stage == agent.StageCanary {
+		if st.Stage == api.StageCanary {
 			canaryAt = st.Time
 		}
 	}
-	if rr.Stage != agent.StagePromoted {
+	if rr.Stage != api.StagePromoted {
 		return fmt.Errorf("the rollout ended %s: %s", rr.Stage, rr.Message)
 	}
 	if err := s.waitFor(ctx, 30*time.Second, "screening@"+rr.To+" serving at both clinics", func() bool {
@@ -371,8 +357,9 @@ func runStory(ctx context.Context, stdout io.Writer, agents []*agent.Agent, data
 	stopEvents()
 
 	// The figures.
-	var job agent.JobRecord
-	_ = s.c.get("/v1/jobs/"+rr.Job, &job, nil)
+	jctx, cancel := context.WithTimeout(ctx, readTimeout)
+	job, _ := s.c.Job(jctx, rr.Job)
+	cancel()
 	training := job.Finished.Sub(job.Started)
 	trig := rr.Trigger
 	fmt.Fprintln(stdout)
@@ -408,9 +395,9 @@ func (s *story) count(typ string) int {
 	return n
 }
 
-func (s *story) rollout() *agent.RolloutRecord {
-	var ps []agent.PlacementStatus
-	if s.c.get("/v1/placements", &ps, nil) != nil {
+func (s *story) rollout() *api.Rollout {
+	ps, err := s.placements()
+	if err != nil {
 		return nil
 	}
 	for _, p := range ps {
@@ -421,10 +408,17 @@ func (s *story) rollout() *agent.RolloutRecord {
 	return nil
 }
 
+// placements asks the first agent for every policy's placement.
+func (s *story) placements() ([]api.PlacementStatus, error) {
+	ctx, cancel := context.WithTimeout(context.Background(), readTimeout)
+	defer cancel()
+	return s.c.Placements(ctx)
+}
+
 // tell prints the events of the loop as this agent learns of them, each
 // stamped with when it happened (records from different agents can arrive
 // in another order than they were written).
-func (s *story) tell(ev agent.Event) {
+func (s *story) tell(ev api.Event) {
 	switch {
 	case ev.Type == "drift.alarm", strings.HasPrefix(ev.Type, "rollout."), ev.Type == "job.succeeded", ev.Type == "job.failed":
 		s.sayAt(ev.Time, "%-19s %s", ev.Type, ev.Message)
@@ -436,8 +430,8 @@ func (s *story) tell(ev agent.Event) {
 // why explains where a training job was placed: the node, its fabric and
 // data, and what the others were rejected for.
 func (s *story) why(key string) string {
-	var ps []agent.PlacementStatus
-	if err := s.c.get("/v1/placements", &ps, nil); err != nil {
+	ps, err := s.placements()
+	if err != nil {
 		return key
 	}
 	for _, p := range ps {

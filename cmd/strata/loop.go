@@ -1,20 +1,16 @@
 package main
 
 import (
-	"bufio"
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
-	"net/http"
-	"net/url"
-	"os"
 	"strings"
 	"text/tabwriter"
 	"time"
 
-	"github.com/strata-mesh/strata/agent"
+	"github.com/strata-mesh/strata/api"
+	"github.com/strata-mesh/strata/api/client"
 )
 
 func runDrift(args []string, stdout, stderr io.Writer) error {
@@ -27,21 +23,22 @@ func runDrift(args []string, stdout, stderr io.Writer) error {
 	if err := c.check(); err != nil {
 		return err
 	}
-	path := "/v1/drift"
+	model := ""
 	if len(pos) > 1 {
 		fs.Usage()
 		return &exitError{code: 1, err: errors.New("strata drift takes at most one MODEL")}
 	} else if len(pos) == 1 {
-		path += "?model=" + url.QueryEscape(pos[0])
+		model = pos[0]
 	}
-	var recs []agent.DriftRecord
+	ctx, cancel := readCtx()
+	defer cancel()
 	var raw []byte
-	if err := c.get(path, &recs, &raw); err != nil {
-		return err
+	recs, err := c.client().Drift(ctx, model, client.Body(&raw))
+	if err != nil {
+		return c.explain(err)
 	}
 	if c.output == "json" {
-		_, err := stdout.Write(raw)
-		return err
+		return write(stdout, raw)
 	}
 	if len(recs) == 0 {
 		fmt.Fprintln(stdout, "no drift monitors (a served InferenceService with drift: starts one per node)")
@@ -70,7 +67,7 @@ func runDrift(args []string, stdout, stderr io.Writer) error {
 
 // sparkline draws the worst score of recent evaluations, one rune each,
 // scaled to the threshold (the top rune is at or past it).
-func sparkline(d agent.DriftRecord) string {
+func sparkline(d api.Drift) string {
 	if len(d.History) == 0 || d.Threshold <= 0 {
 		return "-"
 	}
@@ -99,14 +96,15 @@ func runJobs(args []string, stdout, stderr io.Writer) error {
 	if err := c.check(); err != nil {
 		return err
 	}
-	var jobs []agent.JobRecord
+	ctx, cancel := readCtx()
+	defer cancel()
 	var raw []byte
-	if err := c.get("/v1/jobs", &jobs, &raw); err != nil {
-		return err
+	jobs, err := c.client().Jobs(ctx, client.Body(&raw))
+	if err != nil {
+		return c.explain(err)
 	}
 	if c.output == "json" {
-		_, err := stdout.Write(raw)
-		return err
+		return write(stdout, raw)
 	}
 	if len(jobs) == 0 {
 		fmt.Fprintln(stdout, "no training jobs")
@@ -148,8 +146,14 @@ func runLogs(args []string, stdout, stderr io.Writer) error {
 		fs.Usage()
 		return &exitError{code: 1, err: errors.New("JOB is required (see strata jobs)")}
 	}
-	var raw []byte
-	return errors.Join(c.get(fmt.Sprintf("/v1/jobs/%s/logs?rank=%d", url.PathEscape(pos[0]), *rank), nil, &raw), write(stdout, raw))
+	ctx, cancel := readCtx()
+	defer cancel()
+	logs, err := c.client().JobLogs(ctx, pos[0], *rank)
+	if err != nil {
+		return c.explain(err)
+	}
+	_, err = io.WriteString(stdout, logs)
+	return err
 }
 
 func write(w io.Writer, b []byte) error {
@@ -167,57 +171,28 @@ func runEvents(args []string, stdout, stderr io.Writer) error {
 	if err := c.check(); err != nil {
 		return err
 	}
-	path := "/v1/events"
-	if *since >= 0 {
-		path += fmt.Sprintf("?since=%d", *since)
-	}
-	return followEvents(context.Background(), c.address, path, func(ev agent.Event, raw string) bool {
+	return c.explain(followEvents(context.Background(), c.client(), *since, func(ev api.Event, raw []byte) bool {
 		if c.output == "json" {
-			fmt.Fprintln(stdout, raw)
+			fmt.Fprintln(stdout, string(raw))
 		} else {
 			fmt.Fprintf(stdout, "%s  %-20s %s\n", ev.Time.Local().Format("15:04:05.000"), ev.Type, ev.Message)
 		}
 		return true
-	})
+	}))
 }
 
-// followEvents reads an agent's event stream until fn returns false or the
-// stream ends.
-func followEvents(ctx context.Context, address, path string, fn func(ev agent.Event, raw string) bool) error {
-	base := address
-	if !strings.Contains(base, "://") {
-		base = "http://" + base
-	}
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, strings.TrimSuffix(base, "/")+path, nil)
+// followEvents reads an agent's event stream from since (see
+// client.Events) until fn returns false or the stream ends.
+func followEvents(ctx context.Context, c *client.Client, since int64, fn func(ev api.Event, raw []byte) bool) error {
+	s, err := c.Events(ctx, since)
 	if err != nil {
 		return err
 	}
-	if tok := os.Getenv("STRATA_TOKEN"); tok != "" {
-		req.Header.Set("Authorization", "Bearer "+tok)
-	}
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		return fmt.Errorf("cannot reach the agent at %s: %w", base, err)
-	}
-	defer resp.Body.Close()
-	if resp.StatusCode != http.StatusOK {
-		b, _ := io.ReadAll(resp.Body)
-		return fmt.Errorf("HTTP %d: %s", resp.StatusCode, strings.TrimSpace(string(b)))
-	}
-	sc := bufio.NewScanner(resp.Body)
-	sc.Buffer(make([]byte, 64<<10), 1<<20)
-	for sc.Scan() {
-		data, ok := strings.CutPrefix(sc.Text(), "data: ")
-		if !ok {
-			continue
-		}
-		var ev agent.Event
-		if json.Unmarshal([]byte(data), &ev) != nil {
-			continue
-		}
-		if !fn(ev, data) {
+	defer s.Close()
+	for s.Next() {
+		if !fn(s.Event(), s.Raw()) {
 			return nil
 		}
 	}
-	return sc.Err()
+	return s.Err()
 }

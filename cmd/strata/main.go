@@ -4,6 +4,7 @@
 //	strata dev                                     a multi-tier mesh in one process
 //	strata members | nodes | node NAME             ask an agent what the mesh knows
 //	strata keygen                                  make a gossip key
+//	strata version                                 the version and the commit built from
 package main
 
 import (
@@ -14,9 +15,6 @@ import (
 	"os"
 	"strings"
 )
-
-// version is set at build time with -ldflags "-X main.version=...".
-var version = "dev"
 
 // exitError carries a specific exit code: 1 for errors, 2 for "ran, but the
 // answer is no" (as nomad job plan does).
@@ -52,7 +50,7 @@ func commands() []command {
 		{"models", "[-o json]", "list model versions and the nodes that hold them", runModels},
 		{"pull", "NAME[:VERSION]", "fetch an artifact to the agent from the nearest holders", runPull},
 		{"keygen", "[-pki DIR]", "print a new gossip key; with -pki also make the mesh CA and a signing key", runKeygen},
-		{"version", "", "print the version", func([]string, io.Writer, io.Writer) error { fmt.Println("strata", version); return nil }},
+		{"version", "[-o json]", "print the version, the commit built from and the Go version", runVersion},
 	}
 }
 

@@ -1,16 +1,15 @@
 package main
 
 import (
+	"context"
 	"fmt"
 	"io"
-	"net/http"
-	"net/url"
 	"os"
 	"path/filepath"
 	"strings"
 	"text/tabwriter"
 
-	"github.com/strata-mesh/strata/agent"
+	"github.com/strata-mesh/strata/api/client"
 )
 
 func readPolicyFile(path string) ([]byte, string, error) {
@@ -40,25 +39,14 @@ func runPlan(args []string, stdout, stderr io.Writer) error {
 	if err != nil {
 		return err
 	}
-	q := url.Values{"file": {name}}
-	if *why != "" {
-		q.Set("why", *why)
-	}
-	var results []struct {
-		Policy   string `json:"policy"`
-		Decision struct {
-			Feasible bool `json:"feasible"`
-		} `json:"decision"`
-		Explanation string `json:"explanation"`
-		Why         string `json:"why"`
-	}
 	var raw []byte
-	if err := c.do(http.MethodPost, "/v1/plan?"+q.Encode(), "application/yaml", body, &results, &raw); err != nil {
-		return err
+	results, err := c.client().Plan(context.Background(), name, body, *why, client.Body(&raw))
+	if err != nil {
+		return c.explain(err)
 	}
 	all := true
 	for _, r := range results {
-		all = all && r.Decision.Feasible
+		all = all && r.Decision != nil && r.Decision.Feasible
 	}
 	if c.output == "json" {
 		stdout.Write(raw)
@@ -94,18 +82,13 @@ func runApply(args []string, stdout, stderr io.Writer) error {
 	if err != nil {
 		return err
 	}
-	var results []struct {
-		Policy     string `json:"policy"`
-		Generation uint64 `json:"generation"`
-		Changed    bool   `json:"changed"`
-	}
 	var raw []byte
-	if err := c.do(http.MethodPost, "/v1/policies?"+url.Values{"file": {name}}.Encode(), "application/yaml", body, &results, &raw); err != nil {
-		return err
+	results, err := c.client().Apply(context.Background(), name, body, client.Body(&raw))
+	if err != nil {
+		return c.explain(err)
 	}
 	if c.output == "json" {
-		_, err := stdout.Write(raw)
-		return err
+		return write(stdout, raw)
 	}
 	for _, r := range results {
 		verb := "applied"
@@ -128,8 +111,8 @@ func runDelete(args []string, stdout, stderr io.Writer) error {
 		fs.Usage()
 		return &exitError{code: 1, err: fmt.Errorf("give KIND and NAME, e.g. strata delete InferenceService fraud-scorer")}
 	}
-	if err := c.do(http.MethodDelete, "/v1/policies/"+url.PathEscape(pos[0])+"/"+url.PathEscape(pos[1]), "", nil, nil, nil); err != nil {
-		return err
+	if err := c.client().DeletePolicy(context.Background(), pos[0], pos[1]); err != nil {
+		return c.explain(err)
 	}
 	fmt.Fprintf(stdout, "%s/%s deleted\n", pos[0], pos[1])
 	return nil
@@ -144,25 +127,15 @@ func runPlacements(args []string, stdout, stderr io.Writer) error {
 	if err := c.check(); err != nil {
 		return err
 	}
-	var ps []struct {
-		Policy  string `json:"policy"`
-		State   string `json:"state"`
-		Owner   string `json:"owner"`
-		Epoch   uint64 `json:"epoch"`
-		Message string `json:"message"`
-		Nodes   []struct {
-			Name     string `json:"name"`
-			Admitted bool   `json:"admitted"`
-		} `json:"nodes"`
-		Rollout *agent.RolloutRecord `json:"rollout"`
-	}
+	ctx, cancel := readCtx()
+	defer cancel()
 	var raw []byte
-	if err := c.get("/v1/placements", &ps, &raw); err != nil {
-		return err
+	ps, err := c.client().Placements(ctx, client.Body(&raw))
+	if err != nil {
+		return c.explain(err)
 	}
 	if c.output == "json" {
-		_, err := stdout.Write(raw)
-		return err
+		return write(stdout, raw)
 	}
 	tw := tabwriter.NewWriter(stdout, 0, 4, 2, ' ', 0)
 	fmt.Fprintln(tw, "POLICY\tSTATE\tNODES\tOWNER\tEPOCH\tMESSAGE")
