@@ -4,11 +4,13 @@
 #   libonnx-testdata  ONNX's backend test cases (model.onnx plus TensorProto
 #                     inputs and expected outputs), used by the infer
 #                     package's conformance test.
+#   chromium          a headless browser the web dashboard's tests drive
+#                     (internal/ui, through the DevTools protocol).
 #
 # Packages already installed are skipped, so running this again is cheap. On a
 # machine without apt-get the tests that need these packages skip.
 set -euo pipefail
-pkgs=(libonnx-testdata)
+pkgs=(libonnx-testdata chromium)
 missing=()
 for p in "${pkgs[@]}"; do
 	dpkg -s "$p" >/dev/null 2>&1 || missing+=("$p")
