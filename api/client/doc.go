@@ -6,7 +6,7 @@
 //	if err != nil {
 //		return err
 //	}
-//	res, err := c.Apply(ctx, "svc.yaml", doc)
+//	_, err = c.Apply(ctx, "svc.yaml", doc)
 //	var ae *client.Error
 //	if errors.As(err, &ae) {
 //		// The agent answered with an error: ae.Status, ae.Message,
