@@ -28,7 +28,7 @@ func addClientFlags(fs *flag.FlagSet) *clientFlags {
 	c := &clientFlags{}
 	def := os.Getenv("STRATA_ADDR")
 	if def == "" {
-		def = "http://127.0.0.1:7470"
+		def = client.DefaultAddr
 	}
 	fs.StringVar(&c.address, "address", def, "agent API `URL` (env STRATA_ADDR)")
 	fs.StringVar(&c.output, "o", "table", "output `format`: table or json")
