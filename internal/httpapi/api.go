@@ -8,6 +8,7 @@ import (
 	"strings"
 
 	"github.com/strata-mesh/strata/internal/httpjson"
+	"github.com/strata-mesh/strata/internal/ui"
 
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
@@ -45,6 +46,8 @@ func (s *Server) routes() http.Handler {
 	mux.HandleFunc("/v2/", s.handleV2)
 	mux.HandleFunc("/v2", s.handleV2)
 	mux.Handle("GET /metrics", promhttp.HandlerFor(s.cfg.Registry, promhttp.HandlerOpts{}))
+	mux.Handle("/ui/", ui.Handler())
+	mux.Handle("GET /ui", ui.Redirect())
 	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
 		httpjson.Error(w, http.StatusNotFound, "", "no such endpoint: %s %s", r.Method, r.URL.Path)
 	})

@@ -1,0 +1,260 @@
+// Mesh: the sites on a map laid out by Vivaldi coordinates (screen distance
+// follows the estimated RTT), every node's status, GPUs, fabric and load,
+// a node's document on click, and the RTT matrix as a heat map.
+import { h, s, swap, get, poll, bytes, millicores, ms, badge, json, failure, empty, section, table, ago } from '../lib.js';
+import { matrix, layout } from '../rtt.js';
+
+export const title = 'Mesh';
+
+const TIERS = ['edge', 'onprem', 'cloud'];
+const tierRank = (t) => { const i = TIERS.indexOf(t); return i < 0 ? TIERS.length : i; };
+
+function order(nodes) {
+  return [...nodes].sort((a, b) => tierRank(a.tier) - tierRank(b.tier) || a.site.localeCompare(b.site) || a.name.localeCompare(b.name));
+}
+
+export function mount(el, route) {
+  let nodes = [];
+  let selected = route.args[0] || '';
+  let prevPos = new Map();
+  let err = null;
+
+  const summary = h('p', { class: 'summary', 'aria-live': 'polite' });
+  const map = h('div', { class: 'map' });
+  const detail = h('aside', { class: 'detail', 'aria-label': 'Node document' });
+  const list = h('div');
+  const heat = h('div', { class: 'heat' });
+  el.append(
+    h('h1', {}, 'Mesh'),
+    summary,
+    h('div', { class: 'grid-map' },
+      section('Sites by RTT', map,
+        h('p', { class: 'muted small' }, 'Distance between sites follows the RTT estimated from Vivaldi coordinates; the nodes of a site are fanned out around it.')),
+      detail),
+    section('Nodes', list),
+    section('RTT matrix', heat));
+
+  function render() {
+    if (err) { swap(summary, failure(err, 'GET /v1/nodes')); }
+    const ordered = order(nodes);
+    const sites = new Set(ordered.map((n) => n.site));
+    const alive = ordered.filter((n) => n.status === 'alive').length;
+    const gpus = ordered.reduce((a, n) => a + ((n.capabilities && n.capabilities.gpus) || []).length, 0);
+    if (!err) swap(summary, `${ordered.length} nodes (${alive} alive) in ${sites.size} sites, ${gpus} GPUs.`);
+    swap(map, ordered.length ? drawMap(ordered) : empty('No nodes yet.'));
+    swap(list, ordered.length ? nodeTable(ordered) : empty('No nodes yet.'));
+    swap(heat, ordered.length > 1 ? heatMap(ordered) : empty('The matrix needs two nodes.'));
+    renderDetail();
+  }
+
+  function renderDetail() {
+    const n = nodes.find((x) => x.name === selected || x.id === selected);
+    detail.hidden = !selected;
+    if (!selected) return;
+    swap(detail,
+      h('div', { class: 'detail-head' },
+        h('h2', {}, n ? n.name : selected),
+        h('a', { class: 'button', href: '#/mesh', 'data-key': 'close' }, 'Close')),
+      n ? h('p', { class: 'muted small' }, `${n.tier} · ${n.site} · ${n.region} · version ${n.version} · updated ${ago(n.updated)}`) : null,
+      n ? json(n) : empty(`No node named ${selected}.`));
+  }
+
+  function drawMap(ordered) {
+    const W = 900, H = 400, M = 70;
+    const withCoord = ordered.filter((n) => n.coord && n.coord.Vec);
+    const d = matrix(withCoord);
+    const keys = withCoord.map((n) => n.name);
+    const pts = layout(d, keys, prevPos);
+    prevPos = new Map(keys.map((k, i) => [k, pts[i]]));
+    // Sites: centroid of their nodes' positions (ms).
+    const bySite = new Map();
+    withCoord.forEach((n, i) => {
+      const site = bySite.get(n.site) || { name: n.site, tier: n.tier, nodes: [], x: 0, y: 0 };
+      site.nodes.push(n);
+      site.x += pts[i][0];
+      site.y += pts[i][1];
+      bySite.set(n.site, site);
+    });
+    const sites = [...bySite.values()];
+    for (const st of sites) { st.x /= st.nodes.length; st.y /= st.nodes.length; }
+    let minX = Infinity, maxX = -Infinity, minY = Infinity, maxY = -Infinity;
+    for (const st of sites) {
+      minX = Math.min(minX, st.x); maxX = Math.max(maxX, st.x);
+      minY = Math.min(minY, st.y); maxY = Math.max(maxY, st.y);
+    }
+    const span = Math.max(maxX - minX, maxY - minY);
+    let scale = 0; // px per ms
+    if (span >= 0.5 && sites.length > 1) {
+      scale = Math.min((W - 2 * M) / Math.max(maxX - minX, 1e-9), (H - 2 * M) / Math.max(maxY - minY, 1e-9));
+      for (const st of sites) {
+        st.sx = M + (st.x - minX) * scale + (W - 2 * M - (maxX - minX) * scale) / 2;
+        st.sy = M + (st.y - minY) * scale + (H - 2 * M - (maxY - minY) * scale) / 2;
+      }
+    } else {
+      // All sites at about the same place (no WAN): a ring, no scale.
+      sites.forEach((st, i) => {
+        const a = (2 * Math.PI * i) / sites.length - Math.PI / 2;
+        const r = sites.length > 1 ? Math.min(W, H) / 2 - M : 0;
+        st.sx = W / 2 + r * Math.cos(a);
+        st.sy = H / 2 + r * Math.sin(a);
+      });
+    }
+    const many = withCoord.length > 40;
+    for (const st of sites) {
+      const k = st.nodes.length;
+      st.ring = k === 1 ? 0 : Math.max(14, (k * 22) / (2 * Math.PI));
+      st.rad = st.ring + 16;
+    }
+    // Keep the bubbles and their labels apart: a few rounds of pushing
+    // overlapping sites away from each other, then back inside the box.
+    for (let round = 0; round < 60; round++) {
+      let moved = false;
+      for (let i = 0; i < sites.length; i++) {
+        for (let j = i + 1; j < sites.length; j++) {
+          const a = sites[i], b = sites[j];
+          let dx = b.sx - a.sx, dy = b.sy - a.sy;
+          let dist = Math.hypot(dx, dy);
+          const want = a.rad + b.rad + (many ? 8 : 44);
+          if (dist >= want) continue;
+          if (dist < 1e-6) { dx = 1; dy = 0; dist = 1; }
+          const push = (want - dist) / 2;
+          a.sx -= (dx / dist) * push; a.sy -= (dy / dist) * push;
+          b.sx += (dx / dist) * push; b.sy += (dy / dist) * push;
+          moved = true;
+        }
+      }
+      for (const st of sites) {
+        st.sx = Math.min(W - st.rad - 70, Math.max(st.rad + 70, st.sx));
+        st.sy = Math.min(H - st.rad - 30, Math.max(st.rad + 26, st.sy));
+      }
+      if (!moved) break;
+    }
+    const g = s('g');
+    for (const st of sites) {
+      const k = st.nodes.length;
+      const { ring, rad } = st;
+      g.append(s('circle', { class: `site tier-${st.tier}`, cx: st.sx, cy: st.sy, r: rad }),
+        s('text', { class: 'site-label', x: st.sx, y: st.sy - rad - 6, 'text-anchor': 'middle' }, `${st.name} (${st.tier})`));
+      st.nodes.forEach((n, i) => {
+        const a = Math.PI + (2 * Math.PI * i) / k;
+        const x = st.sx + ring * Math.cos(a), y = st.sy + ring * Math.sin(a);
+        const ngpu = ((n.capabilities && n.capabilities.gpus) || []).length;
+        const label = `${n.name}: ${n.status}, ${n.tier}/${n.site}${ngpu ? `, ${ngpu} GPUs` : ''}${n.capabilities && n.capabilities.fabric ? `, fabric ${n.capabilities.fabric}` : ''}, ${n.load ? n.load.workloads : 0} workloads`;
+        const sel = n.name === selected;
+        let lx = x, ly = y + 22, anchor = 'middle';
+        if (k > 1) {
+          const c = Math.cos(a), sn = Math.sin(a);
+          lx = x + c * 14; ly = y + sn * 14 + 4;
+          anchor = c > 0.3 ? 'start' : c < -0.3 ? 'end' : 'middle';
+          if (anchor === 'middle') ly += sn > 0 ? 8 : -4;
+        }
+        g.append(s('a', { href: `#/mesh/${encodeURIComponent(n.name)}`, class: 'node-link', 'aria-label': label, 'data-key': 'map-' + n.name },
+          s('title', {}, label),
+          s('circle', { class: `node st-${n.status}${sel ? ' selected' : ''}`, cx: x, cy: y, r: 9 }),
+          ngpu ? s('text', { class: 'node-gpu', x, y: y + 3.5, 'text-anchor': 'middle' }, String(ngpu)) : null,
+          many ? null : s('text', { class: 'node-label', x: lx, y: ly, 'text-anchor': anchor }, n.name)));
+      });
+    }
+    const svg = s('svg', { viewBox: `0 0 ${W} ${H}`, class: 'mapsvg', role: 'group', 'aria-label': 'Map of the sites by RTT' }, g);
+    if (scale > 0) {
+      const target = (W / 5) / scale;
+      const nice = [1, 2, 5, 10, 20, 25, 50, 100, 200, 500, 1000].find((v) => v >= target) || target;
+      const len = nice * scale;
+      svg.append(s('g', { class: 'scalebar' },
+        s('line', { x1: 16, y1: H - 16, x2: 16 + len, y2: H - 16 }),
+        s('text', { x: 16 + len / 2, y: H - 22, 'text-anchor': 'middle' }, `${nice} ms`)));
+    } else if (sites.length > 1) {
+      svg.append(s('text', { class: 'muted-svg', x: 16, y: H - 16 }, 'all sites within 0.5 ms: placed on a ring'));
+    }
+    const legend = h('ul', { class: 'legend' },
+      TIERS.map((t) => h('li', {}, h('span', { class: `swatch tier-${t}` }), t)),
+      ['alive', 'suspect', 'failed', 'left'].map((st) => h('li', {}, h('span', { class: `dot st-${st}` }), st)),
+      h('li', {}, 'number in a node: GPUs'));
+    const noCoord = ordered.filter((n) => !(n.coord && n.coord.Vec));
+    return [svg, legend, noCoord.length ? h('p', { class: 'muted small' }, `No coordinate yet: ${noCoord.map((n) => n.name).join(', ')}`) : null];
+  }
+
+  function nodeTable(ordered) {
+    const rows = [];
+    let tier = null;
+    for (const n of ordered) {
+      if (n.tier !== tier) {
+        tier = n.tier;
+        rows.push(h('tr', { class: 'group' }, h('th', { colspan: 10, scope: 'colgroup' }, `${tier} tier`)));
+      }
+      const c = n.capabilities || {};
+      const l = n.load || {};
+      const gpus = c.gpus || [];
+      const gpuText = gpus.length ? `${l.free_gpus}/${gpus.length} free · ${gpus[0].model}${c.gpu_source ? ` (${c.gpu_source})` : ''}` : '–';
+      const cpuTotal = (c.cpu && c.cpu.millicores) || 0;
+      const memTotal = (c.memory && c.memory.total) || 0;
+      rows.push(h('tr', { class: n.name === selected ? 'selected' : '' },
+        h('th', { scope: 'row' }, h('a', { href: `#/mesh/${encodeURIComponent(n.name)}`, 'data-key': 'row-' + n.name }, n.name)),
+        h('td', {}, badge(n.status)),
+        h('td', {}, n.site),
+        h('td', {}, gpuText),
+        h('td', {}, c.fabric || '–'),
+        h('td', {}, meter(cpuTotal - (l.free_cpu || 0), cpuTotal, `${millicores(l.free_cpu)} of ${millicores(cpuTotal)} free`)),
+        h('td', {}, meter(memTotal - (l.free_memory || 0), memTotal, `${bytes(l.free_memory)} of ${bytes(memTotal)} free`)),
+        h('td', { class: 'num' }, String(l.workloads || 0)),
+        h('td', { class: 'num' }, (l.qps || 0).toFixed(1)),
+        h('td', {}, (n.models || []).join(', ') || '–')));
+    }
+    return table(['Node', 'Status', 'Site', 'GPUs', 'Fabric', 'CPU (cores)', 'Memory', 'Workloads', 'QPS', 'Serves'], rows, { class: 'nodes' });
+  }
+
+  function heatMap(ordered) {
+    const ns = ordered.filter((n) => n.coord && n.coord.Vec).slice(0, 80);
+    const n = ns.length;
+    const d = matrix(ns);
+    let max = 0;
+    for (const row of d) for (const v of row) if (isFinite(v)) max = Math.max(max, v);
+    const c = Math.max(6, Math.min(34, Math.floor(600 / Math.max(n, 1))));
+    const lab = 90;
+    const W = lab + n * c + 8, H = lab + n * c + 8;
+    const svg = s('svg', { viewBox: `0 0 ${W} ${H}`, width: W, height: H, class: 'heatsvg', role: 'img', 'aria-label': `RTT matrix of ${n} nodes, up to ${ms(max)}` });
+    const showText = c >= 30;
+    ns.forEach((a, i) => {
+      svg.append(s('text', { class: 'heat-label', x: lab - 6, y: lab + i * c + c / 2 + 4, 'text-anchor': 'end' }, a.name));
+      svg.append(s('text', { class: 'heat-label', transform: `translate(${lab + i * c + c / 2 + 4},${lab - 6}) rotate(-60)` }, a.name));
+      ns.forEach((b, j) => {
+        const v = d[i][j];
+        const t = max > 0 ? v / max : 0;
+        const light = 96 - 62 * Math.sqrt(t);
+        svg.append(s('rect', { x: lab + j * c, y: lab + i * c, width: c - 1, height: c - 1, fill: `hsl(212 75% ${light}%)` },
+          s('title', {}, `${a.name} → ${b.name}: ${ms(v)}`)));
+        if (showText && i !== j) {
+          svg.append(s('text', { class: light < 60 ? 'heat-val dark' : 'heat-val', x: lab + j * c + c / 2, y: lab + i * c + c / 2 + 4, 'text-anchor': 'middle' }, v < 10 ? v.toFixed(1) : String(Math.round(v))));
+        }
+      });
+    });
+    const scaleBar = h('div', { class: 'heat-legend' }, h('span', {}, '0 ms'), h('span', { class: 'ramp' }), h('span', {}, ms(max)));
+    return [h('div', { class: 'scroll' }, svg), scaleBar,
+      h('p', { class: 'muted small' }, 'Estimated from coordinates in the browser: ‖a−b‖ + both heights, plus both adjustments when positive (serf’s DistanceTo).')];
+  }
+
+  const stop = poll(async () => {
+    try {
+      nodes = await get('/v1/nodes');
+      err = null;
+    } catch (e) {
+      err = e;
+    }
+    render();
+  }, 5000);
+
+  const handle = () => stop();
+  handle.update = (r) => {
+    selected = r.args[0] || '';
+    render();
+    if (selected) detail.querySelector('h2') && detail.focus && detail.setAttribute('tabindex', '-1');
+  };
+  return handle;
+}
+
+function meter(used, total, label) {
+  const f = total > 0 ? Math.min(1, Math.max(0, used / total)) : 0;
+  const bar = h('span', { class: 'meter', role: 'meter', 'aria-valuemin': 0, 'aria-valuemax': 100, 'aria-valuenow': Math.round(f * 100), 'aria-label': `${Math.round(f * 100)}% used` }, h('span', { class: 'fill' }));
+  bar.firstChild.style.width = `${(f * 100).toFixed(1)}%`;
+  return h('span', { class: 'meterwrap' }, bar, h('span', { class: 'small' }, label));
+}
