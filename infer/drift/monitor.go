@@ -49,6 +49,13 @@ type Config struct {
 	// as one extra value at the end of each row; the reference must
 	// carry a Prediction summary.
 	Prediction bool `json:"prediction,omitempty"`
+	// Stream, when set, also runs the streaming detector (a two-sided
+	// CUSUM per feature and the prediction, see CUSUM) on every row: a
+	// streaming alarm on any feature raises the monitor's alarm at once,
+	// with an Event whose Source is SourceStream, and an alarm clears only
+	// at an evaluation that is Under with no streaming alarm since the
+	// previous one. Nil: the windowed detector alone.
+	Stream *StreamConfig `json:"stream,omitempty"`
 }
 
 // Config defaults.
@@ -94,6 +101,11 @@ func (c *Config) EnsureDefaults() {
 	if c.Correction == "" {
 		c.Correction = BenjaminiHochberg
 	}
+	if c.Stream != nil {
+		s := *c.Stream
+		s.EnsureDefaults()
+		c.Stream = &s
+	}
 }
 
 // Validate reports every problem with c (after EnsureDefaults) joined into
@@ -118,6 +130,11 @@ func (c Config) Validate() error {
 	case BenjaminiHochberg, Bonferroni, NoCorrection:
 	default:
 		errs = append(errs, fmt.Errorf("correction %q: want bh, bonferroni or none", c.Correction))
+	}
+	if c.Stream != nil {
+		if err := c.Stream.Validate(); err != nil {
+			errs = append(errs, err)
+		}
 	}
 	if len(errs) > 0 {
 		return fmt.Errorf("%w: %w", ErrInvalid, errors.Join(errs...))
@@ -159,18 +176,38 @@ const (
 	EventClear EventKind = "clear"
 )
 
+// Source says which detector raised an Event.
+type Source string
+
+// Sources.
+const (
+	// SourceWindow is the windowed detector (Config.Detector) after
+	// Config.Consecutive evaluations over the alarm threshold; every
+	// EventClear has it.
+	SourceWindow Source = "window"
+	// SourceStream is the streaming detector (Config.Stream) on one row.
+	SourceStream Source = "stream"
+)
+
 // Event is emitted when the monitor starts or stops alarming.
 type Event struct {
 	// Kind is EventAlarm or EventClear.
 	Kind EventKind `json:"kind"`
+	// Source says which detector raised it.
+	Source Source `json:"source,omitempty"`
 	// Model, Version and Site are copied from the Config.
 	Model   string `json:"model,omitempty"`
 	Version string `json:"version,omitempty"`
 	Site    string `json:"site,omitempty"`
 	// Detector produced the scores.
 	Detector Detector `json:"detector"`
-	// Scores are the evaluation's per-feature scores.
+	// Scores are the evaluation's per-feature scores: for SourceStream,
+	// the latest evaluation's (nil before the first).
 	Scores []Score `json:"scores"`
+	// Stream is the streaming detector's per-feature state when the event
+	// fired (Drifted marks the features that alarmed); nil without
+	// Config.Stream.
+	Stream []StreamScore `json:"stream,omitempty"`
 	// Samples is the number of samples seen when it fired.
 	Samples int64 `json:"samples"`
 }
@@ -193,6 +230,10 @@ type Monitor struct {
 	alarmed     bool
 	last        *Evaluation
 
+	cusum      []*CUSUM // per column; nil without Config.Stream
+	streamHit  []bool   // per column: alarmed since the last evaluation
+	streamHits int      // streaming alarms since the last evaluation
+
 	ps, adj []float64
 	idx     []int
 }
@@ -214,6 +255,7 @@ func New(ref Reference, cfg Config) (*Monitor, error) {
 	if len(cols) == 0 {
 		return nil, fmt.Errorf("%w: reference has no features", ErrInvalid)
 	}
+	var err error
 	var errs []error
 	for _, c := range cols {
 		if err := c.Validate(); err != nil {
@@ -233,6 +275,15 @@ func New(ref Reference, cfg Config) (*Monitor, error) {
 	}
 	for c := range m.sorted {
 		m.sorted[c] = make([]float64, 0, cfg.Window)
+	}
+	if cfg.Stream != nil {
+		m.cusum = make([]*CUSUM, len(cols))
+		m.streamHit = make([]bool, len(cols))
+		for c, ref := range cols {
+			if m.cusum[c], err = NewCUSUM(ref, *cfg.Stream, len(cols)); err != nil {
+				return nil, err
+			}
+		}
 	}
 	return m, nil
 }
@@ -258,6 +309,22 @@ func (m *Monitor) Last() (Evaluation, bool) {
 	e := *m.last
 	e.Scores = slices.Clone(e.Scores)
 	return e, true
+}
+
+// Stream returns the streaming detector's per-feature state, in the order
+// of Scores (features, then the prediction); nil without Config.Stream.
+func (m *Monitor) Stream() []StreamScore {
+	if m.cusum == nil {
+		return nil
+	}
+	out := make([]StreamScore, len(m.cusum))
+	for c, d := range m.cusum {
+		out[c] = StreamScore{
+			Name: m.cols[c].Name, Upper: d.upper, Lower: d.lower, Threshold: d.h,
+			Alarms: d.alarms, LastAlarm: d.lastAlarm, Direction: d.direction, Drifted: m.streamHit[c],
+		}
+	}
+	return out
 }
 
 // Observe adds one row (Width values, the prediction last when watched).
@@ -295,12 +362,29 @@ func observe[T float32 | float64](m *Monitor, row []T) (*Event, error) {
 	m.filled = min(m.filled+1, w)
 	m.seen++
 	m.since++
+	var out *Event
+	if m.cusum != nil {
+		hit := false
+		for c, x := range row {
+			if m.cusum[c].Observe(float64(x)) {
+				m.streamHit[c], hit = true, true
+				m.streamHits++
+			}
+		}
+		if hit && !m.alarmed {
+			m.alarmed = true
+			out = m.event(EventAlarm, SourceStream, m.last)
+		}
+	}
 	if m.filled < w || m.since < m.cfg.Every {
-		return nil, nil
+		return out, nil
 	}
 	m.since = 0
 	ev := m.Evaluate()
-	return m.step(ev), nil
+	if e := m.step(ev); e != nil {
+		out = e
+	}
+	return out, nil
 }
 
 // step applies hysteresis to a new evaluation.
@@ -310,23 +394,35 @@ func (m *Monitor) step(ev Evaluation) *Event {
 	} else {
 		m.consecutive = 0
 	}
+	// Streaming alarms since the previous evaluation hold the alarm (and
+	// are forgotten once this evaluation has seen them).
+	quiet := m.streamHits == 0
+	var out *Event
 	switch {
 	case !m.alarmed && m.consecutive >= m.cfg.Consecutive:
 		m.alarmed = true
-		return m.event(EventAlarm, ev)
-	case m.alarmed && ev.Under:
+		out = m.event(EventAlarm, SourceWindow, &ev)
+	case m.alarmed && ev.Under && quiet:
 		m.alarmed = false
 		m.consecutive = 0
-		return m.event(EventClear, ev)
+		out = m.event(EventClear, SourceWindow, &ev)
 	}
-	return nil
+	m.streamHits = 0
+	clear(m.streamHit)
+	return out
 }
 
-func (m *Monitor) event(k EventKind, ev Evaluation) *Event {
-	return &Event{
-		Kind: k, Model: m.cfg.Model, Version: m.cfg.Version, Site: m.cfg.Site,
-		Detector: m.cfg.Detector, Scores: slices.Clone(ev.Scores), Samples: m.seen,
+// event builds an Event from ev (nil: no evaluation yet) and the streaming
+// detector's state.
+func (m *Monitor) event(k EventKind, src Source, ev *Evaluation) *Event {
+	e := &Event{
+		Kind: k, Source: src, Model: m.cfg.Model, Version: m.cfg.Version, Site: m.cfg.Site,
+		Detector: m.cfg.Detector, Samples: m.seen, Stream: m.Stream(),
 	}
+	if ev != nil {
+		e.Scores = slices.Clone(ev.Scores)
+	}
+	return e
 }
 
 // Evaluate compares the current live window (however full) with the
@@ -388,6 +484,11 @@ type State struct {
 	Alarmed bool `json:"alarmed"`
 	// Last is the latest evaluation, if any.
 	Last *Evaluation `json:"last,omitempty"`
+	// Stream holds each column's streaming detector state; nil without
+	// Config.Stream.
+	Stream []StreamState `json:"stream,omitempty"`
+	// StreamHits counts streaming alarms since the last evaluation.
+	StreamHits int `json:"stream_hits,omitempty"`
 }
 
 // State returns a copy of the monitor's state.
@@ -410,6 +511,16 @@ func (m *Monitor) State() State {
 	}
 	if l, ok := m.Last(); ok {
 		st.Last = &l
+	}
+	if m.cusum != nil {
+		st.StreamHits = m.streamHits
+		st.Stream = make([]StreamState, len(m.cusum))
+		for c, d := range m.cusum {
+			st.Stream[c] = StreamState{
+				Upper: d.upper, Lower: d.lower, Alarms: d.alarms, LastAlarm: d.lastAlarm,
+				Direction: d.direction, Drifted: m.streamHit[c],
+			}
+		}
 	}
 	return st
 }
@@ -440,6 +551,24 @@ func Restore(ref Reference, st State) (*Monitor, error) {
 		l := *st.Last
 		l.Scores = slices.Clone(l.Scores)
 		m.last = &l
+	}
+	if m.cusum != nil {
+		// A state saved without the streaming detector starts it afresh.
+		if st.Stream != nil && len(st.Stream) != len(m.cusum) {
+			return nil, fmt.Errorf("%w: state has %d streaming detectors, reference %d columns", ErrInvalid, len(st.Stream), len(m.cusum))
+		}
+		for c, s := range st.Stream {
+			if !(s.Upper >= 0 && s.Lower >= 0) || math.IsInf(s.Upper, 0) || math.IsInf(s.Lower, 0) {
+				return nil, fmt.Errorf("%w: streaming detector %d statistics %v, %v", ErrInvalid, c, s.Upper, s.Lower)
+			}
+			d := m.cusum[c]
+			d.upper, d.lower, d.alarms, d.lastAlarm, d.direction = s.Upper, s.Lower, s.Alarms, s.LastAlarm, s.Direction
+			m.streamHit[c] = s.Drifted
+		}
+		m.streamHits = st.StreamHits
+		for _, d := range m.cusum {
+			d.seen = m.seen
+		}
 	}
 	return m, nil
 }
