@@ -1,6 +1,7 @@
 package agent
 
 import (
+	"cmp"
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
@@ -13,8 +14,11 @@ import (
 	"path/filepath"
 	"slices"
 	"sort"
+	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"time"
 
 	"github.com/NVIDIA/go-nvml/pkg/nvml"
@@ -77,6 +81,13 @@ type Agent struct {
 	// peer answers requests other agents send over the data plane.
 	peer atomic.Pointer[http.Handler]
 
+	// lock holds the data dir (flock on its agent.pid) until Close.
+	lock *os.File
+	// base is every API request's context: ending it at shutdown ends
+	// long requests (event streams) at once.
+	base       context.Context
+	cancelBase context.CancelFunc
+
 	closeOnce sync.Once
 	closeErr  error
 }
@@ -86,9 +97,13 @@ type Agent struct {
 // not join peers or serve the API until Run.
 func New(cfg Config) (*Agent, error) {
 	cfg.EnsureDefaults()
+	if err := cfg.loadSecrets(); err != nil {
+		return nil, err
+	}
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
+	tokens, _ := cfg.apiTokens() // validated
 	a := &Agent{cfg: cfg, started: time.Now(), compile: controller.Compile}
 	a.log = cfg.Logger
 	if a.log == nil {
@@ -104,8 +119,14 @@ func New(cfg Config) (*Agent, error) {
 	if err := os.MkdirAll(cfg.DataDir, 0o700); err != nil {
 		return nil, fmt.Errorf("agent: data dir: %w", err)
 	}
+	lock, err := lockDataDir(cfg.DataDir)
+	if err != nil {
+		return nil, err
+	}
+	a.lock = lock
 	db, err := storage.Open(storage.Options{Dir: filepath.Join(cfg.DataDir, "db")})
 	if err != nil {
+		lock.Close()
 		return nil, err
 	}
 	a.db = db
@@ -195,7 +216,7 @@ func New(cfg Config) (*Agent, error) {
 	}
 	ac2 := httpapi.Config{
 		Mesh: a.mesh, Catalog: a.cat, Artifacts: a.art, Jobs: a.jobRunner, Forwarder: a.fwd, Events: a.events,
-		InferenceErr: a.infErr, Registry: a.reg, Token: cfg.APIToken, Addr: a.APIAddr, Logger: a.log,
+		InferenceErr: a.infErr, Registry: a.reg, Tokens: tokens, Anonymous: cfg.APIAnonymous, Addr: a.APIAddr, Logger: a.log,
 		SpoolDir: filepath.Join(cfg.DataDir, "artifacts"),
 		Compile:  func(p PolicyRecord) (*placement.Request, error) { return a.compile(p) },
 	}
@@ -205,7 +226,9 @@ func New(cfg Config) (*Agent, error) {
 	api := httpapi.New(ac2)
 	peer := api.PeerRoutes()
 	a.peer.Store(&peer)
-	a.srv = &http.Server{Handler: api.Handler(), ReadHeaderTimeout: 10 * time.Second}
+	a.base, a.cancelBase = context.WithCancel(context.Background())
+	a.srv = &http.Server{Handler: api.Handler(), ReadHeaderTimeout: 10 * time.Second,
+		BaseContext: func(net.Listener) context.Context { return a.base }}
 	return a, nil
 }
 
@@ -274,17 +297,29 @@ func (a *Agent) Run(ctx context.Context) error {
 	case <-ctx.Done():
 	case err = <-errc:
 	}
+	// Shut down within about a second: stop taking requests and end the
+	// long ones (event streams) while the mesh hears the goodbye.
+	start := time.Now()
 	cancel()
-	wg.Wait()
-	if lerr := a.mesh.Leave(2 * time.Second); lerr != nil {
+	a.cancelBase()
+	var shut sync.WaitGroup
+	shut.Add(1)
+	go func() {
+		defer shut.Done()
+		shutCtx, done := context.WithTimeout(context.Background(), shutdownGrace)
+		defer done()
+		_ = a.srv.Shutdown(shutCtx)
+	}()
+	if lerr := a.mesh.Leave(shutdownGrace * 7 / 8); lerr != nil {
 		// Typical when the whole mesh stops at once: nobody is left to
 		// hear the goodbye.
 		a.log.Info("leave not confirmed", "err", lerr)
 	}
-	shutCtx, done := context.WithTimeout(context.Background(), 5*time.Second)
-	defer done()
-	_ = a.srv.Shutdown(shutCtx)
-	return errors.Join(err, a.Close())
+	wg.Wait()
+	shut.Wait()
+	err = errors.Join(err, a.Close())
+	a.log.Info("agent stopped", "took", time.Since(start).Round(time.Millisecond))
+	return err
 }
 
 // Close stops the agent without leaving the mesh (peers see a failure, as
@@ -306,6 +341,12 @@ func (a *Agent) Close() error {
 		errs = append(errs, a.dp.close())
 		if a.db != nil {
 			errs = append(errs, a.db.Close())
+		}
+		if a.cancelBase != nil {
+			a.cancelBase()
+		}
+		if a.lock != nil {
+			errs = append(errs, a.lock.Close()) // releases the flock
 		}
 		a.closeErr = errors.Join(errs...)
 	})
@@ -477,4 +518,32 @@ func (a *Agent) loadLoop(ctx context.Context) {
 			a.log.Warn("publishing load", "err", err)
 		}
 	}
+}
+
+// shutdownGrace bounds how long Run waits, on the way out, for requests in
+// flight to finish and for the mesh to hear that this node leaves.
+const shutdownGrace = 800 * time.Millisecond
+
+// lockDataDir takes an exclusive lock on dir/agent.pid and writes this
+// process's ID in it, so a second agent on the same data dir says who holds
+// it instead of failing inside the database. The lock is released when the
+// file is closed, or when the process dies.
+func lockDataDir(dir string) (*os.File, error) {
+	path := filepath.Join(dir, "agent.pid")
+	f, err := os.OpenFile(path, os.O_RDWR|os.O_CREATE, 0o600)
+	if err != nil {
+		return nil, fmt.Errorf("agent: data dir lock: %w", err)
+	}
+	if err := syscall.Flock(int(f.Fd()), syscall.LOCK_EX|syscall.LOCK_NB); err != nil {
+		b, _ := os.ReadFile(path)
+		f.Close()
+		if errors.Is(err, syscall.EWOULDBLOCK) {
+			return nil, fmt.Errorf("agent: data dir %s is in use by pid %s (another strata agent): stop it, or give this one another -data-dir", dir, cmp.Or(strings.TrimSpace(string(b)), "unknown"))
+		}
+		return nil, fmt.Errorf("agent: data dir lock %s: %w", path, err)
+	}
+	if err := f.Truncate(0); err == nil {
+		_, _ = f.WriteAt([]byte(strconv.Itoa(os.Getpid())+"\n"), 0)
+	}
+	return f, nil
 }

@@ -5,6 +5,7 @@ import (
 	crand "crypto/rand"
 	"encoding/base64"
 	"encoding/json"
+	"fmt"
 	"net/http"
 	"net/http/httptest"
 	"os"
@@ -268,4 +269,27 @@ func TestIdentitySurvivesRestart(t *testing.T) {
 	if c.ID() == id {
 		t.Error("a fresh data dir got the same ID")
 	}
+}
+
+// TestDataDirInUse: a second agent on a data dir in use says which process
+// holds it, and the dir is free again once the first closes.
+func TestDataDirInUse(t *testing.T) {
+	cfg := DevConfigs(1, t.TempDir(), "127.0.0.1:0")[0]
+	cfg.LogLevel = "error"
+	a, err := New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, err = New(cfg)
+	want := fmt.Sprintf("is in use by pid %d", os.Getpid())
+	if err == nil || !strings.Contains(err.Error(), want) {
+		a.Close()
+		t.Fatalf("second agent on the data dir: err = %v, want it to say %q", err, want)
+	}
+	a.Close()
+	b, err := New(cfg)
+	if err != nil {
+		t.Fatalf("after the first closed: %v", err)
+	}
+	b.Close()
 }

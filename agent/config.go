@@ -2,6 +2,7 @@ package agent
 
 import (
 	"bytes"
+	"cmp"
 	"errors"
 	"flag"
 	"fmt"
@@ -9,6 +10,8 @@ import (
 	"log/slog"
 	"os"
 	"regexp"
+	"slices"
+	"strconv"
 	"strings"
 	"time"
 
@@ -16,6 +19,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"gopkg.in/yaml.v3"
 
+	"github.com/strata-mesh/strata/internal/httpapi"
 	"github.com/strata-mesh/strata/mesh"
 	"github.com/strata-mesh/strata/policy"
 )
@@ -48,10 +52,22 @@ type Config struct {
 	// GossipKey is the base64 gossip encryption key (`strata keygen`).
 	// Empty: gossip is not encrypted.
 	GossipKey string `yaml:"gossip_key"`
-	// APIToken, when set, is required (Authorization: Bearer) on mutating
-	// API calls. Without it those calls are allowed only when the API is
-	// bound to loopback.
+	// GossipKeyFile holds the gossip key (read at start; keeps the key out
+	// of `ps` and of the config). $STRATA_GOSSIP_KEY works too.
+	GossipKeyFile string `yaml:"gossip_key_file"`
+	// APIToken is a token with every scope (read, infer, write): with it
+	// (or ACLTokens) set, API calls need "Authorization: Bearer TOKEN".
+	// Without tokens a loopback-bound API answers everything and one bound
+	// off loopback only APIAnonymous. $STRATA_API_TOKEN works too.
 	APIToken string `yaml:"api_token"`
+	// APITokenFile holds APIToken (read at start).
+	APITokenFile string `yaml:"api_token_file"`
+	// ACLTokens are further tokens, kept as their SHA-256 (`strata token
+	// hash`), each with its scopes: read, infer, write.
+	ACLTokens []ACLToken `yaml:"acl_tokens"`
+	// APIAnonymous are the API paths that answer without a token. Default
+	// ["/v1/health", "/metrics"].
+	APIAnonymous []string `yaml:"api_anonymous"`
 	// LogLevel is debug, info, warn or error. Default info.
 	LogLevel string `yaml:"log_level"`
 	// GPUs declares GPUs where NVML cannot see them. Declared GPUs are used
@@ -120,6 +136,67 @@ type Config struct {
 	// and "/sys".
 	ProcRoot string `yaml:"-"`
 	SysRoot  string `yaml:"-"`
+}
+
+// ACLToken is one API token, kept as its SHA-256.
+type ACLToken struct {
+	// Name says whose token it is (logs, errors).
+	Name string `yaml:"name"`
+	// SHA256 is the hex SHA-256 of the token (`strata token hash`).
+	SHA256 string `yaml:"sha256"`
+	// Scopes are any of read, infer, write.
+	Scopes []string `yaml:"scopes"`
+}
+
+// apiTokens turns the configured tokens into the API's.
+func (c *Config) apiTokens() ([]httpapi.Token, error) {
+	var out []httpapi.Token
+	if c.APIToken != "" {
+		sum, _ := httpapi.ParseTokenHash(httpapi.HashToken(c.APIToken))
+		out = append(out, httpapi.Token{Name: "api_token", SHA256: sum, Scopes: httpapi.Scopes})
+	}
+	var errs []error
+	for i, t := range c.ACLTokens {
+		sum, err := httpapi.ParseTokenHash(t.SHA256)
+		if err != nil {
+			errs = append(errs, fmt.Errorf("acl_tokens[%d].sha256: %w", i, err))
+		}
+		tok := httpapi.Token{Name: cmp.Or(t.Name, fmt.Sprintf("acl_tokens[%d]", i)), SHA256: sum}
+		if len(t.Scopes) == 0 {
+			errs = append(errs, fmt.Errorf("acl_tokens[%d].scopes: list at least one of read, infer, write", i))
+		}
+		for _, s := range t.Scopes {
+			if !slices.Contains(httpapi.Scopes, httpapi.Scope(s)) {
+				errs = append(errs, fmt.Errorf("acl_tokens[%d].scopes: %q is not a scope: use read, infer or write", i, s))
+			}
+			tok.Scopes = append(tok.Scopes, httpapi.Scope(s))
+		}
+		out = append(out, tok)
+	}
+	return out, errors.Join(errs...)
+}
+
+// loadSecrets reads the secrets kept in files or the environment, so they
+// need not appear in flags that `ps` shows.
+func (c *Config) loadSecrets() error {
+	read := func(dst *string, path, field string) error {
+		if path == "" || *dst != "" {
+			return nil
+		}
+		b, err := os.ReadFile(path)
+		if err != nil {
+			return fmt.Errorf("%s: %w", field, err)
+		}
+		*dst = strings.TrimSpace(string(b))
+		return nil
+	}
+	if c.GossipKey == "" {
+		c.GossipKey = os.Getenv("STRATA_GOSSIP_KEY")
+	}
+	if c.APIToken == "" {
+		c.APIToken = os.Getenv("STRATA_API_TOKEN")
+	}
+	return errors.Join(read(&c.GossipKey, c.GossipKeyFile, "gossip_key_file"), read(&c.APIToken, c.APITokenFile, "api_token_file"))
 }
 
 // DeclaredGPU declares Count identical GPUs.
@@ -252,6 +329,9 @@ func (c *Config) Validate() error {
 			bad("labels", "bad label key %q", k)
 		}
 	}
+	if _, err := c.apiTokens(); err != nil {
+		errs = append(errs, err)
+	}
 	if c.SampleFraction < 0 || c.SampleFraction > 1 {
 		bad("sample_fraction", "must be between 0 and 1")
 	}
@@ -359,7 +439,9 @@ func Flags(fs *flag.FlagSet) func() (Config, error) {
 	})
 	str("api", "HTTP API `HOST:PORT` (default 127.0.0.1:7470)", func(c *Config, v string) { c.API = v })
 	str("gossip-key", "base64 gossip encryption `key` from `strata keygen` (default: unencrypted)", func(c *Config, v string) { c.GossipKey = v })
-	str("api-token", "`token` required on mutating API calls (default: none; then only a loopback API accepts them)", func(c *Config, v string) { c.APIToken = v })
+	str("gossip-key-file", "`file` holding the gossip key (or set $STRATA_GOSSIP_KEY)", func(c *Config, v string) { c.GossipKeyFile = v })
+	str("api-token", "API `token` with every scope; then calls need Authorization: Bearer (default: none; a loopback API answers everything)", func(c *Config, v string) { c.APIToken = v })
+	str("api-token-file", "`file` holding the API token (or set $STRATA_API_TOKEN)", func(c *Config, v string) { c.APIToken = ""; c.APITokenFile = v })
 	str("log-level", "log `level`: debug, info, warn, error (default info)", func(c *Config, v string) { c.LogLevel = v })
 	str("data-addr", "data plane `HOST:PORT` (UDP, QUIC; default 0.0.0.0:7471)", func(c *Config, v string) { c.DataAddr = v })
 	str("ca-cert", "mesh CA certificate `file` (PEM) from `strata keygen -pki`", func(c *Config, v string) { c.CACertFile = v })
@@ -370,8 +452,12 @@ func Flags(fs *flag.FlagSet) func() (Config, error) {
 	str("ort-library", "ONNX Runtime shared library `path` (default $STRATA_ORT_LIB)", func(c *Config, v string) { c.ORTLibrary = v })
 	str("fabric", "declared RDMA fabric `ID` (overrides discovery)", func(c *Config, v string) { c.Fabric = v })
 	str("nvml-library", "`path` of libnvidia-ml.so.1 (default: the system's)", func(c *Config, v string) { c.NVMLLibrary = v })
-	fs.BoolFunc("disable-nvml", "skip GPU discovery through NVML", func(string) error {
-		sets = append(sets, func(c *Config) error { c.DisableNVML = true; return nil })
+	fs.BoolFunc("disable-nvml", "skip GPU discovery through NVML", func(v string) error {
+		off, err := strconv.ParseBool(v)
+		if err != nil {
+			return fmt.Errorf("want true or false, got %q", v)
+		}
+		sets = append(sets, func(c *Config) error { c.DisableNVML = off; return nil })
 		return nil
 	})
 	return func() (Config, error) {

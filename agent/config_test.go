@@ -2,7 +2,9 @@ package agent
 
 import (
 	"flag"
+	"fmt"
 	"io"
+	"os"
 	"strings"
 	"testing"
 
@@ -105,5 +107,77 @@ func TestFlagsOverrideFile(t *testing.T) {
 	Flags(fs)
 	if err := fs.Parse([]string{"-label", "novalue"}); err == nil {
 		t.Error("-label without = accepted")
+	}
+}
+
+func TestDisableNVMLFlagTakesItsValue(t *testing.T) {
+	for _, tc := range []struct {
+		args []string
+		want bool
+	}{
+		{nil, false},
+		{[]string{"-disable-nvml"}, true},
+		{[]string{"-disable-nvml=true"}, true},
+		{[]string{"-disable-nvml=false"}, false},
+	} {
+		fs := flag.NewFlagSet("agent", flag.ContinueOnError)
+		fs.SetOutput(io.Discard)
+		load := Flags(fs)
+		if err := fs.Parse(tc.args); err != nil {
+			t.Fatal(err)
+		}
+		c, err := load()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if c.DisableNVML != tc.want {
+			t.Errorf("%v: DisableNVML = %v, want %v", tc.args, c.DisableNVML, tc.want)
+		}
+	}
+}
+
+func TestSecretsFromFilesAndEnvironment(t *testing.T) {
+	dir := t.TempDir()
+	key := "c2VjcmV0LWtleS1vZi0zMi1ieXRlcy0tLS0tLS0tLS0="
+	write := func(name, v string) string {
+		p := dir + "/" + name
+		if err := os.WriteFile(p, []byte(v+"\n"), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		return p
+	}
+	c := Config{GossipKeyFile: write("gossip", key), APITokenFile: write("token", "s3cret")}
+	if err := c.loadSecrets(); err != nil {
+		t.Fatal(err)
+	}
+	if c.GossipKey != key || c.APIToken != "s3cret" {
+		t.Errorf("from files: gossip key %q, token %q", c.GossipKey, c.APIToken)
+	}
+	t.Setenv("STRATA_API_TOKEN", "from-env")
+	c = Config{}
+	if err := c.loadSecrets(); err != nil || c.APIToken != "from-env" {
+		t.Errorf("from the environment: token %q, err %v", c.APIToken, err)
+	}
+	c = Config{GossipKeyFile: dir + "/missing"}
+	if err := c.loadSecrets(); err == nil || !strings.Contains(err.Error(), "gossip_key_file") {
+		t.Errorf("missing file: err = %v, want one naming gossip_key_file", err)
+	}
+}
+
+func TestACLTokensValidated(t *testing.T) {
+	c := DefaultConfig()
+	c.ACLTokens = []ACLToken{
+		{Name: "ci", SHA256: strings.Repeat("ab", 32), Scopes: []string{"read", "write"}},
+		{Name: "bad", SHA256: "xyz", Scopes: []string{"admin"}},
+		{Name: "none", SHA256: strings.Repeat("cd", 32)},
+	}
+	err := c.Validate()
+	for _, want := range []string{"acl_tokens[1].sha256", `acl_tokens[1].scopes: "admin" is not a scope`, "acl_tokens[2].scopes: list at least one"} {
+		if err == nil || !strings.Contains(err.Error(), want) {
+			t.Errorf("Validate() = %v, want it to say %q", err, want)
+		}
+	}
+	if strings.Contains(fmt.Sprint(err), "acl_tokens[0]") {
+		t.Errorf("a good token reported: %v", err)
 	}
 }

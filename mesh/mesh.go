@@ -625,10 +625,16 @@ func (m *Mesh) updateMeta() {
 			m.log.Warn("meta update failed inside memberlist", "panic", r)
 		}
 	}()
-	if err := m.ml.UpdateNode(5 * time.Second); err != nil {
-		m.log.Debug("meta update not yet gossiped", "err", err)
+	// A short wait: the broadcast stays queued after a timeout (a newer
+	// digest replaces it), and Close, after Leave when nothing is gossiped
+	// any more, waits for this call. (memberlist waits forever on 0.)
+	if err := m.ml.UpdateNode(metaUpdateWait); err != nil {
+		m.log.Debug("meta update not gossiped yet", "err", err)
 	}
 }
+
+// metaUpdateWait bounds how long a meta update waits for its broadcast.
+const metaUpdateWait = 250 * time.Millisecond
 
 func (m *Mesh) memberNode(name string) *memberlist.Node {
 	m.mu.Lock()

@@ -44,7 +44,7 @@ func (s *Server) needArtifacts(w http.ResponseWriter) bool {
 // POST /v1/artifacts?name=N&version=V[&kind=dataset].
 func (s *Server) handlePush(w http.ResponseWriter, r *http.Request) {
 	q := r.URL.Query()
-	if !s.authorized(w, r) || !httpjson.CheckParams(w, q, "name", "version", "kind") || !s.needArtifacts(w) {
+	if !httpjson.CheckParams(w, q, "name", "version", "kind") || !s.needArtifacts(w) {
 		return
 	}
 	kind, ok := parseKind(w, q.Get("kind"))
@@ -148,7 +148,7 @@ func (s *Server) handleModel(w http.ResponseWriter, r *http.Request) {
 // POST /v1/artifacts/pull?name=N[&version=V][&kind=dataset].
 func (s *Server) handlePull(w http.ResponseWriter, r *http.Request) {
 	q := r.URL.Query()
-	if !s.authorized(w, r) || !httpjson.CheckParams(w, q, "name", "version", "kind") || !s.needArtifacts(w) {
+	if !httpjson.CheckParams(w, q, "name", "version", "kind") || !s.needArtifacts(w) {
 		return
 	}
 	kind, ok := parseKind(w, q.Get("kind"))

@@ -57,9 +57,13 @@ type Config struct {
 	Compile func(catalog.Policy) (*placement.Request, error)
 	// Registry is gathered at /metrics.
 	Registry prometheus.Gatherer
-	// Token, when set, is required (Authorization: Bearer) on mutating
-	// calls; without it they are allowed only on a loopback-bound API.
-	Token string
+	// Tokens are the API's tokens with their scopes. Without any, a
+	// loopback-bound API answers everything and one bound off loopback
+	// only the Anonymous paths.
+	Tokens []Token
+	// Anonymous are the paths that answer without a token. Default
+	// DefaultAnonymous (/v1/health, /metrics).
+	Anonymous []string
 	// SpoolDir receives uploads before they are published (on the store's
 	// file system).
 	SpoolDir string
@@ -83,6 +87,9 @@ type Server struct {
 func New(cfg Config) *Server {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.New(slog.DiscardHandler)
+	}
+	if cfg.Anonymous == nil {
+		cfg.Anonymous = DefaultAnonymous
 	}
 	s := &Server{cfg: cfg, log: cfg.Logger, decodeSeen: map[string]bool{}}
 	s.handler = s.routes()
