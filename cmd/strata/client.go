@@ -1,6 +1,7 @@
 package main
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"flag"
@@ -45,7 +46,7 @@ func (c *clientFlags) check() error {
 // client returns the API client of the flags' address, with the token
 // in STRATA_TOKEN.
 func (c *clientFlags) client() *client.Client {
-	return client.New(c.address, client.WithToken(os.Getenv("STRATA_TOKEN")))
+	return client.New(c.address, client.WithToken(cmp.Or(os.Getenv("STRATA_TOKEN"), os.Getenv("STRATA_API_TOKEN"))))
 }
 
 // readTimeout bounds a read-only call; calls that change something

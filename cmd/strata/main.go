@@ -49,6 +49,7 @@ func commands() []command {
 		{"push", "FILE --name N --version V [--kind dataset] [--reference FILE]", "publish a signed model or dataset version", runPush},
 		{"models", "[-o json]", "list model versions and the nodes that hold them", runModels},
 		{"pull", "NAME[:VERSION]", "fetch an artifact to the agent from the nearest holders", runPull},
+		{"token", "new | hash TOKEN", "make an API token, or hash one for acl_tokens in the agent's config", runToken},
 		{"keygen", "[-pki DIR]", "print a new gossip key; with -pki also make the mesh CA and a signing key", runKeygen},
 		{"version", "[-o json]", "print the version, the commit built from and the Go version", runVersion},
 	}
