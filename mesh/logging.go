@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"log/slog"
+	"net"
 	"strings"
 	"sync"
 	"time"
@@ -14,25 +15,35 @@ import (
 // otherwise log a line. Every refusal is still counted.
 const refusalLogEvery = 10 * time.Second
 
+// peerLogEvery bounds how often a warning about one source address is
+// logged; the ones in between are counted and their number is reported
+// with the next line logged for that source.
+const peerLogEvery = time.Second
+
+// maxLogSources bounds the source addresses the rate limiter remembers (a
+// flood of spoofed UDP sources must not grow it without end); past it,
+// unknown sources share one budget.
+const maxLogSources = 4096
+
 // logWriter turns memberlist's log lines ("[ERR] memberlist: ...") into slog
-// records at the matching level, and counts and rate-limits refusals.
+// records at the matching level. Refusals are counted and logged at most
+// once per refusalLogEvery; every other warning that names a source address
+// is counted and logged at most once per peerLogEvery for that address.
 type logWriter struct {
 	log     *slog.Logger
 	metrics *metrics
-	// suspect is told when memberlist's own probe of a member fails: the
-	// only place memberlist says so.
-	suspect func(name string, suspect bool)
 
 	mu         sync.Mutex
 	lastRefuse time.Time
 	suppressed int
+	sources    sourceLimiter
 }
 
 func (w *logWriter) Write(p []byte) (int, error) {
 	line := string(bytes.TrimSpace(p))
 	level := slog.LevelDebug
 	switch {
-	case strings.HasPrefix(line, "[ERR]"):
+	case strings.HasPrefix(line, "[ERR]"), strings.HasPrefix(line, "[ERROR]"):
 		level = slog.LevelError
 	case strings.HasPrefix(line, "[WARN]"):
 		level = slog.LevelWarn
@@ -43,23 +54,8 @@ func (w *logWriter) Write(p []byte) (int, error) {
 	if i := strings.Index(line, "memberlist: "); i >= 0 {
 		msg = line[i+len("memberlist: "):]
 	}
-	if name, ok := strings.CutPrefix(msg, "Suspect "); ok && w.suspect != nil {
-		if name, ok = strings.CutSuffix(name, " has failed, no acks received"); ok {
-			w.suspect(name, true)
-		}
-	}
 	if isRefusal(msg) {
-		w.metrics.refused.Inc()
-		w.mu.Lock()
-		if time.Since(w.lastRefuse) < refusalLogEvery {
-			w.suppressed++
-			w.mu.Unlock()
-			return len(p), nil
-		}
-		n := w.suppressed
-		w.suppressed, w.lastRefuse = 0, time.Now()
-		w.mu.Unlock()
-		w.log.Warn("refused gossip from a peer without our gossip key", "detail", msg, "suppressed_since_last", n)
+		w.refuse(msg)
 		return len(p), nil
 	}
 	// memberlist's own errors about peers are mostly transient network
@@ -68,11 +64,75 @@ func (w *logWriter) Write(p []byte) (int, error) {
 	if level == slog.LevelError {
 		level = slog.LevelWarn
 	}
-	if strings.Contains(msg, "use of closed network connection") {
+	// A name conflict is reported by conflictDelegate, with the node IDs.
+	if strings.Contains(msg, "use of closed network connection") || strings.HasPrefix(msg, "Conflicting address for ") {
 		level = slog.LevelDebug
+	}
+	if src := logSource(msg); src != "" && level >= slog.LevelWarn {
+		w.metrics.peerWarnings.Inc()
+		ok, n := w.sources.allow(src, time.Now())
+		if !ok {
+			w.metrics.logSuppressed.Inc()
+			return len(p), nil
+		}
+		w.log.Log(context.Background(), level, msg, "source", "memberlist", "peer", src, "suppressed_since_last", n)
+		return len(p), nil
 	}
 	w.log.Log(context.Background(), level, msg, "source", "memberlist")
 	return len(p), nil
+}
+
+// refuse counts a refusal and logs it unless one was logged recently.
+func (w *logWriter) refuse(detail string) {
+	w.metrics.refused.Inc()
+	w.mu.Lock()
+	if time.Since(w.lastRefuse) < refusalLogEvery {
+		w.suppressed++
+		w.mu.Unlock()
+		w.metrics.logSuppressed.Inc()
+		return
+	}
+	n := w.suppressed
+	w.suppressed, w.lastRefuse = 0, time.Now()
+	w.mu.Unlock()
+	w.log.Warn("refused gossip from a peer without our gossip key", "detail", detail, "suppressed_since_last", n)
+}
+
+// drop is told by the guard transport about each packet or stream it
+// dropped before memberlist decoded it: undecryptable ones are refusals,
+// the rest are counted by path and reason. Either way the log is
+// rate-limited.
+func (w *logWriter) drop(path, reason string, from net.Addr) {
+	src := "unknown"
+	if from != nil {
+		src = from.String()
+	}
+	if reason == dropKey || reason == dropUnencrypted {
+		w.refuse(path + " from " + src + ": " + reason)
+		return
+	}
+	w.metrics.invalid.WithLabelValues(path, reason).Inc()
+	w.metrics.peerWarnings.Inc()
+	ok, n := w.sources.allow(src, time.Now())
+	if !ok {
+		w.metrics.logSuppressed.Inc()
+		return
+	}
+	w.log.Warn("dropped invalid gossip", "path", path, "reason", reason, "peer", src, "suppressed_since_last", n)
+}
+
+// logSource returns the address memberlist names with "from=" in a log
+// line (LogAddress, LogConn), or "".
+func logSource(msg string) string {
+	i := strings.Index(msg, "from=")
+	if i < 0 {
+		return ""
+	}
+	src := msg[i+len("from="):]
+	if j := strings.IndexAny(src, " \t"); j >= 0 {
+		src = src[:j]
+	}
+	return src
 }
 
 func isRefusal(msg string) bool {
@@ -81,4 +141,51 @@ func isRefusal(msg string) bool {
 		strings.Contains(msg, "decrypt packet failed") ||
 		strings.Contains(msg, "encryption is configured but remote state is not encrypted") ||
 		strings.Contains(msg, "remote state is encrypted and encryption is not configured")
+}
+
+// sourceLimiter allows one event per peerLogEvery per source and counts
+// the ones it holds back. The zero value is ready to use.
+type sourceLimiter struct {
+	mu      sync.Mutex
+	sources map[string]*sourceState
+}
+
+type sourceState struct {
+	last       time.Time
+	suppressed int
+}
+
+// allow reports whether an event from src may be logged now and, if so, how
+// many were held back since the last one.
+func (l *sourceLimiter) allow(src string, now time.Time) (bool, int) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.sources == nil {
+		l.sources = map[string]*sourceState{}
+	}
+	st := l.sources[src]
+	if st == nil {
+		if len(l.sources) >= maxLogSources {
+			for k, s := range l.sources {
+				if now.Sub(s.last) >= peerLogEvery && s.suppressed == 0 {
+					delete(l.sources, k)
+				}
+			}
+		}
+		if len(l.sources) >= maxLogSources {
+			src = "other"
+			st = l.sources[src]
+		}
+		if st == nil {
+			st = &sourceState{}
+			l.sources[src] = st
+		}
+	}
+	if !st.last.IsZero() && now.Sub(st.last) < peerLogEvery {
+		st.suppressed++
+		return false, 0
+	}
+	n := st.suppressed
+	st.last, st.suppressed = now, 0
+	return true, n
 }

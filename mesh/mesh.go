@@ -14,6 +14,7 @@ import (
 	"strings"
 	"sync"
 	"time"
+	"unsafe"
 
 	"github.com/hashicorp/memberlist"
 	"github.com/hashicorp/serf/coordinate"
@@ -72,7 +73,7 @@ type memberInfo struct {
 	ip      net.IP
 	port    uint16
 	status  Status
-	suspect bool // this agent's probes of it are failing
+	suspect bool // memberlist holds it suspect (see watchSuspects)
 	changed time.Time
 	meta    metaDigest
 }
@@ -183,10 +184,12 @@ func New(cfg Config) (*Mesh, error) {
 	}
 	d := &delegate{m: m}
 	mlc.Delegate, mlc.Events, mlc.Ping = d, d, d
-	mlc.Logger = log.New(&logWriter{log: m.log, metrics: m.metrics, suspect: m.markSuspect}, "", 0)
+	lw := &logWriter{log: m.log, metrics: m.metrics}
+	mlc.Logger = log.New(lw, "", 0)
+	mlc.Conflict = &conflictDelegate{m: m}
 	if cfg.Transport != nil {
 		mlc.Transport = cfg.Transport
-	} else if cfg.PacketDelay != nil {
+	} else {
 		// A kernel-chosen port is free for TCP but may be taken for UDP:
 		// retry, as memberlist does for the transport it makes itself.
 		var nt *memberlist.NetTransport
@@ -200,7 +203,10 @@ func New(cfg Config) (*Mesh, error) {
 		if err != nil {
 			return nil, fmt.Errorf("mesh: start gossip on %s: %w", cfg.BindAddr, err)
 		}
-		mlc.Transport = &delayTransport{NetTransport: nt, delay: cfg.PacketDelay}
+		mlc.Transport = nt
+		if cfg.PacketDelay != nil {
+			mlc.Transport = &delayTransport{NetTransport: nt, delay: cfg.PacketDelay}
+		}
 		if port == 0 {
 			mlc.BindPort = nt.GetAutoBindPort()
 			if cfg.AdvertiseAddr == "" {
@@ -211,12 +217,20 @@ func New(cfg Config) (*Mesh, error) {
 	if cfg.Memberlist != nil {
 		cfg.Memberlist(mlc)
 	}
+	// Every packet and stream is validated before memberlist decodes it
+	// (see guardTransport): memberlist panics on some crafted input.
+	if mlc.Transport != nil {
+		mlc.Transport = newGuardTransport(mlc.Transport, mlc, lw.drop)
+	}
 	m.bq = &memberlist.TransmitLimitedQueue{
 		NumNodes:       func() int { return m.ml.NumMembers() },
 		RetransmitMult: mlc.RetransmitMult,
 	}
 	ml, err := memberlist.Create(mlc)
 	if err != nil {
+		if mlc.Transport != nil {
+			_ = mlc.Transport.Shutdown()
+		}
 		return nil, fmt.Errorf("mesh: start gossip on %s: %w", cfg.BindAddr, err)
 	}
 	m.ml = ml
@@ -228,11 +242,12 @@ func New(cfg Config) (*Mesh, error) {
 	}
 	// Several senders: a stream send blocks until the peer reads it, and
 	// after a change every peer asks the owner for its document at once.
-	m.wg.Add(2 + senders)
+	m.wg.Add(3 + senders)
 	for range senders {
 		go m.worker()
 	}
 	go m.maintain()
+	go m.watchSuspects(mlc.ProbeInterval / 2)
 	go m.publishMeta()
 	return m, nil
 }
@@ -646,15 +661,116 @@ func (m *Mesh) memberNode(name string) *memberlist.Node {
 	return &memberlist.Node{Name: name, Addr: mi.ip, Port: mi.port}
 }
 
-// markSuspect records that this agent's probes of a member are failing
-// (memberlist reports it only in its log); an ack or alive message clears it.
-func (m *Mesh) markSuspect(name string, suspect bool) {
+// watchSuspects reads memberlist's own state of every member each period
+// (half a probe interval by default): memberlist has no event for a member
+// turning suspect or being cleared of suspicion, only for joining, updating
+// and failing or leaving.
+func (m *Mesh) watchSuspects(every time.Duration) {
+	defer m.wg.Done()
+	if every <= 0 {
+		every = 500 * time.Millisecond
+	}
+	if !m.memberStatesReadable() {
+		m.log.Warn("cannot read memberlist's member states; members are never reported suspect")
+		return
+	}
+	t := time.NewTicker(every)
+	defer t.Stop()
+	for {
+		select {
+		case <-m.stop:
+			return
+		case <-t.C:
+			m.scanSuspects()
+		}
+	}
+}
+
+// mlNodeState mirrors memberlist's (v0.7.0) unexported nodeState. Members
+// returns pointers to the Node at its start; the exported Node.State is
+// never set by memberlist, the member's state is this State.
+// memberStatesReadable checks the mirror against the local node before it
+// is relied on.
+type mlNodeState struct {
+	memberlist.Node
+	Incarnation uint32
+	State       memberlist.NodeStateType
+	StateChange time.Time
+}
+
+func memberState(n *memberlist.Node) memberlist.NodeStateType {
+	return (*mlNodeState)(unsafe.Pointer(n)).State
+}
+
+// memberStatesReadable reports whether mlNodeState matches memberlist's
+// layout: the local node must read as alive since about when it started.
+func (m *Mesh) memberStatesReadable() bool {
+	ln := m.ml.LocalNode()
+	if ln == nil || ln.Name != m.cfg.Name {
+		return false
+	}
+	s := (*mlNodeState)(unsafe.Pointer(ln))
+	st, at := s.State, s.StateChange
+	m.ml.NumMembers() // see scanSuspects
+	return st == memberlist.StateAlive && !at.Before(m.started.Add(-time.Minute)) && !at.After(time.Now().Add(time.Minute))
+}
+
+// scanSuspects marks suspect exactly the members memberlist holds in
+// StateSuspect. Members hands out pointers into memberlist's table, so the
+// states are read at once and memberlist's lock is taken again right after
+// (NumMembers): a state change memberlist makes after that is ordered after
+// these reads.
+func (m *Mesh) scanSuspects() {
+	nodes := m.ml.Members()
+	suspect := make(map[string]bool, len(nodes))
+	for _, n := range nodes {
+		if memberState(n) == memberlist.StateSuspect {
+			suspect[n.Name] = true
+		}
+	}
+	m.ml.NumMembers()
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	if mi := m.members[name]; mi != nil && mi.suspect != suspect {
-		mi.suspect = suspect
+	changed := false
+	for name, mi := range m.members {
+		if mi.suspect != suspect[name] {
+			mi.suspect = suspect[name]
+			changed = true
+		}
+	}
+	if changed {
 		m.notifyLocked()
 	}
+}
+
+// conflictDelegate reports name conflicts: memberlist keeps the member it
+// knew and ignores the other, which is most likely a second agent started
+// with the same name (a copied data dir, a reused host name).
+type conflictDelegate struct {
+	m *Mesh
+	// names limits the log to a line per second per name: memberlist
+	// reports the conflict at each alive message of the other node.
+	names sourceLimiter
+}
+
+var _ memberlist.ConflictDelegate = (*conflictDelegate)(nil)
+
+// NotifyConflict logs and counts the conflict. memberlist calls it with its
+// node table locked: it must not call back into memberlist.
+func (c *conflictDelegate) NotifyConflict(existing, other *memberlist.Node) {
+	c.m.metrics.conflicts.Inc()
+	ok, n := c.names.allow(existing.Name, time.Now())
+	if !ok {
+		c.m.metrics.logSuppressed.Inc()
+		return
+	}
+	var meta metaDigest
+	_ = json.Unmarshal(other.Meta, &meta)
+	c.m.log.Error("gossip name conflict: another node claims a name already in the mesh; it is ignored",
+		"name", existing.Name,
+		"existing_addr", net.JoinHostPort(existing.Addr.String(), strconv.Itoa(int(existing.Port))),
+		"other_addr", net.JoinHostPort(other.Addr.String(), strconv.Itoa(int(other.Port))),
+		"other_id", meta.ID, "suppressed_since_last", n)
 }
 
 func (m *Mesh) enqueue(j job) {

@@ -3,7 +3,17 @@ package mesh
 import "github.com/prometheus/client_golang/prometheus"
 
 type metrics struct {
-	refused      prometheus.Counter
+	refused prometheus.Counter
+	// invalid counts packets and streams the guard transport dropped
+	// before memberlist decoded them, by path and reason.
+	invalid *prometheus.CounterVec
+	// peerWarnings counts memberlist warnings about a source address and
+	// the guard's drops, logged or not; logSuppressed those not logged.
+	peerWarnings  prometheus.Counter
+	logSuppressed prometheus.Counter
+	// conflicts counts name conflicts: another node claiming our name or
+	// a known member's name from a different address.
+	conflicts    prometheus.Counter
 	malformed    *prometheus.CounterVec
 	dropped      prometheus.Counter
 	stateUpdates prometheus.Counter
@@ -17,6 +27,22 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 		refused: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "strata_gossip_refused_total",
 			Help: "Gossip packets and streams refused because they could not be decrypted with the gossip key (wrong, missing or unexpected key).",
+		}),
+		invalid: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "strata_gossip_invalid_total",
+			Help: "Gossip packets and streams dropped before decoding, by path (packet, stream) and reason (empty, label, version, short, oversize, padding, truncated).",
+		}, []string{"path", "reason"}),
+		peerWarnings: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "strata_gossip_peer_warnings_total",
+			Help: "Warnings about a gossip source address (memberlist's, and invalid gossip dropped), whether logged or suppressed by the per-source rate limit.",
+		}),
+		logSuppressed: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "strata_gossip_log_suppressed_total",
+			Help: "Gossip warnings and refusals not logged because of the rate limits (one line per second per source address; one refusal line per 10s).",
+		}),
+		conflicts: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "strata_gossip_name_conflicts_total",
+			Help: "Name conflicts seen by memberlist: a node claiming the name of another from a different address.",
 		}),
 		malformed: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "strata_gossip_malformed_total",
@@ -41,6 +67,7 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 	}
 	if reg != nil {
 		reg.MustRegister(m.tombstonesCollected)
+		reg.MustRegister(m.invalid, m.peerWarnings, m.logSuppressed, m.conflicts)
 		reg.MustRegister(m.refused, m.malformed, m.dropped, m.stateUpdates, m.members)
 	}
 	return m
