@@ -23,6 +23,22 @@
 // Each runs per feature and, when Config.Prediction is set, on the model's
 // score. KS p-values are corrected across features in each evaluation with
 // Benjamini–Hochberg (default) or Bonferroni (see Adjust).
+
+// # Streaming detector
+//
+// The windowed detectors judge a window of hundreds of rows every
+// Config.Every rows, so they need hundreds of rows to see an abrupt shift.
+// With Config.Stream set, the Monitor also runs a two-sided CUSUM per
+// feature (Page 1954) on every row, on values standardized against the
+// reference (normal scores by rank, distribution-free, by default; see
+// Scale). Its threshold follows from StreamConfig.ARL, the expected number
+// of rows between false alarms for the whole model, through Siegmund's
+// approximation of the CUSUM's average run length (see CUSUMThreshold).
+// It catches an abrupt 2σ shift in about a dozen rows and a 1σ shift in a
+// few dozen, at O(log n) per row and feature. A streaming alarm raises the
+// Monitor's alarm at once (Event.Source == SourceStream); the alarm clears
+// by the windowed rule, at an evaluation with no streaming alarm since the
+// previous one. Monitor.Stream returns each feature's CUSUM statistics.
 //
 // # Monitor
 //
@@ -34,11 +50,15 @@
 // where every feature is back on the safe side of Config.Clear. Each
 // transition returns an Event.
 //
-//	m, err := drift.New(ref, drift.Config{Model: "fraud", Version: "v3", Detector: drift.DetectorKS})
+//	m, err := drift.New(ref, drift.Config{
+//		Model: "fraud", Version: "v3", Detector: drift.DetectorKS,
+//		Stream: &drift.StreamConfig{ARL: 1e6}, // optional: per-row CUSUM
+//	})
 //	for row := range rows {
 //		ev, err := m.Observe(row) // or ObserveFloat32
 //		if ev != nil && ev.Kind == drift.EventAlarm {
 //			// publish ev to the mesh; the policy owner starts a retrain
+//			// (ev.Source says which detector; ev.Stream which features)
 //		}
 //	}
 //	st := m.State() // JSON; drift.Restore(ref, st) resumes it

@@ -1,10 +1,14 @@
 package drift
 
 import (
+	"encoding/csv"
 	"fmt"
 	"math"
 	"math/rand/v2"
+	"os"
+	"path/filepath"
 	"slices"
+	"strconv"
 	"testing"
 	"time"
 )
@@ -33,8 +37,9 @@ var streamScenarios = []streamScenario{
 }
 
 // BenchmarkStreamDelay compares the monitor with its streaming detector
-// (impl=strata: rank scale, the default ARL of 10⁶ rows per model;
-// impl=stream-moments: moments scale) with the windowed detectors alone
+// (impl=strata: rank scale, the default ARL of 10⁶ rows per model and
+// design shift of 1σ; impl=stream-moments: moments scale;
+// impl=stream-shift-half: tuned for a shift of σ/2) with the windowed detectors alone
 // (impl=windowed-*, the default Config: window 500, evaluated every 100
 // rows, 3 evaluations in a row), on the same seeded streams: 3 N(0, 1)
 // features, one of which changes after 10,000 stationary rows. It reports
@@ -57,6 +62,7 @@ func BenchmarkStreamDelay(b *testing.B) {
 	}{
 		{"strata", Config{Stream: &StreamConfig{}}},
 		{"stream-moments", Config{Stream: &StreamConfig{Scale: ScaleMoments}}},
+		{"stream-shift-half", Config{Stream: &StreamConfig{Shift: 0.5}}},
 		{"windowed-ks", Config{Detector: DetectorKS}},
 		{"windowed-psi", Config{Detector: DetectorPSI}},
 		{"windowed-wasserstein", Config{Detector: DetectorWasserstein}},
@@ -257,5 +263,132 @@ func BenchmarkStreamCost(b *testing.B) {
 			}
 			report(b, d)
 		})
+	}
+}
+
+// loadBreastCancer reads scikit-learn's breast_cancer.csv (a header line,
+// then 30 features and a label per row: 0 malignant, 1 benign) from the
+// repository's .deps/data, as scripts/install-data.sh leaves it. It skips
+// the benchmark when the file is absent.
+func loadBreastCancer(b *testing.B) (benign, malignant [][]float64) {
+	b.Helper()
+	f, err := os.Open(filepath.Join("..", "..", ".deps", "data", "breast_cancer.csv"))
+	if err != nil {
+		b.Skipf("no dataset (scripts/install-data.sh extracts it): %v", err)
+	}
+	defer f.Close()
+	cr := csv.NewReader(f)
+	cr.FieldsPerRecord = -1 // the header line is shorter
+	recs, err := cr.ReadAll()
+	if err != nil {
+		b.Fatal(err)
+	}
+	for _, r := range recs[1:] {
+		row := make([]float64, len(r)-1)
+		for j := range row {
+			if row[j], err = strconv.ParseFloat(r[j], 64); err != nil {
+				b.Fatal(err)
+			}
+		}
+		if r[len(r)-1] == "0" {
+			malignant = append(malignant, row)
+		} else {
+			benign = append(benign, row)
+		}
+	}
+	return benign, malignant
+}
+
+// BenchmarkStreamBreastCancer runs the monitor on a real, skewed dataset
+// (Wisconsin diagnostic breast cancer, 30 features): the reference
+// summarises the benign rows; each seeded stream draws benign rows (with
+// replacement) for 5,000 rows, then switches to malignant rows (abrupt
+// class switch) or mixes 10% malignant rows in. It reports the delay to the
+// monitor's first alarm and the false alarms per 10,000 rows on the benign
+// prefixes (100,000 rows per row of the table), for the streaming
+// detector (rank scale at the defaults, moments scale, rank scale tuned
+// for a σ/2 shift) and the windowed detectors alone.
+func BenchmarkStreamBreastCancer(b *testing.B) {
+	const (
+		streams   = 20
+		preChange = 5000
+		after     = 2000
+	)
+	benign, malignant := loadBreastCancer(b)
+	features := len(benign[0])
+	names := make([]string, features)
+	x := make([]float64, 0, len(benign)*features)
+	for j := range names {
+		names[j] = fmt.Sprintf("f%d", j)
+	}
+	for _, r := range benign {
+		x = append(x, r...)
+	}
+	ref, err := SummarizeColumns(names, x, SummaryOptions{})
+	if err != nil {
+		b.Fatal(err)
+	}
+	impls := []struct {
+		name string
+		cfg  Config
+	}{
+		{"strata", Config{Stream: &StreamConfig{}}},
+		{"stream-moments", Config{Stream: &StreamConfig{Scale: ScaleMoments}}},
+		{"stream-shift-half", Config{Stream: &StreamConfig{Shift: 0.5}}},
+		{"windowed-ks", Config{Detector: DetectorKS}},
+		{"windowed-psi", Config{Detector: DetectorPSI}},
+		{"windowed-wasserstein", Config{Detector: DetectorWasserstein}},
+	}
+	for _, mix := range []struct {
+		name string
+		p    float64 // share of malignant rows after the change
+	}{{"class-switch", 1}, {"mixed-10pct", 0.1}} {
+		for _, impl := range impls {
+			b.Run(fmt.Sprintf("shift=%s/impl=%s", mix.name, impl.name), func(b *testing.B) {
+				var delays []float64
+				var falseAlarms, missed int
+				for range b.N {
+					delays, falseAlarms, missed = delays[:0], 0, 0
+					for s := range streams {
+						m, err := New(ref, impl.cfg)
+						if err != nil {
+							b.Fatal(err)
+						}
+						rng := rand.New(rand.NewPCG(uint64(700+s), 19))
+						detected := false
+						for i := 0; i < preChange+after && !detected; i++ {
+							row := benign[rng.IntN(len(benign))]
+							if i >= preChange && rng.Float64() < mix.p {
+								row = malignant[rng.IntN(len(malignant))]
+							}
+							ev, err := m.Observe(row)
+							if err != nil {
+								b.Fatal(err)
+							}
+							if ev == nil || ev.Kind != EventAlarm {
+								continue
+							}
+							if i < preChange {
+								falseAlarms++
+								continue
+							}
+							delays = append(delays, float64(i-preChange+1))
+							detected = true
+						}
+						if !detected {
+							missed++
+						}
+					}
+				}
+				slices.Sort(delays)
+				b.ReportMetric(0, "ns/op")
+				if len(delays) > 0 {
+					b.ReportMetric(percentile(delays, 0.5), "p50-samples")
+					b.ReportMetric(percentile(delays, 0.9), "p90-samples")
+				}
+				b.ReportMetric(float64(missed), "missed")
+				b.ReportMetric(float64(falseAlarms)/(streams*preChange/10000.0), "false-alarms/10k")
+			})
+		}
 	}
 }
