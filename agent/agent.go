@@ -24,6 +24,7 @@ import (
 	"github.com/NVIDIA/go-nvml/pkg/nvml"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
+	"golang.org/x/net/netutil"
 
 	"github.com/strata-mesh/strata/internal/artifacts"
 	"github.com/strata-mesh/strata/internal/catalog"
@@ -227,8 +228,13 @@ func New(cfg Config) (*Agent, error) {
 	peer := api.PeerRoutes()
 	a.peer.Store(&peer)
 	a.base, a.cancelBase = context.WithCancel(context.Background())
-	a.srv = &http.Server{Handler: api.Handler(), ReadHeaderTimeout: 10 * time.Second,
+	// Headers within 10s, bodies that keep moving (httpapi cuts one idle
+	// for 30s), idle keep-alive connections closed after 2 minutes, and at
+	// most MaxConnections at once (further ones wait in the kernel's
+	// backlog), so slow or many clients cannot take every file descriptor.
+	a.srv = &http.Server{Handler: api.Handler(), ReadHeaderTimeout: 10 * time.Second, IdleTimeout: 2 * time.Minute,
 		BaseContext: func(net.Listener) context.Context { return a.base }}
+	a.ln = netutil.LimitListener(a.ln, cfg.MaxConnections)
 	return a, nil
 }
 

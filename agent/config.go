@@ -113,6 +113,9 @@ type Config struct {
 	// SampleFraction is the fraction of inference requests whose inputs and
 	// outputs are kept for drift detection. Default 0.1.
 	SampleFraction float64 `yaml:"sample_fraction"`
+	// MaxConnections caps the API's open connections; further ones wait
+	// until one closes. Default 1024.
+	MaxConnections int `yaml:"max_connections"`
 	// LoadInterval is how often GPUs are re-read through NVML and the load
 	// republished when it changed. Default 10s.
 	LoadInterval time.Duration `yaml:"load_interval"`
@@ -277,6 +280,9 @@ func (c *Config) EnsureDefaults() {
 	}
 	if c.SampleFraction == 0 {
 		c.SampleFraction = 0.1
+	}
+	if c.MaxConnections == 0 {
+		c.MaxConnections = 1024
 	}
 	for i := range c.GPUs {
 		if c.GPUs[i].Count == 0 {

@@ -24,9 +24,16 @@ type Config struct {
 	// same library.
 	LibraryPath string
 
-	// MaxRequestBytes caps an inference request body; larger bodies get 413.
-	// Default: 64 MiB.
+	// MaxRequestBytes caps an inference request body; larger bodies get
+	// 413, at once when Content-Length says so. Default: 64 MiB.
 	MaxRequestBytes int64
+
+	// MaxInflightBytes caps the request bytes being read or served at once
+	// on this server, and MaxModelInflightBytes those for one model: a
+	// request that would pass either gets 429 with Retry-After. A request
+	// reserves its Content-Length, or MaxRequestBytes when it has none
+	// (chunked). Defaults: 256 MiB and 128 MiB.
+	MaxInflightBytes, MaxModelInflightBytes int64
 
 	// DisableBatching turns dynamic batching off: every request is its own
 	// session call. Default: false (batching on for models that allow it).
@@ -104,6 +111,12 @@ func (c *Config) EnsureDefaults() {
 	}
 	if c.MaxRequestBytes == 0 {
 		c.MaxRequestBytes = 64 << 20
+	}
+	if c.MaxInflightBytes == 0 {
+		c.MaxInflightBytes = 256 << 20
+	}
+	if c.MaxModelInflightBytes == 0 {
+		c.MaxModelInflightBytes = 128 << 20
 	}
 	if c.BatchWindow == 0 {
 		c.BatchWindow = 2 * time.Millisecond

@@ -170,6 +170,29 @@ type jsonOutputReq struct {
 
 func (s *Server) serveInfer(w http.ResponseWriter, r *http.Request) {
 	start := time.Now()
+	// Bound the bytes in flight before reading any: a body that says it
+	// is too large is refused unread, and one that does not fit beside the
+	// requests already in flight waits for the client to retry.
+	if r.ContentLength > s.cfg.MaxRequestBytes {
+		s.metrics.rejected.WithLabelValues("too_large").Inc()
+		s.metrics.requests.WithLabelValues("", "", "413").Inc()
+		writeError(w, http.StatusRequestEntityTooLarge, fmt.Errorf("request body of %d bytes is over the %d-byte limit", r.ContentLength, s.cfg.MaxRequestBytes))
+		return
+	}
+	size := r.ContentLength
+	if size < 0 {
+		size = s.cfg.MaxRequestBytes
+	}
+	release, ok := s.budget.reserve(r.PathValue("name"), size)
+	if !ok {
+		s.metrics.rejected.WithLabelValues("busy").Inc()
+		s.metrics.requests.WithLabelValues("", "", "429").Inc()
+		w.Header().Set("Retry-After", "1")
+		writeError(w, http.StatusTooManyRequests, fmt.Errorf("too many request bytes in flight (at most %d on this agent, %d for one model): retry shortly", s.cfg.MaxInflightBytes, s.cfg.MaxModelInflightBytes))
+		return
+	}
+	defer release()
+	r.Body = http.MaxBytesReader(w, r.Body, s.cfg.MaxRequestBytes)
 	v, label := s.local(w, r)
 	if v == nil {
 		// Not served here: the model label stays empty, since the name came

@@ -120,9 +120,10 @@ func TestHTTP(t *testing.T) {
 	wantMetrics := map[string]float64{
 		`strata_infer_requests_total{code="200",model="m",version="5"}`: 2,
 		`strata_infer_requests_total{code="400",model="m",version="5"}`: 9,
-		`strata_infer_requests_total{code="413",model="m",version="5"}`: 1,
+		`strata_infer_requests_total{code="413",model="",version=""}`:   1,
 		`strata_infer_requests_total{code="404",model="",version=""}`:   1,
-		`strata_infer_request_duration_seconds{model="m",version="5"}`:  12,
+		`strata_infer_rejected_total{reason="too_large"}`:               1,
+		`strata_infer_request_duration_seconds{model="m",version="5"}`:  11,
 		`strata_infer_batch_rows{model="m",version="5"}`:                2,
 	}
 	if diff := cmp.Diff(wantMetrics, metrics); diff != "" {

@@ -10,6 +10,7 @@ type metrics struct {
 	requests *prometheus.CounterVec
 	latency  *prometheus.HistogramVec
 	batch    *prometheus.HistogramVec
+	rejected *prometheus.CounterVec
 }
 
 func newMetrics(reg prometheus.Registerer) (*metrics, error) {
@@ -28,12 +29,16 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 			Help:    "Rows per ONNX Runtime session call (batched requests share one call).",
 			Buckets: []float64{1, 2, 4, 8, 16, 32, 64, 128, 256},
 		}, []string{"model", "version"}),
+		rejected: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Namespace: "strata", Subsystem: "infer", Name: "rejected_total",
+			Help: "Inference requests refused before their body was read: too_large (Content-Length over the limit, 413) or busy (request bytes in flight at their cap, 429).",
+		}, []string{"reason"}),
 	}
 	if reg == nil {
 		return m, nil
 	}
 	var errs []error
-	for _, c := range []prometheus.Collector{m.requests, m.latency, m.batch} {
+	for _, c := range []prometheus.Collector{m.requests, m.latency, m.batch, m.rejected} {
 		if err := reg.Register(c); err != nil {
 			errs = append(errs, err)
 		}

@@ -58,6 +58,7 @@ type Server struct {
 	metrics *metrics
 	coin    coin
 	handler http.Handler
+	budget  *budget
 
 	mu       sync.RWMutex
 	models   map[string]*version
@@ -89,6 +90,7 @@ func New(cfg Config) (*Server, error) {
 		coin:     coin{rng: rand.New(rand.NewSource(cfg.Seed))},
 		models:   make(map[string]*version),
 		samplers: make(map[string]*sampler),
+		budget:   newBudget(cfg.MaxInflightBytes, cfg.MaxModelInflightBytes),
 	}
 	s.handler = s.routes()
 	return s, nil

@@ -51,7 +51,7 @@ func (s *Server) routes() http.Handler {
 	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
 		httpjson.Error(w, http.StatusNotFound, "", "no such endpoint: %s %s", r.Method, r.URL.Path)
 	})
-	return s.authorize(methodJSON(mux))
+	return bodyDeadline(s.authorize(methodJSON(mux)))
 }
 
 // methodJSON answers a known path with the wrong method by a JSON 405
