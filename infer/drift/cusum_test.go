@@ -48,20 +48,26 @@ func exactReference(n int) FeatureReference {
 
 // TestCUSUMRunLengthCalibrated checks that under no drift the mean gap
 // between alarms is the configured ARL (within sampling error) when the
-// reference is exact, for Gaussian values.
+// reference is exact, for Gaussian values: Siegmund's approximation for
+// the mean sides alone, and at least the ARL (Lorden's bound for the
+// spread side makes it conservative) with all three sides.
 func TestCUSUMRunLengthCalibrated(t *testing.T) {
 	for _, tc := range []struct {
 		name     string
 		scale    Scale
+		spread   float64
 		arl      float64
 		features int
+		atMost   float64 // the measured gap's upper bound, in ARLs
 	}{
-		{"moments/arl=500", ScaleMoments, 500, 1},
-		{"moments/arl=300/features=4", ScaleMoments, 300, 4},
-		{"rank/arl=500", ScaleRank, 500, 1},
+		{"moments/arl=500", ScaleMoments, 1, 500, 1, 1.25},
+		{"moments/arl=300/features=4", ScaleMoments, 1, 300, 4, 1.25},
+		{"rank/arl=500", ScaleRank, 1, 500, 1, 1.25},
+		{"rank/spread/arl=500", ScaleRank, 0, 500, 1, 3},
+		{"moments/spread/arl=2000", ScaleMoments, 0, 2000, 1, 3},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			c, err := NewCUSUM(exactReference(100000), StreamConfig{ARL: tc.arl, Scale: tc.scale}, tc.features)
+			c, err := NewCUSUM(exactReference(100000), StreamConfig{ARL: tc.arl, Scale: tc.scale, Spread: tc.spread}, tc.features)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -78,7 +84,7 @@ func TestCUSUMRunLengthCalibrated(t *testing.T) {
 			got := float64(rows) / alarms
 			// 400 roughly exponential gaps: a 5% standard error; Siegmund's
 			// approximation is good to a few percent at these thresholds.
-			if got < 0.8*want || got > 1.25*want {
+			if got < 0.8*want || got > tc.atMost*want {
 				t.Fatalf("mean gap between false alarms %.0f rows, want %.0f (h %.3f)", got, want, c.Threshold())
 			}
 			t.Logf("mean gap %.0f rows, want %.0f", got, want)
@@ -245,7 +251,7 @@ func TestMonitorStreamAlarm(t *testing.T) {
 				if want := j == tc.shift.feature; s.Drifted != want {
 					t.Errorf("feature %s drifted=%v, want %v", s.Name, s.Drifted, want)
 				}
-				if j == tc.shift.feature && (s.Alarms != 1 || s.LastAlarm != ev.Samples || s.Direction != int(math.Copysign(1, tc.shift.delta))) {
+				if j == tc.shift.feature && (s.Alarms != 1 || s.LastAlarm != ev.Samples || s.Side != wantSide(tc.shift.delta)) {
 					t.Errorf("shifted feature's stream score %+v", s)
 				}
 			}
@@ -326,4 +332,11 @@ func TestStreamConfigRejects(t *testing.T) {
 	if _, err := Restore(ref, st); !errors.Is(err, ErrInvalid) {
 		t.Errorf("state with 1 streaming detector for 2 columns: want ErrInvalid, got %v", err)
 	}
+}
+
+func wantSide(delta float64) Side {
+	if delta < 0 {
+		return SideDown
+	}
+	return SideUp
 }

@@ -34,8 +34,10 @@
 // Scale). Its threshold follows from StreamConfig.ARL, the expected number
 // of rows between false alarms for the whole model, through Siegmund's
 // approximation of the CUSUM's average run length (see CUSUMThreshold).
-// It catches an abrupt 2σ shift in about a dozen rows and a 1σ shift in a
-// few dozen, at O(log n) per row and feature. A streaming alarm raises the
+// A third, likelihood-ratio side per feature watches the spread, so that a
+// minority of rows from another class mixed in is caught too. It catches
+// an abrupt 2σ shift in about a dozen rows and a 1σ shift in a few dozen,
+// at O(log n) per row and feature. A streaming alarm raises the
 // Monitor's alarm at once (Event.Source == SourceStream); the alarm clears
 // by the windowed rule, at an evaluation with no streaming alarm since the
 // previous one. Monitor.Stream returns each feature's CUSUM statistics.

@@ -321,7 +321,8 @@ func (m *Monitor) Stream() []StreamScore {
 	for c, d := range m.cusum {
 		out[c] = StreamScore{
 			Name: m.cols[c].Name, Upper: d.upper, Lower: d.lower, Threshold: d.h,
-			Alarms: d.alarms, LastAlarm: d.lastAlarm, Direction: d.direction, Drifted: m.streamHit[c],
+			Spread: d.spread, SpreadThreshold: d.hs,
+			Alarms: d.alarms, LastAlarm: d.lastAlarm, Side: d.side, Drifted: m.streamHit[c],
 		}
 	}
 	return out
@@ -518,7 +519,7 @@ func (m *Monitor) State() State {
 		for c, d := range m.cusum {
 			st.Stream[c] = StreamState{
 				Upper: d.upper, Lower: d.lower, Alarms: d.alarms, LastAlarm: d.lastAlarm,
-				Direction: d.direction, Drifted: m.streamHit[c],
+				Spread: d.spread, Side: d.side, Drifted: m.streamHit[c],
 			}
 		}
 	}
@@ -558,11 +559,11 @@ func Restore(ref Reference, st State) (*Monitor, error) {
 			return nil, fmt.Errorf("%w: state has %d streaming detectors, reference %d columns", ErrInvalid, len(st.Stream), len(m.cusum))
 		}
 		for c, s := range st.Stream {
-			if !(s.Upper >= 0 && s.Lower >= 0) || math.IsInf(s.Upper, 0) || math.IsInf(s.Lower, 0) {
-				return nil, fmt.Errorf("%w: streaming detector %d statistics %v, %v", ErrInvalid, c, s.Upper, s.Lower)
+			if !(s.Upper >= 0 && s.Lower >= 0 && s.Spread >= 0) || math.IsInf(s.Upper+s.Lower+s.Spread, 0) {
+				return nil, fmt.Errorf("%w: streaming detector %d statistics %v, %v, %v", ErrInvalid, c, s.Upper, s.Lower, s.Spread)
 			}
 			d := m.cusum[c]
-			d.upper, d.lower, d.alarms, d.lastAlarm, d.direction = s.Upper, s.Lower, s.Alarms, s.LastAlarm, s.Direction
+			d.upper, d.lower, d.spread, d.alarms, d.lastAlarm, d.side = s.Upper, s.Lower, s.Spread, s.Alarms, s.LastAlarm, s.Side
 			m.streamHit[c] = s.Drifted
 		}
 		m.streamHits = st.StreamHits

@@ -51,6 +51,12 @@ type StreamConfig struct {
 	Shift float64 `json:"shift,omitempty"`
 	// Scale says how a value is standardized. Default ScaleRank.
 	Scale Scale `json:"scale,omitempty"`
+	// Spread is the variance ratio v the third, spread side is tuned for
+	// (see CUSUM): a rise in the standardized values' variance, such as a
+	// minority of rows from another class mixed in, that moves the mean
+	// too little for the mean sides. Default 2; 1 turns the spread side
+	// off.
+	Spread float64 `json:"spread,omitempty"`
 }
 
 // Stream defaults.
@@ -61,6 +67,8 @@ const (
 	DefaultStreamARL = 1e6
 	// DefaultStreamShift is the design shift, one standard deviation.
 	DefaultStreamShift = 1.0
+	// DefaultStreamSpread is the design variance ratio of the spread side.
+	DefaultStreamSpread = 2.0
 )
 
 // EnsureDefaults fills zero fields with their documented defaults.
@@ -74,6 +82,9 @@ func (c *StreamConfig) EnsureDefaults() {
 	if c.Scale == "" {
 		c.Scale = ScaleRank
 	}
+	if c.Spread == 0 {
+		c.Spread = DefaultStreamSpread
+	}
 }
 
 // Validate reports every problem with c (after EnsureDefaults) joined into
@@ -85,6 +96,9 @@ func (c StreamConfig) Validate() error {
 	}
 	if !(c.Shift > 0 && c.Shift <= 10) {
 		errs = append(errs, fmt.Errorf("stream shift %v: want a shift in (0, 10] standard deviations", c.Shift))
+	}
+	if !(c.Spread >= 1 && c.Spread <= 100) {
+		errs = append(errs, fmt.Errorf("stream spread %v: want a variance ratio in [1, 100] (1 turns the spread side off)", c.Spread))
 	}
 	switch c.Scale {
 	case ScaleRank, ScaleMoments:
@@ -110,7 +124,19 @@ const momentsClip = 10
 //
 // It alarms when either exceeds the threshold h and then restarts that side
 // from 0, so alarms under no drift form a renewal process whose mean gap is
-// the configured run length. Each row costs O(1) for ScaleMoments and
+// the configured run length.
+//
+// A third, spread side (unless StreamConfig.Spread is 1) is the CUSUM of
+// the log-likelihood ratio of N(0, v) against N(0, 1) (Page 1954; Lorden
+// 1971, "Procedures for Reacting to a Change in Distribution", Ann. Math.
+// Statist. 42(6)):
+//
+//	Gₙ = max(0, Gₙ₋₁ − ½ ln v + ½ zₙ² (1 − 1/v))
+//
+// It sees a rise in variance, or a minority of rows far from the rest,
+// that leaves the mean nearly where it was. For a likelihood-ratio CUSUM
+// the in-control run length is at least e^h (Lorden 1971), so its
+// threshold is h = ln ARL: exact as a bound, conservative in practice. Each row costs O(1) for ScaleMoments and
 // O(log n) (a binary search of the n-value reference sample and a table
 // look-up) for ScaleRank. Against an abrupt shift of δ > k the expected
 // delay is about (h + 1.166)/(δ − k) rows (see CUSUMARL). A CUSUM is not
@@ -125,8 +151,12 @@ type CUSUM struct {
 	lower     float64
 	alarms    int64
 	lastAlarm int64
-	direction int
+	side      Side
 	seen      int64
+
+	spread float64 // G
+	hs     float64 // the spread side's threshold; 0: off
+	sa, sb float64 // its increment is sa + sb·z²
 }
 
 // NewCUSUM returns a two-sided CUSUM for one feature of a model that
@@ -144,13 +174,22 @@ func NewCUSUM(ref FeatureReference, cfg StreamConfig, features int) (*CUSUM, err
 		return nil, err
 	}
 	c := &CUSUM{k: cfg.Shift / 2, scale: cfg.Scale, mean: ref.Mean, std: ref.Std}
+	sides := 2.0
+	if cfg.Spread > 1 {
+		sides = 3
+		c.sa, c.sb = -math.Log(cfg.Spread)/2, (1-1/cfg.Spread)/2
+	}
 	n := max(ref.Count, 1)
 	if cfg.Scale == ScaleRank {
 		c.sample = ref.Sample
 		c.score = normalScores(len(ref.Sample))
 		n = len(ref.Sample) + 1
 	}
-	c.h = CUSUMThreshold(2*float64(features)*cfg.ARL, c.k-estimationMargin(c.k, n))
+	arl := sides * float64(features) * cfg.ARL
+	c.h = CUSUMThreshold(arl, c.k-estimationMargin(c.k, n))
+	if sides == 3 {
+		c.hs = math.Log(arl)
+	}
 	return c, nil
 }
 
@@ -212,10 +251,23 @@ func (c *CUSUM) Observe(x float64) bool {
 	c.lower = math.Max(0, c.lower-z-c.k)
 	alarm := false
 	if c.upper > c.h {
-		c.upper, c.direction, alarm = 0, 1, true
+		c.upper, c.side, alarm = 0, SideUp, true
 	}
 	if c.lower > c.h {
-		c.lower, c.direction, alarm = 0, -1, true
+		c.lower, c.side, alarm = 0, SideDown, true
+	}
+	if c.hs > 0 {
+		c.spread = math.Max(0, c.spread+c.sa+c.sb*z*z)
+		if c.spread > c.hs {
+			c.spread, alarm = 0, true
+			if c.side = SideSpread; c.upper > c.h/2 || c.lower > c.h/2 {
+				// Well on the way on a mean side too: say which.
+				c.side = SideUp
+				if c.lower > c.upper {
+					c.side = SideDown
+				}
+			}
+		}
 	}
 	if alarm {
 		c.alarms++
@@ -226,6 +278,12 @@ func (c *CUSUM) Observe(x float64) bool {
 
 // Threshold is h, in standardized units.
 func (c *CUSUM) Threshold() float64 { return c.h }
+
+// SpreadThreshold is the spread side's threshold, ln ARL (0 when off).
+func (c *CUSUM) SpreadThreshold() float64 { return c.hs }
+
+// Spread returns the spread side's statistic G.
+func (c *CUSUM) Spread() float64 { return c.spread }
 
 // Allowance is k, the reference value subtracted from every standardized
 // value (half the design shift).
@@ -249,17 +307,34 @@ type StreamScore struct {
 	Lower float64 `json:"lower"`
 	// Threshold is h.
 	Threshold float64 `json:"threshold"`
+	// Spread is the spread side's statistic (a log-likelihood ratio) and
+	// SpreadThreshold its threshold; both 0 when the side is off.
+	Spread          float64 `json:"spread,omitempty"`
+	SpreadThreshold float64 `json:"spread_threshold,omitempty"`
 	// Alarms counts the feature's streaming alarms so far.
 	Alarms int64 `json:"alarms,omitempty"`
 	// LastAlarm is the Monitor's Seen count at the latest alarm, 0 if none.
 	LastAlarm int64 `json:"last_alarm,omitempty"`
-	// Direction is +1 when the latest alarm was an upward shift, −1 a
-	// downward one, 0 before any.
-	Direction int `json:"direction,omitempty"`
+	// Side says which side raised the latest alarm; "" before any.
+	Side Side `json:"side,omitempty"`
 	// Drifted says the feature alarmed since the Monitor's last windowed
 	// evaluation (or since it started, before the first).
 	Drifted bool `json:"drifted"`
 }
+
+// Side names the side of a CUSUM that alarmed.
+type Side string
+
+// Sides.
+const (
+	// SideUp is an upward shift of the mean.
+	SideUp Side = "up"
+	// SideDown is a downward shift of the mean.
+	SideDown Side = "down"
+	// SideSpread is a rise in spread alone (the spread side alarmed while
+	// neither mean side was past half its threshold).
+	SideSpread Side = "spread"
+)
 
 // StreamState is a CUSUM's serialisable state, for Monitor.State.
 type StreamState struct {
@@ -267,7 +342,8 @@ type StreamState struct {
 	Lower     float64 `json:"lower"`
 	Alarms    int64   `json:"alarms,omitempty"`
 	LastAlarm int64   `json:"last_alarm,omitempty"`
-	Direction int     `json:"direction,omitempty"`
+	Spread    float64 `json:"spread,omitempty"`
+	Side      Side    `json:"side,omitempty"`
 	Drifted   bool    `json:"drifted,omitempty"`
 }
 
