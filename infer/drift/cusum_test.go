@@ -110,6 +110,33 @@ func TestCUSUMStandardizeRank(t *testing.T) {
 	if got := c.Standardize(2); math.Abs(got) > 1e-12 {
 		t.Errorf("the median scores %g, want 0", got)
 	}
+	// A binary feature: runs of ties of every length.
+	for zeros := 0; zeros <= 9; zeros++ {
+		s := make([]float64, 9)
+		for i := zeros; i < 9; i++ {
+			s[i] = 1
+		}
+		ref := FeatureReference{Name: "b", Count: 9, Std: 0.5, Edges: []float64{0}, Proportions: []float64{0.5, 0.5}, Sample: s}
+		c, err := NewCUSUM(ref, StreamConfig{}, 1)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, x := range []float64{0, 1} {
+			lo, hi := 0, 0
+			for _, v := range s {
+				if v < x {
+					lo++
+				}
+				if v <= x {
+					hi++
+				}
+			}
+			want := normalQuantile((float64(lo+hi)/2 + 0.5) / 10)
+			if got := c.Standardize(x); math.Abs(got-want) > 1e-12 {
+				t.Errorf("%d zeros, x %g: z %g, want %g", zeros, x, got, want)
+			}
+		}
+	}
 }
 
 // TestCUSUMDetectsShift checks the delay to abrupt shifts over seeded
@@ -339,4 +366,71 @@ func wantSide(delta float64) Side {
 		return SideDown
 	}
 	return SideUp
+}
+
+// TestCUSUMDetectsSpread checks the spread side: a minority of rows from
+// another class mixed in, and a doubled variance, both with (nearly) the
+// same mean, over seeded streams.
+func TestCUSUMDetectsSpread(t *testing.T) {
+	ref := testReference(t, 3, 20000, 1)
+	for _, tc := range []struct {
+		name          string
+		draw          func(*rand.Rand) float64
+		median, worst int
+		spread        float64
+	}{
+		{name: "mixed-10pct-3sd", draw: func(r *rand.Rand) float64 {
+			if r.Float64() < 0.1 {
+				return r.NormFloat64() + 3
+			}
+			return r.NormFloat64()
+		}, median: 600, worst: 2500},
+		{name: "variance-x2", draw: func(r *rand.Rand) float64 { return math.Sqrt2 * r.NormFloat64() }, median: 200, worst: 600},
+		// Without the spread side the variance change goes unseen far longer.
+		{name: "variance-x2/spread-off", draw: func(r *rand.Rand) float64 { return math.Sqrt2 * r.NormFloat64() }, median: 5000, worst: 5000, spread: 1},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			var delays []int
+			for s := range 25 {
+				c, err := NewCUSUM(ref.Features[0], StreamConfig{Spread: tc.spread}, 3)
+				if err != nil {
+					t.Fatal(err)
+				}
+				rng := rand.New(rand.NewPCG(uint64(60+s), 3))
+				const at = 2000
+				delay := 5000
+				for i := 0; i < at+5000; i++ {
+					x := rng.NormFloat64()
+					if i >= at {
+						x = tc.draw(rng)
+					}
+					if c.Observe(x) {
+						if i < at {
+							t.Fatalf("stream %d: false alarm at row %d", s, i)
+						}
+						delay = i - at + 1
+						break
+					}
+				}
+				if tc.spread == 1 {
+					delays = append(delays, delay)
+					continue
+				}
+				if delay > tc.worst {
+					t.Fatalf("stream %d: delay %d, want at most %d", s, delay, tc.worst)
+				}
+				delays = append(delays, delay)
+			}
+			slices.Sort(delays)
+			med := delays[len(delays)/2]
+			if tc.spread == 1 {
+				if med < 1000 {
+					t.Fatalf("mean sides alone: median delay %d, want it slow (≥ 1000) for the spread side to matter", med)
+				}
+			} else if med > tc.median {
+				t.Fatalf("median delay %d, want at most %d (delays %v)", med, tc.median, delays)
+			}
+			t.Logf("delays %v", delays)
+		})
+	}
 }

@@ -233,11 +233,17 @@ func (c *CUSUM) Standardize(x float64) float64 {
 	if lo == len(c.sample) || c.sample[lo] != x {
 		return c.score[lo]
 	}
+	// Ties count half: the mid-rank's score. A binary search for the end
+	// of the run of ties keeps a discrete feature at O(log n) too.
 	hi := lo + 1
-	for hi < len(c.sample) && c.sample[hi] == x {
-		hi++
+	for n := len(c.sample) - hi; n > 0; {
+		half := n / 2
+		if c.sample[hi+half] == x {
+			hi, n = hi+half+1, n-half-1
+		} else {
+			n = half
+		}
 	}
-	// Ties count half: the mid-rank's score.
 	mid := float64(lo+hi) / 2
 	return normalQuantile((mid + 0.5) / float64(len(c.sample)+1))
 }
