@@ -143,11 +143,15 @@ const momentsClip = 10
 // It sees a rise in variance, or a minority of rows far from the rest,
 // that leaves the mean nearly where it was. For a likelihood-ratio CUSUM
 // the in-control run length is at least e^h (Lorden 1971), so its
-// threshold is h = ln ARL: exact as a bound, conservative in practice. Each row costs O(1) for ScaleMoments and
-// O(log n) (a binary search of the n-value reference sample and a table
-// look-up) for ScaleRank. Against an abrupt shift of δ > k the expected
-// delay is about (h + 1.166)/(δ − k) rows (see CUSUMARL). A CUSUM is not
-// safe for concurrent use.
+// threshold is h = ln ARL: a bound for N(0, 1) values, conservative in
+// practice (Tartakovsky, Nikiforov & Basseville 2014, "Sequential
+// Analysis", Lemma 8.2.1).
+//
+// Each row costs O(1) for ScaleMoments and O(log n) (a binary search of the
+// n-value reference sample and a table look-up) for ScaleRank. Against an
+// abrupt mean shift of δ > k the expected delay is about
+// (h + 1.166)/(δ − k) rows (see CUSUMARL). A CUSUM is not safe for
+// concurrent use.
 type CUSUM struct {
 	k, h      float64
 	scale     Scale
@@ -166,8 +170,9 @@ type CUSUM struct {
 	sa, sb float64 // its increment is sa + sb·z²
 }
 
-// NewCUSUM returns a two-sided CUSUM for one feature of a model that
-// watches features columns in all, with its threshold set from cfg (see
+// NewCUSUM returns a CUSUM (two mean sides and, unless cfg.Spread is 1, a
+// spread side) for one feature of a model that watches features columns in
+// all, with its threshold set from cfg (see
 // StreamConfig.ARL). Errors wrap ErrInvalid.
 func NewCUSUM(ref FeatureReference, cfg StreamConfig, features int) (*CUSUM, error) {
 	cfg.EnsureDefaults()
