@@ -174,7 +174,16 @@ func New(cfg Config) (*Agent, error) {
 	}
 	a.cat = catalog.New(a.mesh, a.reg)
 	a.events = events.New(a.cat)
-	ac := artifacts.Config{Mesh: a.mesh, Catalog: a.cat, Logger: a.log}
+	corrupt := prometheus.NewCounter(prometheus.CounterOpts{
+		Name: "strata_artifacts_corrupt_total",
+		Help: "Held blobs whose bytes did not match their digest (at load or in the start-up scrub); each was quarantined and is pulled again.",
+	})
+	a.reg.MustRegister(corrupt)
+	ac := artifacts.Config{Mesh: a.mesh, Catalog: a.cat, Logger: a.log, OnCorrupt: func(digest string, err error) {
+		corrupt.Inc()
+		a.events.Publish(Event{Type: "artifact.corrupt", Node: cfg.Name,
+			Message: fmt.Sprintf("blob sha256:%.12s on %s does not match its digest: quarantined, to be pulled again from a verified holder", digest, cfg.Name)})
+	}}
 	if a.dp != nil {
 		ac.Store, ac.Node, ac.Signing = a.dp.store, a.dp.node, a.dp.signing
 	}
@@ -267,7 +276,7 @@ func (a *Agent) Run(ctx context.Context) error {
 	runCtx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	var wg sync.WaitGroup
-	wg.Add(7)
+	wg.Add(8)
 	go func() {
 		defer wg.Done()
 		a.drift.Run(runCtx)
@@ -297,6 +306,18 @@ func (a *Agent) Run(ctx context.Context) error {
 	go func() {
 		defer wg.Done()
 		a.loadLoop(runCtx)
+	}()
+	go func() {
+		defer wg.Done()
+		// Blobs corrupted while the agent was down are found before
+		// anything serves them (Bytes checks each load as well).
+		checked, bad, err := a.art.Scrub(runCtx)
+		if err != nil && !errors.Is(err, context.Canceled) {
+			a.log.Warn("blob scrub", "err", err)
+		}
+		if checked > 0 {
+			a.log.Info("blob scrub done", "checked", checked, "corrupt", bad)
+		}
 	}()
 	var err error
 	select {

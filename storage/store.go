@@ -710,3 +710,46 @@ func (s *Store) GC(ctx context.Context) (GCResult, error) {
 	}
 	return res, nil
 }
+
+// ReadVerified returns the bytes of a verified manifest's blob after
+// checking that they hash to its digest: a blob changed on disk since it
+// was stored (bit rot, tampering) gives an error wrapping
+// ErrDigestMismatch, and its bytes are not returned.
+func (s *Store) ReadVerified(m Manifest) ([]byte, error) {
+	f, err := s.OpenBlob(m)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	b, err := io.ReadAll(f)
+	if err != nil {
+		return nil, fmt.Errorf("storage: %w", err)
+	}
+	sum := sha256.Sum256(b)
+	if got := hex.EncodeToString(sum[:]); got != m.Digest {
+		return nil, fmt.Errorf("%s: blob hashes to %s, not its digest %s: %w", m.Ref(), got, m.Digest, ErrDigestMismatch)
+	}
+	return b, nil
+}
+
+// Quarantine takes a corrupt blob out of the store: it is no longer held
+// (Has is false, so it is pulled again), and its file moves to
+// quarantine/ under the store's directory for inspection.
+func (s *Store) Quarantine(digest string) error {
+	if !validDigest(digest) {
+		return fmt.Errorf("storage: quarantine: bad digest %q", digest)
+	}
+	if err := s.db.Delete([]byte(keyBlob + digest)); err != nil {
+		return err
+	}
+	dir := filepath.Join(s.opts.Dir, "quarantine")
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return fmt.Errorf("storage: quarantine: %w", err)
+	}
+	dst := filepath.Join(dir, fmt.Sprintf("%s-%d", digest, time.Now().UnixNano()))
+	if err := os.Rename(s.BlobPath(digest), dst); err != nil && !errors.Is(err, os.ErrNotExist) {
+		return fmt.Errorf("storage: quarantine: %w", err)
+	}
+	s.log.Warn("blob quarantined: its bytes do not match its digest", "digest", digest, "moved_to", dst)
+	return nil
+}

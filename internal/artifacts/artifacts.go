@@ -16,7 +16,6 @@ import (
 	"crypto/ed25519"
 	"errors"
 	"fmt"
-	"io"
 	"log/slog"
 	"maps"
 	"os"
@@ -63,7 +62,10 @@ type Config struct {
 	// HolderWait bounds how long a pull waits for a live holder to appear.
 	// Default 10s.
 	HolderWait time.Duration
-	Logger     *slog.Logger
+	// OnCorrupt, when set, is told of a held blob found corrupt (and
+	// quarantined): the metric and the event.
+	OnCorrupt func(digest string, err error)
+	Logger    *slog.Logger
 }
 
 // Service is the agent's artifact component. Safe for concurrent use.
@@ -251,14 +253,55 @@ func (s *Service) Open(m storage.Manifest) (*os.File, error) {
 	return s.cfg.Store.OpenBlob(m)
 }
 
-// Bytes returns a held blob's bytes.
+// Bytes returns a held blob's bytes, checked against its digest first: a
+// blob corrupted on disk is quarantined (this node stops advertising it, so
+// the next use pulls it again from a verified holder) and an error wrapping
+// storage.ErrDigestMismatch is returned.
 func (s *Service) Bytes(m storage.Manifest) ([]byte, error) {
-	f, err := s.Open(m)
-	if err != nil {
-		return nil, err
+	if !s.Enabled() {
+		return nil, ErrNoDataPlane
 	}
-	defer f.Close()
-	return io.ReadAll(f)
+	b, err := s.cfg.Store.ReadVerified(m)
+	if errors.Is(err, storage.ErrDigestMismatch) {
+		s.quarantine(m.Digest, err)
+	}
+	return b, err
+}
+
+// quarantine takes a corrupt blob out of the store and of this node's
+// locality, and reports it.
+func (s *Service) quarantine(digest string, cause error) {
+	if err := s.cfg.Store.Quarantine(digest); err != nil {
+		s.log.Error("quarantining a corrupt blob", "digest", digest, "err", err)
+	}
+	s.PublishLocality()
+	if s.cfg.OnCorrupt != nil {
+		s.cfg.OnCorrupt(digest, cause)
+	}
+}
+
+// Scrub rehashes every held blob and quarantines the corrupt ones; it
+// returns how many it checked and how many were corrupt. It stops when ctx
+// ends. The agent runs it once at start, in the background.
+func (s *Service) Scrub(ctx context.Context) (checked, corrupt int, err error) {
+	if !s.Enabled() {
+		return 0, 0, nil
+	}
+	blobs, err := s.cfg.Store.Blobs()
+	if err != nil {
+		return 0, 0, err
+	}
+	for _, b := range blobs {
+		if err := ctx.Err(); err != nil {
+			return checked, corrupt, err
+		}
+		checked++
+		if verr := s.cfg.Store.VerifyBlob(b.Digest); errors.Is(verr, storage.ErrDigestMismatch) {
+			corrupt++
+			s.quarantine(b.Digest, verr)
+		}
+	}
+	return checked, corrupt, nil
 }
 
 // Pull fetches an artifact's bytes from the nearest holders (by estimated

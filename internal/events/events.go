@@ -153,6 +153,10 @@ func (e *Stream) scan(emit bool) {
 	}
 }
 
+// Publish tells subscribers of an event this agent saw itself rather than
+// in the catalog (a corrupt blob quarantined here). Time defaults to now.
+func (e *Stream) Publish(ev Event) { e.publish(ev) }
+
 func (e *Stream) publish(ev Event) {
 	e.mu.Lock()
 	defer e.mu.Unlock()
