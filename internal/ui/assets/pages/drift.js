@@ -21,6 +21,7 @@ export function mount(el) {
       const rollouts = new Map(placements.filter((p) => p.rollout).map((p) => [p.policy, p.rollout]));
       if (!drift.length) {
         swap(body, empty('No drift monitors yet: they start where a policy with drift: serves its model.'));
+        el.dataset.loaded = '1';
         return;
       }
       const byModel = new Map();
@@ -31,6 +32,7 @@ export function mount(el) {
       }
       swap(body, [...byModel.entries()].map(([model, ds]) => section(`${model}`,
         ds.sort((a, b) => a.site.localeCompare(b.site) || a.node.localeCompare(b.node)).map((d) => monitor(d, rollouts.get(d.policy))))));
+      el.dataset.loaded = '1';
     } catch (e) {
       swap(body, failure(e, 'GET /v1/drift'));
     }

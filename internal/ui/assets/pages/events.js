@@ -51,6 +51,7 @@ export function mount(el) {
     swap(body, shown.length ? shown.map(row) : h('tr', {}, h('td', { colspan: 6 }, empty('No events yet.'))));
   }
   render();
+  el.dataset.loaded = '1';
   const off = events.on((ev) => {
     if (!match(ev)) { swap(count, `${body.children.length} shown of ${events.list.length} events.`); return; }
     const first = body.firstElementChild;

@@ -45,6 +45,7 @@ export function mount(el, route) {
     swap(list, ordered.length ? nodeTable(ordered) : empty('No nodes yet.'));
     swap(heat, ordered.length > 1 ? heatMap(ordered) : empty('The matrix needs two nodes.'));
     renderDetail();
+    if (!err) el.dataset.loaded = '1';
   }
 
   function renderDetail() {
@@ -61,11 +62,13 @@ export function mount(el, route) {
 
   function drawMap(ordered) {
     const W = 900, H = 400, M = 70;
-    const withCoord = ordered.filter((n) => n.coord && n.coord.Vec);
-    const d = matrix(withCoord);
+    // Until every node has a coordinate, the sites go on a ring.
+    const known = ordered.every((n) => n.coord && n.coord.Vec);
+    const withCoord = ordered;
+    const d = known ? matrix(withCoord) : withCoord.map(() => new Float64Array(withCoord.length));
     const keys = withCoord.map((n) => n.name);
-    const pts = layout(d, keys, prevPos);
-    prevPos = new Map(keys.map((k, i) => [k, pts[i]]));
+    const pts = layout(d, keys, known ? prevPos : null);
+    if (known) prevPos = new Map(keys.map((k, i) => [k, pts[i]]));
     // Sites: centroid of their nodes' positions (ms).
     const bySite = new Map();
     withCoord.forEach((n, i) => {
@@ -155,7 +158,7 @@ export function mount(el, route) {
           many ? null : s('text', { class: 'node-label', x: lx, y: ly, 'text-anchor': anchor }, n.name)));
       });
     }
-    const svg = s('svg', { viewBox: `0 0 ${W} ${H}`, class: 'mapsvg', role: 'group', 'aria-label': 'Map of the sites by RTT' }, g);
+    const svg = s('svg', { viewBox: `0 0 ${W} ${H}`, width: W, height: H, class: 'mapsvg', role: 'group', 'aria-label': 'Map of the sites by RTT' }, g);
     if (scale > 0) {
       const target = (W / 5) / scale;
       const nice = [1, 2, 5, 10, 20, 25, 50, 100, 200, 500, 1000].find((v) => v >= target) || target;
@@ -164,14 +167,14 @@ export function mount(el, route) {
         s('line', { x1: 16, y1: H - 16, x2: 16 + len, y2: H - 16 }),
         s('text', { x: 16 + len / 2, y: H - 22, 'text-anchor': 'middle' }, `${nice} ms`)));
     } else if (sites.length > 1) {
-      svg.append(s('text', { class: 'muted-svg', x: 16, y: H - 16 }, 'all sites within 0.5 ms: placed on a ring'));
+      svg.append(s('text', { class: 'muted-svg', x: 16, y: H - 16 }, known ? 'all sites within 0.5 ms: placed on a ring' : 'waiting for every node’s coordinate: sites placed on a ring'));
     }
     const legend = h('ul', { class: 'legend' },
       TIERS.map((t) => h('li', {}, h('span', { class: `swatch tier-${t}` }), t)),
       ['alive', 'suspect', 'failed', 'left'].map((st) => h('li', {}, h('span', { class: `dot st-${st}` }), st)),
       h('li', {}, 'number in a node: GPUs'));
     const noCoord = ordered.filter((n) => !(n.coord && n.coord.Vec));
-    return [svg, legend, noCoord.length ? h('p', { class: 'muted small' }, `No coordinate yet: ${noCoord.map((n) => n.name).join(', ')}`) : null];
+    return [h('div', { class: 'scroll' }, svg), legend, noCoord.length ? h('p', { class: 'muted small' }, `No coordinate yet: ${noCoord.map((n) => n.name).join(', ')}`) : null];
   }
 
   function nodeTable(ordered) {

@@ -18,6 +18,7 @@ export function mount(el) {
       const all = await get('/v1/artifacts');
       swap(models, groups(all.filter((a) => a.kind === 'model'), 'No models published yet: strata push FILE --name N --version V.'));
       swap(datasets, groups(all.filter((a) => a.kind !== 'model'), 'No datasets published yet: strata push FILE --kind dataset.'));
+      el.dataset.loaded = '1';
     } catch (e) {
       swap(models, failure(e, 'GET /v1/artifacts'));
     }

@@ -19,6 +19,7 @@ export function mount(el) {
       const placed = ps.filter((p) => p.state === 'placed').length;
       swap(summary, `${ps.length} ${ps.length === 1 ? 'policy' : 'policies'}, ${placed} placed.`);
       swap(list, ps.length ? ps.map(card) : empty('No policies applied yet: strata apply -f FILE, or POST /v1/policies.'));
+      el.dataset.loaded = '1';
     } catch (e) {
       swap(summary, failure(e, 'GET /v1/placements'));
     }

@@ -13,6 +13,7 @@ export function mount(el, route) {
     try {
       const jobs = await get('/v1/jobs');
       swap(list, jobs.length ? jobs.map(card) : empty('No training jobs yet: apply a TrainingJob, or a service with retrain: that drifts.'));
+      el.dataset.loaded = '1';
     } catch (e) {
       swap(list, failure(e, 'GET /v1/jobs'));
     }

@@ -1,0 +1,446 @@
+package ui_test
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/base64"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/chromedp/cdproto/log"
+	"github.com/chromedp/cdproto/network"
+	"github.com/chromedp/cdproto/runtime"
+	"github.com/chromedp/chromedp"
+
+	"github.com/strata-mesh/strata/agent"
+	"github.com/strata-mesh/strata/mesh"
+	"github.com/strata-mesh/strata/mesh/meshtest"
+)
+
+// chromePath finds a Chromium to drive: $STRATA_CHROME, else the first of
+// the usual names on $PATH.
+func chromePath() string {
+	if p := os.Getenv("STRATA_CHROME"); p != "" {
+		return p
+	}
+	for _, name := range []string{"chromium", "chromium-browser", "google-chrome", "google-chrome-stable", "headless-shell"} {
+		if p, err := exec.LookPath(name); err == nil {
+			return p
+		}
+	}
+	return ""
+}
+
+// startMesh starts the dev mix of n agents on loopback, with the dev
+// mesh's WAN delays between sites (so the map has distances to show) and
+// its PKI (so artifacts can be pushed).
+func startMesh(t *testing.T, n int) []*agent.Agent {
+	t.Helper()
+	key := make([]byte, 32)
+	if _, err := rand.Read(key); err != nil {
+		t.Fatal(err)
+	}
+	keys, err := agent.NewDevPKI()
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	wan := &agent.DevNetwork{}
+	var agents []*agent.Agent
+	done := make(chan struct{}, n)
+	t.Cleanup(func() {
+		cancel()
+		for range agents {
+			<-done
+		}
+	})
+	for i, cfg := range agent.DevConfigs(n, t.TempDir(), "127.0.0.1:0") {
+		cfg.GossipKey = base64.StdEncoding.EncodeToString(key)
+		cfg.MeshTimings = meshtest.FastTimings
+		cfg.LogLevel = "error"
+		cfg.ProcRoot = "../../agent/discover/testdata/proc"
+		cfg.PKI = keys
+		cfg.PacketDelay = wan.Delay(cfg.Site)
+		if i > 0 {
+			cfg.Join = []string{agents[0].Mesh().GossipAddr()}
+		}
+		a, err := agent.New(cfg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		wan.Register(a.Mesh().GossipAddr(), cfg.Site)
+		agents = append(agents, a)
+		go func() { a.Run(ctx); done <- struct{}{} }()
+	}
+	meshtest.WaitFor(t, 20*time.Second, "the dev mesh to form", func() bool {
+		for _, a := range agents {
+			alive := 0
+			for _, m := range a.Mesh().Members() {
+				if m.Status == mesh.StatusAlive && m.Tier != "" {
+					alive++
+				}
+			}
+			if alive != n {
+				return false
+			}
+		}
+		return true
+	})
+	return agents
+}
+
+// browserLog gathers what a page must not do: console errors, uncaught
+// exceptions, browser log errors (a blocked script, a refused style) and
+// failed requests. It also counts the bytes the page transferred.
+type browserLog struct {
+	mu       sync.Mutex
+	problems []string
+	bytes    float64
+	requests int
+	urls     map[network.RequestID]string
+}
+
+func (b *browserLog) listen(ev any) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	switch ev := ev.(type) {
+	case *runtime.EventConsoleAPICalled:
+		if ev.Type == "error" || ev.Type == "assert" {
+			var parts []string
+			for _, a := range ev.Args {
+				if a.Description != "" {
+					parts = append(parts, a.Description)
+				} else {
+					parts = append(parts, string(a.Value))
+				}
+			}
+			b.problems = append(b.problems, fmt.Sprintf("console.%s: %s", ev.Type, strings.Join(parts, " ")))
+		}
+	case *runtime.EventExceptionThrown:
+		d := ev.ExceptionDetails
+		msg := d.Text
+		if d.Exception != nil {
+			msg += " " + d.Exception.Description
+		}
+		b.problems = append(b.problems, fmt.Sprintf("uncaught exception at %s:%d: %s", d.URL, d.LineNumber+1, msg))
+	case *log.EventEntryAdded:
+		if ev.Entry.Level == log.EntryLevelError {
+			b.problems = append(b.problems, fmt.Sprintf("browser log (%s): %s %s", ev.Entry.Source, ev.Entry.Text, ev.Entry.URL))
+		}
+	case *network.EventRequestWillBeSent:
+		b.urls[ev.RequestID] = ev.Request.URL
+	case *network.EventResponseReceived:
+		if ev.Response.Status >= 400 {
+			b.problems = append(b.problems, fmt.Sprintf("HTTP %d for %s", ev.Response.Status, ev.Response.URL))
+		}
+	case *network.EventLoadingFailed:
+		// A request the page itself ended (the event stream when the page
+		// goes away) is not a failure.
+		if !ev.Canceled {
+			b.problems = append(b.problems, fmt.Sprintf("request failed: %s: %s %s", b.urls[ev.RequestID], ev.ErrorText, ev.BlockedReason))
+		}
+	case *network.EventLoadingFinished:
+		b.bytes += ev.EncodedDataLength
+		b.requests++
+	}
+}
+
+// take returns the problems seen since the last call.
+func (b *browserLog) take() []string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	p := b.problems
+	b.problems = nil
+	return p
+}
+
+func (b *browserLog) transferred() (float64, int) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.bytes, b.requests
+}
+
+// apiCall sends a request to the agent's API and returns the body.
+func apiCall(t *testing.T, method, url, ctype string, body io.Reader) []byte {
+	t.Helper()
+	req, err := http.NewRequest(method, url, body)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if ctype != "" {
+		req.Header.Set("Content-Type", ctype)
+	}
+	res, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer res.Body.Close()
+	b, _ := io.ReadAll(res.Body)
+	if res.StatusCode >= 300 {
+		t.Fatalf("%s %s: %d %s", method, url, res.StatusCode, b)
+	}
+	return b
+}
+
+// planPolicy has no latency goal, so its explanation does not move with
+// the RTT estimates between two calls.
+const planPolicy = `apiVersion: strata/v1
+kind: InferenceService
+metadata: {name: plan-probe}
+spec:
+  model: {name: probe, version: "1"}
+  replicas: 2
+  resources: {cpu: 500m, memory: 256Mi}
+  tiers: [onprem, cloud]
+`
+
+// TestDashboard drives the dashboard in headless Chromium against a dev
+// mesh: every page loads with no console error and no failed request, the
+// mesh page lists every node, an applied policy shows on the placements
+// page without a reload, and the plan box explains as POST /v1/plan does.
+// Screenshots go to $STRATA_UI_SHOTS, or the test's temporary directory.
+func TestDashboard(t *testing.T) {
+	chrome := chromePath()
+	if chrome == "" {
+		t.Skip("no Chromium on this machine (scripts/install-debs.sh installs Debian's chromium; or set STRATA_CHROME)")
+	}
+	if testing.Short() {
+		t.Skip("starts a dev mesh and a browser")
+	}
+	shots := os.Getenv("STRATA_UI_SHOTS")
+	if shots == "" {
+		shots = t.TempDir()
+	} else if err := os.MkdirAll(shots, 0o755); err != nil {
+		t.Fatal(err)
+	}
+
+	agents := startMesh(t, agent.DefaultDevAgents)
+	api := "http://" + agents[0].APIAddr()
+
+	opts := append(chromedp.DefaultExecAllocatorOptions[:],
+		chromedp.ExecPath(chrome),
+		chromedp.NoSandbox,
+		chromedp.WindowSize(1280, 800),
+		chromedp.UserDataDir(t.TempDir()),
+	)
+	allocCtx, cancelAlloc := chromedp.NewExecAllocator(context.Background(), opts...)
+	defer cancelAlloc()
+	bl := &browserLog{urls: map[network.RequestID]string{}}
+	ctx, cancel := chromedp.NewContext(allocCtx, chromedp.WithListener(bl.listen))
+	defer cancel()
+	if err := chromedp.Do(ctx); err != nil {
+		t.Fatalf("starting %s: %v", chrome, err)
+	}
+
+	do := func(t *testing.T, what string, timeout time.Duration, steps ...chromedp.Action[chromedp.Void]) {
+		t.Helper()
+		tctx, tcancel := context.WithTimeout(ctx, timeout)
+		defer tcancel()
+		if err := chromedp.Do(tctx, steps...); err != nil {
+			t.Fatalf("%s: %v", what, err)
+		}
+	}
+	// waitFor polls a JavaScript condition in the page.
+	waitFor := func(t *testing.T, what, cond string, timeout time.Duration) {
+		t.Helper()
+		tctx, tcancel := context.WithTimeout(ctx, timeout+time.Second)
+		defer tcancel()
+		if _, err := chromedp.Run(tctx, chromedp.Poll[bool](cond, chromedp.WithPollingInterval(100*time.Millisecond), chromedp.WithPollingTimeout(timeout))); err != nil {
+			t.Fatalf("waiting for %s: %v", what, err)
+		}
+	}
+	eval := func(t *testing.T, expr string) string {
+		t.Helper()
+		v, err := chromedp.Run(ctx, chromedp.Evaluate[string](expr))
+		if err != nil {
+			t.Fatalf("evaluating %s: %v", expr, err)
+		}
+		return v
+	}
+	shot := func(t *testing.T, name string) {
+		t.Helper()
+		// From the top: the sticky header would show where the page was
+		// scrolled to.
+		eval(t, `window.scrollTo(0, 0); ''`)
+		buf, err := chromedp.Run(ctx, chromedp.FullScreenshot(100))
+		if err != nil {
+			t.Fatalf("screenshot: %v", err)
+		}
+		p := filepath.Join(shots, name+".png")
+		if err := os.WriteFile(p, buf, 0o644); err != nil {
+			t.Fatal(err)
+		}
+		t.Logf("screenshot %s (%d bytes)", p, len(buf))
+	}
+	clean := func(t *testing.T, page string) {
+		t.Helper()
+		for _, p := range bl.take() {
+			t.Errorf("%s: %s", page, p)
+		}
+	}
+	// open shows a page by its link in the navigation bar, as a person
+	// would, and waits until the page has drawn its data.
+	open := func(t *testing.T, page string) {
+		t.Helper()
+		do(t, "opening "+page, 10*time.Second, chromedp.Click(chromedp.CSS(`nav a[data-page="`+page+`"]`)))
+		waitFor(t, page+" to load", `!!document.querySelector('.page-`+page+`[data-loaded]')`, 10*time.Second)
+	}
+
+	t.Run("mesh", func(t *testing.T) {
+		meshtest.WaitFor(t, 15*time.Second, "every node document with a coordinate", func() bool {
+			var nodes []struct {
+				Coord *json.RawMessage `json:"coord"`
+			}
+			if json.Unmarshal(apiCall(t, "GET", api+"/v1/nodes", "", nil), &nodes) != nil || len(nodes) != len(agents) {
+				return false
+			}
+			for _, n := range nodes {
+				if n.Coord == nil {
+					return false
+				}
+			}
+			return true
+		})
+		// /ui redirects to /ui/; the fragment survives.
+		start := time.Now()
+		do(t, "loading /ui", 15*time.Second, chromedp.Navigate(api+"/ui#/mesh"))
+		waitFor(t, "the node table", fmt.Sprintf(`document.querySelectorAll('.page-mesh table.nodes tbody tr:not(.group)').length === %d`, len(agents)), 15*time.Second)
+		loaded := time.Since(start)
+		table := eval(t, `document.querySelector('.page-mesh table.nodes').textContent`)
+		for _, a := range agents {
+			if !strings.Contains(table, a.Name()) {
+				t.Errorf("the node table lacks %s", a.Name())
+			}
+		}
+		if n := eval(t, `String(document.querySelectorAll('.page-mesh .mapsvg a.node-link').length)`); n != fmt.Sprint(len(agents)) {
+			t.Errorf("the map has %s nodes, want %d", n, len(agents))
+		}
+		if n := eval(t, `String(document.querySelectorAll('.page-mesh .heatsvg rect').length)`); n != fmt.Sprint(len(agents)*len(agents)) {
+			t.Errorf("the RTT matrix has %s cells, want %d", n, len(agents)*len(agents))
+		}
+		fcp := eval(t, `String(Math.round((performance.getEntriesByName('first-contentful-paint')[0] || {}).startTime || -1))`)
+		b, reqs := bl.transferred()
+		t.Logf("mesh page: %.0f bytes transferred in %d finished requests; first contentful paint at %s ms; nodes listed %s after navigation",
+			b, reqs, fcp, loaded.Round(time.Millisecond))
+		if b > 500<<10 {
+			t.Errorf("the mesh page transferred %.0f bytes, more than 500 KB", b)
+		}
+		shot(t, "mesh")
+
+		// A node's document opens from the map, by keyboard.
+		name := agents[3].Name()
+		do(t, "focusing a node", 5*time.Second, chromedp.Focus(chromedp.CSS(`.mapsvg a.node-link[data-key="map-`+name+`"]`)))
+		do(t, "pressing Enter", 5*time.Second, chromedp.KeyEvent("\r"))
+		waitFor(t, "the node's document", `(document.querySelector('.page-mesh .detail pre.json') || {}).textContent?.includes('"name": "`+name+`"')`, 5*time.Second)
+		shot(t, "mesh-node")
+		clean(t, "mesh")
+	})
+
+	t.Run("placements", func(t *testing.T) {
+		open(t, "placements")
+		eval(t, `window.__sameDocument = 'yes'`)
+		yaml, err := os.ReadFile("../../examples/fraud-scorer.yaml")
+		if err != nil {
+			t.Fatal(err)
+		}
+		apiCall(t, "POST", api+"/v1/policies?file=fraud-scorer.yaml", "application/yaml", strings.NewReader(string(yaml)))
+		applied := time.Now()
+		waitFor(t, "the applied policy on the page", `!!document.querySelector('[data-policy="InferenceService/fraud-scorer"]')`, 15*time.Second)
+		t.Logf("the applied policy showed %s after POST /v1/policies", time.Since(applied).Round(time.Millisecond))
+		if got := eval(t, `String(window.__sameDocument)`); got != "yes" {
+			t.Errorf("the page was reloaded (marker %q)", got)
+		}
+		shot(t, "placements")
+		clean(t, "placements")
+	})
+
+	t.Run("plan", func(t *testing.T) {
+		waitFor(t, "the node list of the why box", `document.querySelectorAll('#plan-why option').length > 1`, 10*time.Second)
+		why := agents[1].Name()
+		var ui, direct string
+		for try := 0; try < 3; try++ {
+			do(t, "filling the plan box", 5*time.Second,
+				chromedp.SetValue(chromedp.ID("plan-yaml"), planPolicy),
+				chromedp.SetValue(chromedp.ID("plan-why"), why),
+				chromedp.Evaluate[chromedp.Void](`document.getElementById('plan-out').replaceChildren()`),
+				chromedp.Click(chromedp.ID("plan-run")))
+			waitFor(t, "the explanation", `!!document.querySelector('#plan-out .plan-explanation, #plan-out .error')`, 10*time.Second)
+			ui = eval(t, `[...document.querySelectorAll('#plan-out pre')].map((p) => p.textContent).join('\n--\n')`)
+			var docs []struct{ Explanation, Why string }
+			if err := json.Unmarshal(apiCall(t, "POST", api+"/v1/plan?why="+why, "application/yaml", strings.NewReader(planPolicy)), &docs); err != nil {
+				t.Fatal(err)
+			}
+			var parts []string
+			for _, d := range docs {
+				parts = append(parts, d.Explanation)
+				if d.Why != "" {
+					parts = append(parts, d.Why)
+				}
+			}
+			direct = strings.Join(parts, "\n--\n")
+			if ui == direct {
+				break
+			}
+		}
+		if ui != direct {
+			t.Errorf("the plan box shows\n%s\nPOST /v1/plan answers\n%s", ui, direct)
+		}
+		if !strings.Contains(ui, why) {
+			t.Errorf("the plan box says nothing about %s:\n%s", why, ui)
+		}
+		shot(t, "plan")
+		clean(t, "plan")
+	})
+
+	t.Run("models", func(t *testing.T) {
+		apiCall(t, "POST", api+"/v1/artifacts?name=transactions&version=2026-11&kind=dataset", "application/octet-stream",
+			strings.NewReader(strings.Repeat("amount,merchant_risk,hour,is_fraud\n12.5,0.1,13,0\n", 2000)))
+		open(t, "models")
+		waitFor(t, "the dataset", `document.querySelector('.page-models').textContent.includes('transactions')`, 10*time.Second)
+		shot(t, "models")
+		clean(t, "models")
+	})
+
+	for _, page := range []string{"drift", "training"} {
+		t.Run(page, func(t *testing.T) {
+			open(t, page)
+			shot(t, page)
+			clean(t, page)
+		})
+	}
+
+	t.Run("events", func(t *testing.T) {
+		open(t, "events")
+		waitFor(t, "the placement events", `document.querySelectorAll('.events tbody tr[data-type^="placement."]').length > 0`, 10*time.Second)
+		shot(t, "events")
+		do(t, "hiding placement events", 5*time.Second, chromedp.Click(chromedp.CSS(`button[data-kind="placement"]`)))
+		if n := eval(t, `String(document.querySelectorAll('.events tbody tr[data-type^="placement."]').length)`); n != "0" {
+			t.Errorf("the placement filter left %s placement events", n)
+		}
+		if p := eval(t, `document.querySelector('button[data-kind="placement"]').getAttribute('aria-pressed')`); p != "false" {
+			t.Errorf("the placement filter button says aria-pressed=%s", p)
+		}
+		clean(t, "events")
+	})
+
+	t.Run("phone", func(t *testing.T) {
+		do(t, "a phone's viewport", 5*time.Second, chromedp.EmulateViewport(390, 844, chromedp.EmulateScale(2)))
+		for _, page := range []string{"mesh", "placements"} {
+			open(t, page)
+			if w := eval(t, `String(document.documentElement.scrollWidth - window.innerWidth)`); w != "0" {
+				t.Errorf("%s on a phone: the page is %s px wider than the screen", page, w)
+			}
+			shot(t, page+"-phone")
+		}
+		clean(t, "phone")
+	})
+}
