@@ -125,7 +125,7 @@ func New(cfg Config) (*Agent, error) {
 		return nil, err
 	}
 	a.lock = lock
-	db, err := storage.Open(storage.Options{Dir: filepath.Join(cfg.DataDir, "db")})
+	db, err := storage.Open(storage.Options{Dir: filepath.Join(cfg.DataDir, "db"), Logger: a.log})
 	if err != nil {
 		lock.Close()
 		return nil, err

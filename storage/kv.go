@@ -2,8 +2,10 @@ package storage
 
 import (
 	"bytes"
+	"cmp"
 	"errors"
 	"fmt"
+	"log/slog"
 	"sync"
 
 	"github.com/cockroachdb/pebble/v2"
@@ -22,6 +24,9 @@ type Options struct {
 	// FS is the file system; nil means the operating system's. Tests pass
 	// vfs.NewMem() so they never touch a disk.
 	FS vfs.FS
+	// Logger receives pebble's errors (at Error) and its informational
+	// lines (at Debug); nil discards them.
+	Logger *slog.Logger
 }
 
 // DB is a pebble database with the few operations strata needs. It is safe
@@ -36,7 +41,7 @@ func Open(opts Options) (*DB, error) {
 	if opts.Dir == "" {
 		return nil, errors.New("storage: Options.Dir is required")
 	}
-	po := &pebble.Options{Logger: quietLogger{}}
+	po := &pebble.Options{Logger: pebbleLogger{log: cmp.Or(opts.Logger, slog.New(slog.DiscardHandler)).With("component", "pebble")}}
 	if opts.FS != nil {
 		po.FS = opts.FS
 	}
@@ -192,12 +197,18 @@ func prefixEnd(prefix []byte) []byte {
 	return nil
 }
 
-// quietLogger drops pebble's informational logs; fatal errors still stop
-// the process as pebble requires.
-type quietLogger struct{}
+// pebbleLogger sends pebble's logs to slog: its chatter (compactions,
+// flushes) at Debug, its errors at Error; fatal errors still stop the
+// process, as pebble requires.
+type pebbleLogger struct{ log *slog.Logger }
 
-func (quietLogger) Infof(string, ...interface{})  {}
-func (quietLogger) Errorf(string, ...interface{}) {}
-func (quietLogger) Fatalf(format string, args ...interface{}) {
+func (l pebbleLogger) Infof(format string, args ...interface{}) {
+	l.log.Debug(fmt.Sprintf(format, args...))
+}
+func (l pebbleLogger) Errorf(format string, args ...interface{}) {
+	l.log.Error(fmt.Sprintf(format, args...))
+}
+func (l pebbleLogger) Fatalf(format string, args ...interface{}) {
+	l.log.Error(fmt.Sprintf(format, args...))
 	panic(fmt.Sprintf("pebble: "+format, args...))
 }
