@@ -23,6 +23,10 @@ const MaxPolicyBody = 1 << 20
 // readPolicyBody reads a YAML (or JSON, which is YAML) body, answering 413
 // when it is too large.
 func readPolicyBody(w http.ResponseWriter, r *http.Request) ([]byte, string, bool) {
+	if r.ContentLength > MaxPolicyBody {
+		httpjson.Error(w, http.StatusRequestEntityTooLarge, "", "policy body of %d bytes is over the %d-byte limit", r.ContentLength, MaxPolicyBody)
+		return nil, "", false
+	}
 	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, MaxPolicyBody))
 	var mbe *http.MaxBytesError
 	switch {
