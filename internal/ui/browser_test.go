@@ -7,6 +7,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
 	"os"
 	"os/exec"
@@ -16,6 +17,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/chromedp/cdproto/cdp"
 	"github.com/chromedp/cdproto/log"
 	"github.com/chromedp/cdproto/network"
 	"github.com/chromedp/cdproto/runtime"
@@ -42,8 +44,8 @@ func chromePath() string {
 
 // startMesh starts the dev mix of n agents on loopback, with the dev
 // mesh's WAN delays between sites (so the map has distances to show) and
-// its PKI (so artifacts can be pushed).
-func startMesh(t *testing.T, n int) []*agent.Agent {
+// its PKI (so artifacts can be pushed); tweak may change each config.
+func startMesh(t *testing.T, n int, tweak func(i int, cfg *agent.Config)) []*agent.Agent {
 	t.Helper()
 	key := make([]byte, 32)
 	if _, err := rand.Read(key); err != nil {
@@ -70,6 +72,9 @@ func startMesh(t *testing.T, n int) []*agent.Agent {
 		cfg.ProcRoot = "../../agent/discover/testdata/proc"
 		cfg.PKI = keys
 		cfg.PacketDelay = wan.Delay(cfg.Site)
+		if tweak != nil {
+			tweak(i, &cfg)
+		}
 		if i > 0 {
 			cfg.Join = []string{agents[0].Mesh().GossipAddr()}
 		}
@@ -163,11 +168,26 @@ func (b *browserLog) take() []string {
 	return p
 }
 
+// reset forgets the problems and the bytes counted so far.
+func (b *browserLog) reset() {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	b.problems, b.bytes, b.requests = nil, 0, 0
+}
+
 func (b *browserLog) transferred() (float64, int) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	return b.bytes, b.requests
 }
+
+// apiToken is the first agent's API token: its API listens off loopback,
+// so every call needs it, the dashboard's included.
+var apiToken = func() string {
+	b := make([]byte, 16)
+	rand.Read(b)
+	return base64.RawURLEncoding.EncodeToString(b)
+}()
 
 // apiCall sends a request to the agent's API and returns the body.
 func apiCall(t *testing.T, method, url, ctype string, body io.Reader) []byte {
@@ -179,6 +199,7 @@ func apiCall(t *testing.T, method, url, ctype string, body io.Reader) []byte {
 	if ctype != "" {
 		req.Header.Set("Content-Type", ctype)
 	}
+	req.Header.Set("Authorization", "Bearer "+apiToken)
 	res, err := http.DefaultClient.Do(req)
 	if err != nil {
 		t.Fatal(err)
@@ -223,8 +244,19 @@ func TestDashboard(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	agents := startMesh(t, agent.DefaultDevAgents)
-	api := "http://" + agents[0].APIAddr()
+	// The first agent's API listens on every address with a token, so the
+	// dashboard meets the token box and then sends the token on every call.
+	agents := startMesh(t, agent.DefaultDevAgents, func(i int, cfg *agent.Config) {
+		if i == 0 {
+			cfg.API = "0.0.0.0:0"
+			cfg.APIToken = apiToken
+		}
+	})
+	_, port, err := net.SplitHostPort(agents[0].APIAddr())
+	if err != nil {
+		t.Fatal(err)
+	}
+	api := "http://127.0.0.1:" + port
 
 	opts := append(chromedp.DefaultExecAllocatorOptions[:],
 		chromedp.ExecPath(chrome),
@@ -295,6 +327,27 @@ func TestDashboard(t *testing.T) {
 		waitFor(t, page+" to load", `!!document.querySelector('.page-`+page+`[data-loaded]')`, 10*time.Second)
 	}
 
+	t.Run("token", func(t *testing.T) {
+		do(t, "loading /ui/", 15*time.Second, chromedp.Navigate(api+"/ui/#/mesh"))
+		waitFor(t, "the token box", `!document.getElementById('auth').hidden`, 10*time.Second)
+		// The calls before the token are refused; nothing else may fail.
+		for _, p := range bl.take() {
+			if !strings.Contains(p, "401") && !strings.Contains(p, "Unauthorized") {
+				t.Errorf("before the token: %s", p)
+			}
+		}
+		shot(t, "token")
+		do(t, "entering the token", 5*time.Second,
+			chromedp.SetValue(chromedp.ID("auth-token"), apiToken),
+			chromedp.Click(chromedp.CSS(`#auth-form button[type="submit"]`)))
+		waitFor(t, "the nodes with the token", `document.querySelectorAll('.page-mesh table.nodes tbody tr:not(.group)').length > 0`, 10*time.Second)
+		waitFor(t, "the event stream", `document.getElementById('live').dataset.state === 'live'`, 10*time.Second)
+		if got := eval(t, `sessionStorage.getItem('strata-token') || ''`); got != apiToken {
+			t.Errorf("sessionStorage holds %q, want the token", got)
+		}
+		clean(t, "token")
+	})
+
 	t.Run("mesh", func(t *testing.T) {
 		meshtest.WaitFor(t, 15*time.Second, "every node document with a coordinate", func() bool {
 			var nodes []struct {
@@ -310,7 +363,13 @@ func TestDashboard(t *testing.T) {
 			}
 			return true
 		})
-		// /ui redirects to /ui/; the fragment survives.
+		// /ui redirects to /ui/; the fragment survives, and so does the
+		// token in the tab's sessionStorage. The cache is emptied first so
+		// that the bytes counted are a first visit's.
+		if _, err := chromedp.Call(ctx, network.ClearBrowserCache, cdp.Empty{}); err != nil {
+			t.Fatal(err)
+		}
+		bl.reset()
 		start := time.Now()
 		do(t, "loading /ui", 15*time.Second, chromedp.Navigate(api+"/ui#/mesh"))
 		waitFor(t, "the node table", fmt.Sprintf(`document.querySelectorAll('.page-mesh table.nodes tbody tr:not(.group)').length === %d`, len(agents)), 15*time.Second)
@@ -329,7 +388,7 @@ func TestDashboard(t *testing.T) {
 		}
 		fcp := eval(t, `String(Math.round((performance.getEntriesByName('first-contentful-paint')[0] || {}).startTime || -1))`)
 		b, reqs := bl.transferred()
-		t.Logf("mesh page: %.0f bytes transferred in %d finished requests; first contentful paint at %s ms; nodes listed %s after navigation",
+		t.Logf("mesh page, empty cache: %.0f bytes transferred in %d finished requests; first contentful paint at %s ms; nodes listed %s after navigation",
 			b, reqs, fcp, loaded.Round(time.Millisecond))
 		if b > 500<<10 {
 			t.Errorf("the mesh page transferred %.0f bytes, more than 500 KB", b)
