@@ -14,7 +14,7 @@ ARGS    ?=
 export STRATA_ORT_LIB ?= $(CURDIR)/.deps/onnxruntime/libonnxruntime.so.1
 export STRATA_DEMO_DATA ?= $(CURDIR)/.deps/data/breast_cancer.csv
 
-.PHONY: all build demo test test-short race bench setup setup-go setup-ort setup-debs setup-data vet fmt lint clean
+.PHONY: all build demo test test-short race bench fuzz setup setup-go setup-ort setup-debs setup-data vet fmt lint clean
 
 all: build
 
@@ -45,6 +45,11 @@ test: setup
 
 bench: setup build
 	@bash scripts/bench.sh
+
+# Every fuzz target for FUZZTIME each (default 5m); `make test` runs their
+# seed corpora as ordinary tests.
+fuzz: setup
+	@bash scripts/fuzz.sh
 
 fmt:
 	gofmt -w $$(git ls-files '*.go')
