@@ -9,6 +9,7 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"net/http/httptest"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -24,6 +25,7 @@ import (
 	"github.com/chromedp/chromedp"
 
 	"github.com/strata-mesh/strata/agent"
+	"github.com/strata-mesh/strata/internal/ui"
 	"github.com/strata-mesh/strata/mesh"
 	"github.com/strata-mesh/strata/mesh/meshtest"
 )
@@ -210,6 +212,54 @@ func apiCall(t *testing.T, method, url, ctype string, body io.Reader) []byte {
 		t.Fatalf("%s %s: %d %s", method, url, res.StatusCode, b)
 	}
 	return b
+}
+
+// demoServer serves the dashboard with API answers recorded from `strata
+// dev` after its story (drift on screening@1 at edge-a, retraining on gpu-1,
+// canary, promotion), plus a transfer under way, so the pages that need that
+// story have data to draw.
+func demoServer(t *testing.T) string {
+	t.Helper()
+	dir := filepath.Join("testdata", "demo")
+	mux := http.NewServeMux()
+	mux.Handle("/ui/", ui.Handler())
+	file := func(name, ctype string) http.HandlerFunc {
+		return func(w http.ResponseWriter, r *http.Request) {
+			b, err := os.ReadFile(filepath.Join(dir, name))
+			if err != nil {
+				http.Error(w, err.Error(), http.StatusInternalServerError)
+				return
+			}
+			w.Header().Set("Content-Type", ctype)
+			w.Write(b)
+		}
+	}
+	for _, p := range []string{"health", "nodes", "placements", "policies", "artifacts", "transfers", "drift", "jobs"} {
+		mux.HandleFunc("GET /v1/"+p, file(p+".json", "application/json"))
+	}
+	mux.HandleFunc("GET /v1/jobs/screening-retrain-1/logs", file("logs.txt", "text/plain; charset=utf-8"))
+	quit := make(chan struct{})
+	mux.HandleFunc("GET /v1/events", func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "text/event-stream")
+		if r.URL.Query().Get("since") == "0" {
+			b, err := os.ReadFile(filepath.Join(dir, "events.txt"))
+			if err != nil {
+				t.Error(err)
+			}
+			w.Write(b)
+		}
+		w.(http.Flusher).Flush()
+		select {
+		case <-r.Context().Done():
+		case <-quit:
+		}
+	})
+	srv := httptest.NewServer(mux)
+	t.Cleanup(func() {
+		close(quit)
+		srv.Close()
+	})
+	return srv.URL
 }
 
 // planPolicy has no latency goal, so its explanation does not move with
@@ -501,5 +551,79 @@ func TestDashboard(t *testing.T) {
 			shot(t, page+"-phone")
 		}
 		clean(t, "phone")
+	})
+
+	// The pages that need the whole story (drift, a rollout, a job with
+	// output, a transfer under way) are checked on recorded answers.
+	t.Run("recorded", func(t *testing.T) {
+		do(t, "a desktop's viewport", 5*time.Second, chromedp.EmulateViewport(1280, 800))
+		base := demoServer(t)
+		do(t, "loading the recorded dashboard", 15*time.Second, chromedp.Navigate(base+"/ui/#/drift"))
+		waitFor(t, "the drift page", `!!document.querySelector('.page-drift[data-loaded]')`, 10*time.Second)
+		if n := eval(t, `String(document.querySelectorAll('.page-drift .monitor').length)`); n != "2" {
+			t.Errorf("%s drift monitors shown, want 2 (edge-a-1, edge-b-1)", n)
+		}
+		var drift []struct {
+			Node    string `json:"node"`
+			History []any  `json:"history"`
+		}
+		b, err := os.ReadFile("testdata/demo/drift.json")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := json.Unmarshal(b, &drift); err != nil {
+			t.Fatal(err)
+		}
+		for _, d := range drift {
+			sel := `.monitor[data-node="` + d.Node + `"]`
+			if n := eval(t, `String(document.querySelectorAll('`+sel+` circle.pt').length)`); n != fmt.Sprint(len(d.History)) {
+				t.Errorf("%s: %s points drawn, want the %d of its history", d.Node, n, len(d.History))
+			}
+			if n := eval(t, `String(document.querySelectorAll('`+sel+` .stage-mark').length)`); n != "3" {
+				t.Errorf("%s: %s rollout stages marked, want 3 (retraining, canary, promoted)", d.Node, n)
+			}
+			if n := eval(t, `String(document.querySelectorAll('`+sel+` .threshold').length)`); n != "1" {
+				t.Errorf("%s: %s threshold lines", d.Node, n)
+			}
+		}
+		if n := eval(t, `String(document.querySelectorAll('.monitor[data-node="edge-a-1"] .alarm-mark').length)`); n != "1" {
+			t.Errorf("edge-a-1: %s alarms marked, want the one of the story", n)
+		}
+		shot(t, "recorded-drift")
+		clean(t, "recorded drift")
+
+		open(t, "training")
+		do(t, "opening the logs", 5*time.Second, chromedp.Click(chromedp.CSS(`[data-job="screening-retrain-1"] a.button`)))
+		waitFor(t, "the job's output", `!!document.querySelector('.job-logs')`, 5*time.Second)
+		want, err := os.ReadFile("testdata/demo/logs.txt")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := eval(t, `document.querySelector('.job-logs').textContent`); got != string(want) {
+			t.Errorf("the logs show %q, want %q", got, want)
+		}
+		shot(t, "recorded-training")
+		clean(t, "recorded training")
+
+		open(t, "models")
+		if got := eval(t, `[...document.querySelectorAll('.progress')].map((p) => p.getAttribute('aria-valuenow')).join(',')`); got != "41,100" {
+			t.Errorf("progress bars at %s, want 41,100", got)
+		}
+		shot(t, "recorded-models")
+		clean(t, "recorded models")
+
+		open(t, "placements")
+		if got := eval(t, `(document.querySelector('.stages li[aria-current="step"]') || {}).textContent || ''`); got != "promoted" {
+			t.Errorf("the rollout's current stage shows %q, want promoted", got)
+		}
+		shot(t, "recorded-placements")
+		clean(t, "recorded placements")
+
+		open(t, "events")
+		if n := eval(t, `String(document.querySelectorAll('.events tbody tr').length)`); n != "14" {
+			t.Errorf("%s events listed, want the 14 recorded", n)
+		}
+		shot(t, "recorded-events")
+		clean(t, "recorded events")
 	})
 }
