@@ -1,6 +1,6 @@
 // The dashboard's shell: hash routing (#/mesh, #/placements, …), the
 // connection indicator, the token box, and one event stream for all pages.
-import { events, get, onAuthChange, setupAuth, h, failure } from './lib.js';
+import { events, get, poll, onAuthChange, setupAuth, h, failure } from './lib.js';
 
 const pages = {
   mesh: () => import('./pages/mesh.js'),
@@ -85,6 +85,6 @@ async function whoami() {
   } catch { /* the pages say what is wrong */ }
 }
 
-whoami();
+poll(whoami, 30000);
 events.connect();
 show();

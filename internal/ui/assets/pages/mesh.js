@@ -21,7 +21,7 @@ export function mount(el, route) {
 
   const summary = h('p', { class: 'summary', 'aria-live': 'polite' });
   const map = h('div', { class: 'map' });
-  const detail = h('aside', { class: 'detail', 'aria-label': 'Node document' });
+  const detail = h('aside', { class: 'detail', 'aria-label': 'Node document', tabindex: '-1' });
   const list = h('div');
   const heat = h('div', { class: 'heat' });
   el.append(
@@ -50,8 +50,10 @@ export function mount(el, route) {
 
   function renderDetail() {
     const n = nodes.find((x) => x.name === selected || x.id === selected);
-    detail.hidden = !selected;
-    if (!selected) return;
+    if (!selected) {
+      swap(detail, tierSummary(order(nodes)));
+      return;
+    }
     swap(detail,
       h('div', { class: 'detail-head' },
         h('h2', {}, n ? n.name : selected),
@@ -250,9 +252,36 @@ export function mount(el, route) {
   handle.update = (r) => {
     selected = r.args[0] || '';
     render();
-    if (selected) detail.querySelector('h2') && detail.focus && detail.setAttribute('tabindex', '-1');
+    // Keyboard users land on the document they asked for.
+    if (selected) detail.focus();
   };
   return handle;
+}
+
+// tierSummary lists the sites of each tier with their nodes, GPUs and
+// fabrics.
+function tierSummary(ordered) {
+  const tiers = new Map();
+  for (const n of ordered) {
+    if (!tiers.has(n.tier)) tiers.set(n.tier, new Map());
+    const sites = tiers.get(n.tier);
+    if (!sites.has(n.site)) sites.set(n.site, { region: n.region, nodes: 0, alive: 0, gpus: 0, free: 0, fabrics: new Set() });
+    const st = sites.get(n.site);
+    const c = n.capabilities || {};
+    st.nodes++;
+    if (n.status === 'alive') st.alive++;
+    st.gpus += (c.gpus || []).length;
+    st.free += (n.load && n.load.free_gpus) || 0;
+    if (c.fabric) st.fabrics.add(c.fabric);
+  }
+  return [h('h2', {}, 'Sites by tier'),
+    [...tiers.entries()].map(([tier, sites]) => h('div', { class: 'tier-block' },
+      h('h3', {}, h('span', { class: `swatch tier-${tier}` }), ` ${tier}`),
+      h('ul', { class: 'sites' }, [...sites.entries()].map(([name, st]) => h('li', {},
+        h('strong', {}, name), ` (${st.region}): ${st.alive}/${st.nodes} nodes alive`,
+        st.gpus ? `, ${st.free}/${st.gpus} GPUs free` : '',
+        st.fabrics.size ? `, fabric ${[...st.fabrics].join(', ')}` : ''))))),
+    h('p', { class: 'muted small' }, 'Pick a node on the map or in the table to see its document.')];
 }
 
 function meter(used, total, label) {
