@@ -121,15 +121,21 @@ export async function post(path, body, type) {
 // ---- polling -----------------------------------------------------------
 
 // poll runs fn now and every ms while the page is visible; the returned
-// function stops it. A run never overlaps the previous one.
+// function stops it, and its now() runs it at once. A run never overlaps
+// the previous one.
 export function poll(fn, ms) {
-  let timer = 0, stopped = false, running = false;
+  let timer = 0, stopped = false, running = false, again = false;
   const run = async () => {
     clearTimeout(timer);
-    if (stopped || running) return;
-    if (document.hidden) return;
+    if (stopped || document.hidden) return;
+    // A call while one runs (an event arrived) runs once more after it, so
+    // that the answer is not older than the event.
+    if (running) { again = true; return; }
     running = true;
-    try { await fn(); } catch (e) { /* the page shows its own errors */ }
+    do {
+      again = false;
+      try { await fn(); } catch (e) { /* the page shows its own errors */ }
+    } while (again && !stopped);
     running = false;
     if (!stopped && !document.hidden) timer = setTimeout(run, ms);
   };
