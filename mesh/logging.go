@@ -148,6 +148,7 @@ func isRefusal(msg string) bool {
 type sourceLimiter struct {
 	mu      sync.Mutex
 	sources map[string]*sourceState
+	pruned  time.Time // last sweep of the table, at most one per peerLogEvery
 }
 
 type sourceState struct {
@@ -165,7 +166,8 @@ func (l *sourceLimiter) allow(src string, now time.Time) (bool, int) {
 	}
 	st := l.sources[src]
 	if st == nil {
-		if len(l.sources) >= maxLogSources {
+		if len(l.sources) >= maxLogSources && now.Sub(l.pruned) >= peerLogEvery {
+			l.pruned = now
 			for k, s := range l.sources {
 				if now.Sub(s.last) >= peerLogEvery && s.suppressed == 0 {
 					delete(l.sources, k)

@@ -146,10 +146,14 @@ func (t *guardTransport) DialAddressTimeout(a memberlist.Address, timeout time.D
 	return &replyConn{Conn: c, t: t}, nil
 }
 
-// Shutdown stops the guard and the wrapped transport.
+// Shutdown stops the wrapped transport, then the guard. The guard goes on
+// passing packets and streams on until the wrapped transport is down: a
+// NetTransport waits for its listeners, which may be blocked handing one
+// over (memberlist reads until its own shutdown, which comes after).
 func (t *guardTransport) Shutdown() error {
+	err := t.NodeAwareTransport.Shutdown()
 	t.stopOnce.Do(func() { close(t.done) })
-	return t.NodeAwareTransport.Shutdown()
+	return err
 }
 
 func (t *guardTransport) pumpPackets() {
