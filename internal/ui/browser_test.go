@@ -13,6 +13,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	goruntime "runtime"
 	"strings"
 	"sync"
 	"testing"
@@ -63,8 +64,18 @@ func startMesh(t *testing.T, n int, tweak func(i int, cfg *agent.Config)) []*age
 	done := make(chan struct{}, n)
 	t.Cleanup(func() {
 		cancel()
+		// Bounded: a shutdown that hangs is reported with the stacks that
+		// hold it, rather than stalling the whole test run.
+		deadline := time.After(30 * time.Second)
 		for range agents {
-			<-done
+			select {
+			case <-done:
+			case <-deadline:
+				buf := make([]byte, 1<<20)
+				buf = buf[:goruntime.Stack(buf, true)]
+				t.Errorf("the agents did not stop within 30 s; goroutines:\n%s", buf)
+				return
+			}
 		}
 	})
 	for i, cfg := range agent.DevConfigs(n, t.TempDir(), "127.0.0.1:0") {
@@ -380,7 +391,9 @@ func TestDashboard(t *testing.T) {
 	t.Run("token", func(t *testing.T) {
 		do(t, "loading /ui/", 15*time.Second, chromedp.Navigate(api+"/ui/#/mesh"))
 		waitFor(t, "the token box", `!document.getElementById('auth').hidden`, 10*time.Second)
-		// The calls before the token are refused; nothing else may fail.
+		// Every call before the token is refused: the nodes, and the
+		// event stream. Nothing else may fail.
+		waitFor(t, "the refusals", `!!document.querySelector('.page-mesh .summary .error') && document.getElementById('live').dataset.state === 'needs token'`, 10*time.Second)
 		for _, p := range bl.take() {
 			if !strings.Contains(p, "401") && !strings.Contains(p, "Unauthorized") {
 				t.Errorf("before the token: %s", p)
