@@ -20,9 +20,10 @@ import (
 )
 
 // hostileInputs are inputs that crash memberlist v0.7.0 when it decodes
-// them itself; only a holder of the gossip key can make them (or anyone who
-// captured one packet: the version byte is not authenticated, so a sealed
-// version-1 packet relabelled 0 still decrypts).
+// them itself. A holder of the gossip key can make any of them; anyone who
+// captured one packet can make the relabelled one: the version byte is not
+// authenticated, so a version-1 packet relabelled 0 still decrypts, and its
+// last plaintext byte is taken for a pad length.
 var hostileInputs = []struct {
 	name   string
 	stream bool
@@ -30,6 +31,11 @@ var hostileInputs = []struct {
 	panics string // what memberlist's panic says
 }{
 	{"packet-version-0", false, func(tb testing.TB) []byte { return versionZeroPacket(tb, fuzzKey) }, "slice bounds out of range"},
+	{"packet-version-1-relabelled-0", false, func(tb testing.TB) []byte {
+		p := seal(tb, fuzzKey, 1, ackPacket, nil) // as a member sends it
+		p[0] = 0                                  // no key needed for this
+		return p
+	}, "slice bounds out of range"},
 	{"stream-version-0", true, func(tb testing.TB) []byte {
 		return streamFrame(tb, fuzzKey, 0, append(bytes.Repeat([]byte{0}, 19), 0xff))
 	}, "slice bounds out of range"},
