@@ -1,4 +1,4 @@
-// Shared helpers of the dashboard: DOM and SVG builders, the API client
+// Code shared by the dashboard's pages: DOM and SVG builders, the API client
 // (same origin, bearer token from sessionStorage), the event stream, polling
 // that pauses while the tab is hidden, and formatting.
 
