@@ -3,6 +3,8 @@ package mesh
 import (
 	"bytes"
 	"encoding/binary"
+	"errors"
+	"io"
 	"log"
 	"log/slog"
 	"net"
@@ -271,5 +273,50 @@ func TestMemberlistWarningsAreRateLimitedPerSource(t *testing.T) {
 	}
 	if !strings.Contains(buf.String(), "peer=10.0.0.9:7946") || !strings.Contains(buf.String(), "peer=10.0.0.8:7946") {
 		t.Errorf("sources not named:\n%s", buf.String())
+	}
+}
+
+// TestDialedStreamReplyIsChecked: memberlist reads a push/pull answer or a
+// TCP ping ack from a stream it opened; a hostile reply fails the read
+// instead of reaching memberlist, and a valid one arrives byte for byte.
+func TestDialedStreamReplyIsChecked(t *testing.T) {
+	var drops []string
+	g := newGuardTransport(&chanTransport{packets: make(chan *memberlist.Packet), streams: make(chan net.Conn)},
+		&memberlist.Config{SecretKey: fuzzKey, TCPTimeout: time.Second},
+		func(path, reason string, _ net.Addr) { drops = append(drops, path+"/"+reason) })
+	defer g.Shutdown()
+	for _, tc := range []struct {
+		name  string
+		reply []byte
+		drop  string // "" when the reply is valid
+	}{
+		{"version-0", streamFrame(t, fuzzKey, 0, append(bytes.Repeat([]byte{0}, 19), 0xff)), "stream/version"},
+		{"empty-plaintext", streamFrame(t, fuzzKey, 1, nil), "stream/empty"},
+		{"unencrypted", []byte{13, 0x80}, "stream/unencrypted"},
+		{"valid", streamFrame(t, fuzzKey, 1, ackPacket), ""},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			drops = nil
+			ours, peer := net.Pipe()
+			defer ours.Close()
+			go func() {
+				_, _ = peer.Write(tc.reply)
+				peer.Close()
+			}()
+			rc := &replyConn{Conn: ours, t: g}
+			got, err := io.ReadAll(rc)
+			if tc.drop == "" {
+				if err != nil || !bytes.Equal(got, tc.reply) {
+					t.Fatalf("valid reply: read %x, %v; want %x", got, err, tc.reply)
+				}
+				return
+			}
+			if !errors.Is(err, errDropped) || len(got) != 0 {
+				t.Fatalf("read %x, %v; want nothing and errDropped", got, err)
+			}
+			if len(drops) != 1 || drops[0] != tc.drop {
+				t.Fatalf("drops = %v, want [%s]", drops, tc.drop)
+			}
+		})
 	}
 }
