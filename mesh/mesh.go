@@ -9,6 +9,7 @@ import (
 	"log/slog"
 	"math/rand/v2"
 	"net"
+	"reflect"
 	"slices"
 	"strconv"
 	"strings"
@@ -686,49 +687,83 @@ func (m *Mesh) watchSuspects(every time.Duration) {
 	}
 }
 
-// mlNodeState mirrors memberlist's (v0.7.0) unexported nodeState. Members
-// returns pointers to the Node at its start; the exported Node.State is
-// never set by memberlist, the member's state is this State.
-// memberStatesReadable checks the mirror against the local node before it
-// is relied on.
-type mlNodeState struct {
-	memberlist.Node
-	Incarnation uint32
-	State       memberlist.NodeStateType
-	StateChange time.Time
+// memberlist (v0.7.0) keeps each member's state in its unexported
+// nodeState, whose first field is the Node that Members hands out pointers
+// to, and guards it with its unexported nodeLock; the exported Node.State is
+// never set. The offsets of nodeLock and nodeState.State are found by
+// reflection, with their types checked, so a memberlist whose layout
+// differs turns the suspect scan off (with a warning) instead of reading
+// garbage; the states are read under memberlist's own lock.
+var mlLayout = func() (l struct {
+	ok                      bool
+	lockOffset, stateOffset uintptr
+	changeOffset            uintptr
+}) {
+	mt := reflect.TypeOf(memberlist.Memberlist{})
+	lock, ok1 := mt.FieldByName("nodeLock")
+	nodes, ok2 := mt.FieldByName("nodes")
+	if !ok1 || !ok2 || lock.Type != reflect.TypeOf(sync.RWMutex{}) || nodes.Type.Kind() != reflect.Slice ||
+		nodes.Type.Elem().Kind() != reflect.Pointer || nodes.Type.Elem().Elem().Kind() != reflect.Struct {
+		return l
+	}
+	ns := nodes.Type.Elem().Elem()
+	first := ns.Field(0)
+	state, ok3 := ns.FieldByName("State")
+	change, ok4 := ns.FieldByName("StateChange")
+	if !first.Anonymous || first.Type != reflect.TypeOf(memberlist.Node{}) || first.Offset != 0 ||
+		!ok3 || state.Type != reflect.TypeOf(memberlist.NodeStateType(0)) || len(state.Index) != 1 ||
+		!ok4 || change.Type != reflect.TypeOf(time.Time{}) || len(change.Index) != 1 {
+		return l
+	}
+	l.ok, l.lockOffset, l.stateOffset, l.changeOffset = true, lock.Offset, state.Offset, change.Offset
+	return l
+}()
+
+// nodeLock is memberlist's lock over its member table.
+func (m *Mesh) nodeLock() *sync.RWMutex {
+	return (*sync.RWMutex)(unsafe.Add(unsafe.Pointer(m.ml), mlLayout.lockOffset))
 }
 
-func memberState(n *memberlist.Node) memberlist.NodeStateType {
-	return (*mlNodeState)(unsafe.Pointer(n)).State
+// memberStates reads the state (and when it changed) of each node, which
+// must be pointers Members or LocalNode returned, under memberlist's lock.
+func (m *Mesh) memberStates(nodes []*memberlist.Node) ([]memberlist.NodeStateType, []time.Time) {
+	states, changed := make([]memberlist.NodeStateType, len(nodes)), make([]time.Time, len(nodes))
+	mu := m.nodeLock()
+	mu.RLock()
+	defer mu.RUnlock()
+	for i, n := range nodes {
+		p := unsafe.Pointer(n)
+		states[i] = *(*memberlist.NodeStateType)(unsafe.Add(p, mlLayout.stateOffset))
+		changed[i] = *(*time.Time)(unsafe.Add(p, mlLayout.changeOffset))
+	}
+	return states, changed
 }
 
-// memberStatesReadable reports whether mlNodeState matches memberlist's
-// layout: the local node must read as alive since about when it started.
+// memberStatesReadable reports whether memberlist's layout is the one
+// expected and the local node reads as alive since about when it started.
 func (m *Mesh) memberStatesReadable() bool {
+	if !mlLayout.ok {
+		return false
+	}
 	ln := m.ml.LocalNode()
 	if ln == nil || ln.Name != m.cfg.Name {
 		return false
 	}
-	s := (*mlNodeState)(unsafe.Pointer(ln))
-	st, at := s.State, s.StateChange
-	m.ml.NumMembers() // see scanSuspects
-	return st == memberlist.StateAlive && !at.Before(m.started.Add(-time.Minute)) && !at.After(time.Now().Add(time.Minute))
+	st, at := m.memberStates([]*memberlist.Node{ln})
+	return st[0] == memberlist.StateAlive && !at[0].Before(m.started.Add(-time.Minute)) && !at[0].After(time.Now().Add(time.Minute))
 }
 
 // scanSuspects marks suspect exactly the members memberlist holds in
-// StateSuspect. Members hands out pointers into memberlist's table, so the
-// states are read at once and memberlist's lock is taken again right after
-// (NumMembers): a state change memberlist makes after that is ordered after
-// these reads.
+// StateSuspect.
 func (m *Mesh) scanSuspects() {
 	nodes := m.ml.Members()
+	states, _ := m.memberStates(nodes)
 	suspect := make(map[string]bool, len(nodes))
-	for _, n := range nodes {
-		if memberState(n) == memberlist.StateSuspect {
+	for i, n := range nodes {
+		if states[i] == memberlist.StateSuspect {
 			suspect[n.Name] = true
 		}
 	}
-	m.ml.NumMembers()
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	changed := false

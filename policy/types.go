@@ -244,7 +244,29 @@ type Drift struct {
 	// Reference is "training" (the summary shipped with the model) or
 	// "first" (the first Window live samples). Default training.
 	Reference string `yaml:"reference" json:"reference"`
+	// Stream configures the streaming detector that checks every sampled
+	// row (a CUSUM per feature): it catches an abrupt shift in tens of
+	// rows, where the windowed detectors need about a window. On by
+	// default.
+	Stream *DriftStream `yaml:"stream" json:"stream,omitempty"`
 }
+
+// DriftStream configures the streaming drift detector.
+type DriftStream struct {
+	// Enabled turns it off when false. Default true.
+	Enabled *bool `yaml:"enabled" json:"enabled,omitempty"`
+	// FalseAlarmEvery is the expected number of sampled rows between two
+	// false alarms of the model (all its features together). Default
+	// 1000000; at least 10.
+	FalseAlarmEvery int64 `yaml:"falseAlarmEvery" json:"falseAlarmEvery"`
+	// Shift is the mean shift, in reference standard deviations, caught
+	// fastest. Default 1; larger shifts are still caught, smaller ones
+	// later.
+	Shift float64 `yaml:"shift" json:"shift"`
+}
+
+// On says whether the streaming detector runs.
+func (s *DriftStream) On() bool { return s == nil || s.Enabled == nil || *s.Enabled }
 
 // TrainingJobSpec says what to run as a gang, on what, near which data.
 type TrainingJobSpec struct {

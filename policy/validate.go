@@ -113,6 +113,15 @@ func (s *InferenceServiceSpec) setDefaults(p string, set func(string) bool) {
 		if dr.Window == 0 {
 			dr.Window = 500
 		}
+		if dr.Stream == nil {
+			dr.Stream = &DriftStream{}
+		}
+		if dr.Stream.FalseAlarmEvery == 0 {
+			dr.Stream.FalseAlarmEvery = 1000000
+		}
+		if dr.Stream.Shift == 0 {
+			dr.Stream.Shift = 1
+		}
 		if dr.Reference == "" {
 			dr.Reference = ReferenceTraining
 		}
@@ -299,6 +308,14 @@ func (d *decoder) inference(s *InferenceServiceSpec, p string) {
 			d.errField(p+".drift.reference", fmt.Sprintf("%q is not a reference: use training or first", dr.Reference))
 		}
 		d.names(dr.Features, p+".drift.features", "feature")
+		if st := dr.Stream; st != nil {
+			if st.FalseAlarmEvery < 0 || (st.FalseAlarmEvery < 10 && (st.FalseAlarmEvery != 0 || d.isSet(p+".drift.stream.falseAlarmEvery"))) {
+				d.errField(p+".drift.stream.falseAlarmEvery", fmt.Sprintf("%d rows: want at least 10 rows between false alarms", st.FalseAlarmEvery))
+			}
+			if st.Shift < 0 || st.Shift > 10 || math.IsNaN(st.Shift) || (st.Shift == 0 && d.isSet(p+".drift.stream.shift")) {
+				d.errField(p+".drift.stream.shift", fmt.Sprintf("%g: want a shift in standard deviations above 0, at most 10", st.Shift))
+			}
+		}
 	}
 	if s.Retrain != nil {
 		d.training(s.Retrain, p+".retrain")

@@ -277,3 +277,24 @@ func TestSourceRoundTrip(t *testing.T) {
 		}
 	}
 }
+
+func TestDriftStreamValidated(t *testing.T) {
+	for _, tc := range []struct{ stream, want string }{
+		{"{falseAlarmEvery: 5}", "spec.drift.stream.falseAlarmEvery"},
+		{"{shift: 0}", "spec.drift.stream.shift"},
+		{"{shift: 11}", "spec.drift.stream.shift"},
+		{"{enabled: false}", ""},
+		{"{falseAlarmEvery: 1000, shift: 0.5}", ""},
+	} {
+		src := "apiVersion: strata/v1\nkind: InferenceService\nmetadata: {name: s}\nspec:\n  model: {name: m}\n  drift:\n    stream: " + tc.stream + "\n"
+		docs, err := Parse("s.yaml", []byte(src))
+		switch {
+		case tc.want == "" && err != nil:
+			t.Errorf("stream %s: %v", tc.stream, err)
+		case tc.want != "" && (err == nil || !strings.Contains(err.Error(), tc.want)):
+			t.Errorf("stream %s: err = %v, want one naming %s", tc.stream, err, tc.want)
+		case tc.want == "" && tc.stream == "{enabled: false}" && docs[0].InferenceService.Drift.Stream.On():
+			t.Errorf("stream %s: still on", tc.stream)
+		}
+	}
+}

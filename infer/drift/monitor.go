@@ -277,10 +277,17 @@ func New(ref Reference, cfg Config) (*Monitor, error) {
 		m.sorted[c] = make([]float64, 0, cfg.Window)
 	}
 	if cfg.Stream != nil {
-		m.cusum = make([]*CUSUM, len(cols))
-		m.streamHit = make([]bool, len(cols))
-		for c, ref := range cols {
-			if m.cusum[c], err = NewCUSUM(ref, *cfg.Stream, len(cols)); err != nil {
+		// The input features only: the prediction is a function of them,
+		// often a class, and a per-row CUSUM on it alarms on a harmless
+		// change in the class mix; the windowed detectors watch it.
+		n := len(cols)
+		if cfg.Prediction {
+			n--
+		}
+		m.cusum = make([]*CUSUM, n)
+		m.streamHit = make([]bool, n)
+		for c, ref := range cols[:n] {
+			if m.cusum[c], err = NewCUSUM(ref, *cfg.Stream, n); err != nil {
 				return nil, err
 			}
 		}
@@ -312,7 +319,8 @@ func (m *Monitor) Last() (Evaluation, bool) {
 }
 
 // Stream returns the streaming detector's per-feature state, in the order
-// of Scores (features, then the prediction); nil without Config.Stream.
+// of Scores (the input features; the prediction has none); nil without
+// Config.Stream.
 func (m *Monitor) Stream() []StreamScore {
 	if m.cusum == nil {
 		return nil
@@ -366,8 +374,8 @@ func observe[T float32 | float64](m *Monitor, row []T) (*Event, error) {
 	var out *Event
 	if m.cusum != nil {
 		hit := false
-		for c, x := range row {
-			if m.cusum[c].Observe(float64(x)) {
+		for c, d := range m.cusum {
+			if d.Observe(float64(row[c])) {
 				m.streamHit[c], hit = true, true
 				m.streamHits++
 			}

@@ -207,6 +207,18 @@ type Drift struct {
 	Alarmed   bool      `json:"alarmed"`
 	AlarmSeen int64     `json:"alarm_seen,omitempty"`
 	AlarmAt   time.Time `json:"alarm_at,omitzero"`
+	// AlarmSource says which detector raised the current alarm: "stream"
+	// (the per-row CUSUM) or "window"; AlarmFeature names the feature the
+	// streaming detector alarmed on.
+	AlarmSource  string `json:"alarm_source,omitempty"`
+	AlarmFeature string `json:"alarm_feature,omitempty"`
+	// AlarmStatistic is the streaming alarm's statistic over its
+	// threshold when it fired (above 1), and AlarmDrifted the features
+	// that alarmed with it.
+	AlarmStatistic float64  `json:"alarm_statistic,omitempty"`
+	AlarmDrifted   []string `json:"alarm_drifted,omitempty"`
+	// Stream is the streaming detector's state per feature.
+	Stream []drift.StreamScore `json:"stream,omitempty"`
 	// Scores are the latest evaluation's, per feature then the prediction.
 	Scores []drift.Score `json:"scores,omitempty"`
 	// History is the worst score of recent evaluations, oldest first.
@@ -306,4 +318,15 @@ func (c *Catalog) ModelFor(p Policy, svc *policy.InferenceServiceSpec, node stri
 		ref.Version = r.To
 	}
 	return ref
+}
+
+// AlarmCause names what raised the current alarm: the feature, the
+// detector ("cusum" for the streaming detector, else the windowed one) and
+// its statistic (for the CUSUM, the largest side over its threshold).
+func (d Drift) AlarmCause() (feature, detector string, stat float64) {
+	if d.AlarmSource == string(drift.SourceStream) {
+		return d.AlarmFeature, "cusum", d.AlarmStatistic
+	}
+	ws := WorstScore(d.Scores, d.Detector)
+	return ws.Name, d.Detector, ScoreStat(ws, d.Detector)
 }

@@ -505,7 +505,7 @@ func (c *Controller) advance(p catalog.Policy, doc *policy.Document, r *catalog.
 			served, failed = served+d.Served, failed+d.Failed
 			if d.Alarmed {
 				r.Served, r.Failed = served, failed
-				step(r, catalog.StageRolledBack, "canary %s@%s drifted at %s too (%s); back to %s", r.Model, r.To, d.Node, catalog.WorstScore(d.Scores, d.Detector).Name, r.From)
+				step(r, catalog.StageRolledBack, "canary %s@%s drifted at %s too (%s); back to %s", r.Model, r.To, d.Node, alarmFeature(d), r.From)
 				return nil
 			}
 		}
@@ -558,11 +558,16 @@ func (c *Controller) startRetrain(p catalog.Policy, svc *policy.InferenceService
 			r.MaxErrorRate = s.MaxErrorRate
 		}
 	}
-	ws := catalog.WorstScore(d.Scores, d.Detector)
-	r.Trigger = &catalog.DriftTrigger{Site: d.Site, Node: d.Node, Version: d.Version, Samples: d.AlarmSeen, At: d.AlarmAt, Feature: ws.Name, Statistic: catalog.ScoreStat(ws, d.Detector), Detector: d.Detector}
+	feature, det, stat := d.AlarmCause()
+	r.Trigger = &catalog.DriftTrigger{Site: d.Site, Node: d.Node, Version: d.Version, Samples: d.AlarmSeen, At: d.AlarmAt, Feature: feature, Statistic: stat, Detector: det}
 	for _, s := range d.Scores {
 		if s.Drifted {
 			r.Trigger.Drifted = append(r.Trigger.Drifted, s.Name)
+		}
+	}
+	for _, name := range d.AlarmDrifted {
+		if !slices.Contains(r.Trigger.Drifted, name) {
+			r.Trigger.Drifted = append(r.Trigger.Drifted, name)
 		}
 	}
 	r.To = c.cfg.Artifacts.NextVersion(svc.Model.Name, cur)
@@ -585,7 +590,7 @@ func (c *Controller) startRetrain(p catalog.Policy, svc *policy.InferenceService
 		return err
 	}
 	step(r, catalog.StageRetraining, "drift at %s/%s on %s@%s (%s %s=%.4g after %d samples); training %s@%s as job %s",
-		d.Site, d.Node, r.Model, cur, d.Detector, ws.Name, catalog.ScoreStat(ws, d.Detector), d.AlarmSeen, r.Model, r.To, r.Job)
+		d.Site, d.Node, r.Model, cur, det, feature, stat, d.AlarmSeen, r.Model, r.To, r.Job)
 	c.log.Info("drift detected: retraining", "policy", p.Key(), "site", d.Site, "job", r.Job, "to", r.To)
 	return nil
 }
@@ -765,4 +770,10 @@ func RequestFor(doc *policy.Document) *placement.Request {
 		affs(s.Affinities)
 	}
 	return req
+}
+
+// alarmFeature names the feature a drift alarm is about.
+func alarmFeature(d catalog.Drift) string {
+	f, _, _ := d.AlarmCause()
+	return f
 }

@@ -167,9 +167,28 @@ func (d *Watch) feed(r driftRow) {
 		w.rec.Alarmed = ev.Kind == drift.EventAlarm
 		if w.rec.Alarmed {
 			w.rec.AlarmSeen, w.rec.AlarmAt = ev.Samples, time.Now().UTC()
+			w.rec.AlarmSource, w.rec.AlarmFeature, w.rec.AlarmStatistic, w.rec.AlarmDrifted = string(ev.Source), "", 0, nil
+			for _, s := range ev.Stream {
+				if !s.Drifted {
+					continue
+				}
+				w.rec.AlarmDrifted = append(w.rec.AlarmDrifted, s.Name)
+				if s.Threshold <= 0 {
+					continue
+				}
+				stat := max(s.Upper, s.Lower) / s.Threshold
+				if s.SpreadThreshold > 0 {
+					stat = max(stat, s.Spread/s.SpreadThreshold)
+				}
+				if w.rec.AlarmFeature == "" || stat > w.rec.AlarmStatistic {
+					w.rec.AlarmFeature, w.rec.AlarmStatistic = s.Name, stat
+				}
+			}
 			alarmed = true
 		}
-		d.log.Info("drift "+string(ev.Kind), "policy", w.key, "model", w.model, "version", w.version, "samples", ev.Samples, "worst", catalog.WorstScore(ev.Scores, w.rec.Detector).Name)
+		w.rec.Stream = ev.Stream
+		feature, det, _ := w.rec.AlarmCause()
+		d.log.Info("drift "+string(ev.Kind), "policy", w.key, "model", w.model, "version", w.version, "samples", ev.Samples, "detector", det, "feature", feature)
 	}
 	if w.mon != nil {
 		if ev, ok := w.mon.Last(); ok && (len(w.rec.History) == 0 || w.rec.History[len(w.rec.History)-1].Seen != ev.Seen) {
@@ -215,6 +234,12 @@ func (d *Watch) startFromFirst(w *watched) error {
 func (d *Watch) monitorConfig(w *watched) drift.Config {
 	c := drift.Config{Model: w.model, Version: w.version, Site: d.cfg.Site, Detector: drift.Detector(w.rec.Detector), Window: w.rec.Window, Prediction: w.pred}
 	c.Every = max(1, c.Window/5)
+	if st := w.spec.Stream; st.On() {
+		c.Stream = &drift.StreamConfig{}
+		if st != nil {
+			c.Stream.ARL, c.Stream.Shift = float64(st.FalseAlarmEvery), st.Shift
+		}
+	}
 	alarm, clear := drift.DefaultThresholds(c.Detector)
 	t := w.spec.Threshold
 	if t == 0 {
@@ -359,6 +384,7 @@ func (d *Watch) publish(force bool) {
 		}
 		if w.mon != nil {
 			w.rec.Threshold = w.mon.Config().Alarm
+			w.rec.Stream = w.mon.Stream()
 		}
 		w.rec.Updated = now.UTC()
 		w.lastPub, w.dirty = now, false

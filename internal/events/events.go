@@ -106,8 +106,8 @@ func (e *Stream) scan(emit bool) {
 		msg := fmt.Sprintf("%s@%s at %s/%s: %s", d.Model, d.Version, d.Site, d.Node, state)
 		switch state {
 		case "alarm":
-			ws := catalog.WorstScore(d.Scores, d.Detector)
-			msg = fmt.Sprintf("drift on %s@%s at %s/%s after %d samples: %s %s=%.4g", d.Model, d.Version, d.Site, d.Node, d.AlarmSeen, d.Detector, ws.Name, catalog.ScoreStat(ws, d.Detector))
+			feature, det, stat := d.AlarmCause()
+			msg = fmt.Sprintf("drift on %s@%s at %s/%s after %d samples: %s %s=%.4g", d.Model, d.Version, d.Site, d.Node, d.AlarmSeen, det, feature, stat)
 		case "error":
 			msg += ": " + d.Error
 		}
@@ -136,7 +136,12 @@ func (e *Stream) scan(emit bool) {
 	}
 	rollouts, _ := e.cat.Rollouts.Values()
 	for _, r := range rollouts {
-		note("r/"+r.Policy, fmt.Sprintf("%d/%s", r.Seq, r.Stage), Event{Time: r.Updated, Type: "rollout." + r.Stage, Policy: r.Policy, Message: r.Message})
+		// Every step, not only the current stage: a rollout can pass
+		// through a stage (retraining) between two looks.
+		for _, st := range r.Steps {
+			key := fmt.Sprintf("r/%s/%d/%d/%s", r.Policy, r.Seq, st.Time.UnixNano(), st.Stage)
+			note(key, "seen", Event{Time: st.Time, Type: "rollout." + st.Stage, Policy: r.Policy, Message: st.Message})
+		}
 	}
 	e.mu.Lock()
 	for k := range e.last {
