@@ -110,6 +110,7 @@ func runDev(args []string, stdout, stderr io.Writer) error {
 		return fmt.Errorf("asking %s for the nodes: %w", agents[0].Name(), err)
 	}
 	printNodes(stdout, nodes, apiAddrs(agents))
+	fmt.Fprintf(stdout, "\nDashboard: http://%s/ui/   (watch the story below as it happens)\n", agents[0].APIAddr())
 	if !*noModel {
 		fmt.Fprintln(stdout)
 		if err := runStory(ctx, stdout, cl, agents, *data); err != nil {
@@ -122,6 +123,7 @@ func runDev(args []string, stdout, stderr io.Writer) error {
 		}
 	}
 	fmt.Fprintf(stdout, "\nAPI of %s: http://%s   (try: strata members, strata nodes, strata placements, strata models, curl %s/v1/nodes)\n", agents[0].Name(), agents[0].APIAddr(), agents[0].APIAddr())
+	fmt.Fprintf(stdout, "Dashboard: http://%s/ui/\n", agents[0].APIAddr())
 	if *once {
 		return nil
 	}
