@@ -34,7 +34,7 @@ import (
 	"github.com/strata-mesh/strata/internal/httpapi"
 	"github.com/strata-mesh/strata/internal/jobs"
 	"github.com/strata-mesh/strata/internal/serving"
-	"gopkg.in/yaml.v3"
+	"go.yaml.in/yaml/v3"
 
 	"github.com/strata-mesh/strata/agent/discover"
 	"github.com/strata-mesh/strata/infer"

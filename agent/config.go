@@ -17,7 +17,7 @@ import (
 
 	"github.com/hashicorp/memberlist"
 	"github.com/prometheus/client_golang/prometheus"
-	"gopkg.in/yaml.v3"
+	"go.yaml.in/yaml/v3"
 
 	"github.com/strata-mesh/strata/internal/httpapi"
 	"github.com/strata-mesh/strata/mesh"
