@@ -176,6 +176,16 @@ type Drift struct {
 	Alarmed   bool      `json:"alarmed"`
 	AlarmSeen int64     `json:"alarm_seen,omitempty"`
 	AlarmAt   time.Time `json:"alarm_at,omitzero"`
+	// AlarmSource is the detector that raised the current alarm: "stream"
+	// (per row) or "window". For a streaming alarm, AlarmFeature is the
+	// feature it fired on, AlarmStatistic its statistic over its threshold
+	// and AlarmDrifted every feature that alarmed with it.
+	AlarmSource    string   `json:"alarm_source,omitempty"`
+	AlarmFeature   string   `json:"alarm_feature,omitempty"`
+	AlarmStatistic float64  `json:"alarm_statistic,omitempty"`
+	AlarmDrifted   []string `json:"alarm_drifted,omitempty"`
+	// Stream is the streaming detector's state per input feature.
+	Stream []DriftStream `json:"stream,omitempty"`
 	// Scores are the latest evaluation's, per feature then the prediction.
 	Scores []DriftScore `json:"scores,omitempty"`
 	// History is the worst score of recent evaluations, oldest first.
@@ -188,6 +198,27 @@ type Drift struct {
 	// Error says why the monitor cannot run.
 	Error   string    `json:"error,omitempty"`
 	Updated time.Time `json:"updated"`
+}
+
+// DriftStream is the streaming detector (a CUSUM) on one feature.
+type DriftStream struct {
+	Name string `json:"name"`
+	// Upper and Lower are the CUSUM statistics for an upward and a
+	// downward shift; an alarm fires when one passes Threshold.
+	Upper     float64 `json:"upper"`
+	Lower     float64 `json:"lower"`
+	Threshold float64 `json:"threshold"`
+	// Spread is the variance side's statistic, SpreadThreshold its
+	// threshold (both 0 when it is off).
+	Spread          float64 `json:"spread,omitempty"`
+	SpreadThreshold float64 `json:"spread_threshold,omitempty"`
+	// Alarms counts the feature's alarms; LastAlarm is the sample count at
+	// the latest; Side is up, down or spread.
+	Alarms    int64  `json:"alarms,omitempty"`
+	LastAlarm int64  `json:"last_alarm,omitempty"`
+	Side      string `json:"side,omitempty"`
+	// Drifted says it alarmed since the last windowed evaluation.
+	Drifted bool `json:"drifted"`
 }
 
 // DriftScore is one feature's score in an evaluation.
