@@ -177,3 +177,50 @@ func TestServeAtTheEdgeForwardAndSwap(t *testing.T) {
 		t.Errorf("during the swap: %d ok, %d failed; want none failed", ok.Load(), failed.Load())
 	}
 }
+
+// TestLoadFailureIsShownNotLooped pushes bytes ONNX Runtime cannot load:
+// the placement says failed with the runtime's reason and the node that
+// reported it, not "placed", and the load is retried with backoff, not in
+// a loop.
+func TestLoadFailureIsShownNotLooped(t *testing.T) {
+	lib := ortLib(t)
+	keys, err := NewDevPKI()
+	if err != nil {
+		t.Fatal(err)
+	}
+	yes := true
+	agents := devMesh(t, 3, func(c *Config) { c.PKI, c.ORTLibrary, c.Controller = keys, lib, &yes })
+	if code, body := post(t, agents[0].Handler(), http.MethodPost, "/v1/artifacts?name=broken&version=1", []byte("this is not an ONNX model")); code != http.StatusCreated {
+		t.Fatalf("push = %d %s", code, body)
+	}
+	policy := "apiVersion: strata/v1\nkind: InferenceService\nmetadata: {name: broken}\nspec:\n  model: {name: broken, version: \"1\"}\n  resources: {cpu: 100m, memory: 16Mi}\n"
+	meshtest.WaitFor(t, 30*time.Second, "apply", func() bool {
+		code, _ := post(t, agents[1].Handler(), http.MethodPost, "/v1/policies", []byte(policy))
+		return code == http.StatusOK
+	})
+	var st PlacementStatus
+	meshtest.WaitFor(t, 60*time.Second, "the placement to say the load failed", func() bool {
+		_, body := get(t, agents[2].Handler(), "/v1/placements")
+		var all []PlacementStatus
+		if json.Unmarshal(body, &all) != nil || len(all) != 1 {
+			return false
+		}
+		st = all[0]
+		return st.State == StateFailed && len(st.Nodes) == 1 && st.Nodes[0].Replica == "failed"
+	})
+	if !strings.Contains(st.Message, st.Nodes[0].Name) || st.Nodes[0].Reason == "" || !strings.Contains(st.Message, st.Nodes[0].Reason) {
+		t.Errorf("placement = %+v; want the node and ONNX Runtime's reason in its message", st)
+	}
+	// Backoff: a few seconds later the node has not retried more than
+	// twice (5s, then 10s).
+	time.Sleep(3 * time.Second)
+	n, err := agents[0].Mesh().Node(st.Nodes[0].Name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, r := range n.Replicas {
+		if r.Policy == "InferenceService/broken" && r.Attempts > 2 {
+			t.Errorf("replica %+v: %d attempts in seconds, want backoff", r, r.Attempts)
+		}
+	}
+}

@@ -181,6 +181,11 @@ type PlacedNode struct {
 	Site     string `json:"site"`
 	Rank     int    `json:"rank"`
 	Admitted bool   `json:"admitted"`
+	// Replica is, for an inference service, what the node reports of its
+	// model (GET /v1/placements fills it in): loading, serving or failed,
+	// with Reason.
+	Replica string `json:"replica,omitempty"`
+	Reason  string `json:"reason,omitempty"`
 }
 
 // Rollout stages.

@@ -80,6 +80,9 @@ type Node struct {
 	Controller bool `json:"controller"`
 	// Models are the model versions this node serves ("name@version").
 	Models []string `json:"models,omitempty"`
+	// Replicas say, per inference policy assigned to the node, whether its
+	// model is loading, serving or failed to load (and why).
+	Replicas []Replica `json:"replicas,omitempty"`
 	// Assignments are the placements this node has admitted or refused.
 	Assignments []Assignment `json:"assignments,omitempty"`
 	// Leaving is set in the last document a node writes before it leaves.
@@ -226,3 +229,14 @@ type RTT struct {
 
 // Duration is the estimate as a time.Duration.
 func (r RTT) Duration() time.Duration { return time.Duration(r.Millis * float64(time.Millisecond)) }
+
+// Replica is one inference policy's model on a node.
+type Replica struct {
+	Policy string `json:"policy"`
+	Model  string `json:"model"`
+	// State is loading, serving or failed; Reason says why it failed.
+	State    string    `json:"state"`
+	Reason   string    `json:"reason,omitempty"`
+	Since    time.Time `json:"since"`
+	Attempts int       `json:"attempts,omitempty"`
+}

@@ -67,11 +67,37 @@ type NodeState struct {
 	Controller bool `json:"controller"`
 	// Models are the model versions this node serves ("name@version").
 	Models []string `json:"models,omitempty"`
+	// Replicas say, per inference policy assigned here, whether its model
+	// is loading, serving or failed to load (and why).
+	Replicas []Replica `json:"replicas,omitempty"`
 	// Assignments are the placements this node has admitted or refused.
 	Assignments []Assignment `json:"assignments,omitempty"`
 	// Leaving is set in the last document a node writes before it leaves
 	// gracefully, so peers can tell "left" from "failed".
 	Leaving bool `json:"leaving,omitempty"`
+}
+
+// Replica states.
+const (
+	ReplicaLoading = "loading"
+	ReplicaServing = "serving"
+	ReplicaFailed  = "failed"
+)
+
+// Replica is one inference policy's model on this node.
+type Replica struct {
+	// Policy is the policy key; Model the version it should serve
+	// ("name@version").
+	Policy string `json:"policy"`
+	Model  string `json:"model"`
+	// State is loading, serving or failed; Reason says why it failed (the
+	// ONNX Runtime or pull error), Since when the state began.
+	State  string    `json:"state"`
+	Reason string    `json:"reason,omitempty"`
+	Since  time.Time `json:"since"`
+	// Attempts counts failed loads in a row; the next is tried after a
+	// backoff that doubles with each (5s to 5 minutes).
+	Attempts int `json:"attempts,omitempty"`
 }
 
 // Addrs are the addresses a node advertises.
@@ -208,6 +234,7 @@ func (s NodeState) Clone() NodeState {
 	}
 	c.Capabilities.RDMA = slices.Clone(s.Capabilities.RDMA)
 	c.Models = slices.Clone(s.Models)
+	c.Replicas = slices.Clone(s.Replicas)
 	c.Assignments = slices.Clone(s.Assignments)
 	for i := range c.Assignments {
 		c.Assignments[i].GPUs = slices.Clone(s.Assignments[i].GPUs)

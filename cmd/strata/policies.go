@@ -142,7 +142,11 @@ func runPlacements(args []string, stdout, stderr io.Writer) error {
 	for _, p := range ps {
 		var names []string
 		for _, n := range p.Nodes {
-			names = append(names, n.Name)
+			name := n.Name
+			if n.Replica != "" && n.Replica != "serving" {
+				name += "(" + n.Replica + ")" // the reason is in the message
+			}
+			names = append(names, name)
 		}
 		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%d\t%s\n", p.Policy, p.State, dash(strings.Join(names, ",")), dash(p.Owner), p.Epoch, p.Message)
 		if r := p.Rollout; r != nil {

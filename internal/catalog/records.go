@@ -18,6 +18,9 @@ const (
 	StatePlaced  = "placed"  // every chosen node admitted it
 	StateFailed  = "failed"  // no feasible placement now; retried
 	StateDone    = "done"    // a training job ended; its nodes are free
+	// StateLoading is what GET /v1/placements says of a placed service
+	// whose model is not yet serving on every node (never stored).
+	StateLoading = "loading"
 )
 
 // Policy is an applied policy as the mesh's catalog holds it.
@@ -71,6 +74,11 @@ type PlacedNode struct {
 	Site     string `json:"site"`
 	Rank     int    `json:"rank"`
 	Admitted bool   `json:"admitted"`
+	// Replica is, for an inference service, what the node reports of its
+	// model (GET /v1/placements fills it in): loading, serving or failed,
+	// with Reason.
+	Replica string `json:"replica,omitempty"`
+	Reason  string `json:"reason,omitempty"`
 }
 
 // Job states, as trainer states them.

@@ -11,6 +11,7 @@ import (
 
 	"github.com/strata-mesh/strata/internal/controller"
 	"github.com/strata-mesh/strata/internal/httpjson"
+	"github.com/strata-mesh/strata/policy"
 
 	"github.com/strata-mesh/strata/internal/catalog"
 	"github.com/strata-mesh/strata/mesh"
@@ -224,6 +225,9 @@ func (s *Server) handlePlacements(w http.ResponseWriter, r *http.Request) {
 				as, ok := controller.AssignmentOf(byName[pn.Name], rec.Key)
 				rec.Nodes[i].Admitted = ok && as.Accepted && as.Epoch == rec.Epoch
 			}
+			if p.Kind == policy.KindInferenceService {
+				replicaStates(&rec, byName)
+			}
 			st.Placement = rec
 		} else {
 			st.Placement = catalog.Placement{Key: p.Key(), Kind: p.Kind, Name: p.Name, State: catalog.StatePending, Message: "waiting for its owner to place it"}
@@ -248,4 +252,41 @@ type PolicyError struct {
 
 func (e PolicyError) String() string {
 	return fmt.Sprintf("%s:%d:%d: %s: %s", e.File, e.Line, e.Column, e.Field, e.Message)
+}
+
+// replicaStates fills in what each node of a service's placement reports of
+// its model, and says the truth in the placement's state: "placed" only
+// when every replica serves; "loading" while some load; "failed" with the
+// reason when one failed to load.
+func replicaStates(rec *catalog.Placement, byName map[string]mesh.Node) {
+	serving, loading := 0, 0
+	var failed []string
+	for i, pn := range rec.Nodes {
+		for _, r := range byName[pn.Name].Replicas {
+			if r.Policy == rec.Key {
+				rec.Nodes[i].Replica, rec.Nodes[i].Reason = r.State, r.Reason
+			}
+		}
+		switch rec.Nodes[i].Replica {
+		case mesh.ReplicaServing:
+			serving++
+		case mesh.ReplicaFailed:
+			failed = append(failed, fmt.Sprintf("%s: %s", pn.Name, rec.Nodes[i].Reason))
+		default:
+			loading++
+		}
+	}
+	if rec.State != catalog.StatePlaced || len(rec.Nodes) == 0 {
+		return
+	}
+	switch {
+	case len(failed) > 0:
+		rec.State = catalog.StateFailed
+		rec.Message = fmt.Sprintf("%d of %d replicas failed to load (%s); %d serving", len(failed), len(rec.Nodes), strings.Join(failed, "; "), serving)
+	case loading > 0:
+		rec.State = catalog.StateLoading
+		rec.Message = fmt.Sprintf("admitted; loading the model: %d of %d replicas serving", serving, len(rec.Nodes))
+	default:
+		rec.Message = "serving on every node"
+	}
 }

@@ -86,6 +86,9 @@ type Loader struct {
 	mu      sync.Mutex
 	loaded  map[string]servedModel // policy key → model
 	loading map[string]bool
+	// replicas is each assigned policy's state here, published in the
+	// node's document.
+	replicas map[string]mesh.Replica
 }
 
 // NewLoader returns a loader; nothing loads until Run.
@@ -93,7 +96,7 @@ func NewLoader(cfg LoaderConfig) *Loader {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.New(slog.DiscardHandler)
 	}
-	return &Loader{cfg: cfg, log: cfg.Logger, loaded: map[string]servedModel{}, loading: map[string]bool{}}
+	return &Loader{cfg: cfg, log: cfg.Logger, loaded: map[string]servedModel{}, loading: map[string]bool{}, replicas: map[string]mesh.Replica{}}
 }
 
 // Serves says whether a blob is a model loaded here (kept through GC).
@@ -122,9 +125,10 @@ func (s *Loader) Run(ctx context.Context) {
 	}
 }
 
-// wanted resolves the models of the inference policies admitted here.
-func (s *Loader) wanted() map[string]storage.Manifest {
-	out := map[string]storage.Manifest{}
+// wanted resolves the models of the inference policies admitted here; the
+// policies whose model it cannot resolve yet are in unresolved, with why.
+func (s *Loader) wanted() (out map[string]storage.Manifest, unresolved map[string]string) {
+	out, unresolved = map[string]storage.Manifest{}, map[string]string{}
 	for _, as := range s.cfg.Mesh.Local().Assignments {
 		if !as.Accepted || !strings.HasPrefix(as.Key, policy.KindInferenceService+"/") {
 			continue
@@ -137,14 +141,52 @@ func (s *Loader) wanted() map[string]storage.Manifest {
 		if err != nil || doc.InferenceService == nil {
 			continue
 		}
-		m, err := s.modelManifest(s.cfg.Catalog.ModelFor(rec, doc.InferenceService, s.cfg.Mesh.Name()))
+		ref := s.cfg.Catalog.ModelFor(rec, doc.InferenceService, s.cfg.Mesh.Name())
+		m, err := s.modelManifest(ref)
 		if err != nil {
 			s.log.Debug("model not resolvable yet", "policy", as.Key, "err", err)
+			unresolved[as.Key] = fmt.Sprintf("model %s not published (or not replicated here yet)", refString(ref))
 			continue
 		}
 		out[as.Key] = m
 	}
-	return out
+	return out, unresolved
+}
+
+func refString(r policy.ModelRef) string {
+	switch {
+	case r.Digest != "":
+		return r.Name + "@" + r.Digest
+	case r.Version != "":
+		return r.Name + ":" + r.Version
+	}
+	return r.Name
+}
+
+// loadBackoff is how long after its attempts-th failure in a row a load is
+// tried again: 5s, doubling, at most 5 minutes. A permanent error (an
+// operator ONNX Runtime lacks) is not retried in a loop.
+func loadBackoff(attempts int) time.Duration {
+	d := 5 * time.Second
+	for range max(0, attempts-1) {
+		if d *= 2; d >= 5*time.Minute {
+			return 5 * time.Minute
+		}
+	}
+	return d
+}
+
+// setReplica records a policy's replica state here; s.mu is held.
+func (s *Loader) setReplica(key, model, state, reason string, attempts int) {
+	r := s.replicas[key]
+	if r.Model == model && r.State == state && r.Reason == reason && r.Attempts == attempts {
+		return
+	}
+	if r.Model != model || r.State != state {
+		r.Since = time.Now().UTC()
+	}
+	r.Policy, r.Model, r.State, r.Reason, r.Attempts = key, model, state, reason, attempts
+	s.replicas[key] = r
 }
 
 // modelManifest finds the manifest a policy's model reference names.
@@ -180,12 +222,34 @@ func (s *Loader) reconcile(ctx context.Context) {
 	if s.cfg.Inference == nil || !s.cfg.Artifacts.Enabled() {
 		return
 	}
-	want := s.wanted()
+	want, unresolved := s.wanted()
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	for key, why := range unresolved {
+		if _, ok := s.loaded[key]; !ok {
+			s.setReplica(key, "", mesh.ReplicaLoading, why, 0)
+		}
+	}
+	for key := range s.replicas {
+		if _, ok := want[key]; !ok && unresolved[key] == "" {
+			delete(s.replicas, key)
+		}
+	}
 	for key, m := range want {
+		ref := m.Name + "@" + m.Version
 		if cur, ok := s.loaded[key]; (ok && cur.digest == m.Digest) || s.loading[key] {
 			continue
+		}
+		r := s.replicas[key]
+		if r.State == mesh.ReplicaFailed && r.Model == ref && time.Since(r.Since) < loadBackoff(r.Attempts) {
+			continue
+		}
+		attempts := 0
+		if r.Model == ref {
+			attempts = r.Attempts
+		}
+		if _, serving := s.loaded[key]; !serving {
+			s.setReplica(key, ref, mesh.ReplicaLoading, "", attempts)
 		}
 		s.loading[key] = true
 		go s.load(ctx, key, m)
@@ -254,10 +318,20 @@ func (s *Loader) load(ctx context.Context, key string, m storage.Manifest) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	delete(s.loading, key)
+	ref := m.Name + "@" + m.Version
 	if err != nil {
-		s.log.Warn("loading model failed; will retry", "policy", key, "model", m.Ref(), "err", err)
+		attempts := 1
+		if r := s.replicas[key]; r.Model == ref {
+			attempts = r.Attempts + 1
+		}
+		if _, serving := s.loaded[key]; !serving {
+			s.setReplica(key, ref, mesh.ReplicaFailed, err.Error(), attempts)
+		}
+		s.log.Warn("loading model failed", "policy", key, "model", m.Ref(), "err", err, "attempt", attempts, "retry_in", loadBackoff(attempts))
+		s.publishLocked()
 		return
 	}
+	s.setReplica(key, ref, mesh.ReplicaServing, "", 0)
 	s.loaded[key] = servedModel{name: m.Name, version: m.Version, digest: m.Digest}
 	s.log.Info("serving model", "policy", key, "model", m.Ref())
 	s.publishLocked()
@@ -272,10 +346,21 @@ func (s *Loader) publishLocked() {
 	}
 	sort.Strings(models)
 	models = slices.Compact(models)
-	if slices.Equal(models, s.cfg.Mesh.Local().Models) {
+	replicas := make([]mesh.Replica, 0, len(s.replicas))
+	for key, r := range s.replicas {
+		if sm, ok := s.loaded[key]; ok && r.State != mesh.ReplicaServing && r.Model == sm.name+"@"+sm.version {
+			r.State, r.Reason = mesh.ReplicaServing, ""
+		}
+		replicas = append(replicas, r)
+	}
+	sort.Slice(replicas, func(i, j int) bool { return replicas[i].Policy < replicas[j].Policy })
+	local := s.cfg.Mesh.Local()
+	if slices.Equal(models, local.Models) && slices.EqualFunc(replicas, local.Replicas, func(a, b mesh.Replica) bool {
+		return a.Policy == b.Policy && a.Model == b.Model && a.State == b.State && a.Reason == b.Reason && a.Attempts == b.Attempts
+	}) {
 		return
 	}
-	if err := s.cfg.Mesh.Update(func(st *mesh.NodeState) { st.Models = models }); err != nil {
+	if err := s.cfg.Mesh.Update(func(st *mesh.NodeState) { st.Models, st.Replicas = models, replicas }); err != nil {
 		s.log.Warn("publishing served models", "err", err)
 	}
 }
