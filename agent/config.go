@@ -458,6 +458,14 @@ func Flags(fs *flag.FlagSet) func() (Config, error) {
 	str("ort-library", "ONNX Runtime shared library `path` (default $STRATA_ORT_LIB)", func(c *Config, v string) { c.ORTLibrary = v })
 	str("fabric", "declared RDMA fabric `ID` (overrides discovery)", func(c *Config, v string) { c.Fabric = v })
 	str("nvml-library", "`path` of libnvidia-ml.so.1 (default: the system's)", func(c *Config, v string) { c.NVMLLibrary = v })
+	fs.Func("controller", "`true|false`: may this agent own policies (place and reconcile them)? (default: true on onprem and cloud, false on edge; a mesh with no controller lets every agent own)", func(v string) error {
+		b, err := strconv.ParseBool(v)
+		if err != nil {
+			return fmt.Errorf("want true or false, got %q", v)
+		}
+		sets = append(sets, func(c *Config) error { c.Controller = &b; return nil })
+		return nil
+	})
 	fs.BoolFunc("disable-nvml", "skip GPU discovery through NVML", func(v string) error {
 		off, err := strconv.ParseBool(v)
 		if err != nil {

@@ -188,8 +188,9 @@ func TestLoadFailureIsShownNotLooped(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	yes := true
-	agents := devMesh(t, 3, func(c *Config) { c.PKI, c.ORTLibrary, c.Controller = keys, lib, &yes })
+	// Three edge agents: no controller-capable one, so they own policies
+	// themselves.
+	agents := devMesh(t, 3, func(c *Config) { c.PKI, c.ORTLibrary = keys, lib })
 	if code, body := post(t, agents[0].Handler(), http.MethodPost, "/v1/artifacts?name=broken&version=1", []byte("this is not an ONNX model")); code != http.StatusCreated {
 		t.Fatalf("push = %d %s", code, body)
 	}

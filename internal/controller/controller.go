@@ -84,13 +84,23 @@ func (c *Controller) Run(ctx context.Context) {
 	}
 }
 
-// controllers returns the names of live controller-capable nodes.
+// controllers returns the names of live controller-capable nodes. A mesh
+// with no live controller-capable agent (one edge agent alone, an
+// edge site on its own) is not left without owners: then every live agent
+// may own policies, so a lone agent places and serves what is applied to it.
 func controllers(nodes []mesh.Node) []string {
-	var out []string
+	var out, alive []string
 	for _, n := range nodes {
-		if n.Controller && n.Status == mesh.StatusAlive {
+		if n.Status != mesh.StatusAlive {
+			continue
+		}
+		alive = append(alive, n.Name)
+		if n.Controller {
 			out = append(out, n.Name)
 		}
+	}
+	if len(out) == 0 {
+		return alive
 	}
 	return out
 }
