@@ -3,6 +3,9 @@
 #   make demo    set up, build, and run the dev mesh (ARGS=--once exits after printing it)
 #   make test    set up, then run every test (race detector on the concurrent packages)
 #   make bench   run the benchmarks and print a table with ratios
+#   make release build the linux/amd64 and linux/arm64 tarballs and .debs
+#                into bin/release (VERSION=, ARCHES= override)
+#   make test-release  check the artifacts: .deb contents, arm64 under qemu
 #
 # Set-up is idempotent: it installs what a fresh machine lacks (Go modules,
 # the ONNX Runtime shared library, Debian packages the tests use) and skips
@@ -14,7 +17,7 @@ ARGS    ?=
 export STRATA_ORT_LIB ?= $(CURDIR)/.deps/onnxruntime/libonnxruntime.so.1
 export STRATA_DEMO_DATA ?= $(CURDIR)/.deps/data/breast_cancer.csv
 
-.PHONY: all build demo test test-short race bench fuzz setup setup-go setup-ort setup-debs setup-data vet fmt lint clean
+.PHONY: all build demo test test-short race bench fuzz setup setup-go setup-ort setup-debs setup-data vet fmt lint clean release test-release
 
 all: build
 
@@ -50,6 +53,15 @@ bench: setup build
 # seed corpora as ordinary tests.
 fuzz: setup
 	@bash scripts/fuzz.sh
+
+release: setup-go
+	@bash scripts/release.sh
+
+# The release tests run the arm64 binary under qemu-user (installed by
+# scripts/install-release-debs.sh) and read the .debs from bin/release.
+test-release: release
+	@bash scripts/install-release-debs.sh
+	STRATA_RELEASE_TESTS=1 $(GO) test -count=1 -timeout 10m -v ./packaging/releasetest/
 
 fmt:
 	gofmt -w $$(git ls-files '*.go')

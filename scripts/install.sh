@@ -1,0 +1,139 @@
+#!/usr/bin/env bash
+# Installs strata on this host from its .deb, configures it and starts it.
+#
+#   install.sh --deb strata_1.2.3_amd64.deb --site rack-1 --tier onprem \
+#       --join 10.0.0.1:7946 --gossip-key-file ./gossip.key \
+#       [--api-token-file ./api.token] [--name gpu-07] [--bind 0.0.0.0:7946] \
+#       [--api 127.0.0.1:7470] [--region eu-west] [--controller true|false] \
+#       [--label k=v]... [--no-start]
+#
+# It installs the package (dpkg -i; skipped without --deb when strata is
+# already installed), writes /etc/strata/agent.yaml from the flags (the old
+# one is kept as agent.yaml.bak), copies the secrets into root-only files in
+# /etc/strata/credentials/, which the systemd unit hands to the agent, and
+# starts the service. Without systemd it prints the command to run the agent
+# as the strata user instead. Run it as root; running it again reconfigures.
+set -euo pipefail
+
+die() { echo "install: $*" >&2; exit 1; }
+log() { echo "install: $*" >&2; }
+
+deb="" name="" site="" tier="" region="" bind="" api="" controller=""
+gossip_key_file="" api_token_file="" start=1
+joins=() labels=()
+conf_dir=${STRATA_CONF_DIR:-/etc/strata}
+
+while [ $# -gt 0 ]; do
+	case "$1" in
+	--deb) deb=$2; shift 2 ;;
+	--join) joins+=("$2"); shift 2 ;;
+	--site) site=$2; shift 2 ;;
+	--tier) tier=$2; shift 2 ;;
+	--region) region=$2; shift 2 ;;
+	--name) name=$2; shift 2 ;;
+	--bind) bind=$2; shift 2 ;;
+	--api) api=$2; shift 2 ;;
+	--controller) controller=$2; shift 2 ;;
+	--label) labels+=("$2"); shift 2 ;;
+	--gossip-key-file) gossip_key_file=$2; shift 2 ;;
+	--api-token-file) api_token_file=$2; shift 2 ;;
+	--no-start) start=0; shift ;;
+	-h | --help) sed -n '2,16p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+	*) die "unknown argument $1 (see --help)" ;;
+	esac
+done
+
+[ "$(id -u)" -eq 0 ] || die "run as root (sudo $0 ...)"
+case "$tier" in "" | edge | onprem | cloud) ;; *) die "--tier $tier: use edge, onprem or cloud" ;; esac
+case "$controller" in "" | true | false) ;; *) die "--controller $controller: use true or false" ;; esac
+for f in "$gossip_key_file" "$api_token_file"; do
+	[ -z "$f" ] || [ -r "$f" ] || die "cannot read $f"
+done
+for l in "${labels[@]}"; do
+	[[ "$l" == ?*=* ]] || die "--label $l: use k=v"
+done
+
+if [ -n "$deb" ]; then
+	[ -f "$deb" ] || die "no such file: $deb"
+	t0=$(date +%s%N)
+	DEBIAN_FRONTEND=noninteractive dpkg -i "$deb" >/dev/null || die "dpkg -i $deb failed"
+	ms=$((($(date +%s%N) - t0) / 1000000))
+	log "installed $(dpkg-query -W -f='${Package} ${Version} ${Architecture}' strata) in ${ms}ms"
+elif ! command -v strata >/dev/null; then
+	die "strata is not installed: pass --deb FILE"
+fi
+
+# systemd is running as PID 1 when /run/systemd/system exists (sd_booted).
+systemd=0
+[ -d /run/systemd/system ] && systemd=1
+
+# Secrets: root-only files, handed to the agent by the unit's LoadCredential=.
+install -d -m 0700 -o root -g root "$conf_dir/credentials"
+cred_dir=/run/credentials/strata.service
+if [ -n "$gossip_key_file" ]; then
+	install -m 0600 -o root -g root "$gossip_key_file" "$conf_dir/credentials/gossip-key"
+fi
+if [ -n "$api_token_file" ]; then
+	install -m 0600 -o root -g root "$api_token_file" "$conf_dir/credentials/api-token"
+fi
+
+yaml_str() { printf '"%s"' "$(printf '%s' "$1" | sed 's/\\/\\\\/g; s/"/\\"/g')"; }
+
+conf=$conf_dir/agent.yaml
+tmp=$(mktemp "$conf_dir/.agent.yaml.XXXXXX")
+{
+	echo "# Written by install.sh on $(date -u +%Y-%m-%dT%H:%M:%SZ); every setting:"
+	echo "# /usr/share/doc/strata/agent.yaml.example"
+	[ -n "$name" ] && echo "name: $(yaml_str "$name")"
+	echo "data_dir: /var/lib/strata"
+	[ -n "$tier" ] && echo "tier: $tier"
+	[ -n "$site" ] && echo "site: $(yaml_str "$site")"
+	[ -n "$region" ] && echo "region: $(yaml_str "$region")"
+	if [ ${#labels[@]} -gt 0 ]; then
+		echo "labels:"
+		for l in "${labels[@]}"; do echo "  $(yaml_str "${l%%=*}"): $(yaml_str "${l#*=}")"; done
+	fi
+	echo "bind: $(yaml_str "${bind:-0.0.0.0:7946}")"
+	echo "api: $(yaml_str "${api:-127.0.0.1:7470}")"
+	if [ ${#joins[@]} -gt 0 ]; then
+		echo "join:"
+		for j in "${joins[@]}"; do echo "  - $(yaml_str "$j")"; done
+	else
+		echo "join: []"
+	fi
+	[ -n "$controller" ] && echo "controller: $controller"
+	[ -f "$conf_dir/credentials/gossip-key" ] && echo "gossip_key_file: $cred_dir/strata_gossip-key"
+	[ -f "$conf_dir/credentials/api-token" ] && echo "api_token_file: $cred_dir/strata_api-token"
+	echo "ort_library: /usr/lib/strata/libonnxruntime.so.1"
+	echo "log_level: info"
+} >"$tmp"
+chmod 0644 "$tmp"
+[ -f "$conf" ] && cp -p "$conf" "$conf.bak"
+mv -f "$tmp" "$conf"
+log "wrote $conf"
+
+if [ $start -eq 0 ]; then
+	log "not started (--no-start)"
+	exit 0
+fi
+if [ $systemd -eq 1 ]; then
+	systemctl daemon-reload
+	systemctl enable strata.service >/dev/null 2>&1
+	systemctl restart strata.service
+	sleep 2
+	if ! systemctl is-active --quiet strata.service; then
+		journalctl -u strata.service -n 20 --no-pager >&2 || true
+		die "strata.service did not stay up (journalctl -u strata)"
+	fi
+	log "strata.service is running; logs: journalctl -u strata -f"
+	exit 0
+fi
+
+# No systemd: the unit cannot hand over the credentials, so the command below
+# reads them as root and passes them in the environment (not in argv, which
+# ps shows), then runs the agent as the strata user.
+env_args=""
+[ -f "$conf_dir/credentials/gossip-key" ] && env_args+=" STRATA_GOSSIP_KEY=\"\$(cat $conf_dir/credentials/gossip-key)\""
+[ -f "$conf_dir/credentials/api-token" ] && env_args+=" STRATA_API_TOKEN=\"\$(cat $conf_dir/credentials/api-token)\""
+log "systemd is not running here; start the agent as the strata user with:"
+echo "  install -d -o strata -g strata -m 0750 /var/lib/strata && cd /var/lib/strata && env${env_args} runuser -u strata -- /usr/bin/strata agent -config $conf"
