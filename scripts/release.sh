@@ -15,8 +15,10 @@
 #
 # The version is `git describe --tags --always --dirty` (VERSION overrides),
 # set into the binary with -ldflags -X main.version. ARCHES picks the
-# architectures (default "amd64 arm64"). Missing Debian tools are installed
-# with apt-get.
+# architectures (default "amd64 arm64"). RELEASE_REF=v1.2.3 (or HEAD) builds
+# that commit from a temporary git worktree instead of the work tree, so
+# uncommitted changes stay out. Missing Debian tools are installed with
+# apt-get.
 set -euo pipefail
 
 root=$(cd "$(dirname "$0")/.." && pwd)
@@ -25,8 +27,14 @@ cd "$root"
 GO=${GO:-go}
 ARCHES=${ARCHES:-amd64 arm64}
 out=${RELEASE_DIR:-$root/bin/release}
-version=${VERSION:-$(git describe --tags --always --dirty)}
 cache=$root/.deps/release
+if [ -n "${RELEASE_REF:-}" ]; then
+	wt=$(mktemp -d)
+	git worktree add --quiet --detach "$wt/src" "$RELEASE_REF"
+	trap 'git -C "$root" worktree remove --force "$wt/src"; rm -rf "$wt"' EXIT
+	cd "$wt/src"
+fi
+version=${VERSION:-$(git describe --tags --always --dirty)}
 
 # The onnxruntime-node package ships linux x64 and arm64 builds of the
 # library whose C API matches github.com/yalue/onnxruntime_go in go.mod (as
