@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"slices"
 	"strings"
+	"time"
 )
 
 // Score is one scorer's part of a node's score.
@@ -63,6 +64,33 @@ type Domain struct {
 	Total  float64 `json:"total"`
 }
 
+// Metrics is what one decision cost, after Nomad's AllocMetric: how many
+// nodes the filters looked at, what they filtered, how much the node
+// classes saved and how long it took. Only Duration varies between two
+// runs of the same decision.
+type Metrics struct {
+	// NodesEvaluated is Decision.Evaluated: nodes the filters looked at
+	// one by one, once per client group and pass.
+	NodesEvaluated int `json:"nodes_evaluated"`
+	// Filtered counts, per Reason, the nodes the passes' filters rejected,
+	// one by one or in bulk by the index (a node counts once per pass
+	// that considered it). Reasons decided outside the passes (not alive,
+	// excluded, tier) are in Decision.Rejected only.
+	Filtered map[Reason]int `json:"filtered,omitempty"`
+	// Feasible counts the nodes that passed every filter, per pass.
+	Feasible int `json:"feasible"`
+	// Scored counts the feasible nodes that were scored: fewer than
+	// Feasible under Options.MaxCandidates.
+	Scored int `json:"scored"`
+	// Classes is the number of node classes in the snapshot.
+	Classes int `json:"classes"`
+	// ClassEvals counts the constraint and affinity evaluations made once
+	// for a whole class; nodes of a class already answered cost none.
+	ClassEvals int `json:"class_evals"`
+	// Duration is the wall-clock time Place took.
+	Duration time.Duration `json:"duration_ns"`
+}
+
 // Rejection is why one node was not chosen.
 type Rejection struct {
 	Node   string `json:"node"`
@@ -100,6 +128,8 @@ type Decision struct {
 	// Rejected counts the other nodes by the Reason they were not chosen.
 	// The counts and len(Placements) add up to Nodes.
 	Rejected map[Reason]int `json:"rejected"`
+	// Metrics says what the decision cost.
+	Metrics Metrics `json:"metrics"`
 
 	s           *Snapshot
 	req         *Request

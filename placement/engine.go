@@ -8,6 +8,7 @@ import (
 	"sort"
 	"strings"
 	"sync"
+	"time"
 
 	"github.com/strata-mesh/strata/policy"
 )
@@ -47,6 +48,7 @@ type eval struct {
 type passStat struct {
 	considered int
 	counts     [13]int // by stage; index 12 is feasible
+	gpuModel   int     // of counts[4], those for ReasonGPUModel
 }
 
 func (p *passStat) add(r Reason, n int) {
@@ -55,6 +57,33 @@ func (p *passStat) add(r Reason, n int) {
 	}
 	p.considered += n
 	p.counts[r.stage()] += n
+	if r == ReasonGPUModel {
+		p.gpuModel += n
+	}
+}
+
+// addTo adds the pass's counts to the decision's metrics.
+func (p *passStat) addTo(m *Metrics) {
+	for _, r := range Reasons() {
+		st := r.stage()
+		if st < 0 || p.counts[st] == 0 {
+			continue
+		}
+		n := p.counts[st]
+		switch r {
+		case ReasonNoGPU:
+			n -= p.gpuModel
+		case ReasonGPUModel:
+			n = p.gpuModel
+		}
+		if n > 0 {
+			if m.Filtered == nil {
+				m.Filtered = map[Reason]int{}
+			}
+			m.Filtered[r] += n
+		}
+	}
+	m.Feasible += p.counts[reasonFeasible.stage()]
 }
 
 // Place places req on s. The snapshot and the request are only read;
@@ -65,6 +94,11 @@ func (p *passStat) add(r Reason, n int) {
 func (e *Engine) Place(s *Snapshot, req *Request) (*Decision, error) {
 	if err := req.Validate(); err != nil {
 		return nil, err
+	}
+	start := time.Now()
+	var cc *classCache
+	if !e.legacy && !e.opts.Exhaustive {
+		cc = newClassCache(s, req)
 	}
 	d := &Decision{
 		Kind:   req.Kind,
@@ -96,7 +130,7 @@ func (e *Engine) Place(s *Snapshot, req *Request) (*Decision, error) {
 		groups = []grp{{names: req.Latency.Clients}}
 	}
 	for g, gr := range groups {
-		c, err := e.newCtx(s, req, excl, gr.names)
+		c, err := e.newCtx(s, req, excl, gr.names, cc)
 		if err != nil {
 			return nil, err
 		}
@@ -147,12 +181,19 @@ func (e *Engine) Place(s *Snapshot, req *Request) (*Decision, error) {
 		}
 	}
 	d.account()
+	d.Metrics.NodesEvaluated = d.Evaluated
+	d.Metrics.Classes = len(s.ix.cls.attrs)
+	if cc != nil {
+		d.Metrics.ClassEvals = cc.evals
+		cc.frozen = true
+	}
+	d.Metrics.Duration = time.Since(start)
 	return d, nil
 }
 
-func (e *Engine) newCtx(s *Snapshot, req *Request, excl []int32, clients []string) (*evalCtx, error) {
+func (e *Engine) newCtx(s *Snapshot, req *Request, excl []int32, clients []string, cc *classCache) (*evalCtx, error) {
 	ix := s.ix
-	c := &evalCtx{s: s, req: req, opts: &e.opts, res: req.member(), excl: excl}
+	c := &evalCtx{s: s, req: req, opts: &e.opts, res: req.member(), excl: excl, cc: cc}
 	c.gang = req.Kind == Training && req.Gang.SameFabric
 	for _, name := range clients {
 		cc, ok := ix.clients[name]
@@ -219,9 +260,9 @@ func (e *Engine) newCtx(s *Snapshot, req *Request, excl []int32, clients []strin
 	if len(req.Data) > 0 && o.DataWeight > 0 && !c.gang {
 		c.scorers = append(c.scorers, dataScorer{w: o.DataWeight, scale: o.DataTimeScale.Seconds()})
 	}
-	for _, a := range req.Affinities {
+	for k, a := range req.Affinities {
 		if a.Weight > 0 {
-			c.scorers = append(c.scorers, affinityScorer{a: a})
+			c.scorers = append(c.scorers, affinityScorer{a: a, k: k})
 		}
 	}
 	for _, sc := range c.scorers {
@@ -327,7 +368,7 @@ func (c *evalCtx) exclIn(nodes []int32) int {
 	return k
 }
 
-func (c *evalCtx) tieBreak(i int32) uint64 { return tieBreakHash(c.req.Seed, c.s.ix.nodes[i].idHash) }
+func (c *evalCtx) tieBreak(i int32) uint64 { return tieBreakHash(c.req.Seed, c.s.ix.hot[i].idHash) }
 
 // placeInference places up to need replicas for one client group.
 func (e *Engine) placeInference(d *Decision, c *evalCtx, passes [][]string, need int) {
@@ -340,12 +381,41 @@ func (e *Engine) placeInference(d *Decision, c *evalCtx, passes [][]string, need
 		for _, t := range tiers {
 			d.reached[c.group][t] = true
 		}
-		if e.opts.Exhaustive {
+		var picked []cand
+		var spreadShort bool
+		switch {
+		case e.opts.Exhaustive:
 			feas = e.naiveInferencePass(d, c, tiers, &p)
-		} else {
-			feas = e.inferencePass(d, c, tiers, &p)
+			d.Metrics.Scored += len(feas)
+			picked, spreadShort = d.pick(feas, need)
+		case e.legacy:
+			feas = e.inferencePass(d, c, tiers, &p, false)
+			d.Metrics.Scored += len(feas)
+			picked, spreadShort = d.pick(feas, need)
+		default:
+			limit := e.opts.MaxCandidates
+			feas = e.inferencePass(d, c, tiers, &p, limit > 0)
+			all := feas
+			if limit > 0 {
+				feas = sampleByTieBreak(feas, limit)
+				for k := range feas {
+					feas[k].total = c.total(feas[k].i)
+				}
+			}
+			d.Metrics.Scored += len(feas)
+			picked, spreadShort = d.pickTop(feas, need)
+			if len(picked) < need && len(feas) < len(all) {
+				// The sample cannot hold every replica (spread, or nodes
+				// placed for another client group): score the rest
+				// rather than fall back to a worse tier.
+				for k := len(feas); k < len(all); k++ {
+					all[k].total = c.total(all[k].i)
+				}
+				d.Metrics.Scored += len(all) - len(feas)
+				picked, spreadShort = d.pickTop(all, need)
+			}
 		}
-		picked, spreadShort := d.pick(feas, need)
+		p.addTo(&d.Metrics)
 		for _, k := range picked {
 			d.addPlacement(c, k.i, 0)
 		}
@@ -358,7 +428,10 @@ func (e *Engine) placeInference(d *Decision, c *evalCtx, passes [][]string, need
 
 // inferencePass walks the index: regions and sites the latency bound
 // rules out are counted, not visited.
-func (e *Engine) inferencePass(d *Decision, c *evalCtx, tiers []string, p *passStat) []cand {
+//
+// With deferScore the feasible nodes come back unscored (total 0), for
+// the caller to sample before scoring.
+func (e *Engine) inferencePass(d *Decision, c *evalCtx, tiers []string, p *passStat, deferScore bool) []cand {
 	feas := d.scratch.feas[:0]
 	defer func() { d.scratch.feas = feas[:0] }()
 	for _, tn := range tiers {
@@ -391,7 +464,11 @@ func (e *Engine) inferencePass(d *Decision, c *evalCtx, tiers []string, p *passS
 						p.add(rs, 1)
 						d.record(i, rs)
 						if rs == reasonFeasible {
-							feas = append(feas, cand{i, c.total(i), c.tieBreak(i)})
+							if deferScore {
+								feas = append(feas, cand{i, 0, c.tieBreak(i)})
+							} else {
+								feas = append(feas, cand{i, c.total(i), c.tieBreak(i)})
+							}
 						}
 					}
 				}

@@ -32,6 +32,7 @@ type evalCtx struct {
 	filters []filter
 	scorers []scorer
 	wsum    float64
+	cc      *classCache // answers per node class; nil: per node
 
 	refs []dataRef
 	// Caches for the node being scored: the scorers run right after the
@@ -266,6 +267,16 @@ type constraintFilter struct{}
 
 func (constraintFilter) reason() Reason { return ReasonConstraint }
 func (constraintFilter) feasible(c *evalCtx, i int32, f freeState) bool {
+	if c.cc != nil && c.cc.cons != nil {
+		if ok, known := c.cc.consOK(c, i, f); known {
+			return ok
+		}
+	}
+	return constraintsHold(c, i, f)
+}
+
+// constraintsHold evaluates every constraint on node i.
+func constraintsHold(c *evalCtx, i int32, f freeState) bool {
 	v := c.view(i, f)
 	for _, k := range c.req.Constraints {
 		if ok, err := k.Match(v); err != nil || !ok {
@@ -340,19 +351,21 @@ func (s headroomScorer) describe(c *evalCtx, i int32, f freeState) string {
 }
 
 func (c *evalCtx) headroom(i int32, f freeState) float64 {
-	n := &c.s.ix.nodes[i]
+	h := &c.s.ix.hot[i]
 	sum, k := 0.0, 0
-	if n.CPU > 0 {
-		sum += clamp01(float64(f.cpu-c.res.CPU) / float64(n.CPU))
+	if h.cpu > 0 {
+		sum += clamp01(float64(f.cpu-c.res.CPU) / float64(h.cpu))
 		k++
 	}
-	if n.Memory > 0 {
-		sum += clamp01(float64(f.mem-c.res.Memory) / float64(n.Memory))
+	if h.mem > 0 {
+		sum += clamp01(float64(f.mem-c.res.Memory) / float64(h.mem))
 		k++
 	}
-	if c.res.GPUs > 0 && len(n.GPUs) > 0 {
-		sum += clamp01(float64(c.freeGPUs(i, f)-c.res.GPUs) / float64(len(n.GPUs)))
-		k++
+	if c.res.GPUs > 0 {
+		if n := &c.s.ix.nodes[i]; len(n.GPUs) > 0 {
+			sum += clamp01(float64(c.freeGPUs(i, f)-c.res.GPUs) / float64(len(n.GPUs)))
+			k++
+		}
 	}
 	if k == 0 {
 		return 0
@@ -429,12 +442,25 @@ func bandwidthTo(h *holding, bw *Bandwidth, fabric, site, region string) float64
 }
 
 // affinityScorer is one CEL affinity, clamped to [0, 1]; errors score 0.
-type affinityScorer struct{ a Affinity }
+// k is its index in the request's affinities.
+type affinityScorer struct {
+	a Affinity
+	k int
+}
 
 func (s affinityScorer) name() string    { return "affinity `" + s.a.Expr.String() + "`" }
 func (s affinityScorer) weight() float64 { return s.a.Weight }
 func (s affinityScorer) score(c *evalCtx, i int32, f freeState) float64 {
-	v, err := s.a.Expr.Score(c.view(i, f))
+	if c.cc != nil && c.cc.aff[s.k] != nil {
+		if v, known := c.cc.affinity(c, s, i, f); known {
+			return v
+		}
+	}
+	return affinityScore(c, s.a, i, f)
+}
+
+func affinityScore(c *evalCtx, a Affinity, i int32, f freeState) float64 {
+	v, err := a.Expr.Score(c.view(i, f))
 	if err != nil || math.IsNaN(v) {
 		return 0
 	}

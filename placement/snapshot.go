@@ -220,8 +220,24 @@ type snode struct {
 	view     policy.Node // static part of the CEL view
 }
 
+// hotNode is what a decision reads of every node it looks at, packed
+// apart from the (large) snode so that a pass over 100k nodes stays in
+// cache.
+type hotNode struct {
+	free     freeState
+	cpu, mem int64  // totals
+	idHash   uint64 // FNV-1a of ID, for seeded tie-breaks
+	class    int32  // node class (see class.go)
+	site     int32  // siteID, for spread
+	region   int32  // regionID, for spread
+}
+
 type index struct {
 	nodes   []snode
+	hot     []hotNode
+	cls     classes
+	nSites  int // dense site IDs are 0..nSites-1
+	nRegions int
 	byKey   map[string]int32 // name and ID → node
 	dead    []int32
 	tiers   map[string]*tierIx
@@ -462,6 +478,13 @@ func (b *Builder) Build() (*Snapshot, error) {
 		ix.clients[name] = c
 	}
 
+	ix.nSites, ix.nRegions = len(siteIDs), len(regionIDs)
+	ix.hot = make([]hotNode, len(ix.nodes))
+	for i := range ix.nodes {
+		n := &ix.nodes[i]
+		ix.hot[i] = hotNode{free: n.free, cpu: n.CPU, mem: n.Memory, idHash: n.idHash, site: n.siteID, region: n.regionID}
+	}
+	ix.buildClasses()
 	ix.buildTiers()
 	if len(errs) > 0 {
 		return nil, fmt.Errorf("%w: %w", ErrInvalidSnapshot, errors.Join(errs...))
@@ -675,7 +698,7 @@ func (s *Snapshot) freeOf(i int32) freeState {
 			return f
 		}
 	}
-	return s.ix.nodes[i].free
+	return s.ix.hot[i].free
 }
 
 func (s *Snapshot) lookup(nameOrID string) (int32, bool) {
