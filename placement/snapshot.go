@@ -233,21 +233,21 @@ type hotNode struct {
 }
 
 type index struct {
-	nodes   []snode
-	hot     []hotNode
-	cls     classes
-	nSites  int // dense site IDs are 0..nSites-1
+	nodes    []snode
+	hot      []hotNode
+	cls      classes
+	nSites   int // dense site IDs are 0..nSites-1
 	nRegions int
-	byKey   map[string]int32 // name and ID → node
-	dead    []int32
-	tiers   map[string]*tierIx
-	models  []string  // distinct GPU model names, sorted
-	sigs    [][]int32 // signature → sorted model IDs; sig 0 is "no GPU"
-	clients map[string]*coordinate.Coordinate
-	sites   map[string]bool
-	holders map[string]*holding
-	bw      Bandwidth
-	dim     int
+	byKey    map[string]int32 // name and ID → node
+	dead     []int32
+	tiers    map[string]*tierIx
+	models   []string  // distinct GPU model names, sorted
+	sigs     [][]int32 // signature → sorted model IDs; sig 0 is "no GPU"
+	clients  map[string]*coordinate.Coordinate
+	sites    map[string]bool
+	holders  map[string]*holding
+	bw       Bandwidth
+	dim      int
 }
 
 type tierIx struct {
