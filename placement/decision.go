@@ -140,6 +140,10 @@ type Decision struct {
 	placed      []int32           // chosen nodes, in placement order
 	scratch     *scratch          // while placing
 	reasons     []Reason          // Exhaustive: every node's reason
+	bulk        *[13]int          // non-nil: outcomes counted, not recorded
+	bulkFeas    int               // with bulk: feasible outcomes
+	keyFeas     []int32           // with bulk and spread: feasible outcomes per spread key
+	legacy      bool
 	touched     map[*cell]bool
 	touchedR    map[*regionIx]bool
 	domainFit   map[string]bool
@@ -280,12 +284,59 @@ func (d *Decision) account() {
 		}
 		evals = out
 	}
+	if d.legacy {
+		for _, e := range evals {
+			if _, ok := d.chosen[e.i]; ok {
+				continue
+			}
+			counts[d.finalize(e.i, e.r)]++
+		}
+		d.setCounts(counts)
+		return
+	}
+	if d.bulk != nil {
+		// One client group: every node was evaluated at most once and every
+		// placed node was feasible where it was placed.
+		for st, n := range d.bulk {
+			counts[stageReason[st]] += n
+		}
+		spread := 0
+		if d.keyFeas != nil {
+			for _, i := range d.placed {
+				k := d.hotSpreadKey(i)
+				spread += int(d.keyFeas[k]) - 1
+				d.keyFeas[k] = 1 // the other placed nodes on k are counted once
+			}
+		}
+		counts[ReasonSpread] += spread
+		counts[ReasonNotSelected] += d.bulkFeas - len(d.placed) - spread
+	}
+	chosen := make([]uint64, (len(ix.nodes)+63)/64)
+	for _, i := range d.placed {
+		chosen[i/64] |= 1 << (i % 64)
+	}
+	var byStage [13]int
+	spread, notSel := 0, 0
 	for _, e := range evals {
-		if _, ok := d.chosen[e.i]; ok {
+		if chosen[e.i/64]&(1<<(e.i%64)) != 0 {
 			continue
 		}
-		counts[d.finalize(e.i, e.r)]++
+		switch st := e.r.stage(); {
+		case e.r != reasonFeasible && stageReason[st] != "":
+			byStage[st]++
+		case e.r != reasonFeasible:
+			counts[e.r]++
+		case d.req.Kind == Inference && d.spreadConflict(e.i, nil):
+			spread++
+		default:
+			notSel++
+		}
 	}
+	for st, n := range byStage {
+		counts[stageReason[st]] += n
+	}
+	counts[ReasonSpread] += spread
+	counts[ReasonNotSelected] += notSel
 	d.setCounts(counts)
 }
 

@@ -107,6 +107,7 @@ func (e *Engine) Place(s *Snapshot, req *Request) (*Decision, error) {
 		s:      s,
 		req:    req,
 		opts:   &e.opts,
+		legacy: e.legacy,
 		chosen: map[int32]int{},
 	}
 	ix := s.ix
@@ -162,6 +163,18 @@ func (e *Engine) Place(s *Snapshot, req *Request) (*Decision, error) {
 		scratchPool.Put(d.scratch)
 		d.scratch = nil
 	}()
+	if !e.legacy && !e.opts.Exhaustive && len(d.ctxs) == 1 {
+		// One client group: a node is evaluated at most once, so only
+		// the feasible need recording one by one; the rest are counted.
+		d.bulk = new([13]int)
+		switch {
+		case req.Kind != Inference:
+		case req.Spread == SpreadSite:
+			d.keyFeas = make([]int32, s.ix.nSites)
+		case req.Spread == SpreadRegion:
+			d.keyFeas = make([]int32, s.ix.nRegions)
+		}
+	}
 	need := req.replicas()
 	if req.Kind == Training {
 		d.Wanted = need
@@ -319,7 +332,27 @@ func (d *Decision) record(i int32, r Reason) {
 		}
 		return
 	}
+	if d.bulk != nil {
+		if r == reasonFeasible {
+			d.bulkFeas++
+			if d.keyFeas != nil {
+				d.keyFeas[d.hotSpreadKey(i)]++
+			}
+			return
+		}
+		if st := r.stage(); stageReason[st] != "" {
+			d.bulk[st]++
+			return
+		}
+	}
 	d.scratch.evals = append(d.scratch.evals, eval{i, r})
+}
+
+// stageReason is the reason of a stage that has only one.
+var stageReason = [...]Reason{
+	ReasonNotAlive, ReasonExcluded, ReasonTier, ReasonTierNotReached, "",
+	ReasonNoFabric, ReasonLatencySLO, ReasonInsufficientCPU, ReasonInsufficientMemory,
+	ReasonInsufficientGPU, ReasonConstraint, ReasonGangDoesNotFit, "",
 }
 
 // prunedBy reports whether every node inside b is predicted farther than
@@ -456,6 +489,10 @@ func (e *Engine) inferencePass(d *Decision, c *evalCtx, tiers []string, p *passS
 						p.add(sr, len(g.nodes)-c.exclIn(g.nodes))
 						continue
 					}
+					if !e.legacy {
+						feas = d.scan(c, g.nodes, p, feas, deferScore)
+						continue
+					}
 					for _, i := range g.nodes {
 						if len(c.excl) > 0 && c.excluded(i) {
 							continue
@@ -464,11 +501,7 @@ func (e *Engine) inferencePass(d *Decision, c *evalCtx, tiers []string, p *passS
 						p.add(rs, 1)
 						d.record(i, rs)
 						if rs == reasonFeasible {
-							if deferScore {
-								feas = append(feas, cand{i, 0, c.tieBreak(i)})
-							} else {
-								feas = append(feas, cand{i, c.total(i), c.tieBreak(i)})
-							}
+							feas = append(feas, cand{i, c.total(i), c.tieBreak(i)})
 						}
 					}
 				}
