@@ -56,13 +56,14 @@ log() { echo "release: $*" >&2; }
 sha_of() { sha256sum "$1" | cut -d' ' -f1; }
 
 # Debian versions must start with a digit: v1.2.3 -> 1.2.3, v1.2.3-4-gabc ->
-# 1.2.3+4.gabc, a bare commit abc -> 0.0.0~gitabc; -dirty -> +dirty.
+# 1.2.3+4.gabc, v1.2.3-rc1 -> 1.2.3~rc1 (sorts before 1.2.3), a bare commit
+# abc -> 0.0.0~gitabc; -dirty -> +dirty.
 deb_version() {
 	local v=${1#v}
 	local dirty=
 	case "$v" in *-dirty) dirty=+dirty v=${v%-dirty} ;; esac
-	if [[ "$v" =~ ^[0-9] ]]; then
-		v=$(echo "$v" | sed -E 's/-([0-9]+)-g([0-9a-f]+)$/+\1.g\2/')
+	if [[ "$v" =~ ^[0-9]+\.[0-9]+ ]]; then
+		v=$(echo "$v" | sed -E 's/-([0-9]+)-g([0-9a-f]+)$/+\1.g\2/; s/-/~/g')
 	else
 		v="0.0.0~git$v"
 	fi
