@@ -16,7 +16,7 @@
 # The version is `git describe --tags --always --dirty` (VERSION overrides),
 # set into the binary with -ldflags -X main.version. ARCHES picks the
 # architectures (default "amd64 arm64"). RELEASE_REF=v1.2.3 (or HEAD) builds
-# that commit from a temporary git worktree instead of the work tree, so
+# that commit from a temporary clone instead of the work tree, so
 # uncommitted changes stay out. Missing Debian tools are installed with
 # apt-get.
 set -euo pipefail
@@ -29,9 +29,13 @@ ARCHES=${ARCHES:-amd64 arm64}
 out=${RELEASE_DIR:-$root/bin/release}
 cache=$root/.deps/release
 if [ -n "${RELEASE_REF:-}" ]; then
+	# A shared clone (objects borrowed from this repository) has a .git
+	# directory, from which go build stamps the commit into the binary.
+	commit=$(git rev-parse --verify "$RELEASE_REF^{commit}")
 	wt=$(mktemp -d)
-	git worktree add --quiet --detach "$wt/src" "$RELEASE_REF"
-	trap 'git -C "$root" worktree remove --force "$wt/src"; rm -rf "$wt"' EXIT
+	trap 'rm -rf "$wt"' EXIT
+	git clone --quiet --shared --no-checkout "$root" "$wt/src"
+	git -C "$wt/src" checkout --quiet --detach "$commit"
 	cd "$wt/src"
 fi
 version=${VERSION:-$(git describe --tags --always --dirty)}
