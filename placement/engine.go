@@ -281,6 +281,9 @@ func (e *Engine) newCtx(s *Snapshot, req *Request, excl []int32, clients []strin
 	for _, sc := range c.scorers {
 		c.wsum += sc.weight()
 	}
+	if frac, _ := math.Frexp(c.wsum); frac == 0.5 {
+		c.invW = 1 / c.wsum
+	}
 	return c, nil
 }
 

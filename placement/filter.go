@@ -32,6 +32,7 @@ type evalCtx struct {
 	filters []filter
 	scorers []scorer
 	wsum    float64
+	invW    float64     // 1/wsum when that is exact (wsum a power of two), else 0
 	cc      *classCache // answers per node class; nil: per node
 
 	refs []dataRef
@@ -367,8 +368,11 @@ func (c *evalCtx) headroom(i int32, f freeState) float64 {
 			k++
 		}
 	}
-	if k == 0 {
+	switch k {
+	case 0:
 		return 0
+	case 2:
+		return sum * 0.5 // exact: the same bits as sum / 2
 	}
 	return sum / float64(k)
 }
@@ -474,7 +478,18 @@ func (s affinityScorer) describe(c *evalCtx, i int32, f freeState) string {
 	return fmt.Sprintf("= %g", v)
 }
 
-func clamp01(x float64) float64 { return max(0, min(1, x)) }
+// clamp01 bounds x to [0, 1]; NaN stays NaN. (Written out: the min and
+// max builtins' NaN and signed-zero handling cost more than the rest of
+// a headroom score.)
+func clamp01(x float64) float64 {
+	if x < 0 {
+		return 0
+	}
+	if x > 1 {
+		return 1
+	}
+	return x
+}
 
 func fmtMS(seconds float64) string {
 	return fmt.Sprintf("%.1fms", seconds*1e3)

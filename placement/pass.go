@@ -28,8 +28,19 @@ func (c *evalCtx) evalStage(i int32, f freeState) int {
 	if c.res.GPUs > 0 && c.freeGPUs(i, f) < c.res.GPUs {
 		return stageGPU
 	}
-	if len(c.req.Constraints) > 0 && !(constraintFilter{}).feasible(c, i, f) {
-		return stageConstraint
+	if len(c.req.Constraints) > 0 {
+		if cc := c.cc; cc != nil && cc.cons != nil {
+			// The class's answer, inline; the first node of a class asks.
+			switch cc.cons[c.s.ix.hot[i].class] {
+			case 1:
+				return stageFeasible
+			case 2:
+				return stageConstraint
+			}
+		}
+		if !(constraintFilter{}).feasible(c, i, f) {
+			return stageConstraint
+		}
 	}
 	return stageFeasible
 }
@@ -41,7 +52,20 @@ func (c *evalCtx) totalFree(i int32, f freeState) float64 {
 	}
 	t := 0.0
 	for _, sc := range c.scorers {
-		t += sc.weight() * sc.score(c, i, f)
+		// The common scorers by their concrete type: no interface call.
+		switch sc := sc.(type) {
+		case headroomScorer:
+			h := c.headroom(i, f)
+			if sc.pack {
+				h = 1 - h
+			}
+			t += sc.w * h
+		default:
+			t += sc.weight() * sc.score(c, i, f)
+		}
+	}
+	if c.invW != 0 {
+		return t * c.invW // wsum is a power of two: exact
 	}
 	return t / c.wsum
 }
@@ -52,7 +76,7 @@ func (c *evalCtx) totalFree(i int32, f freeState) float64 {
 func (d *Decision) scan(c *evalCtx, nodes []int32, p *passStat, feas []cand, deferScore bool) []cand {
 	hot := d.s.ix.hot
 	over := d.s.over != nil
-	seed := c.req.Seed
+	seedMix := mix64(c.req.Seed + 0x9e3779b97f4a7c15)
 	for _, i := range nodes {
 		if len(c.excl) > 0 && c.excluded(i) {
 			continue
@@ -73,8 +97,13 @@ func (d *Decision) scan(c *evalCtx, nodes []int32, p *passStat, feas []cand, def
 			}
 			continue
 		}
-		d.record(i, reasonFeasible)
-		tb := tieBreakHash(seed, hot[i].idHash)
+		if d.bulk != nil && d.keyFeas == nil {
+			d.Evaluated++
+			d.bulkFeas++
+		} else {
+			d.record(i, reasonFeasible)
+		}
+		tb := mix64(hot[i].idHash ^ seedMix) // tieBreakHash, seed mixed once
 		if deferScore {
 			feas = append(feas, cand{i, 0, tb})
 		} else {
