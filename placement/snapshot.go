@@ -220,34 +220,18 @@ type snode struct {
 	view     policy.Node // static part of the CEL view
 }
 
-// hotNode is what a decision reads of every node it looks at, packed
-// apart from the (large) snode so that a pass over 100k nodes stays in
-// cache.
-type hotNode struct {
-	free     freeState
-	cpu, mem int64  // totals
-	idHash   uint64 // FNV-1a of ID, for seeded tie-breaks
-	class    int32  // node class (see class.go)
-	site     int32  // siteID, for spread
-	region   int32  // regionID, for spread
-}
-
 type index struct {
-	nodes    []snode
-	hot      []hotNode
-	cls      classes
-	nSites   int // dense site IDs are 0..nSites-1
-	nRegions int
-	byKey    map[string]int32 // name and ID → node
-	dead     []int32
-	tiers    map[string]*tierIx
-	models   []string  // distinct GPU model names, sorted
-	sigs     [][]int32 // signature → sorted model IDs; sig 0 is "no GPU"
-	clients  map[string]*coordinate.Coordinate
-	sites    map[string]bool
-	holders  map[string]*holding
-	bw       Bandwidth
-	dim      int
+	nodes   []snode
+	byKey   map[string]int32 // name and ID → node
+	dead    []int32
+	tiers   map[string]*tierIx
+	models  []string  // distinct GPU model names, sorted
+	sigs    [][]int32 // signature → sorted model IDs; sig 0 is "no GPU"
+	clients map[string]*coordinate.Coordinate
+	sites   map[string]bool
+	holders map[string]*holding
+	bw      Bandwidth
+	dim     int
 }
 
 type tierIx struct {
@@ -478,13 +462,6 @@ func (b *Builder) Build() (*Snapshot, error) {
 		ix.clients[name] = c
 	}
 
-	ix.nSites, ix.nRegions = len(siteIDs), len(regionIDs)
-	ix.hot = make([]hotNode, len(ix.nodes))
-	for i := range ix.nodes {
-		n := &ix.nodes[i]
-		ix.hot[i] = hotNode{free: n.free, cpu: n.CPU, mem: n.Memory, idHash: n.idHash, site: n.siteID, region: n.regionID}
-	}
-	ix.buildClasses()
 	ix.buildTiers()
 	if len(errs) > 0 {
 		return nil, fmt.Errorf("%w: %w", ErrInvalidSnapshot, errors.Join(errs...))
@@ -698,7 +675,7 @@ func (s *Snapshot) freeOf(i int32) freeState {
 			return f
 		}
 	}
-	return s.ix.hot[i].free
+	return s.ix.nodes[i].free
 }
 
 func (s *Snapshot) lookup(nameOrID string) (int32, bool) {
