@@ -117,8 +117,12 @@ fetch_ort() {
 build() {
 	local a=$1 dst=$2
 	log "building linux/$a $version"
+	# -buildvcs=true records the commit (`strata version` prints it) even
+	# where GOFLAGS turns it off.
+	local vcs=()
+	git rev-parse --git-dir >/dev/null 2>&1 && vcs=(-buildvcs=true)
 	CGO_ENABLED=1 GOOS=linux GOARCH=$a CC=${CC_FOR[$a]} \
-		"$GO" build -trimpath -ldflags "-s -w -X main.version=$version" -o "$dst" ./cmd/strata
+		"$GO" build "${vcs[@]}" -trimpath -ldflags "-s -w -X main.version=$version" -o "$dst" ./cmd/strata
 }
 
 # stage lays out the install tree for one architecture in $1.
