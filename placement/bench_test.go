@@ -73,8 +73,15 @@ func BenchmarkPlace(b *testing.B) {
 		for k := range reqs {
 			reqs[k] = topo.InferenceRequest(uint64(k))
 		}
-		for _, impl := range impls(b, tc.reps, tc.reps, tc.naiveReps) {
-			e := impl.e
+		for _, impl := range []struct {
+			name string
+			opts placement.Options
+			reps int
+		}{{"strata", placement.Options{}, tc.reps}, {"naive", placement.Options{Exhaustive: true}, tc.naiveReps}} {
+			e, err := placement.New(impl.opts)
+			if err != nil {
+				b.Fatal(err)
+			}
 			b.Run(fmt.Sprintf("nodes=%d/impl=%s", tc.nodes, impl.name), func(b *testing.B) {
 				measure(b, impl.reps, func(k int) {
 					if _, err := e.Place(topo.Snapshot, reqs[k%len(reqs)]); err != nil {
@@ -94,8 +101,15 @@ func BenchmarkGang(b *testing.B) {
 	for k := range reqs {
 		reqs[k] = topo.TrainingRequest(uint64(k), 8, 8)
 	}
-	for _, impl := range impls(b, 500, 500, 100) {
-		e := impl.e
+	for _, impl := range []struct {
+		name string
+		opts placement.Options
+		reps int
+	}{{"strata", placement.Options{}, 500}, {"naive", placement.Options{Exhaustive: true}, 100}} {
+		e, err := placement.New(impl.opts)
+		if err != nil {
+			b.Fatal(err)
+		}
 		b.Run("nodes=10000/gang=8x8/impl="+impl.name, func(b *testing.B) {
 			measure(b, impl.reps, func(k int) {
 				d, err := e.Place(topo.Snapshot, reqs[k%len(reqs)])
