@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"slices"
 	"strings"
+	"time"
 )
 
 // Score is one scorer's part of a node's score.
@@ -63,6 +64,33 @@ type Domain struct {
 	Total  float64 `json:"total"`
 }
 
+// Metrics is what one decision cost, after Nomad's AllocMetric: how many
+// nodes the filters looked at, what they filtered, how much the node
+// classes saved and how long it took. Only Duration varies between two
+// runs of the same decision.
+type Metrics struct {
+	// NodesEvaluated is Decision.Evaluated: nodes the filters looked at
+	// one by one, once per client group and pass.
+	NodesEvaluated int `json:"nodes_evaluated"`
+	// Filtered counts, per Reason, the nodes the passes' filters rejected,
+	// one by one or in bulk by the index (a node counts once per pass
+	// that considered it). Reasons decided outside the passes (not alive,
+	// excluded, tier) are in Decision.Rejected only.
+	Filtered map[Reason]int `json:"filtered,omitempty"`
+	// Feasible counts the nodes that passed every filter, per pass.
+	Feasible int `json:"feasible"`
+	// Scored counts the feasible nodes that were scored: fewer than
+	// Feasible under Options.MaxCandidates.
+	Scored int `json:"scored"`
+	// Classes is the number of node classes in the snapshot.
+	Classes int `json:"classes"`
+	// ClassEvals counts the constraint and affinity evaluations made once
+	// for a whole class; nodes of a class already answered cost none.
+	ClassEvals int `json:"class_evals"`
+	// Duration is the wall-clock time Place took.
+	Duration time.Duration `json:"duration_ns"`
+}
+
 // Rejection is why one node was not chosen.
 type Rejection struct {
 	Node   string `json:"node"`
@@ -100,6 +128,8 @@ type Decision struct {
 	// Rejected counts the other nodes by the Reason they were not chosen.
 	// The counts and len(Placements) add up to Nodes.
 	Rejected map[Reason]int `json:"rejected"`
+	// Metrics says what the decision cost.
+	Metrics Metrics `json:"metrics"`
 
 	s           *Snapshot
 	req         *Request
@@ -110,6 +140,11 @@ type Decision struct {
 	placed      []int32           // chosen nodes, in placement order
 	scratch     *scratch          // while placing
 	reasons     []Reason          // Exhaustive: every node's reason
+	bulk        *[13]int          // non-nil: outcomes counted, not recorded
+	bulkFeas    int               // with bulk: feasible outcomes
+	keyFeas     []int32           // with bulk and spread: feasible outcomes per spread key
+	legacy      bool
+	streamC     int // > 0: a pass keeps only its best streamC candidates
 	touched     map[*cell]bool
 	touchedR    map[*regionIx]bool
 	domainFit   map[string]bool
@@ -250,12 +285,59 @@ func (d *Decision) account() {
 		}
 		evals = out
 	}
+	if d.legacy {
+		for _, e := range evals {
+			if _, ok := d.chosen[e.i]; ok {
+				continue
+			}
+			counts[d.finalize(e.i, e.r)]++
+		}
+		d.setCounts(counts)
+		return
+	}
+	if d.bulk != nil {
+		// One client group: every node was evaluated at most once and every
+		// placed node was feasible where it was placed.
+		for st, n := range d.bulk {
+			counts[stageReason[st]] += n
+		}
+		spread := 0
+		if d.keyFeas != nil {
+			for _, i := range d.placed {
+				k := d.hotSpreadKey(i)
+				spread += int(d.keyFeas[k]) - 1
+				d.keyFeas[k] = 1 // the other placed nodes on k are counted once
+			}
+		}
+		counts[ReasonSpread] += spread
+		counts[ReasonNotSelected] += d.bulkFeas - len(d.placed) - spread
+	}
+	chosen := make([]uint64, (len(ix.nodes)+63)/64)
+	for _, i := range d.placed {
+		chosen[i/64] |= 1 << (i % 64)
+	}
+	var byStage [13]int
+	spread, notSel := 0, 0
 	for _, e := range evals {
-		if _, ok := d.chosen[e.i]; ok {
+		if chosen[e.i/64]&(1<<(e.i%64)) != 0 {
 			continue
 		}
-		counts[d.finalize(e.i, e.r)]++
+		switch st := e.r.stage(); {
+		case e.r != reasonFeasible && stageReason[st] != "":
+			byStage[st]++
+		case e.r != reasonFeasible:
+			counts[e.r]++
+		case d.req.Kind == Inference && d.spreadConflict(e.i, nil):
+			spread++
+		default:
+			notSel++
+		}
 	}
+	for st, n := range byStage {
+		counts[stageReason[st]] += n
+	}
+	counts[ReasonSpread] += spread
+	counts[ReasonNotSelected] += notSel
 	d.setCounts(counts)
 }
 

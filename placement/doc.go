@@ -24,7 +24,33 @@
 //     scale — so a node's score never depends on which other nodes were
 //     feasible and explanations stay stable — combined by weight;
 //  4. select: the highest total wins; ties break by a hash of the request
-//     seed and the node ID.
+//     seed and the node ID. The best C candidates are kept in a bounded
+//     heap, so selecting C replicas among F feasible nodes costs
+//     O(F · log C), not O(C × F); with spread, the best node of every site
+//     (or region) is kept instead. Options.MaxCandidates (off by default)
+//     scores only that many feasible nodes, drawn by the seed, after
+//     Nomad's LimitIterator; BenchmarkMaxCandidates measures what it costs
+//     in placement quality.
+//
+// # Node classes
+//
+// Build partitions the nodes into classes, after Nomad's computed node
+// class: nodes whose every CEL-readable attribute is equal, identity (name,
+// ID) and load (free CPU, memory and GPUs, RTT) aside. A decision answers
+// each constraint and affinity once per class, not once per node, and
+// each expression is parsed to find the fields it reads, so its answers
+// are shared by every class that agrees on those fields: `node.tier ==
+// "edge"` runs once per tier. An expression that reads identity or load,
+// or that the analysis cannot follow, runs on every node, as does a
+// Constraint or Scorer that is neither a *policy.Expr nor a FieldReader.
+// Gang passes answer the GPU checks (model, memory, health) per class of
+// GPUs the same way. Classes change no decision: the tests compare every
+// decision and every node's reason with Options.Exhaustive, which
+// evaluates every expression on every node.
+//
+// Decision.Metrics says what a decision cost, after Nomad's AllocMetric:
+// nodes evaluated, nodes filtered per reason, feasible and scored nodes,
+// classes, class evaluations and the time taken.
 //
 // Inference requests walk the request's tiers in preference order and fall
 // back to the next tier only for the replicas the preferred tier cannot

@@ -8,6 +8,7 @@ import (
 	"sort"
 	"strings"
 	"sync"
+	"time"
 
 	"github.com/strata-mesh/strata/policy"
 )
@@ -19,10 +20,12 @@ type scratch struct {
 	evals []eval
 	feas  []cand
 	taken []bool
+	rackN []int32 // feasible nodes per rack; kept zero between uses
+	outs  []eval  // a gang pass's outcomes
 }
 
 func (s *scratch) reset() {
-	s.evals, s.feas, s.taken = s.evals[:0], s.feas[:0], s.taken[:0]
+	s.evals, s.feas, s.taken, s.outs = s.evals[:0], s.feas[:0], s.taken[:0], s.outs[:0]
 }
 
 var scratchPool = sync.Pool{New: func() any { return new(scratch) }}
@@ -47,6 +50,7 @@ type eval struct {
 type passStat struct {
 	considered int
 	counts     [13]int // by stage; index 12 is feasible
+	gpuModel   int     // of counts[4], those for ReasonGPUModel
 }
 
 func (p *passStat) add(r Reason, n int) {
@@ -55,6 +59,33 @@ func (p *passStat) add(r Reason, n int) {
 	}
 	p.considered += n
 	p.counts[r.stage()] += n
+	if r == ReasonGPUModel {
+		p.gpuModel += n
+	}
+}
+
+// addTo adds the pass's counts to the decision's metrics.
+func (p *passStat) addTo(m *Metrics) {
+	for _, r := range Reasons() {
+		st := r.stage()
+		if st < 0 || p.counts[st] == 0 {
+			continue
+		}
+		n := p.counts[st]
+		switch r {
+		case ReasonNoGPU:
+			n -= p.gpuModel
+		case ReasonGPUModel:
+			n = p.gpuModel
+		}
+		if n > 0 {
+			if m.Filtered == nil {
+				m.Filtered = map[Reason]int{}
+			}
+			m.Filtered[r] += n
+		}
+	}
+	m.Feasible += p.counts[reasonFeasible.stage()]
 }
 
 // Place places req on s. The snapshot and the request are only read;
@@ -66,6 +97,11 @@ func (e *Engine) Place(s *Snapshot, req *Request) (*Decision, error) {
 	if err := req.Validate(); err != nil {
 		return nil, err
 	}
+	start := time.Now()
+	var cc *classCache
+	if !e.legacy && !e.opts.Exhaustive {
+		cc = newClassCache(s, req)
+	}
 	d := &Decision{
 		Kind:   req.Kind,
 		Key:    req.Key,
@@ -73,6 +109,7 @@ func (e *Engine) Place(s *Snapshot, req *Request) (*Decision, error) {
 		s:      s,
 		req:    req,
 		opts:   &e.opts,
+		legacy: e.legacy,
 		chosen: map[int32]int{},
 	}
 	ix := s.ix
@@ -96,7 +133,7 @@ func (e *Engine) Place(s *Snapshot, req *Request) (*Decision, error) {
 		groups = []grp{{names: req.Latency.Clients}}
 	}
 	for g, gr := range groups {
-		c, err := e.newCtx(s, req, excl, gr.names)
+		c, err := e.newCtx(s, req, excl, gr.names, cc)
 		if err != nil {
 			return nil, err
 		}
@@ -128,6 +165,18 @@ func (e *Engine) Place(s *Snapshot, req *Request) (*Decision, error) {
 		scratchPool.Put(d.scratch)
 		d.scratch = nil
 	}()
+	if !e.legacy && !e.opts.Exhaustive && len(d.ctxs) == 1 {
+		// One client group: a node is evaluated at most once, so only
+		// the feasible need recording one by one; the rest are counted.
+		d.bulk = new([13]int)
+		switch {
+		case req.Kind != Inference:
+		case req.Spread == SpreadSite:
+			d.keyFeas = make([]int32, s.ix.nSites)
+		case req.Spread == SpreadRegion:
+			d.keyFeas = make([]int32, s.ix.nRegions)
+		}
+	}
 	need := req.replicas()
 	if req.Kind == Training {
 		d.Wanted = need
@@ -147,12 +196,19 @@ func (e *Engine) Place(s *Snapshot, req *Request) (*Decision, error) {
 		}
 	}
 	d.account()
+	d.Metrics.NodesEvaluated = d.Evaluated
+	d.Metrics.Classes = len(s.ix.cls.attrs)
+	if cc != nil {
+		d.Metrics.ClassEvals = cc.evals
+		cc.frozen = true
+	}
+	d.Metrics.Duration = time.Since(start)
 	return d, nil
 }
 
-func (e *Engine) newCtx(s *Snapshot, req *Request, excl []int32, clients []string) (*evalCtx, error) {
+func (e *Engine) newCtx(s *Snapshot, req *Request, excl []int32, clients []string, cc *classCache) (*evalCtx, error) {
 	ix := s.ix
-	c := &evalCtx{s: s, req: req, opts: &e.opts, res: req.member(), excl: excl}
+	c := &evalCtx{s: s, req: req, opts: &e.opts, res: req.member(), excl: excl, cc: cc}
 	c.gang = req.Kind == Training && req.Gang.SameFabric
 	for _, name := range clients {
 		cc, ok := ix.clients[name]
@@ -219,13 +275,16 @@ func (e *Engine) newCtx(s *Snapshot, req *Request, excl []int32, clients []strin
 	if len(req.Data) > 0 && o.DataWeight > 0 && !c.gang {
 		c.scorers = append(c.scorers, dataScorer{w: o.DataWeight, scale: o.DataTimeScale.Seconds()})
 	}
-	for _, a := range req.Affinities {
+	for k, a := range req.Affinities {
 		if a.Weight > 0 {
-			c.scorers = append(c.scorers, affinityScorer{a: a})
+			c.scorers = append(c.scorers, affinityScorer{a: a, k: k})
 		}
 	}
 	for _, sc := range c.scorers {
 		c.wsum += sc.weight()
+	}
+	if frac, _ := math.Frexp(c.wsum); frac == 0.5 {
+		c.invW = 1 / c.wsum
 	}
 	return c, nil
 }
@@ -278,7 +337,27 @@ func (d *Decision) record(i int32, r Reason) {
 		}
 		return
 	}
+	if d.bulk != nil {
+		if r == reasonFeasible {
+			d.bulkFeas++
+			if d.keyFeas != nil {
+				d.keyFeas[d.hotSpreadKey(i)]++
+			}
+			return
+		}
+		if st := r.stage(); stageReason[st] != "" {
+			d.bulk[st]++
+			return
+		}
+	}
 	d.scratch.evals = append(d.scratch.evals, eval{i, r})
+}
+
+// stageReason is the reason of a stage that has only one.
+var stageReason = [...]Reason{
+	ReasonNotAlive, ReasonExcluded, ReasonTier, ReasonTierNotReached, "",
+	ReasonNoFabric, ReasonLatencySLO, ReasonInsufficientCPU, ReasonInsufficientMemory,
+	ReasonInsufficientGPU, ReasonConstraint, ReasonGangDoesNotFit, "",
 }
 
 // prunedBy reports whether every node inside b is predicted farther than
@@ -327,7 +406,7 @@ func (c *evalCtx) exclIn(nodes []int32) int {
 	return k
 }
 
-func (c *evalCtx) tieBreak(i int32) uint64 { return tieBreakHash(c.req.Seed, c.s.ix.nodes[i].idHash) }
+func (c *evalCtx) tieBreak(i int32) uint64 { return tieBreakHash(c.req.Seed, c.s.ix.hot[i].idHash) }
 
 // placeInference places up to need replicas for one client group.
 func (e *Engine) placeInference(d *Decision, c *evalCtx, passes [][]string, need int) {
@@ -340,12 +419,49 @@ func (e *Engine) placeInference(d *Decision, c *evalCtx, passes [][]string, need
 		for _, t := range tiers {
 			d.reached[c.group][t] = true
 		}
-		if e.opts.Exhaustive {
+		var picked []cand
+		var spreadShort bool
+		switch {
+		case e.opts.Exhaustive:
 			feas = e.naiveInferencePass(d, c, tiers, &p)
-		} else {
-			feas = e.inferencePass(d, c, tiers, &p)
+			d.Metrics.Scored += len(feas)
+			picked, spreadShort = d.pick(feas, need)
+		case e.legacy:
+			feas = e.inferencePass(d, c, tiers, &p, false)
+			d.Metrics.Scored += len(feas)
+			picked, spreadShort = d.pick(feas, need)
+		default:
+			limit := e.opts.MaxCandidates
+			if limit == 0 && d.req.Spread == SpreadNone {
+				// Selection needs only the best need (plus nodes placed for
+				// other client groups): keep just those while scanning.
+				d.streamC = need + len(d.placed)
+			}
+			feas = e.inferencePass(d, c, tiers, &p, limit > 0)
+			d.streamC = 0
+			all := feas
+			if limit > 0 {
+				feas = sampleByTieBreak(feas, limit)
+				for k := range feas {
+					feas[k].total = c.total(feas[k].i)
+				}
+				d.Metrics.Scored += len(feas)
+			} else {
+				d.Metrics.Scored += p.counts[stageFeasible]
+			}
+			picked, spreadShort = d.pickTop(feas, need)
+			if len(picked) < need && len(feas) < len(all) {
+				// The sample cannot hold every replica (spread, or nodes
+				// placed for another client group): score the rest
+				// rather than fall back to a worse tier.
+				for k := len(feas); k < len(all); k++ {
+					all[k].total = c.total(all[k].i)
+				}
+				d.Metrics.Scored += len(all) - len(feas)
+				picked, spreadShort = d.pickTop(all, need)
+			}
 		}
-		picked, spreadShort := d.pick(feas, need)
+		p.addTo(&d.Metrics)
 		for _, k := range picked {
 			d.addPlacement(c, k.i, 0)
 		}
@@ -358,7 +474,10 @@ func (e *Engine) placeInference(d *Decision, c *evalCtx, passes [][]string, need
 
 // inferencePass walks the index: regions and sites the latency bound
 // rules out are counted, not visited.
-func (e *Engine) inferencePass(d *Decision, c *evalCtx, tiers []string, p *passStat) []cand {
+//
+// With deferScore the feasible nodes come back unscored (total 0), for
+// the caller to sample before scoring.
+func (e *Engine) inferencePass(d *Decision, c *evalCtx, tiers []string, p *passStat, deferScore bool) []cand {
 	feas := d.scratch.feas[:0]
 	defer func() { d.scratch.feas = feas[:0] }()
 	for _, tn := range tiers {
@@ -381,6 +500,10 @@ func (e *Engine) inferencePass(d *Decision, c *evalCtx, tiers []string, p *passS
 				for _, g := range cl.groups {
 					if sr := c.sigOK[g.sig]; sr != "" {
 						p.add(sr, len(g.nodes)-c.exclIn(g.nodes))
+						continue
+					}
+					if !e.legacy {
+						feas = d.scan(c, g.nodes, p, feas, deferScore)
 						continue
 					}
 					for _, i := range g.nodes {
@@ -577,26 +700,43 @@ func (e *Engine) placeGang(d *Decision, passes [][]string, need int) {
 		}
 		var cands []*domainCand
 		var outcomes []eval
+		if !e.legacy && !e.opts.Exhaustive {
+			outcomes = d.scratch.outs[:0]
+		}
 		for _, tn := range tiers {
 			for _, dom := range e.gangDomains(d, c, tn) {
 				var feas []cand
 				start := len(outcomes)
-				for _, i := range dom.nodes {
-					if len(c.excl) > 0 && c.excluded(i) {
-						continue
-					}
-					rs := c.evalNode(i)
-					outcomes = append(outcomes, eval{i, rs})
-					if rs == reasonFeasible {
-						feas = append(feas, cand{i, c.total(i), c.tieBreak(i)})
+				fast := !e.legacy && !e.opts.Exhaustive
+				if fast {
+					feas, outcomes = d.scanDomain(c, dom.nodes, d.scratch.feas[:0], outcomes)
+					d.scratch.feas = feas[:0]
+				} else {
+					for _, i := range dom.nodes {
+						if len(c.excl) > 0 && c.excluded(i) {
+							continue
+						}
+						rs := c.evalNode(i)
+						outcomes = append(outcomes, eval{i, rs})
+						if rs == reasonFeasible {
+							feas = append(feas, cand{i, c.total(i), c.tieBreak(i)})
+						}
 					}
 				}
-				key := domainKey(tn, dom.fabric)
+				key := dom.key
+				if key == "" {
+					key = domainKey(tn, dom.fabric)
+				}
 				fit := len(feas) >= need
 				d.domainFit[key] = fit
 				d.domainFeasN[key] = len(feas)
 				if fit {
-					dc := e.scoreDomain(d, c, tn, dom, feas, need, false)
+					var dc *domainCand
+					if fast {
+						dc = e.scoreDomainFast(d, c, tn, key, dom, feas, need)
+					} else {
+						dc = e.scoreDomain(d, c, tn, dom, feas, need, false)
+					}
 					dc.dom = dom
 					cands = append(cands, dc)
 				} else {
@@ -609,6 +749,10 @@ func (e *Engine) placeGang(d *Decision, passes [][]string, need int) {
 			}
 		}
 		e.recordGangPass(d, c, tiers, outcomes, &p)
+		if !e.legacy && !e.opts.Exhaustive {
+			d.scratch.outs = outcomes[:0]
+		}
+		p.addTo(&d.Metrics)
 		sort.Slice(cands, func(a, b int) bool {
 			x, y := cands[a], cands[b]
 			if x.total != y.total {
@@ -649,6 +793,8 @@ func (e *Engine) placeGang(d *Decision, passes [][]string, need int) {
 type gangDomain struct {
 	fabric string
 	nodes  []int32
+	key    string    // domainKey, when precomputed
+	ix     *domainIx // the fabric's index entry, nil for a whole tier
 }
 
 // gangDomains lists a tier's candidate domains: its fabrics, or, for a
@@ -696,7 +842,7 @@ func (e *Engine) gangDomains(d *Decision, c *evalCtx, tn string) []gangDomain {
 	}
 	out := make([]gangDomain, len(t.domains))
 	for k, dm := range t.domains {
-		out[k] = gangDomain{fabric: dm.fabric, nodes: dm.nodes}
+		out[k] = gangDomain{fabric: dm.fabric, nodes: dm.nodes, key: dm.key, ix: dm}
 	}
 	return out
 }

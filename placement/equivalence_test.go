@@ -63,12 +63,12 @@ func randomRequest(topo *sim.Topology, rng *rand.Rand, seed uint64) *placement.R
 		r.Constraints = []placement.Constraint{labelIs("hw", "rugged")}
 	}
 	if rng.IntN(4) == 0 {
-		r.Affinities = []placement.Affinity{{Weight: 1, Expr: scoreFunc{expr: `node.arch == "arm64" ? 1 : 0`, f: func(n *policy.Node) (float64, error) {
+		r.Affinities = []placement.Affinity{{Weight: 1, Expr: classScore{fields: []string{"arch"}, scoreFunc: scoreFunc{expr: `node.arch == "arm64" ? 1 : 0`, f: func(n *policy.Node) (float64, error) {
 			if n.Arch == "arm64" {
 				return 1, nil
 			}
 			return 0, nil
-		}}}}
+		}}}}}
 	}
 	if rng.IntN(3) == 0 {
 		r.Resources.CPU = int64(rng.IntN(16)) * 1000

@@ -32,6 +32,8 @@ type evalCtx struct {
 	filters []filter
 	scorers []scorer
 	wsum    float64
+	invW    float64     // 1/wsum when that is exact (wsum a power of two), else 0
+	cc      *classCache // answers per node class; nil: per node
 
 	refs []dataRef
 	// Caches for the node being scored: the scorers run right after the
@@ -266,6 +268,16 @@ type constraintFilter struct{}
 
 func (constraintFilter) reason() Reason { return ReasonConstraint }
 func (constraintFilter) feasible(c *evalCtx, i int32, f freeState) bool {
+	if c.cc != nil && c.cc.cons != nil {
+		if ok, known := c.cc.consOK(c, i, f); known {
+			return ok
+		}
+	}
+	return constraintsHold(c, i, f)
+}
+
+// constraintsHold evaluates every constraint on node i.
+func constraintsHold(c *evalCtx, i int32, f freeState) bool {
 	v := c.view(i, f)
 	for _, k := range c.req.Constraints {
 		if ok, err := k.Match(v); err != nil || !ok {
@@ -340,22 +352,27 @@ func (s headroomScorer) describe(c *evalCtx, i int32, f freeState) string {
 }
 
 func (c *evalCtx) headroom(i int32, f freeState) float64 {
-	n := &c.s.ix.nodes[i]
+	h := &c.s.ix.hot[i]
 	sum, k := 0.0, 0
-	if n.CPU > 0 {
-		sum += clamp01(float64(f.cpu-c.res.CPU) / float64(n.CPU))
+	if h.cpu > 0 {
+		sum += clamp01(float64(f.cpu-c.res.CPU) / float64(h.cpu))
 		k++
 	}
-	if n.Memory > 0 {
-		sum += clamp01(float64(f.mem-c.res.Memory) / float64(n.Memory))
+	if h.mem > 0 {
+		sum += clamp01(float64(f.mem-c.res.Memory) / float64(h.mem))
 		k++
 	}
-	if c.res.GPUs > 0 && len(n.GPUs) > 0 {
-		sum += clamp01(float64(c.freeGPUs(i, f)-c.res.GPUs) / float64(len(n.GPUs)))
-		k++
+	if c.res.GPUs > 0 {
+		if n := &c.s.ix.nodes[i]; len(n.GPUs) > 0 {
+			sum += clamp01(float64(c.freeGPUs(i, f)-c.res.GPUs) / float64(len(n.GPUs)))
+			k++
+		}
 	}
-	if k == 0 {
+	switch k {
+	case 0:
 		return 0
+	case 2:
+		return sum * 0.5 // exact: the same bits as sum / 2
 	}
 	return sum / float64(k)
 }
@@ -429,12 +446,25 @@ func bandwidthTo(h *holding, bw *Bandwidth, fabric, site, region string) float64
 }
 
 // affinityScorer is one CEL affinity, clamped to [0, 1]; errors score 0.
-type affinityScorer struct{ a Affinity }
+// k is its index in the request's affinities.
+type affinityScorer struct {
+	a Affinity
+	k int
+}
 
 func (s affinityScorer) name() string    { return "affinity `" + s.a.Expr.String() + "`" }
 func (s affinityScorer) weight() float64 { return s.a.Weight }
 func (s affinityScorer) score(c *evalCtx, i int32, f freeState) float64 {
-	v, err := s.a.Expr.Score(c.view(i, f))
+	if c.cc != nil && c.cc.aff[s.k] != nil {
+		if v, known := c.cc.affinity(c, s, i, f); known {
+			return v
+		}
+	}
+	return affinityScore(c, s.a, i, f)
+}
+
+func affinityScore(c *evalCtx, a Affinity, i int32, f freeState) float64 {
+	v, err := a.Expr.Score(c.view(i, f))
 	if err != nil || math.IsNaN(v) {
 		return 0
 	}
@@ -448,7 +478,18 @@ func (s affinityScorer) describe(c *evalCtx, i int32, f freeState) string {
 	return fmt.Sprintf("= %g", v)
 }
 
-func clamp01(x float64) float64 { return max(0, min(1, x)) }
+// clamp01 bounds x to [0, 1]; NaN stays NaN. (Written out: the min and
+// max builtins' NaN and signed-zero handling cost more than the rest of
+// a headroom score.)
+func clamp01(x float64) float64 {
+	if x < 0 {
+		return 0
+	}
+	if x > 1 {
+		return 1
+	}
+	return x
+}
 
 func fmtMS(seconds float64) string {
 	return fmt.Sprintf("%.1fms", seconds*1e3)

@@ -24,8 +24,25 @@ type scoreFunc struct {
 func (s scoreFunc) Score(n *policy.Node) (float64, error) { return s.f(n) }
 func (s scoreFunc) String() string                        { return s.expr }
 
-func labelIs(key, value string) matchFunc {
-	return matchFunc{
+// classMatch is a matchFunc that declares the node fields it reads, so the
+// engine answers it once per node class.
+type classMatch struct {
+	matchFunc
+	fields []string
+}
+
+func (m classMatch) NodeFields() []string { return m.fields }
+
+// classScore is a scoreFunc that declares the node fields it reads.
+type classScore struct {
+	scoreFunc
+	fields []string
+}
+
+func (s classScore) NodeFields() []string { return s.fields }
+
+func labelIs(key, value string) classMatch {
+	return classMatch{fields: []string{"labels"}, matchFunc: matchFunc{
 		expr: fmt.Sprintf("node.labels[%q] == %q", key, value),
 		f: func(n *policy.Node) (bool, error) {
 			v, ok := n.Labels[key]
@@ -34,5 +51,5 @@ func labelIs(key, value string) matchFunc {
 			}
 			return v == value, nil
 		},
-	}
+	}}
 }

@@ -31,6 +31,16 @@ type Options struct {
 	// same; it exists as the reference the tests and benchmarks compare
 	// against, and it records every node's reason eagerly.
 	Exhaustive bool
+	// MaxCandidates bounds how many feasible nodes an inference pass
+	// scores, after Nomad's LimitIterator: every node is still filtered
+	// (cheap, with node classes), but when more than MaxCandidates pass,
+	// only MaxCandidates of them, drawn by the request's seed, are scored
+	// and compete for selection; the others count as not selected. Zero
+	// (the default) scores every feasible node. Small limits trade
+	// placement quality for speed when scoring is dear (many clients,
+	// data, affinities); BenchmarkMaxCandidates measures the loss. Gangs
+	// are not limited. Must not be negative.
+	MaxCandidates int
 }
 
 // DefaultOptions returns the defaults, filled in.
@@ -67,6 +77,9 @@ func (o *Options) Validate() error {
 			errs = append(errs, fmt.Errorf("placement: %s must be finite", name))
 		}
 	}
+	if o.MaxCandidates < 0 {
+		errs = append(errs, fmt.Errorf("placement: MaxCandidates %d must not be negative", o.MaxCandidates))
+	}
 	if o.DataTimeScale < 0 {
 		errs = append(errs, fmt.Errorf("placement: DataTimeScale %v must not be negative", o.DataTimeScale))
 	}
@@ -77,6 +90,11 @@ func (o *Options) Validate() error {
 // concurrent use and every call is independent.
 type Engine struct {
 	opts Options
+	// legacy runs the engine as it was before node classes and top-C
+	// selection (constraints and affinities per node, selection in
+	// O(replicas × feasible)); it exists for the benchmarks to measure
+	// against.
+	legacy bool
 }
 
 // New returns an engine with the options, defaults filled in.

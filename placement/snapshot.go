@@ -220,18 +220,39 @@ type snode struct {
 	view     policy.Node // static part of the CEL view
 }
 
+// hotNode is what a decision reads of every node it looks at, packed
+// apart from the (large) snode so that a pass over 100k nodes stays in
+// cache.
+type hotNode struct {
+	free     freeState
+	cpu, mem int64  // totals
+	idHash   uint64 // FNV-1a of ID, for seeded tie-breaks
+	class    int32  // node class (see class.go)
+	gpuClass int32  // the class's GPUs (models, memory, health)
+	site     int32  // siteID, for spread
+	region   int32  // regionID, for spread
+}
+
 type index struct {
-	nodes   []snode
-	byKey   map[string]int32 // name and ID → node
-	dead    []int32
-	tiers   map[string]*tierIx
-	models  []string  // distinct GPU model names, sorted
-	sigs    [][]int32 // signature → sorted model IDs; sig 0 is "no GPU"
-	clients map[string]*coordinate.Coordinate
-	sites   map[string]bool
-	holders map[string]*holding
-	bw      Bandwidth
-	dim     int
+	nodes       []snode
+	hot         []hotNode
+	cls         classes
+	rackID      []int32 // per node: racks numbered in name order
+	nRacks      int
+	nGPUClasses int
+	emptyRack   bool // some node has no rack (its number is 0)
+	nSites      int  // dense site IDs are 0..nSites-1
+	nRegions    int
+	byKey       map[string]int32 // name and ID → node
+	dead        []int32
+	tiers       map[string]*tierIx
+	models      []string  // distinct GPU model names, sorted
+	sigs        [][]int32 // signature → sorted model IDs; sig 0 is "no GPU"
+	clients     map[string]*coordinate.Coordinate
+	sites       map[string]bool
+	holders     map[string]*holding
+	bw          Bandwidth
+	dim         int
 }
 
 type tierIx struct {
@@ -264,10 +285,14 @@ type group struct {
 	nodes  []int32
 }
 
-// domainIx is the alive nodes of one fabric in one tier.
+// domainIx is the alive nodes of one fabric in one tier, with what a gang
+// decision needs of them precomputed: GPUs (healthy) and CPU in all and in
+// use on the built snapshot.
 type domainIx struct {
-	fabric string
-	nodes  []int32
+	fabric                           string
+	nodes                            []int32
+	key                              string // domainKey(tier, fabric)
+	allGPU, usedGPU, allCPU, usedCPU int64
 }
 
 // sigCount counts alive nodes with one GPU signature, on a fabric or not.
@@ -462,11 +487,35 @@ func (b *Builder) Build() (*Snapshot, error) {
 		ix.clients[name] = c
 	}
 
+	ix.nSites, ix.nRegions = len(siteIDs), len(regionIDs)
+	ix.hot = make([]hotNode, len(ix.nodes))
+	for i := range ix.nodes {
+		n := &ix.nodes[i]
+		ix.hot[i] = hotNode{free: n.free, cpu: n.CPU, mem: n.Memory, idHash: n.idHash, site: n.siteID, region: n.regionID}
+	}
+	ix.buildClasses()
+	ix.buildRacks()
 	ix.buildTiers()
 	if len(errs) > 0 {
 		return nil, fmt.Errorf("%w: %w", ErrInvalidSnapshot, errors.Join(errs...))
 	}
 	return &Snapshot{ix: ix}, nil
+}
+
+func (ix *index) buildRacks() {
+	names := map[string]int32{}
+	for i := range ix.nodes {
+		names[ix.nodes[i].Rack] = 0
+	}
+	for k, r := range slices.Sorted(maps.Keys(names)) {
+		names[r] = int32(k)
+	}
+	ix.nRacks = len(names)
+	_, ix.emptyRack = names[""]
+	ix.rackID = make([]int32, len(ix.nodes))
+	for i := range ix.nodes {
+		ix.rackID[i] = names[ix.nodes[i].Rack]
+	}
 }
 
 func (ix *index) hold(key string, i int32, n *snode) {
@@ -570,7 +619,16 @@ func (ix *index) buildTiers() {
 		return dkeys[a][1] < dkeys[b][1]
 	})
 	for _, k := range dkeys {
-		ix.tiers[k[0]].domains = append(ix.tiers[k[0]].domains, &domainIx{fabric: k[1], nodes: domains[k]})
+		dm := &domainIx{fabric: k[1], nodes: domains[k], key: domainKey(k[0], k[1])}
+		for _, i := range dm.nodes {
+			n := &ix.nodes[i]
+			h := int64(popcount(n.healthy))
+			dm.allGPU += h
+			dm.usedGPU += h - int64(popcount(n.healthy&n.free.gpus))
+			dm.allCPU += n.CPU
+			dm.usedCPU += n.CPU - n.free.cpu
+		}
+		ix.tiers[k[0]].domains = append(ix.tiers[k[0]].domains, dm)
 	}
 }
 
@@ -675,7 +733,7 @@ func (s *Snapshot) freeOf(i int32) freeState {
 			return f
 		}
 	}
-	return s.ix.nodes[i].free
+	return s.ix.hot[i].free
 }
 
 func (s *Snapshot) lookup(nameOrID string) (int32, bool) {
