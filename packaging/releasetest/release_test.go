@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"io"
 	"net"
+	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -111,9 +112,9 @@ func TestDebContents(t *testing.T) {
 	}
 }
 
-// extract unpacks the tarball's usr/bin/strata into a temporary directory
-// and returns its path.
-func extract(t *testing.T, tarball string) string {
+// extract unpacks the tarball's member (a path under its top directory,
+// "usr/bin/strata") into a temporary directory and returns its path.
+func extract(t *testing.T, tarball, member string) string {
 	t.Helper()
 	f, err := os.Open(tarball)
 	if err != nil {
@@ -128,15 +129,15 @@ func extract(t *testing.T, tarball string) string {
 	for {
 		h, err := tr.Next()
 		if err == io.EOF {
-			t.Fatalf("%s has no usr/bin/strata", tarball)
+			t.Fatalf("%s has no %s", tarball, member)
 		}
 		if err != nil {
 			t.Fatal(err)
 		}
-		if _, rest, ok := strings.Cut(h.Name, "/"); !ok || rest != "usr/bin/strata" {
+		if _, rest, ok := strings.Cut(h.Name, "/"); !ok || rest != member {
 			continue
 		}
-		dst := filepath.Join(t.TempDir(), "strata")
+		dst := filepath.Join(t.TempDir(), filepath.Base(member))
 		out, err := os.OpenFile(dst, os.O_CREATE|os.O_WRONLY, 0o755)
 		if err != nil {
 			t.Fatal(err)
@@ -181,7 +182,7 @@ func arm64(t *testing.T) []string {
 
 func TestArm64Version(t *testing.T) {
 	dir := releaseDir(t)
-	bin := extract(t, artifact(t, dir, "strata_*_linux_arm64.tar.gz"))
+	bin := extract(t, artifact(t, dir, "strata_*_linux_arm64.tar.gz"), "usr/bin/strata")
 	prefix := arm64(t)
 	args := append(slices.Clone(prefix), bin, "version")
 	out, err := exec.Command(args[0], args[1:]...).CombinedOutput()
@@ -222,15 +223,16 @@ type agent struct {
 	exited            chan struct{} // closed when the process has exited
 }
 
-// start runs `strata agent` (prefix runs it under qemu) until the test ends.
-func start(t *testing.T, prefix []string, bin, name, key string, join ...string) *agent {
+// start runs `strata agent` (prefix runs it under qemu) with the ONNX
+// Runtime library ort until the test ends.
+func start(t *testing.T, prefix []string, bin, ort, name, key string, join ...string) *agent {
 	t.Helper()
 	gossip := fmt.Sprintf("127.0.0.1:%d", freePort(t))
 	a := &agent{name: name, gossip: gossip, api: fmt.Sprintf("127.0.0.1:%d", freePort(t)), out: &bytes.Buffer{}}
 	args := append(slices.Clone(prefix), bin, "agent",
 		"-name", name, "-data-dir", t.TempDir(), "-tier", "onprem", "-site", "release-test",
 		"-bind", gossip, "-api", a.api, "-data-addr", fmt.Sprintf("127.0.0.1:%d", freePort(t)),
-		"-gossip-key", key, "-disable-nvml")
+		"-gossip-key", key, "-disable-nvml", "-ort-library", ort)
 	for _, j := range join {
 		args = append(args, "-join", j)
 	}
@@ -306,14 +308,16 @@ func TestArm64JoinsAmd64Mesh(t *testing.T) {
 		t.Skip("starts two agents, one under qemu")
 	}
 	dir := releaseDir(t)
-	amd := extract(t, artifact(t, dir, "strata_*_linux_amd64.tar.gz"))
-	arm := extract(t, artifact(t, dir, "strata_*_linux_arm64.tar.gz"))
+	amdTar := artifact(t, dir, "strata_*_linux_amd64.tar.gz")
+	armTar := artifact(t, dir, "strata_*_linux_arm64.tar.gz")
+	amd, amdORT := extract(t, amdTar, "usr/bin/strata"), extract(t, amdTar, "usr/lib/strata/libonnxruntime.so.1")
+	arm, armORT := extract(t, armTar, "usr/bin/strata"), extract(t, armTar, "usr/lib/strata/libonnxruntime.so.1")
 	prefix := arm64(t)
 	key := strings.TrimSpace(run(t, amd, "keygen"))
 
-	x := start(t, nil, amd, "amd64-1", key)
+	x := start(t, nil, amd, amdORT, "amd64-1", key)
 	waitNodes(t, x, []string{"amd64-1"}, 30*time.Second)
-	y := start(t, prefix, arm, "arm64-1", key, x.gossip)
+	y := start(t, prefix, arm, armORT, "arm64-1", key, x.gossip)
 
 	want := map[string]string{"amd64-1": "amd64", "arm64-1": "arm64"}
 	for _, a := range []*agent{x, y} {
@@ -322,6 +326,21 @@ func TestArm64JoinsAmd64Mesh(t *testing.T) {
 			if got[n] != arch {
 				t.Errorf("%s lists %s with arch %q, want %q", a.name, n, got[n], arch)
 			}
+		}
+	}
+
+	// Each agent loaded the ONNX Runtime build for its architecture: the
+	// inference server is up (without the library /v2 answers 503 with the
+	// reason, and the agent logs "inference disabled").
+	for _, a := range []*agent{x, y} {
+		resp, err := http.Get("http://" + a.api + "/v2/health/ready")
+		if err != nil {
+			t.Fatal(err)
+		}
+		body, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if resp.StatusCode != http.StatusOK {
+			t.Errorf("%s: GET /v2/health/ready: %s %s", a.name, resp.Status, body)
 		}
 	}
 }
