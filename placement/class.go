@@ -131,8 +131,8 @@ func (ix *index) buildClasses() {
 			ix.cls.attrs = append(ix.cls.attrs, k)
 			ix.cls.rep = append(ix.cls.rep, int32(i))
 		}
-		ix.hot[i].class = c
-		ix.hot[i].gpuClass = k[attrGPUs]
+		h := ix.hotOf(int32(i))
+		h.class, h.gpuClass = c, k[attrGPUs]
 	}
 	ix.nGPUClasses = len(ids[attrGPUs])
 }
@@ -375,7 +375,7 @@ func newClassCache(s *Snapshot, req *Request) *classCache {
 // class; known is false when the class has no answer yet and the cache
 // is frozen.
 func (cc *classCache) consOK(c *evalCtx, i int32, f freeState) (ok, known bool) {
-	k := cc.s.ix.hot[i].class
+	k := cc.s.ix.hotOf(i).class
 	switch cc.cons[k] {
 	case 1:
 		return true, true
@@ -401,7 +401,7 @@ func (cc *classCache) consOK(c *evalCtx, i int32, f freeState) (ok, known bool) 
 
 // affinity answers affinity s's score on node i from its class.
 func (cc *classCache) affinity(c *evalCtx, s affinityScorer, i int32, f freeState) (float64, bool) {
-	k := cc.s.ix.hot[i].class
+	k := cc.s.ix.hotOf(i).class
 	if cc.affKnown[s.k][k] {
 		return cc.aff[s.k][k], true
 	}
@@ -436,7 +436,7 @@ func (cc *classCache) gpuClass(c *evalCtx, i int32) (r Reason, mask uint64, n in
 	if cc.gpuKnown == nil {
 		return "", 0, 0, false
 	}
-	k := cc.s.ix.hot[i].gpuClass
+	k := cc.s.ix.hotOf(i).gpuClass
 	if cc.gpuKnown[k] {
 		return cc.static[k], cc.gpuMask[k], cc.gpuN[k], true
 	}

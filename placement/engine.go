@@ -406,7 +406,7 @@ func (c *evalCtx) exclIn(nodes []int32) int {
 	return k
 }
 
-func (c *evalCtx) tieBreak(i int32) uint64 { return tieBreakHash(c.req.Seed, c.s.ix.hot[i].idHash) }
+func (c *evalCtx) tieBreak(i int32) uint64 { return tieBreakHash(c.req.Seed, c.s.ix.hotOf(i).idHash) }
 
 // placeInference places up to need replicas for one client group.
 func (e *Engine) placeInference(d *Decision, c *evalCtx, passes [][]string, need int) {
@@ -503,7 +503,7 @@ func (e *Engine) inferencePass(d *Decision, c *evalCtx, tiers []string, p *passS
 						continue
 					}
 					if !e.legacy {
-						feas = d.scan(c, g.nodes, p, feas, deferScore)
+						feas = d.scan(c, g, p, feas, deferScore)
 						continue
 					}
 					for _, i := range g.nodes {

@@ -352,7 +352,7 @@ func (s headroomScorer) describe(c *evalCtx, i int32, f freeState) string {
 }
 
 func (c *evalCtx) headroom(i int32, f freeState) float64 {
-	h := &c.s.ix.hot[i]
+	h := c.s.ix.hotOf(i)
 	sum, k := 0.0, 0
 	if h.cpu > 0 {
 		sum += clamp01(float64(f.cpu-c.res.CPU) / float64(h.cpu))

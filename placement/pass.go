@@ -33,7 +33,7 @@ func (c *evalCtx) evalStage(i int32, f freeState) int {
 	if len(c.req.Constraints) > 0 {
 		if cc := c.cc; cc != nil && cc.cons != nil {
 			// The class's answer, inline; the first node of a class asks.
-			switch cc.cons[c.s.ix.hot[i].class] {
+			switch cc.cons[c.s.ix.hotOf(i).class] {
 			case 1:
 				return stageFeasible
 			case 2:
@@ -75,15 +75,17 @@ func (c *evalCtx) totalFree(i int32, f freeState) float64 {
 // scan runs the filters over nodes (one group of a cell), counts and
 // records the outcomes, and appends the feasible nodes to feas, scored
 // unless deferScore.
-func (d *Decision) scan(c *evalCtx, nodes []int32, p *passStat, feas []cand, deferScore bool) []cand {
-	hot := d.s.ix.hot
+func (d *Decision) scan(c *evalCtx, g *group, p *passStat, feas []cand, deferScore bool) []cand {
+	hot := d.s.ix.hot[g.start : g.start+int32(len(g.nodes))]
 	over := d.s.over != nil
 	seedMix := mix64(c.req.Seed + 0x9e3779b97f4a7c15)
-	for _, i := range nodes {
+	for k := range hot {
+		h := &hot[k]
+		i := h.node
 		if len(c.excl) > 0 && c.excluded(i) {
 			continue
 		}
-		f := hot[i].free
+		f := h.free
 		if over {
 			f = d.s.freeOf(i)
 		}
@@ -105,7 +107,7 @@ func (d *Decision) scan(c *evalCtx, nodes []int32, p *passStat, feas []cand, def
 		} else {
 			d.record(i, reasonFeasible)
 		}
-		tb := mix64(hot[i].idHash ^ seedMix) // tieBreakHash, seed mixed once
+		tb := mix64(h.idHash ^ seedMix) // tieBreakHash, seed mixed once
 		switch {
 		case deferScore:
 			feas = append(feas, cand{i, 0, tb})
@@ -146,7 +148,7 @@ func (c *evalCtx) headroomFast(i int32, f freeState) float64 {
 	if !ok {
 		return c.headroom(i, f)
 	}
-	h := &c.s.ix.hot[i]
+	h := c.s.ix.hotOf(i)
 	sum, k := 0.0, 0
 	if h.cpu > 0 {
 		sum += clamp01(float64(f.cpu-c.res.CPU) / float64(h.cpu))
@@ -191,21 +193,21 @@ func (c *evalCtx) evalNodeFast(i int32, f freeState) Reason {
 // scanDomain evaluates a gang domain's nodes: outcomes for every node not
 // excluded, feasible ones scored into feas.
 func (d *Decision) scanDomain(c *evalCtx, nodes []int32, feas []cand, outcomes []eval) ([]cand, []eval) {
-	hot := d.s.ix.hot
 	over := d.s.over != nil
 	seedMix := mix64(c.req.Seed + 0x9e3779b97f4a7c15)
 	for _, i := range nodes {
 		if len(c.excl) > 0 && c.excluded(i) {
 			continue
 		}
-		f := hot[i].free
+		h := d.s.ix.hotOf(i)
+		f := h.free
 		if over {
 			f = d.s.freeOf(i)
 		}
 		rs := c.evalNodeFast(i, f)
 		outcomes = append(outcomes, eval{i, rs})
 		if rs == reasonFeasible {
-			feas = append(feas, cand{i, c.totalFree(i, f), mix64(hot[i].idHash ^ seedMix)})
+			feas = append(feas, cand{i, c.totalFree(i, f), mix64(h.idHash ^ seedMix)})
 		}
 	}
 	return feas, outcomes

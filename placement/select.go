@@ -77,11 +77,13 @@ func (d *Decision) isPlaced(i int32) bool {
 	return ok
 }
 
+// hotSpreadKey is spreadKey from the packed per-node site and region
+// numbers.
 func (d *Decision) hotSpreadKey(i int32) int32 {
 	if d.req.Spread == SpreadSite {
-		return d.s.ix.hot[i].site
+		return d.s.ix.siteOf[i]
 	}
-	return d.s.ix.hot[i].region
+	return d.s.ix.regionOf[i]
 }
 
 // pickTop is pick in O(F · log C): the same candidates in the same order,

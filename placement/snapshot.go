@@ -220,7 +220,7 @@ type snode struct {
 	view     policy.Node // static part of the CEL view
 }
 
-// hotNode is what a decision reads of every node it looks at, packed
+// hotNode (64 bytes) is what a decision reads of every node it looks at, packed
 // apart from the (large) snode so that a pass over 100k nodes stays in
 // cache.
 type hotNode struct {
@@ -229,13 +229,15 @@ type hotNode struct {
 	idHash   uint64 // FNV-1a of ID, for seeded tie-breaks
 	class    int32  // node class (see class.go)
 	gpuClass int32  // the class's GPUs (models, memory, health)
-	site     int32  // siteID, for spread
-	region   int32  // regionID, for spread
+	node     int32  // the node's index
 }
 
 type index struct {
 	nodes       []snode
-	hot         []hotNode
+	hot         []hotNode // in pass order; pos maps a node to its entry
+	pos         []int32
+	siteOf      []int32 // per node: siteID, packed for spread
+	regionOf    []int32 // per node: regionID
 	cls         classes
 	rackID      []int32 // per node: racks numbered in name order
 	nRacks      int
@@ -283,6 +285,7 @@ type group struct {
 	sig    int32
 	fabric string
 	nodes  []int32
+	start  int32 // index in index.hot of nodes[0]; the rest follow
 }
 
 // domainIx is the alive nodes of one fabric in one tier, with what a gang
@@ -488,19 +491,50 @@ func (b *Builder) Build() (*Snapshot, error) {
 	}
 
 	ix.nSites, ix.nRegions = len(siteIDs), len(regionIDs)
-	ix.hot = make([]hotNode, len(ix.nodes))
-	for i := range ix.nodes {
-		n := &ix.nodes[i]
-		ix.hot[i] = hotNode{free: n.free, cpu: n.CPU, mem: n.Memory, idHash: n.idHash, site: n.siteID, region: n.regionID}
-	}
+	ix.buildTiers()
+	ix.buildHot()
 	ix.buildClasses()
 	ix.buildRacks()
-	ix.buildTiers()
 	if len(errs) > 0 {
 		return nil, fmt.Errorf("%w: %w", ErrInvalidSnapshot, errors.Join(errs...))
 	}
 	return &Snapshot{ix: ix}, nil
 }
+
+// buildHot lays the hot part of every node out in the order passes walk
+// the index (tier, region, site, group), so that a pass reads memory
+// front to back whatever order the nodes were added in.
+func (ix *index) buildHot() {
+	ix.hot = make([]hotNode, 0, len(ix.nodes))
+	ix.pos = make([]int32, len(ix.nodes))
+	ix.siteOf, ix.regionOf = make([]int32, len(ix.nodes)), make([]int32, len(ix.nodes))
+	for i := range ix.nodes {
+		ix.siteOf[i], ix.regionOf[i] = ix.nodes[i].siteID, ix.nodes[i].regionID
+	}
+	add := func(i int32) {
+		n := &ix.nodes[i]
+		ix.pos[i] = int32(len(ix.hot))
+		ix.hot = append(ix.hot, hotNode{free: n.free, cpu: n.CPU, mem: n.Memory, idHash: n.idHash, node: i})
+	}
+	for _, tn := range slices.Sorted(maps.Keys(ix.tiers)) {
+		for _, r := range ix.tiers[tn].regions {
+			for _, c := range r.cells {
+				for _, g := range c.groups {
+					g.start = int32(len(ix.hot))
+					for _, i := range g.nodes {
+						add(i)
+					}
+				}
+			}
+		}
+	}
+	for _, i := range ix.dead {
+		add(i)
+	}
+}
+
+// hotOf returns node i's hot part.
+func (ix *index) hotOf(i int32) *hotNode { return &ix.hot[ix.pos[i]] }
 
 func (ix *index) buildRacks() {
 	names := map[string]int32{}
@@ -733,7 +767,7 @@ func (s *Snapshot) freeOf(i int32) freeState {
 			return f
 		}
 	}
-	return s.ix.hot[i].free
+	return s.ix.hotOf(i).free
 }
 
 func (s *Snapshot) lookup(nameOrID string) (int32, bool) {
