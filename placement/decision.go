@@ -128,8 +128,10 @@ type Decision struct {
 	// Rejected counts the other nodes by the Reason they were not chosen.
 	// The counts and len(Placements) add up to Nodes.
 	Rejected map[Reason]int `json:"rejected"`
-	// Metrics says what the decision cost.
-	Metrics Metrics `json:"metrics"`
+	// Metrics says what the decision cost. It is for logs, benchmarks and
+	// tests, not part of the decision's JSON (its wire form in package api
+	// has no such field yet).
+	Metrics Metrics `json:"-"`
 
 	s           *Snapshot
 	req         *Request
