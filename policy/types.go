@@ -244,16 +244,20 @@ type Drift struct {
 	// Reference is "training" (the summary shipped with the model) or
 	// "first" (the first Window live samples). Default training.
 	Reference string `yaml:"reference" json:"reference"`
-	// Stream configures the streaming detector that checks every sampled
-	// row (a CUSUM per feature): it catches an abrupt shift in tens of
-	// rows, where the windowed detectors need about a window. On by
-	// default.
+	// Stream turns on the streaming detector that checks every sampled
+	// row (a CUSUM per input feature): it catches an abrupt shift in tens
+	// of rows, where the windowed detectors need about a window. Off when
+	// absent: a model retrained on one site's drifted rows has a reference
+	// the other sites' rows do not match, and the streaming detector
+	// reports that within tens of rows (a second retrain), where the
+	// windowed ones took long enough for rollouts to settle first.
 	Stream *DriftStream `yaml:"stream" json:"stream,omitempty"`
 }
 
 // DriftStream configures the streaming drift detector.
 type DriftStream struct {
-	// Enabled turns it off when false. Default true.
+	// Enabled, when false, turns it off although the block is present.
+	// Default true.
 	Enabled *bool `yaml:"enabled" json:"enabled,omitempty"`
 	// FalseAlarmEvery is the expected number of sampled rows between two
 	// false alarms of the model (all its features together). Default
@@ -265,8 +269,9 @@ type DriftStream struct {
 	Shift float64 `yaml:"shift" json:"shift"`
 }
 
-// On says whether the streaming detector runs.
-func (s *DriftStream) On() bool { return s == nil || s.Enabled == nil || *s.Enabled }
+// On says whether the streaming detector runs: a stream block is present
+// and not disabled.
+func (s *DriftStream) On() bool { return s != nil && (s.Enabled == nil || *s.Enabled) }
 
 // TrainingJobSpec says what to run as a gang, on what, near which data.
 type TrainingJobSpec struct {

@@ -113,14 +113,13 @@ func (s *InferenceServiceSpec) setDefaults(p string, set func(string) bool) {
 		if dr.Window == 0 {
 			dr.Window = 500
 		}
-		if dr.Stream == nil {
-			dr.Stream = &DriftStream{}
-		}
-		if dr.Stream.FalseAlarmEvery == 0 {
-			dr.Stream.FalseAlarmEvery = 1000000
-		}
-		if dr.Stream.Shift == 0 {
-			dr.Stream.Shift = 1
+		if st := dr.Stream; st != nil {
+			if st.FalseAlarmEvery == 0 {
+				st.FalseAlarmEvery = 1000000
+			}
+			if st.Shift == 0 {
+				st.Shift = 1
+			}
 		}
 		if dr.Reference == "" {
 			dr.Reference = ReferenceTraining

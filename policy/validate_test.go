@@ -295,6 +295,12 @@ func TestDriftStreamValidated(t *testing.T) {
 			t.Errorf("stream %s: err = %v, want one naming %s", tc.stream, err, tc.want)
 		case tc.want == "" && tc.stream == "{enabled: false}" && docs[0].InferenceService.Drift.Stream.On():
 			t.Errorf("stream %s: still on", tc.stream)
+		case tc.want == "" && tc.stream != "{enabled: false}" && !docs[0].InferenceService.Drift.Stream.On():
+			t.Errorf("stream %s: off", tc.stream)
 		}
+	}
+	docs, err := Parse("s.yaml", []byte("apiVersion: strata/v1\nkind: InferenceService\nmetadata: {name: s}\nspec:\n  model: {name: m}\n  drift: {window: 100}\n"))
+	if err != nil || docs[0].InferenceService.Drift.Stream.On() {
+		t.Errorf("drift without a stream block: streaming on (err %v); want it off", err)
 	}
 }

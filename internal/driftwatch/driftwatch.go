@@ -235,10 +235,7 @@ func (d *Watch) monitorConfig(w *watched) drift.Config {
 	c := drift.Config{Model: w.model, Version: w.version, Site: d.cfg.Site, Detector: drift.Detector(w.rec.Detector), Window: w.rec.Window, Prediction: w.pred}
 	c.Every = max(1, c.Window/5)
 	if st := w.spec.Stream; st.On() {
-		c.Stream = &drift.StreamConfig{}
-		if st != nil {
-			c.Stream.ARL, c.Stream.Shift = float64(st.FalseAlarmEvery), st.Shift
-		}
+		c.Stream = &drift.StreamConfig{ARL: float64(st.FalseAlarmEvery), Shift: st.Shift}
 	}
 	alarm, clear := drift.DefaultThresholds(c.Detector)
 	t := w.spec.Threshold
