@@ -420,7 +420,8 @@ func (m *Mesh) Changed() <-chan struct{} {
 func (m *Mesh) Coordinate() *coordinate.Coordinate { return m.coord.GetCoordinate() }
 
 // RTT estimates the round-trip time between two nodes (names or IDs) from
-// their Vivaldi coordinates, without probing either.
+// their Vivaldi coordinates, without probing either. A node is 0 from
+// itself (a coordinate's distance to itself is twice its height).
 func (m *Mesh) RTT(a, b string) (time.Duration, error) {
 	ca, err := m.coordOf(a)
 	if err != nil {
@@ -430,7 +431,18 @@ func (m *Mesh) RTT(a, b string) (time.Duration, error) {
 	if err != nil {
 		return 0, err
 	}
+	if m.same(a, b) {
+		return 0, nil
+	}
 	return ca.DistanceTo(cb), nil
+}
+
+// same reports whether two names or IDs are one known node.
+func (m *Mesh) same(a, b string) bool {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	sa, sb := m.lookupLocked(a), m.lookupLocked(b)
+	return sa != nil && sb != nil && sa.ID == sb.ID
 }
 
 func (m *Mesh) coordOf(nameOrID string) (*coordinate.Coordinate, error) {

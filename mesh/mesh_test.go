@@ -304,6 +304,11 @@ func TestRTTEstimates(t *testing.T) {
 	if rtt < 0 || rtt > 10*time.Millisecond {
 		t.Errorf("RTT(%s,%s) = %s, want within [0, 10ms] on loopback", a, b, rtt)
 	}
+	// A node is 0 from itself, by name or ID, although its coordinate's
+	// distance to itself is twice its height.
+	if rtt, err := nodes[0].m.RTT(a, nodes[1].m.ID()); err != nil || rtt != 0 {
+		t.Errorf("RTT(%s, itself) = %s, %v; want 0", a, rtt, err)
+	}
 	if _, err := nodes[0].m.RTT(a, "nope"); !errors.Is(err, mesh.ErrUnknownNode) {
 		t.Errorf("RTT to unknown node: err = %v, want ErrUnknownNode", err)
 	}

@@ -220,6 +220,11 @@ func (e *Engine) newCtx(s *Snapshot, req *Request, excl []int32, clients []strin
 		}
 		c.clientN = append(c.clientN, name)
 		c.clientC = append(c.clientC, cc)
+		site, ok := ix.siteIDs[name]
+		if !ok {
+			site = -1
+		}
+		c.clientS = append(c.clientS, site)
 	}
 	c.slo = req.Latency.P99.Seconds()
 	for _, r := range req.Data {
@@ -367,8 +372,8 @@ func (c *evalCtx) prunedBy(b *ball) bool {
 		return false
 	}
 	// A nanosecond of slack: never prune on float rounding.
-	for _, cc := range c.clientC {
-		if b.lowerBound(cc) > c.slo+1e-9 {
+	for k, cc := range c.clientC {
+		if b.lowerBound(cc, c.clientS[k]) > c.slo+1e-9 {
 			return true
 		}
 	}

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/google/go-cmp/cmp"
+	"github.com/hashicorp/serf/coordinate"
 
 	"github.com/strata-mesh/strata/placement"
 	"github.com/strata-mesh/strata/sim"
@@ -352,5 +353,47 @@ func TestIndexPrunes(t *testing.T) {
 		if d.Evaluated > d.Nodes/20 {
 			t.Errorf("request %d: evaluated %d of %d nodes, want ≤ 5%%", k, d.Evaluated, d.Nodes)
 		}
+	}
+}
+
+// TestSiteClientsSkipHeights: a site's clients reach its own nodes without
+// crossing the nodes' access links, so a one-node WAN-facing site whose
+// coordinate has a 12 ms height is 0 ms from its own clients, not 24 ms,
+// and meets a 20 ms SLO; from another site the heights count.
+func TestSiteClientsSkipHeights(t *testing.T) {
+	high := func(x float64) *coordinate.Coordinate {
+		c := at(x, 0)
+		c.Height = 0.012
+		return c
+	}
+	s := build(t,
+		box("a1", placement.TierEdge, "edge-a", "west", 4, 8, high(0)),
+		box("b1", placement.TierEdge, "edge-b", "west", 4, 8, high(5)),
+	)
+	for _, tc := range []struct {
+		client, node string
+		want         time.Duration
+	}{
+		{"edge-a", "a1", 0},
+		{"edge-b", "b1", 0},
+		{"edge-a", "b1", 29 * time.Millisecond},  // 5 ms apart plus both heights
+		{"west", "a1", 26500 * time.Microsecond}, // a region: heights count
+	} {
+		if got, err := s.RTT(tc.client, tc.node); err != nil || got != tc.want {
+			t.Errorf("RTT %s → %s = %v, %v; want %v", tc.client, tc.node, got, err, tc.want)
+		}
+	}
+	d := place(t, s, &placement.Request{
+		Kind: placement.Inference, PerClientSite: true,
+		Resources: placement.Resources{CPU: 1000, Memory: gib},
+		Latency:   placement.Latency{P99: 20 * time.Millisecond, Clients: []string{"edge-a", "edge-b"}},
+		Tiers:     []string{placement.TierEdge},
+	})
+	got := map[string]string{}
+	for _, p := range d.Placements {
+		got[p.Client] = p.Node
+	}
+	if diff := cmp.Diff(map[string]string{"edge-a": "a1", "edge-b": "b1"}, got); diff != "" || !d.Feasible {
+		t.Errorf("feasible %v; replica per site (-want +got):\n%s", d.Feasible, diff)
 	}
 }

@@ -27,6 +27,7 @@ type evalCtx struct {
 	client  string   // the client site of a PerClientSite group, else ""
 	clientN []string // client names
 	clientC []*coordinate.Coordinate
+	clientS []int32 // per client: its site's dense ID, or -1 for a region
 	slo     float64 // seconds; 0 for no SLO
 
 	filters []filter
@@ -176,7 +177,7 @@ func (c *evalCtx) view(i int32, f freeState) *policy.Node {
 	if len(c.clientN) > 0 && n.Coord != nil {
 		v.RTT = make(map[string]float64, len(c.clientN))
 		for k, name := range c.clientN {
-			v.RTT[name] = rttSeconds(c.clientC[k], n.Coord) * 1e3
+			v.RTT[name] = c.clientRTT(k, i) * 1e3
 		}
 	}
 	return &v
@@ -193,13 +194,19 @@ func (c *evalCtx) worstRTT(i int32) (float64, string) {
 		return math.Inf(1), ""
 	}
 	worst, who := 0.0, ""
-	for k, cc := range c.clientC {
-		if d := rttSeconds(cc, n); d > worst || who == "" {
+	for k := range c.clientC {
+		if d := c.clientRTT(k, i); d > worst || who == "" {
 			worst, who = d, c.clientN[k]
 		}
 	}
 	c.lastRTT, c.rtt, c.rttFrom = i, worst, who
 	return worst, who
+}
+
+// clientRTT is the predicted RTT in seconds from client k to node i,
+// which has a coordinate (see clientRTT in snapshot.go).
+func (c *evalCtx) clientRTT(k int, i int32) float64 {
+	return clientRTT(c.clientC[k], c.clientS[k], c.s.ix.nodes[i].Coord, c.s.ix.siteOf[i])
 }
 
 // freeGPUs counts node i's free, healthy GPUs that match res.
@@ -226,8 +233,8 @@ func (latencyFilter) describe(c *evalCtx, i int32, _ freeState) string {
 	if c.s.ix.nodes[i].Coord == nil {
 		return "node has no network coordinate yet"
 	}
-	for k, cc := range c.clientC {
-		if d := rttSeconds(cc, c.s.ix.nodes[i].Coord); d > c.slo {
+	for k := range c.clientC {
+		if d := c.clientRTT(k, i); d > c.slo {
 			return fmt.Sprintf("predicted RTT %s from %s exceeds p99 %s", fmtMS(d), c.clientN[k], c.req.Latency.P99)
 		}
 	}

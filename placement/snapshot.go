@@ -252,6 +252,7 @@ type index struct {
 	sigs        [][]int32 // signature → sorted model IDs; sig 0 is "no GPU"
 	clients     map[string]*coordinate.Coordinate
 	sites       map[string]bool
+	siteIDs     map[string]int32 // site name → dense site ID
 	holders     map[string]*holding
 	bw          Bandwidth
 	dim         int
@@ -306,12 +307,14 @@ type sigCount struct {
 
 // ball bounds the coordinates of a set of nodes: every vector lies within
 // radius of cent, and every height and adjustment is at least minH and
-// minAdj. n counts nodes with a coordinate.
+// minAdj. n counts nodes with a coordinate, sites lists their dense site
+// IDs.
 type ball struct {
 	n            int
 	cent         []float64
 	radius       float64
 	minH, minAdj float64
+	sites        []int32
 }
 
 func (h *holding) has(i int32) bool { return h != nil && h.nodes[i/64]&(1<<(i%64)) != 0 }
@@ -464,6 +467,7 @@ func (b *Builder) Build() (*Snapshot, error) {
 		n.siteID, n.regionID = siteIDs[n.Site], regionIDs[n.Region]
 		ix.sites[n.Site] = true
 	}
+	ix.siteIDs = siteIDs
 
 	// Client coordinates: sites, then regions, then explicit ones.
 	siteCoords := map[string][]*coordinate.Coordinate{}
@@ -701,6 +705,9 @@ func (ix *index) ballOf(nodes []int32) ball {
 		}
 		b.minH = min(b.minH, c.Height)
 		b.minAdj = min(b.minAdj, c.Adjustment)
+		if s := ix.nodes[i].siteID; !slices.Contains(b.sites, s) {
+			b.sites = append(b.sites, s)
+		}
 	}
 	if b.n == 0 {
 		return b
@@ -720,15 +727,22 @@ func (ix *index) ballOf(nodes []int32) ball {
 	return b
 }
 
-// lowerBound is a lower bound, in seconds, of the RTT serf predicts from
-// client to any node inside the ball (see rttSeconds). It follows from the
-// triangle inequality: |c - v| >= |c - cent| - radius.
-func (b *ball) lowerBound(client *coordinate.Coordinate) float64 {
+// lowerBound is a lower bound, in seconds, of the RTT predicted from
+// client to any node inside the ball (see clientRTT). It follows from the
+// triangle inequality: |c - v| >= |c - cent| - radius. For a site's
+// clients (site is its dense ID, -1 for a region) whose site has nodes in
+// the ball, it leaves out the heights, as their estimate does.
+func (b *ball) lowerBound(client *coordinate.Coordinate, site int32) float64 {
 	if b.n == 0 {
 		return math.Inf(1)
 	}
-	raw := max(0, vecDist(client.Vec, b.cent)-b.radius) + client.Height + b.minH
-	return min(raw, raw+client.Adjustment+b.minAdj)
+	vec := max(0, vecDist(client.Vec, b.cent)-b.radius)
+	raw := vec + client.Height + b.minH
+	lb := min(raw, raw+client.Adjustment+b.minAdj)
+	if site >= 0 && slices.Contains(b.sites, site) {
+		lb = min(lb, vec)
+	}
+	return lb
 }
 
 func vecDist(a, b []float64) float64 {
@@ -738,6 +752,21 @@ func vecDist(a, b []float64) float64 {
 		sum += d * d
 	}
 	return math.Sqrt(sum)
+}
+
+// clientRTT is the RTT in seconds predicted from a client coordinate to a
+// node's: serf's estimate (rttSeconds), except from a site's clients to a
+// node of that site (clientSite == nodeSite, a dense site ID; -1 for a
+// region), where it is the distance between the vectors alone. A height
+// stands for a node's access link to the rest of the network, which
+// traffic within a site does not cross; adding the site's median height
+// and the node's would put a one-node site two heights away from its own
+// clients (tens of milliseconds on a WAN-facing edge node).
+func clientRTT(client *coordinate.Coordinate, clientSite int32, node *coordinate.Coordinate, nodeSite int32) float64 {
+	if clientSite >= 0 && clientSite == nodeSite {
+		return vecDist(client.Vec, node.Vec)
+	}
+	return rttSeconds(client, node)
 }
 
 // rttSeconds is serf's Coordinate.DistanceTo in float seconds, without its
@@ -840,7 +869,11 @@ func (s *Snapshot) RTT(client, node string) (time.Duration, error) {
 	if n == nil {
 		return 0, fmt.Errorf("placement: node %q has no coordinate", node)
 	}
-	return secondsToDuration(rttSeconds(c, n)), nil
+	site, ok := s.ix.siteIDs[client]
+	if !ok {
+		site = -1
+	}
+	return secondsToDuration(clientRTT(c, site, n, s.ix.siteOf[i])), nil
 }
 
 func secondsToDuration(s float64) time.Duration { return time.Duration(s * 1e9) }
