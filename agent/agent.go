@@ -323,6 +323,8 @@ func (a *Agent) Run(ctx context.Context) error {
 	select {
 	case <-ctx.Done():
 	case err = <-errc:
+	case err = <-a.mesh.Fatal():
+		a.log.Error("stopping", "err", err)
 	}
 	// Shut down within about a second: stop taking requests and end the
 	// long ones (event streams) while the mesh hears the goodbye.

@@ -23,8 +23,13 @@ const (
 
 // Health is the answer of GET /v1/health.
 type Health struct {
-	// Status is "ok" when the agent answers.
+	// Status is "ok", or "degraded" when the agent knows other members
+	// but reaches none of them, or reaches none outside its own site
+	// while other sites are known (cut off). Either way the agent still
+	// serves what it holds, so the HTTP status stays 200.
 	Status string `json:"status"`
+	// Reasons says why the status is degraded.
+	Reasons []string `json:"reasons,omitempty"`
 	// Node and ID name the answering agent's node.
 	Node string `json:"node"`
 	ID   string `json:"id"`

@@ -64,6 +64,13 @@ type Config struct {
 	// RejoinGrace is how long a peer known only from DB keeps status
 	// "unknown" after start before it is counted as failed. Default 30s.
 	RejoinGrace time.Duration
+	// ReconnectInterval is how often the reconnect loop tries the seeds
+	// that are not alive members and a few failed members. Default 10s.
+	// It is what merges the two sides of a healed partition.
+	ReconnectInterval time.Duration
+	// ReconnectTimeout is how long a failed member is tried again.
+	// Default 24h. Seeds are tried for as long as the node runs.
+	ReconnectTimeout time.Duration
 	// ReapAfter is how long a failed or left node stays listed. Default 72h.
 	ReapAfter time.Duration
 	// TombstoneTTL is how long a deleted catalog entry's tombstone is kept
@@ -98,6 +105,12 @@ func (c *Config) ensureDefaults() {
 	}
 	if c.RejoinGrace == 0 {
 		c.RejoinGrace = 30 * time.Second
+	}
+	if c.ReconnectInterval == 0 {
+		c.ReconnectInterval = 10 * time.Second
+	}
+	if c.ReconnectTimeout == 0 {
+		c.ReconnectTimeout = 24 * time.Hour
 	}
 	if c.ReapAfter == 0 {
 		c.ReapAfter = 72 * time.Hour

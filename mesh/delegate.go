@@ -25,7 +25,7 @@ var (
 // NodeMeta carries only the node ID and document version.
 func (d *delegate) NodeMeta(limit int) []byte {
 	d.m.mu.Lock()
-	b := encodeMeta(metaDigest{ID: d.m.id, Version: d.m.local.Version})
+	b := encodeMeta(metaDigest{ID: d.m.id, Version: d.m.local.Version, Started: d.m.started.UnixNano()})
 	d.m.mu.Unlock()
 	if len(b) > limit {
 		return nil

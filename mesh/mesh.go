@@ -84,6 +84,9 @@ type memberInfo struct {
 type metaDigest struct {
 	ID      string `json:"i"`
 	Version uint64 `json:"v"`
+	// Started is when the node started (Unix ns): of two nodes claiming
+	// one name, the later gives way.
+	Started int64 `json:"s,omitempty"`
 }
 
 // Mesh is one agent's view of its site. All methods are safe for concurrent
@@ -111,6 +114,9 @@ type Mesh struct {
 	// coordPublished is when the coordinate was last put in the document.
 	coordPublished time.Time
 	changed        chan struct{}
+
+	seeds []string // join addresses, this node's own left out (under mu)
+	fatal chan error
 
 	work      chan job
 	metaDirty chan struct{}
@@ -151,6 +157,7 @@ func New(cfg Config) (*Mesh, error) {
 		work:       make(chan job, 1024),
 		metaDirty:  make(chan struct{}, 1),
 		stop:       make(chan struct{}),
+		fatal:      make(chan error, 1),
 		metrics:    newMetrics(cfg.Registerer),
 	}
 	coord, err := coordinate.NewClient(coordinate.DefaultConfig())
@@ -243,11 +250,12 @@ func New(cfg Config) (*Mesh, error) {
 	}
 	// Several senders: a stream send blocks until the peer reads it, and
 	// after a change every peer asks the owner for its document at once.
-	m.wg.Add(3 + senders)
+	m.wg.Add(4 + senders)
 	for range senders {
 		go m.worker()
 	}
 	go m.maintain()
+	go m.reconnect()
 	go m.watchSuspects(mlc.ProbeInterval / 2)
 	go m.publishMeta()
 	return m, nil
@@ -267,18 +275,27 @@ func (m *Mesh) GossipAddr() string {
 }
 
 // Join contacts the given gossip addresses (host:port) and, when the local
-// store knows peers from an earlier run, those too. It retries with
-// exponential backoff (1s doubling to 30s, with jitter) until one answers or
-// ctx ends. With no address to try it returns nil at once.
+// store knows peers from an earlier run, those too. An address of this node
+// itself is skipped with a warning. It retries with exponential backoff
+// (1s doubling to 30s, with jitter) until another node answers or ctx
+// ends. With no address to try it returns nil at once.
+//
+// The given addresses stay seeds: whenever one is not the address of an
+// alive member, the reconnect loop tries it again every ReconnectInterval
+// (as it does failed members), so a node that joined no one, or a side of
+// a healed partition, finds the others without a restart.
 func (m *Mesh) Join(ctx context.Context, addrs []string) error {
-	seeds := slices.Clone(addrs)
+	own := m.dropSelf(ctx, addrs)
+	var stored []string
 	m.mu.Lock()
+	m.seeds = slices.Clone(own)
 	for id, s := range m.docs {
 		if id != m.id && s.Addrs.Gossip != "" {
-			seeds = append(seeds, s.Addrs.Gossip)
+			stored = append(stored, s.Addrs.Gossip)
 		}
 	}
 	m.mu.Unlock()
+	seeds := append(own, m.dropSelf(ctx, stored)...)
 	slices.Sort(seeds)
 	seeds = slices.Compact(seeds)
 	if len(seeds) == 0 {
@@ -536,6 +553,13 @@ func (m *Mesh) lookupLocked(nameOrID string) *NodeState {
 	return found
 }
 
+// nameHeldLocked reports whether s's name belongs to an alive member of
+// another identity.
+func (m *Mesh) nameHeldLocked(s *NodeState) bool {
+	mi := m.members[s.Name]
+	return mi != nil && mi.id != "" && mi.id != s.ID && mi.status == StatusAlive
+}
+
 func (m *Mesh) notifyLocked() {
 	close(m.changed)
 	m.changed = make(chan struct{})
@@ -556,6 +580,15 @@ func (m *Mesh) merge(s *NodeState, rebroadcast bool) bool {
 			m.local.Version = s.Version
 		}
 		m.mu.Unlock()
+		return false
+	}
+	if s.Name == m.cfg.Name || m.nameHeldLocked(s) {
+		// Another identity's document under a name that this node, or
+		// an alive member, holds: the node that sent it lost the name
+		// (see NotifyConflict); taking its document would hand it the
+		// holder's work, which is looked up by name.
+		m.mu.Unlock()
+		m.metrics.malformed.WithLabelValues("name_taken").Inc()
 		return false
 	}
 	if !newer(s, m.docs[s.ID]) {
@@ -792,7 +825,8 @@ func (m *Mesh) scanSuspects() {
 
 // conflictDelegate reports name conflicts: memberlist keeps the member it
 // knew and ignores the other, which is most likely a second agent started
-// with the same name (a copied data dir, a reused host name).
+// with the same name (a copied data dir, a reused host name). A conflict on
+// this node's own name is settled by nameTaken.
 type conflictDelegate struct {
 	m *Mesh
 	// names limits the log to a line per second per name: memberlist
@@ -806,18 +840,21 @@ var _ memberlist.ConflictDelegate = (*conflictDelegate)(nil)
 // node table locked: it must not call back into memberlist.
 func (c *conflictDelegate) NotifyConflict(existing, other *memberlist.Node) {
 	c.m.metrics.conflicts.Inc()
+	var meta metaDigest
+	_ = json.Unmarshal(other.Meta, &meta)
+	otherAddr := net.JoinHostPort(other.Addr.String(), strconv.Itoa(int(other.Port)))
+	if existing.Name == c.m.cfg.Name && meta.ID != c.m.id {
+		c.m.nameTaken(meta.ID, otherAddr, meta.Started)
+	}
 	ok, n := c.names.allow(existing.Name, time.Now())
 	if !ok {
 		c.m.metrics.logSuppressed.Inc()
 		return
 	}
-	var meta metaDigest
-	_ = json.Unmarshal(other.Meta, &meta)
-	c.m.log.Error("gossip name conflict: another node claims a name already in the mesh; it is ignored",
+	c.m.log.Error("gossip name conflict: another node claims a name already in the mesh; it is refused",
 		"name", existing.Name,
 		"existing_addr", net.JoinHostPort(existing.Addr.String(), strconv.Itoa(int(existing.Port))),
-		"other_addr", net.JoinHostPort(other.Addr.String(), strconv.Itoa(int(other.Port))),
-		"other_id", meta.ID, "suppressed_since_last", n)
+		"other_addr", otherAddr, "other_id", meta.ID, "suppressed_since_last", n)
 }
 
 func (m *Mesh) enqueue(j job) {

@@ -18,6 +18,8 @@ type metrics struct {
 	dropped      prometheus.Counter
 	stateUpdates prometheus.Counter
 	members      *prometheus.GaugeVec
+	// reconnects counts addresses tried by the reconnect loop.
+	reconnects prometheus.Counter
 	// tombstonesCollected counts catalog tombstones forgotten after their TTL.
 	tombstonesCollected prometheus.Counter
 }
@@ -60,13 +62,17 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 			Name: "strata_mesh_members",
 			Help: "Peers by membership status, as this agent sees them.",
 		}, []string{"status"}),
+		reconnects: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "strata_gossip_reconnect_attempts_total",
+			Help: "Addresses the reconnect loop tried: seeds that are not alive members and members that failed within the reconnect timeout.",
+		}),
 		tombstonesCollected: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "strata_catalog_tombstones_collected_total",
 			Help: "Deleted catalog entries whose tombstone was forgotten after the tombstone TTL.",
 		}),
 	}
 	if reg != nil {
-		reg.MustRegister(m.tombstonesCollected)
+		reg.MustRegister(m.tombstonesCollected, m.reconnects)
 		reg.MustRegister(m.invalid, m.peerWarnings, m.logSuppressed, m.conflicts)
 		reg.MustRegister(m.refused, m.malformed, m.dropped, m.stateUpdates, m.members)
 	}

@@ -3,10 +3,13 @@ package httpapi
 import (
 	"errors"
 	"fmt"
+	"maps"
 	"net/http"
 	"net/url"
+	"slices"
 	"strings"
 
+	"github.com/strata-mesh/strata/api"
 	"github.com/strata-mesh/strata/internal/httpjson"
 	"github.com/strata-mesh/strata/internal/ui"
 
@@ -80,13 +83,60 @@ func (s *Server) handleHealth(w http.ResponseWriter, r *http.Request) {
 	if !httpjson.CheckParams(w, r.URL.Query()) {
 		return
 	}
-	alive := 0
-	for _, m := range s.cfg.Mesh.Members() {
-		if m.Status == mesh.StatusAlive {
-			alive++
+	h := health(s.cfg.Mesh.ID(), s.cfg.Mesh.Members())
+	h.Node, h.ID = s.cfg.Mesh.Name(), s.cfg.Mesh.ID()
+	httpjson.Write(w, http.StatusOK, h)
+}
+
+// health tells "ok" from "degraded": an agent that knows other members but
+// reaches none of them is alone, and one that reaches only members of its
+// own site while other sites are known is cut off. Either still serves its
+// own clients, so the answer stays 200 and the status says which.
+func health(self string, members []mesh.Member) api.Health {
+	h := api.Health{Status: "ok"}
+	var site string
+	for _, m := range members {
+		if m.ID == self {
+			site = m.Site
 		}
 	}
-	httpjson.Write(w, http.StatusOK, map[string]any{"status": "ok", "node": s.cfg.Mesh.Name(), "id": s.cfg.Mesh.ID(), "alive_members": alive})
+	known, alive := 0, 0
+	otherSites, reached := map[string]bool{}, map[string]bool{}
+	for _, m := range members {
+		if m.Status == mesh.StatusAlive || m.Status == mesh.StatusSuspect {
+			h.AliveMembers++
+		}
+		if m.ID == self || m.Status == mesh.StatusLeft {
+			continue
+		}
+		known++
+		if m.Site != site {
+			otherSites[m.Site] = true
+		}
+		if m.Status == mesh.StatusAlive || m.Status == mesh.StatusSuspect {
+			alive++
+			reached[m.Site] = true
+		}
+	}
+	switch {
+	case known > 0 && alive == 0:
+		h.Status = "degraded"
+		h.Reasons = append(h.Reasons, fmt.Sprintf("alone: none of the %d other known members is reachable", known))
+	case len(otherSites) > 0 && !hasOther(reached, site):
+		h.Status = "degraded"
+		h.Reasons = append(h.Reasons, fmt.Sprintf("site %s is cut off: no member of %s is reachable", site, strings.Join(slices.Sorted(maps.Keys(otherSites)), ", ")))
+	}
+	return h
+}
+
+// hasOther reports whether set has a key other than k.
+func hasOther(set map[string]bool, k string) bool {
+	for s := range set {
+		if s != k {
+			return true
+		}
+	}
+	return false
 }
 
 func (s *Server) handleSelf(w http.ResponseWriter, r *http.Request) {

@@ -26,6 +26,7 @@ type Network struct {
 	byAddr map[string]*Transport
 	byName map[string]*Transport
 	port   int
+	group  map[string]int // node name → partition; nil: one network
 
 	// Dropped counts packets dropped because a queue was full or the
 	// destination was down.
@@ -54,6 +55,35 @@ func (n *Network) NewTransport(name string) *Transport {
 	n.byAddr[t.addr] = t
 	n.byName[name] = t
 	return t
+}
+
+// Partition splits the network: nodes in different groups can no longer
+// reach each other (packets are dropped, dials fail, packets in flight are
+// lost at delivery); nodes in no group stay in one group of their own with
+// each other. Partition with no groups, or Heal, joins them again.
+func (n *Network) Partition(groups ...[]string) {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	n.group = nil
+	if len(groups) == 0 {
+		return
+	}
+	n.group = map[string]int{}
+	for i, g := range groups {
+		for _, name := range g {
+			n.group[name] = i + 1
+		}
+	}
+}
+
+// Heal ends a partition.
+func (n *Network) Heal() { n.Partition() }
+
+// reachable reports whether from can reach to under the current partition.
+func (n *Network) reachable(from, to string) bool {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	return n.group == nil || n.group[from] == n.group[to]
 }
 
 // Transport is one node's end of a Network. It implements memberlist's
@@ -93,13 +123,13 @@ func (t *Transport) WriteTo(b []byte, a string) (time.Time, error) {
 func (t *Transport) WriteToAddress(b []byte, a memberlist.Address) (time.Time, error) {
 	now := time.Now()
 	dest := t.net.peer(a)
-	if dest == nil || t.down.Load() {
+	if dest == nil || t.down.Load() || !t.net.reachable(t.name, dest.name) {
 		t.net.Dropped.Add(1)
 		return now, nil // like UDP: the sender does not learn of the loss
 	}
 	p := &memberlist.Packet{Buf: append([]byte(nil), b...), From: addr(t.addr), Timestamp: now}
 	deliver := func() {
-		if dest.down.Load() {
+		if dest.down.Load() || !t.net.reachable(t.name, dest.name) {
 			t.net.Dropped.Add(1)
 			return
 		}
@@ -131,7 +161,7 @@ func (t *Transport) DialTimeout(a string, timeout time.Duration) (net.Conn, erro
 // DialAddressTimeout opens a stream (an in-memory pipe).
 func (t *Transport) DialAddressTimeout(a memberlist.Address, timeout time.Duration) (net.Conn, error) {
 	dest := t.net.peer(a)
-	if dest == nil || dest.down.Load() || t.down.Load() {
+	if dest == nil || dest.down.Load() || t.down.Load() || !t.net.reachable(t.name, dest.name) {
 		return nil, fmt.Errorf("meshtest: no route to %s", a.Addr)
 	}
 	c1, c2 := net.Pipe()
