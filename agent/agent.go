@@ -156,11 +156,15 @@ func New(cfg Config) (*Agent, error) {
 	if cfg.GossipKey != "" {
 		key, _ = mesh.DecodeGossipKey(cfg.GossipKey) // validated
 	}
+	adv, err := gossipAdvertise(context.Background(), cfg.Bind, cfg.Advertise, cfg.Join)
+	if err != nil {
+		return fail(err)
+	}
 	a.mesh, err = mesh.New(mesh.Config{
 		Name:          cfg.Name,
 		Identity:      a.id,
 		BindAddr:      cfg.Bind,
-		AdvertiseAddr: cfg.Advertise,
+		AdvertiseAddr: adv,
 		GossipKey:     key,
 		Local:         a.discover(),
 		DB:            db,
@@ -170,7 +174,20 @@ func New(cfg Config) (*Agent, error) {
 		PacketDelay:   cfg.PacketDelay,
 	})
 	if err != nil {
+		return fail(explainNoAddress(err))
+	}
+	// What peers dial: never 0.0.0.0, and loopback only on a one-host mesh.
+	gossip := a.mesh.GossipAddr()
+	apiAddr := peerAddr(cfg.AdvertiseAPI, a.ln.Addr().String(), gossip)
+	dataAddr := ""
+	if a.dp != nil {
+		dataAddr = peerAddr(cfg.AdvertiseData, a.dp.node.Addr().String(), gossip)
+	}
+	if err := a.mesh.Update(func(s *mesh.NodeState) { s.Addrs.API, s.Addrs.Data = apiAddr, dataAddr }); err != nil {
 		return fail(err)
+	}
+	if apiAddr == "" {
+		a.log.Info("API is on loopback only: peers on other hosts cannot forward requests to it (set -api or -advertise-api to change that)", "api", a.ln.Addr().String())
 	}
 	a.cat = catalog.New(a.mesh, a.reg)
 	a.events = events.New(a.cat)
@@ -212,18 +229,6 @@ func New(cfg Config) (*Agent, error) {
 	}
 	a.fwd = serving.NewForwarder(fc)
 	a.jobRunner = jobs.New(jobs.Config{Name: cfg.Name, DataDir: cfg.DataDir, Mesh: a.mesh, Catalog: a.cat, Artifacts: a.art, Logger: a.log})
-	if a.dp != nil {
-		// A data plane bound to all interfaces is reached at the gossip
-		// address's host.
-		data := a.dp.node.Addr().String()
-		if h, port, err := net.SplitHostPort(data); err == nil && net.ParseIP(h).IsUnspecified() {
-			gh, _, _ := net.SplitHostPort(a.mesh.GossipAddr())
-			data = net.JoinHostPort(gh, port)
-			if err := a.mesh.Update(func(s *mesh.NodeState) { s.Addrs.Data = data }); err != nil {
-				return fail(err)
-			}
-		}
-	}
 	ac2 := httpapi.Config{
 		Mesh: a.mesh, Catalog: a.cat, Artifacts: a.art, Jobs: a.jobRunner, Forwarder: a.fwd, Events: a.events,
 		InferenceErr: a.infErr, Registry: a.reg, Tokens: tokens, Anonymous: cfg.APIAnonymous, Addr: a.APIAddr, Logger: a.log,
@@ -459,10 +464,8 @@ func (a *Agent) discover() mesh.NodeState {
 		Region:       c.Region,
 		Labels:       c.Labels,
 		Capabilities: caps,
-		Addrs:        mesh.Addrs{API: a.ln.Addr().String()},
 	}
 	if a.dp != nil {
-		st.Addrs.Data = a.dp.node.Addr().String()
 		if blobs, err := a.dp.store.Blobs(); err == nil {
 			for _, b := range blobs {
 				st.Locality.Artifacts = append(st.Locality.Artifacts, b.Digest)

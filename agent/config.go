@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"net"
 	"os"
 	"regexp"
 	"slices"
@@ -43,8 +44,19 @@ type Config struct {
 	Labels map[string]string `yaml:"labels"`
 	// Bind is the gossip address, UDP and TCP. Default "0.0.0.0:7946".
 	Bind string `yaml:"bind"`
-	// Advertise is the gossip address peers use. Default: derived from Bind.
+	// Advertise is the gossip address peers use. Default: Bind's host when
+	// it names one; bound to every interface, the local address of the
+	// route to the first join peer; with no join peer, memberlist's pick
+	// of a private address.
 	Advertise string `yaml:"advertise"`
+	// AdvertiseAPI is the API address peers use (to forward a request
+	// to this agent). Default: API when it names a routable host; bound to
+	// every interface, the gossip address's host with API's port; a
+	// loopback API is not advertised to peers on other hosts.
+	AdvertiseAPI string `yaml:"advertise_api"`
+	// AdvertiseData is the data plane address peers use. Default: as for
+	// AdvertiseAPI, from DataAddr.
+	AdvertiseData string `yaml:"advertise_data"`
 	// Join lists gossip addresses to join at start, retried with backoff.
 	Join []string `yaml:"join"`
 	// API is the HTTP API address. Default "127.0.0.1:7470".
@@ -314,12 +326,17 @@ func (c *Config) Validate() error {
 			bad("gossip_key", "%v", strings.TrimPrefix(err.Error(), "mesh: "))
 		}
 	}
-	for _, a := range []struct{ field, v string }{{"bind", c.Bind}, {"api", c.API}, {"advertise", c.Advertise}, {"data_addr", c.DataAddr}} {
+	for _, a := range []struct{ field, v string }{{"bind", c.Bind}, {"api", c.API}, {"advertise", c.Advertise}, {"data_addr", c.DataAddr}, {"advertise_api", c.AdvertiseAPI}, {"advertise_data", c.AdvertiseData}} {
 		if a.v == "" {
 			continue
 		}
 		if !strings.Contains(a.v, ":") {
 			bad(a.field, "%q must be HOST:PORT", a.v)
+		}
+	}
+	for _, a := range []struct{ field, v string }{{"advertise", c.Advertise}, {"advertise_api", c.AdvertiseAPI}, {"advertise_data", c.AdvertiseData}} {
+		if h, _, err := net.SplitHostPort(a.v); err == nil && (h == "" || net.ParseIP(h) != nil && net.ParseIP(h).IsUnspecified()) {
+			bad(a.field, "%q cannot be dialled: give the address peers reach this host at (-%s)", a.v, strings.ReplaceAll(a.field, "_", "-"))
 		}
 	}
 	for i, g := range c.GPUs {
@@ -438,7 +455,9 @@ func Flags(fs *flag.FlagSet) func() (Config, error) {
 		return nil
 	})
 	str("bind", "gossip `HOST:PORT`, UDP and TCP (default 0.0.0.0:7946)", func(c *Config, v string) { c.Bind = v })
-	str("advertise", "gossip `HOST:PORT` peers should use (default: from -bind)", func(c *Config, v string) { c.Advertise = v })
+	str("advertise", "gossip `HOST:PORT` peers should use (default: -bind's host; bound to all interfaces, the address of the route to the first -join peer)", func(c *Config, v string) { c.Advertise = v })
+	str("advertise-api", "API `HOST:PORT` peers should use (default: from -api, or the gossip address's host when -api is bound to all interfaces)", func(c *Config, v string) { c.AdvertiseAPI = v })
+	str("advertise-data", "data plane `HOST:PORT` peers should use (default: from -data-addr, as for -advertise-api)", func(c *Config, v string) { c.AdvertiseData = v })
 	fs.Func("join", "gossip `HOST:PORT` of a peer to join (repeatable; retried with backoff until reachable)", func(v string) error {
 		sets = append(sets, func(c *Config) error { c.Join = append(c.Join, v); return nil })
 		return nil

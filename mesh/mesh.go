@@ -217,7 +217,7 @@ func New(cfg Config) (*Mesh, error) {
 		}
 		if port == 0 {
 			mlc.BindPort = nt.GetAutoBindPort()
-			if cfg.AdvertiseAddr == "" {
+			if cfg.AdvertiseAddr == "" || mlc.AdvertisePort == 0 {
 				mlc.AdvertisePort = mlc.BindPort
 			}
 		}
