@@ -3,6 +3,7 @@ package agent
 import (
 	"encoding/json"
 	"fmt"
+	"slices"
 	"testing"
 	"time"
 
@@ -80,43 +81,58 @@ func TestControllerPlacesAndReplacesAfterFailure(t *testing.T) {
 		t.Errorf("no owner recorded")
 	}
 
-	// Kill a chosen node that is not the owner: its share moves.
-	var victim *Agent
+	// Kill a chosen node of edge-a, whose other node still answers: a
+	// node failure, so its share moves and the other replica stays.
+	byName := map[string]*Agent{}
 	for _, a := range agents {
-		if a.Name() == placed.Nodes[0].Name && a.Name() != placed.Owner {
-			victim = a
+		byName[a.Name()] = a
+	}
+	var victim *Agent
+	var kept string
+	for _, n := range placed.Nodes {
+		if n.Site == "edge-a" && victim == nil {
+			victim = byName[n.Name]
+		} else {
+			kept = n.Name
 		}
 	}
 	if victim == nil {
-		for _, a := range agents {
-			if a.Name() == placed.Nodes[1].Name && a.Name() != placed.Owner {
-				victim = a
-			}
-		}
-	}
-	if victim == nil {
-		t.Fatalf("both placed nodes are the owner?")
+		t.Fatalf("no replica in edge-a: %s", placed.NodeNames())
 	}
 	victim.Close()
-	var survivor *Agent
-	for _, a := range agents {
-		if a != victim {
-			survivor = a
-			break
-		}
-	}
-	meshtest.WaitFor(t, 30*time.Second, "web placed again without the killed node", func() bool {
+	survivor := byName["cloud-1"]
+	var again PlacementRecord
+	meshtest.WaitFor(t, 30*time.Second, "web placed again without the killed node, the other replica where it was", func() bool {
 		rec, ok := placementOf(survivor, key)
 		if !ok || rec.State != StatePlaced || len(rec.Nodes) != 2 || rec.Epoch <= placed.Epoch {
 			return false
 		}
+		var names []string
 		for _, n := range rec.Nodes {
-			if n.Name == victim.Name() {
-				return false
+			names = append(names, n.Name)
+		}
+		again = rec
+		return !slices.Contains(names, victim.Name()) && slices.Contains(names, kept)
+	})
+
+	// Kill edge-b's only node: the whole site is unreachable, which is not
+	// a node failure: its replica (if it has one) is not moved.
+	edgeB := byName["edge-b-1"]
+	edgeB.Close()
+	meshtest.WaitFor(t, 30*time.Second, "edge-b unreachable", func() bool {
+		for _, s := range mesh.Sites(survivor.mesh.Nodes()) {
+			if s.Name == "edge-b" {
+				return s.Status == mesh.SiteUnreachable
 			}
 		}
-		return true
+		return false
 	})
+	// Two controller passes (a second apart) see the site unreachable.
+	time.Sleep(2500 * time.Millisecond) // the absence of a re-placement is under test
+	rec, _ := placementOf(survivor, key)
+	if rec.Epoch != again.Epoch || rec.NodeNames() != again.NodeNames() {
+		t.Errorf("placement changed after edge-b became unreachable: epoch %d→%d, nodes %s→%s (%s)", again.Epoch, rec.Epoch, again.NodeNames(), rec.NodeNames(), rec.Message)
+	}
 }
 
 // TestNoOverCommitWhenOwnersRace applies three 8-GPU gangs at once, from

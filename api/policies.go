@@ -181,6 +181,9 @@ type PlacedNode struct {
 	Site     string `json:"site"`
 	Rank     int    `json:"rank"`
 	Admitted bool   `json:"admitted"`
+	// Client is the client site this replica serves, for a service
+	// placed per client site.
+	Client string `json:"client,omitempty"`
 	// Replica is, for an inference service, what the node reports of its
 	// model (GET /v1/placements fills it in): loading, serving or failed,
 	// with Reason.

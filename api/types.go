@@ -49,6 +49,24 @@ type Member struct {
 	Site   string `json:"site"`
 }
 
+// Site reachability (Site.Status).
+const (
+	SiteReachable   = "reachable"   // some node of the site is alive
+	SiteUnreachable = "unreachable" // no node of the site answers: cut off, or all down
+	SiteGone        = "gone"        // every node of the site left
+)
+
+// Site is one site's summary as the answering agent sees it (GET
+// /v1/sites). An unreachable site's replicas stay where they are: its
+// clients are cut off with it.
+type Site struct {
+	Name   string `json:"name"`
+	Region string `json:"region"`
+	Nodes  int    `json:"nodes"`
+	Alive  int    `json:"alive"`
+	Status string `json:"status"`
+}
+
 // Node is a node's replicated document with its current status (GET
 // /v1/nodes, GET /v1/nodes/{id}, GET /v1/agent/self).
 type Node struct {

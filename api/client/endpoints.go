@@ -33,6 +33,14 @@ func (c *Client) Members(ctx context.Context, opts ...CallOption) ([]api.Member,
 	return ms, err
 }
 
+// Sites summarizes the sites the agent knows and their reachability: GET
+// /v1/sites.
+func (c *Client) Sites(ctx context.Context, opts ...CallOption) ([]api.Site, error) {
+	var ss []api.Site
+	err := c.get(ctx, "/v1/sites", nil, &ss, opts)
+	return ss, err
+}
+
 // NodeFilter selects nodes; the zero value selects all. Every set field
 // must match.
 type NodeFilter struct {

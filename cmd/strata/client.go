@@ -87,12 +87,51 @@ func runMembers(args []string, stdout, stderr io.Writer) error {
 	if c.output == "json" {
 		return write(stdout, raw)
 	}
+	sites, err := c.client().Sites(ctx)
+	if err != nil {
+		return c.explain(err)
+	}
 	tw := tabwriter.NewWriter(stdout, 0, 4, 2, ' ', 0)
 	fmt.Fprintln(tw, "NAME\tID\tADDRESS\tSTATUS\tTIER\tSITE")
 	for _, m := range members {
 		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\n", m.Name, m.ID, m.Addr, m.Status, m.Tier, m.Site)
 	}
+	if err := tw.Flush(); err != nil {
+		return err
+	}
+	fmt.Fprintln(stdout)
+	return printSites(stdout, sites)
+}
+
+func printSites(w io.Writer, sites []api.Site) error {
+	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "SITE\tREGION\tNODES\tALIVE\tSTATUS")
+	for _, s := range sites {
+		fmt.Fprintf(tw, "%s\t%s\t%d\t%d\t%s\n", s.Name, s.Region, s.Nodes, s.Alive, s.Status)
+	}
 	return tw.Flush()
+}
+
+func runSites(args []string, stdout, stderr io.Writer) error {
+	fs := newFlags("sites", "[-o json]", stderr)
+	c := addClientFlags(fs)
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	if err := c.check(); err != nil {
+		return err
+	}
+	ctx, cancel := readCtx()
+	defer cancel()
+	var raw []byte
+	sites, err := c.client().Sites(ctx, client.Body(&raw))
+	if err != nil {
+		return c.explain(err)
+	}
+	if c.output == "json" {
+		return write(stdout, raw)
+	}
+	return printSites(stdout, sites)
 }
 
 func runNodes(args []string, stdout, stderr io.Writer) error {

@@ -2,7 +2,7 @@
 //
 //	strata agent -config /etc/strata/agent.yaml   run an agent
 //	strata dev                                     a multi-tier mesh in one process
-//	strata members | nodes | node NAME             ask an agent what the mesh knows
+//	strata members | sites | nodes | node NAME     ask an agent what the mesh knows
 //	strata keygen                                  make a gossip key
 //	strata version                                 the version and the commit built from
 package main
@@ -34,7 +34,8 @@ func commands() []command {
 	return []command{
 		{"agent", "[flags]", "run an agent on this host", runAgent},
 		{"dev", "[--agents N] [--dir DIR] [--once]", "run a multi-tier dev mesh in one process on loopback", runDev},
-		{"members", "[-o json]", "list the members of the mesh and their status", runMembers},
+		{"members", "[-o json]", "list the members of the mesh and their status, then the sites", runMembers},
+		{"sites", "[-o json]", "list the sites, their nodes and whether each is reachable", runSites},
 		{"nodes", "[-tier T] [-site S] [-label k=v] [-o json]", "list nodes with their capabilities", runNodes},
 		{"node", "NAME|ID [-o json]", "show one node", runNode},
 		{"rtt", "NODE [NODE]", "estimated round-trip time between two nodes", runRTT},

@@ -26,6 +26,7 @@ func TestWireTypes(t *testing.T) {
 		agent, pb any
 	}{
 		{"member", mesh.Member{}, api.Member{}},
+		{"site", mesh.Site{}, api.Site{}},
 		{"node", mesh.Node{}, api.Node{}},
 		{"policy", agent.PolicyRecord{}, api.Policy{}},
 		{"apply", agent.ApplyResult{}, api.ApplyResult{}},

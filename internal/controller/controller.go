@@ -114,6 +114,7 @@ func (c *Controller) reconcile() {
 	for _, n := range nodes {
 		byName[n.Name] = n
 	}
+	cut := mesh.UnreachableSites(nodes)
 	recs := c.placements()
 	for _, p := range c.policies() {
 		key := p.Key()
@@ -131,7 +132,7 @@ func (c *Controller) reconcile() {
 				continue
 			}
 		}
-		need, why := c.needsPlacement(p, rec, have, byName)
+		need, why := c.needsPlacement(p, rec, have, byName, cut)
 		if !need {
 			if have && rec.State == catalog.StatePending && allAdmitted(rec, byName) {
 				rec.State, rec.Message, rec.Updated = catalog.StatePlaced, "every node admitted the work", time.Now().UTC()
@@ -139,7 +140,7 @@ func (c *Controller) reconcile() {
 			}
 			continue
 		}
-		c.place(p, rec, have, nodes, why)
+		c.place(p, rec, have, nodes, cut, why)
 	}
 	// Placements of deleted policies: the owner of the key removes them.
 	for key := range recs {
@@ -149,7 +150,10 @@ func (c *Controller) reconcile() {
 	}
 }
 
-func (c *Controller) needsPlacement(p catalog.Policy, rec catalog.Placement, have bool, byName map[string]mesh.Node) (bool, string) {
+// needsPlacement says whether p must be placed (again), and why. A failed
+// node of an unreachable site (cut, every node gone) is not a reason: the
+// replica there serves that site's clients, who are cut off with it.
+func (c *Controller) needsPlacement(p catalog.Policy, rec catalog.Placement, have bool, byName map[string]mesh.Node, cut map[string]bool) (bool, string) {
 	switch {
 	case !have:
 		return true, "new policy"
@@ -158,6 +162,9 @@ func (c *Controller) needsPlacement(p catalog.Policy, rec catalog.Placement, hav
 	}
 	for _, pn := range rec.Nodes {
 		n, ok := byName[pn.Name]
+		if ok && n.Status == mesh.StatusFailed && cut[n.Site] {
+			continue
+		}
 		if !ok || n.Status == mesh.StatusFailed || n.Status == mesh.StatusLeft {
 			return true, fmt.Sprintf("node %s is %s", pn.Name, statusOr(n.Status, "gone"))
 		}
@@ -203,8 +210,10 @@ func allAdmitted(rec catalog.Placement, byName map[string]mesh.Node) bool {
 	return len(rec.Nodes) > 0
 }
 
-// place runs the engine for p and writes the new placement record.
-func (c *Controller) place(p catalog.Policy, old catalog.Placement, have bool, nodes []mesh.Node, why string) {
+// place runs the engine for p and writes the new placement record. An
+// inference service placed again at the same generation keeps its healthy
+// replicas (see kept) and takes from the decision only what is missing.
+func (c *Controller) place(p catalog.Policy, old catalog.Placement, have bool, nodes []mesh.Node, cut map[string]bool, why string) {
 	c.mu.Lock()
 	c.lastTry[p.Key()] = time.Now()
 	c.mu.Unlock()
@@ -247,22 +256,115 @@ func (c *Controller) place(p catalog.Policy, old catalog.Placement, have bool, n
 	}
 	rec.Resources, rec.Wanted = req.Resources, dec.Wanted
 	rec.Fallbacks, rec.Rejected = dec.Fallbacks, dec.Rejected
+	var fresh []catalog.PlacedNode
 	for _, pl := range dec.Placements {
-		rec.Nodes = append(rec.Nodes, catalog.PlacedNode{Name: pl.Node, ID: pl.NodeID, Tier: pl.Tier, Site: pl.Site, Rank: pl.Rank})
+		fresh = append(fresh, catalog.PlacedNode{Name: pl.Node, ID: pl.NodeID, Tier: pl.Tier, Site: pl.Site, Rank: pl.Rank, Client: pl.Client})
 	}
+	keep := kept(p, old, have, nodes, cut)
+	rec.Nodes = mergeKept(keep, fresh, dec.Wanted)
 	switch {
 	case len(rec.Nodes) == 0 || (req.Kind == placement.Training && !dec.Feasible):
 		rec.State, rec.Nodes = catalog.StateFailed, nil
 		rec.Message = "no feasible placement: " + summarizeRejections(dec)
-	case !dec.Feasible:
+	case len(rec.Nodes) < dec.Wanted || (!dec.Feasible && len(keep) == 0):
 		rec.State = catalog.StatePending
 		rec.Message = fmt.Sprintf("placed %d of %d (%s)", len(rec.Nodes), dec.Wanted, why)
 	default:
 		rec.State = catalog.StatePending
 		rec.Message = fmt.Sprintf("placed on %d node(s) (%s); waiting for admission", len(rec.Nodes), why)
 	}
+	if len(keep) > 0 {
+		rec.Message += fmt.Sprintf("; kept %d healthy replica(s) where they were", len(keep))
+	}
+	if names := cutSites(keep, cut); len(names) > 0 {
+		rec.Message += fmt.Sprintf("; site(s) %s unreachable: their replicas stay for their clients", strings.Join(names, ", "))
+	}
 	c.log.Info("placed policy", "policy", rec.Key, "epoch", rec.Epoch, "state", rec.State, "nodes", rec.NodeNames(), "why", why)
 	c.write(rec)
+}
+
+// kept returns the replicas of an inference service's old placement to
+// keep when it is placed again at the same generation: those on alive
+// nodes that admitted them, and those in unreachable sites. Moving a
+// healthy replica only because a fresh decision ranks another node a
+// little higher would make a service placed short (or waiting for a
+// failed node's replacement) move its replicas back and forth.
+func kept(p catalog.Policy, old catalog.Placement, have bool, nodes []mesh.Node, cut map[string]bool) []catalog.PlacedNode {
+	if !have || old.Generation != p.Generation || p.Kind != policy.KindInferenceService {
+		return nil
+	}
+	byName := map[string]mesh.Node{}
+	for _, n := range nodes {
+		byName[n.Name] = n
+	}
+	var out []catalog.PlacedNode
+	for _, pn := range old.Nodes {
+		n, ok := byName[pn.Name]
+		if !ok {
+			continue
+		}
+		as, held := AssignmentOf(n, old.Key)
+		switch {
+		case n.Status == mesh.StatusFailed && cut[n.Site]:
+		case n.Status == mesh.StatusAlive && held && as.Epoch == old.Epoch && as.Accepted:
+		default:
+			continue
+		}
+		pn.Admitted, pn.Replica, pn.Reason = false, "", ""
+		out = append(out, pn)
+	}
+	return out
+}
+
+// mergeKept fills what keep lacks of wanted from fresh. Per client site
+// (fresh names clients), a client served by a kept replica takes none of
+// fresh's; otherwise fresh's nodes not kept already are added in order.
+func mergeKept(keep, fresh []catalog.PlacedNode, wanted int) []catalog.PlacedNode {
+	if len(keep) == 0 {
+		return fresh
+	}
+	out := slices.Clone(keep)
+	perClient := len(fresh) > 0 && fresh[0].Client != ""
+	for _, k := range keep {
+		if k.Client == "" {
+			perClient = false // recorded before clients were
+		}
+	}
+	if perClient {
+		served := map[string]int{}
+		for _, k := range keep {
+			served[k.Client]++
+		}
+		for _, f := range fresh {
+			if served[f.Client] > 0 {
+				served[f.Client]--
+				continue
+			}
+			out = append(out, f)
+		}
+		return out
+	}
+	for _, f := range fresh {
+		if len(out) >= wanted {
+			break
+		}
+		if !slices.ContainsFunc(out, func(k catalog.PlacedNode) bool { return k.Name == f.Name }) {
+			out = append(out, f)
+		}
+	}
+	return out
+}
+
+// cutSites names the unreachable sites of keep's nodes, sorted.
+func cutSites(keep []catalog.PlacedNode, cut map[string]bool) []string {
+	var out []string
+	for _, k := range keep {
+		if cut[k.Site] && !slices.Contains(out, k.Site) {
+			out = append(out, k.Site)
+		}
+	}
+	slices.Sort(out)
+	return out
 }
 
 func summarizeRejections(d *placement.Decision) string {

@@ -27,6 +27,7 @@ func (s *Server) routes() http.Handler {
 	mux.HandleFunc("GET /v1/health", s.handleHealth)
 	mux.HandleFunc("GET /v1/agent/self", s.handleSelf)
 	mux.HandleFunc("GET /v1/members", s.handleMembers)
+	mux.HandleFunc("GET /v1/sites", s.handleSites)
 	mux.HandleFunc("GET /v1/nodes", s.handleNodes)
 	mux.HandleFunc("GET /v1/nodes/{id}", s.handleNode)
 	mux.HandleFunc("GET /v1/rtt", s.handleRTT)
@@ -156,6 +157,13 @@ func (s *Server) handleMembers(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	httpjson.Write(w, http.StatusOK, s.cfg.Mesh.Members())
+}
+
+func (s *Server) handleSites(w http.ResponseWriter, r *http.Request) {
+	if !httpjson.CheckParams(w, r.URL.Query()) {
+		return
+	}
+	httpjson.Write(w, http.StatusOK, mesh.Sites(s.cfg.Mesh.Nodes()))
 }
 
 // nodeFilter selects nodes by tier, site and labels (all must match).
