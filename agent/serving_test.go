@@ -213,7 +213,8 @@ func TestLoadFailureIsShownNotLooped(t *testing.T) {
 		t.Errorf("placement = %+v; want the node and ONNX Runtime's reason in its message", st)
 	}
 	// Backoff: a few seconds later the node has not retried more than
-	// twice (5s, then 10s).
+	// twice (5s, then 10s). The time that passes is what is under test:
+	// without backoff the loader retries every pass (a second).
 	time.Sleep(3 * time.Second)
 	n, err := agents[0].Mesh().Node(st.Nodes[0].Name)
 	if err != nil {

@@ -91,11 +91,17 @@ func unguarded(t *testing.T, name string) {
 			conn := &bytesConn{r: bytes.NewReader(buf), closed: make(chan struct{})}
 			tr.streams <- conn
 			<-conn.closed
+			// memberlist's deferred Close runs while a panic unwinds, so
+			// closed can come just before the process dies: give the
+			// panic a moment to end it before this child reports success.
+			time.Sleep(100 * time.Millisecond)
 		} else {
+			// The channel is unbuffered and memberlist ingests packets
+			// one at a time: the second send returns only after the
+			// first was handled (or the process died of it).
 			tr.packets <- &memberlist.Packet{Buf: buf, From: fuzzFrom, Timestamp: time.Now()}
 			tr.packets <- &memberlist.Packet{Buf: seal(t, fuzzKey, 1, ackPacket, nil), From: fuzzFrom, Timestamp: time.Now()}
 		}
-		time.Sleep(100 * time.Millisecond) // room for a panic elsewhere to land
 		return
 	}
 	t.Fatalf("unknown input %q", name)

@@ -97,14 +97,6 @@ func (s *Service) Store() *storage.Store { return s.cfg.Store }
 // Node is the data plane, nil without one.
 func (s *Service) Node() *dataplane.Node { return s.cfg.Node }
 
-// Close stops the data plane and closes the store.
-func (s *Service) Close() error {
-	if !s.Enabled() {
-		return nil
-	}
-	return errors.Join(s.cfg.Node.Close(), s.cfg.Store.Close())
-}
-
 // Info is a manifest with the nodes that hold its bytes.
 type Info struct {
 	storage.Manifest

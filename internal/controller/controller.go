@@ -791,11 +791,7 @@ func (c *Controller) policies() []catalog.Policy {
 
 // placements returns every placement record, by key.
 func (c *Controller) placements() map[string]catalog.Placement {
-	recs, _ := c.cfg.Catalog.Placements.Values()
-	out := make(map[string]catalog.Placement, len(recs))
-	for _, p := range recs {
-		out[p.Key] = p
-	}
+	out, _ := c.cfg.Catalog.Placements.Map()
 	return out
 }
 
@@ -804,11 +800,7 @@ func (c *Controller) placements() map[string]catalog.Placement {
 // arrived before its policy waits for the next change: replication lag is
 // not an error.
 func (c *Controller) readyPlacements() map[string]catalog.Placement {
-	recs, _ := c.cfg.Catalog.Placements.Ready()
-	out := make(map[string]catalog.Placement, len(recs))
-	for _, r := range recs {
-		out[r.Key] = r.Value
-	}
+	out, _ := c.cfg.Catalog.Placements.ReadyMap()
 	return out
 }
 

@@ -77,12 +77,16 @@ func (s *Server) scopeOf(r *http.Request) Scope {
 	return ScopeWrite
 }
 
-// loopback says whether the API listens on loopback only.
-func (s *Server) loopback() bool {
-	if s.cfg.Addr == nil {
+// loopback says whether the API listens on loopback only (decided in New).
+func (s *Server) loopback() bool { return s.onLoopback }
+
+// onLoopback says whether addr (host:port, from Config.Addr) is a loopback
+// address.
+func onLoopback(addr func() string) bool {
+	if addr == nil {
 		return false
 	}
-	host, _, err := net.SplitHostPort(s.cfg.Addr())
+	host, _, err := net.SplitHostPort(addr())
 	if err != nil {
 		return false
 	}

@@ -14,7 +14,7 @@ func TestAuthorize(t *testing.T) {
 			sum, _ := ParseTokenHash(HashToken(tok))
 			toks = append(toks, Token{Name: tok + "-name", SHA256: sum, Scopes: scopes})
 		}
-		s := &Server{cfg: Config{Tokens: toks, Anonymous: DefaultAnonymous, Addr: func() string { return addr }}}
+		s := &Server{cfg: Config{Tokens: toks, Anonymous: DefaultAnonymous}, onLoopback: onLoopback(func() string { return addr })}
 		return s.authorize(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { w.WriteHeader(http.StatusTeapot) }))
 	}
 	const ok = http.StatusTeapot

@@ -67,16 +67,17 @@ type Config struct {
 	// SpoolDir receives uploads before they are published (on the store's
 	// file system).
 	SpoolDir string
-	// Addr returns the address the API listens on.
+	// Addr returns the address the API listens on; New reads it once.
 	Addr   func() string
 	Logger *slog.Logger
 }
 
 // Server is the HTTP API. Safe for concurrent use.
 type Server struct {
-	cfg     Config
-	log     *slog.Logger
-	handler http.Handler
+	cfg        Config
+	log        *slog.Logger
+	handler    http.Handler
+	onLoopback bool // the API listens on loopback only
 
 	// decodeSeen holds the catalog decode errors logged already.
 	decodeMu   sync.Mutex
@@ -91,7 +92,7 @@ func New(cfg Config) *Server {
 	if cfg.Anonymous == nil {
 		cfg.Anonymous = DefaultAnonymous
 	}
-	s := &Server{cfg: cfg, log: cfg.Logger, decodeSeen: map[string]bool{}}
+	s := &Server{cfg: cfg, log: cfg.Logger, decodeSeen: map[string]bool{}, onLoopback: onLoopback(cfg.Addr)}
 	s.handler = s.routes()
 	return s
 }
@@ -130,12 +131,8 @@ func (s *Server) policies() []catalog.Policy {
 
 // placements returns every placement record, by key.
 func (s *Server) placements() map[string]catalog.Placement {
-	recs, err := s.cfg.Catalog.Placements.Values()
+	out, err := s.cfg.Catalog.Placements.Map()
 	s.decodeErrors(err)
-	out := make(map[string]catalog.Placement, len(recs))
-	for _, p := range recs {
-		out[p.Key] = p
-	}
 	return out
 }
 
