@@ -27,6 +27,7 @@ type Network struct {
 	byName map[string]*Transport
 	port   int
 	group  map[string]int // node name → partition; nil: one network
+	stall  map[string]time.Time
 
 	// Dropped counts packets dropped because a queue was full or the
 	// destination was down.
@@ -74,6 +75,27 @@ func (n *Network) Partition(groups ...[]string) {
 			n.group[name] = i + 1
 		}
 	}
+}
+
+// Stall freezes a node's network for d, as near to SIGSTOP as a node whose
+// goroutines keep running can be: packets it sends and packets sent to it
+// are held and delivered when it resumes (socket buffers), and streams to
+// and from it fail. Unlike a stopped process its timers still fire, so it
+// may suspect others while it hears nothing.
+func (n *Network) Stall(name string, d time.Duration) {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	if n.stall == nil {
+		n.stall = map[string]time.Time{}
+	}
+	n.stall[name] = time.Now().Add(d)
+}
+
+// stalledFor returns how much longer name is stalled, or 0.
+func (n *Network) stalledFor(name string) time.Duration {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	return max(0, time.Until(n.stall[name]))
 }
 
 // Heal ends a partition.
@@ -140,11 +162,14 @@ func (t *Transport) WriteToAddress(b []byte, a memberlist.Address) (time.Time, e
 			t.net.Dropped.Add(1)
 		}
 	}
+	var d time.Duration
 	if t.net.Latency != nil {
-		if d := t.net.Latency(t.name, dest.name); d > 0 {
-			time.AfterFunc(d, deliver)
-			return now, nil
-		}
+		d = t.net.Latency(t.name, dest.name)
+	}
+	d = max(d, t.net.stalledFor(t.name), t.net.stalledFor(dest.name))
+	if d > 0 {
+		time.AfterFunc(d, deliver)
+		return now, nil
 	}
 	deliver()
 	return now, nil
@@ -163,6 +188,9 @@ func (t *Transport) DialAddressTimeout(a memberlist.Address, timeout time.Durati
 	dest := t.net.peer(a)
 	if dest == nil || dest.down.Load() || t.down.Load() || !t.net.reachable(t.name, dest.name) {
 		return nil, fmt.Errorf("meshtest: no route to %s", a.Addr)
+	}
+	if t.net.stalledFor(t.name) > 0 || t.net.stalledFor(dest.name) > 0 {
+		return nil, fmt.Errorf("meshtest: %s does not answer (stalled)", a.Addr)
 	}
 	c1, c2 := net.Pipe()
 	select {
