@@ -102,8 +102,11 @@ func (m *Mesh) reconnectTargets(now time.Time) []string {
 // gossip port (its advertised address, its bind address, or, when bound to
 // every interface, any local address), warning once for each.
 func (m *Mesh) dropSelf(ctx context.Context, addrs []string) []string {
-	ln := m.ml.LocalNode()
-	port := int(ln.Port)
+	// The advertised address as recorded at start: memberlist's LocalNode
+	// is written by its own goroutines (UpdateNode) without a lock.
+	advHost, advPort, _ := splitHostPort(m.GossipAddr())
+	advIP := net.ParseIP(advHost)
+	port := advPort
 	bindHost, _, _ := splitHostPort(m.cfg.BindAddr)
 	bindIP := net.ParseIP(bindHost)
 	anyIf := bindHost == "" || (bindIP != nil && bindIP.IsUnspecified())
@@ -119,7 +122,7 @@ func (m *Mesh) dropSelf(ctx context.Context, addrs []string) []string {
 	}
 	self := func(ip net.IP) bool {
 		switch {
-		case ip.Equal(ln.Addr), bindIP != nil && ip.Equal(bindIP):
+		case advIP != nil && ip.Equal(advIP), bindIP != nil && ip.Equal(bindIP):
 			return true
 		case anyIf && (ip.IsLoopback() || ip.IsUnspecified()):
 			return true
