@@ -57,17 +57,9 @@ type Node struct {
 	Datasets []string `json:"datasets,omitempty"`
 }
 
-// GPU is one GPU of a node.
-type GPU struct {
-	// Model is the product name ("NVIDIA H100 80GB HBM3").
-	Model string `json:"model"`
-	// Memory is the GPU's memory in bytes.
-	Memory int64 `json:"memory"`
-	// Healthy is false when the device reported an error.
-	Healthy bool `json:"healthy"`
-	// Free is true when no workload holds the GPU.
-	Free bool `json:"free"`
-}
+// GPU is one GPU of a node: the type CEL expressions see, so a node's
+// GPUs need no copy into its policy view.
+type GPU = policy.GPU
 
 // Bandwidth is the link model used for data gravity: the bytes per second
 // data moves at between two places, by how close they are. The cost of
@@ -432,9 +424,7 @@ func (b *Builder) Build() (*Snapshot, error) {
 			Labels: n.Labels, CPU: n.CPU, Memory: n.Memory, Arch: n.Arch,
 			Fabric: n.Fabric, GPUs: make([]policy.GPU, len(n.GPUs)),
 		}
-		for j, g := range n.GPUs {
-			n.view.GPUs[j] = policy.GPU{Model: g.Model, Memory: g.Memory, Healthy: g.Healthy, Free: g.Free}
-		}
+		copy(n.view.GPUs, n.GPUs)
 		for _, a := range n.Artifacts {
 			ix.hold(a, int32(i), n)
 		}

@@ -40,14 +40,15 @@ type Node struct {
 	RTT map[string]float64 `cel:"rtt"`
 }
 
-// GPU is one GPU as policy expressions see it.
+// GPU is one GPU as policy expressions see it, and as the placement
+// engine takes it (placement.GPU is this type).
 type GPU struct {
 	// Model is the product name, for example "NVIDIA H100 80GB HBM3".
-	Model string `cel:"model"`
+	Model string `json:"model" cel:"model"`
 	// Memory is the GPU's memory in bytes.
-	Memory int64 `cel:"memory"`
+	Memory int64 `json:"memory" cel:"memory"`
 	// Healthy is false when the device reported an error or is unreachable.
-	Healthy bool `cel:"healthy"`
+	Healthy bool `json:"healthy" cel:"healthy"`
 	// Free is true when no workload holds the GPU.
-	Free bool `cel:"free"`
+	Free bool `json:"free" cel:"free"`
 }
