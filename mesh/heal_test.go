@@ -152,3 +152,48 @@ func TestNameTakenIsRefused(t *testing.T) {
 		t.Errorf("y's node x is %s (%v), want the first x %s", n.ID, err, x1.ID())
 	}
 }
+
+// TestConvergesUnderLoss: with 20% of packets lost on every link, a
+// document change and a catalog record still reach every node.
+func TestConvergesUnderLoss(t *testing.T) {
+	t.Parallel()
+	network := &meshtest.Network{Loss: func(from, to string) float64 { return 0.2 }}
+	var nodes []*mesh.Mesh
+	for _, n := range []string{"l1", "l2", "l3", "l4", "l5"} {
+		nodes = append(nodes, memNode(t, network, n, "s", 200*time.Millisecond))
+	}
+	for _, m := range nodes[1:] {
+		if err := m.Join(context.Background(), []string{nodes[0].GossipAddr()}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	meshtest.WaitFor(t, 30*time.Second, "one mesh of five under loss", func() bool {
+		for _, m := range nodes {
+			if m.NumAlive() != len(nodes) {
+				return false
+			}
+		}
+		return true
+	})
+	if err := nodes[4].Update(func(s *mesh.NodeState) { s.Labels["k"] = "v" }); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := nodes[2].Put("policies/lossy", []byte(`{}`)); err != nil {
+		t.Fatal(err)
+	}
+	meshtest.WaitFor(t, 30*time.Second, "the label and the record everywhere", func() bool {
+		for _, m := range nodes {
+			n, err := m.Node("l5")
+			if err != nil || n.Labels["k"] != "v" {
+				return false
+			}
+			if _, err := m.Get("policies/lossy"); err != nil {
+				return false
+			}
+		}
+		return true
+	})
+	if network.Dropped.Load() == 0 {
+		t.Error("no packet was lost")
+	}
+}

@@ -3,6 +3,7 @@ package meshtest
 import (
 	"errors"
 	"fmt"
+	"math/rand/v2"
 	"net"
 	"strconv"
 	"sync"
@@ -21,6 +22,9 @@ type Network struct {
 	// Latency, when set, gives the one-way delay of a packet from one node
 	// name to another. Streams are not delayed.
 	Latency func(from, to string) time.Duration
+	// Loss, when set, gives the probability that a packet from one node
+	// name to another is lost. Streams are not affected.
+	Loss func(from, to string) float64
 
 	mu     sync.Mutex
 	byAddr map[string]*Transport
@@ -148,6 +152,10 @@ func (t *Transport) WriteToAddress(b []byte, a memberlist.Address) (time.Time, e
 	if dest == nil || t.down.Load() || !t.net.reachable(t.name, dest.name) {
 		t.net.Dropped.Add(1)
 		return now, nil // like UDP: the sender does not learn of the loss
+	}
+	if t.net.Loss != nil && rand.Float64() < t.net.Loss(t.name, dest.name) {
+		t.net.Dropped.Add(1)
+		return now, nil
 	}
 	p := &memberlist.Packet{Buf: append([]byte(nil), b...), From: addr(t.addr), Timestamp: now}
 	deliver := func() {
