@@ -112,6 +112,38 @@ func printSites(w io.Writer, sites []api.Site) error {
 	return tw.Flush()
 }
 
+func runHealth(args []string, stdout, stderr io.Writer) error {
+	fs := newFlags("health", "[-o json]", stderr)
+	c := addClientFlags(fs)
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	if err := c.check(); err != nil {
+		return err
+	}
+	ctx, cancel := readCtx()
+	defer cancel()
+	var raw []byte
+	h, err := c.client().Health(ctx, client.Body(&raw))
+	if err != nil {
+		return c.explain(err)
+	}
+	if c.output == "json" {
+		if err := write(stdout, raw); err != nil {
+			return err
+		}
+	} else {
+		fmt.Fprintf(stdout, "%s: %s (%d alive members)\n", h.Node, h.Status, h.AliveMembers)
+		for _, r := range h.Reasons {
+			fmt.Fprintf(stdout, "  %s\n", r)
+		}
+	}
+	if h.Status != "ok" {
+		return &exitError{code: 2}
+	}
+	return nil
+}
+
 func runSites(args []string, stdout, stderr io.Writer) error {
 	fs := newFlags("sites", "[-o json]", stderr)
 	c := addClientFlags(fs)

@@ -34,6 +34,7 @@ func commands() []command {
 	return []command{
 		{"agent", "[flags]", "run an agent on this host", runAgent},
 		{"dev", "[--agents N] [--dir DIR] [--once]", "run a multi-tier dev mesh in one process on loopback", runDev},
+		{"health", "[-o json]", "say whether the agent is ok or degraded, and why (exit 2: degraded)", runHealth},
 		{"members", "[-o json]", "list the members of the mesh and their status, then the sites", runMembers},
 		{"sites", "[-o json]", "list the sites, their nodes and whether each is reachable", runSites},
 		{"nodes", "[-tier T] [-site S] [-label k=v] [-o json]", "list nodes with their capabilities", runNodes},
