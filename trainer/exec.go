@@ -47,21 +47,25 @@ const (
 //
 //	MASTER_ADDR, MASTER_PORT   rank 0's address and the rendezvous port
 //	WORLD_SIZE, RANK           the gang size and the member's index
-//	LOCAL_RANK, LOCAL_WORLD_SIZE, GROUP_RANK
+//	LOCAL_RANK, LOCAL_WORLD_SIZE
 //	                           the member's index among, and the count of,
-//	                           members on its node; the node's index
-//	NCCL_SOCKET_IFNAME, NCCL_IB_HCA, NCCL_IB_DISABLE
+//	                           members on its node
+//	NODE_RANK (and GROUP_RANK), NNODES
+//	                           the node's index in the gang; the node count
+//	NCCL_SOCKET_IFNAME, NCCL_IB_HCA, NCCL_IB_DISABLE, GLOO_SOCKET_IFNAME
 //	                           fabric hints, when known
 //	CUDA_VISIBLE_DEVICES       the member's GPUs, when assigned
 //	STRATA_DATASET_DIR, STRATA_OUTPUT_DIR, STRATA_JOB_ID, STRATA_ATTEMPT
+//	STRATA_CHECKPOINT_DIR      when Job.CheckpointDir is set
 //
 // If any member fails, the others' process groups get SIGTERM, then SIGKILL
 // after KillGrace, and the gang is restarted up to Job.Retries times.
 //
-// Every member is started as a process on this host, whatever its Node:
-// Exec does not yet start members on other nodes, so a multi-node gang
-// needs one Exec per node driven by the agents (not yet wired), or all its
-// members placed on one host.
+// Every member is started as a process on this host, whatever its Node,
+// unless Job.Node is set: then only that node's members are started, and a
+// gang spanning several nodes is one Exec per node, each started by its
+// node's agent (package internal/jobs coordinates them and restarts the
+// gang as a whole; give each node's Exec Retries 0).
 type Exec struct {
 	opts ExecOptions
 	log  *slog.Logger
@@ -138,6 +142,9 @@ func (e *Exec) attempt(ctx context.Context, r *Run, attempt int) error {
 	started := 0
 	var startErr error
 	for rank := range job.Members {
+		if job.Node != "" && job.Members[rank].Node != job.Node {
+			continue // another node's agent starts it
+		}
 		cmd := exec.Command(job.Command[0], job.Command[1:]...)
 		cmd.Dir = job.Dir
 		cmd.Env = memberEnv(job, rank, attempt)
@@ -262,6 +269,11 @@ func memberEnv(job Job, rank, attempt int) []string {
 	set("LOCAL_RANK", strconv.Itoa(localRank))
 	set("LOCAL_WORLD_SIZE", strconv.Itoa(localWorld))
 	set("GROUP_RANK", strconv.Itoa(nodeIndex))
+	set("NODE_RANK", strconv.Itoa(nodeIndex))
+	set("NNODES", strconv.Itoa(len(seen)))
+	if job.Fabric.GlooIfname != "" {
+		set("GLOO_SOCKET_IFNAME", job.Fabric.GlooIfname)
+	}
 	if job.Fabric.SocketIfname != "" {
 		set("NCCL_SOCKET_IFNAME", job.Fabric.SocketIfname)
 	}
@@ -281,6 +293,9 @@ func memberEnv(job Job, rank, attempt int) []string {
 	set("STRATA_DATASET_DIR", job.DatasetDir)
 	set("STRATA_OUTPUT_DIR", job.OutputDir)
 	set("STRATA_JOB_ID", job.ID)
+	if job.CheckpointDir != "" {
+		set("STRATA_CHECKPOINT_DIR", job.CheckpointDir)
+	}
 	set("STRATA_ATTEMPT", strconv.Itoa(attempt))
 	return env
 }

@@ -301,3 +301,33 @@ func readJSON(tb testing.TB, path string, v any) {
 		tb.Fatal(fmt.Errorf("%s: %w", path, err))
 	}
 }
+
+// TestExecNodeStartsItsOwnRanks: with Job.Node set, a launch starts only
+// that node's members, each with the whole gang's environment.
+func TestExecNodeStartsItsOwnRanks(t *testing.T) {
+	job := testJob(t, `echo "$RANK $WORLD_SIZE $LOCAL_RANK $LOCAL_WORLD_SIZE $NODE_RANK $NNODES $MASTER_ADDR:$MASTER_PORT $GLOO_SOCKET_IFNAME $STRATA_CHECKPOINT_DIR"`,
+		trainer.Member{Node: "n1", Addr: "10.0.0.1"},
+		trainer.Member{Node: "n2", Addr: "10.0.0.2"},
+		trainer.Member{Node: "n2", Addr: "10.0.0.2"},
+	)
+	job.Node, job.MasterPort, job.CheckpointDir = "n2", 29601, "/ckpt"
+	job.Fabric.GlooIfname = "lo"
+	r, err := trainer.NewExec(trainer.ExecOptions{}).Launch(context.Background(), job)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := waitRun(t, r); err != nil {
+		t.Fatalf("run failed: %v", err)
+	}
+	want := []string{"", "1 3 0 2 1 2 10.0.0.1:29601 lo /ckpt\n", "2 3 1 2 1 2 10.0.0.1:29601 lo /ckpt\n"}
+	if diff := cmp.Diff(want, []string{r.Log(0), r.Log(1), r.Log(2)}); diff != "" {
+		t.Fatalf("member outputs (-want +got):\n%s", diff)
+	}
+	if st := r.Status(); st.Members[0].State != trainer.StatePending || st.Members[1].State != trainer.StateSucceeded {
+		t.Fatalf("rank 0 belongs to another node and must not run here: %+v", st.Members)
+	}
+	job.Node = "n3"
+	if _, err := trainer.NewExec(trainer.ExecOptions{}).Launch(context.Background(), job); !errors.Is(err, trainer.ErrJob) {
+		t.Fatalf("a node with no member: err %v, want ErrJob", err)
+	}
+}

@@ -40,12 +40,16 @@ type Member struct {
 	GPUs []int `json:"gpus,omitempty"`
 }
 
-// Fabric carries the NCCL hints of the RDMA fabric the gang was placed on.
+// Fabric carries the NCCL and Gloo hints of the fabric the gang was placed on.
 // Empty fields set nothing, leaving NCCL to its own discovery.
 type Fabric struct {
 	// SocketIfname becomes NCCL_SOCKET_IFNAME (for example "eth0" or
 	// "^lo,docker").
 	SocketIfname string `json:"socket_ifname,omitempty"`
+	// GlooIfname becomes GLOO_SOCKET_IFNAME: the interface of the node's
+	// advertised address, which Gloo binds instead of the one its
+	// host name resolves to.
+	GlooIfname string `json:"gloo_ifname,omitempty"`
 	// IBHCA becomes NCCL_IB_HCA (for example "mlx5_0,mlx5_1").
 	IBHCA string `json:"ib_hca,omitempty"`
 	// DisableIB sets NCCL_IB_DISABLE=1, for fabrics without InfiniBand
@@ -80,6 +84,15 @@ type Job struct {
 	// Retries is how many times a failed gang is restarted as a whole.
 	// Default 0.
 	Retries int `json:"retries,omitempty"`
+	// Node, when set, makes this launch start only the members on that
+	// node: the gang spans several nodes and each node's agent launches
+	// its own ranks (with the whole gang in Members, so every rank's
+	// environment is the gang's). Empty starts every member here.
+	Node string `json:"node,omitempty"`
+	// CheckpointDir, when set, becomes STRATA_CHECKPOINT_DIR: a directory
+	// that outlives attempts, where a job may keep checkpoints to resume
+	// from when its gang is restarted.
+	CheckpointDir string `json:"checkpoint_dir,omitempty"`
 	// Train configures the built-in trainer; nil means the Builtin
 	// launcher's own Config.
 	Train *Config `json:"train,omitempty"`
@@ -119,10 +132,15 @@ func (j Job) Validate() error {
 	if j.Retries < 0 {
 		errs = append(errs, fmt.Errorf("retries %d must not be negative", j.Retries))
 	}
+	local := false
 	for i, m := range j.Members {
 		if m.Node == "" {
 			errs = append(errs, fmt.Errorf("member %d has no node", i))
 		}
+		local = local || m.Node == j.Node
+	}
+	if j.Node != "" && !local {
+		errs = append(errs, fmt.Errorf("no member runs on node %q", j.Node))
 	}
 	if j.Train != nil {
 		if err := j.Train.Validate(); err != nil {

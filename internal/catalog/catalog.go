@@ -91,6 +91,10 @@ type Catalog struct {
 	Rollouts   *Table[Rollout]
 	Drift      *Table[Drift]
 	Manifests  *Table[storage.Manifest]
+	// Gangs and GangMembers coordinate exec training gangs that span
+	// several nodes.
+	Gangs       *Table[Gang]
+	GangMembers *Table[GangMember]
 }
 
 // New builds the tables over store and registers the catalog's collectors
@@ -108,6 +112,8 @@ func New(store Store, reg prometheus.Registerer) *Catalog {
 	c.Jobs = newTable(c, "jobs", mesh.ScopeGlobal, func(j Job) string { return j.Name })
 	c.Rollouts = newTable(c, "rollouts", mesh.ScopeGlobal, func(r Rollout) string { return r.Policy })
 	c.Drift = newTable(c, "drift", mesh.ScopeSite, func(d Drift) string { return d.Policy + "/" + d.Node })
+	c.Gangs = newTable(c, "gangs", mesh.ScopeGlobal, func(g Gang) string { return g.Job })
+	c.GangMembers = newTable(c, "gang-members", mesh.ScopeGlobal, GangMember.Key)
 	c.Manifests = newTable(c, "artifacts", mesh.ScopeGlobal, func(m storage.Manifest) string {
 		return string(m.Kind) + "/" + m.Name + "/" + m.Version
 	})

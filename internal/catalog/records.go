@@ -341,3 +341,65 @@ func (d Drift) AlarmCause() (feature, detector string, stat float64) {
 	ws := WorstScore(d.Scores, d.Detector)
 	return ws.Name, d.Detector, ScoreStat(ws, d.Detector)
 }
+
+// Gang states: a gang attempt is starting (members prepare and say they
+// are ready), running (every member was ready and starts its ranks), or
+// ended.
+const (
+	GangStarting  = "starting"
+	GangRunning   = "running"
+	GangSucceeded = "succeeded"
+	GangFailed    = "failed"
+)
+
+// Gang member states, for one attempt.
+const (
+	MemberReady     = "ready" // prepared; waits for the gang to run
+	MemberRunning   = "running"
+	MemberSucceeded = "succeeded"
+	MemberFailed    = "failed"
+)
+
+// Gang is the rendezvous of an exec TrainingJob spanning several nodes,
+// written by the node that runs rank 0 (the job's Node). Every member
+// starts its own ranks when the gang is running at an attempt it is ready
+// for, and stops them when the attempt changes or the gang ends. Derived
+// from the placement at the epoch run.
+type Gang struct {
+	Job string `json:"job"`
+	Key string `json:"key"`
+	// Generation and Epoch are the policy generation and placement epoch
+	// run; a record of another epoch is stale.
+	Generation uint64 `json:"generation"`
+	Epoch      uint64 `json:"epoch"`
+	// Attempt counts gang starts from 1: a failed attempt is restarted as
+	// a whole at the next one, up to the job's retries.
+	Attempt int    `json:"attempt"`
+	State   string `json:"state"`
+	// MasterAddr and MasterPort are rank 0's rendezvous address (its
+	// node's advertised address) and a port that was free there.
+	MasterAddr string `json:"master_addr"`
+	MasterPort int    `json:"master_port"`
+	// Ranks are the gang's ranks in order: rank i runs on Ranks[i].Node.
+	Ranks   []trainer.Member `json:"ranks"`
+	Message string           `json:"message,omitempty"`
+	Updated time.Time        `json:"updated"`
+}
+
+// GangMember is one member node's answer to a gang attempt, written by
+// that node and derived from the gang record it read.
+type GangMember struct {
+	Job     string `json:"job"`
+	Node    string `json:"node"`
+	Epoch   uint64 `json:"epoch"`
+	Attempt int    `json:"attempt"`
+	State   string `json:"state"`
+	// Ranks are the states of the ranks this node runs.
+	Ranks []trainer.MemberStatus `json:"ranks,omitempty"`
+	// Error says why the member failed (its data, a rank's exit).
+	Error   string    `json:"error,omitempty"`
+	Updated time.Time `json:"updated"`
+}
+
+// Key is the member record's key, "job/node".
+func (m GangMember) Key() string { return m.Job + "/" + m.Node }
