@@ -19,6 +19,9 @@ const (
 	StatusFailed  Status = "failed"  // declared dead by the failure detector
 	StatusLeft    Status = "left"    // left gracefully
 	StatusUnknown Status = "unknown" // known from the store, not heard from yet
+	// StatusUnreachable: failed, and so is every other node of its site;
+	// the site is cut off (or all of it is down), see Site.
+	StatusUnreachable Status = "unreachable"
 )
 
 // Health is the answer of GET /v1/health.

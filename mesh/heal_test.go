@@ -70,9 +70,10 @@ func TestPartitionHeals(t *testing.T) {
 	meshtest.WaitFor(t, 30*time.Second, "one mesh of four", allAlive)
 
 	network.Partition([]string{"a1", "a2"}, []string{"b1", "b2"})
-	meshtest.WaitFor(t, 30*time.Second, "each side sees the other failed", func() bool {
-		return statusAt(nodes[0], "b1") == mesh.StatusFailed && statusAt(nodes[0], "b2") == mesh.StatusFailed &&
-			statusAt(nodes[3], "a1") == mesh.StatusFailed && statusAt(nodes[3], "a2") == mesh.StatusFailed
+	// A whole site gone is unreachable, not two failed nodes.
+	meshtest.WaitFor(t, 30*time.Second, "each side sees the other site unreachable", func() bool {
+		return statusAt(nodes[0], "b1") == mesh.StatusUnreachable && statusAt(nodes[0], "b2") == mesh.StatusUnreachable &&
+			statusAt(nodes[3], "a1") == mesh.StatusUnreachable && statusAt(nodes[3], "a2") == mesh.StatusUnreachable
 	})
 	if _, err := nodes[3].Put("policies/written-in-the-cut", []byte(`{}`), mesh.PutOptions{Scope: mesh.ScopeGlobal}); err != nil {
 		t.Fatal(err)

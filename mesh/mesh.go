@@ -33,6 +33,10 @@ const (
 	// StatusUnknown is a peer known from the local store but not yet heard
 	// from since this agent started; after Config.RejoinGrace it is failed.
 	StatusUnknown Status = "unknown"
+	// StatusUnreachable is a failed peer of a site none of whose nodes
+	// answers: the site is cut off (or all of it is down), which is told
+	// apart from one node's failure (see Sites).
+	StatusUnreachable Status = "unreachable"
 )
 
 // Errors returned by Mesh.
@@ -383,8 +387,16 @@ func (m *Mesh) Nodes() []Node {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	out := make([]Node, 0, len(m.docs))
+	reached := map[string]bool{}
 	for _, s := range m.docs {
-		out = append(out, Node{NodeState: s.Clone(), Status: m.statusLocked(s)})
+		st := m.statusLocked(s)
+		out = append(out, Node{NodeState: s.Clone(), Status: st})
+		reached[s.Site] = reached[s.Site] || st == StatusAlive || st == StatusSuspect
+	}
+	for i := range out {
+		if out[i].Status == StatusFailed && !reached[out[i].Site] {
+			out[i].Status = StatusUnreachable
+		}
 	}
 	slices.SortFunc(out, func(a, b Node) int {
 		if c := compareStr(a.Name, b.Name); c != 0 {
@@ -403,7 +415,11 @@ func (m *Mesh) Node(nameOrID string) (Node, error) {
 	if s == nil {
 		return Node{}, fmt.Errorf("%w %q", ErrUnknownNode, nameOrID)
 	}
-	return Node{NodeState: s.Clone(), Status: m.statusLocked(s)}, nil
+	st := m.statusLocked(s)
+	if st == StatusFailed && !m.siteReachedLocked(s.Site) {
+		st = StatusUnreachable
+	}
+	return Node{NodeState: s.Clone(), Status: st}, nil
 }
 
 // NumAlive counts the nodes this agent sees alive (itself included),
@@ -559,6 +575,18 @@ func (m *Mesh) lookupLocked(nameOrID string) *NodeState {
 		}
 	}
 	return found
+}
+
+// siteReachedLocked reports whether some node of site is alive or suspect.
+func (m *Mesh) siteReachedLocked(site string) bool {
+	for _, s := range m.docs {
+		if s.Site == site {
+			if st := m.statusLocked(s); st == StatusAlive || st == StatusSuspect {
+				return true
+			}
+		}
+	}
+	return false
 }
 
 // nameHeldLocked reports whether s's name belongs to an alive member of

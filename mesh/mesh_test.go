@@ -187,11 +187,14 @@ func TestKilledNodeFailsAndRestartsWithSameIdentity(t *testing.T) {
 	oldVersion := victim.m.Local().Version
 	victim.kill() // no Leave: what the others see after SIGKILL
 
+	// Each node of the cluster is a site of its own, so with the victim
+	// its whole site is gone: unreachable, the status of a failed node
+	// whose site has no other node that answers.
 	sawSuspect := false
-	meshtest.WaitFor(t, 15*time.Second, "the killed node to be failed everywhere", func() bool {
+	meshtest.WaitFor(t, 15*time.Second, "the killed node to be failed (its site unreachable) everywhere", func() bool {
 		a, b := statusOf(nodes[0].m, name), statusOf(nodes[1].m, name)
 		sawSuspect = sawSuspect || a == mesh.StatusSuspect || b == mesh.StatusSuspect
-		return a == mesh.StatusFailed && b == mesh.StatusFailed
+		return a == mesh.StatusUnreachable && b == mesh.StatusUnreachable
 	})
 	// The agent whose probe failed first reports suspect until the
 	// suspicion timeout (at least 400ms with these timings).

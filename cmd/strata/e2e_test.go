@@ -178,9 +178,11 @@ func TestThreeProcessesKillAndRestart(t *testing.T) {
 
 	victim.cmd.Process.Signal(syscall.SIGKILL)
 	victim.cmd.Wait()
-	meshtest.WaitFor(t, 30*time.Second, "the killed agent to be failed at both others", func() bool {
-		return membersOf(t, ps[0].api)[victim.name].Status == mesh.StatusFailed &&
-			membersOf(t, ps[1].api)[victim.name].Status == mesh.StatusFailed
+	// The victim is its site's only agent: failed with no other node of
+	// its site answering is unreachable (the site is cut off or down).
+	meshtest.WaitFor(t, 30*time.Second, "the killed agent to be failed (unreachable) at both others", func() bool {
+		return membersOf(t, ps[0].api)[victim.name].Status == mesh.StatusUnreachable &&
+			membersOf(t, ps[1].api)[victim.name].Status == mesh.StatusUnreachable
 	})
 
 	startAgent(t, victim)

@@ -162,7 +162,7 @@ func (c *Controller) needsPlacement(p catalog.Policy, rec catalog.Placement, hav
 	}
 	for _, pn := range rec.Nodes {
 		n, ok := byName[pn.Name]
-		if ok && n.Status == mesh.StatusFailed && cut[n.Site] {
+		if ok && (n.Status == mesh.StatusUnreachable || n.Status == mesh.StatusFailed && cut[n.Site]) {
 			continue
 		}
 		if !ok || n.Status == mesh.StatusFailed || n.Status == mesh.StatusLeft {
@@ -305,7 +305,7 @@ func kept(p catalog.Policy, old catalog.Placement, have bool, nodes []mesh.Node,
 		}
 		as, held := AssignmentOf(n, old.Key)
 		switch {
-		case n.Status == mesh.StatusFailed && cut[n.Site]:
+		case n.Status == mesh.StatusUnreachable, n.Status == mesh.StatusFailed && cut[n.Site]:
 		case n.Status == mesh.StatusAlive && held && as.Epoch == old.Epoch && as.Accepted:
 		default:
 			continue

@@ -173,7 +173,7 @@ export function mount(el, route) {
     }
     const legend = h('ul', { class: 'legend' },
       TIERS.map((t) => h('li', {}, h('span', { class: `swatch tier-${t}` }), t)),
-      ['alive', 'suspect', 'failed', 'left'].map((st) => h('li', {}, h('span', { class: `dot st-${st}` }), st)),
+      ['alive', 'suspect', 'failed', 'unreachable', 'left'].map((st) => h('li', {}, h('span', { class: `dot st-${st}` }), st)),
       h('li', {}, 'number in a node: GPUs'));
     const noCoord = ordered.filter((n) => !(n.coord && n.coord.Vec));
     return [h('div', { class: 'scroll' }, svg), legend, noCoord.length ? h('p', { class: 'muted small' }, `No coordinate yet: ${noCoord.map((n) => n.name).join(', ')}`) : null];
