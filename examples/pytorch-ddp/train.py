@@ -1,10 +1,19 @@
 """Data-parallel training of a small tabular MLP, exported to ONNX.
 
-strata's exec launcher starts this script once per gang member with the
-environment PyTorch's env:// rendezvous reads (MASTER_ADDR, MASTER_PORT,
-WORLD_SIZE, RANK, LOCAL_RANK), NCCL interface hints from the fabric, and
-STRATA_DATASET_DIR / STRATA_OUTPUT_DIR. The same script also runs under
+strata's exec launcher starts this script once per gang member, each on
+its own node, with the environment PyTorch's env:// rendezvous reads
+(MASTER_ADDR, MASTER_PORT, WORLD_SIZE, RANK, LOCAL_RANK, NODE_RANK),
+GLOO_SOCKET_IFNAME / NCCL_SOCKET_IFNAME, and STRATA_DATASET_DIR /
+STRATA_OUTPUT_DIR / STRATA_CHECKPOINT_DIR. The same script also runs under
 torchrun, which sets the same variables, and alone (world size 1).
+
+Checkpoints: after every epoch rank 0 writes STRATA_CHECKPOINT_DIR/ckpt.pt
+(model, optimiser, epoch). When strata restarts the gang after a failure,
+rank 0 loads it and broadcasts it to every rank, and training resumes at
+the next epoch.
+
+Every rank prints "rank R world W weights SHA256" at the end: the digest of
+its final parameters, identical on every rank when DDP kept them in step.
 
 Input: every *.csv under STRATA_DATASET_DIR, with a header; the column named
 by LABEL (default "label") holds 0/1, every other column is a float feature.
@@ -14,7 +23,10 @@ the exported graph, so the served model takes raw features.
 """
 
 import glob
+import hashlib
+import json
 import os
+import time
 
 import numpy as np
 import torch
@@ -85,7 +97,25 @@ def main():
     opt = torch.optim.Adam(ddp.parameters(), lr=float(os.environ.get("LR", "1e-3")))
     loss_fn = nn.BCEWithLogitsLoss()
 
-    for epoch in range(int(os.environ.get("EPOCHS", "5"))):
+    ckpt_dir = os.environ.get("STRATA_CHECKPOINT_DIR", "")
+    ckpt = os.path.join(ckpt_dir, "ckpt.pt") if ckpt_dir else ""
+    start = 0
+    state = [None]
+    if rank == 0 and ckpt and os.path.exists(ckpt):
+        state[0] = torch.load(ckpt, map_location="cpu")
+    if world > 1:
+        dist.broadcast_object_list(state, src=0)
+    if state[0] is not None:
+        model.load_state_dict(state[0]["model"])
+        opt.load_state_dict(state[0]["opt"])
+        start = state[0]["epoch"] + 1
+        if rank == 0:
+            print(f"resumed from the checkpoint of epoch {state[0]['epoch']}", flush=True)
+    # STALL_AFTER_EPOCH holds the first attempt after that epoch's
+    # checkpoint until something stops it (tests kill a rank there).
+    stall = int(os.environ.get("STALL_AFTER_EPOCH", "-1"))
+
+    for epoch in range(start, int(os.environ.get("EPOCHS", "5"))):
         if sampler is not None:
             sampler.set_epoch(epoch)
         total, n = 0.0, 0
@@ -99,6 +129,20 @@ def main():
             n += len(xb)
         if rank == 0:
             print(f"epoch {epoch} loss {total / max(n, 1):.4f}", flush=True)
+            if ckpt:
+                tmp = ckpt + ".tmp"
+                torch.save({"model": model.state_dict(), "opt": opt.state_dict(), "epoch": epoch}, tmp)
+                os.replace(tmp, ckpt)
+        if epoch == stall and os.environ.get("STRATA_ATTEMPT", "1") == "1":
+            print(f"rank {rank} holding after epoch {epoch}", flush=True)
+            while True:
+                time.sleep(0.1)
+
+    digest = hashlib.sha256()
+    for name, p in sorted(model.state_dict().items()):
+        digest.update(name.encode())
+        digest.update(p.detach().cpu().contiguous().numpy().tobytes())
+    print(f"rank {rank} world {world} weights {digest.hexdigest()}", flush=True)
 
     if rank == 0:
         out = os.environ.get("STRATA_OUTPUT_DIR", ".")
@@ -111,6 +155,13 @@ def main():
             opset_version=17,
         )
         print(f"wrote {os.path.join(out, 'model.onnx')}", flush=True)
+        # The first rows' probabilities by PyTorch itself, to check the
+        # served model against.
+        with torch.no_grad():
+            rows = torch.from_numpy(x[:4])
+            probs = export(rows).squeeze(1).tolist()
+        with open(os.path.join(out, "reference-predictions.json"), "w") as f:
+            json.dump({"inputs": x[:4].tolist(), "probabilities": probs}, f)
     if world > 1:
         dist.barrier()
         dist.destroy_process_group()

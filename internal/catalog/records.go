@@ -368,6 +368,9 @@ const (
 type Gang struct {
 	Job string `json:"job"`
 	Key string `json:"key"`
+	// Run names this run of the gang (the leader picks it at random), so
+	// that a member never acts on a past run's record.
+	Run string `json:"run"`
 	// Generation and Epoch are the policy generation and placement epoch
 	// run; a record of another epoch is stale.
 	Generation uint64 `json:"generation"`
@@ -391,6 +394,7 @@ type Gang struct {
 type GangMember struct {
 	Job     string `json:"job"`
 	Node    string `json:"node"`
+	Run     string `json:"run"`
 	Epoch   uint64 `json:"epoch"`
 	Attempt int    `json:"attempt"`
 	State   string `json:"state"`

@@ -10,7 +10,6 @@
 package jobs
 
 import (
-	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -20,6 +19,7 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -37,9 +37,11 @@ import (
 )
 
 // Mesh is what the runner reads of the mesh: this node's document (its
-// admitted assignments) and when anything changed.
+// admitted assignments), the other nodes' (a gang's members: their
+// addresses, admissions and status) and when anything changed.
 type Mesh interface {
 	Local() mesh.NodeState
+	Nodes() []mesh.Node
 	Changed() <-chan struct{}
 }
 
@@ -128,7 +130,18 @@ func (j *Runner) reconcile(ctx context.Context) {
 			continue
 		}
 		rec, ok := recs[as.Key]
-		if !ok || rec.Epoch != as.Epoch || len(rec.Nodes) == 0 || rankZero(rec).Name != j.cfg.Name {
+		if !ok || rec.Epoch != as.Epoch || len(rec.Nodes) == 0 {
+			continue
+		}
+		switch {
+		case len(rec.Nodes) == 1 && rankZero(rec).Name == j.cfg.Name:
+		case len(rec.Nodes) > 1 && slices.ContainsFunc(rec.Nodes, func(n catalog.PlacedNode) bool { return n.Name == j.cfg.Name }):
+			// A gang: every member acts only once the whole gang is
+			// admitted; one that runs already goes on.
+			if lj, ok := j.running(as.Key); !(ok && lj.epoch == rec.Epoch) && !j.gangAdmitted(rec) {
+				continue
+			}
+		default:
 			continue
 		}
 		mine[as.Key] = rec
@@ -155,8 +168,21 @@ func (j *Runner) reconcile(ctx context.Context) {
 		jctx, cancel := context.WithCancel(ctx)
 		lj := &localJob{epoch: rec.Epoch, cancel: cancel}
 		j.runs[key] = lj
-		go j.start(jctx, rec, lj)
+		if len(rec.Nodes) > 1 {
+			go j.member(jctx, rec, lj)
+		}
+		if rankZero(rec).Name == j.cfg.Name {
+			go j.start(jctx, rec, lj)
+		}
 	}
+}
+
+// running returns the job started here for key, if any.
+func (j *Runner) running(key string) (*localJob, bool) {
+	j.mu.Lock()
+	defer j.mu.Unlock()
+	lj, ok := j.runs[key]
+	return lj, ok
 }
 
 func rankZero(rec catalog.Placement) catalog.PlacedNode {
@@ -169,9 +195,11 @@ func rankZero(rec catalog.Placement) catalog.PlacedNode {
 	return best
 }
 
-// start runs one job to its end and records every step.
+// start runs one job to its end and records every step (for a gang: leads
+// it, while member runs this node's ranks).
 func (j *Runner) start(ctx context.Context, rec catalog.Placement, lj *localJob) {
 	defer lj.cancel()
+	parent := ctx
 	doc, err := j.policyDoc(rec.Key)
 	jr := catalog.Job{
 		Name: rec.Name, Key: rec.Key, Generation: rec.Generation, Epoch: rec.Epoch, State: catalog.JobPending,
@@ -189,18 +217,19 @@ func (j *Runner) start(ctx context.Context, rec catalog.Placement, lj *localJob)
 	}
 	spec := doc.TrainingJob
 	jr.RetrainOf = doc.Metadata.Labels[catalog.LabelRetrainOf]
-	jr.Launcher = cmp.Or(spec.Launcher, "builtin")
-	if len(spec.Command) > 0 && spec.Launcher == "" {
-		jr.Launcher = "exec"
-	}
+	jr.Launcher = launcherOf(spec)
 	j.write(jr)
 	if d := time.Duration(spec.MaxDuration); d > 0 {
 		var cancel context.CancelFunc
 		ctx, cancel = context.WithTimeout(ctx, d)
 		defer cancel()
 	}
-	dir := filepath.Join(j.cfg.DataDir, "jobs", fmt.Sprintf("%s-%d", rec.Name, rec.Epoch))
+	dir := jobDir(j.cfg.DataDir, rec)
 	lj.dir = dir
+	if isGang(rec, jr.Launcher) {
+		j.leadGang(parent, ctx, rec, doc, jr)
+		return
+	}
 	job, launcher, err := j.prepare(ctx, jr, spec, dir)
 	if err != nil {
 		j.finish(jr, err)
@@ -234,9 +263,9 @@ func (j *Runner) start(ctx context.Context, rec catalog.Placement, lj *localJob)
 func (j *Runner) prepare(ctx context.Context, jr catalog.Job, spec *policy.TrainingJobSpec, dir string) (trainer.Job, trainer.Launcher, error) {
 	job := trainer.Job{
 		ID: jr.Name, DatasetDir: filepath.Join(dir, "data"), OutputDir: filepath.Join(dir, "out"),
-		Env: spec.Env, Retries: spec.Retries, Dir: dir,
+		Env: spec.Env, Retries: spec.Retries, Dir: dir, CheckpointDir: filepath.Join(dir, "checkpoint"),
 	}
-	for _, d := range []string{job.DatasetDir, job.OutputDir} {
+	for _, d := range []string{job.DatasetDir, job.OutputDir, job.CheckpointDir} {
 		if err := os.MkdirAll(d, 0o700); err != nil {
 			return job, nil, err
 		}
@@ -270,9 +299,6 @@ func (j *Runner) prepare(ctx context.Context, jr catalog.Job, spec *policy.Train
 		job.Train = &cfg
 		return job, &trainer.Builtin{Logger: j.log}, nil
 	case "exec":
-		if spec.Gang.Nodes > 1 {
-			return job, nil, errors.New("not yet: exec gangs spanning several nodes (each node would run its own ranks); use gang.nodes: 1 with every GPU on one host")
-		}
 		job.Command = append(append([]string(nil), spec.Command...), spec.Args...)
 		return job, trainer.NewExec(trainer.ExecOptions{Logger: j.log}), nil
 	}
@@ -391,7 +417,9 @@ func (j *Runner) Logs(name string, rank int) (string, error) {
 	}
 	j.mu.Unlock()
 	if run != nil {
-		return run.Log(rank), nil
+		if ms := run.Job().Members; rank < len(ms) && (run.Job().Node == "" || ms[rank].Node == run.Job().Node) {
+			return run.Log(rank), nil
+		}
 	}
 	// Before this start: the newest run's log file.
 	files, _ := filepath.Glob(filepath.Join(j.cfg.DataDir, "jobs", name+"-*", fmt.Sprintf("rank-%d.log", rank)))

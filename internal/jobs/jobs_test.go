@@ -19,6 +19,7 @@ import (
 type fakeMesh struct{ local mesh.NodeState }
 
 func (f fakeMesh) Local() mesh.NodeState    { return f.local }
+func (f fakeMesh) Nodes() []mesh.Node       { return nil }
 func (f fakeMesh) Changed() <-chan struct{} { return make(chan struct{}) }
 
 // noArtifacts holds nothing: every lookup misses.

@@ -1,0 +1,510 @@
+package jobs
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"fmt"
+	"net"
+	"os"
+	"path/filepath"
+	"slices"
+	"sort"
+	"time"
+
+	"github.com/strata-mesh/strata/internal/catalog"
+	"github.com/strata-mesh/strata/mesh"
+	"github.com/strata-mesh/strata/policy"
+	"github.com/strata-mesh/strata/trainer"
+)
+
+// An exec TrainingJob placed on several nodes runs as a gang: every member
+// node's agent starts its own ranks, and the agent of rank 0 (the leader)
+// coordinates them through two catalog tables.
+//
+//  1. No member acts until the whole gang is admitted (every node of the
+//     placement admitted its share at the placement's epoch). A node that
+//     cannot admit refuses, and the controller places the job again at a
+//     new epoch; the others release the old one.
+//  2. The leader allocates MASTER_PORT (free on its host) and writes the
+//     gang record: run, attempt 1, starting, the ranks with their nodes'
+//     advertised addresses.
+//  3. Each member pulls the job's data and answers ready for that attempt.
+//  4. When every member is ready the leader marks the attempt running, and
+//     every member starts its ranks.
+//  5. A rank exiting non-zero fails its member; a member failing (or its
+//     node failing) fails the attempt: the leader starts the next attempt
+//     (a new port), every member stops its ranks and answers again, up to
+//     the job's retries. STRATA_CHECKPOINT_DIR outlives attempts.
+//  6. When every member succeeded the leader registers rank 0's model and
+//     ends the gang; maxDuration ends it failed.
+
+// gangPoll bounds the wait between looks at the catalog when nothing
+// changes (a node failing shows in the mesh, not the catalog).
+const gangPoll = 2 * time.Second
+
+// gangAdmitted says every node of a multi-node placement admitted its
+// share at the placement's epoch: from the controller's placed state, or
+// from the nodes' own documents when that has not replicated yet.
+func (j *Runner) gangAdmitted(rec catalog.Placement) bool {
+	if rec.State == catalog.StatePlaced {
+		return true
+	}
+	docs := map[string]mesh.NodeState{j.cfg.Name: j.cfg.Mesh.Local()}
+	for _, n := range j.cfg.Mesh.Nodes() {
+		if n.Name != j.cfg.Name {
+			docs[n.Name] = n.NodeState
+		}
+	}
+	for _, pn := range rec.Nodes {
+		ok := false
+		for _, as := range docs[pn.Name].Assignments {
+			ok = ok || as.Key == rec.Key && as.Epoch == rec.Epoch && as.Accepted
+		}
+		if !ok {
+			return false
+		}
+	}
+	return true
+}
+
+// isGang says the job runs as a multi-node exec gang.
+func isGang(rec catalog.Placement, launcher string) bool {
+	return len(rec.Nodes) > 1 && launcher == "exec"
+}
+
+func launcherOf(spec *policy.TrainingJobSpec) string {
+	if spec.Launcher != "" {
+		return spec.Launcher
+	}
+	if len(spec.Command) > 0 {
+		return "exec"
+	}
+	return "builtin"
+}
+
+func jobDir(dataDir string, rec catalog.Placement) string {
+	return filepath.Join(dataDir, "jobs", fmt.Sprintf("%s-%d", rec.Name, rec.Epoch))
+}
+
+// hostOf is the host of a node's advertised gossip address.
+func hostOf(st mesh.NodeState) string {
+	host, _, _ := net.SplitHostPort(st.Addrs.Gossip)
+	return host
+}
+
+// ranksOf lists the gang's ranks in order, one per node, each with its
+// node's advertised address; false while a node's document is not here.
+func (j *Runner) ranksOf(rec catalog.Placement) ([]trainer.Member, bool) {
+	nodes := slices.Clone(rec.Nodes)
+	sort.SliceStable(nodes, func(a, b int) bool { return nodes[a].Rank < nodes[b].Rank })
+	addrs := map[string]string{j.cfg.Name: hostOf(j.cfg.Mesh.Local())}
+	for _, n := range j.cfg.Mesh.Nodes() {
+		if n.Name != j.cfg.Name {
+			addrs[n.Name] = hostOf(n.NodeState)
+		}
+	}
+	out := make([]trainer.Member, len(nodes))
+	for i, pn := range nodes {
+		if addrs[pn.Name] == "" {
+			return nil, false
+		}
+		out[i] = trainer.Member{Node: pn.Name, Addr: addrs[pn.Name]}
+	}
+	return out, true
+}
+
+// freePort returns a TCP port free on host now.
+func freePort(host string) (int, error) {
+	ln, err := net.Listen("tcp", net.JoinHostPort(host, "0"))
+	if err != nil {
+		return 0, fmt.Errorf("allocating MASTER_PORT on %s: %w", host, err)
+	}
+	defer ln.Close()
+	return ln.Addr().(*net.TCPAddr).Port, nil
+}
+
+// ifaceOf names the network interface that holds ip ("" when none does).
+func ifaceOf(ip string) string {
+	want := net.ParseIP(ip)
+	ifs, err := net.Interfaces()
+	if want == nil || err != nil {
+		return ""
+	}
+	for _, ifc := range ifs {
+		addrs, _ := ifc.Addrs()
+		for _, a := range addrs {
+			if n, ok := a.(*net.IPNet); ok && n.IP.Equal(want) {
+				return ifc.Name
+			}
+		}
+	}
+	return ""
+}
+
+func newRunID() string {
+	b := make([]byte, 8)
+	_, _ = rand.Read(b)
+	return hex.EncodeToString(b)
+}
+
+// leadGang coordinates the gang from rank 0's node and records the job.
+// parent is the run's context before maxDuration: when it ends the job was
+// placed elsewhere or deleted, and no verdict is written.
+func (j *Runner) leadGang(parent, ctx context.Context, rec catalog.Placement, doc *policy.Document, jr catalog.Job) {
+	spec := doc.TrainingJob
+	var ranks []trainer.Member
+	err := j.until(ctx, func() bool {
+		var ok bool
+		ranks, ok = j.ranksOf(rec)
+		return ok
+	})
+	if err != nil {
+		j.endGang(parent, catalog.Gang{}, jr, doc, "", fmt.Errorf("waiting for the gang's node documents: %w", err))
+		return
+	}
+	g := catalog.Gang{
+		Job: rec.Name, Key: rec.Key, Run: newRunID(), Generation: rec.Generation, Epoch: rec.Epoch,
+		MasterAddr: ranks[0].Addr, Ranks: ranks,
+	}
+	for attempt := 1; attempt <= spec.Retries+1; attempt++ {
+		g.Attempt, g.State, g.Message = attempt, catalog.GangStarting, ""
+		if g.MasterPort, err = freePort(g.MasterAddr); err != nil {
+			break
+		}
+		j.putGang(g)
+		err = j.awaitGang(ctx, &g, &jr)
+		if err == nil || ctx.Err() != nil {
+			break
+		}
+		j.log.Warn("training gang failed", "job", jr.Name, "attempt", attempt, "retries", spec.Retries, "err", err)
+	}
+	if err != nil && ctx.Err() != nil && parent.Err() == nil {
+		err = fmt.Errorf("%w (maxDuration %s)", err, time.Duration(spec.MaxDuration))
+	}
+	j.endGang(parent, g, jr, doc, filepath.Join(jobDir(j.cfg.DataDir, rec), "out"), err)
+}
+
+// endGang writes the gang's and the job's verdicts, registering the model
+// rank 0 left in out when the gang succeeded.
+func (j *Runner) endGang(parent context.Context, g catalog.Gang, jr catalog.Job, doc *policy.Document, out string, err error) {
+	if parent.Err() != nil {
+		return // placed elsewhere or deleted: the next run decides
+	}
+	if g.Run != "" {
+		g.State, g.Message = catalog.GangSucceeded, ""
+		if err != nil {
+			g.State, g.Message = catalog.GangFailed, err.Error()
+		}
+		j.putGang(g)
+	}
+	if err == nil {
+		err = j.register(parent, &jr, doc, out)
+	}
+	j.finish(jr, err)
+}
+
+// awaitGang drives one attempt: it marks it running once every member is
+// ready and returns nil once every member succeeded, or why it failed.
+func (j *Runner) awaitGang(ctx context.Context, g *catalog.Gang, jr *catalog.Job) error {
+	var nodes []string
+	for _, r := range g.Ranks {
+		if !slices.Contains(nodes, r.Node) {
+			nodes = append(nodes, r.Node)
+		}
+	}
+	asked := time.Now()
+	var last []trainer.MemberStatus
+	for {
+		changed, meshChanged := j.cfg.Catalog.Changed(), j.cfg.Mesh.Changed()
+		ready, succeeded := 0, 0
+		statuses := make([]trainer.MemberStatus, len(g.Ranks))
+		for i, r := range g.Ranks {
+			statuses[i] = trainer.MemberStatus{Rank: i, Node: r.Node, State: trainer.StatePending, ExitCode: -1}
+		}
+		for _, node := range nodes {
+			if err := j.nodeGone(node); err != nil {
+				return err
+			}
+			m, err := j.cfg.Catalog.GangMembers.Value(rec2member(g.Job, node))
+			if err != nil || m.Run != g.Run || m.Attempt != g.Attempt {
+				continue
+			}
+			for _, st := range m.Ranks {
+				if st.Rank >= 0 && st.Rank < len(statuses) && g.Ranks[st.Rank].Node == node {
+					statuses[st.Rank] = st
+				}
+			}
+			switch m.State {
+			case catalog.MemberFailed:
+				return fmt.Errorf("attempt %d: member %s failed: %s", g.Attempt, node, m.Error)
+			case catalog.MemberSucceeded:
+				succeeded++
+				ready++
+			case catalog.MemberReady, catalog.MemberRunning:
+				ready++
+			}
+		}
+		if g.State == catalog.GangStarting && ready == len(nodes) {
+			g.State = catalog.GangRunning
+			j.putGang(*g)
+			jr.State, jr.Attempt = catalog.JobRunning, g.Attempt
+			if jr.Started.IsZero() {
+				jr.Started = time.Now().UTC()
+			}
+			j.log.Info("training gang running", "job", jr.Name, "attempt", g.Attempt, "nodes", len(nodes),
+				"ranks", len(g.Ranks), "master", net.JoinHostPort(g.MasterAddr, fmt.Sprint(g.MasterPort)), "ready_after", time.Since(asked))
+		}
+		if !slices.Equal(last, statuses) || jr.Attempt != g.Attempt {
+			last, jr.Members, jr.Attempt = statuses, statuses, g.Attempt
+			j.write(*jr)
+		}
+		if g.State == catalog.GangRunning && succeeded == len(nodes) {
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("attempt %d stopped: %w", g.Attempt, ctx.Err())
+		case <-changed:
+		case <-meshChanged:
+		case <-time.After(gangPoll):
+		}
+	}
+}
+
+func rec2member(job, node string) string { return catalog.GangMember{Job: job, Node: node}.Key() }
+
+// nodeGone says why a member node can no longer take part (failed or left
+// the mesh), nil while it can.
+func (j *Runner) nodeGone(name string) error {
+	if name == j.cfg.Name {
+		return nil
+	}
+	for _, n := range j.cfg.Mesh.Nodes() {
+		if n.Name == name {
+			if n.Status == mesh.StatusFailed || n.Status == mesh.StatusLeft {
+				return fmt.Errorf("member node %s is %s", name, n.Status)
+			}
+			return nil
+		}
+	}
+	return nil // not known here yet: replication lag, not a failure
+}
+
+func (j *Runner) putGang(g catalog.Gang) {
+	g.Updated = time.Now().UTC()
+	var deps []mesh.Dep
+	if ref, ok := j.cfg.Catalog.Placements.Ref(g.Key); ok {
+		deps = append(deps, ref)
+	}
+	if _, err := j.cfg.Catalog.Gangs.Put(g, deps...); err != nil {
+		j.log.Warn("recording training gang", "job", g.Job, "err", err)
+	}
+}
+
+// until polls cond at every change of the mesh or catalog until it holds
+// or ctx ends.
+func (j *Runner) until(ctx context.Context, cond func() bool) error {
+	for {
+		changed, meshChanged := j.cfg.Catalog.Changed(), j.cfg.Mesh.Changed()
+		if cond() {
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-changed:
+		case <-meshChanged:
+		case <-time.After(gangPoll):
+		}
+	}
+}
+
+// member runs this node's ranks of a gang, attempt by attempt, as the
+// leader's gang record says, until the gang ends or ctx does.
+func (j *Runner) member(ctx context.Context, rec catalog.Placement, lj *localJob) {
+	doc, err := j.policyDoc(rec.Key)
+	if err != nil || doc.TrainingJob == nil || !isGang(rec, launcherOf(doc.TrainingJob)) {
+		return // the leader records why; builtin jobs run on rank 0 alone
+	}
+	spec := doc.TrainingJob
+	if d := time.Duration(spec.MaxDuration); d > 0 {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, d)
+		defer cancel()
+	}
+	m := &gangMember{j: j, rec: rec, spec: spec, lj: lj, dir: jobDir(j.cfg.DataDir, rec)}
+	defer m.stop()
+	for {
+		changed := j.cfg.Catalog.Changed()
+		if g, ok := m.gang(); ok && m.step(ctx, g) {
+			return
+		}
+		var done <-chan struct{}
+		if m.run != nil && !m.reported {
+			done = m.run.Done()
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-changed:
+		case <-done:
+			m.report()
+		case <-time.After(gangPoll):
+		}
+	}
+}
+
+// gangMember is one node's side of a gang.
+type gangMember struct {
+	j    *Runner
+	rec  catalog.Placement
+	spec *policy.TrainingJobSpec
+	lj   *localJob
+	dir  string
+
+	prepared bool
+	base     trainer.Job
+	prepErr  error
+
+	// runID and attempt are the gang attempt this node answers; joined
+	// says it saw that run before it ended.
+	runID    string
+	attempt  int
+	joined   bool
+	launched bool
+	run      *trainer.Run
+	cancel   context.CancelFunc
+	reported bool
+	gangRec  catalog.Gang
+}
+
+// gang returns the leader's record of this placement, when it has
+// replicated here with what it was derived from.
+func (m *gangMember) gang() (catalog.Gang, bool) {
+	r, err := m.j.cfg.Catalog.Gangs.Get(m.rec.Name)
+	if err != nil || len(m.j.cfg.Catalog.Gangs.Pending(r)) > 0 {
+		return catalog.Gang{}, false
+	}
+	g := r.Value
+	return g, g.Key == m.rec.Key && g.Epoch == m.rec.Epoch && g.Generation == m.rec.Generation
+}
+
+// step acts on the gang record; true when the gang has ended.
+func (m *gangMember) step(ctx context.Context, g catalog.Gang) bool {
+	switch {
+	case g.State == catalog.GangSucceeded || g.State == catalog.GangFailed:
+		if g.Run == m.runID && m.joined {
+			m.stop()
+			return true
+		}
+		return false // a past run's verdict: wait for this run's leader
+	case g.Run != m.runID || g.Attempt > m.attempt:
+		m.stop()
+		m.runID, m.attempt, m.joined, m.launched, m.reported, m.gangRec = g.Run, g.Attempt, true, false, false, g
+		if !m.prepared {
+			m.base, m.prepErr = m.prepare(ctx)
+			m.prepared = m.prepErr == nil
+		}
+		if m.prepErr != nil {
+			m.put(catalog.MemberFailed, nil, m.prepErr)
+		} else {
+			m.put(catalog.MemberReady, nil, nil)
+		}
+	case g.Run == m.runID && g.Attempt == m.attempt && g.State == catalog.GangRunning && !m.launched && m.prepErr == nil:
+		m.launched, m.gangRec = true, g
+		job := m.base
+		job.Members, job.MasterPort, job.Node, job.Retries = g.Ranks, g.MasterPort, m.j.cfg.Name, 0
+		rctx, cancel := context.WithCancel(ctx)
+		run, err := trainer.NewExec(trainer.ExecOptions{Logger: m.j.log}).Launch(rctx, job)
+		if err != nil {
+			cancel()
+			m.reported = true
+			m.put(catalog.MemberFailed, nil, err)
+			return false
+		}
+		m.run, m.cancel = run, cancel
+		m.j.mu.Lock()
+		m.lj.run = run
+		m.j.mu.Unlock()
+		m.put(catalog.MemberRunning, m.localStatuses(), nil)
+	}
+	return false
+}
+
+// prepare pulls the job's data once for every attempt.
+func (m *gangMember) prepare(ctx context.Context) (trainer.Job, error) {
+	jr := catalog.Job{Name: m.rec.Name, Key: m.rec.Key, Launcher: "exec"}
+	job, _, err := m.j.prepare(ctx, jr, m.spec, m.dir)
+	if err != nil {
+		return job, err
+	}
+	if ifc := ifaceOf(hostOf(m.j.cfg.Mesh.Local())); ifc != "" {
+		job.Fabric.GlooIfname = ifc
+		if job.Fabric.SocketIfname == "" {
+			job.Fabric.SocketIfname = ifc
+		}
+	}
+	return job, nil
+}
+
+// report records how this node's ranks of the attempt ended.
+func (m *gangMember) report() {
+	m.reported = true
+	err := m.run.Wait(context.Background())
+	m.saveLogs()
+	if err != nil {
+		m.put(catalog.MemberFailed, m.localStatuses(), err)
+		return
+	}
+	m.put(catalog.MemberSucceeded, m.localStatuses(), nil)
+}
+
+// stop ends this node's ranks of the current attempt and keeps their logs.
+func (m *gangMember) stop() {
+	if m.run == nil {
+		return
+	}
+	m.cancel()
+	<-m.run.Done()
+	if !m.reported {
+		m.saveLogs()
+	}
+	m.run, m.cancel = nil, nil
+}
+
+func (m *gangMember) saveLogs() {
+	for i, r := range m.run.Job().Members {
+		if r.Node == m.j.cfg.Name {
+			_ = os.WriteFile(filepath.Join(m.dir, fmt.Sprintf("rank-%d.log", i)), []byte(m.run.Log(i)), 0o600)
+		}
+	}
+}
+
+func (m *gangMember) localStatuses() []trainer.MemberStatus {
+	if m.run == nil {
+		return nil
+	}
+	var out []trainer.MemberStatus
+	for _, st := range m.run.Status().Members {
+		if st.Node == m.j.cfg.Name {
+			out = append(out, st)
+		}
+	}
+	return out
+}
+
+func (m *gangMember) put(state string, ranks []trainer.MemberStatus, err error) {
+	rec := catalog.GangMember{Job: m.rec.Name, Node: m.j.cfg.Name, Run: m.runID, Epoch: m.rec.Epoch, Attempt: m.attempt,
+		State: state, Ranks: ranks, Updated: time.Now().UTC()}
+	if err != nil {
+		rec.Error = err.Error()
+	}
+	var deps []mesh.Dep
+	if ref, ok := m.j.cfg.Catalog.Gangs.Ref(m.rec.Name); ok {
+		deps = append(deps, ref)
+	}
+	if _, perr := m.j.cfg.Catalog.GangMembers.Put(rec, deps...); perr != nil {
+		m.j.log.Warn("recording training gang member", "job", m.rec.Name, "err", perr)
+	}
+}
