@@ -198,6 +198,8 @@ const (
 	StagePromoted   = "promoted"
 	StageRolledBack = "rolled-back"
 	StageFailed     = "failed"
+	// StageUnchanged: the retrain produced the model already served.
+	StageUnchanged = "unchanged"
 )
 
 // Rollout is a service's latest retrain and rollout.
@@ -227,9 +229,10 @@ type Rollout struct {
 	Steps          []RolloutStep `json:"steps"`
 }
 
-// Ended says the rollout is over: promoted, rolled back or failed.
+// Ended says the rollout is over: promoted, rolled back, failed or
+// unchanged.
 func (r Rollout) Ended() bool {
-	return r.Stage == StagePromoted || r.Stage == StageRolledBack || r.Stage == StageFailed
+	return r.Stage == StagePromoted || r.Stage == StageRolledBack || r.Stage == StageFailed || r.Stage == StageUnchanged
 }
 
 // DriftTrigger is the drift alarm that started a retrain.

@@ -228,7 +228,13 @@ type Rollout struct {
 	CanaryRequests int `yaml:"canaryRequests" json:"canaryRequests"`
 	// MaxErrorRate above which the canary is rolled back. Default 0.01.
 	MaxErrorRate float64 `yaml:"maxErrorRate" json:"maxErrorRate"`
+	// CanaryTimeout rolls the canary back when it has not served
+	// CanaryRequests within it. Default 10m (DefaultCanaryTimeout).
+	CanaryTimeout Duration `yaml:"canaryTimeout" json:"canaryTimeout,omitempty"`
 }
+
+// DefaultCanaryTimeout is Rollout.CanaryTimeout's default.
+const DefaultCanaryTimeout = 10 * time.Minute
 
 // Drift says how to watch a model's live inputs.
 type Drift struct {

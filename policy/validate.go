@@ -102,6 +102,9 @@ func (s *InferenceServiceSpec) setDefaults(p string, set func(string) bool) {
 		if r.MaxErrorRate == 0 && !set(p+".rollout.maxErrorRate") {
 			r.MaxErrorRate = 0.01
 		}
+		if r.CanaryTimeout == 0 && r.Strategy == RolloutCanary {
+			r.CanaryTimeout = Duration(DefaultCanaryTimeout)
+		}
 	}
 	if dr := s.Drift; dr != nil {
 		if dr.Detector == "" {
@@ -281,6 +284,12 @@ func (d *decoder) inference(s *InferenceServiceSpec, p string) {
 		}
 		if r.Strategy == RolloutAll && r.CanaryRequests != 0 {
 			d.errField(p+".rollout.canaryRequests", "only the canary strategy takes canaryRequests")
+		}
+		if r.CanaryTimeout < 0 || (r.CanaryTimeout == 0 && d.isSet(p+".rollout.canaryTimeout")) {
+			d.errField(p+".rollout.canaryTimeout", fmt.Sprintf("must be positive, got %s", time.Duration(r.CanaryTimeout)))
+		}
+		if r.Strategy == RolloutAll && r.CanaryTimeout != 0 {
+			d.errField(p+".rollout.canaryTimeout", "only the canary strategy takes canaryTimeout")
 		}
 		if !(r.MaxErrorRate >= 0 && r.MaxErrorRate <= 1) {
 			d.errField(p+".rollout.maxErrorRate", fmt.Sprintf("%g is not a rate: want 0 to 1", r.MaxErrorRate))

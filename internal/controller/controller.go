@@ -598,6 +598,10 @@ func (c *Controller) advance(p catalog.Policy, doc *policy.Document, r *catalog.
 			return nil
 		}
 		r.To = j.Version
+		if same, digest := c.sameModel(r.Model, r.From, r.To); same {
+			step(r, catalog.StageUnchanged, "%s@%s trained by %s is the model already served (%s@%s, sha256:%.12s); nothing to roll out", r.Model, r.To, j.Name, r.Model, r.From, digest)
+			return nil
+		}
 		if s := svc.Rollout; s != nil && s.Strategy == policy.RolloutAll {
 			step(r, catalog.StagePromoted, "%s@%s trained by %s on %s; rolling out everywhere at once (strategy all)", r.Model, r.To, j.Name, j.Node)
 			return nil
@@ -621,6 +625,11 @@ func (c *Controller) advance(p catalog.Policy, doc *policy.Document, r *catalog.
 				return nil
 			}
 		}
+		if limit := canaryTimeout(svc); served < uint64(r.CanaryRequests) && time.Since(canaryStart(r)) > limit {
+			r.Served, r.Failed = served, failed
+			step(r, catalog.StageRolledBack, "canary %s@%s served %d of %d requests in %s (rollout.canaryTimeout); back to %s", r.Model, r.To, served, r.CanaryRequests, limit, r.From)
+			return nil
+		}
 		if served == r.Served && failed == r.Failed {
 			return nil
 		}
@@ -636,6 +645,38 @@ func (c *Controller) advance(p catalog.Policy, doc *policy.Document, r *catalog.
 		}
 	}
 	return nil
+}
+
+// sameModel reports whether two versions of a model have the same bytes,
+// and their digest.
+func (c *Controller) sameModel(model, a, b string) (bool, string) {
+	ma, err := c.cfg.Artifacts.Lookup(storage.KindModel, model, a)
+	if err != nil {
+		return false, ""
+	}
+	mb, err := c.cfg.Artifacts.Lookup(storage.KindModel, model, b)
+	if err != nil {
+		return false, ""
+	}
+	return ma.Digest == mb.Digest, ma.Digest
+}
+
+// canaryTimeout is how long a canary may take to serve its requests.
+func canaryTimeout(svc *policy.InferenceServiceSpec) time.Duration {
+	if r := svc.Rollout; r != nil && r.CanaryTimeout > 0 {
+		return time.Duration(r.CanaryTimeout)
+	}
+	return policy.DefaultCanaryTimeout
+}
+
+// canaryStart is when the rollout entered its canary stage.
+func canaryStart(r *catalog.Rollout) time.Time {
+	for i := len(r.Steps) - 1; i >= 0; i-- {
+		if r.Steps[i].Stage == catalog.StageCanary {
+			return r.Steps[i].Time
+		}
+	}
+	return r.Updated
 }
 
 // canaryNodes are the placed replicas in the drifted site, else the first.

@@ -2,11 +2,15 @@ package controller
 
 import (
 	"slices"
+	"strings"
 	"testing"
+	"time"
 
 	"github.com/strata-mesh/strata/internal/catalog"
+	"github.com/strata-mesh/strata/internal/catalog/catalogtest"
 	"github.com/strata-mesh/strata/mesh"
 	"github.com/strata-mesh/strata/policy"
+	"github.com/strata-mesh/strata/storage"
 )
 
 // node is a mesh node of site with status st that holds key's assignment
@@ -82,4 +86,57 @@ func names(ns []catalog.PlacedNode) []string {
 		out = append(out, n.Name)
 	}
 	return out
+}
+
+// fakeArtifacts holds model manifests by name and version.
+type fakeArtifacts map[string]storage.Manifest
+
+func (f fakeArtifacts) Lookup(_ storage.Kind, name, version string) (storage.Manifest, error) {
+	m, ok := f[name+"@"+version]
+	if !ok {
+		return storage.Manifest{}, mesh.ErrNotFound
+	}
+	return m, nil
+}
+func (f fakeArtifacts) ByDigest(string, ...storage.Kind) (storage.Manifest, error) {
+	return storage.Manifest{}, mesh.ErrNotFound
+}
+func (f fakeArtifacts) NextVersion(string, string) string { return "" }
+
+// TestRolloutsEnd: a retrain that yields the served model's bytes ends the
+// rollout unchanged; a canary that does not serve its requests within the
+// canary timeout is rolled back, saying so.
+func TestRolloutsEnd(t *testing.T) {
+	t.Parallel()
+	cat := catalog.New(catalogtest.NewStore(), nil)
+	c := New(Config{Catalog: cat, Artifacts: fakeArtifacts{
+		"m@1": {Name: "m", Version: "1", Digest: "aaaa1111bbbb2222"},
+		"m@2": {Name: "m", Version: "2", Digest: "aaaa1111bbbb2222"},
+		"m@3": {Name: "m", Version: "3", Digest: "cccc3333dddd4444"},
+	}})
+	p := catalog.Policy{Kind: policy.KindInferenceService, Name: "s", Generation: 1}
+	doc := &policy.Document{InferenceService: &policy.InferenceServiceSpec{Model: policy.ModelRef{Name: "m"},
+		Rollout: &policy.Rollout{Strategy: policy.RolloutCanary, CanaryRequests: 100, CanaryTimeout: policy.Duration(time.Minute)}}}
+
+	if _, err := cat.Jobs.Put(catalog.Job{Name: "s-retrain-1", State: catalog.JobSucceeded, Version: "2", Node: "gpu-1"}); err != nil {
+		t.Fatal(err)
+	}
+	r := catalog.Rollout{Policy: p.Key(), Stage: catalog.StageRetraining, Model: "m", From: "1", Job: "s-retrain-1"}
+	if err := c.advance(p, doc, &r, true, nil); err != nil {
+		t.Fatal(err)
+	}
+	if r.Stage != catalog.StageUnchanged || !strings.Contains(r.Message, "already served") {
+		t.Errorf("same bytes: stage %s (%s), want unchanged", r.Stage, r.Message)
+	}
+
+	started := time.Now().Add(-2 * time.Minute)
+	r = catalog.Rollout{Policy: p.Key(), Stage: catalog.StageCanary, Model: "m", From: "1", To: "3", CanaryNodes: []string{"edge-a-1"}, CanaryRequests: 100,
+		Steps: []catalog.RolloutStep{{Time: started, Stage: catalog.StageCanary}}}
+	drifts := []catalog.Drift{{Policy: p.Key(), Version: "3", Node: "edge-a-1", Served: 7}}
+	if err := c.advance(p, doc, &r, true, drifts); err != nil {
+		t.Fatal(err)
+	}
+	if r.Stage != catalog.StageRolledBack || !strings.Contains(r.Message, "served 7 of 100 requests in 1m0s (rollout.canaryTimeout)") {
+		t.Errorf("slow canary: stage %s (%s), want rolled back for the timeout", r.Stage, r.Message)
+	}
 }
