@@ -290,3 +290,35 @@ func (c *Client) JobLogs(ctx context.Context, name string, rank int, opts ...Cal
 	err := c.get(ctx, "/v1/jobs/"+url.PathEscape(name)+"/logs", url.Values{"rank": {strconv.Itoa(rank)}}, nil, opts)
 	return string(raw), err
 }
+
+// Blob is an artifact's bytes as the agent streams them.
+type Blob struct {
+	// Body is the bytes; the caller closes it.
+	Body io.ReadCloser
+	// Size is the length in bytes.
+	Size int64
+	// Digest is the SHA-256 (hex) the bytes must hash to: check it.
+	Digest string
+	// Ref names the artifact (kind/name@version).
+	Ref string
+}
+
+// Blob streams a held artifact's bytes: GET /v1/artifacts/blob. An
+// artifact the agent does not hold is a 404 *Error (pull it first). The
+// agent cuts the body short when its copy turns out corrupt, so a reader
+// that gets fewer than Size bytes, or bytes that do not hash to Digest,
+// must discard them.
+func (c *Client) Blob(ctx context.Context, kind, name, version string) (*Blob, error) {
+	if kind == "" {
+		kind = api.KindModel
+	}
+	q := url.Values{"name": {name}, "kind": {kind}}
+	if version != "" {
+		q.Set("version", version)
+	}
+	resp, err := c.send(ctx, request{method: http.MethodGet, path: "/v1/artifacts/blob", query: q, size: -1})
+	if err != nil {
+		return nil, err
+	}
+	return &Blob{Body: resp.Body, Size: resp.ContentLength, Digest: resp.Header.Get("Strata-Digest"), Ref: resp.Header.Get("Strata-Ref")}, nil
+}

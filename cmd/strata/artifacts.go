@@ -2,9 +2,12 @@ package main
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"fmt"
 	"io"
 	"os"
+	"path/filepath"
 	"slices"
 	"strings"
 	"sync"
@@ -140,9 +143,10 @@ func holderNames(holders, pulling []string) []string {
 }
 
 func runPull(args []string, stdout, stderr io.Writer) error {
-	fs := newFlags("pull", "NAME[:VERSION] [--kind dataset]", stderr)
+	fs := newFlags("pull", "NAME[:VERSION] [--kind dataset] [--output FILE]", stderr)
 	c := addClientFlags(fs)
 	kind := fs.String("kind", "model", "`kind`: model or dataset")
+	output := fs.String("output", "", "also write the bytes to `FILE` (- for standard output), checked against the digest")
 	pos, err := parseArgs(fs, args)
 	if err != nil {
 		return err
@@ -192,10 +196,60 @@ func runPull(args []string, stdout, stderr io.Writer) error {
 		return c.explain(err)
 	}
 	print(transferStatus(st))
+	if *output != "" {
+		if err := download(cl, *kind, name, version, *output, stdout, stderr); err != nil {
+			return c.explain(err)
+		}
+		if *output == "-" {
+			return nil
+		}
+	}
 	if c.output == "json" {
 		return write(stdout, raw)
 	}
 	fmt.Fprintf(stdout, "%s held here (sha256:%.12s, fetched %s, %s resumed)\n", st.Ref, st.Digest, dataplane.HumanBytes(st.Fetched), dataplane.HumanBytes(st.Resumed))
+	return nil
+}
+
+// download writes an artifact the agent holds to path ("-": stdout). A file
+// appears whole and checked or not at all: the bytes go to a temporary
+// file beside it, which is renamed once they hash to the digest.
+func download(cl *client.Client, kind, name, version, path string, stdout, stderr io.Writer) error {
+	b, err := cl.Blob(context.Background(), kind, name, version)
+	if err != nil {
+		return err
+	}
+	defer b.Body.Close()
+	h := sha256.New()
+	if path == "-" {
+		n, err := io.Copy(io.MultiWriter(stdout, h), b.Body)
+		if err == nil && (n != b.Size || hex.EncodeToString(h.Sum(nil)) != b.Digest) {
+			err = fmt.Errorf("%s: the bytes written do not match its digest sha256:%.12s (%d of %d bytes): discard them", b.Ref, b.Digest, n, b.Size)
+		}
+		return err
+	}
+	f, err := os.CreateTemp(filepath.Dir(path), "."+filepath.Base(path)+".*")
+	if err != nil {
+		return err
+	}
+	defer os.Remove(f.Name()) // after the rename, a no-op
+	n, err := io.Copy(io.MultiWriter(f, h), b.Body)
+	if err == nil {
+		err = f.Sync()
+	}
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	if err != nil {
+		return fmt.Errorf("writing %s: %w", path, err)
+	}
+	if got := hex.EncodeToString(h.Sum(nil)); n != b.Size || got != b.Digest {
+		return fmt.Errorf("%s: got %d of %d bytes hashing to sha256:%.12s, not its digest sha256:%.12s; %s not written", b.Ref, n, b.Size, got, b.Digest, path)
+	}
+	if err := os.Rename(f.Name(), path); err != nil {
+		return err
+	}
+	fmt.Fprintf(stderr, "wrote %s (%s, sha256:%.12s)\n", path, dataplane.HumanBytes(n), b.Digest)
 	return nil
 }
 

@@ -343,11 +343,27 @@ func TestPushPullCLI(t *testing.T) {
 		out, err := cli(t, ps[1].api, "models")
 		return err == nil && strings.Contains(out, "a0")
 	})
-	if out, err := cli(t, ps[1].api, "pull", "m:1"); err != nil || !strings.Contains(out, "held here") {
+	copyTo := filepath.Join(dir, "copy.onnx")
+	if out, err := cli(t, ps[1].api, "pull", "m:1", "--output", copyTo); err != nil || !strings.Contains(out, "held here") {
 		t.Fatalf("pull: %v\n%s", err, out)
+	}
+	if got, want := mustRead(t, copyTo), mustRead(t, model); !bytes.Equal(got, want) {
+		t.Errorf("pull --output wrote %d bytes, not the %d pushed", len(got), len(want))
+	}
+	if out, err := cli(t, ps[1].api, "pull", "m:1", "--output", "-"); err != nil || out != string(mustRead(t, model)) {
+		t.Errorf("pull --output -: %d bytes, %v", len(out), err)
 	}
 	meshtest.WaitFor(t, 20*time.Second, "both agents listed as holders", func() bool {
 		out, err := cli(t, ps[0].api, "models")
 		return err == nil && strings.Contains(out, "a0,a1")
 	})
+}
+
+func mustRead(t *testing.T, path string) []byte {
+	t.Helper()
+	b, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return b
 }

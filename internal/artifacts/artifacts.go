@@ -14,8 +14,12 @@ package artifacts
 import (
 	"context"
 	"crypto/ed25519"
+	"crypto/sha256"
+	"encoding/hex"
 	"errors"
 	"fmt"
+	"hash"
+	"io"
 	"log/slog"
 	"maps"
 	"os"
@@ -429,3 +433,42 @@ func (s *Service) PublishLocality() {
 		s.log.Warn("publishing locality", "err", err)
 	}
 }
+
+// OpenVerified opens a held blob for streaming. The reader hashes what it
+// reads; at the end, a blob that does not hash to its digest is
+// quarantined (as Bytes does) and the final Read returns an error wrapping
+// storage.ErrDigestMismatch instead of io.EOF, so a reader that streams
+// it on can abort.
+func (s *Service) OpenVerified(m storage.Manifest) (io.ReadCloser, int64, error) {
+	f, err := s.Open(m)
+	if err != nil {
+		return nil, 0, err
+	}
+	fi, err := f.Stat()
+	if err != nil {
+		f.Close()
+		return nil, 0, err
+	}
+	return &verifying{f: f, h: sha256.New(), m: m, s: s}, fi.Size(), nil
+}
+
+type verifying struct {
+	f *os.File
+	h hash.Hash
+	m storage.Manifest
+	s *Service
+}
+
+func (v *verifying) Read(p []byte) (int, error) {
+	n, err := v.f.Read(p)
+	v.h.Write(p[:n])
+	if err == io.EOF {
+		if got := hex.EncodeToString(v.h.Sum(nil)); got != v.m.Digest {
+			err = fmt.Errorf("%s: blob hashes to %s, not its digest %s: %w", v.m.Ref(), got, v.m.Digest, storage.ErrDigestMismatch)
+			v.s.quarantine(v.m.Digest, err)
+		}
+	}
+	return n, err
+}
+
+func (v *verifying) Close() error { return v.f.Close() }

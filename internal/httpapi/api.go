@@ -39,6 +39,7 @@ func (s *Server) routes() http.Handler {
 	mux.HandleFunc("POST /v1/artifacts", s.handlePush)
 	mux.HandleFunc("GET /v1/artifacts", s.handleArtifacts)
 	mux.HandleFunc("POST /v1/artifacts/pull", s.handlePull)
+	mux.HandleFunc("GET /v1/artifacts/blob", s.handleBlob)
 	mux.HandleFunc("GET /v1/models", s.handleModels)
 	mux.HandleFunc("GET /v1/models/{name}", s.handleModel)
 	mux.HandleFunc("GET /v1/transfers", s.handleTransfers)

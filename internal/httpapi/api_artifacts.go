@@ -9,6 +9,7 @@ import (
 	"net/http"
 	"os"
 	"sort"
+	"strconv"
 	"strings"
 
 	"github.com/strata-mesh/strata/internal/artifacts"
@@ -246,3 +247,51 @@ func spoolUpload(r *http.Request, dst io.Writer) (map[string]string, string, err
 }
 
 func trimMesh(err error) string { return strings.TrimPrefix(err.Error(), "mesh: ") }
+
+// handleBlob streams a held artifact's bytes: GET
+// /v1/artifacts/blob?kind=&name=&version= (newest when no version). A blob
+// not held here is 404 (pull it first); one that turns out corrupt while
+// it streams is quarantined and the response cut short, which the client
+// sees as a truncated body (Content-Length is set).
+func (s *Server) handleBlob(w http.ResponseWriter, r *http.Request) {
+	q := r.URL.Query()
+	if !httpjson.CheckParams(w, q, "name", "version", "kind") || !s.needArtifacts(w) {
+		return
+	}
+	kind, ok := parseKind(w, q.Get("kind"))
+	if !ok {
+		return
+	}
+	if q.Get("name") == "" {
+		httpjson.Error(w, http.StatusBadRequest, "name", "name is required")
+		return
+	}
+	m, err := s.cfg.Artifacts.Lookup(kind, q.Get("name"), q.Get("version"))
+	if errors.Is(err, mesh.ErrNotFound) {
+		httpjson.Error(w, http.StatusNotFound, "", "%s", trimMesh(err))
+		return
+	} else if err != nil {
+		httpjson.Error(w, http.StatusInternalServerError, "", "%v", err)
+		return
+	}
+	if !s.cfg.Artifacts.Has(m.Digest) {
+		httpjson.Error(w, http.StatusNotFound, "", "%s is not held on this node: pull it first (POST /v1/artifacts/pull, strata pull)", m.Ref())
+		return
+	}
+	body, size, err := s.cfg.Artifacts.OpenVerified(m)
+	if err != nil {
+		httpjson.Error(w, http.StatusInternalServerError, "", "%v", err)
+		return
+	}
+	defer body.Close()
+	h := w.Header()
+	h.Set("Content-Type", "application/octet-stream")
+	h.Set("Content-Length", strconv.FormatInt(size, 10))
+	h.Set("Strata-Digest", m.Digest)
+	h.Set("Strata-Ref", m.Ref())
+	w.WriteHeader(http.StatusOK)
+	if _, err := io.Copy(w, body); err != nil {
+		s.log.Warn("serving a blob", "ref", m.Ref(), "err", err)
+		panic(http.ErrAbortHandler) // cut the response: the client must not take it whole
+	}
+}
