@@ -15,6 +15,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"log/slog"
+	"reflect"
 	"slices"
 	"strings"
 	"sync"
@@ -45,9 +46,10 @@ const driftRows = 8192
 type watched struct {
 	key            string
 	model, version string
-	spec           policy.Drift
-	cols           []int // input columns watched, in monitor order
-	pred           bool  // the prediction is watched too
+	spec           policy.Drift // with defaults filled in
+	applied        policy.Drift // as the policy wrote it (see resync)
+	cols           []int        // input columns watched, in monitor order
+	pred           bool         // the prediction is watched too
 	names          []string
 	mon            *drift.Monitor
 	first          [][]float64 // rows collected for a "first" reference
@@ -124,6 +126,7 @@ func (d *Watch) Run(ctx context.Context) {
 		case r := <-d.rows:
 			d.feed(r)
 		case <-tick.C:
+			d.resync()
 			d.publish(false)
 		}
 	}
@@ -269,6 +272,24 @@ func score(out []float64) float64 {
 	return float64(best)
 }
 
+// resync restarts the monitors whose policy's drift settings changed
+// since they started: the service was applied again with other settings.
+// Which models are served stays Sync's to say.
+func (d *Watch) resync() {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	for name, w := range d.mon {
+		doc, err := d.policyDoc(w.key)
+		if err != nil || doc.InferenceService == nil || doc.InferenceService.Drift == nil {
+			continue
+		}
+		if spec := *doc.InferenceService.Drift; !reflect.DeepEqual(w.applied, spec) {
+			d.log.Info("drift settings changed: monitor restarted", "policy", w.key, "model", w.model, "version", w.version)
+			d.mon[name] = d.newWatched(w.key, Model{Name: w.model, Version: w.version}, spec)
+		}
+	}
+}
+
 // Sync makes the monitors match the models served here: loaded maps policy
 // key → model. New versions start fresh monitors; gone ones are dropped.
 func (d *Watch) Sync(loaded map[string]Model) {
@@ -281,10 +302,11 @@ func (d *Watch) Sync(loaded map[string]Model) {
 			continue
 		}
 		keep[sm.Name] = true
-		if w := d.mon[sm.Name]; w != nil && w.version == sm.Version && w.key == key {
+		spec := *doc.InferenceService.Drift
+		if w := d.mon[sm.Name]; w != nil && w.version == sm.Version && w.key == key && reflect.DeepEqual(w.applied, spec) {
 			continue
 		}
-		d.mon[sm.Name] = d.newWatched(key, sm, *doc.InferenceService.Drift)
+		d.mon[sm.Name] = d.newWatched(key, sm, spec)
 	}
 	for name, w := range d.mon {
 		if !keep[name] {
@@ -295,12 +317,13 @@ func (d *Watch) Sync(loaded map[string]Model) {
 }
 
 func (d *Watch) newWatched(key string, sm Model, spec policy.Drift) *watched {
+	applied := spec
 	spec.Detector = cmp.Or(spec.Detector, policy.DetectorPSI)
 	spec.Reference = cmp.Or(spec.Reference, "training")
 	if spec.Window == 0 {
 		spec.Window = drift.DefaultWindow
 	}
-	w := &watched{key: key, model: sm.Name, version: sm.Version, spec: spec, dirty: true}
+	w := &watched{key: key, model: sm.Name, version: sm.Version, spec: spec, applied: applied, dirty: true}
 	w.rec = catalog.Drift{
 		Policy: key, Model: sm.Name, Version: sm.Version, Site: d.cfg.Site, Node: d.cfg.Name,
 		Detector: spec.Detector, Window: spec.Window, Reference: spec.Reference,
