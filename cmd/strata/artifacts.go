@@ -4,6 +4,8 @@ import (
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
+	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"os"
@@ -18,7 +20,9 @@ import (
 
 	"github.com/strata-mesh/strata/api"
 	"github.com/strata-mesh/strata/api/client"
+	"github.com/strata-mesh/strata/infer/drift"
 	"github.com/strata-mesh/strata/mesh/dataplane"
+	"github.com/strata-mesh/strata/trainer"
 )
 
 func isTerminal(w io.Writer) bool {
@@ -49,12 +53,14 @@ func (p *progressReader) Read(b []byte) (int, error) {
 }
 
 func runPush(args []string, stdout, stderr io.Writer) error {
-	fs := newFlags("push", "FILE --name N --version V [--kind dataset]", stderr)
+	fs := newFlags("push", "FILE --name N --version V [--kind dataset] [--reference FILE | --reference-from CSV]", stderr)
 	c := addClientFlags(fs)
 	name := fs.String("name", "", "artifact `name` (required)")
 	version := fs.String("version", "", "artifact `version` (required; versions are immutable)")
 	kind := fs.String("kind", "model", "`kind`: model or dataset")
 	refFile := fs.String("reference", "", "drift reference `FILE` of a model (reference.json, as the trainer writes it): signed into its manifest, so agents that serve it can detect drift")
+	refFrom := fs.String("reference-from", "", "make the model's drift reference from the training data in `CSV` (header row; every column but the label numeric, in the model's input order)")
+	refLabel := fs.String("label", "", "the label `column` of --reference-from's CSV, left out of the reference (default: the last column)")
 	pos, err := parseArgs(fs, args)
 	if err != nil {
 		return err
@@ -79,9 +85,16 @@ func runPush(args []string, stdout, stderr io.Writer) error {
 	pr := &progressReader{r: f, st: dataplane.TransferStatus{Ref: ref + " upload", BytesTotal: st.Size(), State: dataplane.StateRunning},
 		print: dataplane.NewProgressPrinter(stderr, isTerminal(stderr)), start: time.Now()}
 	spec := client.PushSpec{Kind: *kind, Name: *name, Version: *version}
-	if *refFile != "" {
+	switch {
+	case *refFile != "" && *refFrom != "":
+		return &exitError{code: 1, err: errors.New("give --reference or --reference-from, not both")}
+	case *refFile != "":
 		if spec.Reference, err = os.ReadFile(*refFile); err != nil {
 			return err
+		}
+	case *refFrom != "":
+		if spec.Reference, err = referenceFromCSV(*refFrom, *refLabel); err != nil {
+			return &exitError{code: 1, err: err}
 		}
 	}
 	var raw []byte
@@ -100,6 +113,26 @@ func runPush(args []string, stdout, stderr io.Writer) error {
 	}
 	fmt.Fprintf(stdout, "%s pushed: sha256:%s, %s, signed by %s\n", ref, m.Digest, dataplane.HumanBytes(m.Size), m.Signer)
 	return nil
+}
+
+// referenceFromCSV summarizes the feature columns of a training CSV as a
+// drift reference (reference.json), as the built-in trainer does for the
+// models it makes.
+func referenceFromCSV(path, label string) ([]byte, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	ds, err := trainer.ReadCSV(f, label)
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", path, err)
+	}
+	ref, err := drift.SummarizeColumns(ds.Features, ds.X, drift.SummaryOptions{})
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", path, err)
+	}
+	return json.Marshal(ref)
 }
 
 func runModels(args []string, stdout, stderr io.Writer) error {
