@@ -119,8 +119,10 @@ type Config struct {
 	// MaxConcurrentPulls bounds the transfers running at once. Default 4.
 	MaxConcurrentPulls int `yaml:"max_concurrent_pulls"`
 	// ORTLibrary is the ONNX Runtime shared library. Default:
-	// $STRATA_ORT_LIB. Without it the agent serves no models: /v2 says how
-	// to install it.
+	// $STRATA_ORT_LIB, else the first found of infer.LibraryCandidates
+	// (beside the binary, ../lib/strata, .deps/onnxruntime, /usr/lib/strata,
+	// the system's). Without it the agent serves no models: /v2 says how to
+	// install it.
 	ORTLibrary string `yaml:"ort_library"`
 	// SampleFraction is the fraction of inference requests whose inputs and
 	// outputs are kept for drift detection. Default 0.1.
@@ -474,7 +476,7 @@ func Flags(fs *flag.FlagSet) func() (Config, error) {
 	str("node-cert", "this node's certificate `file`, issued by the mesh CA to its identity key", func(c *Config, v string) { c.NodeCertFile = v })
 	str("signing-key", "artifact signing key `file` (PEM); needed to push", func(c *Config, v string) { c.SigningKeyFile = v })
 	str("trusted-keys", "`file` of public keys (PEM) trusted to sign artifacts (default: the signing key's)", func(c *Config, v string) { c.TrustedKeysFile = v })
-	str("ort-library", "ONNX Runtime shared library `path` (default $STRATA_ORT_LIB)", func(c *Config, v string) { c.ORTLibrary = v })
+	str("ort-library", "ONNX Runtime shared library `path` (default $STRATA_ORT_LIB, else found beside the binary, in ../lib/strata, .deps/onnxruntime or /usr/lib/strata)", func(c *Config, v string) { c.ORTLibrary = v })
 	str("fabric", "declared RDMA fabric `ID` (overrides discovery)", func(c *Config, v string) { c.Fabric = v })
 	str("nvml-library", "`path` of libnvidia-ml.so.1 (default: the system's)", func(c *Config, v string) { c.NVMLLibrary = v })
 	fs.Func("controller", "`true|false`: may this agent own policies (place and reconcile them)? (default: true on onprem and cloud, false on edge; a mesh with no controller lets every agent own)", func(v string) error {

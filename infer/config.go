@@ -19,7 +19,8 @@ type Config struct {
 	// Default: the host name.
 	NodeName string
 
-	// LibraryPath is the ONNX Runtime shared library. Default: $STRATA_ORT_LIB.
+	// LibraryPath is the ONNX Runtime shared library. Default:
+	// $STRATA_ORT_LIB, else the first of LibraryCandidates that exists.
 	// The runtime is process-global: every Server in a process must name the
 	// same library.
 	LibraryPath string

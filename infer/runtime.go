@@ -4,6 +4,8 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"path/filepath"
+	"strings"
 	"sync"
 
 	ort "github.com/yalue/onnxruntime_go"
@@ -36,6 +38,9 @@ func InitRuntime(path string) error {
 	if path == "" {
 		path = os.Getenv(EnvLibraryPath)
 	}
+	if path == "" {
+		path = FindLibrary()
+	}
 	ortEnv.mu.Lock()
 	defer ortEnv.mu.Unlock()
 	if ortEnv.done {
@@ -50,7 +55,7 @@ func InitRuntime(path string) error {
 		return nil
 	}
 	if path == "" {
-		return missingRuntime("", errors.New("no library configured"))
+		return missingRuntime("", fmt.Errorf("none configured, and none found at %s", strings.Join(LibraryCandidates(), ", ")))
 	}
 	if _, err := os.Stat(path); err != nil {
 		return missingRuntime(path, err)
@@ -79,6 +84,38 @@ func RuntimeVersion() string {
 }
 
 // missingRuntime says what is missing and how to install it.
+// LibraryCandidates lists where FindLibrary looks for the ONNX Runtime
+// library, in order: beside the strata binary, where the release tarball
+// and .deb put it (../lib/strata from the binary, /usr/lib/strata), where
+// `make setup-ort` puts it in a source checkout (../.deps from bin/strata,
+// or .deps in the working directory), and the system's library folders.
+func LibraryCandidates() []string {
+	const name = "libonnxruntime.so.1"
+	var out []string
+	if exe, err := os.Executable(); err == nil {
+		if real, err := filepath.EvalSymlinks(exe); err == nil {
+			exe = real
+		}
+		dir := filepath.Dir(exe)
+		out = append(out, filepath.Join(dir, name), filepath.Join(dir, "..", "lib", "strata", name), filepath.Join(dir, "..", ".deps", "onnxruntime", name))
+	}
+	return append(out, filepath.Join(".deps", "onnxruntime", name), "/usr/lib/strata/"+name, "/usr/local/lib/"+name, "/usr/lib/"+name)
+}
+
+// FindLibrary returns the first of LibraryCandidates that exists, as an
+// absolute path, or "".
+func FindLibrary() string {
+	for _, p := range LibraryCandidates() {
+		if st, err := os.Stat(p); err == nil && !st.IsDir() {
+			if abs, err := filepath.Abs(p); err == nil {
+				return abs
+			}
+			return p
+		}
+	}
+	return ""
+}
+
 func missingRuntime(path string, err error) error {
 	where := "ONNX Runtime library"
 	if path != "" {
