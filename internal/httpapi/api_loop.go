@@ -82,10 +82,15 @@ func (s *Server) handleJobLogs(w http.ResponseWriter, r *http.Request) {
 		httpjson.Error(w, http.StatusInternalServerError, "", "%v", err)
 		return
 	}
-	if j.Node != s.cfg.Mesh.Name() && r.Header.Get(serving.HeaderForwarded) == "" {
-		n, err := s.cfg.Mesh.Node(j.Node)
+	// A gang's rank ran on its own node, which keeps its log.
+	node := j.Node
+	if rank < len(j.Nodes) {
+		node = j.Nodes[rank]
+	}
+	if node != s.cfg.Mesh.Name() && r.Header.Get(serving.HeaderForwarded) == "" {
+		n, err := s.cfg.Mesh.Node(node)
 		if err != nil || n.Status != mesh.StatusAlive || n.Addrs.API == "" {
-			httpjson.Error(w, http.StatusBadGateway, "", "job %s ran on %s, which is not reachable now", name, j.Node)
+			httpjson.Error(w, http.StatusBadGateway, "", "rank %d of job %s ran on %s, which is not reachable now", rank, name, node)
 			return
 		}
 		header := http.Header{}
@@ -94,7 +99,7 @@ func (s *Server) handleJobLogs(w http.ResponseWriter, r *http.Request) {
 		}
 		resp, err := s.cfg.Forwarder.Send(r.Context(), n, http.MethodGet, r.URL.RequestURI(), header, nil)
 		if err != nil {
-			httpjson.Error(w, http.StatusBadGateway, "", "fetching the log from %s: %v", j.Node, err)
+			httpjson.Error(w, http.StatusBadGateway, "", "fetching the log from %s: %v", node, err)
 			return
 		}
 		serving.CopyResponse(w, resp)
