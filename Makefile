@@ -3,6 +3,7 @@
 #   make demo    set up, build, and run the dev mesh (ARGS=--once exits after printing it)
 #   make test    set up, then run every test (race detector on the concurrent packages)
 #   make bench   run the benchmarks and print a table with ratios
+#   make battery hostile gossip and API load against real agents: a table
 #   make release build the linux/amd64 and linux/arm64 tarballs and .debs
 #                into bin/release (VERSION=, ARCHES= override)
 #   make test-release  check the artifacts: .deb contents, arm64 under qemu
@@ -17,7 +18,7 @@ ARGS    ?=
 export STRATA_ORT_LIB ?= $(CURDIR)/.deps/onnxruntime/libonnxruntime.so.1
 export STRATA_DEMO_DATA ?= $(CURDIR)/.deps/data/breast_cancer.csv
 
-.PHONY: all build demo test test-short race bench fuzz setup setup-go setup-ort setup-debs setup-data vet fmt lint clean release test-release
+.PHONY: all build demo test test-short race bench battery fuzz setup setup-go setup-ort setup-debs setup-data vet fmt lint clean release test-release
 
 all: build
 
@@ -48,6 +49,11 @@ test: setup
 
 bench: setup build
 	@bash scripts/bench.sh
+
+# Hostile input against three real agents on loopback: a table of packets,
+# panics, log lines/s, RSS, peers marked failed, 413 and 429 answers.
+battery: setup
+	STRATA_BATTERY=1 $(GO) test -count=1 -run '^TestBattery$$' -v ./cmd/strata/
 
 # Every fuzz target for FUZZTIME each (default 5m); `make test` runs their
 # seed corpora as ordinary tests.
