@@ -16,10 +16,13 @@ import (
 	"github.com/strata-mesh/strata/storage"
 )
 
-type fakeMesh struct{ local mesh.NodeState }
+type fakeMesh struct {
+	local mesh.NodeState
+	nodes []mesh.Node
+}
 
 func (f fakeMesh) Local() mesh.NodeState    { return f.local }
-func (f fakeMesh) Nodes() []mesh.Node       { return nil }
+func (f fakeMesh) Nodes() []mesh.Node       { return f.nodes }
 func (f fakeMesh) Changed() <-chan struct{} { return make(chan struct{}) }
 
 // noArtifacts holds nothing: every lookup misses.
@@ -71,7 +74,7 @@ func TestPlacementBeforeItsPolicyWaits(t *testing.T) {
 	owner.Deliver(runner, "placements/TrainingJob/retrain-1")
 
 	r := New(Config{Name: "gpu-2", DataDir: t.TempDir(), Catalog: runnerCat, Artifacts: noArtifacts{},
-		Mesh: fakeMesh{mesh.NodeState{Assignments: []mesh.Assignment{{Key: "TrainingJob/retrain-1", Epoch: 1, Accepted: true}}}}})
+		Mesh: fakeMesh{local: mesh.NodeState{Assignments: []mesh.Assignment{{Key: "TrainingJob/retrain-1", Epoch: 1, Accepted: true}}}}})
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	r.reconcile(ctx)
@@ -99,6 +102,75 @@ func TestPlacementBeforeItsPolicyWaits(t *testing.T) {
 		}
 		if time.Now().After(deadline) {
 			t.Fatalf("job record after the policy arrived: %+v, %v", j, err)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+const gangSource = `apiVersion: strata/v1
+kind: TrainingJob
+metadata: {name: gang-1}
+spec:
+  gang: {nodes: 2}
+  resources: {cpu: "1", memory: 1Gi}
+  data:
+    - dataset: cases
+  launcher: exec
+  command: ["true"]
+  retries: 1
+`
+
+// TestGangWaitsForEveryAdmission: a member of a two-node gang does nothing
+// (no job, no gang record, no rank) while the other node has not admitted
+// its share; once it has, the gang starts, and a member that cannot get
+// its data fails the attempt, then the retry, then the job.
+func TestGangWaitsForEveryAdmission(t *testing.T) {
+	t.Parallel()
+	store := catalogtest.NewStore()
+	cat := catalog.New(store, nil)
+	pol, err := cat.Policies.Put(catalog.Policy{Kind: "TrainingJob", Name: "gang-1", Source: gangSource, Generation: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	rec := catalog.Placement{Key: "TrainingJob/gang-1", Kind: "TrainingJob", Name: "gang-1", Epoch: 1, Generation: 1,
+		State: catalog.StatePending, Nodes: []catalog.PlacedNode{{Name: "n1", Rank: 0}, {Name: "n2", Rank: 1}}}
+	if _, err := cat.Placements.Put(rec, pol.Ref()); err != nil {
+		t.Fatal(err)
+	}
+	admitted := mesh.Assignment{Key: rec.Key, Epoch: 1, Accepted: true}
+	self := mesh.NodeState{Name: "n1", Addrs: mesh.Addrs{Gossip: "127.0.0.1:7946"}, Assignments: []mesh.Assignment{admitted}}
+	other := mesh.Node{NodeState: mesh.NodeState{Name: "n2", Addrs: mesh.Addrs{Gossip: "127.0.0.1:7947"}}, Status: mesh.StatusAlive}
+	r := New(Config{Name: "n1", DataDir: t.TempDir(), Catalog: cat, Artifacts: noArtifacts{}, Mesh: fakeMesh{local: self, nodes: []mesh.Node{other}}})
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	r.reconcile(ctx)
+	if _, ok := r.running(rec.Key); ok {
+		t.Fatal("a gang member started before every member admitted")
+	}
+	if _, err := cat.Gangs.Get("gang-1"); err == nil {
+		t.Fatal("a gang record was written before every member admitted")
+	}
+
+	other.Assignments = []mesh.Assignment{admitted}
+	r.cfg.Mesh = fakeMesh{local: self, nodes: []mesh.Node{other}}
+	r.reconcile(ctx)
+	if _, ok := r.running(rec.Key); !ok {
+		t.Fatal("the gang did not start once every member admitted")
+	}
+	// n2 never answers here; n1's own member fails on its data, twice.
+	deadline := time.Now().Add(20 * time.Second)
+	for {
+		j, err := cat.Jobs.Value("gang-1")
+		if err == nil && j.Terminal() {
+			g, gerr := cat.Gangs.Value("gang-1")
+			if j.State != catalog.JobFailed || !strings.Contains(j.Error, "member n1 failed") || !strings.Contains(j.Error, "data cases") ||
+				gerr != nil || g.State != catalog.GangFailed || g.Attempt != 2 {
+				t.Fatalf("job %+v\ngang %+v %v; want both failed at attempt 2 on n1's data", j, g, gerr)
+			}
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("job record: %+v, %v", j, err)
 		}
 		time.Sleep(10 * time.Millisecond)
 	}
