@@ -6,11 +6,13 @@
 #                     package's conformance test.
 #   chromium          a headless browser the web dashboard's tests drive
 #                     (internal/ui, through the DevTools protocol).
+#   python3-torch     PyTorch (CPU, Gloo) and ONNX for Python: the PyTorch DDP
+#   python3-onnx      example runs as a multi-node gang in internal/jobs' tests.
 #
 # Packages already installed are skipped, so running this again is cheap. On a
 # machine without apt-get the tests that need these packages skip.
 set -euo pipefail
-pkgs=(libonnx-testdata chromium)
+pkgs=(libonnx-testdata chromium python3-torch python3-onnx)
 missing=()
 for p in "${pkgs[@]}"; do
 	dpkg -s "$p" >/dev/null 2>&1 || missing+=("$p")
