@@ -6,7 +6,8 @@
 //     per-feature reference summary of its training data for drift
 //     detection (infer/drift);
 //   - a launcher that runs a job's command on every gang member with the
-//     environment torchrun and PyTorch DDP expect.
+//     environment torchrun and PyTorch DDP expect (all members here, or,
+//     with Job.Node, one node's members of a gang spanning several nodes).
 //
 // Use the built-in trainer:
 //

@@ -2,7 +2,9 @@
 // admitted rank 0 of a TrainingJob's placement, it pulls the job's data,
 // launches it (the built-in trainer or an exec command), records every
 // state change in the catalog's jobs table, and registers the model the job
-// leaves as a signed version.
+// leaves as a signed version. An exec job placed on several nodes runs as a
+// gang: every member node launches its own ranks once the whole gang is
+// admitted and ready, and rank 0's node leads it (gang.go).
 //
 //	r := jobs.New(jobs.Config{Name: "gpu-1", DataDir: dir, Mesh: m, Catalog: cat, Artifacts: svc})
 //	go r.Run(ctx)
