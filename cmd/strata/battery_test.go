@@ -70,11 +70,13 @@ func TestBattery(t *testing.T) {
 		rssBefore, rssAfter  int64
 		peersFailed          int
 		status413, status429 int64
+		fds                  string // open descriptors: before → peak → after
 	}
 	// watch runs load for d while watching the others' view of the target
 	// and the target's log, and fills a row.
 	watch := func(name string, d time.Duration, load func(stop <-chan struct{}) (sent, s413, s429 int64)) row {
 		r := row{name: name, rssBefore: rss(t, target)}
+		fds0, peak := fds(target), 0
 		lines0 := strings.Count(target.log.String(), "\n")
 		stop := make(chan struct{})
 		var failed sync.Map
@@ -93,6 +95,7 @@ func TestBattery(t *testing.T) {
 						failed.Store(p.name, true)
 					}
 				}
+				peak = max(peak, fds(target))
 			}
 		}()
 		done := make(chan [3]int64, 1)
@@ -107,6 +110,7 @@ func TestBattery(t *testing.T) {
 		r.sent, r.status413, r.status429 = res[0], res[1], res[2]
 		r.linesPerSec = float64(strings.Count(target.log.String(), "\n")-lines0) / d.Seconds()
 		r.rssAfter = rss(t, target)
+		r.fds = fmt.Sprintf("%d → %d → %d", fds0, peak, fds(target))
 		failed.Range(func(any, any) bool { r.peersFailed++; return true })
 		if target.cmd.ProcessState != nil || strings.Contains(target.log.String(), "panic:") {
 			r.panics = 1
@@ -212,12 +216,33 @@ func TestBattery(t *testing.T) {
 		return sent.Load(), s413.Load(), s429.Load()
 	}))
 
+	// Slow bodies: headers, then nothing. The API cuts a body idle for 30 s
+	// and takes at most 1024 connections; the row runs past the timeout.
+	rows = append(rows, watch("API: 1,500 connections that send headers, then no body", 36*time.Second, func(stop <-chan struct{}) (int64, int64, int64) {
+		var conns []net.Conn
+		defer func() {
+			for _, c := range conns {
+				c.Close()
+			}
+		}()
+		for range 1500 {
+			c, err := net.DialTimeout("tcp", target.api, time.Second)
+			if err != nil {
+				continue
+			}
+			conns = append(conns, c)
+			fmt.Fprintf(c, "POST /v1/policies HTTP/1.1\r\nHost: x\r\nContent-Type: application/yaml\r\nContent-Length: 1000\r\n\r\nkind")
+		}
+		<-stop
+		return int64(len(conns)), 0, 0
+	}))
+
 	var out strings.Builder
 	tw := tabwriter.NewWriter(&out, 0, 4, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprintln(tw, "row\tsent\tpanics\tlog lines/s\tRSS before MB\tRSS after MB\tpeers marked failed\t413\t429\t")
+	fmt.Fprintln(tw, "row\tsent\tpanics\tlog lines/s\tRSS before MB\tRSS after MB\tpeers marked failed\t413\t429\tfds before → peak → after\t")
 	for _, r := range rows {
-		fmt.Fprintf(tw, "%s\t%d\t%d\t%.1f\t%.0f\t%.0f\t%d\t%d\t%d\t\n", r.name, r.sent, r.panics, r.linesPerSec,
-			float64(r.rssBefore)/(1<<20), float64(r.rssAfter)/(1<<20), r.peersFailed, r.status413, r.status429)
+		fmt.Fprintf(tw, "%s\t%d\t%d\t%.1f\t%.0f\t%.0f\t%d\t%d\t%d\t%s\t\n", r.name, r.sent, r.panics, r.linesPerSec,
+			float64(r.rssBefore)/(1<<20), float64(r.rssAfter)/(1<<20), r.peersFailed, r.status413, r.status429, r.fds)
 	}
 	tw.Flush()
 	fmt.Print("\n" + out.String())
@@ -253,6 +278,12 @@ func sealed(key []byte, version byte, plain []byte) []byte {
 	nonce := make([]byte, gcm.NonceSize())
 	_, _ = rand.Read(nonce)
 	return gcm.Seal(append([]byte{version}, nonce...), nonce, plain, nil)
+}
+
+// fds counts a process's open file descriptors.
+func fds(p *proc) int {
+	es, _ := os.ReadDir(fmt.Sprintf("/proc/%d/fd", p.cmd.Process.Pid))
+	return len(es)
 }
 
 // rss is a process's resident set size in bytes, from /proc.
