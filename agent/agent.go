@@ -172,6 +172,7 @@ func New(cfg Config) (*Agent, error) {
 		Registerer:    a.reg,
 		Memberlist:    cfg.MeshTimings,
 		PacketDelay:   cfg.PacketDelay,
+		Transport:     cfg.GossipTransport,
 	})
 	if err != nil {
 		return fail(explainNoAddress(err))

@@ -46,6 +46,9 @@ func devMeshWAN(t testing.TB, n int, wan bool, tweaks ...func(*Config)) []*Agent
 	if _, err := crand.Read(key); err != nil {
 		t.Fatal(err)
 	}
+	// Gossip runs on an in-memory network of the test's own, unless the
+	// test wants WAN delays (those are added on real sockets).
+	network := &meshtest.Network{}
 	for i, cfg := range DevConfigs(n, t.TempDir(), "127.0.0.1:0") {
 		cfg.GossipKey = base64.StdEncoding.EncodeToString(key)
 		cfg.MeshTimings = meshtest.FastTimings
@@ -56,6 +59,8 @@ func devMeshWAN(t testing.TB, n int, wan bool, tweaks ...func(*Config)) []*Agent
 		cfg.ProcRoot = "discover/testdata/proc"
 		if wan {
 			cfg.PacketDelay = dn.Delay(cfg.Site)
+		} else {
+			cfg.GossipTransport = network.NewTransport(cfg.Name)
 		}
 		for _, tw := range tweaks {
 			tw(&cfg)

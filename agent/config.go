@@ -146,6 +146,9 @@ type Config struct {
 	// PKI holds key material as PEM, overriding the *File settings (the dev
 	// mesh makes its own).
 	PKI PKI `yaml:"-"`
+	// GossipTransport carries gossip instead of real sockets (tests: an
+	// in-memory network); nil means UDP and TCP on Bind.
+	GossipTransport memberlist.Transport `yaml:"-"`
 	// PacketDelay emulates WAN latency on outgoing gossip (the dev mesh);
 	// see mesh.Config.PacketDelay.
 	PacketDelay func(toAddr string) time.Duration `yaml:"-"`
