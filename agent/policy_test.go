@@ -67,6 +67,11 @@ func TestPlanApplyAndReplace(t *testing.T) {
 	if code != http.StatusOK {
 		t.Fatalf("apply = %d %s", code, body)
 	}
+	// Nothing is published in this mesh: the apply says the model is not.
+	var first []ApplyResult
+	if json.Unmarshal(body, &first) != nil || len(first) != 1 || len(first[0].Warnings) != 1 || !strings.Contains(first[0].Warnings[0], "is not published") {
+		t.Errorf("apply of a service whose model is not published: %s; want a warning", body)
+	}
 	key := "InferenceService/fraud-scorer"
 	var placed PlacementRecord
 	meshtest.WaitFor(t, 60*time.Second, "fraud-scorer placed, seen the same by every agent", func() bool {

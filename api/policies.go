@@ -29,6 +29,9 @@ type ApplyResult struct {
 	Generation uint64 `json:"generation"`
 	// Changed is false when the same source was applied again.
 	Changed bool `json:"changed"`
+	// Warnings name what the policy refers to that does not exist yet
+	// (a model or dataset version not published): it waits for them.
+	Warnings []string `json:"warnings,omitempty"`
 }
 
 // PolicyError is one problem in a policy document, with its position. A

@@ -96,6 +96,9 @@ func runApply(args []string, stdout, stderr io.Writer) error {
 			verb = "unchanged"
 		}
 		fmt.Fprintf(stdout, "%s %s (generation %d)\n", r.Policy, verb, r.Generation)
+		for _, w := range r.Warnings {
+			fmt.Fprintf(stderr, "warning: %s\n", w)
+		}
 	}
 	return nil
 }

@@ -1,6 +1,7 @@
 package httpapi
 
 import (
+	"cmp"
 	"errors"
 	"fmt"
 	"io"
@@ -11,7 +12,9 @@ import (
 
 	"github.com/strata-mesh/strata/internal/controller"
 	"github.com/strata-mesh/strata/internal/httpjson"
+	"github.com/strata-mesh/strata/internal/serving"
 	"github.com/strata-mesh/strata/policy"
+	"github.com/strata-mesh/strata/storage"
 
 	"github.com/strata-mesh/strata/internal/catalog"
 	"github.com/strata-mesh/strata/mesh"
@@ -128,6 +131,43 @@ type ApplyResult struct {
 	Generation uint64 `json:"generation"`
 	// Changed is false when the same source was applied again.
 	Changed bool `json:"changed"`
+	// Warnings name what the policy refers to that does not exist yet
+	// (a model or dataset version not published): it waits for them.
+	Warnings []string `json:"warnings,omitempty"`
+}
+
+// missing lists what p refers to that is not published (as far as this
+// agent knows): the model an InferenceService serves, the datasets a
+// TrainingJob reads.
+func (s *Server) missing(p catalog.Policy) []string {
+	doc, err := p.Document()
+	if err != nil {
+		return nil
+	}
+	var out []string
+	if svc := doc.InferenceService; svc != nil {
+		if _, err := serving.ModelManifest(s.cfg.Artifacts, svc.Model); errors.Is(err, mesh.ErrNotFound) {
+			ref := cmp.Or(svc.Model.Digest, svc.Model.Name+":"+cmp.Or(svc.Model.Version, "latest"))
+			out = append(out, fmt.Sprintf("model %s is not published (strata push it): %s waits for it", ref, p.Key()))
+		}
+	}
+	if job := doc.TrainingJob; job != nil {
+		for _, d := range job.Data {
+			var err error
+			ref := d.Dataset
+			if d.Artifact != "" {
+				ref = d.Artifact
+				_, err = s.cfg.Artifacts.ByDigest(d.Artifact)
+			} else if d.Dataset != "" {
+				name, version, _ := strings.Cut(d.Dataset, ":")
+				_, err = s.cfg.Artifacts.Lookup(storage.KindDataset, name, version)
+			}
+			if errors.Is(err, mesh.ErrNotFound) {
+				out = append(out, fmt.Sprintf("dataset %s is not published (strata push --kind dataset): %s waits for it", ref, p.Key()))
+			}
+		}
+	}
+	return out
 }
 
 func (s *Server) handleApply(w http.ResponseWriter, r *http.Request) {
@@ -153,7 +193,7 @@ func (s *Server) handleApply(w http.ResponseWriter, r *http.Request) {
 	}
 	var out []ApplyResult
 	for _, p := range recs {
-		res := ApplyResult{Policy: p.Key(), Changed: true, Generation: 1}
+		res := ApplyResult{Policy: p.Key(), Changed: true, Generation: 1, Warnings: s.missing(p)}
 		if old, err := s.cfg.Catalog.Policies.Value(p.Key()); err == nil {
 			res.Generation = old.Generation + 1
 			if old.Source == p.Source {
