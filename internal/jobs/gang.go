@@ -4,17 +4,21 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/hex"
+	"errors"
 	"fmt"
 	"net"
 	"os"
 	"path/filepath"
 	"slices"
 	"sort"
+	"strings"
 	"time"
 
 	"github.com/strata-mesh/strata/internal/catalog"
 	"github.com/strata-mesh/strata/mesh"
+	"github.com/strata-mesh/strata/mesh/dataplane"
 	"github.com/strata-mesh/strata/policy"
+	"github.com/strata-mesh/strata/storage"
 	"github.com/strata-mesh/strata/trainer"
 )
 
@@ -114,9 +118,14 @@ func (j *Runner) ranksOf(rec catalog.Placement) ([]trainer.Member, bool) {
 	return out, true
 }
 
-// freePort returns a TCP port free on host now.
+// freePort returns a TCP port free on host now (on every interface when
+// host is not one of this machine's, as behind a NAT that advertises
+// another address).
 func freePort(host string) (int, error) {
 	ln, err := net.Listen("tcp", net.JoinHostPort(host, "0"))
+	if err != nil {
+		ln, err = net.Listen("tcp", ":0")
+	}
 	if err != nil {
 		return 0, fmt.Errorf("allocating MASTER_PORT on %s: %w", host, err)
 	}
@@ -167,13 +176,14 @@ func (j *Runner) leadGang(parent, ctx context.Context, rec catalog.Placement, do
 		Job: rec.Name, Key: rec.Key, Run: newRunID(), Generation: rec.Generation, Epoch: rec.Epoch,
 		MasterAddr: ranks[0].Addr, Ranks: ranks,
 	}
+	data := j.dataDeps(spec)
 	for attempt := 1; attempt <= spec.Retries+1; attempt++ {
 		g.Attempt, g.State, g.Message = attempt, catalog.GangStarting, ""
 		if g.MasterPort, err = freePort(g.MasterAddr); err != nil {
 			break
 		}
-		j.putGang(g)
-		err = j.awaitGang(ctx, &g, &jr)
+		j.putGang(g, data...)
+		err = j.awaitGang(ctx, &g, &jr, data)
 		if err == nil || ctx.Err() != nil {
 			break
 		}
@@ -206,7 +216,7 @@ func (j *Runner) endGang(parent context.Context, g catalog.Gang, jr catalog.Job,
 
 // awaitGang drives one attempt: it marks it running once every member is
 // ready and returns nil once every member succeeded, or why it failed.
-func (j *Runner) awaitGang(ctx context.Context, g *catalog.Gang, jr *catalog.Job) error {
+func (j *Runner) awaitGang(ctx context.Context, g *catalog.Gang, jr *catalog.Job, data []mesh.Dep) error {
 	var nodes []string
 	for _, r := range g.Ranks {
 		if !slices.Contains(nodes, r.Node) {
@@ -223,7 +233,10 @@ func (j *Runner) awaitGang(ctx context.Context, g *catalog.Gang, jr *catalog.Job
 			statuses[i] = trainer.MemberStatus{Rank: i, Node: r.Node, State: trainer.StatePending, ExitCode: -1}
 		}
 		for _, node := range nodes {
-			if err := j.nodeGone(node); err != nil {
+			// A node gone while the gang runs fails the attempt; before it
+			// runs, the gang waits: the controller places the job again
+			// (a new epoch, which ends this run without a verdict).
+			if err := j.nodeGone(node); err != nil && g.State == catalog.GangRunning {
 				return err
 			}
 			m, err := j.cfg.Catalog.GangMembers.Value(rec2member(g.Job, node))
@@ -247,7 +260,7 @@ func (j *Runner) awaitGang(ctx context.Context, g *catalog.Gang, jr *catalog.Job
 		}
 		if g.State == catalog.GangStarting && ready == len(nodes) {
 			g.State = catalog.GangRunning
-			j.putGang(*g)
+			j.putGang(*g, data...)
 			jr.State, jr.Attempt = catalog.JobRunning, g.Attempt
 			if jr.Started.IsZero() {
 				jr.Started = time.Now().UTC()
@@ -291,9 +304,33 @@ func (j *Runner) nodeGone(name string) error {
 	return nil // not known here yet: replication lag, not a failure
 }
 
-func (j *Runner) putGang(g catalog.Gang) {
-	g.Updated = time.Now().UTC()
+// dataDeps names the manifests of the job's data as held here: the gang
+// record depends on them, so that a member acts on it only once they have
+// replicated to it (and never fails on its data for replication lag).
+func (j *Runner) dataDeps(spec *policy.TrainingJobSpec) []mesh.Dep {
 	var deps []mesh.Dep
+	for _, d := range spec.Data {
+		var m storage.Manifest
+		var err error
+		if d.Artifact != "" {
+			m, err = j.cfg.Artifacts.ByDigest(d.Artifact, storage.KindDataset, storage.KindModel)
+		} else {
+			name, version, _ := strings.Cut(d.Dataset, ":")
+			m, err = j.cfg.Artifacts.Lookup(storage.KindDataset, name, version)
+		}
+		if err != nil {
+			continue // the members say what is missing
+		}
+		if ref, ok := j.cfg.Catalog.Manifests.Ref(string(m.Kind) + "/" + m.Name + "/" + m.Version); ok {
+			deps = append(deps, ref)
+		}
+	}
+	return deps
+}
+
+func (j *Runner) putGang(g catalog.Gang, data ...mesh.Dep) {
+	g.Updated = time.Now().UTC()
+	deps := slices.Clone(data)
 	if ref, ok := j.cfg.Catalog.Placements.Ref(g.Key); ok {
 		deps = append(deps, ref)
 	}
@@ -432,10 +469,24 @@ func (m *gangMember) step(ctx context.Context, g catalog.Gang) bool {
 	return false
 }
 
-// prepare pulls the job's data once for every attempt.
+// dataLag bounds how long a member waits for the job's data to show up
+// here (its manifest, or a holder in the nodes' documents) before it
+// reports the data missing (a variable for tests).
+var dataLag = 30 * time.Second
+
+// prepare pulls the job's data once for every attempt. Data not found here
+// yet, or with no holder known yet, is waited for (replication lag), up to
+// dataLag.
 func (m *gangMember) prepare(ctx context.Context) (trainer.Job, error) {
 	jr := catalog.Job{Name: m.rec.Name, Key: m.rec.Key, Launcher: "exec"}
-	job, _, err := m.j.prepare(ctx, jr, m.spec, m.dir)
+	var job trainer.Job
+	var err error
+	wctx, cancel := context.WithTimeout(ctx, dataLag)
+	defer cancel()
+	_ = m.j.until(wctx, func() bool {
+		job, _, err = m.j.prepare(ctx, jr, m.spec, m.dir)
+		return err == nil || !(errors.Is(err, mesh.ErrNotFound) || errors.Is(err, dataplane.ErrNoHolders))
+	})
 	if err != nil {
 		return job, err
 	}

@@ -15,6 +15,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strconv"
 	"strings"
 	"syscall"
@@ -314,14 +315,23 @@ func TestDDPGangAcrossThreeAgents(t *testing.T) {
 // stops, starts again at attempt 2 from rank 0's checkpoint, and finishes.
 func TestDDPGangRestartsWhenARankIsKilled(t *testing.T) {
 	torchPython(t)
-	agents, _ := gangMesh(t, 3, ortLib(t))
+	agents, dirs := gangMesh(t, 3, ortLib(t))
+	// Only this mesh's ranks: other test processes on the host may run
+	// this job too.
+	root := filepath.Dir(dirs[agents[0].Name()])
 	killed := 0
 	j := runDDP(t, agents, "ddp-kill", `, STALL_AFTER_EPOCH: "1"`, 1, func() {
 		// Every rank holds after epoch 1 of attempt 1; rank 2 is killed there.
 		meshtest.WaitFor(t, 3*time.Minute, "rank 2 to hold after epoch 1", func() bool {
+			if code, body := call(t, agents[0].Handler(), http.MethodGet, "/v1/jobs/ddp-kill", nil); code == http.StatusOK {
+				var j jobView
+				if json.Unmarshal(body, &j) == nil && (j.Attempt > 1 || j.State == "failed" || j.State == "succeeded") {
+					t.Fatalf("the first attempt ended before rank 2 was killed: %s", body)
+				}
+			}
 			for _, a := range agents {
 				if strings.Contains(rankLogQuiet(a.Handler(), "ddp-kill", 2), "rank 2 holding after epoch 1") {
-					killed = rankPID("ddp-kill", 2, 1)
+					killed = rankPID(root, "ddp-kill", 2, 1)
 					return killed > 0
 				}
 			}
@@ -350,8 +360,8 @@ func rankLogQuiet(h http.Handler, job string, rank int) string {
 }
 
 // rankPID finds the process of a job's rank at an attempt by its
-// environment (0 when none).
-func rankPID(job string, rank, attempt int) int {
+// environment, among those whose data lies under root (0 when none).
+func rankPID(root, job string, rank, attempt int) int {
 	procs, _ := filepath.Glob("/proc/[0-9]*/environ")
 	want := []string{"STRATA_JOB_ID=" + job, "RANK=" + strconv.Itoa(rank), "STRATA_ATTEMPT=" + strconv.Itoa(attempt)}
 	for _, p := range procs {
@@ -360,9 +370,11 @@ func rankPID(job string, rank, attempt int) int {
 			continue
 		}
 		env := strings.Split(string(b), "\x00")
-		all := true
+		all := slices.ContainsFunc(env, func(e string) bool {
+			return strings.HasPrefix(e, "STRATA_DATASET_DIR="+root+string(filepath.Separator))
+		})
 		for _, w := range want {
-			all = all && containsString(env, w)
+			all = all && slices.Contains(env, w)
 		}
 		if all {
 			pid, _ := strconv.Atoi(filepath.Base(filepath.Dir(p)))
@@ -370,13 +382,4 @@ func rankPID(job string, rank, attempt int) int {
 		}
 	}
 	return 0
-}
-
-func containsString(ss []string, s string) bool {
-	for _, x := range ss {
-		if x == s {
-			return true
-		}
-	}
-	return false
 }

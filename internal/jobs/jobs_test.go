@@ -125,7 +125,10 @@ spec:
 // its share; once it has, the gang starts, and a member that cannot get
 // its data fails the attempt, then the retry, then the job.
 func TestGangWaitsForEveryAdmission(t *testing.T) {
-	t.Parallel()
+	// Not parallel: it shortens how long a member waits for its data.
+	saved := dataLag
+	dataLag = 100 * time.Millisecond
+	t.Cleanup(func() { dataLag = saved })
 	store := catalogtest.NewStore()
 	cat := catalog.New(store, nil)
 	pol, err := cat.Policies.Put(catalog.Policy{Kind: "TrainingJob", Name: "gang-1", Source: gangSource, Generation: 1})
