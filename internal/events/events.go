@@ -62,14 +62,17 @@ func New(cat *catalog.Catalog) *Stream {
 // Run derives events until ctx ends. What the catalog holds when Run
 // starts is the baseline, not news.
 func (e *Stream) Run(ctx context.Context) {
+	// The change channel is taken before each scan, so a write landing
+	// during a scan wakes the next one rather than being missed.
+	changed := e.cat.Changed()
 	e.scan(false) // what is already there is the baseline, not news
 	for {
-		changed := e.cat.Changed()
 		select {
 		case <-ctx.Done():
 			return
 		case <-changed:
 		}
+		changed = e.cat.Changed()
 		e.scan(true)
 	}
 }
