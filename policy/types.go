@@ -345,6 +345,13 @@ type Builtin struct {
 	LearningRate float64 `yaml:"learningRate" json:"learningRate"`
 	// Label is the name of the label column.
 	Label string `yaml:"label" json:"label,omitempty"`
+	// Holdout is the fraction of rows kept out of training to measure the
+	// model's accuracy, 0 to 0.9. Default 0.2; 0 trains on every row and
+	// reports the accuracy on the training rows.
+	Holdout float64 `yaml:"holdout" json:"holdout"`
+	// Seed drives initialisation, the holdout split and shuffling: the
+	// same data, settings and seed give the same model bytes. Default 1.
+	Seed int64 `yaml:"seed" json:"seed"`
 }
 
 // Duration is a time.Duration written as "20ms", "1.5s", "2h".

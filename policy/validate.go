@@ -162,6 +162,12 @@ func (s *TrainingJobSpec) setDefaults(p string, set func(string) bool) {
 		if b.LearningRate == 0 {
 			b.LearningRate = 0.01
 		}
+		if b.Holdout == 0 && !set(p+".builtin.holdout") {
+			b.Holdout = 0.2
+		}
+		if b.Seed == 0 && !set(p+".builtin.seed") {
+			b.Seed = 1
+		}
 	}
 	if s.MaxDuration == 0 {
 		s.MaxDuration = Duration(24 * time.Hour)
@@ -425,6 +431,9 @@ func (d *decoder) training(s *TrainingJobSpec, p string) {
 			}
 			if !(b.LearningRate >= 0 && b.LearningRate <= 10) || (b.LearningRate == 0 && d.isSet(p+".builtin.learningRate")) {
 				d.errField(p+".builtin.learningRate", fmt.Sprintf("want a positive rate up to 10, got %g", b.LearningRate))
+			}
+			if !(b.Holdout >= 0 && b.Holdout <= 0.9) {
+				d.errField(p+".builtin.holdout", fmt.Sprintf("want a fraction of the rows from 0 to 0.9, got %g", b.Holdout))
 			}
 		}
 	default:

@@ -288,15 +288,9 @@ func (j *Runner) prepare(ctx context.Context, jr catalog.Job, spec *policy.Train
 	job.Members = []trainer.Member{{Node: j.cfg.Name, Addr: host, GPUs: gpus}}
 	switch jr.Launcher {
 	case "builtin":
-		cfg := trainer.Config{Kind: trainer.KindLogistic, Seed: 1}
-		if b := spec.Builtin; b != nil {
-			if b.Algorithm == "mlp" {
-				cfg.Kind = trainer.KindMLP
-			}
-			cfg.Hidden, cfg.Epochs, cfg.LearningRate = b.Hidden, b.Epochs, b.LearningRate
-			if b.Label != "" {
-				job.Env = mergeEnv(job.Env, trainer.LabelEnv, b.Label)
-			}
+		cfg := builtinConfig(spec.Builtin)
+		if b := spec.Builtin; b != nil && b.Label != "" {
+			job.Env = mergeEnv(job.Env, trainer.LabelEnv, b.Label)
 		}
 		job.Train = &cfg
 		return job, &trainer.Builtin{Logger: j.log}, nil
@@ -305,6 +299,25 @@ func (j *Runner) prepare(ctx context.Context, jr catalog.Job, spec *policy.Train
 		return job, trainer.NewExec(trainer.ExecOptions{Logger: j.log}), nil
 	}
 	return job, nil, fmt.Errorf("launcher %q: want builtin or exec", jr.Launcher)
+}
+
+// builtinConfig is the built-in trainer's config for a policy's builtin
+// block, as defaulted by the policy parser (nil: logreg with the
+// trainer's defaults).
+func builtinConfig(b *policy.Builtin) trainer.Config {
+	cfg := trainer.Config{Kind: trainer.KindLogistic, Seed: 1}
+	if b == nil {
+		return cfg
+	}
+	if b.Algorithm == policy.AlgorithmMLP {
+		cfg.Kind = trainer.KindMLP
+	}
+	cfg.Hidden, cfg.Epochs, cfg.LearningRate = b.Hidden, b.Epochs, b.LearningRate
+	cfg.Holdout, cfg.Seed = b.Holdout, b.Seed
+	if b.Holdout == 0 {
+		cfg.Holdout = -1 // the policy asked for none; 0 is the trainer's default
+	}
+	return cfg
 }
 
 func mergeEnv(env map[string]string, k, v string) map[string]string {

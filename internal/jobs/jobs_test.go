@@ -13,7 +13,9 @@ import (
 	"github.com/strata-mesh/strata/internal/catalog/catalogtest"
 	"github.com/strata-mesh/strata/mesh"
 	"github.com/strata-mesh/strata/mesh/dataplane"
+	"github.com/strata-mesh/strata/policy"
 	"github.com/strata-mesh/strata/storage"
+	"github.com/strata-mesh/strata/trainer"
 )
 
 type fakeMesh struct {
@@ -176,5 +178,34 @@ func TestGangWaitsForEveryAdmission(t *testing.T) {
 			t.Fatalf("job record: %+v, %v", j, err)
 		}
 		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+// TestBuiltinConfigFromPolicy: the builtin block's holdout and seed reach
+// the trainer, and holdout 0 means none (not the trainer's default).
+func TestBuiltinConfigFromPolicy(t *testing.T) {
+	t.Parallel()
+	parse := func(builtin string) trainer.Config {
+		t.Helper()
+		src := "apiVersion: strata/v1\nkind: TrainingJob\nmetadata: {name: t}\nspec:\n  data: [{dataset: d}]\n  launcher: builtin\n  builtin: " + builtin + "\n"
+		docs, err := policy.Parse("t.yaml", []byte(src))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return builtinConfig(docs[0].TrainingJob.Builtin)
+	}
+	for _, c := range []struct {
+		builtin string
+		holdout float64
+		seed    int64
+	}{
+		{"{algorithm: logreg}", 0.2, 1},
+		{"{holdout: 0, seed: 0}", -1, 0},
+		{"{holdout: 0.3, seed: 42}", 0.3, 42},
+	} {
+		cfg := parse(c.builtin)
+		if cfg.Holdout != c.holdout || cfg.Seed != c.seed {
+			t.Errorf("builtin %s: holdout %v seed %d, want %v and %d", c.builtin, cfg.Holdout, cfg.Seed, c.holdout, c.seed)
+		}
 	}
 }
