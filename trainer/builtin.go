@@ -32,6 +32,8 @@ type Metrics struct {
 	Features []string `json:"features"`
 	// Classes is the number of classes.
 	Classes int `json:"classes"`
+	// ClassNames are the classes' names when the labels were names.
+	ClassNames []string `json:"class_names,omitempty"`
 	// TrainRows and HoldoutRows count the split.
 	TrainRows   int `json:"train_rows"`
 	HoldoutRows int `json:"holdout_rows"`
@@ -121,7 +123,7 @@ func trainDir(ctx context.Context, job Job, cfg Config) (*Metrics, error) {
 	}
 	cfg.EnsureDefaults()
 	m := &Metrics{
-		Kind: cfg.Kind, Features: res.Features, Classes: res.Classes,
+		Kind: cfg.Kind, Features: res.Features, Classes: res.Classes, ClassNames: res.ClassNames,
 		TrainRows: res.TrainRows, HoldoutRows: res.HoldoutRows,
 		Accuracy: res.Accuracy, TrainAccuracy: res.TrainAccuracy, Loss: res.Loss,
 	}

@@ -1,11 +1,14 @@
 package trainer
 
 import (
+	"cmp"
 	"encoding/csv"
 	"errors"
 	"fmt"
 	"io"
+	"maps"
 	"math"
+	"slices"
 	"strconv"
 	"strings"
 )
@@ -26,6 +29,10 @@ type Dataset struct {
 	Y []int
 	// Classes is 1 + the largest label.
 	Classes int
+	// ClassNames are the classes' names when the CSV's label column held
+	// names rather than numbers: class i is ClassNames[i], in sorted
+	// order. Nil for numbered classes.
+	ClassNames []string
 }
 
 // NewDataset returns an empty dataset with the given feature columns and
@@ -59,7 +66,9 @@ func (d *Dataset) Add(row []float64, y int) error {
 func (d *Dataset) Rows() int { return len(d.Y) }
 
 // ReadCSV reads a CSV with a header row. The column named label holds the
-// class (a non-negative integer, written as 0, 1, 2 or 0.0, 1.0…); an empty
+// class: either a non-negative integer in every row (0, 1, 2 or 0.0,
+// 1.0…), or a name in every row (setosa, versicolor…), in which case the
+// classes are the sorted distinct names (Dataset.ClassNames). An empty
 // label means the last column. Every other column must be numeric. Errors
 // wrap ErrDataset and name the line and column.
 func ReadCSV(r io.Reader, label string) (*Dataset, error) {
@@ -95,6 +104,10 @@ func ReadCSV(r io.Reader, label string) (*Dataset, error) {
 			d.Features = append(d.Features, strings.TrimSpace(h))
 		}
 	}
+	// Labels are numbers or names, decided by the whole column: the
+	// first of each kind is kept to say where a column mixes them.
+	var names []string
+	numLine, nameLine := 0, 0
 	for {
 		rec, err := cr.Read()
 		if err == io.EOF {
@@ -106,24 +119,57 @@ func ReadCSV(r io.Reader, label string) (*Dataset, error) {
 		line, _ := cr.FieldPos(0)
 		for i, s := range rec {
 			v, err := strconv.ParseFloat(strings.TrimSpace(s), 64)
+			if i == li {
+				name := strings.TrimSpace(s)
+				switch {
+				case name == "":
+					return nil, fmt.Errorf("%w: line %d column %d (%s): empty label", ErrDataset, line, i+1, header[i])
+				case err != nil:
+					if numLine > 0 {
+						return nil, fmt.Errorf("%w: line %d column %d (%s): label %q is a name but line %d's is a number: use class names or numbers, not both", ErrDataset, line, i+1, header[i], s, numLine)
+					}
+					nameLine = cmp.Or(nameLine, line)
+					names = append(names, name)
+					continue
+				case nameLine > 0:
+					return nil, fmt.Errorf("%w: line %d column %d (%s): label %q is a number but line %d's is a name: use class names or numbers, not both", ErrDataset, line, i+1, header[i], s, nameLine)
+				case v < 0 || v != math.Trunc(v) || v > 1<<16:
+					return nil, fmt.Errorf("%w: line %d column %d (%s): label %q must be a class number 0, 1, 2… or a class name", ErrDataset, line, i+1, header[i], s)
+				}
+				numLine = cmp.Or(numLine, line)
+				d.Y = append(d.Y, int(v))
+				d.Classes = max(d.Classes, int(v)+1)
+				continue
+			}
 			if err != nil || math.IsInf(v, 0) || math.IsNaN(v) {
 				return nil, fmt.Errorf("%w: line %d column %d (%s): %q is not a number", ErrDataset, line, i+1, header[i], s)
 			}
-			if i != li {
-				d.X = append(d.X, v)
-				continue
-			}
-			if v < 0 || v != math.Trunc(v) || v > 1<<16 {
-				return nil, fmt.Errorf("%w: line %d column %d (%s): label %q must be a class number 0, 1, 2…", ErrDataset, line, i+1, header[i], s)
-			}
-			d.Y = append(d.Y, int(v))
-			d.Classes = max(d.Classes, int(v)+1)
+			d.X = append(d.X, v)
 		}
+	}
+	if names != nil {
+		d.ClassNames = slices.Sorted(maps.Keys(setOf(names)))
+		if len(d.ClassNames) > 1<<16 {
+			return nil, fmt.Errorf("%w: %d class names: at most %d", ErrDataset, len(d.ClassNames), 1<<16)
+		}
+		for _, n := range names {
+			y, _ := slices.BinarySearch(d.ClassNames, n)
+			d.Y = append(d.Y, y)
+		}
+		d.Classes = len(d.ClassNames)
 	}
 	if len(d.Y) == 0 {
 		return nil, fmt.Errorf("%w: no data rows", ErrDataset)
 	}
 	return d, nil
+}
+
+func setOf(ss []string) map[string]struct{} {
+	m := make(map[string]struct{}, 8)
+	for _, s := range ss {
+		m[s] = struct{}{}
+	}
+	return m
 }
 
 // WriteCSV writes the dataset with a header, features then the label last,
@@ -140,6 +186,9 @@ func (d *Dataset) WriteCSV(w io.Writer) error {
 			rec[j] = strconv.FormatFloat(d.X[r*f+j], 'g', -1, 64)
 		}
 		rec[f] = strconv.Itoa(y)
+		if d.ClassNames != nil {
+			rec[f] = d.ClassNames[y]
+		}
 		if err := cw.Write(rec); err != nil {
 			return err
 		}

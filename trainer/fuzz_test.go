@@ -15,6 +15,8 @@ func FuzzReadCSV(f *testing.F) {
 		"a,b\n1\n",
 		"\"a\nb\",label\n1,0\n",
 		"a,label\nNaN,1\nInf,0\n",
+		"a,label\n1,cat\n2,dog\n3,cat\n",
+		"a,label\n1,cat\n2,0\n",
 	} {
 		f.Add([]byte(seed), "label")
 	}

@@ -2,6 +2,7 @@ package trainer
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"math"
@@ -53,6 +54,10 @@ type Config struct {
 	// means the encoder's defaults ("input", "output").
 	ONNX onnx.Options
 }
+
+// ClassNamesKey is the ONNX metadata key under which a model trained on
+// named classes carries their names, a JSON array indexed by class.
+const ClassNamesKey = "strata.class_names"
 
 // Config defaults.
 const (
@@ -133,6 +138,10 @@ type Result struct {
 	Features []string
 	// Classes is the number of classes.
 	Classes int
+	// ClassNames are the classes' names, from a CSV whose labels were
+	// names; nil for numbered classes. The model carries them in its
+	// metadata as strata.class_names (a JSON array).
+	ClassNames []string
 	// Accuracy is measured on the holdout rows (on the training rows when
 	// there is no holdout).
 	Accuracy float64
@@ -269,6 +278,11 @@ func Train(ctx context.Context, ds *Dataset, cfg Config) (*Result, error) {
 	opts.Metadata["strata.kind"] = cfg.Kind
 	opts.Metadata["strata.classes"] = strconv.Itoa(ds.Classes)
 	opts.Metadata["strata.features"] = joinNames(ds.Features)
+	if ds.ClassNames != nil {
+		b, _ := json.Marshal(ds.ClassNames)
+		opts.Metadata[ClassNamesKey] = string(b)
+		res.ClassNames = append([]string(nil), ds.ClassNames...)
+	}
 	model, err := onnx.MLP(res.Layers, opts)
 	if err != nil {
 		return nil, fmt.Errorf("trainer: encode model: %w", err)

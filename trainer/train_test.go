@@ -232,6 +232,41 @@ func TestReadCSV(t *testing.T) {
 	}
 }
 
+// TestClassNames: a label column of names gives sorted classes, a model
+// that carries the names in its metadata, and a CSV that reads back the
+// same.
+func TestClassNames(t *testing.T) {
+	in := "x,species\n0.1,versicolor\n2.0,setosa\n0.2,versicolor\n2.1,setosa\n5,virginica\n5.2,virginica\n"
+	ds, err := trainer.ReadCSV(strings.NewReader(in), "species")
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := &trainer.Dataset{Features: []string{"x"}, Label: "species", X: []float64{0.1, 2, 0.2, 2.1, 5, 5.2},
+		Y: []int{1, 0, 1, 0, 2, 2}, Classes: 3, ClassNames: []string{"setosa", "versicolor", "virginica"}}
+	if diff := cmp.Diff(want, ds); diff != "" {
+		t.Fatalf("(-want +got):\n%s", diff)
+	}
+	var buf bytes.Buffer
+	if err := ds.WriteCSV(&buf); err != nil {
+		t.Fatal(err)
+	}
+	if back, err := trainer.ReadCSV(&buf, "species"); err != nil || !cmp.Equal(want, back) {
+		t.Fatalf("round trip: %v\n%s", err, cmp.Diff(want, back))
+	}
+	res, err := trainer.Train(context.Background(), ds, trainer.Config{Epochs: 5, Holdout: -1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !cmp.Equal(res.ClassNames, want.ClassNames) {
+		t.Errorf("result class names %v, want %v", res.ClassNames, want.ClassNames)
+	}
+	for _, s := range []string{trainer.ClassNamesKey, `["setosa","versicolor","virginica"]`} {
+		if !bytes.Contains(res.Model, []byte(s)) {
+			t.Errorf("model metadata lacks %s", s)
+		}
+	}
+}
+
 func TestDatasetAdd(t *testing.T) {
 	ds := trainer.NewDataset([]string{"a", "b"}, "y")
 	for i, row := range [][]float64{{1, 2}, {3, 4}} {
@@ -265,6 +300,9 @@ func TestReadCSVErrors(t *testing.T) {
 		{name: "bad-label", in: "a,y\n1,0.5\n", want: `line 2 column 2 (y): label "0.5"`},
 		{name: "ragged", in: "a,y\n1,0\n1\n", want: "wrong number of fields"},
 		{name: "no-rows", in: "a,y\n", want: "no data rows"},
+		{name: "name-then-number", in: "a,y\n1,cat\n2,1\n", want: `line 3 column 2 (y): label "1" is a number but line 2's is a name`},
+		{name: "number-then-name", in: "a,y\n1,0\n2,dog\n", want: `line 3 column 2 (y): label "dog" is a name but line 2's is a number`},
+		{name: "empty-label", in: "a,y\n1,cat\n2, \n", want: "line 3 column 2 (y): empty label"},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {

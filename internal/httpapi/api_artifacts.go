@@ -234,6 +234,14 @@ func spoolUpload(r *http.Request, dst io.Writer) (map[string]string, string, err
 			names := make([]string, len(ref.Features))
 			for i, f := range ref.Features {
 				names[i] = f.Name
+				if err := f.Validate(); err != nil {
+					return nil, "reference", fmt.Errorf("the reference's features[%d]: %w", i, err)
+				}
+			}
+			if p := ref.Prediction; p != nil {
+				if err := p.Validate(); err != nil {
+					return nil, "reference", fmt.Errorf("the reference's prediction: %w", err)
+				}
 			}
 			meta = map[string]string{catalog.MetaReference: string(b), catalog.MetaFeatures: strings.Join(names, ",")}
 		default:
