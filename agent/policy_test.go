@@ -39,8 +39,9 @@ func TestPlanApplyAndReplace(t *testing.T) {
 				Node, Site, Client string
 			} `json:"placements"`
 		} `json:"decision"`
-		Explanation string `json:"explanation"`
-		Why         string `json:"why"`
+		Explanation string   `json:"explanation"`
+		Why         string   `json:"why"`
+		Warnings    []string `json:"warnings"`
 	}
 	var got []plan
 	meshtest.WaitFor(t, 90*time.Second, "a plan with one replica in each client site", func() bool {
@@ -61,6 +62,9 @@ func TestPlanApplyAndReplace(t *testing.T) {
 	})
 	if !strings.Contains(got[0].Explanation, "InferenceService/fraud-scorer") || !strings.Contains(got[0].Why, "gpu-1") {
 		t.Errorf("explanation:\n%s\nwhy gpu-1:\n%s", got[0].Explanation, got[0].Why)
+	}
+	if len(got[0].Warnings) != 1 || !strings.Contains(got[0].Warnings[0], "is not published") {
+		t.Errorf("plan of a service whose model is not published: warnings %q, want one", got[0].Warnings)
 	}
 
 	code, body := post(t, h, http.MethodPost, "/v1/policies?file=fraud-scorer.yaml", src)

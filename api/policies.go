@@ -58,6 +58,9 @@ type PlanResult struct {
 	// asked.
 	Explanation string `json:"explanation"`
 	Why         string `json:"why,omitempty"`
+	// Warnings name what the policy refers to that is not published: it
+	// would be placed, but would wait for it.
+	Warnings []string `json:"warnings,omitempty"`
 }
 
 // Decision is a placement decision: the chosen nodes with their scores,

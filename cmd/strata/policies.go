@@ -47,6 +47,9 @@ func runPlan(args []string, stdout, stderr io.Writer) error {
 	all := true
 	for _, r := range results {
 		all = all && r.Decision != nil && r.Decision.Feasible
+		for _, w := range r.Warnings {
+			fmt.Fprintf(stderr, "warning: %s\n", w)
+		}
 	}
 	if c.output == "json" {
 		stdout.Write(raw)

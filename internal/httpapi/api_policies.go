@@ -76,6 +76,9 @@ type PlanResult struct {
 	// asked (?why=NODE).
 	Explanation string `json:"explanation"`
 	Why         string `json:"why,omitempty"`
+	// Warnings name what the policy refers to that is not published: it
+	// would be placed, but would wait for it.
+	Warnings []string `json:"warnings,omitempty"`
 }
 
 func (s *Server) handlePlan(w http.ResponseWriter, r *http.Request) {
@@ -116,7 +119,7 @@ func (s *Server) handlePlan(w http.ResponseWriter, r *http.Request) {
 			httpjson.Error(w, http.StatusBadRequest, "", "%s: %v", p.Key(), err)
 			return
 		}
-		res := PlanResult{Policy: p.Key(), Decision: dec, Explanation: dec.String()}
+		res := PlanResult{Policy: p.Key(), Decision: dec, Explanation: dec.String(), Warnings: s.missing(p)}
 		if why != "" {
 			res.Why = dec.Explain(why)
 		}
