@@ -222,8 +222,27 @@ func TestDriftRetrainRollout(t *testing.T) {
 	if err != nil || m.Metadata[MetaReference] == "" || m.Metadata[MetaJob] != jobs[0].Name || m.Signer == "" {
 		t.Errorf("scorer@2 manifest = %+v, %v; want a signed manifest with the job's name and a drift reference", m.Metadata, err)
 	}
-	// The job's log is readable from any agent.
+	// The lineage, from any agent: scorer@2 was made by the retrain job
+	// from scorer@1 after edge-a's drift, and is served where the
+	// rollout promoted it; scorer@1 was pushed.
 	rec := httptest.NewRecorder()
+	agents[1].Handler().ServeHTTP(rec, httptest.NewRequest(http.MethodGet, "/v1/lineage/scorer?version=2", nil))
+	var lin LineageChain
+	if rec.Code != http.StatusOK || json.Unmarshal(rec.Body.Bytes(), &lin) != nil || len(lin.Chain) != 2 {
+		t.Fatalf("GET /v1/lineage/scorer?version=2 = %d %s; want a chain of 2", rec.Code, rec.Body)
+	}
+	l2, l1 := lin.Chain[0], lin.Chain[1]
+	if l := l2.Lineage; l == nil || l.Job != jobs[0].Name || l.Parent == nil || l.Parent.Version != "1" || l.Parent.Digest == "" ||
+		l.RetrainOf != "scorer" || l.Trigger == nil || l.Trigger.Node != edgeA.Name() || l.Launcher != "builtin" ||
+		l.Params["seed"] != "1" || l.Metrics["accuracy"] == 0 || len(l.Nodes) != 1 || l.Nodes[0] != gpu.Name() ||
+		len(l.Data) != 1 || l.Data[0].Name != "cases" || l.Data[0].Digest == "" {
+		t.Errorf("scorer@2 lineage = %+v", l2.Lineage)
+	}
+	if len(l2.Served) == 0 || l1.Model.Version != "1" || l1.Lineage != nil || len(l1.Children) != 1 || l1.Children[0].Version != "2" {
+		t.Errorf("lineage chain = %s; want scorer@2 served, then scorer@1 pushed with scorer@2 as its child", rec.Body)
+	}
+	// The job's log is readable from any agent.
+	rec = httptest.NewRecorder()
 	agents[1].Handler().ServeHTTP(rec, httptest.NewRequest(http.MethodGet, "/v1/jobs/"+jobs[0].Name+"/logs", nil))
 	if rec.Code != http.StatusOK || !strings.Contains(rec.Body.String(), "holdout accuracy") {
 		t.Errorf("job log via %s = %d %q", agents[1].Name(), rec.Code, rec.Body.String())

@@ -39,6 +39,8 @@ type (
 	PolicyError = httpapi.PolicyError
 	// ModelInfo is one model version as GET /v1/models shows it.
 	ModelInfo = httpapi.ModelInfo
+	// LineageChain is a model version's lineage as GET /v1/lineage shows it.
+	LineageChain = httpapi.LineageChain
 )
 
 // Placement states.

@@ -129,6 +129,9 @@ type Job struct {
 	Version  string  `json:"version,omitempty"`
 	Digest   string  `json:"digest,omitempty"`
 	Accuracy float64 `json:"accuracy,omitempty"`
+	// Data are the dataset versions the job reads, resolved when it
+	// started.
+	Data []ArtifactRef `json:"data,omitempty"`
 	// Members are the launcher's per-rank states.
 	Members  []JobMember `json:"members,omitempty"`
 	Attempt  int         `json:"attempt,omitempty"`
@@ -258,4 +261,58 @@ type Event struct {
 	Policy  string `json:"policy,omitempty"`
 	Node    string `json:"node,omitempty"`
 	Message string `json:"message"`
+}
+
+// ArtifactRef names one version of a model or dataset and its bytes.
+type ArtifactRef struct {
+	Kind    string `json:"kind"`
+	Name    string `json:"name"`
+	Version string `json:"version"`
+	Digest  string `json:"digest"`
+}
+
+// Lineage is what made a trained model version (GET /v1/lineage): the
+// job and policy, parameters, data read, metrics and the version it
+// retrained.
+type Lineage struct {
+	Job        string             `json:"job"`
+	Policy     string             `json:"policy"`
+	Generation uint64             `json:"generation"`
+	Launcher   string             `json:"launcher"`
+	Params     map[string]string  `json:"params,omitempty"`
+	Command    []string           `json:"command,omitempty"`
+	Data       []ArtifactRef      `json:"data,omitempty"`
+	Metrics    map[string]float64 `json:"metrics,omitempty"`
+	Parent     *ArtifactRef       `json:"parent,omitempty"`
+	RetrainOf  string             `json:"retrain_of,omitempty"`
+	Trigger    *DriftTrigger      `json:"trigger,omitempty"`
+	Nodes      []string           `json:"nodes"`
+	Started    time.Time          `json:"started,omitzero"`
+	Finished   time.Time          `json:"finished"`
+}
+
+// LineageStep is one model version of a lineage chain: what made it
+// (nil Lineage: pushed, not trained in the mesh), where it is served and the versions retrained from it.
+type LineageStep struct {
+	Model    ArtifactRef     `json:"model"`
+	Created  time.Time       `json:"created"`
+	Signer   string          `json:"signer"`
+	Lineage  *Lineage        `json:"lineage,omitempty"`
+	Served   []LineageServed `json:"served,omitempty"`
+	Children []ArtifactRef   `json:"children,omitempty"`
+}
+
+// LineageServed is one node serving (or loading) a model version.
+type LineageServed struct {
+	Policy string `json:"policy"`
+	Node   string `json:"node"`
+	Site   string `json:"site"`
+	State  string `json:"state"`
+}
+
+// LineageChain is a model version's lineage, newest first: the asked
+// version, then the version it was retrained from, back to one that was
+// pushed or whose parent is unknown.
+type LineageChain struct {
+	Chain []LineageStep `json:"chain"`
 }

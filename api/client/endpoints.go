@@ -322,3 +322,15 @@ func (c *Client) Blob(ctx context.Context, kind, name, version string) (*Blob, e
 	}
 	return &Blob{Body: resp.Body, Size: resp.ContentLength, Digest: resp.Header.Get("Strata-Digest"), Ref: resp.Header.Get("Strata-Ref")}, nil
 }
+
+// Lineage returns a model version's lineage chain (version "" is the
+// newest).
+func (c *Client) Lineage(ctx context.Context, name, version string, opts ...CallOption) (api.LineageChain, error) {
+	var out api.LineageChain
+	q := url.Values{}
+	if version != "" {
+		q.Set("version", version)
+	}
+	err := c.get(ctx, "/v1/lineage/"+url.PathEscape(name), q, &out, opts)
+	return out, err
+}

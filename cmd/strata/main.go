@@ -51,6 +51,7 @@ func commands() []command {
 		{"push", "FILE --name N --version V [--kind dataset] [--reference FILE]", "publish a signed model or dataset version", runPush},
 		{"models", "[-o json]", "list model versions and the nodes that hold them", runModels},
 		{"pull", "NAME[:VERSION]", "fetch an artifact to the agent from the nearest holders", runPull},
+		{"lineage", "MODEL[:VERSION] [-o json]", "show what made a model version (job, parameters, data, metrics, the version it retrained) back to the first, and where it is served", runLineage},
 		{"token", "new | hash TOKEN", "make an API token, or hash one for acl_tokens in the agent's config", runToken},
 		{"keygen", "[-pki DIR]", "print a new gossip key; with -pki also make the mesh CA and a signing key", runKeygen},
 		{"version", "[-o json]", "print the version, the commit built from and the Go version", runVersion},

@@ -40,6 +40,7 @@ func TestWireTypes(t *testing.T) {
 		{"job", agent.JobRecord{}, api.Job{}},
 		{"drift", agent.DriftRecord{}, api.Drift{}},
 		{"event", agent.Event{}, api.Event{}},
+		{"lineage", agent.LineageChain{}, api.LineageChain{}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

@@ -115,6 +115,9 @@ type Job struct {
 	Version  string  `json:"version,omitempty"`
 	Digest   string  `json:"digest,omitempty"`
 	Accuracy float64 `json:"accuracy,omitempty"`
+	// Data are the dataset versions the job reads, resolved when it
+	// started.
+	Data []ArtifactRef `json:"data,omitempty"`
 	// Members are the launcher's per-rank states.
 	Members  []trainer.MemberStatus `json:"members,omitempty"`
 	Attempt  int                    `json:"attempt,omitempty"`

@@ -21,4 +21,7 @@ const (
 	LabelOutputVersion = "strata.io/output-version"
 	// LabelRetrainOf marks a job the mesh started to retrain a service.
 	LabelRetrainOf = "strata.io/retrain-of"
+	// LabelRetrainFrom is the version of the service's model a retrain
+	// started from: the new version's parent in its lineage.
+	LabelRetrainFrom = "strata.io/retrain-from"
 )

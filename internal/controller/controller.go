@@ -733,7 +733,7 @@ func (c *Controller) startRetrain(p catalog.Policy, svc *policy.InferenceService
 		seq++
 		r.Seq, r.Job = seq, fmt.Sprintf("%s-retrain-%d", p.Name, seq)
 	}
-	src, err := retrainSource(p, r.Job, svc.Model.Name, r.To)
+	src, err := retrainSource(p, r.Job, svc.Model.Name, cur, r.To)
 	if err != nil {
 		step(r, catalog.StageFailed, "retrain template: %v", err)
 		return err
@@ -750,8 +750,9 @@ func (c *Controller) startRetrain(p catalog.Policy, svc *policy.InferenceService
 
 // retrainSource writes the TrainingJob document for a service's retrain:
 // its spec is the service's retrain: block as written; labels name the
-// service and the model version the job registers.
-func retrainSource(p catalog.Policy, job, model, version string) (string, error) {
+// service, the version it retrains (when known) and the model version the
+// job registers.
+func retrainSource(p catalog.Policy, job, model, from, version string) (string, error) {
 	var root yaml.Node
 	if err := yaml.Unmarshal([]byte(p.Source), &root); err != nil {
 		return "", err
@@ -764,6 +765,9 @@ func retrainSource(p catalog.Policy, job, model, version string) (string, error)
 	labels := &yaml.Node{Kind: yaml.MappingNode, Content: []*yaml.Node{
 		str(catalog.LabelRetrainOf), str(p.Name), str(catalog.LabelOutputModel), str(model), str(catalog.LabelOutputVersion), str(version),
 	}}
+	if from != "" {
+		labels.Content = append(labels.Content, str(catalog.LabelRetrainFrom), str(from))
+	}
 	doc := &yaml.Node{Kind: yaml.MappingNode, Content: []*yaml.Node{
 		str("apiVersion"), str("strata/v1"),
 		str("kind"), str(policy.KindTrainingJob),

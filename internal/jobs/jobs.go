@@ -220,6 +220,7 @@ func (j *Runner) start(ctx context.Context, rec catalog.Placement, lj *localJob)
 	spec := doc.TrainingJob
 	jr.RetrainOf = doc.Metadata.Labels[catalog.LabelRetrainOf]
 	jr.Launcher = launcherOf(spec)
+	jr.Data = j.pinData(spec)
 	j.write(jr)
 	if d := time.Duration(spec.MaxDuration); d > 0 {
 		var cancel context.CancelFunc
@@ -328,18 +329,36 @@ func mergeEnv(env map[string]string, k, v string) map[string]string {
 	return out
 }
 
+// pinData resolves the job's data references to the versions it will
+// read ("the newest version" once, now) and pins spec to them, for the
+// job's lineage. A reference not resolvable yet stays as written: fetching
+// it says why.
+func (j *Runner) pinData(spec *policy.TrainingJobSpec) []catalog.ArtifactRef {
+	var out []catalog.ArtifactRef
+	for i, d := range spec.Data {
+		m, err := j.lookupData(d)
+		if err != nil {
+			continue
+		}
+		out = append(out, catalog.ArtifactRef{Kind: string(m.Kind), Name: m.Name, Version: m.Version, Digest: m.Digest})
+		spec.Data[i] = policy.DataRef{Artifact: m.Digest, Size: d.Size}
+	}
+	return out
+}
+
+func (j *Runner) lookupData(d policy.DataRef) (storage.Manifest, error) {
+	if d.Artifact != "" {
+		return j.cfg.Artifacts.ByDigest(d.Artifact, storage.KindDataset, storage.KindModel)
+	}
+	name, version, _ := strings.Cut(d.Dataset, ":")
+	return j.cfg.Artifacts.Lookup(storage.KindDataset, name, version)
+}
+
 // fetchData pulls one data reference (when not held) and copies its bytes
 // into dir, named after the artifact (datasets get ".csv" unless their name
 // has an extension).
 func (j *Runner) fetchData(ctx context.Context, d policy.DataRef, dir string) error {
-	var m storage.Manifest
-	var err error
-	if d.Artifact != "" {
-		m, err = j.cfg.Artifacts.ByDigest(d.Artifact, storage.KindDataset, storage.KindModel)
-	} else {
-		name, version, _ := strings.Cut(d.Dataset, ":")
-		m, err = j.cfg.Artifacts.Lookup(storage.KindDataset, name, version)
-	}
+	m, err := j.lookupData(d)
 	if err != nil {
 		return fmt.Errorf("data %s%s: %w", d.Dataset, d.Artifact, err)
 	}
@@ -383,13 +402,21 @@ func (j *Runner) register(ctx context.Context, jr *catalog.Job, doc *policy.Docu
 	if b, err := os.ReadFile(filepath.Join(out, trainer.ReferenceFile)); err == nil {
 		meta[catalog.MetaReference] = string(b)
 	}
+	lin := j.lineage(*jr, doc)
 	if b, err := os.ReadFile(filepath.Join(out, trainer.MetricsFile)); err == nil {
 		var mt trainer.Metrics
 		if json.Unmarshal(b, &mt) == nil {
 			jr.Accuracy = mt.Accuracy
 			meta[catalog.MetaAccuracy] = strconv.FormatFloat(mt.Accuracy, 'f', 4, 64)
 			meta[catalog.MetaFeatures] = strings.Join(mt.Features, ",")
+			lin.Metrics = map[string]float64{
+				"accuracy": mt.Accuracy, "train_accuracy": mt.TrainAccuracy, "loss": mt.Loss,
+				"train_rows": float64(mt.TrainRows), "holdout_rows": float64(mt.HoldoutRows),
+			}
 		}
+	}
+	if b, err := json.Marshal(lin); err == nil {
+		meta[catalog.MetaLineage] = string(b)
 	}
 	m, err := j.cfg.Artifacts.Publish(ctx, model, storage.PublishSpec{Kind: storage.KindModel, Name: name, Version: version, Metadata: meta})
 	if err != nil {
@@ -398,6 +425,46 @@ func (j *Runner) register(ctx context.Context, jr *catalog.Job, doc *policy.Docu
 	jr.Model, jr.Version, jr.Digest = m.Name, m.Version, m.Digest
 	j.log.Info("training job registered a model", "job", jr.Name, "model", m.Ref(), "accuracy", jr.Accuracy)
 	return nil
+}
+
+// lineage says what made the model a job registers (its metrics are
+// added from the trainer's report).
+func (j *Runner) lineage(jr catalog.Job, doc *policy.Document) catalog.Lineage {
+	spec := doc.TrainingJob
+	l := catalog.Lineage{
+		Job: jr.Name, Policy: jr.Key, Generation: jr.Generation, Launcher: jr.Launcher,
+		Data: jr.Data, RetrainOf: jr.RetrainOf, Nodes: jr.Nodes, Started: jr.Started, Finished: time.Now().UTC(),
+	}
+	switch {
+	case jr.Launcher == policy.LauncherExec:
+		l.Command = append(append([]string(nil), spec.Command...), spec.Args...)
+	case spec.Builtin != nil:
+		b := spec.Builtin
+		l.Params = map[string]string{
+			"algorithm": b.Algorithm, "epochs": strconv.Itoa(b.Epochs),
+			"learningRate": strconv.FormatFloat(b.LearningRate, 'g', -1, 64),
+			"holdout":      strconv.FormatFloat(b.Holdout, 'g', -1, 64), "seed": strconv.FormatInt(b.Seed, 10),
+		}
+		if len(b.Hidden) > 0 {
+			l.Params["hidden"] = fmt.Sprint(b.Hidden)
+		}
+		if b.Label != "" {
+			l.Params["label"] = b.Label
+		}
+	}
+	if jr.RetrainOf != "" {
+		if r, err := j.cfg.Catalog.Rollouts.Value(policy.KindInferenceService + "/" + jr.RetrainOf); err == nil && r.Job == jr.Name {
+			l.Trigger = r.Trigger
+		}
+	}
+	name, from := doc.Metadata.Labels[catalog.LabelOutputModel], doc.Metadata.Labels[catalog.LabelRetrainFrom]
+	if from != "" {
+		l.Parent = &catalog.ArtifactRef{Kind: string(storage.KindModel), Name: name, Version: from}
+		if m, err := j.cfg.Artifacts.Lookup(storage.KindModel, name, from); err == nil {
+			l.Parent.Digest = m.Digest
+		}
+	}
+	return l
 }
 
 func (j *Runner) finish(jr catalog.Job, err error) {
