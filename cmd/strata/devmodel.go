@@ -374,6 +374,15 @@ func runStory(ctx context.Context, stdout io.Writer, c *client.Client, agents []
 	fmt.Fprintf(stdout, "  new model:               screening@%s, holdout accuracy %.3f (trained by %s on %s)\n", rr.To, job.Accuracy, job.Name, job.Node)
 	sent, failed := a.sent.Load()+b.sent.Load(), a.failed.Load()+b.failed.Load()
 	fmt.Fprintf(stdout, "  requests:                %d sent, %d failed\n", sent, failed)
+	// Where the new model came from, as `strata lineage` tells it.
+	lctx, cancel := context.WithTimeout(ctx, readTimeout)
+	chain, err := s.c.Lineage(lctx, "screening", rr.To)
+	cancel()
+	if err != nil {
+		return fmt.Errorf("lineage of screening@%s: %w", rr.To, err)
+	}
+	fmt.Fprintf(stdout, "\nstrata lineage screening:%s\n", rr.To)
+	writeLineage(stdout, chain, time.Local)
 	if failed > 0 {
 		msg, _ := a.lastErr.Load().(string)
 		if msg == "" {

@@ -48,14 +48,14 @@ func writeLineage(w io.Writer, chain api.LineageChain, loc *time.Location) {
 		if i > 0 {
 			fmt.Fprintln(w, "  ↑ retrained from")
 		}
-		fmt.Fprintf(w, "%s  %.19s  created %s\n", st.Model.Name+"@"+st.Model.Version, st.Model.Digest, st.Created.In(loc).Format(time.DateTime))
+		fmt.Fprintf(w, "%s  %.12s  created %s\n", st.Model.Name+"@"+st.Model.Version, st.Model.Digest, st.Created.In(loc).Format(time.DateTime))
 		l := st.Lineage
 		if l == nil {
 			fmt.Fprintln(w, "  no training lineage recorded: pushed, or trained before strata recorded lineage")
 		} else {
 			took := ""
 			if !l.Started.IsZero() {
-				took = ", " + l.Finished.Sub(l.Started).Round(100*time.Millisecond).String()
+				took = ", " + l.Finished.Sub(l.Started).Round(time.Millisecond).String()
 			}
 			fmt.Fprintf(w, "  trained by job %s (%s generation %d, %s) on %s%s\n", l.Job, l.Policy, l.Generation, l.Launcher, strings.Join(l.Nodes, ","), took)
 			if len(l.Params) > 0 {
@@ -69,7 +69,7 @@ func writeLineage(w io.Writer, chain api.LineageChain, loc *time.Location) {
 				fmt.Fprintf(w, "    command: %s\n", strings.Join(l.Command, " "))
 			}
 			for _, d := range l.Data {
-				fmt.Fprintf(w, "    data:    %s %s@%s  %.19s\n", d.Kind, d.Name, d.Version, d.Digest)
+				fmt.Fprintf(w, "    data:    %s %s@%s  %.12s\n", d.Kind, d.Name, d.Version, d.Digest)
 			}
 			if len(l.Metrics) > 0 {
 				var ms []string
