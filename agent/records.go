@@ -41,6 +41,8 @@ type (
 	ModelInfo = httpapi.ModelInfo
 	// LineageChain is a model version's lineage as GET /v1/lineage shows it.
 	LineageChain = httpapi.LineageChain
+	// ExperimentRecord is a hyperparameter search (catalog.Experiment).
+	ExperimentRecord = catalog.Experiment
 )
 
 // Placement states.

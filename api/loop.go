@@ -129,6 +129,8 @@ type Job struct {
 	Version  string  `json:"version,omitempty"`
 	Digest   string  `json:"digest,omitempty"`
 	Accuracy float64 `json:"accuracy,omitempty"`
+	// Metrics are the numbers the job reported in its metrics.json.
+	Metrics map[string]float64 `json:"metrics,omitempty"`
 	// Data are the dataset versions the job reads, resolved when it
 	// started.
 	Data []ArtifactRef `json:"data,omitempty"`
@@ -315,4 +317,42 @@ type LineageServed struct {
 // pushed or whose parent is unknown.
 type LineageChain struct {
 	Chain []LineageStep `json:"chain"`
+}
+
+// Experiment is a hyperparameter search (GET /v1/experiments): a
+// TrainingJob with a sweep, run as trial TrainingJobs.
+type Experiment struct {
+	Name       string `json:"name"`
+	Key        string `json:"key"`
+	Generation uint64 `json:"generation"`
+	Algorithm  string `json:"algorithm"`
+	Metric     string `json:"metric"`
+	Goal       string `json:"goal"`
+	// State is running, training (the best parameters train the model
+	// it registers), succeeded or failed.
+	State   string  `json:"state"`
+	Message string  `json:"message,omitempty"`
+	Trials  []Trial `json:"trials"`
+	// Best indexes Trials, -1 when no trial succeeded.
+	Best     int       `json:"best"`
+	Final    string    `json:"final,omitempty"`
+	Model    string    `json:"model,omitempty"`
+	Version  string    `json:"version,omitempty"`
+	Started  time.Time `json:"started"`
+	Finished time.Time `json:"finished,omitzero"`
+}
+
+// Trial is one point of a search, run as a training job.
+type Trial struct {
+	Job      string             `json:"job"`
+	Params   map[string]string  `json:"params"`
+	Point    []float64          `json:"point"`
+	State    string             `json:"state"`
+	Value    float64            `json:"value"`
+	HasValue bool               `json:"has_value"`
+	Metrics  map[string]float64 `json:"metrics,omitempty"`
+	Node     string             `json:"node,omitempty"`
+	Error    string             `json:"error,omitempty"`
+	Started  time.Time          `json:"started,omitzero"`
+	Finished time.Time          `json:"finished,omitzero"`
 }

@@ -309,6 +309,61 @@ type TrainingJobSpec struct {
 	// Constraints and Affinities as for InferenceService.
 	Constraints []*Expr    `yaml:"constraints" json:"constraints,omitempty"`
 	Affinities  []Affinity `yaml:"affinities" json:"affinities,omitempty"`
+	// Sweep makes the job a hyperparameter search: its trials are copies
+	// of the job with the parameters set, and the best one's parameters
+	// train the model the job registers.
+	Sweep *Sweep `yaml:"sweep" json:"sweep,omitempty"`
+}
+
+// Sweep is a hyperparameter search over a TrainingJob.
+type Sweep struct {
+	// Algorithm is random, grid or tpe (model-based). Default random.
+	Algorithm string `yaml:"algorithm" json:"algorithm"`
+	// Parameters are the search space.
+	Parameters []SweepParam `yaml:"parameters" json:"parameters"`
+	// Objective is the metric to optimise.
+	Objective Objective `yaml:"objective" json:"objective"`
+	// MaxTrials bounds the trials run. Default 12.
+	MaxTrials int `yaml:"maxTrials" json:"maxTrials"`
+	// ParallelTrials run at once. Default 2.
+	ParallelTrials int `yaml:"parallelTrials" json:"parallelTrials"`
+	// MaxFailedTrials fails the search when more trials fail. Default 3.
+	MaxFailedTrials int `yaml:"maxFailedTrials" json:"maxFailedTrials"`
+	// Seed drives the algorithm's proposals. Default 1.
+	Seed int64 `yaml:"seed" json:"seed"`
+	// EarlyStopping stops poor trials early: "" (none). "median" is not
+	// supported yet.
+	EarlyStopping string `yaml:"earlyStopping" json:"earlyStopping,omitempty"`
+}
+
+// SweepParam is one dimension of a search space: a float or int range
+// (min, max, scale linear or log) or categorical values.
+type SweepParam struct {
+	// Name is the builtin setting (learningRate, epochs, hidden, holdout,
+	// algorithm) or, for exec, the parameter the trial reads as
+	// $STRATA_PARAM_<NAME>.
+	Name string `yaml:"name" json:"name"`
+	// Type is float, int or categorical. Default categorical when values
+	// are given, else float.
+	Type string  `yaml:"type" json:"type"`
+	Min  float64 `yaml:"min" json:"min,omitempty"`
+	Max  float64 `yaml:"max" json:"max,omitempty"`
+	// Scale is linear or log. Default linear.
+	Scale string `yaml:"scale" json:"scale,omitempty"`
+	// Values are a categorical parameter's choices, written as YAML
+	// values ("0.1", "[32, 32]", "mlp").
+	Values []string `yaml:"values" json:"values,omitempty"`
+}
+
+// Objective is what a sweep optimises.
+type Objective struct {
+	// Metric is a number the trial reports in its metrics.json (the
+	// builtin trainer: accuracy, train_accuracy, loss). Default accuracy.
+	Metric string `yaml:"metric" json:"metric"`
+	// Goal is maximize or minimize. Default maximize, minimize for loss.
+	Goal string `yaml:"goal" json:"goal"`
+	// Target ends the search early once a trial reaches it; 0: none.
+	Target float64 `yaml:"target" json:"target,omitempty"`
 }
 
 // Gang is Nodes members with GPUsPerNode GPUs each.

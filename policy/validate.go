@@ -172,6 +172,9 @@ func (s *TrainingJobSpec) setDefaults(p string, set func(string) bool) {
 	if s.MaxDuration == 0 {
 		s.MaxDuration = Duration(24 * time.Hour)
 	}
+	if sw := s.Sweep; sw != nil {
+		sw.setDefaults()
+	}
 	if s.Tiers == nil {
 		s.Tiers = append([]string(nil), DefaultTrainingTiers...)
 	}
@@ -356,6 +359,13 @@ func (d *decoder) model(m *ModelRef, p string) {
 
 func (d *decoder) training(s *TrainingJobSpec, p string) {
 	d.resources(&s.Resources, p+".resources")
+	if s.Sweep != nil {
+		if strings.HasSuffix(p, ".retrain") {
+			d.errField(p+".sweep", "not yet: a retrain cannot be a sweep; sweep a TrainingJob")
+		} else {
+			d.sweep(s, p+".sweep")
+		}
+	}
 	g := &s.Gang
 	switch {
 	case g.Nodes < 0 || (g.Nodes == 0 && d.isSet(p+".gang.nodes")):

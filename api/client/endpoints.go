@@ -334,3 +334,17 @@ func (c *Client) Lineage(ctx context.Context, name, version string, opts ...Call
 	err := c.get(ctx, "/v1/lineage/"+url.PathEscape(name), q, &out, opts)
 	return out, err
 }
+
+// Experiments lists the hyperparameter searches, newest first.
+func (c *Client) Experiments(ctx context.Context, opts ...CallOption) ([]api.Experiment, error) {
+	var out []api.Experiment
+	err := c.get(ctx, "/v1/experiments", nil, &out, opts)
+	return out, err
+}
+
+// Experiment returns one search with its trials.
+func (c *Client) Experiment(ctx context.Context, name string, opts ...CallOption) (api.Experiment, error) {
+	var out api.Experiment
+	err := c.get(ctx, "/v1/experiments/"+url.PathEscape(name), nil, &out, opts)
+	return out, err
+}

@@ -46,6 +46,7 @@ func commands() []command {
 		{"placements", "[-o json]", "show where every policy is placed", runPlacements},
 		{"drift", "[MODEL] [-o json]", "show drift monitors: scores per model, site and feature", runDrift},
 		{"jobs", "[-o json]", "list training jobs", runJobs},
+		{"experiments", "[NAME] [-o json]", "list hyperparameter searches, or one with its trials (best marked *)", runExperiments},
 		{"logs", "JOB [-rank N]", "print a training job's output", runLogs},
 		{"events", "[-since SEQ] [-o json]", "follow the mesh's placements, drift, jobs and rollouts as they happen", runEvents},
 		{"push", "FILE --name N --version V [--kind dataset] [--reference FILE]", "publish a signed model or dataset version", runPush},

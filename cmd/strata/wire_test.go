@@ -41,6 +41,7 @@ func TestWireTypes(t *testing.T) {
 		{"drift", agent.DriftRecord{}, api.Drift{}},
 		{"event", agent.Event{}, api.Event{}},
 		{"lineage", agent.LineageChain{}, api.LineageChain{}},
+		{"experiment", agent.ExperimentRecord{}, api.Experiment{}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

@@ -95,6 +95,8 @@ type Catalog struct {
 	// several nodes.
 	Gangs       *Table[Gang]
 	GangMembers *Table[GangMember]
+	// Experiments are hyperparameter searches (TrainingJobs with a sweep).
+	Experiments *Table[Experiment]
 }
 
 // New builds the tables over store and registers the catalog's collectors
@@ -114,6 +116,7 @@ func New(store Store, reg prometheus.Registerer) *Catalog {
 	c.Drift = newTable(c, "drift", mesh.ScopeSite, func(d Drift) string { return d.Policy + "/" + d.Node })
 	c.Gangs = newTable(c, "gangs", mesh.ScopeGlobal, func(g Gang) string { return g.Job })
 	c.GangMembers = newTable(c, "gang-members", mesh.ScopeGlobal, GangMember.Key)
+	c.Experiments = newTable(c, "experiments", mesh.ScopeGlobal, func(e Experiment) string { return e.Name })
 	c.Manifests = newTable(c, "artifacts", mesh.ScopeGlobal, func(m storage.Manifest) string {
 		return string(m.Kind) + "/" + m.Name + "/" + m.Version
 	})

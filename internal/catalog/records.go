@@ -115,6 +115,8 @@ type Job struct {
 	Version  string  `json:"version,omitempty"`
 	Digest   string  `json:"digest,omitempty"`
 	Accuracy float64 `json:"accuracy,omitempty"`
+	// Metrics are the numbers the job reported in its metrics.json.
+	Metrics map[string]float64 `json:"metrics,omitempty"`
 	// Data are the dataset versions the job reads, resolved when it
 	// started.
 	Data []ArtifactRef `json:"data,omitempty"`

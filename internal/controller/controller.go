@@ -69,6 +69,7 @@ func (c *Controller) Run(ctx context.Context) {
 		c.reconcile()
 		c.admit()
 		c.rollouts()
+		c.experiments()
 		select {
 		case <-ctx.Done():
 			return
@@ -122,6 +123,9 @@ func (c *Controller) reconcile() {
 			continue
 		}
 		rec, have := recs[key]
+		if isSweep(p) {
+			continue // its trials are placed, not it
+		}
 		if p.Kind == policy.KindTrainingJob {
 			if j, err := c.cfg.Catalog.Jobs.Value(p.Name); err == nil && j.Generation == p.Generation && j.Terminal() {
 				if !have || rec.State != catalog.StateDone {

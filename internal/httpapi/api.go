@@ -47,6 +47,8 @@ func (s *Server) routes() http.Handler {
 	mux.HandleFunc("GET /v1/drift", s.handleDrift)
 	mux.HandleFunc("GET /v1/jobs", s.handleJobs)
 	mux.HandleFunc("GET /v1/jobs/{name}", s.handleJob)
+	mux.HandleFunc("GET /v1/experiments", s.handleExperiments)
+	mux.HandleFunc("GET /v1/experiments/{name}", s.handleExperiment)
 	mux.HandleFunc("GET /v1/jobs/{name}/logs", s.handleJobLogs)
 	mux.Handle("GET /v1/events", s.cfg.Events)
 	mux.HandleFunc("/v2/", s.handleV2)

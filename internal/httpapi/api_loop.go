@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"sort"
 	"strconv"
 
 	"github.com/strata-mesh/strata/internal/catalog"
@@ -115,4 +116,41 @@ func (s *Server) handleJobLogs(w http.ResponseWriter, r *http.Request) {
 	}
 	w.Header().Set("Content-Type", "text/plain; charset=utf-8")
 	fmt.Fprint(w, logs)
+}
+
+// handleExperiments lists the hyperparameter searches, newest first:
+// GET /v1/experiments.
+func (s *Server) handleExperiments(w http.ResponseWriter, r *http.Request) {
+	if !httpjson.CheckParams(w, r.URL.Query()) {
+		return
+	}
+	out, err := s.cfg.Catalog.Experiments.Values()
+	s.decodeErrors(err)
+	if out == nil {
+		out = []catalog.Experiment{}
+	}
+	sort.Slice(out, func(i, k int) bool {
+		if !out[i].Started.Equal(out[k].Started) {
+			return out[i].Started.After(out[k].Started)
+		}
+		return out[i].Name < out[k].Name
+	})
+	httpjson.Write(w, http.StatusOK, out)
+}
+
+// handleExperiment shows one search with its trials: GET
+// /v1/experiments/{name}.
+func (s *Server) handleExperiment(w http.ResponseWriter, r *http.Request) {
+	if !httpjson.CheckParams(w, r.URL.Query()) {
+		return
+	}
+	e, err := s.cfg.Catalog.Experiments.Value(r.PathValue("name"))
+	if errors.Is(err, mesh.ErrNotFound) {
+		httpjson.Error(w, http.StatusNotFound, "name", "no experiment %q (see GET /v1/experiments)", r.PathValue("name"))
+		return
+	} else if err != nil {
+		httpjson.Error(w, http.StatusInternalServerError, "", "%v", err)
+		return
+	}
+	httpjson.Write(w, http.StatusOK, e)
 }

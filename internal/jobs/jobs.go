@@ -18,6 +18,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"math"
 	"net"
 	"os"
 	"path/filepath"
@@ -387,6 +388,10 @@ func (j *Runner) fetchData(ctx context.Context, d policy.DataRef, dir string) er
 // register publishes the model a finished job left in out, when the job's
 // labels name the output model.
 func (j *Runner) register(ctx context.Context, jr *catalog.Job, doc *policy.Document, out string) error {
+	jr.Metrics = readMetrics(filepath.Join(out, trainer.MetricsFile))
+	if a, ok := jr.Metrics["accuracy"]; ok {
+		jr.Accuracy = a
+	}
 	name, version := doc.Metadata.Labels[catalog.LabelOutputModel], doc.Metadata.Labels[catalog.LabelOutputVersion]
 	if name == "" {
 		return nil
@@ -425,6 +430,29 @@ func (j *Runner) register(ctx context.Context, jr *catalog.Job, doc *policy.Docu
 	jr.Model, jr.Version, jr.Digest = m.Name, m.Version, m.Digest
 	j.log.Info("training job registered a model", "job", jr.Name, "model", m.Ref(), "accuracy", jr.Accuracy)
 	return nil
+}
+
+// readMetrics reads the top-level numbers of a job's metrics.json (the
+// builtin trainer's, or one an exec script wrote); nil when there is none.
+func readMetrics(path string) map[string]float64 {
+	b, err := os.ReadFile(path)
+	if err != nil || len(b) > 1<<20 {
+		return nil
+	}
+	var raw map[string]any
+	if json.Unmarshal(b, &raw) != nil {
+		return nil
+	}
+	out := map[string]float64{}
+	for k, v := range raw {
+		if f, ok := v.(float64); ok && !math.IsNaN(f) && !math.IsInf(f, 0) {
+			out[k] = f
+		}
+	}
+	if len(out) == 0 {
+		return nil
+	}
+	return out
 }
 
 // lineage says what made the model a job registers (its metrics are

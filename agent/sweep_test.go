@@ -1,0 +1,87 @@
+package agent
+
+import (
+	"bytes"
+	"math/rand/v2"
+	"net/http"
+	"testing"
+	"time"
+
+	"github.com/strata-mesh/strata/internal/catalog"
+	"github.com/strata-mesh/strata/mesh/meshtest"
+	"github.com/strata-mesh/strata/storage"
+)
+
+const sweepPolicy = `apiVersion: strata/v1
+kind: TrainingJob
+metadata:
+  name: tune
+  labels: {strata.io/output-model: tuned}
+spec:
+  data: [{dataset: cases}]
+  resources: {cpu: 500m, memory: 256Mi}
+  tiers: [onprem, cloud]
+  builtin: {algorithm: logreg, label: y, epochs: 1, learningRate: 0.0001}
+  sweep:
+    algorithm: grid
+    maxTrials: 4
+    parallelTrials: 2
+    parameters:
+      - {name: learningRate, values: [0.0001, 0.1]}
+      - {name: epochs, values: [1, 30]}
+`
+
+// TestSweepFindsABetterModel: a grid sweep over the builtin trainer's
+// learning rate and epochs runs its four trials as training jobs, two at
+// a time, finds settings better than the job's own (a tiny rate for one
+// epoch), and registers a model trained with them, whose lineage names
+// the final job and its parameters.
+func TestSweepFindsABetterModel(t *testing.T) {
+	keys, err := NewDevPKI()
+	if err != nil {
+		t.Fatal(err)
+	}
+	agents := devMesh(t, 4, func(c *Config) { c.PKI = keys })
+	gpu := agents[3]
+	var csv bytes.Buffer
+	if err := loopData(rand.New(rand.NewPCG(5, 6)), 1000, 0).WriteCSV(&csv); err != nil {
+		t.Fatal(err)
+	}
+	publishFile(t, gpu, storage.PublishSpec{Kind: storage.KindDataset, Name: "cases", Version: "1"}, csv.Bytes())
+	if code, body := post(t, agents[0].Handler(), http.MethodPost, "/v1/policies?file=tune.yaml", []byte(sweepPolicy)); code != http.StatusOK {
+		t.Fatalf("apply = %d %s", code, body)
+	}
+	var e catalog.Experiment
+	meshtest.WaitFor(t, 120*time.Second, "the sweep to end", func() bool {
+		e, err = agents[1].cat.Experiments.Value("tune")
+		return err == nil && e.Ended()
+	})
+	if e.State != catalog.ExperimentSucceeded || len(e.Trials) != 4 || e.Best < 0 {
+		t.Fatalf("experiment = %+v", e)
+	}
+	def, best := -1.0, e.Trials[e.Best]
+	for _, tr := range e.Trials {
+		if tr.State != catalog.JobSucceeded || !tr.HasValue {
+			t.Errorf("trial %+v did not succeed with a value", tr)
+		}
+		if tr.Params["learningRate"] == "0.0001" && tr.Params["epochs"] == "1" {
+			def = tr.Value
+		}
+	}
+	if def < 0 || best.Value <= def || best.Params["epochs"] != "30" {
+		t.Errorf("best trial %+v (accuracy %.3f) is not better than the job's own settings (%.3f)", best.Params, best.Value, def)
+	}
+	m, err := agents[2].art.Lookup(storage.KindModel, "tuned", e.Version)
+	if err != nil || e.Model != "tuned" {
+		t.Fatalf("registered model %s@%s: %v", e.Model, e.Version, err)
+	}
+	l, ok, err := catalog.LineageOf(m.Metadata)
+	if !ok || err != nil || l.Job != e.Final || l.Params["learningRate"] != best.Params["learningRate"] || l.Params["epochs"] != "30" || l.Metrics["accuracy"] != best.Value {
+		t.Errorf("lineage of %s@%s = %+v, %v; want the final job %s with the best trial's parameters and accuracy %.4f", e.Model, e.Version, l, err, e.Final, best.Value)
+	}
+	t.Logf("%s: %s", e.State, e.Message)
+	// The sweep itself is not placed; its trials are.
+	if _, ok := placementOf(agents[0], "TrainingJob/tune"); ok {
+		t.Error("the sweep's own TrainingJob was placed")
+	}
+}

@@ -1,0 +1,102 @@
+package main
+
+import (
+	"fmt"
+	"io"
+	"maps"
+	"slices"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	"github.com/strata-mesh/strata/api"
+	"github.com/strata-mesh/strata/api/client"
+)
+
+func runExperiments(args []string, stdout, stderr io.Writer) error {
+	fs := newFlags("experiments", "[NAME] [-o json]", stderr)
+	c := addClientFlags(fs)
+	pos, err := parseArgs(fs, args)
+	if err != nil {
+		return err
+	}
+	if len(pos) > 1 {
+		fs.Usage()
+		return &exitError{code: 1, err: fmt.Errorf("at most one experiment NAME")}
+	}
+	if err := c.check(); err != nil {
+		return err
+	}
+	ctx, cancel := readCtx()
+	defer cancel()
+	var raw []byte
+	if len(pos) == 1 {
+		e, err := c.client().Experiment(ctx, pos[0], client.Body(&raw))
+		if err != nil {
+			return c.explain(err)
+		}
+		if c.output == "json" {
+			return write(stdout, raw)
+		}
+		writeExperiment(stdout, e)
+		return nil
+	}
+	es, err := c.client().Experiments(ctx, client.Body(&raw))
+	if err != nil {
+		return c.explain(err)
+	}
+	if c.output == "json" {
+		return write(stdout, raw)
+	}
+	if len(es) == 0 {
+		fmt.Fprintln(stdout, "no experiments (a TrainingJob with a sweep: block starts one)")
+		return nil
+	}
+	tw := tabwriter.NewWriter(stdout, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "EXPERIMENT\tSTATE\tALGORITHM\tTRIALS\tBEST\tMODEL\tMESSAGE")
+	for _, e := range es {
+		best, model := "-", "-"
+		if e.Best >= 0 && e.Best < len(e.Trials) {
+			best = fmt.Sprintf("%s=%.4g", e.Metric, e.Trials[e.Best].Value)
+		}
+		if e.Version != "" {
+			model = e.Model + "@" + e.Version
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%s\t%s\t%s\n", e.Name, e.State, e.Algorithm, len(e.Trials), best, model, dash(e.Message))
+	}
+	return tw.Flush()
+}
+
+// writeExperiment prints one search: its state, then a row per trial,
+// the best marked with *.
+func writeExperiment(w io.Writer, e api.Experiment) {
+	fmt.Fprintf(w, "%s: %s, %s search, %s %s\n", e.Name, e.State, e.Algorithm, e.Goal, e.Metric)
+	if e.Message != "" {
+		fmt.Fprintf(w, "%s\n", e.Message)
+	}
+	fmt.Fprintln(w)
+	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+	fmt.Fprintf(tw, "\tTRIAL\tSTATE\t%s\tNODE\tDURATION\tPARAMETERS\n", strings.ToUpper(e.Metric))
+	for i, tr := range e.Trials {
+		mark, value, dur := "", "-", "-"
+		if i == e.Best {
+			mark = "*"
+		}
+		if tr.HasValue {
+			value = fmt.Sprintf("%.4f", tr.Value)
+		}
+		if !tr.Started.IsZero() && !tr.Finished.IsZero() {
+			dur = tr.Finished.Sub(tr.Started).Round(time.Millisecond).String()
+		}
+		var ps []string
+		for _, k := range slices.Sorted(maps.Keys(tr.Params)) {
+			ps = append(ps, k+"="+tr.Params[k])
+		}
+		state := tr.State
+		if tr.Error != "" {
+			state += ": " + tr.Error
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\n", mark, tr.Job, state, value, dash(tr.Node), dur, strings.Join(ps, " "))
+	}
+	tw.Flush()
+}

@@ -1,0 +1,299 @@
+package controller
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"maps"
+	"slices"
+	"strings"
+	"time"
+
+	"go.yaml.in/yaml/v3"
+
+	"github.com/strata-mesh/strata/internal/catalog"
+	"github.com/strata-mesh/strata/mesh"
+	"github.com/strata-mesh/strata/placement"
+	"github.com/strata-mesh/strata/policy"
+	"github.com/strata-mesh/strata/sweep"
+)
+
+// isSweep says p is a TrainingJob with a sweep: its trials are placed,
+// not it.
+func isSweep(p catalog.Policy) bool {
+	if p.Kind != policy.KindTrainingJob || !strings.Contains(p.Source, "sweep") {
+		return false
+	}
+	doc, err := p.Document()
+	return err == nil && doc.TrainingJob != nil && doc.TrainingJob.Sweep != nil
+}
+
+// experiments drives the hyperparameter searches this controller owns:
+// it proposes trials, applies them as TrainingJobs, reads their metrics,
+// and finally trains the registered model with the best trial's
+// parameters.
+func (c *Controller) experiments() {
+	owners := controllers(c.cfg.Mesh.Nodes())
+	for _, p := range c.policies() {
+		if !isSweep(p) || placement.Owner(p.Key(), owners) != c.cfg.Mesh.Name() {
+			continue
+		}
+		doc, _ := p.Document()
+		sw := doc.TrainingJob.Sweep
+		e, err := c.cfg.Catalog.Experiments.Value(p.Name)
+		switch {
+		case errors.Is(err, mesh.ErrNotFound) || (err == nil && e.Generation != p.Generation):
+			e = catalog.Experiment{Name: p.Name, Key: p.Key(), Generation: p.Generation, Algorithm: sw.Algorithm,
+				Metric: sw.Objective.Metric, Goal: sw.Objective.Goal, State: catalog.ExperimentRunning, Best: -1, Started: time.Now().UTC()}
+		case err != nil:
+			c.log.Warn("experiment record", "policy", p.Key(), "err", err)
+			continue
+		}
+		before, _ := json.Marshal(e)
+		if err := c.advanceExperiment(p, doc, &e); err != nil {
+			c.log.Warn("experiment", "policy", p.Key(), "err", err)
+		}
+		if after, _ := json.Marshal(e); string(after) != string(before) {
+			var deps []mesh.Dep
+			if ref, ok := c.cfg.Catalog.Policies.Ref(p.Key()); ok {
+				deps = append(deps, ref)
+			}
+			if _, err := c.cfg.Catalog.Experiments.Put(e, deps...); err != nil {
+				c.log.Warn("writing experiment", "policy", p.Key(), "err", err)
+			}
+		}
+	}
+}
+
+// space is a sweep's search space as the algorithms take it.
+func space(sw *policy.Sweep) sweep.Space {
+	out := make(sweep.Space, len(sw.Parameters))
+	for i, prm := range sw.Parameters {
+		out[i] = sweep.Param{Name: prm.Name, Kind: prm.Type, Min: prm.Min, Max: prm.Max, Log: prm.Scale == "log", Choices: prm.Values}
+	}
+	return out
+}
+
+func (c *Controller) advanceExperiment(p catalog.Policy, doc *policy.Document, e *catalog.Experiment) error {
+	if e.Ended() {
+		return nil
+	}
+	sw := doc.TrainingJob.Sweep
+	maximize := sw.Objective.Goal == policy.GoalMaximize
+	now := time.Now().UTC()
+	end := func(state, format string, args ...any) {
+		e.State, e.Message, e.Finished = state, fmt.Sprintf(format, args...), now
+		c.log.Info("experiment ended", "policy", p.Key(), "state", state, "message", e.Message)
+	}
+	// The trials' jobs, as they ran.
+	failed := 0
+	for i := range e.Trials {
+		tr := &e.Trials[i]
+		if tr.State != catalog.JobSucceeded && tr.State != catalog.JobFailed {
+			if j, err := c.cfg.Catalog.Jobs.Value(tr.Job); err == nil {
+				tr.State, tr.Node, tr.Started, tr.Finished, tr.Error = j.State, j.Node, j.Started, j.Finished, j.Error
+				if j.State == catalog.JobSucceeded {
+					tr.Metrics = j.Metrics
+					if v, ok := j.Metrics[e.Metric]; ok {
+						tr.Value, tr.HasValue = v, true
+					} else {
+						tr.State, tr.Error = catalog.JobFailed, fmt.Sprintf("the trial reported no %q in its metrics.json", e.Metric)
+					}
+				}
+			}
+		}
+		if tr.State == catalog.JobFailed {
+			failed++
+		}
+	}
+	e.Best = -1
+	for i, tr := range e.Trials {
+		if tr.HasValue && (e.Best < 0 || (maximize && tr.Value > e.Trials[e.Best].Value) || (!maximize && tr.Value < e.Trials[e.Best].Value)) {
+			e.Best = i
+		}
+	}
+	reached := false
+	if e.Best >= 0 && sw.Objective.Target != 0 {
+		v := e.Trials[e.Best].Value
+		reached = (maximize && v >= sw.Objective.Target) || (!maximize && v <= sw.Objective.Target)
+	}
+
+	switch e.State {
+	case catalog.ExperimentRunning:
+		if failed > sw.MaxFailedTrials {
+			end(catalog.ExperimentFailed, "%d trials failed, more than maxFailedTrials %d", failed, sw.MaxFailedTrials)
+			return nil
+		}
+		alg, err := sweep.New(sw.Algorithm, space(sw), uint64(sw.Seed), sweep.Options{Maximize: maximize})
+		if err != nil {
+			end(catalog.ExperimentFailed, "%v", err)
+			return err
+		}
+		running := 0
+		for _, tr := range e.Trials {
+			if tr.State != catalog.JobSucceeded && tr.State != catalog.JobFailed {
+				running++
+			}
+		}
+		exhausted := false
+		for running < sw.ParallelTrials && len(e.Trials) < sw.MaxTrials && !reached {
+			hist := make([]sweep.Trial, len(e.Trials))
+			for i, tr := range e.Trials {
+				hist[i] = sweep.Trial{Point: tr.Point, Value: tr.Value, Done: tr.HasValue}
+			}
+			pt, ok := alg.Next(hist)
+			if !ok {
+				exhausted = true
+				break
+			}
+			params := space(sw).Values(pt)
+			name := jobName(p, fmt.Sprintf("trial-%d", len(e.Trials)+1))
+			if err := c.applyTrial(p, name, params, false); err != nil {
+				end(catalog.ExperimentFailed, "trial %s: %v", name, err)
+				return err
+			}
+			e.Trials = append(e.Trials, catalog.Trial{Job: name, Params: params, Point: pt, State: catalog.JobPending})
+			running++
+		}
+		if running > 0 || !(len(e.Trials) >= sw.MaxTrials || reached || exhausted) {
+			return nil
+		}
+		if e.Best < 0 {
+			end(catalog.ExperimentFailed, "no trial succeeded")
+			return nil
+		}
+		best := e.Trials[e.Best]
+		if doc.Metadata.Labels[catalog.LabelOutputModel] == "" {
+			end(catalog.ExperimentSucceeded, "best: %s with %s (%s=%.4g)", best.Job, formatParams(best.Params), e.Metric, best.Value)
+			return nil
+		}
+		e.Final = jobName(p, "final")
+		if err := c.applyTrial(p, e.Final, best.Params, true); err != nil {
+			end(catalog.ExperimentFailed, "final training %s: %v", e.Final, err)
+			return err
+		}
+		e.State = catalog.ExperimentTraining
+		e.Message = fmt.Sprintf("best: %s with %s (%s=%.4g); training the model with them as %s", best.Job, formatParams(best.Params), e.Metric, best.Value, e.Final)
+	case catalog.ExperimentTraining:
+		j, err := c.cfg.Catalog.Jobs.Value(e.Final)
+		if err != nil || !j.Terminal() {
+			return nil
+		}
+		if j.State == catalog.JobFailed {
+			end(catalog.ExperimentFailed, "final training %s failed: %s", e.Final, j.Error)
+			return nil
+		}
+		e.Model, e.Version = j.Model, j.Version
+		end(catalog.ExperimentSucceeded, "best: %s with %s (%s=%.4g); registered %s@%s", e.Trials[e.Best].Job,
+			formatParams(e.Trials[e.Best].Params), e.Metric, e.Trials[e.Best].Value, j.Model, j.Version)
+	}
+	return nil
+}
+
+// jobName names an experiment's job for the policy's generation.
+func jobName(p catalog.Policy, suffix string) string {
+	if p.Generation > 1 {
+		return fmt.Sprintf("%s-g%d-%s", p.Name, p.Generation, suffix)
+	}
+	return p.Name + "-" + suffix
+}
+
+func formatParams(params map[string]string) string {
+	var out []string
+	for _, k := range slices.Sorted(maps.Keys(params)) {
+		out = append(out, k+"="+params[k])
+	}
+	return strings.Join(out, " ")
+}
+
+// applyTrial applies the sweep's TrainingJob as job name with params set:
+// builtin settings in its builtin block, otherwise $STRATA_PARAM_<NAME>
+// in its env. Only the final job keeps the labels that register a model.
+func (c *Controller) applyTrial(p catalog.Policy, name string, params map[string]string, final bool) error {
+	if _, err := c.cfg.Catalog.Policies.Get(policy.KindTrainingJob + "/" + name); err == nil {
+		return nil // applied on an earlier pass whose record did not land
+	}
+	src, err := trialSource(p, name, params, final)
+	if err != nil {
+		return err
+	}
+	_, err = c.cfg.Catalog.Policies.Put(catalog.Policy{Kind: policy.KindTrainingJob, Name: name, Source: src, File: p.File,
+		Generation: 1, Applied: time.Now().UTC(), AppliedAt: c.cfg.Mesh.Name()})
+	return err
+}
+
+// trialSource writes a trial's TrainingJob document: the sweep's, less
+// its sweep block, with the parameters set and a trial-of label.
+func trialSource(p catalog.Policy, name string, params map[string]string, final bool) (string, error) {
+	var root yaml.Node
+	if err := yaml.Unmarshal([]byte(p.Source), &root); err != nil {
+		return "", err
+	}
+	if len(root.Content) == 0 {
+		return "", fmt.Errorf("%s: empty source", p.Key())
+	}
+	doc := root.Content[0]
+	str := func(s string) *yaml.Node { return &yaml.Node{Kind: yaml.ScalarNode, Value: s, Tag: "!!str"} }
+	meta := ensureMap(doc, "metadata")
+	setKey(meta, "name", str(name))
+	labels := ensureMap(meta, "labels")
+	if !final {
+		deleteKey(labels, catalog.LabelOutputModel)
+		deleteKey(labels, catalog.LabelOutputVersion)
+	}
+	setKey(labels, catalog.LabelTrialOf, str(p.Name))
+	spec := ensureMap(doc, "spec")
+	deleteKey(spec, "sweep")
+	docs, err := policy.Parse(p.File, []byte(p.Source))
+	if err != nil || len(docs) != 1 || docs[0].TrainingJob == nil {
+		return "", fmt.Errorf("%s: %v", p.Key(), err)
+	}
+	builtin := docs[0].TrainingJob.Launcher == policy.LauncherBuiltin
+	for _, k := range slices.Sorted(maps.Keys(params)) {
+		if builtin {
+			var v yaml.Node
+			if err := yaml.Unmarshal([]byte(params[k]), &v); err != nil || len(v.Content) == 0 {
+				return "", fmt.Errorf("parameter %s: value %q is not YAML: %v", k, params[k], err)
+			}
+			setKey(ensureMap(spec, "builtin"), k, v.Content[0])
+			continue
+		}
+		setKey(ensureMap(spec, "env"), "STRATA_PARAM_"+strings.ToUpper(k), str(params[k]))
+	}
+	b, err := yaml.Marshal(doc)
+	if err != nil {
+		return "", err
+	}
+	if _, err := policy.Parse(p.File, b); err != nil {
+		return "", err
+	}
+	return string(b), nil
+}
+
+func ensureMap(n *yaml.Node, key string) *yaml.Node {
+	if v := mapValue(n, key); v != nil && v.Kind == yaml.MappingNode {
+		return v
+	}
+	m := &yaml.Node{Kind: yaml.MappingNode, Tag: "!!map"}
+	setKey(n, key, m)
+	return m
+}
+
+func setKey(n *yaml.Node, key string, v *yaml.Node) {
+	for i := 0; i+1 < len(n.Content); i += 2 {
+		if n.Content[i].Value == key {
+			n.Content[i+1] = v
+			return
+		}
+	}
+	n.Content = append(n.Content, &yaml.Node{Kind: yaml.ScalarNode, Value: key, Tag: "!!str"}, v)
+}
+
+func deleteKey(n *yaml.Node, key string) {
+	for i := 0; i+1 < len(n.Content); i += 2 {
+		if n.Content[i].Value == key {
+			n.Content = append(n.Content[:i], n.Content[i+2:]...)
+			return
+		}
+	}
+}
