@@ -2,6 +2,7 @@ package agent
 
 import (
 	"bytes"
+	"fmt"
 	"math/rand/v2"
 	"net/http"
 	"testing"
@@ -83,5 +84,71 @@ func TestSweepFindsABetterModel(t *testing.T) {
 	// The sweep itself is not placed; its trials are.
 	if _, ok := placementOf(agents[0], "TrainingJob/tune"); ok {
 		t.Error("the sweep's own TrainingJob was placed")
+	}
+}
+
+// BenchmarkSweepParallel runs the same 32-trial random search over the
+// builtin trainer on a 4-agent mesh with parallelTrials 1 and 4: wall
+// time from apply to the experiment's end, and the best accuracy each
+// reached (the same seed proposes the same trials, so the best is the
+// same; the wall time is what parallel trials buy).
+func BenchmarkSweepParallel(b *testing.B) {
+	for _, par := range []int{1, 4} {
+		b.Run(fmt.Sprintf("impl=parallel-%d", par), func(b *testing.B) {
+			var wall, best float64
+			for range b.N {
+				keys, err := NewDevPKI()
+				if err != nil {
+					b.Fatal(err)
+				}
+				agents := devMesh(b, 4, func(c *Config) { c.PKI = keys })
+				// A fifth of the labels flipped: no setting reaches 1.
+				r := rand.New(rand.NewPCG(5, 6))
+				ds := loopData(r, 2000, 0)
+				for i := range ds.Y {
+					if r.IntN(5) == 0 {
+						ds.Y[i] = 1 - ds.Y[i]
+					}
+				}
+				var csv bytes.Buffer
+				if err := ds.WriteCSV(&csv); err != nil {
+					b.Fatal(err)
+				}
+				publishFile(b, agents[3], storage.PublishSpec{Kind: storage.KindDataset, Name: "cases", Version: "1"}, csv.Bytes())
+				pol := fmt.Sprintf(`apiVersion: strata/v1
+kind: TrainingJob
+metadata: {name: bench}
+spec:
+  data: [{dataset: cases}]
+  resources: {cpu: 250m, memory: 128Mi}
+  tiers: [onprem, cloud, edge]
+  builtin: {algorithm: mlp, label: y, hidden: [16]}
+  sweep:
+    algorithm: random
+    maxTrials: 32
+    parallelTrials: %d
+    parameters:
+      - {name: learningRate, min: 0.0005, max: 0.5, scale: log}
+      - {name: epochs, type: int, min: 2, max: 30}
+`, par)
+				start := time.Now()
+				if code, body := post(b, agents[0].Handler(), http.MethodPost, "/v1/policies?file=bench.yaml", []byte(pol)); code != http.StatusOK {
+					b.Fatalf("apply = %d %s", code, body)
+				}
+				var e catalog.Experiment
+				meshtest.WaitFor(b, 10*time.Minute, "the sweep to end", func() bool {
+					e, err = agents[0].cat.Experiments.Value("bench")
+					return err == nil && e.Ended()
+				})
+				wall = time.Since(start).Seconds()
+				if e.State != catalog.ExperimentSucceeded || e.Best < 0 {
+					b.Fatalf("experiment = %s: %s", e.State, e.Message)
+				}
+				best = e.Trials[e.Best].Value
+			}
+			b.ReportMetric(0, "ns/op")
+			b.ReportMetric(wall, "s/32-trials")
+			b.ReportMetric(best, "best-accuracy")
+		})
 	}
 }

@@ -11,7 +11,7 @@ import (
 // cost of proposing one point.
 func BenchmarkSearch(b *testing.B) {
 	for _, alg := range []string{Random, TPE} {
-		b.Run(alg, func(b *testing.B) {
+		b.Run("impl="+alg, func(b *testing.B) {
 			var at16, at32 []float64
 			for range b.N {
 				at16, at32 = at16[:0], at32[:0]

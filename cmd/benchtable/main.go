@@ -1,6 +1,7 @@
 // Command benchtable reads `go test -bench` output on standard input and
 // prints the figures as tables, one per benchmark group, with the ratio of
-// every figure to the strata row of its group.
+// every figure to the strata row of its group (or its first row when it has
+// no strata row).
 //
 // A group is everything in a benchmark's name before "/impl="; the row is
 // the impl's name. Metrics are the (value, unit) pairs a benchmark reports;
@@ -125,6 +126,9 @@ func print(w io.Writer, groups []*group) {
 				base = r
 			}
 		}
+		if base == nil && len(g.rows) > 1 {
+			base = g.rows[0] // no strata row: ratios to the first
+		}
 		fmt.Fprintf(w, "\n%s\n", g.name)
 		tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', tabwriter.AlignRight)
 		fmt.Fprint(tw, "impl\t")
@@ -153,7 +157,7 @@ func print(w io.Writer, groups []*group) {
 		tw.Flush()
 	}
 	if len(groups) > 0 {
-		fmt.Fprintln(w, "\n(×) = this row's figure divided by the strata row's figure in the same group.")
+		fmt.Fprintln(w, "\n(×) = this row's figure divided by the strata row's figure in the same group (the first row's where there is none).")
 	}
 }
 
