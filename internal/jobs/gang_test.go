@@ -54,7 +54,7 @@ func ortLib(t *testing.T) string {
 }
 
 // gangMesh starts n agents of the dev mix on loopback in this process.
-func gangMesh(t *testing.T, n int, lib string) ([]*agent.Agent, map[string]string) {
+func gangMesh(t testing.TB, n int, lib string) ([]*agent.Agent, map[string]string) {
 	t.Helper()
 	keys, err := agent.NewDevPKI()
 	if err != nil {
@@ -116,7 +116,7 @@ func gangMesh(t *testing.T, n int, lib string) ([]*agent.Agent, map[string]strin
 	return agents, dirs
 }
 
-func call(t *testing.T, h http.Handler, method, path string, body []byte) (int, []byte) {
+func call(t testing.TB, h http.Handler, method, path string, body []byte) (int, []byte) {
 	t.Helper()
 	rec := httptest.NewRecorder()
 	h.ServeHTTP(rec, httptest.NewRequest(method, path, bytes.NewReader(body)))
