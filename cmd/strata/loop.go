@@ -135,9 +135,10 @@ func runJobs(args []string, stdout, stderr io.Writer) error {
 }
 
 func runLogs(args []string, stdout, stderr io.Writer) error {
-	fs := newFlags("logs", "JOB [-rank N]", stderr)
+	fs := newFlags("logs", "JOB [-rank N] [-f]", stderr)
 	c := addClientFlags(fs)
 	rank := fs.Int("rank", 0, "the gang member (rank) whose output to show")
+	follow := fs.Bool("f", false, "follow: print new output as the job writes it, until it ends")
 	pos, err := parseArgs(fs, args)
 	if err != nil {
 		return err
@@ -146,14 +147,41 @@ func runLogs(args []string, stdout, stderr io.Writer) error {
 		fs.Usage()
 		return &exitError{code: 1, err: errors.New("JOB is required (see strata jobs)")}
 	}
-	ctx, cancel := readCtx()
-	defer cancel()
-	logs, err := c.client().JobLogs(ctx, pos[0], *rank)
-	if err != nil {
-		return c.explain(err)
+	cl := c.client()
+	printed := 0
+	for {
+		// Whether the job had ended is read before its output, so the
+		// last read has everything it wrote.
+		ended := true
+		if *follow {
+			ctx, cancel := readCtx()
+			j, err := cl.Job(ctx, pos[0])
+			cancel()
+			if err != nil {
+				return c.explain(err)
+			}
+			ended = j.Terminal()
+		}
+		ctx, cancel := readCtx()
+		logs, err := cl.JobLogs(ctx, pos[0], *rank)
+		cancel()
+		if err != nil && !(*follow && !ended) {
+			return c.explain(err)
+		}
+		if err == nil {
+			if len(logs) < printed {
+				printed = 0 // a new attempt started its output afresh
+			}
+			if _, err := io.WriteString(stdout, logs[printed:]); err != nil {
+				return err
+			}
+			printed = len(logs)
+		}
+		if ended {
+			return nil
+		}
+		time.Sleep(time.Second)
 	}
-	_, err = io.WriteString(stdout, logs)
-	return err
 }
 
 func write(w io.Writer, b []byte) error {

@@ -47,7 +47,7 @@ func commands() []command {
 		{"drift", "[MODEL] [-o json]", "show drift monitors: scores per model, site and feature", runDrift},
 		{"jobs", "[-o json]", "list training jobs", runJobs},
 		{"experiments", "[NAME] [-o json]", "list hyperparameter searches, or one with its trials (best marked *)", runExperiments},
-		{"logs", "JOB [-rank N]", "print a training job's output", runLogs},
+		{"logs", "JOB [-rank N] [-f]", "print a training job's output (-f: follow it until the job ends)", runLogs},
 		{"events", "[-since SEQ] [-o json]", "follow the mesh's placements, drift, jobs and rollouts as they happen", runEvents},
 		{"push", "FILE --name N --version V [--kind dataset] [--reference FILE]", "publish a signed model or dataset version", runPush},
 		{"models", "[-o json]", "list model versions and the nodes that hold them", runModels},
