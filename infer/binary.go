@@ -136,6 +136,13 @@ func appendBinary(b []byte, data any) []byte {
 		for _, v := range d {
 			b = le.AppendUint64(b, math.Float64bits(v))
 		}
+	case []string:
+		// As the protocol's binary extension writes BYTES: each element's
+		// length (4 bytes, little-endian), then its bytes.
+		for _, v := range d {
+			b = le.AppendUint32(b, uint32(len(v)))
+			b = append(b, v...)
+		}
 	}
 	return b
 }

@@ -297,11 +297,20 @@ func (s *Server) inferHTTP(w http.ResponseWriter, r *http.Request, v *version) i
 			bin = appendBinary(bin, o.Data)
 			buf = append(buf, `],"parameters":{"binary_data_size":`...)
 			buf = strconv.AppendInt(buf, int64(len(bin)-n), 10)
+			if o.Classes != nil {
+				buf = append(buf, `,"classes":`...)
+				buf = appendData(buf, o.Classes)
+			}
 			buf = append(buf, "}}"...)
 			continue
 		}
 		buf = append(buf, `],"data":`...)
 		buf = appendData(buf, o.Data)
+		if o.Classes != nil {
+			buf = append(buf, `,"parameters":{"classes":`...)
+			buf = appendData(buf, o.Classes)
+			buf = append(buf, '}')
+		}
 		buf = append(buf, '}')
 	}
 	buf = append(buf, "]}"...)

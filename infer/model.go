@@ -62,10 +62,20 @@ type version struct {
 func infoFrom(ios []ort.InputOutputInfo, what string) ([]TensorInfo, error) {
 	out := make([]TensorInfo, len(ios))
 	for i, io := range ios {
+		if io.OrtValueType == ort.ONNXTypeSequence && what == "output" {
+			// A classifier's probabilities as a sequence of maps
+			// (ZipMap): served as FP32 [rows, classes], the class keys
+			// in the output's parameters.
+			out[i] = TensorInfo{Name: io.Name, Datatype: FP32, Shape: []int64{-1, -1}}
+			continue
+		}
 		if io.OrtValueType != ort.ONNXTypeTensor {
 			return nil, fmt.Errorf("%w: %s %q is a %v, not a tensor", ErrUnsupportedDatatype, what, io.Name, io.OrtValueType)
 		}
 		dt, ok := datatypeOf(io.DataType)
+		if !ok && dt == BYTES && what == "output" {
+			ok = true // string labels are returned, not taken
+		}
 		if !ok {
 			return nil, fmt.Errorf("%w: %s %q has element type %s", ErrUnsupportedDatatype, what, io.Name, dt)
 		}

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"slices"
 	"strconv"
 	"unsafe"
 
@@ -35,16 +36,25 @@ const (
 	INT64  Datatype = "INT64"
 	FP32   Datatype = "FP32"
 	FP64   Datatype = "FP64"
+	// BYTES is a tensor of strings; the server returns it (a classifier's
+	// string labels) but takes no BYTES inputs.
+	BYTES Datatype = "BYTES"
 )
 
 // Tensor is one named input or output. Data is a flat, row-major slice whose
 // Go type matches Datatype: []bool, []uint8, []uint16, []uint32, []uint64,
-// []int8, []int16, []int32, []int64, []float32 or []float64.
+// []int8, []int16, []int32, []int64, []float32, []float64, or []string for
+// a BYTES output.
 type Tensor struct {
 	Name     string
 	Datatype Datatype
 	Shape    []int64
 	Data     any
+	// Classes, on an output the model gives as a sequence of maps (a
+	// scikit-learn classifier's probabilities, as ZipMap writes them),
+	// are the map keys in column order: the output is an FP32 tensor of
+	// [rows, len(Classes)]. Nil for other tensors.
+	Classes []string
 }
 
 // datatypeOf maps ONNX Runtime's element type to the protocol's name, or
@@ -126,6 +136,8 @@ func length(data any) int {
 	case []float32:
 		return len(d)
 	case []float64:
+		return len(d)
+	case []string:
 		return len(d)
 	}
 	return -1
@@ -210,10 +222,97 @@ func fromValue(name string, v ort.Value) (Tensor, error) {
 		out.Datatype, out.Data = FP32, t.GetData()
 	case *ort.Tensor[float64]:
 		out.Datatype, out.Data = FP64, t.GetData()
+	case *ort.StringTensor:
+		ss, err := t.GetContents()
+		if err != nil {
+			return out, fmt.Errorf("output %q: %w", name, err)
+		}
+		out.Datatype, out.Data = BYTES, ss
+	case *ort.Sequence:
+		return fromSequence(name, t)
 	default:
 		return out, fmt.Errorf("%w: output %q has ONNX type %v", ErrUnsupportedDatatype, name, v.GetONNXType())
 	}
 	return out, nil
+}
+
+// fromSequence turns a sequence of maps from class to score, one map per
+// row (what ZipMap makes of a classifier's probabilities), into an FP32
+// tensor [rows, classes] whose columns are the first map's keys, in the
+// order the map gives them.
+func fromSequence(name string, seq *ort.Sequence) (Tensor, error) {
+	out := Tensor{Name: name, Datatype: FP32}
+	rows, _ := seq.GetValues()
+	var col map[string]int
+	var data []float32
+	for r, v := range rows {
+		m, ok := v.(*ort.Map)
+		if !ok {
+			return out, fmt.Errorf("%w: output %q is a sequence of %v, not of maps", ErrUnsupportedDatatype, name, v.GetONNXType())
+		}
+		kv, vv, _ := m.GetKeysAndValues()
+		keys, err := mapKeys(kv)
+		if err != nil {
+			return out, fmt.Errorf("%w: output %q: %w", ErrUnsupportedDatatype, name, err)
+		}
+		vals, err := float32s(vv)
+		if err != nil || len(vals) != len(keys) {
+			return out, fmt.Errorf("%w: output %q: map values: %v", ErrUnsupportedDatatype, name, err)
+		}
+		if r == 0 {
+			out.Classes = keys
+			col = make(map[string]int, len(keys))
+			for i, k := range keys {
+				col[k] = i
+			}
+			data = make([]float32, len(rows)*len(keys))
+		}
+		if len(keys) != len(out.Classes) {
+			return out, fmt.Errorf("%w: output %q: row %d has %d classes, row 0 has %d", ErrUnsupportedDatatype, name, r, len(keys), len(out.Classes))
+		}
+		for i, k := range keys {
+			c, ok := col[k]
+			if !ok {
+				return out, fmt.Errorf("%w: output %q: row %d has class %q, row 0 does not", ErrUnsupportedDatatype, name, r, k)
+			}
+			data[r*len(keys)+c] = vals[i]
+		}
+	}
+	out.Shape, out.Data = []int64{int64(len(rows)), int64(len(out.Classes))}, data
+	if data == nil {
+		out.Data = []float32{}
+	}
+	return out, nil
+}
+
+// mapKeys reads a map's keys (int64 or string) as strings.
+func mapKeys(v ort.Value) ([]string, error) {
+	switch k := v.(type) {
+	case *ort.Tensor[int64]:
+		out := make([]string, 0, len(k.GetData()))
+		for _, x := range k.GetData() {
+			out = append(out, strconv.FormatInt(x, 10))
+		}
+		return out, nil
+	case *ort.StringTensor:
+		return k.GetContents()
+	}
+	return nil, fmt.Errorf("map keys of ONNX type %v", v.GetONNXType())
+}
+
+// float32s reads a map's values as float32.
+func float32s(v ort.Value) ([]float32, error) {
+	switch t := v.(type) {
+	case *ort.Tensor[float32]:
+		return slices.Clone(t.GetData()), nil
+	case *ort.Tensor[float64]:
+		out := make([]float32, len(t.GetData()))
+		for i, x := range t.GetData() {
+			out[i] = float32(x)
+		}
+		return out, nil
+	}
+	return nil, fmt.Errorf("map values of ONNX type %v", v.GetONNXType())
 }
 
 // parseData decodes a JSON array (flat or nested to any depth) of n elements
@@ -366,6 +465,11 @@ func appendData(b []byte, data any) []byte {
 		for i, v := range d {
 			b = comma(b, i)
 			b = appendFloat(b, v, 64)
+		}
+	case []string:
+		for i, v := range d {
+			b = comma(b, i)
+			b = appendString(b, v)
 		}
 	}
 	return append(b, ']')

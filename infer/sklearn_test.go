@@ -1,0 +1,149 @@
+package infer
+
+import (
+	"encoding/binary"
+	"encoding/json"
+	"math"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"slices"
+	"strconv"
+	"strings"
+	"testing"
+)
+
+// The classifier in testdata/make_sklearn_like.py: 3 classes × 3 features.
+var (
+	sklCoef      = []float64{1.0, -0.5, 0.25, -1.0, 0.5, 0.75, 0.2, 0.1, -0.6}
+	sklIntercept = []float64{0.1, -0.2, 0.05}
+)
+
+// sklPredict is the classifier by hand: softmax of x·Wᵀ + b, and argmax.
+func sklPredict(x []float32) (probs []float64, label int) {
+	scores := make([]float64, 3)
+	for c := range 3 {
+		scores[c] = sklIntercept[c]
+		for f := range 3 {
+			scores[c] += sklCoef[c*3+f] * float64(x[f])
+		}
+	}
+	m := slices.Max(scores)
+	sum := 0.0
+	for c := range scores {
+		scores[c] = math.Exp(scores[c] - m)
+		sum += scores[c]
+	}
+	for c := range scores {
+		scores[c] /= sum
+	}
+	return scores, slices.Index(scores, slices.Max(scores))
+}
+
+// TestScikitLearnStyleClassifier: a classifier exported as skl2onnx
+// exports one (a label tensor, and probabilities as a sequence of maps
+// from ZipMap) serves through OIP: labels as INT64 or BYTES, the
+// probabilities as FP32 [rows, classes] with the classes in the output's
+// parameters, in JSON and in the binary extension.
+func TestScikitLearnStyleClassifier(t *testing.T) {
+	t.Parallel()
+	s, _ := newServer(t, Config{})
+	names := []string{"setosa", "versicolor", "virginica"}
+	for _, c := range []struct {
+		file    string
+		label   Datatype
+		classes []string
+	}{
+		{"testdata/sklearn_like_int.onnx", INT64, []string{"0", "1", "2"}},
+		{"testdata/sklearn_like_str.onnx", BYTES, names},
+	} {
+		t.Run(c.file, func(t *testing.T) {
+			model, err := os.ReadFile(c.file)
+			if err != nil {
+				t.Fatal(err)
+			}
+			name := strings.TrimSuffix(strings.TrimPrefix(c.file, "testdata/"), ".onnx")
+			load(t, s, name, "1", model)
+			x := rows(11, 4, 3)
+			data, _ := json.Marshal(x)
+			body := `{"inputs":[{"name":"float_input","shape":[4,3],"datatype":"FP32","data":` + string(data) + `}]}`
+			code, got, _ := raw(s.Handler(), "/v2/models/"+name+"/infer", body)
+			if code != 200 {
+				t.Fatalf("infer = %d %s", code, got)
+			}
+			var resp struct {
+				Outputs []struct {
+					Name       string          `json:"name"`
+					Datatype   Datatype        `json:"datatype"`
+					Shape      []int64         `json:"shape"`
+					Data       json.RawMessage `json:"data"`
+					Parameters struct {
+						Classes []string `json:"classes"`
+					} `json:"parameters"`
+				} `json:"outputs"`
+			}
+			if err := json.Unmarshal([]byte(got), &resp); err != nil || len(resp.Outputs) != 2 {
+				t.Fatalf("response %s: %v", got, err)
+			}
+			lab, prob := resp.Outputs[0], resp.Outputs[1]
+			if lab.Name != "output_label" || lab.Datatype != c.label || !slices.Equal(lab.Shape, []int64{4}) {
+				t.Errorf("label output %s %s %v", lab.Name, lab.Datatype, lab.Shape)
+			}
+			if prob.Name != "output_probability" || prob.Datatype != FP32 || !slices.Equal(prob.Shape, []int64{4, 3}) || !slices.Equal(prob.Parameters.Classes, c.classes) {
+				t.Errorf("probability output %s %s %v classes %v", prob.Name, prob.Datatype, prob.Shape, prob.Parameters.Classes)
+			}
+			var labels []any
+			var probs []float64
+			if json.Unmarshal(lab.Data, &labels) != nil || json.Unmarshal(prob.Data, &probs) != nil || len(labels) != 4 || len(probs) != 12 {
+				t.Fatalf("data %s %s", lab.Data, prob.Data)
+			}
+			for r := range 4 {
+				want, wl := sklPredict(x[r*3 : r*3+3])
+				for k := range 3 {
+					if math.Abs(probs[r*3+k]-want[k]) > 1e-5 {
+						t.Errorf("row %d class %s: P = %v, want %v", r, c.classes[k], probs[r*3+k], want[k])
+					}
+				}
+				if got := labelString(labels[r]); got != c.classes[wl] {
+					t.Errorf("row %d: label %v, want %s", r, labels[r], c.classes[wl])
+				}
+			}
+			// The binary extension: the same, with BYTES as length-prefixed
+			// strings.
+			code, bin, hdr := raw(s.Handler(), "/v2/models/"+name+"/infer",
+				`{"inputs":[{"name":"float_input","shape":[4,3],"datatype":"FP32","data":`+string(data)+`}],"parameters":{"binary_data_output":true}}`)
+			if code != 200 || hdr.Get(headerLengthKey) == "" {
+				t.Fatalf("binary infer = %d %s", code, bin)
+			}
+			n, _ := strconv.Atoi(hdr.Get(headerLengthKey))
+			if !strings.Contains(bin[:n], `"classes":`) {
+				t.Errorf("binary header lacks the classes: %s", bin[:n])
+			}
+			if c.label == BYTES {
+				b := []byte(bin[n:])
+				l := binary.LittleEndian.Uint32(b)
+				_, wl := sklPredict(x[:3])
+				if got := string(b[4 : 4+l]); got != names[wl] {
+					t.Errorf("binary first label %q, want %q", got, names[wl])
+				}
+			}
+		})
+	}
+}
+
+// raw posts body and returns the response as it came.
+func raw(h http.Handler, path, body string) (int, string, http.Header) {
+	rec := httptest.NewRecorder()
+	h.ServeHTTP(rec, httptest.NewRequest("POST", path, strings.NewReader(body)))
+	return rec.Code, rec.Body.String(), rec.Header()
+}
+
+func labelString(v any) string {
+	switch x := v.(type) {
+	case float64:
+		return strconv.Itoa(int(x))
+	case string:
+		return x
+	}
+	return ""
+}
