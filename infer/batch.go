@@ -232,7 +232,7 @@ func (b *batcher) run(bt *batch) {
 				per *= int(d)
 			}
 			shape := append([]int64{int64(r.rows)}, o.Shape[1:]...)
-			mine[i] = Tensor{Name: o.Name, Datatype: o.Datatype, Shape: shape, Data: sliceAny(o.Data, off*per, (off+r.rows)*per)}
+			mine[i] = Tensor{Name: o.Name, Datatype: o.Datatype, Shape: shape, Data: sliceAny(o.Data, off*per, (off+r.rows)*per), Classes: o.Classes}
 		}
 		off += r.rows
 		r.outputs = mine
@@ -308,6 +308,8 @@ func sliceAny(data any, lo, hi int) any {
 	case []float32:
 		return copyRange(d, lo, hi)
 	case []float64:
+		return copyRange(d, lo, hi)
+	case []string:
 		return copyRange(d, lo, hi)
 	}
 	panic(fmt.Sprintf("infer: sliceAny of %T", data))

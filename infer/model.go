@@ -1,6 +1,7 @@
 package infer
 
 import (
+	"encoding/json"
 	"errors"
 	"fmt"
 	"slices"
@@ -52,6 +53,9 @@ type version struct {
 	// rowElems is, per input, the element count of one row (the product of
 	// the dimensions after the first); used by batching and sampling.
 	rowElems []int
+	// classes names the columns of a one-output classifier the built-in
+	// trainer made from named classes (its strata.class_names metadata).
+	classes []string
 
 	refs      atomic.Int64
 	retired   atomic.Bool
@@ -123,6 +127,7 @@ func newVersion(name, ver string, model []byte, cfg *Config) (*version, error) {
 	if err != nil {
 		return nil, fmt.Errorf("infer: load model %s version %s: %w", name, ver, err)
 	}
+	v.classes = classNames(v.sess, v.info.Outputs)
 	v.rowElems = make([]int, len(v.info.Inputs))
 	for i, in := range v.info.Inputs {
 		v.rowElems[i] = rowElems(in.Shape)
@@ -131,6 +136,40 @@ func newVersion(name, ver string, model []byte, cfg *Config) (*version, error) {
 		v.info.Batching = true
 	}
 	return v, nil
+}
+
+// ClassNamesKey is the ONNX metadata key under which the built-in trainer
+// keeps a model's class names (a JSON array, class i at index i).
+const ClassNamesKey = "strata.class_names"
+
+// classNames returns, for a model with one [rows, k] output and class
+// names in its metadata, the names of the output's k columns: all of them,
+// or for a two-class model's single P(class 1) column, the second. Nil
+// otherwise.
+func classNames(sess *ort.DynamicAdvancedSession, outs []TensorInfo) []string {
+	if len(outs) != 1 || len(outs[0].Shape) != 2 {
+		return nil
+	}
+	md, err := sess.GetModelMetadata()
+	if err != nil {
+		return nil
+	}
+	defer md.Destroy()
+	s, ok, err := md.LookupCustomMetadataMap(ClassNamesKey)
+	if err != nil || !ok {
+		return nil
+	}
+	var names []string
+	if json.Unmarshal([]byte(s), &names) != nil {
+		return nil
+	}
+	switch k := outs[0].Shape[1]; {
+	case k == int64(len(names)):
+		return names
+	case k == 1 && len(names) == 2:
+		return names[1:]
+	}
+	return nil
 }
 
 // rowElems is the product of shape[1:], or -1 when one of them is dynamic.
@@ -289,6 +328,9 @@ func (v *version) run(inputs []Tensor) ([]Tensor, error) {
 		t, err := fromValue(v.info.Outputs[i].Name, x)
 		if err != nil {
 			return nil, fmt.Errorf("infer: model %s version %s: %w", v.info.Name, v.info.Version, err)
+		}
+		if t.Classes == nil {
+			t.Classes = v.classes
 		}
 		res[i] = t
 	}

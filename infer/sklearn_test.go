@@ -1,6 +1,7 @@
 package infer
 
 import (
+	"context"
 	"encoding/binary"
 	"encoding/json"
 	"math"
@@ -11,6 +12,8 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+
+	"github.com/strata-mesh/strata/trainer"
 )
 
 // The classifier in testdata/make_sklearn_like.py: 3 classes × 3 features.
@@ -146,4 +149,40 @@ func labelString(v any) string {
 		return x
 	}
 	return ""
+}
+
+// TestBuiltinClassNames: a model the built-in trainer made from named
+// classes says which class each output column is.
+func TestBuiltinClassNames(t *testing.T) {
+	t.Parallel()
+	s, _ := newServer(t, Config{})
+	for _, c := range []struct {
+		csv  string
+		want []string
+	}{
+		{"x,kind\n0.1,ham\n2.0,spam\n0.2,ham\n2.1,spam\n", []string{"spam"}}, // [N, 1]: P(spam)
+		{"x,kind\n0,a\n5,b\n10,c\n0.5,a\n5.5,b\n10.5,c\n", []string{"a", "b", "c"}},
+	} {
+		ds, err := trainer.ReadCSV(strings.NewReader(c.csv), "kind")
+		if err != nil {
+			t.Fatal(err)
+		}
+		res, err := trainer.Train(context.Background(), ds, trainer.Config{Epochs: 2, Holdout: -1})
+		if err != nil {
+			t.Fatal(err)
+		}
+		name := "named-" + strconv.Itoa(len(c.want))
+		load(t, s, name, "1", res.Model)
+		code, got, _ := raw(s.Handler(), "/v2/models/"+name+"/infer", `{"inputs":[{"name":"input","shape":[1,1],"datatype":"FP32","data":[1]}]}`)
+		var resp struct {
+			Outputs []struct {
+				Parameters struct {
+					Classes []string `json:"classes"`
+				} `json:"parameters"`
+			} `json:"outputs"`
+		}
+		if code != 200 || json.Unmarshal([]byte(got), &resp) != nil || len(resp.Outputs) != 1 || !slices.Equal(resp.Outputs[0].Parameters.Classes, c.want) {
+			t.Errorf("infer = %d %s; want classes %v", code, got, c.want)
+		}
+	}
 }
