@@ -238,6 +238,7 @@ func New(cfg Config) (*Agent, error) {
 	}
 	if a.inf != nil {
 		ac2.Inference = a.inf.Handler()
+		ac2.CheckModel = a.inf.Check
 	}
 	api := httpapi.New(ac2)
 	peer := api.PeerRoutes()

@@ -19,6 +19,7 @@ import (
 	"github.com/strata-mesh/strata/mesh/dataplane"
 	"github.com/strata-mesh/strata/mesh/meshtest"
 	"github.com/strata-mesh/strata/storage"
+	"github.com/strata-mesh/strata/trainer/onnx"
 )
 
 func TestPushPullModels(t *testing.T) {
@@ -27,10 +28,11 @@ func TestPushPullModels(t *testing.T) {
 		t.Fatal(err)
 	}
 	agents := devMesh(t, 3, func(c *Config) { c.PKI = keys })
-	blob := make([]byte, 3<<20+12345)
-	r := rand.New(rand.NewPCG(1, 2))
-	for i := range blob {
-		blob[i] = byte(r.Uint32())
+	// A real ONNX model (a push is refused otherwise) of a few MiB: many
+	// chunks to move.
+	blob, _, err := onnx.RandomMLP(1, 1024, 768, 1)
+	if err != nil {
+		t.Fatal(err)
 	}
 	sum := sha256.Sum256(blob)
 	want := hex.EncodeToString(sum[:])
@@ -43,8 +45,17 @@ func TestPushPullModels(t *testing.T) {
 	if m.Digest != want || m.Size != int64(len(blob)) || m.Signer == "" {
 		t.Errorf("manifest %+v; want digest %s", m, want)
 	}
+	// Bytes that are not an ONNX model are refused, saying why.
+	if code, body := post(t, agents[0].Handler(), http.MethodPost, "/v1/artifacts?name=pem&version=1", []byte("-----BEGIN CERTIFICATE-----\nMIIB\n")); code != http.StatusUnprocessableEntity || !bytes.Contains(body, []byte("not an ONNX model")) {
+		t.Errorf("push of a PEM file = %d %s, want 422 saying it is not an ONNX model", code, body)
+	}
+	// The pushed model's operator sets are in its signed manifest.
+	if m.Metadata[MetaOpsets] == "" || m.Metadata["strata.outputs"] == "" {
+		t.Errorf("manifest metadata %v; want the operator sets and outputs", m.Metadata)
+	}
 	// The same version with other bytes is refused: versions are immutable.
-	if code, body := post(t, agents[0].Handler(), http.MethodPost, "/v1/artifacts?name=fraud&version=3", []byte("other")); code != http.StatusConflict {
+	other, _, _ := onnx.RandomMLP(2, 3, 1)
+	if code, body := post(t, agents[0].Handler(), http.MethodPost, "/v1/artifacts?name=fraud&version=3", other); code != http.StatusConflict {
 		t.Errorf("re-push with other bytes = %d %s, want 409", code, body)
 	}
 

@@ -75,6 +75,7 @@ const (
 	MetaReference      = catalog.MetaReference
 	MetaFeatures       = catalog.MetaFeatures
 	MetaJob            = catalog.MetaJob
+	MetaOpsets         = catalog.MetaOpsets
 	MetaAccuracy       = catalog.MetaAccuracy
 	LabelOutputModel   = catalog.LabelOutputModel
 	LabelOutputVersion = catalog.LabelOutputVersion

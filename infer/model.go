@@ -94,7 +94,7 @@ func infoFrom(ios []ort.InputOutputInfo, what string) ([]TensorInfo, error) {
 func newVersion(name, ver string, model []byte, cfg *Config) (*version, error) {
 	ins, outs, err := ort.GetInputOutputInfoWithONNXData(model)
 	if err != nil {
-		return nil, fmt.Errorf("infer: read model %s version %s: %w", name, ver, err)
+		return nil, fmt.Errorf("infer: read model %s version %s: %w", name, ver, explainLoad(err, model))
 	}
 	if len(ins) == 0 || len(outs) == 0 {
 		return nil, fmt.Errorf("%w: model %s version %s has %d inputs and %d outputs; at least one of each is needed", ErrUnsupportedModel, name, ver, len(ins), len(outs))
@@ -125,7 +125,7 @@ func newVersion(name, ver string, model []byte, cfg *Config) (*version, error) {
 	}
 	v.sess, err = ort.NewDynamicAdvancedSessionWithONNXData(model, names(v.info.Inputs), names(v.info.Outputs), opts)
 	if err != nil {
-		return nil, fmt.Errorf("infer: load model %s version %s: %w", name, ver, err)
+		return nil, fmt.Errorf("infer: load model %s version %s: %w", name, ver, explainLoad(err, model))
 	}
 	v.classes = classNames(v.sess, v.info.Outputs)
 	v.rowElems = make([]int, len(v.info.Inputs))

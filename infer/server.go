@@ -102,6 +102,18 @@ func New(cfg Config) (*Server, error) {
 // have finished. Loading a version that is already served reloads it the
 // same way. Models whose inputs or outputs are 0-d or of an unsupported type
 // are refused.
+// Check loads model as Load would, without serving it: nil when ONNX
+// Runtime can run it here. An operator it lacks is an error wrapping
+// ErrUnsupportedOperator that names the operator and its operator set.
+func (s *Server) Check(name, ver string, model []byte) error {
+	v, err := newVersion(name, ver, model, &s.cfg)
+	if err != nil {
+		return err
+	}
+	v.close()
+	return nil
+}
+
 func (s *Server) Load(ctx context.Context, name, ver string, model []byte) error {
 	if name == "" || ver == "" {
 		return fmt.Errorf("infer: load: model name and version must not be empty (got %q, %q)", name, ver)

@@ -63,7 +63,14 @@ func (c *Client) Addr() string { return c.base }
 type CallOption func(*call)
 
 type call struct {
-	bodies []*[]byte
+	bodies  []*[]byte
+	headers []*http.Header
+}
+
+// Header stores the response headers of a successful call in *dst (a
+// push's Strata-Warning, for one).
+func Header(dst *http.Header) CallOption {
+	return func(c *call) { c.headers = append(c.headers, dst) }
 }
 
 // Body stores the response body of a successful call, as the agent sent
@@ -135,6 +142,9 @@ func (c *Client) do(ctx context.Context, r request, v any, opts []CallOption) er
 	}
 	for _, dst := range cl.bodies {
 		*dst = b
+	}
+	for _, dst := range cl.headers {
+		*dst = resp.Header
 	}
 	if v == nil {
 		return nil

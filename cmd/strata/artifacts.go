@@ -8,6 +8,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net/http"
 	"os"
 	"path/filepath"
 	"slices"
@@ -98,7 +99,8 @@ func runPush(args []string, stdout, stderr io.Writer) error {
 		}
 	}
 	var raw []byte
-	m, err := c.client().Push(context.Background(), spec, pr, st.Size(), client.Body(&raw))
+	var hdr http.Header
+	m, err := c.client().Push(context.Background(), spec, pr, st.Size(), client.Body(&raw), client.Header(&hdr))
 	err = c.explain(err)
 	pr.st.State = dataplane.StateDone
 	if err != nil {
@@ -107,6 +109,9 @@ func runPush(args []string, stdout, stderr io.Writer) error {
 	pr.print(pr.st)
 	if err != nil {
 		return err
+	}
+	if w := hdr.Get("Strata-Warning"); w != "" {
+		fmt.Fprintf(stderr, "warning: %s\n", w)
 	}
 	if c.output == "json" {
 		return write(stdout, raw)
@@ -136,10 +141,15 @@ func referenceFromCSV(path, label string) ([]byte, error) {
 }
 
 func runModels(args []string, stdout, stderr io.Writer) error {
-	fs := newFlags("models", "[-o json]", stderr)
+	fs := newFlags("models", "[NAME] [-o json]", stderr)
 	c := addClientFlags(fs)
-	if err := fs.Parse(args); err != nil {
+	pos, err := parseArgs(fs, args)
+	if err != nil {
 		return err
+	}
+	if len(pos) > 1 {
+		fs.Usage()
+		return &exitError{code: 1, err: fmt.Errorf("at most one model NAME")}
 	}
 	if err := c.check(); err != nil {
 		return err
@@ -147,6 +157,17 @@ func runModels(args []string, stdout, stderr io.Writer) error {
 	ctx, cancel := readCtx()
 	defer cancel()
 	var raw []byte
+	if len(pos) == 1 {
+		m, err := c.client().Model(ctx, pos[0], client.Body(&raw))
+		if err != nil {
+			return c.explain(err)
+		}
+		if c.output == "json" {
+			return write(stdout, raw)
+		}
+		writeModel(stdout, m)
+		return nil
+	}
 	models, err := c.client().Models(ctx, client.Body(&raw))
 	if err != nil {
 		return c.explain(err)
@@ -163,6 +184,30 @@ func runModels(args []string, stdout, stderr io.Writer) error {
 		}
 	}
 	return tw.Flush()
+}
+
+// writeModel prints one model's versions, newest first, with what each
+// says of itself: inputs, outputs, operator sets, producer, and what made
+// it.
+func writeModel(w io.Writer, m api.Model) {
+	for i, v := range m.Versions {
+		if i > 0 {
+			fmt.Fprintln(w)
+		}
+		fmt.Fprintf(w, "%s@%s  %.12s  %s  created %s  held by %s\n", m.Name, v.Version, v.Digest, dataplane.HumanBytes(v.Size),
+			v.Created.Local().Format(time.DateTime), dash(strings.Join(holderNames(v.Holders, v.Pulling), ",")))
+		for _, f := range []struct{ label, key string }{
+			{"inputs", "strata.inputs"}, {"outputs", "strata.outputs"}, {"opsets", "strata.opsets"},
+			{"producer", "strata.producer"}, {"trained by", "strata.job"}, {"accuracy", "strata.accuracy"},
+		} {
+			if s := v.Metadata[f.key]; s != "" {
+				fmt.Fprintf(w, "  %-10s %s\n", f.label+":", s)
+			}
+		}
+		if _, ok := v.Metadata["strata.drift.reference"]; ok {
+			fmt.Fprintf(w, "  %-10s %s\n", "drift:", "has a reference")
+		}
+	}
 }
 
 // holderNames lists the nodes that hold a blob, then those pulling it,

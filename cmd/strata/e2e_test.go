@@ -18,6 +18,7 @@ import (
 
 	"github.com/strata-mesh/strata/mesh"
 	"github.com/strata-mesh/strata/mesh/meshtest"
+	"github.com/strata-mesh/strata/trainer/onnx"
 )
 
 var strataBin string
@@ -334,15 +335,28 @@ func TestPushPullCLI(t *testing.T) {
 	}
 	meshtest.WaitFor(t, 20*time.Second, "two agents", func() bool { return len(membersOf(t, ps[1].api)) == 2 })
 	model := filepath.Join(dir, "model.onnx")
-	os.WriteFile(model, bytes.Repeat([]byte("strata"), 200000), 0o644)
+	b, _, err := onnx.RandomMLP(1, 512, 300, 1) // 600 KB: several chunks
+	if err != nil {
+		t.Fatal(err)
+	}
+	os.WriteFile(model, b, 0o644)
 	out, err := cli(t, ps[0].api, "push", model, "--name", "m", "--version", "1")
 	if err != nil || !strings.Contains(out, "model/m@1 pushed") {
 		t.Fatalf("push: %v\n%s", err, out)
+	}
+	// A file that is not an ONNX model is refused, saying why.
+	pem := filepath.Join(dir, "ca.crt")
+	os.WriteFile(pem, []byte("-----BEGIN CERTIFICATE-----\nMIIB\n-----END CERTIFICATE-----\n"), 0o644)
+	if out, err := cli(t, ps[0].api, "push", pem, "--name", "pem", "--version", "1"); err == nil || !strings.Contains(err.Error(), "not an ONNX model") {
+		t.Errorf("push of a certificate: %v\n%s", err, out)
 	}
 	meshtest.WaitFor(t, 20*time.Second, "the model listed at the other agent", func() bool {
 		out, err := cli(t, ps[1].api, "models")
 		return err == nil && strings.Contains(out, "a0")
 	})
+	if out, err := cli(t, ps[1].api, "models", "m"); err != nil || !strings.Contains(out, "opsets:") || !strings.Contains(out, "outputs:") || !strings.Contains(out, "ai.onnx=") {
+		t.Errorf("models m: %v\n%s", err, out)
+	}
 	copyTo := filepath.Join(dir, "copy.onnx")
 	if out, err := cli(t, ps[1].api, "pull", "m:1", "--output", copyTo); err != nil || !strings.Contains(out, "held here") {
 		t.Fatalf("pull: %v\n%s", err, out)

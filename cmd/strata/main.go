@@ -50,7 +50,7 @@ func commands() []command {
 		{"logs", "JOB [-rank N] [-f]", "print a training job's output (-f: follow it until the job ends)", runLogs},
 		{"events", "[-since SEQ] [-o json]", "follow the mesh's placements, drift, jobs and rollouts as they happen", runEvents},
 		{"push", "FILE --name N --version V [--kind dataset] [--reference FILE]", "publish a signed model or dataset version", runPush},
-		{"models", "[-o json]", "list model versions and the nodes that hold them", runModels},
+		{"models", "[NAME] [-o json]", "list model versions and the nodes that hold them; with NAME, each version's inputs, outputs, operator sets and producer", runModels},
 		{"pull", "NAME[:VERSION]", "fetch an artifact to the agent from the nearest holders", runPull},
 		{"lineage", "MODEL[:VERSION] [-o json]", "show what made a model version (job, parameters, data, metrics, the version it retrained) back to the first, and where it is served", runLineage},
 		{"token", "new | hash TOKEN", "make an API token, or hash one for acl_tokens in the agent's config", runToken},

@@ -1,4 +1,4 @@
-"""Writes sklearn_like_int.onnx and sklearn_like_str.onnx: a 3-class linear
+"""Writes the test models. sklearn_like_int.onnx and sklearn_like_str.onnx: a 3-class linear
 classifier shaped exactly as skl2onnx exports a scikit-learn
 LogisticRegression (ai.onnx.ml LinearClassifier, then Normalizer-free
 softmax via post_transform, then ZipMap), with int64 and with string class
@@ -56,3 +56,15 @@ def model(labels):
 out = sys.argv[1] if len(sys.argv) > 1 else "."
 onnx.save(model([0, 1, 2]), out + "/sklearn_like_int.onnx")
 onnx.save(model(["setosa", "versicolor", "virginica"]), out + "/sklearn_like_str.onnx")
+
+# Models ONNX Runtime cannot run: an operator of a custom domain, and Gelu,
+# which entered the default domain at opset 20, imported at opset 13.
+x = helper.make_tensor_value_info("X", TensorProto.FLOAT, [None, 3])
+y = helper.make_tensor_value_info("Y", TensorProto.FLOAT, [None, 3])
+for fname, node, opsets in [
+    ("unsupported_op.onnx", helper.make_node("Foo", ["X"], ["Y"], domain="com.example.custom"), [helper.make_opsetid("", 13), helper.make_opsetid("com.example.custom", 1)]),
+    ("gelu13.onnx", helper.make_node("Gelu", ["X"], ["Y"]), [helper.make_opsetid("", 13)]),
+]:
+    m = helper.make_model(helper.make_graph([node], "g", [x], [y]), opset_imports=opsets)
+    m.ir_version = 8
+    onnx.save(m, out + "/" + fname)

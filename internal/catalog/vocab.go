@@ -11,6 +11,14 @@ const (
 	MetaJob = "strata.job"
 	// MetaAccuracy is the holdout accuracy the trainer measured.
 	MetaAccuracy = "strata.accuracy"
+	// MetaOpsets are a pushed ONNX model's operator sets,
+	// "ai.onnx=13,ai.onnx.ml=1"; MetaProducer the tool that wrote it.
+	MetaOpsets   = "strata.opsets"
+	MetaProducer = "strata.producer"
+	// MetaInputs and MetaOutputs are a pushed model's graph inputs and
+	// outputs, "name FP32[?,3]", separated by "; ".
+	MetaInputs  = "strata.inputs"
+	MetaOutputs = "strata.outputs"
 )
 
 // Labels on a TrainingJob that register its output model: the model file

@@ -12,6 +12,7 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/strata-mesh/strata/infer"
 	"github.com/strata-mesh/strata/internal/artifacts"
 	"github.com/strata-mesh/strata/internal/catalog"
 	"github.com/strata-mesh/strata/internal/httpjson"
@@ -70,6 +71,19 @@ func (s *Server) handlePush(w http.ResponseWriter, r *http.Request) {
 	if err != nil {
 		httpjson.Error(w, http.StatusBadRequest, field, "%v", err)
 		return
+	}
+	if kind == storage.KindModel {
+		if meta == nil {
+			meta = map[string]string{}
+		}
+		warning, err := s.checkModel(tmp.Name(), name, version, meta)
+		if err != nil {
+			httpjson.Error(w, http.StatusUnprocessableEntity, "file", "%v", err)
+			return
+		}
+		if warning != "" {
+			w.Header().Set(WarningHeader, warning)
+		}
 	}
 	m, err := s.cfg.Artifacts.Publish(r.Context(), tmp.Name(), storage.PublishSpec{Kind: kind, Name: name, Version: version, Metadata: meta})
 	switch {
@@ -302,4 +316,51 @@ func (s *Server) handleBlob(w http.ResponseWriter, r *http.Request) {
 		s.log.Warn("serving a blob", "ref", m.Ref(), "err", err)
 		panic(http.ErrAbortHandler) // cut the response: the client must not take it whole
 	}
+}
+
+// WarningHeader carries what a push accepted but the pusher should know:
+// the model could not be checked here, or ONNX Runtime here cannot run it.
+const WarningHeader = "Strata-Warning"
+
+// maxCheckedModel bounds the models read into memory to be checked.
+const maxCheckedModel = 2 << 30
+
+// checkModel validates a pushed model before it is published: it must be
+// an ONNX model (else the error, answered 422), and its operator sets,
+// producer, inputs and outputs go into meta, which the manifest signs.
+// ONNX Runtime here opens it when it can; an operator it lacks is a
+// warning, not a refusal: the agents that serve it may run another
+// version.
+func (s *Server) checkModel(path, name, version string, meta map[string]string) (warning string, err error) {
+	fi, err := os.Stat(path)
+	if err != nil {
+		return "", err
+	}
+	if fi.Size() > maxCheckedModel {
+		return fmt.Sprintf("not checked: %d bytes is over the %d checked", fi.Size(), maxCheckedModel), nil
+	}
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return "", err
+	}
+	desc, err := infer.Describe(b)
+	if err != nil {
+		return "", fmt.Errorf("%s@%s is not an ONNX model: %w", name, version, err)
+	}
+	meta[catalog.MetaOpsets] = infer.FormatOpsets(desc.Opsets)
+	meta[catalog.MetaInputs] = strings.Join(desc.Inputs, "; ")
+	meta[catalog.MetaOutputs] = strings.Join(desc.Outputs, "; ")
+	if desc.Producer != "" {
+		meta[catalog.MetaProducer] = desc.Producer
+	}
+	if s.cfg.CheckModel == nil {
+		return "not checked with ONNX Runtime: it is not installed on this agent", nil
+	}
+	if err := s.cfg.CheckModel(name, version, b); err != nil {
+		if errors.Is(err, infer.ErrUnsupportedOperator) {
+			return fmt.Sprintf("published, but this agent cannot serve it: %v", err), nil
+		}
+		return "", fmt.Errorf("ONNX Runtime cannot open %s@%s: %w", name, version, err)
+	}
+	return "", nil
 }

@@ -53,6 +53,9 @@ type Config struct {
 	// InferenceErr says why.
 	Inference    http.Handler
 	InferenceErr error
+	// CheckModel opens a pushed model with ONNX Runtime without serving
+	// it; nil when ONNX Runtime is not available here.
+	CheckModel func(name, version string, model []byte) error
 	// Compile turns an applied policy into a placement request (plan).
 	Compile func(catalog.Policy) (*placement.Request, error)
 	// Registry is gathered at /metrics.
