@@ -268,7 +268,7 @@ func classify(err error, stage string) outcome {
 		return outcome{"skip", skipDatatype}
 	case errors.Is(err, errNotTensor):
 		return outcome{"skip", skipInvalidData}
-	case strings.Contains(msg, "Could not find an implementation") || strings.Contains(msg, "is not a registered function/op") || strings.Contains(msg, "NOT_IMPLEMENTED"):
+	case errors.Is(err, ErrUnsupportedOperator) || strings.Contains(msg, "Could not find an implementation") || strings.Contains(msg, "is not a registered function/op") || strings.Contains(msg, "NOT_IMPLEMENTED"):
 		return outcome{"skip", skipMissingOp}
 	}
 	if len(msg) > 300 {

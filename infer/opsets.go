@@ -99,6 +99,8 @@ var ErrUnsupportedOperator = errors.New("infer: unsupported operator")
 var (
 	// "Fatal error: com.example:Foo(-1) is not a registered function/op"
 	notRegisteredRE = regexp.MustCompile(`([A-Za-z0-9_.]*):([A-Za-z0-9_]+)\(-?\d+\) is not a registered function/op`)
+	// "Could not find an implementation for Foo(13) node with name '...'"
+	noImplRE = regexp.MustCompile(`Could not find an implementation for ([A-Za-z0-9_]+)\((\d+)\)`)
 	// `In Node, ("", Gelu, "", -1) : ... Error No Op registered for Gelu with domain_version of 13`
 	noOpRE = regexp.MustCompile(`In Node, \("[^"]*", ([A-Za-z0-9_]+), "([^"]*)"[^)]*\).*No Op registered for [A-Za-z0-9_]+ with domain_version of (\d+)`)
 )
@@ -113,6 +115,8 @@ func explainLoad(err error, model []byte) error {
 		op, domain = m[2], m[1]
 	} else if m := noOpRE.FindStringSubmatch(msg); m != nil {
 		op, domain, opset = m[1], m[2], m[3]
+	} else if m := noImplRE.FindStringSubmatch(msg); m != nil {
+		op, opset = m[1], m[2] // the domain is not in the message
 	} else {
 		return err
 	}
