@@ -335,7 +335,7 @@ func statusOf(err error) int {
 		return http.StatusNotFound
 	case errors.Is(err, ErrBadInput), errors.Is(err, ErrScalarTensor), errors.Is(err, ErrUnsupportedDatatype):
 		return http.StatusBadRequest
-	case errors.Is(err, ErrClosed), errors.Is(err, errStopped):
+	case errors.Is(err, ErrClosed), errors.Is(err, errStopped), errors.Is(err, ErrModelNotReady):
 		return http.StatusServiceUnavailable
 	}
 	return http.StatusInternalServerError

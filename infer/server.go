@@ -17,6 +17,10 @@ import (
 // ErrClosed is returned by a Server after Close.
 var ErrClosed = errors.New("infer: server closed")
 
+// ErrModelNotReady is returned for a model that is placed but not serving
+// yet, or that failed to load; the HTTP handler answers it with 503.
+var ErrModelNotReady = errors.New("infer: model not ready")
+
 // Forwarder serves requests for models this server does not hold, typically
 // by proxying them to the nearest agent that does. The agent implements it.
 //

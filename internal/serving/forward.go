@@ -59,7 +59,7 @@ func (f *Forwarder) Forward(w http.ResponseWriter, r *http.Request, model, versi
 	}
 	targets := f.ServingNodes(model, version)
 	if len(targets) == 0 {
-		return fmt.Errorf("%w: %s is served nowhere in the mesh", infer.ErrModelNotFound, model)
+		return f.whyNot(model, version)
 	}
 	body, err := io.ReadAll(io.LimitReader(r.Body, maxForwardBody+1))
 	if err != nil {
@@ -87,6 +87,49 @@ func (f *Forwarder) Forward(w http.ResponseWriter, r *http.Request, model, versi
 		return nil
 	}
 	return lastErr
+}
+
+// whyNot says why no agent serves model (at version, when given): it is
+// loading somewhere (not ready), it failed to load (with the reason),
+// only other versions are served, or nothing of it is.
+func (f *Forwarder) whyNot(model, version string) error {
+	ref := model
+	if version != "" {
+		ref += "@" + version
+	}
+	var loading, failed, others []string
+	for _, n := range f.cfg.Mesh.Nodes() {
+		if n.Status != mesh.StatusAlive {
+			continue
+		}
+		for _, m := range n.Models {
+			if name, v, _ := strings.Cut(m, "@"); name == model && !slices.Contains(others, v) {
+				others = append(others, v)
+			}
+		}
+		for _, r := range n.Replicas {
+			name, v, _ := strings.Cut(r.Model, "@")
+			if name != model || (version != "" && v != version) {
+				continue
+			}
+			switch r.State {
+			case mesh.ReplicaLoading:
+				loading = append(loading, n.Name)
+			case mesh.ReplicaFailed:
+				failed = append(failed, n.Name+": "+r.Reason)
+			}
+		}
+	}
+	switch {
+	case len(loading) > 0:
+		return fmt.Errorf("%w: %s is loading on %s", infer.ErrModelNotReady, ref, strings.Join(loading, ", "))
+	case len(failed) > 0:
+		return fmt.Errorf("%w: %s failed to load (%s)", infer.ErrModelNotReady, ref, strings.Join(failed, "; "))
+	case len(others) > 0:
+		slices.Sort(others)
+		return fmt.Errorf("%w: version %s of %s is served nowhere (served versions: %s)", infer.ErrModelNotFound, version, model, strings.Join(others, ", "))
+	}
+	return fmt.Errorf("%w: %s is served nowhere in the mesh", infer.ErrModelNotFound, model)
 }
 
 // Send sends a request to agent n, marked as forwarded by this one: over

@@ -1,0 +1,48 @@
+package serving
+
+import (
+	"errors"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/strata-mesh/strata/infer"
+	"github.com/strata-mesh/strata/mesh"
+)
+
+type peers []mesh.Node
+
+func (p peers) ID() string                             { return "self" }
+func (p peers) Name() string                           { return "self" }
+func (p peers) Nodes() []mesh.Node                     { return p }
+func (p peers) RTT(a, b string) (time.Duration, error) { return time.Millisecond, nil }
+
+// TestWhyNotServed: a request for a model no agent serves says why:
+// loading, failed to load (with the reason), another version, or nothing.
+func TestWhyNotServed(t *testing.T) {
+	t.Parallel()
+	node := func(name string, models []string, reps ...mesh.Replica) mesh.Node {
+		n := mesh.Node{Status: mesh.StatusAlive}
+		n.ID, n.Name, n.Models, n.Replicas = name, name, models, reps
+		return n
+	}
+	f := NewForwarder(ForwarderConfig{Mesh: peers{
+		node("edge-1", []string{"fraud@1"}, mesh.Replica{Model: "fraud@2", State: mesh.ReplicaLoading}),
+		node("edge-2", nil, mesh.Replica{Model: "gelu@1", State: mesh.ReplicaFailed, Reason: "unsupported operator Gelu (opset ai.onnx 13)"}),
+	}})
+	for _, c := range []struct {
+		model, version string
+		is             error
+		want           string
+	}{
+		{"fraud", "2", infer.ErrModelNotReady, "fraud@2 is loading on edge-1"},
+		{"gelu", "", infer.ErrModelNotReady, "gelu failed to load (edge-2: unsupported operator Gelu (opset ai.onnx 13))"},
+		{"fraud", "3", infer.ErrModelNotFound, "version 3 of fraud is served nowhere (served versions: 1)"},
+		{"other", "", infer.ErrModelNotFound, "other is served nowhere in the mesh"},
+	} {
+		err := f.whyNot(c.model, c.version)
+		if !errors.Is(err, c.is) || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("whyNot(%s, %q) = %v; want %v with %q", c.model, c.version, err, c.is, c.want)
+		}
+	}
+}
