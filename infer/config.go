@@ -68,6 +68,13 @@ type Config struct {
 	// inputs and outputs are kept for drift detection. Default: 0 (none).
 	SampleFraction float64
 
+	// SampleFloor is the request rate per model, per second, up to which
+	// every request is sampled when SampleFraction is above 0: a
+	// low-traffic edge reads every row, so its drift monitors see enough
+	// rows to decide. Beyond it, SampleFraction of the rest is sampled.
+	// Negative: none beyond SampleFraction. Default: 10.
+	SampleFloor float64
+
 	// SampleCapacity is how many rows each model's sample ring holds; the
 	// oldest rows are dropped first. Default: 1024.
 	SampleCapacity int
@@ -130,6 +137,9 @@ func (c *Config) EnsureDefaults() {
 	}
 	if c.IntraOpThreads == 0 {
 		c.IntraOpThreads = 1
+	}
+	if c.SampleFloor == 0 {
+		c.SampleFloor = 10
 	}
 	if c.SampleCapacity == 0 {
 		c.SampleCapacity = 1024

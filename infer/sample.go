@@ -3,6 +3,7 @@ package infer
 import (
 	"math/rand"
 	"sync"
+	"time"
 )
 
 // Sample is one row of live traffic: the request's features and the model's
@@ -14,12 +15,38 @@ type Sample struct {
 	Outputs []float64
 }
 
-// sampler keeps a bounded ring of sampled rows for one model.
+// sampler keeps a bounded ring of sampled rows for one model, and the
+// bucket of requests it samples whatever the fraction.
 type sampler struct {
 	mu   sync.Mutex
 	rows []Sample
 	next int
 	full bool
+	// tokens refill at the floor rate, up to one second's worth; a
+	// request that finds one is sampled.
+	tokens float64
+	last   time.Time
+}
+
+// take reports whether a request at now is within the floor rate (per
+// second) of requests sampled in full, and counts it.
+func (s *sampler) take(now time.Time, floor float64) bool {
+	if floor <= 0 {
+		return false
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.last.IsZero() {
+		s.tokens = floor
+	} else {
+		s.tokens = min(floor, s.tokens+now.Sub(s.last).Seconds()*floor)
+	}
+	s.last = now
+	if s.tokens < 1 {
+		return false
+	}
+	s.tokens--
+	return true
 }
 
 func (s *sampler) add(rows []Sample, capacity int) {

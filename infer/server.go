@@ -199,6 +199,27 @@ func (s *Server) Model(name, ver string) (ModelInfo, error) {
 	return cloneInfo(v.info), nil
 }
 
+// sample keeps a request's rows for drift detection: every request while
+// the model's rate is under SampleFloor per second, then SampleFraction
+// of them.
+func (s *Server) sample(v *version, inputs, outs []Tensor) {
+	if s.cfg.SampleFraction <= 0 {
+		return
+	}
+	s.mu.RLock()
+	sm := s.samplers[v.info.Name]
+	s.mu.RUnlock()
+	if sm == nil || !(sm.take(time.Now(), s.cfg.SampleFloor) || s.coin.flip(s.cfg.SampleFraction)) {
+		return
+	}
+	if rs := rowsOf(v.info.Version, inputs, outs); rs != nil {
+		sm.add(rs, s.cfg.SampleCapacity)
+		if s.cfg.Observer != nil {
+			s.cfg.Observer(v.info.Name, rs)
+		}
+	}
+}
+
 // Samples returns the rows sampled from name's traffic (see
 // Config.SampleFraction), oldest first, across versions (each row says
 // which answered it); nil when none. Samples outlive Unload, so a drift
@@ -336,19 +357,7 @@ func (s *Server) infer(ctx context.Context, v *version, req *Request) (*Response
 	if err != nil {
 		return nil, err
 	}
-	if s.cfg.SampleFraction > 0 && s.coin.flip(s.cfg.SampleFraction) {
-		if rs := rowsOf(v.info.Version, inputs, outs); rs != nil {
-			s.mu.RLock()
-			sm := s.samplers[v.info.Name]
-			s.mu.RUnlock()
-			if sm != nil {
-				sm.add(rs, s.cfg.SampleCapacity)
-			}
-			if s.cfg.Observer != nil {
-				s.cfg.Observer(v.info.Name, rs)
-			}
-		}
-	}
+	s.sample(v, inputs, outs)
 	if len(want) > 0 {
 		sel := make([]Tensor, len(want))
 		for i, j := range want {

@@ -12,6 +12,7 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/strata-mesh/strata/trainer"
 )
@@ -184,5 +185,34 @@ func TestBuiltinClassNames(t *testing.T) {
 		if code != 200 || json.Unmarshal([]byte(got), &resp) != nil || len(resp.Outputs) != 1 || !slices.Equal(resp.Outputs[0].Parameters.Classes, c.want) {
 			t.Errorf("infer = %d %s; want classes %v", code, got, c.want)
 		}
+	}
+}
+
+// TestSampleFloor: under the floor rate every request is sampled, above
+// it only the fraction; the bucket refills with time.
+func TestSampleFloor(t *testing.T) {
+	t.Parallel()
+	var sm sampler
+	t0 := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	n := 0
+	for i := range 30 { // 30 requests in 0.3 s: 10 is the floor's second
+		if sm.take(t0.Add(time.Duration(i)*10*time.Millisecond), 10) {
+			n++
+		}
+	}
+	if n < 10 || n > 13 {
+		t.Errorf("a burst of 30 at a floor of 10/s: %d sampled, want 10 to 13", n)
+	}
+	n = 0
+	for i := range 20 { // one request every 200 ms: under the floor
+		if sm.take(t0.Add(time.Second+time.Duration(i)*200*time.Millisecond), 10) {
+			n++
+		}
+	}
+	if n != 20 {
+		t.Errorf("20 requests at 5/s: %d sampled, want all", n)
+	}
+	if sm.take(t0.Add(time.Hour), 0) {
+		t.Error("a floor of 0 sampled")
 	}
 }
