@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"slices"
 	"sort"
 	"strings"
 	"time"
@@ -303,7 +304,7 @@ func (e PolicyError) String() string {
 // reason when one failed to load.
 func replicaStates(rec *catalog.Placement, byName map[string]mesh.Node) {
 	serving, loading := 0, 0
-	var failed []string
+	var failed, waiting []string
 	for i, pn := range rec.Nodes {
 		for _, r := range byName[pn.Name].Replicas {
 			if r.Policy == rec.Key {
@@ -317,6 +318,9 @@ func replicaStates(rec *catalog.Placement, byName map[string]mesh.Node) {
 			failed = append(failed, fmt.Sprintf("%s: %s", pn.Name, rec.Nodes[i].Reason))
 		default:
 			loading++
+			if r := rec.Nodes[i].Reason; r != "" && !slices.Contains(waiting, r) {
+				waiting = append(waiting, r)
+			}
 		}
 	}
 	if rec.State != catalog.StatePlaced || len(rec.Nodes) == 0 {
@@ -326,6 +330,11 @@ func replicaStates(rec *catalog.Placement, byName map[string]mesh.Node) {
 	case len(failed) > 0:
 		rec.State = catalog.StateFailed
 		rec.Message = fmt.Sprintf("%d of %d replicas failed to load (%s); %d serving", len(failed), len(rec.Nodes), strings.Join(failed, "; "), serving)
+	case loading > 0 && len(waiting) > 0 && serving == 0:
+		// Nothing to load yet: the model is not published (or has not
+		// replicated here).
+		rec.State = catalog.StatePending
+		rec.Message = strings.Join(waiting, "; ")
 	case loading > 0:
 		rec.State = catalog.StateLoading
 		rec.Message = fmt.Sprintf("admitted; loading the model: %d of %d replicas serving", serving, len(rec.Nodes))

@@ -1,0 +1,39 @@
+package httpapi
+
+import (
+	"strings"
+	"testing"
+
+	"github.com/strata-mesh/strata/internal/catalog"
+	"github.com/strata-mesh/strata/mesh"
+)
+
+// TestReplicaStates: a placed service reads placed only when every
+// replica serves; pending with the reason while its model is not
+// published; loading while one loads; failed with the node and reason.
+func TestReplicaStates(t *testing.T) {
+	t.Parallel()
+	node := func(name string, reps ...mesh.Replica) mesh.Node {
+		n := mesh.Node{Status: mesh.StatusAlive}
+		n.Name, n.Replicas = name, reps
+		return n
+	}
+	const key = "InferenceService/fraud"
+	unpublished := mesh.Replica{Policy: key, State: mesh.ReplicaLoading, Reason: "model fraud:3 not published (or not replicated here yet)"}
+	for _, c := range []struct {
+		name       string
+		nodes      map[string]mesh.Node
+		state, msg string
+	}{
+		{"serving", map[string]mesh.Node{"a": node("a", mesh.Replica{Policy: key, State: mesh.ReplicaServing})}, catalog.StatePlaced, "serving on every node"},
+		{"unpublished", map[string]mesh.Node{"a": node("a", unpublished)}, catalog.StatePending, "model fraud:3 not published"},
+		{"loading", map[string]mesh.Node{"a": node("a", mesh.Replica{Policy: key, State: mesh.ReplicaLoading})}, catalog.StateLoading, "0 of 1 replicas serving"},
+		{"failed", map[string]mesh.Node{"a": node("a", mesh.Replica{Policy: key, State: mesh.ReplicaFailed, Reason: "unsupported operator Foo"})}, catalog.StateFailed, "a: unsupported operator Foo"},
+	} {
+		rec := catalog.Placement{Key: key, State: catalog.StatePlaced, Nodes: []catalog.PlacedNode{{Name: "a"}}}
+		replicaStates(&rec, c.nodes)
+		if rec.State != c.state || !strings.Contains(rec.Message, c.msg) {
+			t.Errorf("%s: %s %q; want %s with %q", c.name, rec.State, rec.Message, c.state, c.msg)
+		}
+	}
+}
