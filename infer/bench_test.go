@@ -8,6 +8,7 @@ import (
 	"io"
 	"net/http"
 	"net/http/httptest"
+	"slices"
 	"sort"
 	"strconv"
 	"sync"
@@ -348,4 +349,33 @@ func batchRows(b *testing.B, s *Server) [2]float64 {
 		}
 	}
 	return [2]float64{}
+}
+
+// BenchmarkLoadToServing measures a model from its bytes to its first
+// answer through the OIP handler: a small MLP and one of about 17 MB.
+func BenchmarkLoadToServing(b *testing.B) {
+	s, _ := newServer(b, Config{})
+	for _, c := range []struct {
+		impl  string
+		sizes []int
+	}{{"small", []int{8, 32, 1}}, {"17MB", []int{1024, 2048, 1024, 1}}} {
+		b.Run("impl="+c.impl, func(b *testing.B) {
+			m := newMLP(b, 1, c.sizes...)
+			data, _ := json.Marshal(rows(1, 1, c.sizes[0]))
+			body := fmt.Sprintf(`{"inputs":[{"name":"input","shape":[1,%d],"datatype":"FP32","data":%s}]}`, c.sizes[0], data)
+			var took []float64
+			for i := range b.N {
+				start := time.Now()
+				load(b, s, "m-"+c.impl, strconv.Itoa(i+1), m.model)
+				if code, out, _ := raw(s.Handler(), "/v2/models/m-"+c.impl+"/infer", body); code != 200 {
+					b.Fatalf("infer = %d %s", code, out)
+				}
+				took = append(took, time.Since(start).Seconds()*1000)
+			}
+			slices.Sort(took)
+			b.ReportMetric(0, "ns/op")
+			b.ReportMetric(took[len(took)/2], "ms-median")
+			b.ReportMetric(float64(len(m.model))/1e6, "MB")
+		})
+	}
 }
