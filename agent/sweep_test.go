@@ -53,9 +53,17 @@ func TestSweepFindsABetterModel(t *testing.T) {
 		t.Fatalf("apply = %d %s", code, body)
 	}
 	var e catalog.Experiment
+	// Read where the model is looked up: an experiment that names its
+	// model is ready only once the model's manifest is there too.
 	meshtest.WaitFor(t, 120*time.Second, "the sweep to end", func() bool {
-		e, err = agents[1].cat.Experiments.Value("tune")
-		return err == nil && e.Ended()
+		rs, err := agents[2].cat.Experiments.Ready()
+		for _, r := range rs {
+			if r.Key == "tune" && r.Value.Ended() {
+				e = r.Value
+				return err == nil
+			}
+		}
+		return false
 	})
 	if e.State != catalog.ExperimentSucceeded || len(e.Trials) != 4 || e.Best < 0 {
 		t.Fatalf("experiment = %+v", e)

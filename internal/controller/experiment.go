@@ -15,6 +15,7 @@ import (
 	"github.com/strata-mesh/strata/mesh"
 	"github.com/strata-mesh/strata/placement"
 	"github.com/strata-mesh/strata/policy"
+	"github.com/strata-mesh/strata/storage"
 	"github.com/strata-mesh/strata/sweep"
 )
 
@@ -57,6 +58,14 @@ func (c *Controller) experiments() {
 			var deps []mesh.Dep
 			if ref, ok := c.cfg.Catalog.Policies.Ref(p.Key()); ok {
 				deps = append(deps, ref)
+			}
+			// A reader that sees the registered model named sees its
+			// manifest too, or reads the experiment as pending.
+			if e.Model != "" {
+				key := c.cfg.Catalog.Manifests.Key(storage.Manifest{Kind: storage.KindModel, Name: e.Model, Version: e.Version})
+				if ref, ok := c.cfg.Catalog.Manifests.Ref(key); ok {
+					deps = append(deps, ref)
+				}
 			}
 			if _, err := c.cfg.Catalog.Experiments.Put(e, deps...); err != nil {
 				c.log.Warn("writing experiment", "policy", p.Key(), "err", err)
@@ -182,6 +191,10 @@ func (c *Controller) advanceExperiment(p catalog.Policy, doc *policy.Document, e
 		if j.State == catalog.JobFailed {
 			end(catalog.ExperimentFailed, "final training %s failed: %s", e.Final, j.Error)
 			return nil
+		}
+		key := c.cfg.Catalog.Manifests.Key(storage.Manifest{Kind: storage.KindModel, Name: j.Model, Version: j.Version})
+		if _, ok := c.cfg.Catalog.Manifests.Ref(key); !ok && j.Model != "" {
+			return nil // the model's manifest has not replicated here yet
 		}
 		e.Model, e.Version = j.Model, j.Version
 		end(catalog.ExperimentSucceeded, "best: %s with %s (%s=%.4g); registered %s@%s", e.Trials[e.Best].Job,
