@@ -298,15 +298,11 @@ func (e *Engine) scoreDomainFast(d *Decision, c *evalCtx, tier, key string, dom 
 			used, all = dm.usedCPU, dm.allCPU
 		}
 		// Reservations on a clone change what is in use.
-		for i, f := range d.s.over {
-			n := &ix.nodes[i]
-			if !n.Alive || n.Fabric != dom.fabric || n.Tier != tier {
-				continue
-			}
+		if u, ok := d.s.used[domainKey(tier, dom.fabric)]; ok {
 			if c.res.GPUs > 0 {
-				used += int64(popcount(n.healthy&n.free.gpus) - popcount(n.healthy&f.gpus))
+				used += u.gpu
 			} else {
-				used += n.free.cpu - f.cpu
+				used += u.cpu
 			}
 		}
 		fu, fa := float64(used), float64(all)

@@ -191,7 +191,14 @@ func ClientCoordinate(coords []*coordinate.Coordinate) *coordinate.Coordinate {
 type Snapshot struct {
 	ix   *index
 	over map[int32]freeState // reservations of a clone; nil on a built snapshot
+	// used is what the reservations in over take per gang domain
+	// (domainKey of tier and fabric), so scoring a domain's fill does not
+	// walk every reservation.
+	used map[string]usage
 }
+
+// usage is GPUs and CPU taken.
+type usage struct{ gpu, cpu int64 }
 
 // freeState is what a node has unreserved. gpus is a bit set over the
 // node's GPUs: bit j set when GPU j is free.
@@ -772,8 +779,9 @@ func rttSeconds(a, b *coordinate.Coordinate) float64 {
 
 // Clone returns a copy that shares the index and takes reservations.
 func (s *Snapshot) Clone() *Snapshot {
-	c := &Snapshot{ix: s.ix, over: make(map[int32]freeState, len(s.over))}
+	c := &Snapshot{ix: s.ix, over: make(map[int32]freeState, len(s.over)), used: make(map[string]usage, len(s.used))}
 	maps.Copy(c.over, s.over)
+	maps.Copy(c.used, s.used)
 	return c
 }
 
@@ -911,6 +919,11 @@ func (s *Snapshot) Reserve(node string, r Resources) ([]int, error) {
 	f.mem -= r.Memory
 	f.gpus &^= mask
 	s.over[i] = f
+	k := domainKey(n.Tier, n.Fabric)
+	u := s.used[k]
+	u.gpu += int64(popcount(n.healthy & mask))
+	u.cpu += r.CPU
+	s.used[k] = u
 	return taken, nil
 }
 
