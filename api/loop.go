@@ -356,3 +356,23 @@ type Trial struct {
 	Started  time.Time          `json:"started,omitzero"`
 	Finished time.Time          `json:"finished,omitzero"`
 }
+
+// WhatIfOutcome is what a what-if does to one policy (POST /v1/sim).
+type WhatIfOutcome struct {
+	Policy string `json:"policy"`
+	// Status is "moves", "becomes infeasible", "becomes feasible",
+	// "stays infeasible" or "unchanged".
+	Status string   `json:"status"`
+	Before []string `json:"before"`
+	After  []string `json:"after"`
+	Why    string   `json:"why,omitempty"`
+}
+
+// WhatIfReport is the answer of GET or POST /v1/sim: every applied policy
+// planned on the mesh as it is and with the changes.
+type WhatIfReport struct {
+	Changes  []string        `json:"changes"`
+	Policies int             `json:"policies"`
+	Outcomes []WhatIfOutcome `json:"outcomes"`
+	Elapsed  time.Duration   `json:"elapsed_ns"`
+}

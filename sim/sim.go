@@ -46,6 +46,10 @@ type Options struct {
 	// VivaldiRounds is the number of updates per node in Vivaldi mode, each
 	// against a random peer. Default 400.
 	VivaldiRounds int
+	// Sites, when set, is the number of sites: the edge nodes are split
+	// evenly over the sites the data centres (one per other region) and
+	// cloud regions leave. Zero draws edge sites of 4–24 nodes.
+	Sites int
 }
 
 func (o *Options) ensureDefaults() {
@@ -89,6 +93,9 @@ func (o *Options) Validate() error {
 	}
 	if o.EdgeFraction < 0 || o.OnpremFraction < 0 || o.EdgeFraction+o.OnpremFraction > 1 {
 		errs = append(errs, fmt.Errorf("sim: EdgeFraction %v + OnpremFraction %v must lie in [0, 1]", o.EdgeFraction, o.OnpremFraction))
+	}
+	if o.Sites < 0 {
+		errs = append(errs, fmt.Errorf("sim: Sites %d must not be negative", o.Sites))
 	}
 	if o.DeadFraction > 1 || o.Noise >= 1 {
 		errs = append(errs, errors.New("sim: DeadFraction and Noise must be below 1"))
@@ -167,9 +174,18 @@ func Generate(opts Options) (*Topology, error) {
 		return int64(float64(total) * (lo + (hi-lo)*rng.Float64()))
 	}
 
-	// Edge: sites of 4–24 small boxes, a quarter with one small GPU.
+	// Edge: sites of 4–24 small boxes (or what Options.Sites leaves), a
+	// quarter with one small GPU.
+	edgeSites := 0
+	if opts.Sites > 0 {
+		edgeSites = max(1, opts.Sites-(opts.Regions+1)/2-opts.Regions)
+	}
 	for r, left := 0, nEdge; left > 0; r = (r + 1) % opts.Regions {
 		size := min(left, 4+rng.IntN(21))
+		if edgeSites > 0 {
+			k := len(t.Sites)
+			size = min(left, max(1, nEdge/edgeSites+btoi(k < nEdge%edgeSites)))
+		}
 		left -= size
 		site := Site{Name: fmt.Sprintf("edge-%s-%03d", t.Regions[r], len(t.Sites)), Region: t.Regions[r], Tier: placement.TierEdge}
 		at := inDisk(centres[r], 5)
@@ -312,6 +328,13 @@ func Generate(opts Options) (*Topology, error) {
 	}
 	t.Snapshot = snap
 	return t, nil
+}
+
+func btoi(b bool) int {
+	if b {
+		return 1
+	}
+	return 0
 }
 
 func gpus(rng *rand.Rand, n int, model string, mem int64) []placement.GPU {

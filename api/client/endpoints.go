@@ -2,6 +2,7 @@ package client
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"io"
 	"mime/multipart"
@@ -346,5 +347,18 @@ func (c *Client) Experiments(ctx context.Context, opts ...CallOption) ([]api.Exp
 func (c *Client) Experiment(ctx context.Context, name string, opts ...CallOption) (api.Experiment, error) {
 	var out api.Experiment
 	err := c.get(ctx, "/v1/experiments/"+url.PathEscape(name), nil, &out, opts)
+	return out, err
+}
+
+// WhatIf plans every applied policy on the mesh as it is and with the
+// changes ("site edge-b down", "add 4 nodes like gpu-1 in rack rack-2",
+// "policy fraud-scorer latency.p99=10ms"): POST /v1/sim. Nothing changes.
+func (c *Client) WhatIf(ctx context.Context, changes []string, opts ...CallOption) (api.WhatIfReport, error) {
+	var out api.WhatIfReport
+	body, err := json.Marshal(map[string][]string{"what_if": changes})
+	if err != nil {
+		return out, err
+	}
+	err = c.sendBytes(ctx, http.MethodPost, "/v1/sim", nil, "application/json", body, &out, opts)
 	return out, err
 }

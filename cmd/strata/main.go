@@ -52,6 +52,7 @@ func commands() []command {
 		{"push", "FILE --name N --version V [--kind dataset] [--reference FILE]", "publish a signed model or dataset version", runPush},
 		{"models", "[NAME] [-o json]", "list model versions and the nodes that hold them; with NAME, each version's inputs, outputs, operator sets and producer", runModels},
 		{"pull", "NAME[:VERSION]", "fetch an artifact to the agent from the nearest holders", runPull},
+		{"sim", "[-nodes N] [-sites N] [-trace FILE] [-o json] | -what-if CHANGE", "compare placement strategies over a generated estate and workload, or ask what a change would do to the live mesh (exit 2: a policy becomes infeasible)", runSim},
 		{"lineage", "MODEL[:VERSION] [-o json]", "show what made a model version (job, parameters, data, metrics, the version it retrained) back to the first, and where it is served", runLineage},
 		{"token", "new | hash TOKEN", "make an API token, or hash one for acl_tokens in the agent's config", runToken},
 		{"keygen", "[-pki DIR]", "print a new gossip key; with -pki also make the mesh CA and a signing key", runKeygen},

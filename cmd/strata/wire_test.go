@@ -14,6 +14,7 @@ import (
 	"github.com/strata-mesh/strata/api"
 	"github.com/strata-mesh/strata/mesh"
 	"github.com/strata-mesh/strata/mesh/dataplane"
+	"github.com/strata-mesh/strata/sim"
 	"github.com/strata-mesh/strata/storage"
 )
 
@@ -42,6 +43,7 @@ func TestWireTypes(t *testing.T) {
 		{"event", agent.Event{}, api.Event{}},
 		{"lineage", agent.LineageChain{}, api.LineageChain{}},
 		{"experiment", agent.ExperimentRecord{}, api.Experiment{}},
+		{"what-if", sim.WhatIfReport{}, api.WhatIfReport{}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

@@ -123,7 +123,7 @@ func (c *Controller) reconcile() {
 			continue
 		}
 		rec, have := recs[key]
-		if isSweep(p) {
+		if IsSweep(p) {
 			continue // its trials are placed, not it
 		}
 		if p.Kind == policy.KindTrainingJob {

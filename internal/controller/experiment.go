@@ -21,7 +21,9 @@ import (
 
 // isSweep says p is a TrainingJob with a sweep: its trials are placed,
 // not it.
-func isSweep(p catalog.Policy) bool {
+// IsSweep says whether p is a TrainingJob with a sweep: its trials are
+// placed, not it.
+func IsSweep(p catalog.Policy) bool {
 	if p.Kind != policy.KindTrainingJob || !strings.Contains(p.Source, "sweep") {
 		return false
 	}
@@ -36,7 +38,7 @@ func isSweep(p catalog.Policy) bool {
 func (c *Controller) experiments() {
 	owners := controllers(c.cfg.Mesh.Nodes())
 	for _, p := range c.policies() {
-		if !isSweep(p) || placement.Owner(p.Key(), owners) != c.cfg.Mesh.Name() {
+		if !IsSweep(p) || placement.Owner(p.Key(), owners) != c.cfg.Mesh.Name() {
 			continue
 		}
 		doc, _ := p.Document()

@@ -49,7 +49,7 @@ spec:
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			p := catalog.Policy{Kind: "TrainingJob", Name: "tune", Source: c.src, Generation: 1}
-			if !isSweep(p) {
+			if !IsSweep(p) {
 				t.Fatal("not seen as a sweep")
 			}
 			src, err := trialSource(p, "tune-trial-1", c.params, c.final)
@@ -66,7 +66,7 @@ spec:
 					t.Errorf("source has %q:\n%s", n, src)
 				}
 			}
-			if isSweep(catalog.Policy{Kind: "TrainingJob", Name: "tune-trial-1", Source: src}) {
+			if IsSweep(catalog.Policy{Kind: "TrainingJob", Name: "tune-trial-1", Source: src}) {
 				t.Error("a trial is itself a sweep")
 			}
 		})

@@ -16,8 +16,9 @@ import (
 // Scope is what a token may do.
 type Scope string
 
-// Scopes. Every API call needs one: reads (GET, and POST /v1/plan, which
-// changes nothing), inference (/v2), writes (apply, delete, push, pull).
+// Scopes. Every API call needs one: reads (GET, and POST /v1/plan and
+// /v1/sim, which change nothing), inference (/v2), writes (apply, delete,
+// push, pull).
 const (
 	ScopeRead  Scope = "read"
 	ScopeInfer Scope = "infer"
@@ -71,7 +72,7 @@ func (s *Server) scopeOf(r *http.Request) Scope {
 		return ScopeInfer
 	case r.Method == http.MethodGet || r.Method == http.MethodHead || r.Method == http.MethodOptions:
 		return ScopeRead
-	case r.Method == http.MethodPost && p == "/v1/plan":
+	case r.Method == http.MethodPost && (p == "/v1/plan" || p == "/v1/sim"):
 		return ScopeRead
 	}
 	return ScopeWrite

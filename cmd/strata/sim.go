@@ -1,0 +1,205 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	"github.com/strata-mesh/strata/api"
+	"github.com/strata-mesh/strata/api/client"
+	"github.com/strata-mesh/strata/sim"
+)
+
+// stringList is a repeatable string flag.
+type stringList []string
+
+func (l *stringList) String() string     { return strings.Join(*l, ", ") }
+func (l *stringList) Set(v string) error { *l = append(*l, v); return nil }
+
+var _ flag.Value = (*stringList)(nil)
+
+func runSim(args []string, stdout, stderr io.Writer) error {
+	fs := newFlags("sim", "[-nodes N] [-sites N] [-policies N | -trace FILE] [-plots DIR] [-o json] | -what-if CHANGE ...", stderr)
+	c := addClientFlags(fs)
+	nodes := fs.Int("nodes", 10000, "nodes in the generated estate")
+	sites := fs.Int("sites", 0, "sites in the generated estate (0: edge sites of 4–24 nodes)")
+	regions := fs.Int("regions", 0, "regions in the generated estate (0: one per 1000 nodes, at least 3)")
+	seed := fs.Uint64("seed", 1, "seed of the estate, the trace and the random strategy")
+	policies := fs.Int("policies", 1000, "arrivals in the generated trace (services and training jobs)")
+	traceFile := fs.String("trace", "", "replay this trace (CSV or YAML) instead of generating one")
+	genTrace := fs.String("gen-trace", "", "write the generated trace to `FILE` (CSV) and exit")
+	strategies := fs.String("strategies", strings.Join(sim.Strategies, ","), "strategies to compare, comma-separated")
+	plots := fs.String("plots", ".", "write strata-sim-strategies.svg and strata-sim-map.svg to `DIR` (\"\": none)")
+	var whatIf stringList
+	fs.Var(&whatIf, "what-if", "plan the live mesh's policies with this `CHANGE` (repeatable): 'site NAME down', 'node NAME down', 'add N nodes like NODE [in rack R] [in site S]', 'policy NAME latency.p99=10ms [replicas=N]'")
+	pos, err := parseArgs(fs, args)
+	if err != nil {
+		return err
+	}
+	if len(pos) > 0 {
+		fs.Usage()
+		return &exitError{code: 1, err: fmt.Errorf("unexpected argument %q", pos[0])}
+	}
+	if err := c.check(); err != nil {
+		return err
+	}
+	if len(whatIf) > 0 {
+		return runWhatIf(c, whatIf, stdout)
+	}
+
+	topo, err := sim.Generate(sim.Options{Nodes: *nodes, Sites: *sites, Regions: *regions, Seed: *seed})
+	if err != nil {
+		return err
+	}
+	var evs []sim.Event
+	if *traceFile != "" {
+		f, err := os.Open(*traceFile)
+		if err != nil {
+			return err
+		}
+		evs, err = sim.ReadTrace(*traceFile, f)
+		f.Close()
+		if err != nil {
+			return err
+		}
+	} else {
+		evs = topo.Trace(sim.TraceOptions{Policies: *policies, Seed: *seed})
+	}
+	if *genTrace != "" {
+		f, err := os.Create(*genTrace)
+		if err != nil {
+			return err
+		}
+		if err := sim.WriteCSV(f, evs); err != nil {
+			f.Close()
+			return err
+		}
+		if err := f.Close(); err != nil {
+			return err
+		}
+		fmt.Fprintf(stderr, "wrote %d events to %s\n", len(evs), *genTrace)
+		return nil
+	}
+	var names []string
+	for s := range strings.SplitSeq(*strategies, ",") {
+		if s = strings.TrimSpace(s); s != "" {
+			names = append(names, s)
+		}
+	}
+	fmt.Fprintf(stderr, "replaying %d events over %d nodes in %d sites with %d strategies...\n", len(evs), len(topo.Nodes), len(topo.Sites), len(names))
+	start := time.Now()
+	rep, err := sim.Run(topo, evs, sim.RunOptions{Strategies: names, Seed: *seed, Progress: func(r sim.Result) {
+		fmt.Fprintf(stderr, "  %-13s done in %s\n", r.Strategy, r.Elapsed.Round(10*time.Millisecond))
+	}})
+	if err != nil {
+		return err
+	}
+	fmt.Fprintf(stderr, "done in %s\n", time.Since(start).Round(10*time.Millisecond))
+	if *plots != "" {
+		files, err := writePlots(*plots, topo, rep)
+		if err != nil {
+			return err
+		}
+		for _, f := range files {
+			fmt.Fprintf(stderr, "wrote %s\n", f)
+		}
+	}
+	if c.output == "json" {
+		enc := json.NewEncoder(stdout)
+		enc.SetIndent("", "  ")
+		return enc.Encode(rep)
+	}
+	return rep.WriteTable(stdout)
+}
+
+// writePlots writes the strategy comparison and the map of strata's
+// placements (or the first strategy's) to dir.
+func writePlots(dir string, topo *sim.Topology, rep *sim.Report) ([]string, error) {
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return nil, err
+	}
+	res := rep.Results[0]
+	for _, r := range rep.Results {
+		if r.Strategy == sim.StrategyStrata {
+			res = r
+		}
+	}
+	out := []string{filepath.Join(dir, "strata-sim-strategies.svg"), filepath.Join(dir, "strata-sim-map.svg")}
+	write := func(name string, draw func(io.Writer) error) error {
+		f, err := os.Create(name)
+		if err != nil {
+			return err
+		}
+		if err := draw(f); err != nil {
+			f.Close()
+			return err
+		}
+		return f.Close()
+	}
+	if err := write(out[0], func(w io.Writer) error { return sim.WriteStrategiesSVG(w, rep) }); err != nil {
+		return nil, err
+	}
+	if err := write(out[1], func(w io.Writer) error { return sim.WriteMapSVG(w, topo, res) }); err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+// runWhatIf asks the agent to plan its policies with the changes. Exit 2
+// when a policy would become infeasible.
+func runWhatIf(c *clientFlags, changes []string, stdout io.Writer) error {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	var raw []byte
+	rep, err := c.client().WhatIf(ctx, changes, client.Body(&raw))
+	if err != nil {
+		return c.explain(err)
+	}
+	if c.output == "json" {
+		if err := write(stdout, raw); err != nil {
+			return err
+		}
+	} else {
+		writeWhatIf(stdout, rep)
+	}
+	for _, o := range rep.Outcomes {
+		if o.Status == "becomes infeasible" {
+			return &exitError{code: 2}
+		}
+	}
+	return nil
+}
+
+func writeWhatIf(w io.Writer, rep api.WhatIfReport) {
+	affected := 0
+	for _, o := range rep.Outcomes {
+		if o.Status != "unchanged" {
+			affected++
+		}
+	}
+	fmt.Fprintf(w, "what if %s: %d of %d policies change (planned in %s)\n\n", strings.Join(rep.Changes, "; "), affected, rep.Policies, rep.Elapsed.Round(time.Microsecond))
+	if len(rep.Outcomes) == 0 {
+		fmt.Fprintln(w, "no policies are applied")
+		return
+	}
+	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "POLICY\tOUTCOME\tNOW\tWITH THE CHANGE\tWHY")
+	for _, o := range rep.Outcomes {
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\n", o.Policy, o.Status, nodeList(o.Before), nodeList(o.After), dash(o.Why))
+	}
+	tw.Flush()
+}
+
+func nodeList(ns []string) string {
+	if len(ns) == 0 {
+		return "-"
+	}
+	return strings.Join(ns, ",")
+}
