@@ -5,13 +5,16 @@ import (
 	"encoding/json"
 	"net/http"
 	"net/http/httptest"
+	"net/url"
 	"os"
+	"slices"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/strata-mesh/strata/internal/httpapi"
 	"github.com/strata-mesh/strata/mesh/meshtest"
+	"github.com/strata-mesh/strata/sim"
 )
 
 func post(t testing.TB, h http.Handler, method, path string, body []byte) (int, []byte) {
@@ -97,6 +100,31 @@ func TestPlanApplyAndReplace(t *testing.T) {
 	}
 	if !sites["edge-a"] || !sites["edge-b"] {
 		t.Errorf("replicas in sites %v, want edge-a and edge-b", sites)
+	}
+
+	// What if the node serving edge-a went down: the what-if names the
+	// policy, the node it leaves and where it would go; nothing moves.
+	var edgeA string
+	for _, n := range placed.Nodes {
+		if n.Site == "edge-a" {
+			edgeA = n.Name
+		}
+	}
+	code, body = get(t, h, "/v1/sim?what_if="+url.QueryEscape("node "+edgeA+" down"))
+	var wi sim.WhatIfReport
+	if code != http.StatusOK || json.Unmarshal(body, &wi) != nil || len(wi.Outcomes) != 1 {
+		t.Fatalf("what-if = %d %s", code, body)
+	}
+	if o := wi.Outcomes[0]; o.Policy != key || o.Status == "unchanged" || !slices.Contains(o.Before, edgeA) || slices.Contains(o.After, edgeA) {
+		t.Errorf("what if %s went down: %+v; want %s to leave it", edgeA, o, key)
+	}
+	for _, c := range []struct {
+		q    string
+		code int
+	}{{"what_if=site+atlantis+down", http.StatusNotFound}, {"what_if=reboot", http.StatusBadRequest}, {"", http.StatusBadRequest}, {"whatif=x", http.StatusBadRequest}} {
+		if code, body := get(t, h, "/v1/sim?"+c.q); code != c.code || !strings.Contains(string(body), `"error"`) {
+			t.Errorf("GET /v1/sim?%s = %d %s, want %d with a JSON reason", c.q, code, body, c.code)
+		}
 	}
 
 	// Re-applying the same source changes nothing.

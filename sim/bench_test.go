@@ -25,3 +25,31 @@ func BenchmarkGenerate(b *testing.B) {
 		})
 	}
 }
+
+// BenchmarkSimReplay is `strata sim`: generate an estate and a trace and
+// replay it with all five strategies (two at a time on this machine's
+// cores), as wall-clock seconds from start to report.
+func BenchmarkSimReplay(b *testing.B) {
+	for _, c := range []struct{ nodes, sites, policies int }{{10000, 100, 1000}, {100000, 1000, 10000}} {
+		b.Run(fmt.Sprintf("nodes=%d/sites=%d/policies=%d/impl=strata", c.nodes, c.sites, c.policies), func(b *testing.B) {
+			var total time.Duration
+			var slo float64
+			for k := range b.N {
+				start := time.Now()
+				topo, err := sim.Generate(sim.Options{Nodes: c.nodes, Sites: c.sites, Seed: uint64(k + 1)})
+				if err != nil {
+					b.Fatal(err)
+				}
+				rep, err := sim.Run(topo, topo.Trace(sim.TraceOptions{Policies: c.policies, Seed: uint64(k + 1)}), sim.RunOptions{Seed: uint64(k + 1)})
+				if err != nil {
+					b.Fatal(err)
+				}
+				total += time.Since(start)
+				slo += rep.Results[0].SLOAttainment
+			}
+			b.ReportMetric(total.Seconds()/float64(b.N), "s")
+			b.ReportMetric(100*slo/float64(b.N), "slo%")
+			b.ReportMetric(0, "ns/op")
+		})
+	}
+}

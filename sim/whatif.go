@@ -98,6 +98,11 @@ type PolicyRequest struct {
 	// Snapshot is the mesh as this policy's placement sees it (its own
 	// reservations freed).
 	Snapshot *placement.Snapshot
+	// Placed lists the nodes the policy is placed on now; nil when it is
+	// not placed (then the plan now stands for it). A placed policy stays
+	// where it is unless a change takes one of its nodes down or changes
+	// the policy, as the controller keeps it.
+	Placed []string
 }
 
 // Outcome is what a what-if does to one policy.
@@ -141,9 +146,10 @@ func (r *WhatIfReport) Affected() int {
 // does not have.
 var ErrUnknown = errors.New("not in the mesh")
 
-// WhatIf plans every policy twice, on the mesh as it is and with the
-// changes, and says which placements would move and which policies would
-// become infeasible, and why. Each policy is planned on its own snapshot,
+// WhatIf plans every policy with the changes and compares the plan with
+// where it is placed now (or, when it is not placed, with its plan now),
+// and says which placements would move and which policies would become
+// infeasible, and why. Each policy is planned on its own snapshot,
 // as the controller places it; mesh is the mesh the changes must name.
 func WhatIf(mesh *placement.Snapshot, pols []PolicyRequest, changes []Change) (*WhatIfReport, error) {
 	start := time.Now()
@@ -155,6 +161,30 @@ func WhatIf(mesh *placement.Snapshot, pols []PolicyRequest, changes []Change) (*
 		rep.Changes = append(rep.Changes, c.Text)
 	}
 	for _, p := range pols {
+		req := *p.Request
+		touched := false
+		for _, c := range changes {
+			switch {
+			case c.Op == "policy" && policyMatches(p.Key, c.Target):
+				touched = true
+				if c.P99 > 0 {
+					req.Latency.P99 = c.P99
+				}
+				if c.Replicas > 0 {
+					req.Replicas = c.Replicas
+				}
+			case c.Op == "site-down" || c.Op == "node-down":
+				for _, name := range p.Placed {
+					if n, ok := p.Snapshot.Node(name); ok && ((c.Op == "site-down" && n.Site == c.Target) || (c.Op == "node-down" && (n.Name == c.Target || n.ID == c.Target))) {
+						touched = true
+					}
+				}
+			}
+		}
+		if p.Placed != nil && !touched {
+			rep.Outcomes = append(rep.Outcomes, Outcome{Policy: p.Key, Status: "unchanged", Before: p.Placed, After: p.Placed})
+			continue
+		}
 		before, err := placement.Place(p.Snapshot, p.Request)
 		if err != nil {
 			return nil, fmt.Errorf("%s: %w", p.Key, err)
@@ -163,22 +193,15 @@ func WhatIf(mesh *placement.Snapshot, pols []PolicyRequest, changes []Change) (*
 		if err != nil {
 			return nil, err
 		}
-		req := *p.Request
-		for _, c := range changes {
-			if c.Op == "policy" && policyMatches(p.Key, c.Target) {
-				if c.P99 > 0 {
-					req.Latency.P99 = c.P99
-				}
-				if c.Replicas > 0 {
-					req.Replicas = c.Replicas
-				}
-			}
-		}
 		after, err := placement.Place(snap, &req)
 		if err != nil {
 			return nil, fmt.Errorf("%s with the changes: %w", p.Key, err)
 		}
-		rep.Outcomes = append(rep.Outcomes, outcome(p.Key, before, after))
+		o := outcome(p.Key, before, after)
+		if p.Placed != nil {
+			o = outcomeFrom(p.Key, p.Placed, true, after)
+		}
+		rep.Outcomes = append(rep.Outcomes, o)
 	}
 	slices.SortStableFunc(rep.Outcomes, func(a, b Outcome) int {
 		return cmp.Or(cmp.Compare(btoi(a.Status == "unchanged"), btoi(b.Status == "unchanged")), cmp.Compare(a.Policy, b.Policy))
@@ -266,13 +289,19 @@ func applyChanges(s *placement.Snapshot, changes []Change) (*placement.Snapshot,
 }
 
 func outcome(key string, before, after *placement.Decision) Outcome {
-	o := Outcome{Policy: key, Before: nodesOf(before), After: nodesOf(after)}
+	return outcomeFrom(key, nodesOf(before), before.Feasible, after)
+}
+
+// outcomeFrom compares the nodes a policy is on (or planned on) now with
+// the plan after the changes.
+func outcomeFrom(key string, now []string, feasible bool, after *placement.Decision) Outcome {
+	o := Outcome{Policy: key, Before: now, After: nodesOf(after)}
 	switch {
-	case before.Feasible && !after.Feasible:
+	case feasible && !after.Feasible:
 		o.Status, o.Why = "becomes infeasible", why(after)
-	case !before.Feasible && after.Feasible:
+	case !feasible && after.Feasible:
 		o.Status = "becomes feasible"
-	case !before.Feasible && !after.Feasible:
+	case !feasible && !after.Feasible:
 		o.Status, o.Why = "stays infeasible", why(after)
 		if slices.Equal(o.Before, o.After) {
 			o.Status = "unchanged"

@@ -96,6 +96,20 @@ func TestWhatIf(t *testing.T) {
 			t.Errorf("%s: moved to %v", c.change, o.After)
 		}
 	}
+	// A placed policy stays where it is unless a change takes its node
+	// down, even where a plan now would choose another node.
+	placedOn := topo.Snapshot.Nodes()[len(topo.Nodes)-1].Name
+	placed := []sim.PolicyRequest{{Key: req.Key, Request: req, Snapshot: topo.Snapshot, Placed: []string{placedOn}}}
+	for change, status := range map[string]string{"site " + at.Site + " down": "unchanged", "node " + placedOn + " down": "moves"} {
+		ch, _ := sim.ParseChange(change)
+		rep, err := sim.WhatIf(topo.Snapshot, placed, []sim.Change{ch})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if o := rep.Outcomes[0]; o.Status != status || o.Before[0] != placedOn {
+			t.Errorf("placed on %s, %s: %+v; want %s", placedOn, change, o, status)
+		}
+	}
 	for _, bad := range []string{"site atlantis down", "node nobody down", "add 1 node like nobody", "policy other latency.p99=1ms"} {
 		ch, err := sim.ParseChange(bad)
 		if err != nil {

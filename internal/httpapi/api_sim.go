@@ -72,7 +72,15 @@ func (s *Server) handleSim(w http.ResponseWriter, r *http.Request) {
 			httpjson.Error(w, http.StatusInternalServerError, "", "%v", err)
 			return
 		}
-		pols = append(pols, sim.PolicyRequest{Key: p.Key(), Request: req, Snapshot: snap})
+		pr := sim.PolicyRequest{Key: p.Key(), Request: req, Snapshot: snap}
+		if rec, err := s.cfg.Catalog.Placements.Value(p.Key()); err == nil && rec.Generation == p.Generation &&
+			(rec.State == catalog.StatePlaced || rec.State == catalog.StatePending) && len(rec.Nodes) > 0 {
+			pr.Placed = []string{}
+			for _, n := range rec.Nodes {
+				pr.Placed = append(pr.Placed, n.Name)
+			}
+		}
+		pols = append(pols, pr)
 	}
 	mesh, err := controller.Snapshot(nodes, "")
 	if err != nil {
