@@ -119,7 +119,7 @@ func runDev(args []string, stdout, stderr io.Writer) error {
 			}
 			fmt.Fprintf(stdout, "demo: %v\n", err)
 		} else {
-			fmt.Fprintf(stdout, "\ntry: strata drift; strata jobs; strata logs %s; strata placements; strata events -since 0\n", "screening-retrain-1")
+			fmt.Fprintf(stdout, "\ntry: strata drift; strata jobs; strata logs %s; strata placements; strata events -since 0; strata sim -what-if 'node edge-a-1 down'\n", "screening-retrain-1")
 		}
 	}
 	fmt.Fprintf(stdout, "\nAPI of %s: http://%s   (try: strata members, strata nodes, strata placements, strata models, curl %s/v1/nodes)\n", agents[0].Name(), agents[0].APIAddr(), agents[0].APIAddr())
