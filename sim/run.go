@@ -389,7 +389,7 @@ func (r *runner) place(w *workload, req *placement.Request) int {
 	for _, i := range nodes {
 		taken, err := r.snap.Reserve(r.ix.t.Nodes[i].Name, w.member)
 		if err != nil {
-			continue // a baseline raced its own mirror: it never does, but never count it placed
+			continue // the snapshot refused what the mirror allowed: not placed
 		}
 		r.cpu[i] -= w.member.CPU
 		r.mem[i] -= w.member.Memory

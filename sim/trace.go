@@ -212,7 +212,7 @@ func readCSV(name string, data []byte) ([]Event, error) {
 			}
 			return ""
 		}
-		var fields map[string]string = map[string]string{}
+		fields := make(map[string]string, len(csvColumns))
 		for _, c := range csvColumns {
 			fields[c] = get(c)
 		}

@@ -131,17 +131,6 @@ type WhatIfReport struct {
 	Elapsed time.Duration `json:"elapsed_ns"`
 }
 
-// Affected counts the outcomes that are not "unchanged".
-func (r *WhatIfReport) Affected() int {
-	n := 0
-	for _, o := range r.Outcomes {
-		if o.Status != "unchanged" {
-			n++
-		}
-	}
-	return n
-}
-
 // ErrUnknown wraps a what-if that names a site, node or policy the mesh
 // does not have.
 var ErrUnknown = errors.New("not in the mesh")
@@ -185,10 +174,6 @@ func WhatIf(mesh *placement.Snapshot, pols []PolicyRequest, changes []Change) (*
 			rep.Outcomes = append(rep.Outcomes, Outcome{Policy: p.Key, Status: "unchanged", Before: p.Placed, After: p.Placed})
 			continue
 		}
-		before, err := placement.Place(p.Snapshot, p.Request)
-		if err != nil {
-			return nil, fmt.Errorf("%s: %w", p.Key, err)
-		}
 		snap, err := applyChanges(p.Snapshot, changes)
 		if err != nil {
 			return nil, err
@@ -197,11 +182,15 @@ func WhatIf(mesh *placement.Snapshot, pols []PolicyRequest, changes []Change) (*
 		if err != nil {
 			return nil, fmt.Errorf("%s with the changes: %w", p.Key, err)
 		}
-		o := outcome(p.Key, before, after)
 		if p.Placed != nil {
-			o = outcomeFrom(p.Key, p.Placed, true, after)
+			rep.Outcomes = append(rep.Outcomes, outcome(p.Key, p.Placed, true, after))
+			continue
 		}
-		rep.Outcomes = append(rep.Outcomes, o)
+		before, err := placement.Place(p.Snapshot, p.Request)
+		if err != nil {
+			return nil, fmt.Errorf("%s: %w", p.Key, err)
+		}
+		rep.Outcomes = append(rep.Outcomes, outcome(p.Key, nodesOf(before), before.Feasible, after))
 	}
 	slices.SortStableFunc(rep.Outcomes, func(a, b Outcome) int {
 		return cmp.Or(cmp.Compare(btoi(a.Status == "unchanged"), btoi(b.Status == "unchanged")), cmp.Compare(a.Policy, b.Policy))
@@ -288,13 +277,9 @@ func applyChanges(s *placement.Snapshot, changes []Change) (*placement.Snapshot,
 	return b.Build()
 }
 
-func outcome(key string, before, after *placement.Decision) Outcome {
-	return outcomeFrom(key, nodesOf(before), before.Feasible, after)
-}
-
-// outcomeFrom compares the nodes a policy is on (or planned on) now with
-// the plan after the changes.
-func outcomeFrom(key string, now []string, feasible bool, after *placement.Decision) Outcome {
+// outcome compares the nodes a policy is on (or planned on) now with the
+// plan after the changes.
+func outcome(key string, now []string, feasible bool, after *placement.Decision) Outcome {
 	o := Outcome{Policy: key, Before: now, After: nodesOf(after)}
 	switch {
 	case feasible && !after.Feasible:

@@ -13,6 +13,7 @@ import (
 	"github.com/strata-mesh/strata/internal/catalog/catalogtest"
 	"github.com/strata-mesh/strata/mesh"
 	"github.com/strata-mesh/strata/mesh/dataplane"
+	"github.com/strata-mesh/strata/mesh/meshtest"
 	"github.com/strata-mesh/strata/policy"
 	"github.com/strata-mesh/strata/storage"
 	"github.com/strata-mesh/strata/trainer"
@@ -93,19 +94,14 @@ func TestPlacementBeforeItsPolicyWaits(t *testing.T) {
 	owner.Deliver(runner, "policies/TrainingJob/retrain-1")
 	r.reconcile(ctx)
 	// It starts, and ends on its missing dataset: not on its policy.
-	deadline := time.Now().Add(10 * time.Second)
-	for {
-		j, err := runnerCat.Jobs.Value("retrain-1")
-		if err == nil && j.Terminal() {
-			if strings.Contains(j.Error, "policies/") || !strings.Contains(j.Error, "data cases") {
-				t.Fatalf("job ended with %q; want it to fail on its missing dataset, not its policy", j.Error)
-			}
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("job record after the policy arrived: %+v, %v", j, err)
-		}
-		time.Sleep(10 * time.Millisecond)
+	var j catalog.Job
+	meshtest.WaitFor(t, 10*time.Second, "the job to end", func() bool {
+		var err error
+		j, err = runnerCat.Jobs.Value("retrain-1")
+		return err == nil && j.Terminal()
+	})
+	if strings.Contains(j.Error, "policies/") || !strings.Contains(j.Error, "data cases") {
+		t.Fatalf("job ended with %q; want it to fail on its missing dataset, not its policy", j.Error)
 	}
 }
 
@@ -163,21 +159,16 @@ func TestGangWaitsForEveryAdmission(t *testing.T) {
 		t.Fatal("the gang did not start once every member admitted")
 	}
 	// n2 never answers here; n1's own member fails on its data, twice.
-	deadline := time.Now().Add(20 * time.Second)
-	for {
-		j, err := cat.Jobs.Value("gang-1")
-		if err == nil && j.Terminal() {
-			g, gerr := cat.Gangs.Value("gang-1")
-			if j.State != catalog.JobFailed || !strings.Contains(j.Error, "member n1 failed") || !strings.Contains(j.Error, "data cases") ||
-				gerr != nil || g.State != catalog.GangFailed || g.Attempt != 2 {
-				t.Fatalf("job %+v\ngang %+v %v; want both failed at attempt 2 on n1's data", j, g, gerr)
-			}
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("job record: %+v, %v", j, err)
-		}
-		time.Sleep(10 * time.Millisecond)
+	var j catalog.Job
+	meshtest.WaitFor(t, 20*time.Second, "the gang's job to end", func() bool {
+		var err error
+		j, err = cat.Jobs.Value("gang-1")
+		return err == nil && j.Terminal()
+	})
+	g, gerr := cat.Gangs.Value("gang-1")
+	if j.State != catalog.JobFailed || !strings.Contains(j.Error, "member n1 failed") || !strings.Contains(j.Error, "data cases") ||
+		gerr != nil || g.State != catalog.GangFailed || g.Attempt != 2 {
+		t.Fatalf("job %+v\ngang %+v %v; want both failed at attempt 2 on n1's data", j, g, gerr)
 	}
 }
 
