@@ -224,6 +224,14 @@ func New(cfg Config) (*Agent, error) {
 	a.srvg = serving.NewLoader(lc)
 	a.ctrl = controller.New(controller.Config{Mesh: a.mesh, Catalog: a.cat, Artifacts: a.art, Logger: a.log,
 		Compile: func(p PolicyRecord) (*placement.Request, error) { return a.compile(p) }, Load: a.loadFrom})
+	a.reg.MustRegister(
+		prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "strata_placement_snapshot_builds_total",
+			Help: "Times the controller indexed the mesh afresh for placement (nodes joined or left, or changed more than their load)."},
+			func() float64 { return float64(a.ctrl.SnapshotStats().Builds) }),
+		prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "strata_placement_snapshot_updates_total",
+			Help: "Times the controller's view of the mesh was updated with new load only, without indexing it again."},
+			func() float64 { return float64(a.ctrl.SnapshotStats().Updates) }),
+	)
 	fc := serving.ForwarderConfig{Mesh: a.mesh}
 	if a.dp != nil {
 		fc.DataPlane = a.dp.node

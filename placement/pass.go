@@ -77,7 +77,7 @@ func (c *evalCtx) totalFree(i int32, f freeState) float64 {
 // unless deferScore.
 func (d *Decision) scan(c *evalCtx, g *group, p *passStat, feas []cand, deferScore bool) []cand {
 	hot := d.s.ix.hot[g.start : g.start+int32(len(g.nodes))]
-	over := d.s.over != nil
+	over := len(d.s.over) > 0
 	seedMix := mix64(c.req.Seed + 0x9e3779b97f4a7c15)
 	for k := range hot {
 		h := &hot[k]
@@ -86,8 +86,8 @@ func (d *Decision) scan(c *evalCtx, g *group, p *passStat, feas []cand, deferSco
 			continue
 		}
 		f := h.free
-		if over {
-			f = d.s.freeOf(i)
+		if over && d.s.overlaid(i) {
+			f = d.s.over[i]
 		}
 		st := c.evalStage(i, f)
 		p.considered++
@@ -193,7 +193,7 @@ func (c *evalCtx) evalNodeFast(i int32, f freeState) Reason {
 // scanDomain evaluates a gang domain's nodes: outcomes for every node not
 // excluded, feasible ones scored into feas.
 func (d *Decision) scanDomain(c *evalCtx, nodes []int32, feas []cand, outcomes []eval) ([]cand, []eval) {
-	over := d.s.over != nil
+	over := len(d.s.over) > 0
 	seedMix := mix64(c.req.Seed + 0x9e3779b97f4a7c15)
 	for _, i := range nodes {
 		if len(c.excl) > 0 && c.excluded(i) {
@@ -201,8 +201,8 @@ func (d *Decision) scanDomain(c *evalCtx, nodes []int32, feas []cand, outcomes [
 		}
 		h := d.s.ix.hotOf(i)
 		f := h.free
-		if over {
-			f = d.s.freeOf(i)
+		if over && d.s.overlaid(i) {
+			f = d.s.over[i]
 		}
 		rs := c.evalNodeFast(i, f)
 		outcomes = append(outcomes, eval{i, rs})

@@ -191,6 +191,9 @@ func ClientCoordinate(coords []*coordinate.Coordinate) *coordinate.Coordinate {
 type Snapshot struct {
 	ix   *index
 	over map[int32]freeState // reservations of a clone; nil on a built snapshot
+	// overSet is a bit set over node indexes: bit i set when over holds
+	// node i, so a pass tests a bit, not a map, for every node.
+	overSet []uint64
 	// used is what the reservations in over take per gang domain
 	// (domainKey of tier and fabric), so scoring a domain's fill does not
 	// walk every reservation.
@@ -781,6 +784,11 @@ func rttSeconds(a, b *coordinate.Coordinate) float64 {
 func (s *Snapshot) Clone() *Snapshot {
 	c := &Snapshot{ix: s.ix, over: make(map[int32]freeState, len(s.over)), used: make(map[string]usage, len(s.used))}
 	maps.Copy(c.over, s.over)
+	if s.overSet != nil {
+		c.overSet = slices.Clone(s.overSet)
+	} else {
+		c.overSet = make([]uint64, (len(s.ix.nodes)+63)/64)
+	}
 	maps.Copy(c.used, s.used)
 	return c
 }
@@ -789,12 +797,15 @@ func (s *Snapshot) Clone() *Snapshot {
 func (s *Snapshot) Len() int { return len(s.ix.nodes) }
 
 func (s *Snapshot) freeOf(i int32) freeState {
-	if s.over != nil {
-		if f, ok := s.over[i]; ok {
-			return f
-		}
+	if s.overlaid(i) {
+		return s.over[i]
 	}
 	return s.ix.hotOf(i).free
+}
+
+// overlaid says whether a clone's reservations changed node i.
+func (s *Snapshot) overlaid(i int32) bool {
+	return s.overSet != nil && s.overSet[i>>6]&(1<<(i&63)) != 0
 }
 
 func (s *Snapshot) lookup(nameOrID string) (int32, bool) {
@@ -918,13 +929,61 @@ func (s *Snapshot) Reserve(node string, r Resources) ([]int, error) {
 	f.cpu -= r.CPU
 	f.mem -= r.Memory
 	f.gpus &^= mask
-	s.over[i] = f
-	k := domainKey(n.Tier, n.Fabric)
-	u := s.used[k]
-	u.gpu += int64(popcount(n.healthy & mask))
-	u.cpu += r.CPU
-	s.used[k] = u
+	s.setFree(i, f)
 	return taken, nil
+}
+
+// Release gives back on a clone what a reservation on node took: CPU,
+// memory, and the GPUs at the given positions in the node's GPU list (as
+// Reserve returns them). It is how a policy placed again sees what it
+// already holds as free.
+func (s *Snapshot) Release(node string, cpu, mem int64, gpus []int) error {
+	if s.over == nil {
+		return ErrImmutable
+	}
+	i, ok := s.lookup(node)
+	if !ok {
+		return fmt.Errorf("%w: %q", ErrUnknownNode, node)
+	}
+	n := &s.ix.nodes[i]
+	f := s.freeOf(i)
+	f.cpu += cpu
+	f.mem += mem
+	for _, j := range gpus {
+		if j < 0 || j >= len(n.GPUs) {
+			return fmt.Errorf("placement: node %q has no GPU at position %d", node, j)
+		}
+		f.gpus |= 1 << j
+	}
+	s.setFree(i, f)
+	return nil
+}
+
+// setFree records what node i has free on a clone, and what that changes
+// in its gang domain's usage. An alive node's usage counts (domains hold
+// alive nodes only); a node back at the index's free state drops out of
+// the overlay.
+func (s *Snapshot) setFree(i int32, f freeState) {
+	n := &s.ix.nodes[i]
+	prev := s.freeOf(i)
+	if n.Alive {
+		k := domainKey(n.Tier, n.Fabric)
+		u := s.used[k]
+		u.gpu += int64(popcount(n.healthy&prev.gpus) - popcount(n.healthy&f.gpus))
+		u.cpu += prev.cpu - f.cpu
+		if u == (usage{}) {
+			delete(s.used, k)
+		} else {
+			s.used[k] = u
+		}
+	}
+	if f == s.ix.hotOf(i).free {
+		delete(s.over, i)
+		s.overSet[i>>6] &^= 1 << (i & 63)
+	} else {
+		s.over[i] = f
+		s.overSet[i>>6] |= 1 << (i & 63)
+	}
 }
 
 func gpuMatches(g GPU, r Resources) bool {

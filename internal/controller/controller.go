@@ -46,7 +46,16 @@ type Controller struct {
 	held map[string]mesh.Assignment
 	// lastTry is when an owned, not fully placed policy was last placed.
 	lastTry map[string]time.Time
+	// live is the engine's view of the mesh, kept from round to round
+	// (reconcile's goroutine only); liveStats is its latest stats.
+	live      placement.Live
+	liveStats placement.LiveStats
 }
+
+// coordSlack is how far a node's coordinate may move before the
+// controller's view of the mesh is indexed again: well under any latency
+// SLO, well over Vivaldi's jitter on a LAN.
+const coordSlack = time.Millisecond
 
 // retryEvery is how often an owner retries a policy it could not fully
 // place, when nothing in the mesh changed.
@@ -57,7 +66,42 @@ func New(cfg Config) *Controller {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.New(slog.DiscardHandler)
 	}
-	return &Controller{cfg: cfg, log: cfg.Logger, held: map[string]mesh.Assignment{}, lastTry: map[string]time.Time{}}
+	return &Controller{cfg: cfg, log: cfg.Logger, held: map[string]mesh.Assignment{}, lastTry: map[string]time.Time{},
+		live: placement.Live{CoordSlack: coordSlack}}
+}
+
+// SnapshotStats says how the controller's view of the mesh was kept: how
+// often it was indexed afresh and how often updated in place.
+func (c *Controller) SnapshotStats() placement.LiveStats {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.liveStats
+}
+
+// round is the view of the mesh that one reconcile pass places against:
+// taken from the controller's Live snapshot when the first policy needs
+// it, it takes each placement's reservations, so policies placed in one
+// pass do not all count on the same free resources.
+type round struct {
+	c      *Controller
+	nodes  []mesh.Node
+	byName map[string]mesh.Node
+	snap   *placement.Snapshot
+	err    error
+}
+
+func (r *round) snapshot() (*placement.Snapshot, error) {
+	if r.snap == nil && r.err == nil {
+		ns := make([]placement.Node, len(r.nodes))
+		for i, n := range r.nodes {
+			ns[i] = engineNode(n)
+		}
+		r.snap, r.err = r.c.live.Update(ns)
+		r.c.mu.Lock()
+		r.c.liveStats = r.c.live.Stats()
+		r.c.mu.Unlock()
+	}
+	return r.snap, r.err
 }
 
 // Run places, admits and drives rollouts until ctx ends.
@@ -117,6 +161,7 @@ func (c *Controller) reconcile() {
 	}
 	cut := mesh.UnreachableSites(nodes)
 	recs := c.placements()
+	view := &round{c: c, nodes: nodes, byName: byName}
 	for _, p := range c.policies() {
 		key := p.Key()
 		if placement.Owner(key, owners) != c.cfg.Mesh.Name() {
@@ -144,7 +189,7 @@ func (c *Controller) reconcile() {
 			}
 			continue
 		}
-		c.place(p, rec, have, nodes, cut, why)
+		c.place(p, rec, have, view, cut, why)
 	}
 	// Placements of deleted policies: the owner of the key removes them.
 	for key := range recs {
@@ -217,7 +262,8 @@ func allAdmitted(rec catalog.Placement, byName map[string]mesh.Node) bool {
 // place runs the engine for p and writes the new placement record. An
 // inference service placed again at the same generation keeps its healthy
 // replicas (see kept) and takes from the decision only what is missing.
-func (c *Controller) place(p catalog.Policy, old catalog.Placement, have bool, nodes []mesh.Node, cut map[string]bool, why string) {
+func (c *Controller) place(p catalog.Policy, old catalog.Placement, have bool, view *round, cut map[string]bool, why string) {
+	nodes := view.nodes
 	c.mu.Lock()
 	c.lastTry[p.Key()] = time.Now()
 	c.mu.Unlock()
@@ -246,12 +292,14 @@ func (c *Controller) place(p catalog.Policy, old catalog.Placement, have bool, n
 		req.Exclude = append(req.Exclude, name)
 	}
 	sort.Strings(req.Exclude)
-	snap, err := Snapshot(nodes, rec.Key)
+	base, err := view.snapshot()
 	if err != nil {
 		rec.State, rec.Message = catalog.StateFailed, err.Error()
 		c.write(rec)
 		return
 	}
+	snap := base.Clone()
+	releaseHeld(snap, nodes, rec.Key)
 	dec, err := placement.Place(snap, req)
 	if err != nil {
 		rec.State, rec.Message = catalog.StateFailed, err.Error()
@@ -282,6 +330,9 @@ func (c *Controller) place(p catalog.Policy, old catalog.Placement, have bool, n
 	}
 	if names := cutSites(keep, cut); len(names) > 0 {
 		rec.Message += fmt.Sprintf("; site(s) %s unreachable: their replicas stay for their clients", strings.Join(names, ", "))
+	}
+	if rec.State != catalog.StateFailed {
+		reserveNew(base, dec, rec, view.byName)
 	}
 	c.log.Info("placed policy", "policy", rec.Key, "epoch", rec.Epoch, "state", rec.State, "nodes", rec.NodeNames(), "why", why)
 	c.write(rec)
@@ -408,40 +459,92 @@ func (c *Controller) write(rec catalog.Placement) {
 	}
 }
 
-// Snapshot builds the engine's view of the mesh. Resources this policy
-// already holds on a node count as free for it, so re-placing keeps what
-// still fits.
+// Snapshot builds the engine's view of the mesh for placing policy key
+// (none when ""). Resources key already holds on a node count as free for
+// it, so re-placing keeps what still fits.
 func Snapshot(nodes []mesh.Node, key string) (*placement.Snapshot, error) {
 	var b placement.Builder
 	for _, n := range nodes {
-		pn := placement.Node{
-			ID: n.ID, Name: n.Name, Tier: n.Tier, Site: n.Site, Region: n.Region,
-			Rack: n.Labels["rack"], Labels: n.Labels, Arch: n.Capabilities.CPU.Arch,
-			CPU: n.Capabilities.CPU.Millicores, FreeCPU: n.Load.FreeCPU,
-			Memory: n.Capabilities.Memory.Total, FreeMemory: n.Load.FreeMemory,
-			Fabric: n.Capabilities.Fabric, Alive: n.Status == mesh.StatusAlive, Coord: n.Coord,
-			Artifacts: n.Locality.Artifacts, Datasets: n.Locality.Datasets,
-		}
-		held := map[int]bool{}
-		for _, as := range n.Assignments {
-			if !as.Accepted {
-				continue
-			}
-			if as.Key == key {
-				pn.FreeCPU += as.CPU
-				pn.FreeMemory += as.Memory
-				continue
-			}
+		b.Add(engineNode(n))
+	}
+	s, err := b.Build()
+	if err != nil || key == "" {
+		return s, err
+	}
+	s = s.Clone()
+	releaseHeld(s, nodes, key)
+	return s, nil
+}
+
+// engineNode is n as the engine sees it: free what no admitted assignment
+// holds.
+func engineNode(n mesh.Node) placement.Node {
+	pn := placement.Node{
+		ID: n.ID, Name: n.Name, Tier: n.Tier, Site: n.Site, Region: n.Region,
+		Rack: n.Labels["rack"], Labels: n.Labels, Arch: n.Capabilities.CPU.Arch,
+		CPU: n.Capabilities.CPU.Millicores, FreeCPU: n.Load.FreeCPU,
+		Memory: n.Capabilities.Memory.Total, FreeMemory: n.Load.FreeMemory,
+		Fabric: n.Capabilities.Fabric, Alive: n.Status == mesh.StatusAlive, Coord: n.Coord,
+		Artifacts: n.Locality.Artifacts, Datasets: n.Locality.Datasets,
+	}
+	held := heldGPUs(n, "")
+	for _, g := range n.Capabilities.GPUs {
+		pn.GPUs = append(pn.GPUs, placement.GPU{Model: g.Model, Memory: g.Memory, Healthy: g.Healthy, Free: !held[g.Index]})
+	}
+	return pn
+}
+
+// heldGPUs is the device indexes of n's GPUs held by admitted assignments
+// of policies other than except.
+func heldGPUs(n mesh.Node, except string) map[int]bool {
+	held := map[int]bool{}
+	for _, as := range n.Assignments {
+		if as.Accepted && as.Key != except {
 			for _, g := range as.GPUs {
 				held[g] = true
 			}
 		}
-		for _, g := range n.Capabilities.GPUs {
-			pn.GPUs = append(pn.GPUs, placement.GPU{Model: g.Model, Memory: g.Memory, Healthy: g.Healthy, Free: !held[g.Index]})
-		}
-		b.Add(pn)
 	}
-	return b.Build()
+	return held
+}
+
+// releaseHeld gives back on clone s what policy key's admitted assignments
+// hold: their CPU and memory, and their GPUs no other assignment holds.
+func releaseHeld(s *placement.Snapshot, nodes []mesh.Node, key string) {
+	for _, n := range nodes {
+		as, ok := AssignmentOf(n, key)
+		if !ok || !as.Accepted {
+			continue
+		}
+		others := heldGPUs(n, key)
+		var pos []int
+		for j, g := range n.Capabilities.GPUs {
+			if slices.Contains(as.GPUs, g.Index) && !others[g.Index] {
+				pos = append(pos, j)
+			}
+		}
+		_ = s.Release(n.ID, as.CPU, as.Memory, pos) // n is in s: it was built from nodes
+	}
+}
+
+// reserveNew takes on the round's view what rec places on nodes that do
+// not hold the policy yet, so the next policy placed in the round does not
+// count on it. A node that can no longer hold it would refuse it at
+// admission; the view is left as it is then.
+func reserveNew(view *placement.Snapshot, dec *placement.Decision, rec catalog.Placement, byName map[string]mesh.Node) {
+	in := map[string]bool{}
+	for _, pn := range rec.Nodes {
+		in[pn.Name] = true
+	}
+	for _, pl := range dec.Placements {
+		if !in[pl.Node] {
+			continue
+		}
+		if as, ok := AssignmentOf(byName[pl.Node], rec.Key); ok && as.Accepted {
+			continue
+		}
+		_, _ = view.Reserve(pl.Node, pl.Resources)
+	}
 }
 
 // admit answers every placement that names this node: admitted against

@@ -9,6 +9,7 @@ import (
 	"github.com/strata-mesh/strata/internal/catalog"
 	"github.com/strata-mesh/strata/internal/catalog/catalogtest"
 	"github.com/strata-mesh/strata/mesh"
+	"github.com/strata-mesh/strata/placement"
 	"github.com/strata-mesh/strata/policy"
 	"github.com/strata-mesh/strata/storage"
 )
@@ -138,5 +139,98 @@ func TestRolloutsEnd(t *testing.T) {
 	}
 	if r.Stage != catalog.StageRolledBack || !strings.Contains(r.Message, "served 7 of 100 requests in 1m0s (rollout.canaryTimeout)") {
 		t.Errorf("slow canary: stage %s (%s), want rolled back for the timeout", r.Stage, r.Message)
+	}
+}
+
+// fakeMesh is a fixed set of nodes seen from the first one.
+type fakeMesh struct{ nodes []mesh.Node }
+
+func (f *fakeMesh) Name() string                       { return f.nodes[0].Name }
+func (f *fakeMesh) Nodes() []mesh.Node                 { return f.nodes }
+func (f *fakeMesh) Local() mesh.NodeState              { return f.nodes[0].NodeState }
+func (f *fakeMesh) Update(func(*mesh.NodeState)) error { return nil }
+func (f *fakeMesh) Changed() <-chan struct{}           { return nil }
+
+// gpuNode is an alive on-prem node with one free GPU per model given.
+func gpuNode(name string, cpu int64, models ...string) mesh.Node {
+	n := mesh.Node{NodeState: mesh.NodeState{Name: name, ID: "id-" + name, Tier: "onprem", Site: "dc", Region: "dc", Controller: true}, Status: mesh.StatusAlive}
+	n.Capabilities.CPU.Millicores, n.Load.FreeCPU = cpu, cpu
+	n.Capabilities.Memory.Total, n.Load.FreeMemory = 64<<30, 64<<30
+	for i, m := range models {
+		n.Capabilities.GPUs = append(n.Capabilities.GPUs, mesh.GPU{Index: i, Model: m, Memory: 80 << 30, Healthy: true})
+	}
+	return n
+}
+
+// TestOneRoundReserves applies two one-GPU services at once to a mesh
+// where one node is the better place for both: the pass that places them
+// counts the first one's GPU as taken, so the second goes elsewhere
+// instead of being refused at admission and placed again.
+func TestOneRoundReserves(t *testing.T) {
+	t.Parallel()
+	cat := catalog.New(catalogtest.NewStore(), nil)
+	m := &fakeMesh{nodes: []mesh.Node{gpuNode("big", 64000, "A100"), gpuNode("small", 8000, "A100")}}
+	m.nodes[1].Controller = false // big owns both policies
+	c := New(Config{Mesh: m, Catalog: cat, Compile: func(p catalog.Policy) (*placement.Request, error) {
+		return &placement.Request{Kind: placement.Inference, Key: p.Key(), Replicas: 1,
+			Resources: placement.Resources{CPU: 1000, Memory: 1 << 30, GPUs: 1}}, nil
+	}})
+	for _, name := range []string{"one", "two"} {
+		if _, err := cat.Policies.Put(catalog.Policy{Kind: policy.KindInferenceService, Name: name, Generation: 1}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	c.reconcile()
+	recs := c.placements()
+	var got []string
+	for _, name := range []string{"one", "two"} {
+		rec := recs["InferenceService/"+name]
+		if rec.State != catalog.StatePending || len(rec.Nodes) != 1 {
+			t.Fatalf("%s: %s %q %v, want pending on one node", name, rec.State, rec.Message, rec.NodeNames())
+		}
+		got = append(got, rec.Nodes[0].Name)
+	}
+	if got[0] == got[1] {
+		t.Fatalf("both services placed on %s's one GPU in one pass", got[0])
+	}
+	if st := c.SnapshotStats(); st.Builds != 1 {
+		t.Errorf("snapshot stats %+v: want the mesh indexed once for the pass", st)
+	}
+}
+
+// TestSnapshotFreesWhatThePolicyHolds: placing a policy again, what it
+// holds counts as free for it, and what others hold does not, even a GPU
+// both claim.
+func TestSnapshotFreesWhatThePolicyHolds(t *testing.T) {
+	t.Parallel()
+	n := gpuNode("g", 16000, "A100", "A100", "A100")
+	n.Assignments = []mesh.Assignment{
+		{Key: "a", Accepted: true, CPU: 2000, Memory: 1 << 30, GPUs: []int{0, 2}},
+		{Key: "b", Accepted: true, CPU: 3000, GPUs: []int{1, 2}},
+		{Key: "c", Accepted: false, CPU: 5000, GPUs: []int{0}},
+	}
+	n.Load.FreeCPU, n.Load.FreeMemory = 11000, 63<<30
+	for _, tc := range []struct {
+		key  string
+		cpu  int64
+		free []bool
+	}{
+		{"", 11000, []bool{false, false, false}},
+		{"a", 13000, []bool{true, false, false}},
+		{"b", 14000, []bool{false, true, false}},
+		{"c", 11000, []bool{false, false, false}},
+	} {
+		s, err := Snapshot([]mesh.Node{n}, tc.key)
+		if err != nil {
+			t.Fatal(err)
+		}
+		got, _ := s.Node("g")
+		var free []bool
+		for _, g := range got.GPUs {
+			free = append(free, g.Free)
+		}
+		if got.FreeCPU != tc.cpu || !slices.Equal(free, tc.free) {
+			t.Errorf("for %q: free CPU %d, GPUs free %v; want %d, %v", tc.key, got.FreeCPU, free, tc.cpu, tc.free)
+		}
 	}
 }
