@@ -134,6 +134,9 @@ func WriteMapSVG(w io.Writer, t *Topology, res Result) error {
 		}
 		fmt.Fprintf(b, `<circle cx="%.1f" cy="%.1f" r="%.1f" fill="%s" fill-opacity="%.2f"><title>%s (%s): %d placed</title></circle>`+"\n",
 			x, y, r, tierColour[s.tier], op, html.EscapeString(s.name), s.tier, s.n)
+		if len(sites) <= 40 { // few enough sites to name them
+			fmt.Fprintf(b, `<text x="%.1f" y="%.1f" fill="#333">%s (%d)</text>`+"\n", x+r+4, y+4, html.EscapeString(s.name), s.n)
+		}
 	}
 	fmt.Fprintln(b, "</svg>")
 	return b.Flush()

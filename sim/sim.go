@@ -384,10 +384,14 @@ func nodeID(seed uint64, name string) string {
 }
 
 // TrueRTT is the ground-truth round-trip time between nodes a and b
-// (indexes into Nodes).
+// (indexes into Nodes). A topology from FromNodes has no ground truth:
+// there it is the estimate from the nodes' coordinates.
 func (t *Topology) TrueRTT(a, b int) time.Duration {
 	if a == b {
 		return 0
+	}
+	if t.pos == nil {
+		return t.estimatedRTT(a, b) // from FromNodes: no ground truth
 	}
 	dx, dy := t.pos[a][0]-t.pos[b][0], t.pos[a][1]-t.pos[b][1]
 	ms := math.Sqrt(dx*dx+dy*dy) + t.height[a] + t.height[b]

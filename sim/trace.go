@@ -399,7 +399,9 @@ type TraceOptions struct {
 	// Default 0.05; negative means none.
 	TrainingFraction float64
 	// SiteFailures and NodeFailures are the failures spread over the
-	// trace. Defaults 2 and 10; negative means none.
+	// trace. Defaults 2 and 10, fewer on a small estate (at most one edge
+	// site in 20 and one node in 100, so a trace for a 7-node mesh does
+	// not take every node down); negative means none.
 	SiteFailures, NodeFailures int
 	// Drifts is the number of drift events. Default 1% of the services.
 	Drifts int
@@ -423,11 +425,12 @@ func (t *Topology) Trace(o TraceOptions) []Event {
 	case o.TrainingFraction < 0:
 		o.TrainingFraction = 0
 	}
+	edgeSites := len(t.EdgeSites())
 	if o.SiteFailures == 0 {
-		o.SiteFailures = 2
+		o.SiteFailures = min(2, edgeSites/20)
 	}
 	if o.NodeFailures == 0 {
-		o.NodeFailures = 10
+		o.NodeFailures = min(10, len(t.Nodes)/100)
 	}
 	if o.Drifts == 0 {
 		o.Drifts = max(1, o.Policies/100)

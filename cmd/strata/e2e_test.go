@@ -18,6 +18,7 @@ import (
 
 	"github.com/strata-mesh/strata/mesh"
 	"github.com/strata-mesh/strata/mesh/meshtest"
+	"github.com/strata-mesh/strata/sim"
 	"github.com/strata-mesh/strata/trainer/onnx"
 )
 
@@ -293,6 +294,19 @@ spec:
 		out, err := cli(t, p.api, "placements")
 		return err == nil && strings.Contains(out, "TrainingJob/small") && strings.Contains(out, "placed")
 	})
+	// A replay over the live mesh starts from its load: the job holds 4
+	// of the node's 8 GPUs, so of two 4-GPU arrivals only the first finds
+	// a place.
+	trace := filepath.Join(dir, "trace.csv")
+	os.WriteFile(trace, []byte("at,kind,name,nodes,gpus,gpu_model,cpu,memory\n0s,training,first,1,4,H100,1,1073741824\n1s,training,second,1,4,H100,1,1073741824\n"), 0o600)
+	out, err = cli(t, p.api, "sim", "-live", "-trace", trace, "-strategies", "strata", "-plots", "", "-o", "json")
+	var rep sim.Report
+	if err != nil || json.Unmarshal([]byte(out), &rep) != nil || len(rep.Results) != 1 {
+		t.Fatalf("sim -live: %v\n%s", err, out)
+	}
+	if r := rep.Results[0]; r.Jobs != 2 || r.JobsPlaced != 1 || r.SiteReplicas["rack-1"] != 1 {
+		t.Errorf("sim -live: %d of %d jobs placed (%v), want the first on rack-1", r.JobsPlaced, r.Jobs, r.SiteReplicas)
+	}
 	if out, err := cli(t, p.api, "delete", "TrainingJob", "small"); err != nil || !strings.Contains(out, "deleted") {
 		t.Errorf("delete: %v %s", err, out)
 	}

@@ -14,6 +14,8 @@ import (
 
 	"github.com/strata-mesh/strata/api"
 	"github.com/strata-mesh/strata/api/client"
+	"github.com/strata-mesh/strata/internal/controller"
+	"github.com/strata-mesh/strata/mesh"
 	"github.com/strata-mesh/strata/sim"
 )
 
@@ -26,7 +28,7 @@ func (l *stringList) Set(v string) error { *l = append(*l, v); return nil }
 var _ flag.Value = (*stringList)(nil)
 
 func runSim(args []string, stdout, stderr io.Writer) error {
-	fs := newFlags("sim", "[-nodes N] [-sites N] [-policies N | -trace FILE] [-plots DIR] [-o json] | -what-if CHANGE ...", stderr)
+	fs := newFlags("sim", "[-nodes N] [-sites N | -live] [-policies N | -trace FILE] [-plots DIR] [-o json] | -what-if CHANGE ...", stderr)
 	c := addClientFlags(fs)
 	nodes := fs.Int("nodes", 10000, "nodes in the generated estate")
 	sites := fs.Int("sites", 0, "sites in the generated estate (0: edge sites of 4–24 nodes)")
@@ -36,6 +38,7 @@ func runSim(args []string, stdout, stderr io.Writer) error {
 	traceFile := fs.String("trace", "", "replay this trace (CSV or YAML) instead of generating one")
 	genTrace := fs.String("gen-trace", "", "write the generated trace to `FILE` (CSV) and exit")
 	strategies := fs.String("strategies", strings.Join(sim.Strategies, ","), "strategies to compare, comma-separated")
+	live := fs.Bool("live", false, "replay over the live mesh's nodes, as its placement engine sees them now, instead of a generated estate (RTT is then the coordinates' estimate)")
 	plots := fs.String("plots", ".", "write strata-sim-strategies.svg and strata-sim-map.svg to `DIR` (\"\": none)")
 	var whatIf stringList
 	fs.Var(&whatIf, "what-if", "plan the live mesh's policies with this `CHANGE` (repeatable): 'site NAME down', 'node NAME down', 'add N nodes like NODE [in rack R] [in site S]', 'policy NAME latency.p99=10ms [replicas=N]'")
@@ -54,7 +57,12 @@ func runSim(args []string, stdout, stderr io.Writer) error {
 		return runWhatIf(c, whatIf, stdout)
 	}
 
-	topo, err := sim.Generate(sim.Options{Nodes: *nodes, Sites: *sites, Regions: *regions, Seed: *seed})
+	var topo *sim.Topology
+	if *live {
+		topo, err = liveTopology(c)
+	} else {
+		topo, err = sim.Generate(sim.Options{Nodes: *nodes, Sites: *sites, Regions: *regions, Seed: *seed})
+	}
 	if err != nil {
 		return err
 	}
@@ -154,6 +162,26 @@ func writePlots(dir string, topo *sim.Topology, rep *sim.Report) ([]string, erro
 
 // runWhatIf asks the agent to plan its policies with the changes. Exit 2
 // when a policy would become infeasible.
+// liveTopology is the mesh's nodes as the agent's controller would place
+// on them: free what no admitted assignment holds.
+func liveTopology(c *clientFlags) (*sim.Topology, error) {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	var raw []byte
+	if _, err := c.client().Nodes(ctx, client.NodeFilter{}, client.Body(&raw)); err != nil {
+		return nil, c.explain(err)
+	}
+	var nodes []mesh.Node
+	if err := json.Unmarshal(raw, &nodes); err != nil {
+		return nil, fmt.Errorf("reading the mesh's nodes: %w", err)
+	}
+	snap, err := controller.Snapshot(nodes, "")
+	if err != nil {
+		return nil, err
+	}
+	return sim.FromNodes(snap.Nodes())
+}
+
 func runWhatIf(c *clientFlags, changes []string, stdout io.Writer) error {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
