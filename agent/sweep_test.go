@@ -160,3 +160,59 @@ spec:
 		})
 	}
 }
+
+// earlyPolicy is a sweep of an exec script that reports score = q × step
+// for 12 steps, a quarter second apart: with q = 1 its curve falls below
+// what the trials before it (q = 5, 6) had reached at the same step.
+const earlyPolicy = `apiVersion: strata/v1
+kind: TrainingJob
+metadata: {name: early}
+spec:
+  resources: {cpu: 250m, memory: 64Mi}
+  tiers: [onprem, cloud, edge]
+  command: [sh, -c, 'i=1; while [ $i -le 12 ]; do echo "{\"step\": $i, \"score\": $((STRATA_PARAM_Q * i))}" >> "$STRATA_METRICS_FILE"; sleep 0.25; i=$((i+1)); done; echo "{\"score\": $((STRATA_PARAM_Q * 12))}" > "$STRATA_OUTPUT_DIR/metrics.json"']
+  sweep:
+    algorithm: grid
+    maxTrials: 4
+    parallelTrials: 1
+    objective: {metric: score, goal: maximize}
+    earlyStopping: {rule: median, minSteps: 3, minTrials: 2}
+    parameters:
+      - {name: q, values: [5, 6, 1, 7]}
+`
+
+// TestSweepStopsPoorTrials runs a sweep of exec trials that report their
+// score per step: the runner records each trial's curve as it runs, and
+// the median rule stops the poor trial while it runs, long before its
+// twelve steps; the others run to their end.
+func TestSweepStopsPoorTrials(t *testing.T) {
+	agents := devMesh(t, 4)
+	if code, body := post(t, agents[0].Handler(), http.MethodPost, "/v1/policies?file=early.yaml", []byte(earlyPolicy)); code != http.StatusOK {
+		t.Fatalf("apply = %d %s", code, body)
+	}
+	var e catalog.Experiment
+	meshtest.WaitFor(t, 120*time.Second, "the sweep to end", func() bool {
+		v, err := agents[0].cat.Experiments.Value("early")
+		e = v
+		return err == nil && v.Ended()
+	})
+	if e.State != catalog.ExperimentSucceeded || len(e.Trials) != 4 {
+		t.Fatalf("experiment = %+v", e)
+	}
+	for _, tr := range e.Trials {
+		q := tr.Params["q"]
+		switch {
+		case q == "1" && (tr.State != catalog.TrialStopped || len(tr.Curve) < 3 || len(tr.Curve) >= 12):
+			t.Errorf("trial q=1: %s after %d steps (%s); want stopped early", tr.State, len(tr.Curve), tr.Error)
+		case q != "1" && (tr.State != catalog.JobSucceeded || len(tr.Curve) != 12):
+			t.Errorf("trial q=%s: %s with %d steps (%s); want succeeded with 12", q, tr.State, len(tr.Curve), tr.Error)
+		}
+	}
+	for _, tr := range e.Trials {
+		t.Logf("q=%s %s after %d steps %s", tr.Params["q"], tr.State, len(tr.Curve), tr.Error)
+	}
+	if best := e.Trials[e.Best]; best.Params["q"] != "7" || best.Value != 84 {
+		t.Errorf("best trial %+v, want q=7 with score 84", best)
+	}
+	t.Logf("%s: %s", e.State, e.Message)
+}

@@ -106,6 +106,12 @@ const (
 	JobFailed    = "failed"
 )
 
+// JobStep is one step of a job's per-step metrics.
+type JobStep struct {
+	Step    int                `json:"step"`
+	Metrics map[string]float64 `json:"metrics"`
+}
+
 // Job is one training job's run (GET /v1/jobs, GET /v1/jobs/{name}).
 type Job struct {
 	Name string `json:"name"`
@@ -131,6 +137,9 @@ type Job struct {
 	Accuracy float64 `json:"accuracy,omitempty"`
 	// Metrics are the numbers the job reported in its metrics.json.
 	Metrics map[string]float64 `json:"metrics,omitempty"`
+	// Steps are the metrics rank 0 reported per step
+	// ($STRATA_METRICS_FILE), as the job went.
+	Steps []JobStep `json:"steps,omitempty"`
 	// Data are the dataset versions the job reads, resolved when it
 	// started.
 	Data []ArtifactRef `json:"data,omitempty"`
@@ -344,12 +353,15 @@ type Experiment struct {
 
 // Trial is one point of a search, run as a training job.
 type Trial struct {
-	Job      string             `json:"job"`
-	Params   map[string]string  `json:"params"`
-	Point    []float64          `json:"point"`
-	State    string             `json:"state"`
-	Value    float64            `json:"value"`
-	HasValue bool               `json:"has_value"`
+	Job    string            `json:"job"`
+	Params map[string]string `json:"params"`
+	Point  []float64         `json:"point"`
+	// State is a job's, or "stopped" when early stopping ended it.
+	State    string  `json:"state"`
+	Value    float64 `json:"value"`
+	HasValue bool    `json:"has_value"`
+	// Curve is the objective per step, as the trial reported it.
+	Curve    []float64          `json:"curve,omitempty"`
 	Metrics  map[string]float64 `json:"metrics,omitempty"`
 	Node     string             `json:"node,omitempty"`
 	Error    string             `json:"error,omitempty"`

@@ -50,6 +50,17 @@ func (sw *Sweep) setDefaults() {
 	if sw.Seed == 0 {
 		sw.Seed = 1
 	}
+	if es := sw.EarlyStopping; es != nil {
+		if es.Rule == "" {
+			es.Rule = StopMedian
+		}
+		if es.MinSteps == 0 {
+			es.MinSteps = 5
+		}
+		if es.MinTrials == 0 {
+			es.MinTrials = 3
+		}
+	}
 	for i := range sw.Parameters {
 		prm := &sw.Parameters[i]
 		if prm.Type == "" {
@@ -72,8 +83,18 @@ func (d *decoder) sweep(s *TrainingJobSpec, p string) {
 	default:
 		d.errField(p+".algorithm", fmt.Sprintf("%q is not a search algorithm: use random, grid or tpe", sw.Algorithm))
 	}
-	if sw.EarlyStopping != "" {
-		d.errField(p+".earlyStopping", fmt.Sprintf("not yet: early stopping (%q) needs per-step metrics, which trials do not report yet", sw.EarlyStopping))
+	if es := sw.EarlyStopping; es != nil {
+		if es.Rule != "" && es.Rule != StopMedian {
+			d.errField(p+".earlyStopping.rule", fmt.Sprintf("%q is not an early stopping rule: use median", es.Rule))
+		}
+		for _, f := range []struct {
+			name string
+			v    int
+		}{{"minSteps", es.MinSteps}, {"minTrials", es.MinTrials}} {
+			if f.v < 0 || f.v > 100000 || (f.v == 0 && d.isSet(p+".earlyStopping."+f.name)) {
+				d.errField(p+".earlyStopping."+f.name, fmt.Sprintf("want 1 to 100000, got %d", f.v))
+			}
+		}
 	}
 	switch sw.Objective.Goal {
 	case "", GoalMaximize, GoalMinimize:

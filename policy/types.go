@@ -331,10 +331,28 @@ type Sweep struct {
 	MaxFailedTrials int `yaml:"maxFailedTrials" json:"maxFailedTrials"`
 	// Seed drives the algorithm's proposals. Default 1.
 	Seed int64 `yaml:"seed" json:"seed"`
-	// EarlyStopping stops poor trials early: "" (none). "median" is not
-	// supported yet.
-	EarlyStopping string `yaml:"earlyStopping" json:"earlyStopping,omitempty"`
+	// EarlyStopping stops poor trials before they end; nil runs every
+	// trial to its end.
+	EarlyStopping *EarlyStopping `yaml:"earlyStopping" json:"earlyStopping,omitempty"`
 }
+
+// EarlyStopping is a sweep's rule for stopping poor trials, which reads
+// the objective the trials report per step.
+type EarlyStopping struct {
+	// Rule is median: a trial stops when its best value so far is worse
+	// than the median of the finished trials' running averages at the
+	// same step (Golovin et al. 2017, "Google Vizier").
+	Rule string `yaml:"rule" json:"rule"`
+	// MinSteps is the steps a trial reports before it may be stopped.
+	// Default 5.
+	MinSteps int `yaml:"minSteps" json:"minSteps"`
+	// MinTrials is the trials that must have finished before any is
+	// stopped. Default 3.
+	MinTrials int `yaml:"minTrials" json:"minTrials"`
+}
+
+// StopMedian is the median stopping rule.
+const StopMedian = "median"
 
 // SweepParam is one dimension of a search space: a float or int range
 // (min, max, scale linear or log) or categorical values.

@@ -117,9 +117,23 @@ func trainDir(ctx context.Context, job Job, cfg Config) (*Metrics, error) {
 	if err != nil {
 		return nil, fmt.Errorf("%s: %w", matches[0], err)
 	}
+	if err := os.MkdirAll(job.OutputDir, 0o755); err != nil {
+		return nil, err
+	}
+	steps := newStepWriter(job.OutputDir)
+	_ = os.Remove(steps.path) // a restarted attempt reports from its first epoch
+	var stepErr error
+	cfg.Progress = func(s Step) {
+		if stepErr == nil {
+			stepErr = steps.write(s)
+		}
+	}
 	res, err := Train(ctx, ds, cfg)
 	if err != nil {
 		return nil, err
+	}
+	if stepErr != nil {
+		return nil, stepErr
 	}
 	cfg.EnsureDefaults()
 	m := &Metrics{

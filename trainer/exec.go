@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"sort"
 	"strconv"
 	"strings"
@@ -57,6 +58,7 @@ const (
 //	CUDA_VISIBLE_DEVICES       the member's GPUs, when assigned
 //	STRATA_DATASET_DIR, STRATA_OUTPUT_DIR, STRATA_JOB_ID, STRATA_ATTEMPT
 //	STRATA_CHECKPOINT_DIR      when Job.CheckpointDir is set
+//	STRATA_METRICS_FILE        rank 0's per-step metrics (see StepsFile)
 //
 // If any member fails, the others' process groups get SIGTERM, then SIGKILL
 // after KillGrace, and the gang is restarted up to Job.Retries times.
@@ -292,6 +294,9 @@ func memberEnv(job Job, rank, attempt int) []string {
 	}
 	set("STRATA_DATASET_DIR", job.DatasetDir)
 	set("STRATA_OUTPUT_DIR", job.OutputDir)
+	if rank == 0 && job.OutputDir != "" {
+		set(StepsEnv, filepath.Join(job.OutputDir, StepsFile))
+	}
 	set("STRATA_JOB_ID", job.ID)
 	if job.CheckpointDir != "" {
 		set("STRATA_CHECKPOINT_DIR", job.CheckpointDir)

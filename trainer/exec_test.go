@@ -261,6 +261,12 @@ func TestBuiltinLauncher(t *testing.T) {
 	if m.Accuracy < 0.9 || m.Classes != 2 || len(m.Features) != 3 {
 		t.Fatalf("metrics %+v", m)
 	}
+	// Per-step metrics: one step per epoch, the last one the final
+	// accuracy.
+	steps, bad, err := trainer.ReadSteps(filepath.Join(job.OutputDir, trainer.StepsFile))
+	if err != nil || bad != 0 || len(steps) != 30 || steps[29].Step != 30 || steps[29].Metrics["accuracy"] != m.Accuracy {
+		t.Fatalf("steps: %d (bad %d, %v), last %+v; want 30 ending at accuracy %v", len(steps), bad, err, steps[len(steps)-1], m.Accuracy)
+	}
 	var ref drift.Reference
 	readJSON(t, filepath.Join(job.OutputDir, trainer.ReferenceFile), &ref)
 	if len(ref.Features) != 3 || ref.Prediction == nil {

@@ -53,6 +53,10 @@ type Config struct {
 	// ONNX names the model's input and output and carries metadata. Zero
 	// means the encoder's defaults ("input", "output").
 	ONNX onnx.Options
+	// Progress, when set, is called after every epoch with the epoch's
+	// accuracy (holdout, as Result.Accuracy) and mean training loss. It
+	// costs a forward pass over every row per epoch.
+	Progress func(Step) `json:"-"`
 }
 
 // ClassNamesKey is the ONNX metadata key under which a model trained on
@@ -158,6 +162,27 @@ type Result struct {
 	Reference drift.Reference
 }
 
+// evaluate is the network's accuracy (on the holdout rows, or the
+// training rows when there are none) and mean cross-entropy on the
+// training rows.
+func evaluate(n *net, z []float64, y []int, f int, trainIdx, holdIdx []int, ws *workspace) (acc, loss float64) {
+	for _, r := range trainIdx {
+		loss += crossEntropy(n.forward(z[r*f:(r+1)*f], ws), y[r])
+	}
+	loss /= float64(max(1, len(trainIdx)))
+	rows := holdIdx
+	if len(rows) == 0 {
+		rows = trainIdx
+	}
+	correct := 0
+	for _, r := range rows {
+		if predictClass(n.forward(z[r*f:(r+1)*f], ws)) == y[r] {
+			correct++
+		}
+	}
+	return float64(correct) / float64(max(1, len(rows))), loss
+}
+
 // Train fits cfg.Kind to ds with seeded mini-batch Adam (Kingma & Ba 2015,
 // "Adam: A Method for Stochastic Optimization") on cross-entropy. It checks
 // ctx between epochs. Errors wrap ErrConfig, ErrDataset or ctx.Err().
@@ -239,6 +264,10 @@ func Train(ctx context.Context, ds *Dataset, cfg Config) (*Result, error) {
 				}
 			}
 			opt.step(n, g)
+		}
+		if cfg.Progress != nil {
+			acc, loss := evaluate(n, z, ds.Y, f, trainIdx, holdIdx, ws)
+			cfg.Progress(Step{Step: epoch + 1, Metrics: map[string]float64{"accuracy": acc, "loss": loss}})
 		}
 	}
 

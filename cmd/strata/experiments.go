@@ -76,13 +76,14 @@ func writeExperiment(w io.Writer, e api.Experiment) {
 	}
 	fmt.Fprintln(w)
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
-	fmt.Fprintf(tw, "\tTRIAL\tSTATE\t%s\tNODE\tDURATION\tPARAMETERS\n", strings.ToUpper(e.Metric))
+	fmt.Fprintf(tw, "\tTRIAL\tSTATE\t%s\tCURVE\tNODE\tDURATION\tPARAMETERS\n", strings.ToUpper(e.Metric))
+	var notes []string // why trials failed or stopped, numbered in the table
 	for i, tr := range e.Trials {
 		mark, value, dur := "", "-", "-"
 		if i == e.Best {
 			mark = "*"
 		}
-		if tr.HasValue {
+		if tr.HasValue || tr.State == "stopped" {
 			value = fmt.Sprintf("%.4f", tr.Value)
 		}
 		if !tr.Started.IsZero() && !tr.Finished.IsZero() {
@@ -94,9 +95,42 @@ func writeExperiment(w io.Writer, e api.Experiment) {
 		}
 		state := tr.State
 		if tr.Error != "" {
-			state += ": " + tr.Error
+			notes = append(notes, tr.Job+": "+tr.Error)
+			state = fmt.Sprintf("%s (%d)", tr.State, len(notes))
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\n", mark, tr.Job, state, value, dash(tr.Node), dur, strings.Join(ps, " "))
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", mark, tr.Job, state, value, curveLine(tr.Curve, 16), dash(tr.Node), dur, strings.Join(ps, " "))
 	}
 	tw.Flush()
+	if len(notes) > 0 {
+		fmt.Fprintln(w)
+	}
+	for k, n := range notes {
+		fmt.Fprintf(w, "(%d) %s\n", k+1, n)
+	}
+}
+
+// curveLine draws a curve in at most width block characters (a longer
+// curve is sampled evenly, its last point kept), with its step count.
+func curveLine(curve []float64, width int) string {
+	if len(curve) == 0 {
+		return "-"
+	}
+	pts := curve
+	if len(pts) > width {
+		pts = make([]float64, width)
+		for i := range pts {
+			pts[i] = curve[i*(len(curve)-1)/(width-1)]
+		}
+	}
+	lo, hi := slices.Min(pts), slices.Max(pts)
+	levels := []rune("▁▂▃▄▅▆▇█")
+	var b strings.Builder
+	for _, v := range pts {
+		k := len(levels) / 2
+		if hi > lo {
+			k = int((v - lo) / (hi - lo) * float64(len(levels)-1))
+		}
+		b.WriteRune(levels[k])
+	}
+	return fmt.Sprintf("%s %d", b.String(), len(curve))
 }

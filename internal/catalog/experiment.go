@@ -50,16 +50,22 @@ type Trial struct {
 	Params map[string]string `json:"params"`
 	// Point is the proposal in the algorithm's coordinates.
 	Point []float64 `json:"point"`
-	State string    `json:"state"`
+	// State is the trial's job's, or TrialStopped.
+	State string `json:"state"`
 	// Value is the objective's value, when HasValue.
-	Value    float64            `json:"value"`
-	HasValue bool               `json:"has_value"`
+	Value    float64 `json:"value"`
+	HasValue bool    `json:"has_value"`
+	// Curve is the objective per step, as the trial reported it.
+	Curve    []float64          `json:"curve,omitempty"`
 	Metrics  map[string]float64 `json:"metrics,omitempty"`
 	Node     string             `json:"node,omitempty"`
 	Error    string             `json:"error,omitempty"`
 	Started  time.Time          `json:"started,omitzero"`
 	Finished time.Time          `json:"finished,omitzero"`
 }
+
+// TrialStopped is the state of a trial that early stopping ended.
+const TrialStopped = "stopped"
 
 // Ended says the experiment will start no more jobs.
 func (e Experiment) Ended() bool {

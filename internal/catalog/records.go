@@ -117,6 +117,9 @@ type Job struct {
 	Accuracy float64 `json:"accuracy,omitempty"`
 	// Metrics are the numbers the job reported in its metrics.json.
 	Metrics map[string]float64 `json:"metrics,omitempty"`
+	// Steps are the metrics rank 0 reported per step
+	// ($STRATA_METRICS_FILE), read while the job runs.
+	Steps []trainer.Step `json:"steps,omitempty"`
 	// Data are the dataset versions the job reads, resolved when it
 	// started.
 	Data []ArtifactRef `json:"data,omitempty"`

@@ -17,6 +17,7 @@ import (
 	"github.com/strata-mesh/strata/policy"
 	"github.com/strata-mesh/strata/storage"
 	"github.com/strata-mesh/strata/sweep"
+	"github.com/strata-mesh/strata/trainer"
 )
 
 // isSweep says p is a TrainingJob with a sweep: its trials are placed,
@@ -100,9 +101,10 @@ func (c *Controller) advanceExperiment(p catalog.Policy, doc *policy.Document, e
 	failed := 0
 	for i := range e.Trials {
 		tr := &e.Trials[i]
-		if tr.State != catalog.JobSucceeded && tr.State != catalog.JobFailed {
+		if !trialEnded(tr.State) {
 			if j, err := c.cfg.Catalog.Jobs.Value(tr.Job); err == nil {
 				tr.State, tr.Node, tr.Started, tr.Finished, tr.Error = j.State, j.Node, j.Started, j.Finished, j.Error
+				tr.Curve = curveOf(j.Steps, e.Metric)
 				if j.State == catalog.JobSucceeded {
 					tr.Metrics = j.Metrics
 					if v, ok := j.Metrics[e.Metric]; ok {
@@ -116,6 +118,9 @@ func (c *Controller) advanceExperiment(p catalog.Policy, doc *policy.Document, e
 		if tr.State == catalog.JobFailed {
 			failed++
 		}
+	}
+	if e.State == catalog.ExperimentRunning {
+		c.stopPoorTrials(p, sw, e, maximize, now)
 	}
 	e.Best = -1
 	for i, tr := range e.Trials {
@@ -142,7 +147,7 @@ func (c *Controller) advanceExperiment(p catalog.Policy, doc *policy.Document, e
 		}
 		running := 0
 		for _, tr := range e.Trials {
-			if tr.State != catalog.JobSucceeded && tr.State != catalog.JobFailed {
+			if !trialEnded(tr.State) {
 				running++
 			}
 		}
@@ -150,7 +155,8 @@ func (c *Controller) advanceExperiment(p catalog.Policy, doc *policy.Document, e
 		for running < sw.ParallelTrials && len(e.Trials) < sw.MaxTrials && !reached {
 			hist := make([]sweep.Trial, len(e.Trials))
 			for i, tr := range e.Trials {
-				hist[i] = sweep.Trial{Point: tr.Point, Value: tr.Value, Done: tr.HasValue}
+				// A stopped trial counts with its best value so far.
+				hist[i] = sweep.Trial{Point: tr.Point, Value: tr.Value, Done: tr.HasValue || tr.State == catalog.TrialStopped}
 			}
 			pt, ok := alg.Next(hist)
 			if !ok {
@@ -203,6 +209,61 @@ func (c *Controller) advanceExperiment(p catalog.Policy, doc *policy.Document, e
 			formatParams(e.Trials[e.Best].Params), e.Metric, e.Trials[e.Best].Value, j.Model, j.Version)
 	}
 	return nil
+}
+
+// trialEnded says a trial's job will not change any more.
+func trialEnded(state string) bool {
+	return state == catalog.JobSucceeded || state == catalog.JobFailed || state == catalog.TrialStopped
+}
+
+// curveOf is metric's value at every step that reported it.
+func curveOf(steps []trainer.Step, metric string) []float64 {
+	var out []float64
+	for _, s := range steps {
+		if v, ok := s.Metrics[metric]; ok {
+			out = append(out, v)
+		}
+	}
+	return out
+}
+
+// stopPoorTrials applies the sweep's early stopping to its running
+// trials: a trial whose curve the rule condemns is stopped (its policy is
+// deleted, so its job ends) and keeps its best value so far for the
+// search, but cannot be the best trial.
+func (c *Controller) stopPoorTrials(p catalog.Policy, sw *policy.Sweep, e *catalog.Experiment, maximize bool, now time.Time) {
+	es := sw.EarlyStopping
+	if es == nil || es.Rule != policy.StopMedian {
+		return
+	}
+	var finished [][]float64
+	for _, tr := range e.Trials {
+		if tr.State == catalog.JobSucceeded && len(tr.Curve) > 0 {
+			finished = append(finished, tr.Curve)
+		}
+	}
+	if len(finished) < es.MinTrials {
+		return
+	}
+	for i := range e.Trials {
+		tr := &e.Trials[i]
+		if tr.State != catalog.JobRunning || !sweep.MedianStop(tr.Curve, finished, maximize, es.MinSteps) {
+			continue
+		}
+		best := tr.Curve[0]
+		for _, v := range tr.Curve {
+			if (maximize && v > best) || (!maximize && v < best) {
+				best = v
+			}
+		}
+		if err := c.cfg.Catalog.Policies.Delete(policy.KindTrainingJob + "/" + tr.Job); err != nil && !errors.Is(err, mesh.ErrNotFound) {
+			c.log.Warn("stopping a trial", "policy", p.Key(), "trial", tr.Job, "err", err)
+			continue
+		}
+		tr.State, tr.Value, tr.Finished = catalog.TrialStopped, best, now
+		tr.Error = fmt.Sprintf("stopped early at step %d: its best %s so far, %.4g, is worse than the median of %d finished trials' running averages", len(tr.Curve), e.Metric, best, len(finished))
+		c.log.Info("trial stopped early", "policy", p.Key(), "trial", tr.Job, "steps", len(tr.Curve), e.Metric, best)
+	}
 }
 
 // jobName names an experiment's job for the policy's generation.

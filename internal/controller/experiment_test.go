@@ -1,10 +1,15 @@
 package controller
 
 import (
+	"slices"
 	"strings"
 	"testing"
 
 	"github.com/strata-mesh/strata/internal/catalog"
+	"github.com/strata-mesh/strata/internal/catalog/catalogtest"
+	"github.com/strata-mesh/strata/mesh"
+	"github.com/strata-mesh/strata/policy"
+	"github.com/strata-mesh/strata/trainer"
 )
 
 // TestTrialSource: a trial is the sweep's job without its sweep, with the
@@ -70,5 +75,90 @@ spec:
 				t.Error("a trial is itself a sweep")
 			}
 		})
+	}
+}
+
+// TestMedianStopsPoorTrials: with two trials finished, a running trial
+// whose curve falls below the median of their running averages is
+// stopped (its policy deleted, its best value kept, never the best), a
+// good one and one with too few steps go on; and without early stopping
+// nothing is stopped.
+func TestMedianStopsPoorTrials(t *testing.T) {
+	t.Parallel()
+	const src = `apiVersion: strata/v1
+kind: TrainingJob
+metadata: {name: es}
+spec:
+  command: [sh, train.sh]
+  sweep:
+    maxTrials: 5
+    parallelTrials: 3
+    objective: {metric: score}
+    earlyStopping: {rule: median, minSteps: 3, minTrials: 2}
+    parameters:
+      - {name: q, values: [5, 6, 1, 7, 0]}
+`
+	for _, early := range []bool{true, false} {
+		cat := catalog.New(catalogtest.NewStore(), nil)
+		m := &fakeMesh{nodes: []mesh.Node{gpuNode("c", 4000)}}
+		c := New(Config{Mesh: m, Catalog: cat})
+		s := src
+		if !early {
+			s = strings.Replace(s, "    earlyStopping: {rule: median, minSteps: 3, minTrials: 2}\n", "", 1)
+		}
+		p := catalog.Policy{Kind: policy.KindTrainingJob, Name: "es", Source: s, Generation: 1}
+		doc, err := p.Document()
+		if err != nil {
+			t.Fatal(err)
+		}
+		steps := func(vs ...float64) []trainer.Step {
+			var out []trainer.Step
+			for i, v := range vs {
+				out = append(out, trainer.Step{Step: i + 1, Metrics: map[string]float64{"score": v, "loss": 1}})
+			}
+			return out
+		}
+		jobs := []catalog.Job{
+			{Name: "es-trial-1", State: catalog.JobSucceeded, Metrics: map[string]float64{"score": 15}, Steps: steps(5, 10, 15)},
+			{Name: "es-trial-2", State: catalog.JobSucceeded, Metrics: map[string]float64{"score": 18}, Steps: steps(6, 12, 18)},
+			{Name: "es-trial-3", State: catalog.JobRunning, Steps: steps(1, 2, 3)},   // below the median (11 at step 3)
+			{Name: "es-trial-4", State: catalog.JobRunning, Steps: steps(7, 14, 21)}, // above it
+			{Name: "es-trial-5", State: catalog.JobRunning, Steps: steps(0, 0)},      // too few steps
+		}
+		e := catalog.Experiment{Name: "es", Key: p.Key(), Generation: 1, Metric: "score", Goal: policy.GoalMaximize, State: catalog.ExperimentRunning, Best: -1}
+		for _, j := range jobs {
+			if _, err := cat.Jobs.Put(j); err != nil {
+				t.Fatal(err)
+			}
+			if _, err := cat.Policies.Put(catalog.Policy{Kind: policy.KindTrainingJob, Name: j.Name, Generation: 1}); err != nil {
+				t.Fatal(err)
+			}
+			e.Trials = append(e.Trials, catalog.Trial{Job: j.Name, State: catalog.JobPending})
+		}
+		if err := c.advanceExperiment(p, doc, &e); err != nil {
+			t.Fatal(err)
+		}
+		var stopped []string
+		for _, tr := range e.Trials {
+			if tr.State == catalog.TrialStopped {
+				stopped = append(stopped, tr.Job)
+				if tr.Value != 3 || tr.HasValue || !strings.Contains(tr.Error, "stopped early at step 3") {
+					t.Errorf("stopped trial %+v: want its best value 3, no value for the best, and why", tr)
+				}
+				if _, err := cat.Policies.Get(policy.KindTrainingJob + "/" + tr.Job); err == nil {
+					t.Errorf("stopped trial %s's policy is still applied", tr.Job)
+				}
+			}
+		}
+		want := []string{"es-trial-3"}
+		if !early {
+			want = nil
+		}
+		if !slices.Equal(stopped, want) {
+			t.Errorf("early stopping %v: stopped %v, want %v", early, stopped, want)
+		}
+		if e.Best != 1 || len(e.Trials[3].Curve) != 3 {
+			t.Errorf("best trial %d, curve of trial 4 %v: want trial 2 best and trial 4's curve kept", e.Best, e.Trials[3].Curve)
+		}
 	}
 }

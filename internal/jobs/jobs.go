@@ -251,7 +251,10 @@ func (j *Runner) start(ctx context.Context, rec catalog.Placement, lj *localJob)
 	jr.Members = run.Status().Members
 	j.write(jr)
 	j.log.Info("training job running", "job", jr.Name, "launcher", jr.Launcher, "nodes", strings.Join(jr.Nodes, ","))
+	stopWatch := j.watchSteps(jr, filepath.Join(job.OutputDir, trainer.StepsFile))
 	err = run.Wait(context.WithoutCancel(ctx))
+	stopWatch()
+	jr.Steps = readSteps(filepath.Join(job.OutputDir, trainer.StepsFile))
 	st := run.Status()
 	jr.Members, jr.Attempt = st.Members, st.Attempt
 	if logs := run.Log(0); logs != "" {
@@ -505,6 +508,40 @@ func (j *Runner) finish(jr catalog.Job, err error) {
 		j.log.Info("training job succeeded", "job", jr.Name)
 	}
 	j.write(jr)
+}
+
+// stepsEvery is how often a running job's per-step metrics are read.
+const stepsEvery = time.Second
+
+// watchSteps records the running job jr's per-step metrics from path as
+// they grow, until the returned function is called (it waits for the last
+// write).
+func (j *Runner) watchSteps(jr catalog.Job, path string) (stop func()) {
+	done, exited := make(chan struct{}), make(chan struct{})
+	go func() {
+		defer close(exited)
+		t := time.NewTicker(stepsEvery)
+		defer t.Stop()
+		for {
+			select {
+			case <-done:
+				return
+			case <-t.C:
+			}
+			if steps := readSteps(path); len(steps) != len(jr.Steps) {
+				jr.Steps = steps
+				j.write(jr)
+			}
+		}
+	}()
+	return func() { close(done); <-exited }
+}
+
+// readSteps reads a job's per-step metrics; a file that cannot be read is
+// no steps (the job's own output says why).
+func readSteps(path string) []trainer.Step {
+	steps, _, _ := trainer.ReadSteps(path)
+	return steps
 }
 
 func (j *Runner) write(jr catalog.Job) {
