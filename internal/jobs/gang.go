@@ -208,6 +208,11 @@ func (j *Runner) endGang(parent context.Context, g catalog.Gang, jr catalog.Job,
 		}
 		j.putGang(g)
 	}
+	if out != "" {
+		// Rank 0's per-step metrics; a single-node job's are also read
+		// as it runs (watchSteps), a gang's only at its end.
+		jr.Steps = readSteps(filepath.Join(out, trainer.StepsFile))
+	}
 	if err == nil {
 		err = j.register(parent, &jr, doc, out)
 	}
