@@ -61,7 +61,8 @@ func (l *Live) Stats() LiveStats {
 // Update returns the snapshot of nodes. The snapshot is a clone: reserve
 // on it, or clone it again, as on any clone.
 func (l *Live) Update(nodes []Node) (*Snapshot, error) {
-	if why := l.rebuildReason(nodes); why != "" {
+	why, changed := l.diff(nodes)
+	if why != "" {
 		var b Builder
 		b.Add(nodes...)
 		s, err := b.Build()
@@ -74,38 +75,47 @@ func (l *Live) Update(nodes []Node) (*Snapshot, error) {
 		l.stats.Reason = why
 		return l.cur.Clone(), nil
 	}
-	for i := range nodes {
-		if f := freeOfNode(&l.cur.ix.nodes[i], &nodes[i]); f != l.cur.freeOf(int32(i)) {
-			l.cur.setFree(int32(i), f)
-		}
+	for _, c := range changed {
+		l.cur.setFree(c.i, c.free)
 	}
 	l.stats.Updates++
 	return l.cur.Clone(), nil
 }
 
-// rebuildReason says why nodes need a new index, "" when the one held
-// serves with a new overlay.
-func (l *Live) rebuildReason(nodes []Node) string {
+// nodeFree is what node i has free now.
+type nodeFree struct {
+	i    int32
+	free freeState
+}
+
+// diff says why nodes need a new index, or ("", the nodes whose free
+// resources differ from the overlay's) when the index held serves.
+func (l *Live) diff(nodes []Node) (string, []nodeFree) {
 	switch {
 	case l.cur == nil:
-		return "first snapshot"
+		return "first snapshot", nil
 	case len(nodes) != len(l.cur.ix.nodes):
-		return "nodes joined or left"
+		return "nodes joined or left", nil
 	}
-	changed := 0
+	var changed []nodeFree
+	offIndex := 0 // nodes whose load differs from the index's
 	for i := range nodes {
 		a, b := &l.cur.ix.nodes[i].Node, &nodes[i]
 		if why := indexedChange(a, b, l.CoordSlack); why != "" {
-			return "node " + b.Name + ": " + why
+			return "node " + b.Name + ": " + why, nil
 		}
-		if freeOfNode(&l.cur.ix.nodes[i], b) != l.cur.ix.hotOf(int32(i)).free {
-			changed++
+		f := freeOfNode(&l.cur.ix.nodes[i], b)
+		if f != l.cur.ix.hotOf(int32(i)).free {
+			offIndex++
+		}
+		if f != l.cur.freeOf(int32(i)) {
+			changed = append(changed, nodeFree{int32(i), f})
 		}
 	}
-	if changed > 64 && changed > len(nodes)/8 {
-		return "load changed on many nodes"
+	if offIndex > 64 && offIndex > len(nodes)/8 {
+		return "load changed on many nodes", nil
 	}
-	return ""
+	return "", changed
 }
 
 // freeOfNode is what n says it has free, as the index's node s (the same

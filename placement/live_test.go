@@ -97,22 +97,21 @@ func TestLiveRebuilds(t *testing.T) {
 	}
 	for _, tc := range []struct {
 		name   string
-		change func(ns []placement.Node)
+		change func(ns []placement.Node) []placement.Node
 		reason string // "" for no build
 	}{
-		{"free CPU", func(ns []placement.Node) { ns[5].FreeCPU -= 1000 }, ""},
-		{"coordinate within slack", func(ns []placement.Node) { ns[5] = moved(ns[5], 0.0004) }, ""},
-		{"coordinate past slack", func(ns []placement.Node) { ns[5] = moved(ns[5], 0.002) }, "coordinate"},
-		{"label", func(ns []placement.Node) { ns[7].Labels = map[string]string{"zone": "b"} }, "labels"},
-		{"alive", func(ns []placement.Node) { ns[9].Alive = !ns[9].Alive }, "alive"},
-		{"artifact", func(ns []placement.Node) { ns[9].Artifacts = append(ns[9].Artifacts, "m@2") }, "locality"},
-		{"node left", func(ns []placement.Node) {}, "joined or left"},
+		{"free CPU", func(ns []placement.Node) []placement.Node { ns[5].FreeCPU -= 1000; return ns }, ""},
+		{"coordinate within slack", func(ns []placement.Node) []placement.Node { ns[5] = moved(ns[5], 0.0004); return ns }, ""},
+		{"coordinate past slack", func(ns []placement.Node) []placement.Node { ns[5] = moved(ns[5], 0.002); return ns }, "coordinate"},
+		{"label", func(ns []placement.Node) []placement.Node { ns[7].Labels = map[string]string{"zone": "b"}; return ns }, "labels"},
+		{"alive", func(ns []placement.Node) []placement.Node { ns[9].Alive = !ns[9].Alive; return ns }, "alive"},
+		{"artifact", func(ns []placement.Node) []placement.Node {
+			ns[9].Artifacts = append(ns[9].Artifacts, "m@2")
+			return ns
+		}, "locality"},
+		{"node left", func(ns []placement.Node) []placement.Node { return ns[1:] }, "joined or left"},
 	} {
-		ns := topo.Snapshot.Nodes()
-		tc.change(ns)
-		if tc.name == "node left" {
-			ns = ns[1:]
-		}
+		ns := tc.change(topo.Snapshot.Nodes())
 		// Start each case from the base index.
 		if _, err := live.Update(base); err != nil {
 			t.Fatal(err)

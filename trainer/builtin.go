@@ -120,12 +120,12 @@ func trainDir(ctx context.Context, job Job, cfg Config) (*Metrics, error) {
 	if err := os.MkdirAll(job.OutputDir, 0o755); err != nil {
 		return nil, err
 	}
-	steps := newStepWriter(job.OutputDir)
-	_ = os.Remove(steps.path) // a restarted attempt reports from its first epoch
+	steps := filepath.Join(job.OutputDir, StepsFile)
+	_ = os.Remove(steps) // a restarted attempt reports from its first epoch
 	var stepErr error
 	cfg.Progress = func(s Step) {
 		if stepErr == nil {
-			stepErr = steps.write(s)
+			stepErr = appendStep(steps, s)
 		}
 	}
 	res, err := Train(ctx, ds, cfg)

@@ -9,7 +9,6 @@ import (
 	"io"
 	"math"
 	"os"
-	"path/filepath"
 )
 
 // Per-step metrics: a job reports how training goes, step by step (an
@@ -19,9 +18,10 @@ import (
 //	{"step": 1, "accuracy": 0.81, "loss": 0.52}
 //	{"step": 2, "accuracy": 0.86, "loss": 0.41}
 //
-// "step" is optional (the line's number when absent); every other field
-// is a metric and must be a number. The agent reads the file while the job
-// runs: `strata jobs` and `strata experiments` show the curves, and a
+// "step" is optional (the step's position among those reported when
+// absent); every other field is a metric and must be a number. The agent
+// reads the file while the job runs and keeps the steps in the job's
+// record: `strata experiments` draws a trial's curve from them, and a
 // sweep's early stopping compares trials by them. Only rank 0 gets the
 // variable; the final metrics still go to metrics.json.
 const (
@@ -54,7 +54,7 @@ func ReadSteps(path string) (steps []Step, bad int, err error) {
 	}
 	defer f.Close()
 	r := bufio.NewReader(io.LimitReader(f, 64<<20))
-	for n := 1; len(steps) < MaxSteps; n++ {
+	for len(steps) < MaxSteps {
 		line, err := r.ReadBytes('\n')
 		if err != nil {
 			break // EOF, or a line still being written
@@ -96,16 +96,8 @@ func parseStep(line []byte, def int) (Step, bool) {
 	return s, len(s.Metrics) > 0
 }
 
-// stepWriter appends steps to a job's StepsFile.
-type stepWriter struct {
-	path string
-}
-
-func newStepWriter(outDir string) *stepWriter {
-	return &stepWriter{path: filepath.Join(outDir, StepsFile)}
-}
-
-func (w *stepWriter) write(s Step) error {
+// appendStep appends s as one line to the per-step metrics file at path.
+func appendStep(path string, s Step) error {
 	m := make(map[string]float64, len(s.Metrics)+1)
 	for k, v := range s.Metrics {
 		m[k] = v
@@ -115,7 +107,7 @@ func (w *stepWriter) write(s Step) error {
 	if err != nil {
 		return err
 	}
-	f, err := os.OpenFile(w.path, os.O_WRONLY|os.O_CREATE|os.O_APPEND, 0o600)
+	f, err := os.OpenFile(path, os.O_WRONLY|os.O_CREATE|os.O_APPEND, 0o600)
 	if err != nil {
 		return err
 	}
@@ -124,7 +116,7 @@ func (w *stepWriter) write(s Step) error {
 		err = cerr
 	}
 	if err != nil {
-		return fmt.Errorf("trainer: writing %s: %w", w.path, err)
+		return fmt.Errorf("trainer: writing %s: %w", path, err)
 	}
 	return nil
 }
