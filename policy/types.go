@@ -66,10 +66,11 @@ const (
 
 // Training launchers and built-in algorithms.
 const (
-	LauncherExec    = "exec"
-	LauncherBuiltin = "builtin"
-	AlgorithmLogReg = "logreg"
-	AlgorithmMLP    = "mlp"
+	LauncherExec     = "exec"
+	LauncherTorchrun = "torchrun"
+	LauncherBuiltin  = "builtin"
+	AlgorithmLogReg  = "logreg"
+	AlgorithmMLP     = "mlp"
 )
 
 // Document is one policy document. From Parse it is validated, defaulted
@@ -287,13 +288,16 @@ type TrainingJobSpec struct {
 	Resources Resources `yaml:"resources" json:"resources"`
 	// Data is what the job reads: it is placed near it.
 	Data []DataRef `yaml:"data" json:"data,omitempty"`
-	// Launcher is "exec" (run Command on every member) or "builtin" (the
-	// Go trainer for small tabular models). Default: exec when Command is
-	// set, else builtin.
+	// Launcher is "exec" (run Command and Args as every rank), "torchrun"
+	// (run PyTorch's torchrun on every member node, which starts
+	// Gang.RanksPerNode workers of the script in Command and Args) or
+	// "builtin" (the Go trainer for small tabular models). Default: exec
+	// when Command is set, else builtin.
 	Launcher string `yaml:"launcher" json:"launcher"`
 	// Builtin configures the built-in trainer.
 	Builtin *Builtin `yaml:"builtin" json:"builtin,omitempty"`
-	// Command, Args and Env are what exec runs on each member.
+	// Command, Args and Env are what exec runs as each rank (for
+	// torchrun: the training script and its arguments).
 	Command []string          `yaml:"command" json:"command,omitempty"`
 	Args    []string          `yaml:"args" json:"args,omitempty"`
 	Env     map[string]string `yaml:"env" json:"env,omitempty"`
@@ -390,6 +394,10 @@ type Gang struct {
 	Nodes int `yaml:"nodes" json:"nodes"`
 	// GPUsPerNode is each member's GPUs. Default Resources.GPUs.Count.
 	GPUsPerNode int `yaml:"gpusPerNode" json:"gpusPerNode"`
+	// RanksPerNode is the processes each member node runs (torchrun's
+	// --nproc_per_node): the gang's world is Nodes × RanksPerNode ranks,
+	// and a node's GPUs are shared out evenly among its ranks. Default 1.
+	RanksPerNode int `yaml:"ranksPerNode" json:"ranksPerNode"`
 	// Fabric is "same" (every member on one RDMA fabric, the default) or
 	// "any".
 	Fabric string `yaml:"fabric" json:"fabric"`

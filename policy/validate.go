@@ -27,6 +27,8 @@ const (
 	MaxGangNodes = 4096
 	// MaxGPUsPerNode bounds Gang.GPUsPerNode: no node has more.
 	MaxGPUsPerNode = 64
+	// MaxRanksPerNode bounds Gang.RanksPerNode.
+	MaxRanksPerNode = 256
 	// MaxRetries bounds TrainingJobSpec.Retries.
 	MaxRetries = 100
 	// MaxLatency bounds Latency.P99: anything longer is not an RTT SLO.
@@ -143,6 +145,9 @@ func (s *TrainingJobSpec) setDefaults(p string, set func(string) bool) {
 	}
 	if g.Fabric == "" {
 		g.Fabric = FabricSame
+	}
+	if g.RanksPerNode == 0 {
+		g.RanksPerNode = 1
 	}
 	s.Launcher = s.launcher()
 	if s.Launcher == LauncherBuiltin {
@@ -383,6 +388,14 @@ func (d *decoder) training(s *TrainingJobSpec, p string) {
 	case g.GPUsPerNode > 0 && s.Resources.GPUs != nil && g.GPUsPerNode != s.Resources.GPUs.Count:
 		d.errField(p+".gang.gpusPerNode", fmt.Sprintf("%d disagrees with resources.gpus.count %d: set one of them", g.GPUsPerNode, s.Resources.GPUs.Count))
 	}
+	switch {
+	case g.RanksPerNode < 0 || g.RanksPerNode > MaxRanksPerNode || (g.RanksPerNode == 0 && d.isSet(p+".gang.ranksPerNode")):
+		d.errField(p+".gang.ranksPerNode", fmt.Sprintf("want 1 to %d, got %d", MaxRanksPerNode, g.RanksPerNode))
+	case g.RanksPerNode > 1 && s.launcher() == LauncherBuiltin:
+		d.errField(p+".gang.ranksPerNode", "the builtin trainer runs one rank: use launcher exec or torchrun")
+	case g.RanksPerNode > 1 && g.GPUsPerNode > 0 && g.GPUsPerNode%g.RanksPerNode != 0:
+		d.errField(p+".gang.ranksPerNode", fmt.Sprintf("%d GPUs per node cannot be shared evenly among %d ranks", g.GPUsPerNode, g.RanksPerNode))
+	}
 	switch g.Fabric {
 	case "", FabricSame, FabricAny:
 	default:
@@ -404,13 +417,17 @@ func (d *decoder) training(s *TrainingJobSpec, p string) {
 	}
 	launcher := s.launcher()
 	switch launcher {
-	case LauncherExec:
+	case LauncherExec, LauncherTorchrun:
 		if len(s.Command) == 0 {
 			at := p + ".command"
 			if d.isSet(p + ".launcher") {
 				at = p + ".launcher" // point at what asked for one
 			}
-			d.errAt(d.at(at), p+".command", "the exec launcher needs a command")
+			what := "a command"
+			if launcher == LauncherTorchrun {
+				what = "a command: the training script torchrun runs"
+			}
+			d.errAt(d.at(at), p+".command", fmt.Sprintf("the %s launcher needs %s", launcher, what))
 		}
 		if s.Builtin != nil {
 			d.errField(p+".builtin", "only the builtin launcher takes builtin settings")
@@ -447,7 +464,7 @@ func (d *decoder) training(s *TrainingJobSpec, p string) {
 			}
 		}
 	default:
-		d.errField(p+".launcher", fmt.Sprintf("%q is not a launcher: use exec or builtin", s.Launcher))
+		d.errField(p+".launcher", fmt.Sprintf("%q is not a launcher: use exec, torchrun or builtin", s.Launcher))
 	}
 	for _, k := range sortedKeys(s.Env) {
 		if !envRE.MatchString(k) {

@@ -183,7 +183,7 @@ func TestParsedValues(t *testing.T) {
 		t.Errorf("weights %v, %v; want 1 (default) and 0 (written)", s.Affinities[0].Weight, s.Affinities[1].Weight)
 	}
 	j := docs[1].TrainingJob
-	want := Gang{Nodes: 4, GPUsPerNode: 8, Fabric: FabricSame}
+	want := Gang{Nodes: 4, GPUsPerNode: 8, RanksPerNode: 1, Fabric: FabricSame}
 	if diff := cmp.Diff(want, j.Gang); diff != "" {
 		t.Errorf("gang (-want +got):\n%s", diff)
 	}

@@ -60,6 +60,9 @@ const (
 //	STRATA_CHECKPOINT_DIR      when Job.CheckpointDir is set
 //	STRATA_METRICS_FILE        rank 0's per-step metrics (see StepsFile)
 //
+// With Job.Torchrun each member is a torchrun that starts the command as
+// its node's workers (see Torchrun).
+//
 // If any member fails, the others' process groups get SIGTERM, then SIGKILL
 // after KillGrace, and the gang is restarted up to Job.Retries times.
 //
@@ -147,7 +150,8 @@ func (e *Exec) attempt(ctx context.Context, r *Run, attempt int) error {
 		if job.Node != "" && job.Members[rank].Node != job.Node {
 			continue // another node's agent starts it
 		}
-		cmd := exec.Command(job.Command[0], job.Command[1:]...)
+		argv := job.argv(rank, attempt)
+		cmd := exec.Command(argv[0], argv[1:]...)
 		cmd.Dir = job.Dir
 		cmd.Env = memberEnv(job, rank, attempt)
 		cmd.Stdout = r.logs[rank]
@@ -236,6 +240,60 @@ func (e *Exec) attempt(ctx context.Context, r *Run, attempt int) error {
 	return failure
 }
 
+// argv is what member rank runs: the job's command, or torchrun starting
+// it on the member's node.
+func (j Job) argv(rank, attempt int) []string {
+	t := j.Torchrun
+	if t == nil {
+		return j.Command
+	}
+	_, _, node, nodes := placeOf(j.Members, rank)
+	logDir := filepath.Join(os.TempDir(), "strata-torchrun")
+	if j.Dir != "" {
+		logDir = filepath.Join(j.Dir, "torchrun")
+	}
+	// Each worker's stdout is teed with its local rank as a prefix. The
+	// streams are given per worker ("0:1,1:1"): torch 1.13 on Python 3.11
+	// (Debian's) fails on any single value, the default "0" included.
+	streams := make([]string, t.ProcsPerNode)
+	for i := range streams {
+		streams[i] = strconv.Itoa(i) + ":1"
+	}
+	perWorker := strings.Join(streams, ",")
+	return append([]string{t.Path,
+		"--nnodes=" + strconv.Itoa(nodes),
+		"--node_rank=" + strconv.Itoa(node),
+		"--nproc_per_node=" + strconv.Itoa(t.ProcsPerNode),
+		"--rdzv_backend=static",
+		"--master_addr=" + j.Members[0].Addr,
+		"--master_port=" + strconv.Itoa(j.MasterPort),
+		"--rdzv_id=" + j.ID + "-" + strconv.Itoa(attempt),
+		"--max_restarts=0",
+		"--redirects=" + perWorker,
+		"--tee=" + perWorker,
+		"--log_dir=" + logDir,
+	}, j.Command...)
+}
+
+// placeOf returns member rank's index among the members on its node, how
+// many members that node has, the node's index in the gang (by first
+// member) and how many nodes the gang spans.
+func placeOf(members []Member, rank int) (local, localWorld, node, nodes int) {
+	seen := map[string]int{}
+	for i, o := range members {
+		if _, ok := seen[o.Node]; !ok {
+			seen[o.Node] = len(seen)
+		}
+		if o.Node == members[rank].Node {
+			if i < rank {
+				local++
+			}
+			localWorld++
+		}
+	}
+	return local, localWorld, seen[members[rank].Node], len(seen)
+}
+
 // memberEnv is the inherited environment, then job.Env, then the launcher's
 // variables (later entries win in os/exec).
 func memberEnv(job Job, rank, attempt int) []string {
@@ -249,20 +307,7 @@ func memberEnv(job Job, rank, attempt int) []string {
 		env = append(env, k+"="+job.Env[k])
 	}
 	m := job.Members[rank]
-	localRank, localWorld, nodeIndex := 0, 0, 0
-	seen := map[string]int{}
-	for i, o := range job.Members {
-		if _, ok := seen[o.Node]; !ok {
-			seen[o.Node] = len(seen)
-		}
-		if o.Node == m.Node {
-			if i < rank {
-				localRank++
-			}
-			localWorld++
-		}
-	}
-	nodeIndex = seen[m.Node]
+	localRank, localWorld, nodeIndex, nnodes := placeOf(job.Members, rank)
 	set := func(k, v string) { env = append(env, k+"="+v) }
 	set("MASTER_ADDR", job.Members[0].Addr)
 	set("MASTER_PORT", strconv.Itoa(job.MasterPort))
@@ -272,7 +317,7 @@ func memberEnv(job Job, rank, attempt int) []string {
 	set("LOCAL_WORLD_SIZE", strconv.Itoa(localWorld))
 	set("GROUP_RANK", strconv.Itoa(nodeIndex))
 	set("NODE_RANK", strconv.Itoa(nodeIndex))
-	set("NNODES", strconv.Itoa(len(seen)))
+	set("NNODES", strconv.Itoa(nnodes))
 	if job.Fabric.GlooIfname != "" {
 		set("GLOO_SOCKET_IFNAME", job.Fabric.GlooIfname)
 	}

@@ -337,3 +337,29 @@ func TestExecNodeStartsItsOwnRanks(t *testing.T) {
 		t.Fatalf("a node with no member: err %v, want ErrJob", err)
 	}
 }
+
+// TestExecTorchrunCommand: with Job.Torchrun, each member runs torchrun
+// with its node's place in the gang, starting the job's command as its
+// workers. echo stands in for torchrun: what is tested is the argv.
+func TestExecTorchrunCommand(t *testing.T) {
+	job := testJob(t, "", trainer.Member{Node: "n1", Addr: "10.0.0.1"}, trainer.Member{Node: "n2", Addr: "10.0.0.2"})
+	job.Command = []string{"train.py", "--lr", "0.1"}
+	job.Dir, job.MasterPort = t.TempDir(), 29602
+	job.Torchrun = &trainer.Torchrun{Path: "echo", ProcsPerNode: 4}
+	r, err := trainer.NewExec(trainer.ExecOptions{}).Launch(context.Background(), job)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := waitRun(t, r); err != nil {
+		t.Fatalf("run failed: %v", err)
+	}
+	common := " --nproc_per_node=4 --rdzv_backend=static --master_addr=10.0.0.1 --master_port=29602 --rdzv_id=job-1-1 --max_restarts=0 --redirects=0:1,1:1,2:1,3:1 --tee=0:1,1:1,2:1,3:1 --log_dir=" + filepath.Join(job.Dir, "torchrun") + " train.py --lr 0.1\n"
+	want := []string{"--nnodes=2 --node_rank=0" + common, "--nnodes=2 --node_rank=1" + common}
+	if diff := cmp.Diff(want, []string{r.Log(0), r.Log(1)}); diff != "" {
+		t.Fatalf("torchrun command lines (-want +got):\n%s", diff)
+	}
+	job.Members = append(job.Members, trainer.Member{Node: "n2"})
+	if _, err := trainer.NewExec(trainer.ExecOptions{}).Launch(context.Background(), job); !errors.Is(err, trainer.ErrJob) {
+		t.Fatalf("two torchrun members on one node: err %v, want ErrJob", err)
+	}
+}

@@ -96,6 +96,32 @@ type Job struct {
 	// Train configures the built-in trainer; nil means the Builtin
 	// launcher's own Config.
 	Train *Config `json:"train,omitempty"`
+	// Torchrun, when set, makes each member a torchrun that starts the
+	// job's workers on its node (Exec only); nil runs Command as each
+	// member.
+	Torchrun *Torchrun `json:"torchrun,omitempty"`
+}
+
+// Torchrun runs a member as PyTorch's elastic launcher:
+//
+//	torchrun --nnodes=NNODES --node_rank=NODE_RANK --nproc_per_node=ProcsPerNode
+//	  --rdzv_backend=static --master_addr=MASTER_ADDR --master_port=MASTER_PORT
+//	  --rdzv_id=JOB-ATTEMPT --max_restarts=0 --redirects=0:1,… --tee=0:1,…
+//	  --log_dir=DIR/torchrun Command...
+//
+// so that each member node runs ProcsPerNode workers of the script in
+// Command, and the gang's world is members × ProcsPerNode. torchrun sets
+// each worker's RANK, LOCAL_RANK, WORLD_SIZE and the rest. Each worker's
+// stdout lines reach the member's log prefixed with "[defaultN]:", N its
+// local rank; its stderr reaches it as written. Restarts are the gang's (Job.Retries,
+// or the agents'), not torchrun's. A Job with Torchrun has one member per
+// node.
+type Torchrun struct {
+	// Path is the torchrun executable. Default "torchrun", looked up in
+	// PATH.
+	Path string `json:"path,omitempty"`
+	// ProcsPerNode is the workers each member starts. Default 1.
+	ProcsPerNode int `json:"procs_per_node,omitempty"`
 }
 
 // DefaultMasterPort is torchrun's default rendezvous port.
@@ -113,6 +139,16 @@ func (j *Job) EnsureDefaults() {
 	}
 	if j.MasterPort == 0 {
 		j.MasterPort = DefaultMasterPort
+	}
+	if t := j.Torchrun; t != nil {
+		c := *t
+		if c.Path == "" {
+			c.Path = "torchrun"
+		}
+		if c.ProcsPerNode == 0 {
+			c.ProcsPerNode = 1
+		}
+		j.Torchrun = &c
 	}
 }
 
@@ -141,6 +177,19 @@ func (j Job) Validate() error {
 	}
 	if j.Node != "" && !local {
 		errs = append(errs, fmt.Errorf("no member runs on node %q", j.Node))
+	}
+	if t := j.Torchrun; t != nil {
+		if t.ProcsPerNode < 0 {
+			errs = append(errs, fmt.Errorf("torchrun procs_per_node %d must not be negative", t.ProcsPerNode))
+		}
+		seen := map[string]bool{}
+		for _, m := range j.Members {
+			if seen[m.Node] {
+				errs = append(errs, fmt.Errorf("torchrun runs one member per node, node %q has two", m.Node))
+				break
+			}
+			seen[m.Node] = true
+		}
 	}
 	if j.Train != nil {
 		if err := j.Train.Validate(); err != nil {

@@ -20,9 +20,10 @@ type Lineage struct {
 	Job        string `json:"job"`
 	Policy     string `json:"policy"`
 	Generation uint64 `json:"generation"`
-	// Launcher is builtin or exec. Params are the builtin trainer's
-	// settings (algorithm, hidden, epochs, learningRate, holdout, seed,
-	// label); Command is the exec launcher's command and arguments.
+	// Launcher is builtin, exec or torchrun. Params are the builtin
+	// trainer's settings (algorithm, hidden, epochs, learningRate,
+	// holdout, seed, label); Command is the exec launcher's command and
+	// arguments (torchrun's: the script and its arguments).
 	Launcher string            `json:"launcher"`
 	Params   map[string]string `json:"params,omitempty"`
 	Command  []string          `json:"command,omitempty"`

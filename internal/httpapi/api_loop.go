@@ -85,8 +85,11 @@ func (s *Server) handleJobLogs(w http.ResponseWriter, r *http.Request) {
 	}
 	// A gang's rank ran on its own node, which keeps its log.
 	node := j.Node
-	if rank < len(j.Nodes) {
-		node = j.Nodes[rank]
+	switch {
+	case rank < len(j.Members):
+		node = j.Members[rank].Node
+	case rank < len(j.Nodes):
+		node = j.Nodes[rank] // recorded before its ranks were
 	}
 	if node != s.cfg.Mesh.Name() && r.Header.Get(serving.HeaderForwarded) == "" {
 		n, err := s.cfg.Mesh.Node(node)

@@ -72,9 +72,10 @@ func (j *Runner) gangAdmitted(rec catalog.Placement) bool {
 	return true
 }
 
-// isGang says the job runs as a multi-node exec gang.
+// isGang says the job runs as a multi-node gang, each member node's agent
+// starting its own ranks (the builtin trainer runs on rank 0's node alone).
 func isGang(rec catalog.Placement, launcher string) bool {
-	return len(rec.Nodes) > 1 && launcher == "exec"
+	return len(rec.Nodes) > 1 && launcher != policy.LauncherBuiltin
 }
 
 func launcherOf(spec *policy.TrainingJobSpec) string {
@@ -97,9 +98,10 @@ func hostOf(st mesh.NodeState) string {
 	return host
 }
 
-// ranksOf lists the gang's ranks in order, one per node, each with its
-// node's advertised address; false while a node's document is not here.
-func (j *Runner) ranksOf(rec catalog.Placement) ([]trainer.Member, bool) {
+// ranksOf lists the processes the gang's nodes start, in rank order, perNode
+// on each node, each with its node's advertised address; false while a
+// node's document is not here.
+func (j *Runner) ranksOf(rec catalog.Placement, perNode int) ([]trainer.Member, bool) {
 	nodes := slices.Clone(rec.Nodes)
 	sort.SliceStable(nodes, func(a, b int) bool { return nodes[a].Rank < nodes[b].Rank })
 	addrs := map[string]string{j.cfg.Name: hostOf(j.cfg.Mesh.Local())}
@@ -108,14 +110,67 @@ func (j *Runner) ranksOf(rec catalog.Placement) ([]trainer.Member, bool) {
 			addrs[n.Name] = hostOf(n.NodeState)
 		}
 	}
-	out := make([]trainer.Member, len(nodes))
-	for i, pn := range nodes {
+	out := make([]trainer.Member, 0, len(nodes)*perNode)
+	for _, pn := range nodes {
 		if addrs[pn.Name] == "" {
 			return nil, false
 		}
-		out[i] = trainer.Member{Node: pn.Name, Addr: addrs[pn.Name]}
+		for range perNode {
+			out = append(out, trainer.Member{Node: pn.Name, Addr: addrs[pn.Name]})
+		}
 	}
 	return out, true
+}
+
+// procsPerNode is how many processes strata starts on each member node:
+// the gang's ranks per node for exec, one torchrun (which starts them)
+// for torchrun.
+func procsPerNode(spec *policy.TrainingJobSpec) int {
+	if launcherOf(spec) == policy.LauncherTorchrun || spec.Gang.RanksPerNode < 1 {
+		return 1
+	}
+	return spec.Gang.RanksPerNode
+}
+
+// shareGPUs gives the members on node the node's gpus, shared out evenly
+// in rank order (the policy checks they divide evenly).
+func shareGPUs(members []trainer.Member, node string, gpus []int) {
+	var local []int
+	for i, m := range members {
+		if m.Node == node {
+			local = append(local, i)
+		}
+	}
+	if len(local) == 0 || len(gpus) == 0 {
+		return
+	}
+	each := len(gpus) / len(local)
+	if each == 0 {
+		each = 1
+	}
+	for k, i := range local {
+		lo := min(k*each, len(gpus)-each)
+		members[i].GPUs = slices.Clone(gpus[lo : lo+each])
+	}
+}
+
+// torchrunOf is the trainer's torchrun settings for a torchrun job, nil
+// for any other.
+func torchrunOf(spec *policy.TrainingJobSpec) *trainer.Torchrun {
+	if launcherOf(spec) != policy.LauncherTorchrun {
+		return nil
+	}
+	return &trainer.Torchrun{ProcsPerNode: max(spec.Gang.RanksPerNode, 1)}
+}
+
+// assignedGPUs are the GPUs this node's assignment of key holds.
+func (j *Runner) assignedGPUs(key string) []int {
+	for _, as := range j.cfg.Mesh.Local().Assignments {
+		if as.Key == key {
+			return as.GPUs
+		}
+	}
+	return nil
 }
 
 // freePort returns a TCP port free on host now (on every interface when
@@ -165,7 +220,7 @@ func (j *Runner) leadGang(parent, ctx context.Context, rec catalog.Placement, do
 	var ranks []trainer.Member
 	err := j.until(ctx, func() bool {
 		var ok bool
-		ranks, ok = j.ranksOf(rec)
+		ranks, ok = j.ranksOf(rec, procsPerNode(spec))
 		return ok
 	})
 	if err != nil {
@@ -456,7 +511,8 @@ func (m *gangMember) step(ctx context.Context, g catalog.Gang) bool {
 	case g.Run == m.runID && g.Attempt == m.attempt && g.State == catalog.GangRunning && !m.launched && m.prepErr == nil:
 		m.launched, m.gangRec = true, g
 		job := m.base
-		job.Members, job.MasterPort, job.Node, job.Retries = g.Ranks, g.MasterPort, m.j.cfg.Name, 0
+		job.Members, job.MasterPort, job.Node, job.Retries = slices.Clone(g.Ranks), g.MasterPort, m.j.cfg.Name, 0
+		shareGPUs(job.Members, m.j.cfg.Name, m.j.assignedGPUs(m.rec.Key))
 		rctx, cancel := context.WithCancel(ctx)
 		run, err := trainer.NewExec(trainer.ExecOptions{Logger: m.j.log}).Launch(rctx, job)
 		if err != nil {
@@ -483,7 +539,7 @@ var dataLag = 30 * time.Second
 // yet, or with no holder known yet, is waited for (replication lag), up to
 // dataLag.
 func (m *gangMember) prepare(ctx context.Context) (trainer.Job, error) {
-	jr := catalog.Job{Name: m.rec.Name, Key: m.rec.Key, Launcher: "exec"}
+	jr := catalog.Job{Name: m.rec.Name, Key: m.rec.Key, Launcher: launcherOf(m.spec)}
 	var job trainer.Job
 	var err error
 	wctx, cancel := context.WithTimeout(ctx, dataLag)

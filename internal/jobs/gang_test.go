@@ -172,17 +172,27 @@ type jobView struct {
 // its job to end.
 func runDDP(t *testing.T, agents []*agent.Agent, name, extraEnv string, retries int, during func()) jobView {
 	t.Helper()
-	py := torchPython(t)
+	return runJob(t, agents, name, fmt.Sprintf(ddpJob, name, torchPython(t), ddpScript(t), extraEnv, retries), during)
+}
+
+func ddpScript(t *testing.T) string {
+	t.Helper()
 	script, err := filepath.Abs("../../examples/pytorch-ddp/train.py")
 	if err != nil {
 		t.Fatal(err)
 	}
+	return script
+}
+
+// runJob publishes the data set, applies the TrainingJob src and waits for
+// its job to end.
+func runJob(t *testing.T, agents []*agent.Agent, name, src string, during func()) jobView {
+	t.Helper()
 	h := agents[0].Handler()
 	if code, body := call(t, h, http.MethodPost, "/v1/artifacts?name=ddp-data&version=1&kind=dataset", ddpData(384)); code != http.StatusCreated {
 		t.Fatalf("publishing the data set: %d %s", code, body)
 	}
 	applied := time.Now()
-	src := fmt.Sprintf(ddpJob, name, py, script, extraEnv, retries)
 	meshtest.WaitFor(t, 30*time.Second, "the job's apply", func() bool {
 		code, _ := call(t, h, http.MethodPost, "/v1/policies", []byte(src))
 		return code < 300
@@ -306,6 +316,80 @@ func TestDDPGangAcrossThreeAgents(t *testing.T) {
 	for i := range got {
 		if math.Abs(got[i]-ref.Probabilities[i]) > 1e-4 {
 			t.Errorf("row %d: served %.6f, PyTorch said %.6f", i, got[i], ref.Probabilities[i])
+		}
+	}
+}
+
+const torchrunJob = `apiVersion: strata/v1
+kind: TrainingJob
+metadata: {name: %[1]s}
+spec:
+  gang: {nodes: 2, ranksPerNode: 2}
+  resources: {cpu: 100m, memory: 64Mi}
+  data:
+    - dataset: "ddp-data:1"
+  launcher: torchrun
+  command: [%[2]q]
+  env: {EPOCHS: "2", HIDDEN: "8", BATCH: "32", LR: "0.01", OMP_NUM_THREADS: "1"}
+  maxDuration: 4m
+`
+
+// TestTorchrunGangTwoRanksPerNode runs examples/pytorch-ddp under
+// torchrun on two agents with two workers each: one process group of
+// world size 4, every worker ending with the same weights.
+func TestTorchrunGangTwoRanksPerNode(t *testing.T) {
+	torchPython(t)
+	if _, err := exec.LookPath("torchrun"); err != nil {
+		t.Skip("no torchrun in PATH: install python3-torch (scripts/install-debs.sh)")
+	}
+	agents, _ := gangMesh(t, 2, ortLib(t))
+	j := runJob(t, agents, "ddp-torchrun", fmt.Sprintf(torchrunJob, "ddp-torchrun", ddpScript(t)), nil)
+	if j.State != "succeeded" || len(j.Nodes) != 2 {
+		t.Fatalf("job %+v\nnode 0's torchrun:\n%s", j, rankLog(t, agents[0].Handler(), "ddp-torchrun", 0))
+	}
+	// Each node's log is its torchrun's: its two workers' lines, prefixed
+	// with their local rank.
+	digest := ""
+	for node := range 2 {
+		out := rankLog(t, agents[1-node].Handler(), "ddp-torchrun", node)
+		for local := range 2 {
+			rank := 2*node + local
+			m := regexp.MustCompile(fmt.Sprintf(`\[default%d\]:rank %d world (\d+) weights ([0-9a-f]{64})`, local, rank)).FindStringSubmatch(out)
+			switch {
+			case m == nil:
+				t.Fatalf("node %d's log has no weight digest of rank %d:\n%s", node, rank, out)
+			case m[1] != "4":
+				t.Errorf("rank %d was in a world of %s, want 4", rank, m[1])
+			case digest == "":
+				digest = m[2]
+			case m[2] != digest:
+				t.Errorf("rank %d ended with weights %s, rank 0 with %s", rank, m[2], digest)
+			}
+		}
+	}
+}
+
+// TestExecGangRanksPerNode: an exec gang of two nodes with three ranks on
+// each starts six processes, each with its place in the gang.
+func TestExecGangRanksPerNode(t *testing.T) {
+	agents, _ := gangMesh(t, 2, "")
+	src := `apiVersion: strata/v1
+kind: TrainingJob
+metadata: {name: ranks}
+spec:
+  gang: {nodes: 2, ranksPerNode: 3}
+  resources: {cpu: 100m, memory: 64Mi}
+  data: [{dataset: "ddp-data:1"}]
+  command: [sh, -c, 'echo "rank $RANK of $WORLD_SIZE, local $LOCAL_RANK of $LOCAL_WORLD_SIZE, node $NODE_RANK of $NNODES"']
+`
+	j := runJob(t, agents, "ranks", src, nil)
+	if j.State != "succeeded" || len(j.Nodes) != 2 {
+		t.Fatalf("job %+v", j)
+	}
+	for rank := range 6 {
+		want := fmt.Sprintf("rank %d of 6, local %d of 3, node %d of 2\n", rank, rank%3, rank/3)
+		if got := rankLog(t, agents[rank%2].Handler(), "ranks", rank); got != want {
+			t.Errorf("rank %d printed %q, want %q", rank, got, want)
 		}
 	}
 }

@@ -19,7 +19,6 @@ import (
 	"io"
 	"log/slog"
 	"math"
-	"net"
 	"os"
 	"path/filepath"
 	"slices"
@@ -257,8 +256,10 @@ func (j *Runner) start(ctx context.Context, rec catalog.Placement, lj *localJob)
 	jr.Steps = readSteps(filepath.Join(job.OutputDir, trainer.StepsFile))
 	st := run.Status()
 	jr.Members, jr.Attempt = st.Members, st.Attempt
-	if logs := run.Log(0); logs != "" {
-		_ = os.WriteFile(filepath.Join(dir, "rank-0.log"), []byte(logs), 0o600)
+	for rank := range run.Job().Members {
+		if logs := run.Log(rank); logs != "" {
+			_ = os.WriteFile(filepath.Join(dir, fmt.Sprintf("rank-%d.log", rank)), []byte(logs), 0o600)
+		}
 	}
 	if err == nil {
 		err = j.register(ctx, &jr, doc, job.OutputDir)
@@ -282,28 +283,32 @@ func (j *Runner) prepare(ctx context.Context, jr catalog.Job, spec *policy.Train
 			return job, nil, err
 		}
 	}
-	self := j.cfg.Mesh.Local()
-	host, _, _ := net.SplitHostPort(self.Addrs.Gossip)
-	var gpus []int
-	for _, as := range self.Assignments {
-		if as.Key == jr.Key {
-			gpus = as.GPUs
-		}
-	}
-	job.Members = []trainer.Member{{Node: j.cfg.Name, Addr: host, GPUs: gpus}}
+	host := hostOf(j.cfg.Mesh.Local())
+	job.Members = []trainer.Member{{Node: j.cfg.Name, Addr: host}}
 	switch jr.Launcher {
-	case "builtin":
+	case policy.LauncherBuiltin:
+		job.Members[0].GPUs = j.assignedGPUs(jr.Key)
 		cfg := builtinConfig(spec.Builtin)
 		if b := spec.Builtin; b != nil && b.Label != "" {
 			job.Env = mergeEnv(job.Env, trainer.LabelEnv, b.Label)
 		}
 		job.Train = &cfg
 		return job, &trainer.Builtin{Logger: j.log}, nil
-	case "exec":
+	case policy.LauncherExec, policy.LauncherTorchrun:
+		for range procsPerNode(spec) - 1 {
+			job.Members = append(job.Members, job.Members[0])
+		}
+		shareGPUs(job.Members, j.cfg.Name, j.assignedGPUs(jr.Key))
+		job.Torchrun = torchrunOf(spec)
 		job.Command = append(append([]string(nil), spec.Command...), spec.Args...)
+		port, err := freePort(host)
+		if err != nil {
+			return job, nil, err
+		}
+		job.MasterPort = port
 		return job, trainer.NewExec(trainer.ExecOptions{Logger: j.log}), nil
 	}
-	return job, nil, fmt.Errorf("launcher %q: want builtin or exec", jr.Launcher)
+	return job, nil, fmt.Errorf("launcher %q: want exec, torchrun or builtin", jr.Launcher)
 }
 
 // builtinConfig is the built-in trainer's config for a policy's builtin
@@ -467,7 +472,7 @@ func (j *Runner) lineage(jr catalog.Job, doc *policy.Document) catalog.Lineage {
 		Data: jr.Data, RetrainOf: jr.RetrainOf, Nodes: jr.Nodes, Started: jr.Started, Finished: time.Now().UTC(),
 	}
 	switch {
-	case jr.Launcher == policy.LauncherExec:
+	case jr.Launcher == policy.LauncherExec || jr.Launcher == policy.LauncherTorchrun:
 		l.Command = append(append([]string(nil), spec.Command...), spec.Args...)
 	case spec.Builtin != nil:
 		b := spec.Builtin

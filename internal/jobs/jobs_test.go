@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -197,6 +198,35 @@ func TestBuiltinConfigFromPolicy(t *testing.T) {
 		cfg := parse(c.builtin)
 		if cfg.Holdout != c.holdout || cfg.Seed != c.seed {
 			t.Errorf("builtin %s: holdout %v seed %d, want %v and %d", c.builtin, cfg.Holdout, cfg.Seed, c.holdout, c.seed)
+		}
+	}
+}
+
+// TestRanksShareTheirNodesGPUs: a node's GPUs are shared out evenly among
+// its ranks in rank order; another node's ranks get none of them.
+func TestRanksShareTheirNodesGPUs(t *testing.T) {
+	t.Parallel()
+	members := []trainer.Member{{Node: "a"}, {Node: "a"}, {Node: "b"}, {Node: "a"}}
+	shareGPUs(members, "a", []int{4, 5, 6, 7, 8, 9})
+	want := [][]int{{4, 5}, {6, 7}, nil, {8, 9}}
+	for i, m := range members {
+		if !slices.Equal(m.GPUs, want[i]) {
+			t.Errorf("rank %d got GPUs %v, want %v", i, m.GPUs, want[i])
+		}
+	}
+	one := []trainer.Member{{Node: "a"}}
+	shareGPUs(one, "a", nil)
+	if one[0].GPUs != nil {
+		t.Errorf("no GPUs assigned: rank 0 got %v", one[0].GPUs)
+	}
+	for _, c := range []struct {
+		launcher  string
+		ranks     int
+		processes int
+	}{{"exec", 4, 4}, {"torchrun", 4, 1}, {"exec", 0, 1}} {
+		spec := &policy.TrainingJobSpec{Launcher: c.launcher, Gang: policy.Gang{RanksPerNode: c.ranks}}
+		if got := procsPerNode(spec); got != c.processes {
+			t.Errorf("%s with %d ranks per node starts %d processes per node, want %d", c.launcher, c.ranks, got, c.processes)
 		}
 	}
 }
