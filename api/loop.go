@@ -6,6 +6,7 @@ import "time"
 const (
 	KindModel   = "model"
 	KindDataset = "dataset"
+	KindCode    = "code"
 )
 
 // Manifest names a signed model or dataset version and its bytes (the

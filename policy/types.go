@@ -288,6 +288,11 @@ type TrainingJobSpec struct {
 	Resources Resources `yaml:"resources" json:"resources"`
 	// Data is what the job reads: it is placed near it.
 	Data []DataRef `yaml:"data" json:"data,omitempty"`
+	// Code is the job's code: a code artifact (name, name:version or
+	// sha256:digest; `strata push DIR --kind code`) unpacked on every
+	// member node into the ranks' working directory. Empty: the command
+	// must already be on every member node.
+	Code string `yaml:"code" json:"code,omitempty"`
 	// Launcher is "exec" (run Command and Args as every rank), "torchrun"
 	// (run PyTorch's torchrun on every member node, which starts
 	// Gang.RanksPerNode workers of the script in Command and Args) or

@@ -415,6 +415,14 @@ func (d *decoder) training(s *TrainingJobSpec, p string) {
 			d.errField(f+".size", "must not be negative")
 		}
 	}
+	switch {
+	case s.Code == "":
+	case s.launcher() == LauncherBuiltin:
+		d.errField(p+".code", "the builtin trainer runs no code: set launcher: exec or torchrun")
+	case strings.HasPrefix(s.Code, "sha256:") && !digestRE.MatchString(s.Code),
+		!strings.HasPrefix(s.Code, "sha256:") && !datasetRE.MatchString(s.Code):
+		d.errField(p+".code", fmt.Sprintf("%q is not a code artifact: want name, name:version or sha256:digest", s.Code))
+	}
 	launcher := s.launcher()
 	switch launcher {
 	case LauncherExec, LauncherTorchrun:

@@ -19,6 +19,9 @@ type Kind string
 const (
 	KindModel   Kind = "model"
 	KindDataset Kind = "dataset"
+	// KindCode is a training job's code: a tar archive unpacked into
+	// the job's working directory (see trainer.PackCode).
+	KindCode Kind = "code"
 )
 
 // Manifest errors. A manifest that fails any of these is refused and its
@@ -137,8 +140,8 @@ func (m Manifest) Canonical() []byte {
 // check the signature.
 func (m Manifest) Validate() error {
 	var errs []error
-	if m.Kind != KindModel && m.Kind != KindDataset {
-		errs = append(errs, fmt.Errorf("kind %q: want model or dataset", m.Kind))
+	if m.Kind != KindModel && m.Kind != KindDataset && m.Kind != KindCode {
+		errs = append(errs, fmt.Errorf("kind %q: want model, dataset or code", m.Kind))
 	}
 	if !validName(m.Name) {
 		errs = append(errs, fmt.Errorf("name %q: want 1-128 characters of [A-Za-z0-9._-]", m.Name))

@@ -54,11 +54,11 @@ func (p *progressReader) Read(b []byte) (int, error) {
 }
 
 func runPush(args []string, stdout, stderr io.Writer) error {
-	fs := newFlags("push", "FILE --name N --version V [--kind dataset] [--reference FILE | --reference-from CSV]", stderr)
+	fs := newFlags("push", "FILE|DIR --name N --version V [--kind dataset|code] [--reference FILE | --reference-from CSV]", stderr)
 	c := addClientFlags(fs)
 	name := fs.String("name", "", "artifact `name` (required)")
 	version := fs.String("version", "", "artifact `version` (required; versions are immutable)")
-	kind := fs.String("kind", "model", "`kind`: model or dataset")
+	kind := fs.String("kind", "model", "`kind`: model, dataset, or code (a training job's script or directory, packed as a tar archive)")
 	refFile := fs.String("reference", "", "drift reference `FILE` of a model (reference.json, as the trainer writes it): signed into its manifest, so agents that serve it can detect drift")
 	refFrom := fs.String("reference-from", "", "make the model's drift reference from the training data in `CSV` (header row; every column but the label numeric, in the model's input order)")
 	refLabel := fs.String("label", "", "the label `column` of --reference-from's CSV, left out of the reference (default: the last column)")
@@ -73,7 +73,12 @@ func runPush(args []string, stdout, stderr io.Writer) error {
 	if err := c.check(); err != nil {
 		return err
 	}
-	f, err := os.Open(pos[0])
+	var f *os.File
+	if *kind == api.KindCode {
+		f, err = packCode(pos[0])
+	} else {
+		f, err = os.Open(pos[0])
+	}
 	if err != nil {
 		return err
 	}
@@ -118,6 +123,25 @@ func runPush(args []string, stdout, stderr io.Writer) error {
 	}
 	fmt.Fprintf(stdout, "%s pushed: sha256:%s, %s, signed by %s\n", ref, m.Digest, dataplane.HumanBytes(m.Size), m.Signer)
 	return nil
+}
+
+// packCode packs a script or directory as a code archive in a temporary
+// file (removed already: it lives until closed), ready to push.
+func packCode(path string) (*os.File, error) {
+	f, err := os.CreateTemp("", "strata-code-*.tar")
+	if err != nil {
+		return nil, err
+	}
+	os.Remove(f.Name())
+	if err := trainer.PackCode(f, path); err != nil {
+		f.Close()
+		return nil, fmt.Errorf("packing %s: %w", path, err)
+	}
+	if _, err := f.Seek(0, io.SeekStart); err != nil {
+		f.Close()
+		return nil, err
+	}
+	return f, nil
 }
 
 // referenceFromCSV summarizes the feature columns of a training CSV as a
@@ -223,7 +247,7 @@ func holderNames(holders, pulling []string) []string {
 func runPull(args []string, stdout, stderr io.Writer) error {
 	fs := newFlags("pull", "NAME[:VERSION] [--kind dataset] [--output FILE]", stderr)
 	c := addClientFlags(fs)
-	kind := fs.String("kind", "model", "`kind`: model or dataset")
+	kind := fs.String("kind", "model", "`kind`: model, dataset or code")
 	output := fs.String("output", "", "also write the bytes to `FILE` (- for standard output), checked against the digest")
 	pos, err := parseArgs(fs, args)
 	if err != nil {

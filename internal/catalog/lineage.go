@@ -29,6 +29,8 @@ type Lineage struct {
 	Command  []string          `json:"command,omitempty"`
 	// Data are the dataset (or artifact) versions the job read.
 	Data []ArtifactRef `json:"data,omitempty"`
+	// Code is the code artifact the job ran, if it named one.
+	Code *ArtifactRef `json:"code,omitempty"`
 	// Metrics are the trainer's reported figures (accuracy,
 	// train_accuracy, loss, train_rows, holdout_rows).
 	Metrics map[string]float64 `json:"metrics,omitempty"`

@@ -123,6 +123,8 @@ type Job struct {
 	// Data are the dataset versions the job reads, resolved when it
 	// started.
 	Data []ArtifactRef `json:"data,omitempty"`
+	// Code is the code artifact the job runs, resolved when it started.
+	Code *ArtifactRef `json:"code,omitempty"`
 	// Members are the launcher's per-rank states.
 	Members  []trainer.MemberStatus `json:"members,omitempty"`
 	Attempt  int                    `json:"attempt,omitempty"`

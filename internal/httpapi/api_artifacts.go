@@ -16,6 +16,7 @@ import (
 	"github.com/strata-mesh/strata/internal/artifacts"
 	"github.com/strata-mesh/strata/internal/catalog"
 	"github.com/strata-mesh/strata/internal/httpjson"
+	"github.com/strata-mesh/strata/trainer"
 
 	"github.com/strata-mesh/strata/infer/drift"
 	"github.com/strata-mesh/strata/mesh"
@@ -27,10 +28,10 @@ func parseKind(w http.ResponseWriter, s string) (storage.Kind, bool) {
 	switch storage.Kind(s) {
 	case "", storage.KindModel:
 		return storage.KindModel, true
-	case storage.KindDataset:
-		return storage.KindDataset, true
+	case storage.KindDataset, storage.KindCode:
+		return storage.Kind(s), true
 	}
-	httpjson.Error(w, http.StatusBadRequest, "kind", "kind %q: use model or dataset", s)
+	httpjson.Error(w, http.StatusBadRequest, "kind", "kind %q: use model, dataset or code", s)
 	return "", false
 }
 
@@ -43,7 +44,7 @@ func (s *Server) needArtifacts(w http.ResponseWriter) bool {
 }
 
 // handlePush stores the request body as a signed artifact:
-// POST /v1/artifacts?name=N&version=V[&kind=dataset].
+// POST /v1/artifacts?name=N&version=V[&kind=dataset|code].
 func (s *Server) handlePush(w http.ResponseWriter, r *http.Request) {
 	q := r.URL.Query()
 	if !httpjson.CheckParams(w, q, "name", "version", "kind") || !s.needArtifacts(w) {
@@ -71,6 +72,12 @@ func (s *Server) handlePush(w http.ResponseWriter, r *http.Request) {
 	if err != nil {
 		httpjson.Error(w, http.StatusBadRequest, field, "%v", err)
 		return
+	}
+	if kind == storage.KindCode {
+		if err := checkCode(tmp.Name()); err != nil {
+			httpjson.Error(w, http.StatusUnprocessableEntity, "file", "%v (pack a directory with strata push DIR --kind code)", err)
+			return
+		}
 	}
 	if kind == storage.KindModel {
 		if meta == nil {
@@ -363,4 +370,15 @@ func (s *Server) checkModel(path, name, version string, meta map[string]string) 
 		return "", fmt.Errorf("ONNX Runtime cannot open %s@%s: %w", name, version, err)
 	}
 	return "", nil
+}
+
+// checkCode checks that a pushed code artifact is an archive a job can
+// unpack (trainer.UnpackCode's rules), before it is signed and spread.
+func checkCode(path string) error {
+	f, err := os.Open(path)
+	if err != nil {
+		return err
+	}
+	defer f.Close()
+	return trainer.UnpackCode(f, "")
 }

@@ -364,7 +364,7 @@ func (j *Runner) nodeGone(name string) error {
 	return nil // not known here yet: replication lag, not a failure
 }
 
-// dataDeps names the manifests of the job's data as held here: the gang
+// dataDeps names the manifests of the job's data and code as held here: the gang
 // record depends on them, so that a member acts on it only once they have
 // replicated to it (and never fails on its data for replication lag).
 func (j *Runner) dataDeps(spec *policy.TrainingJobSpec) []mesh.Dep {
@@ -383,6 +383,13 @@ func (j *Runner) dataDeps(spec *policy.TrainingJobSpec) []mesh.Dep {
 		}
 		if ref, ok := j.cfg.Catalog.Manifests.Ref(string(m.Kind) + "/" + m.Name + "/" + m.Version); ok {
 			deps = append(deps, ref)
+		}
+	}
+	if spec.Code != "" {
+		if m, err := j.lookupCode(spec.Code); err == nil {
+			if ref, ok := j.cfg.Catalog.Manifests.Ref(string(m.Kind) + "/" + m.Name + "/" + m.Version); ok {
+				deps = append(deps, ref)
+			}
 		}
 	}
 	return deps

@@ -25,6 +25,7 @@ import (
 	"github.com/strata-mesh/strata/agent"
 	"github.com/strata-mesh/strata/mesh"
 	"github.com/strata-mesh/strata/mesh/meshtest"
+	"github.com/strata-mesh/strata/trainer"
 )
 
 // torchPython returns a Python interpreter that imports torch and onnx, or
@@ -329,21 +330,33 @@ spec:
   data:
     - dataset: "ddp-data:1"
   launcher: torchrun
-  command: [%[2]q]
+  code: ddp-code
+  command: [train.py]
   env: {EPOCHS: "2", HIDDEN: "8", BATCH: "32", LR: "0.01", OMP_NUM_THREADS: "1"}
   maxDuration: 4m
 `
 
 // TestTorchrunGangTwoRanksPerNode runs examples/pytorch-ddp under
-// torchrun on two agents with two workers each: one process group of
-// world size 4, every worker ending with the same weights.
+// torchrun on two agents with two workers each, its code pushed as a code
+// artifact: one process group of world size 4, every worker ending with
+// the same weights.
 func TestTorchrunGangTwoRanksPerNode(t *testing.T) {
 	torchPython(t)
 	if _, err := exec.LookPath("torchrun"); err != nil {
 		t.Skip("no torchrun in PATH: install python3-torch (scripts/install-debs.sh)")
 	}
 	agents, _ := gangMesh(t, 2, ortLib(t))
-	j := runJob(t, agents, "ddp-torchrun", fmt.Sprintf(torchrunJob, "ddp-torchrun", ddpScript(t)), nil)
+	var code bytes.Buffer
+	if err := trainer.PackCode(&code, filepath.Dir(ddpScript(t))); err != nil {
+		t.Fatal(err)
+	}
+	if status, body := call(t, agents[1].Handler(), http.MethodPost, "/v1/artifacts?name=ddp-code&version=1&kind=code", code.Bytes()); status != http.StatusCreated {
+		t.Fatalf("pushing the code: %d %s", status, body)
+	}
+	if status, body := call(t, agents[1].Handler(), http.MethodPost, "/v1/artifacts?name=not-code&version=1&kind=code", []byte("print(1)\n")); status != http.StatusUnprocessableEntity {
+		t.Errorf("pushing a script that is not a code archive: %d %s, want 422", status, body)
+	}
+	j := runJob(t, agents, "ddp-torchrun", fmt.Sprintf(torchrunJob, "ddp-torchrun"), nil)
 	if j.State != "succeeded" || len(j.Nodes) != 2 {
 		t.Fatalf("job %+v\nnode 0's torchrun:\n%s", j, rankLog(t, agents[0].Handler(), "ddp-torchrun", 0))
 	}

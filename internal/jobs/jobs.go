@@ -221,6 +221,7 @@ func (j *Runner) start(ctx context.Context, rec catalog.Placement, lj *localJob)
 	jr.RetrainOf = doc.Metadata.Labels[catalog.LabelRetrainOf]
 	jr.Launcher = launcherOf(spec)
 	jr.Data = j.pinData(spec)
+	jr.Code = j.pinCode(spec)
 	j.write(jr)
 	if d := time.Duration(spec.MaxDuration); d > 0 {
 		var cancel context.CancelFunc
@@ -282,6 +283,14 @@ func (j *Runner) prepare(ctx context.Context, jr catalog.Job, spec *policy.Train
 		if err := j.fetchData(ctx, d, job.DatasetDir); err != nil {
 			return job, nil, err
 		}
+	}
+	if spec.Code != "" {
+		code := filepath.Join(dir, "code")
+		if err := j.fetchCode(ctx, spec.Code, code); err != nil {
+			return job, nil, err
+		}
+		job.Dir = code
+		job.Env = mergeEnv(job.Env, "STRATA_CODE_DIR", code)
 	}
 	host := hostOf(j.cfg.Mesh.Local())
 	job.Members = []trainer.Member{{Node: j.cfg.Name, Addr: host}}
@@ -361,6 +370,56 @@ func (j *Runner) lookupData(d policy.DataRef) (storage.Manifest, error) {
 	}
 	name, version, _ := strings.Cut(d.Dataset, ":")
 	return j.cfg.Artifacts.Lookup(storage.KindDataset, name, version)
+}
+
+// pinCode resolves the job's code reference and pins spec to its digest,
+// for the job's lineage; nil when the job names no code (or it cannot be
+// resolved yet: fetching it says why).
+func (j *Runner) pinCode(spec *policy.TrainingJobSpec) *catalog.ArtifactRef {
+	if spec.Code == "" {
+		return nil
+	}
+	m, err := j.lookupCode(spec.Code)
+	if err != nil {
+		return nil
+	}
+	spec.Code = m.Digest
+	return &catalog.ArtifactRef{Kind: string(m.Kind), Name: m.Name, Version: m.Version, Digest: m.Digest}
+}
+
+// lookupCode finds a code artifact by digest or name[:version].
+func (j *Runner) lookupCode(ref string) (storage.Manifest, error) {
+	if strings.HasPrefix(ref, "sha256:") {
+		return j.cfg.Artifacts.ByDigest(ref, storage.KindCode)
+	}
+	name, version, _ := strings.Cut(ref, ":")
+	return j.cfg.Artifacts.Lookup(storage.KindCode, name, version)
+}
+
+// fetchCode pulls the job's code (when not held) and unpacks it into dir,
+// which it replaces.
+func (j *Runner) fetchCode(ctx context.Context, ref, dir string) error {
+	m, err := j.lookupCode(ref)
+	if err != nil {
+		return fmt.Errorf("code %s: %w", ref, err)
+	}
+	if !j.cfg.Artifacts.Has(m.Digest) {
+		if _, err := j.cfg.Artifacts.Pull(ctx, m, nil); err != nil {
+			return fmt.Errorf("pulling %s: %w", m.Ref(), err)
+		}
+	}
+	src, err := j.cfg.Artifacts.Open(m)
+	if err != nil {
+		return err
+	}
+	defer src.Close()
+	if err := os.RemoveAll(dir); err != nil {
+		return err
+	}
+	if err := trainer.UnpackCode(src, dir); err != nil {
+		return fmt.Errorf("unpacking %s: %w", m.Ref(), err)
+	}
+	return nil
 }
 
 // fetchData pulls one data reference (when not held) and copies its bytes
@@ -469,7 +528,7 @@ func (j *Runner) lineage(jr catalog.Job, doc *policy.Document) catalog.Lineage {
 	spec := doc.TrainingJob
 	l := catalog.Lineage{
 		Job: jr.Name, Policy: jr.Key, Generation: jr.Generation, Launcher: jr.Launcher,
-		Data: jr.Data, RetrainOf: jr.RetrainOf, Nodes: jr.Nodes, Started: jr.Started, Finished: time.Now().UTC(),
+		Data: jr.Data, Code: jr.Code, RetrainOf: jr.RetrainOf, Nodes: jr.Nodes, Started: jr.Started, Finished: time.Now().UTC(),
 	}
 	switch {
 	case jr.Launcher == policy.LauncherExec || jr.Launcher == policy.LauncherTorchrun:
