@@ -144,6 +144,8 @@ type Job struct {
 	// Data are the dataset versions the job reads, resolved when it
 	// started.
 	Data []ArtifactRef `json:"data,omitempty"`
+	// Code is the code artifact the job runs, resolved when it started.
+	Code *ArtifactRef `json:"code,omitempty"`
 	// Members are the launcher's per-rank states.
 	Members  []JobMember `json:"members,omitempty"`
 	Attempt  int         `json:"attempt,omitempty"`
@@ -294,6 +296,7 @@ type Lineage struct {
 	Params     map[string]string  `json:"params,omitempty"`
 	Command    []string           `json:"command,omitempty"`
 	Data       []ArtifactRef      `json:"data,omitempty"`
+	Code       *ArtifactRef       `json:"code,omitempty"`
 	Metrics    map[string]float64 `json:"metrics,omitempty"`
 	Parent     *ArtifactRef       `json:"parent,omitempty"`
 	RetrainOf  string             `json:"retrain_of,omitempty"`

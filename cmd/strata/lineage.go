@@ -71,6 +71,9 @@ func writeLineage(w io.Writer, chain api.LineageChain, loc *time.Location) {
 			for _, d := range l.Data {
 				fmt.Fprintf(w, "    data:    %s %s@%s  %.12s\n", d.Kind, d.Name, d.Version, d.Digest)
 			}
+			if c := l.Code; c != nil {
+				fmt.Fprintf(w, "    code:    %s@%s  %.12s\n", c.Name, c.Version, c.Digest)
+			}
 			if len(l.Metrics) > 0 {
 				var ms []string
 				for _, k := range slices.Sorted(maps.Keys(l.Metrics)) {

@@ -49,7 +49,7 @@ func commands() []command {
 		{"experiments", "[NAME] [-o json]", "list hyperparameter searches, or one with its trials (best marked *)", runExperiments},
 		{"logs", "JOB [-rank N] [-f]", "print a training job's output (-f: follow it until the job ends)", runLogs},
 		{"events", "[-since SEQ] [-o json]", "follow the mesh's placements, drift, jobs and rollouts as they happen", runEvents},
-		{"push", "FILE --name N --version V [--kind dataset] [--reference FILE]", "publish a signed model or dataset version", runPush},
+		{"push", "FILE|DIR --name N --version V [--kind dataset|code] [--reference FILE]", "publish a signed model, dataset or training code version", runPush},
 		{"models", "[NAME] [-o json]", "list model versions and the nodes that hold them; with NAME, each version's inputs, outputs, operator sets and producer", runModels},
 		{"pull", "NAME[:VERSION]", "fetch an artifact to the agent from the nearest holders", runPull},
 		{"sim", "[-nodes N] [-sites N] [-trace FILE] [-o json] | -what-if CHANGE", "compare placement strategies over a generated estate and workload, or ask what a change would do to the live mesh (exit 2: a policy becomes infeasible)", runSim},
