@@ -264,8 +264,8 @@ func (j *Runner) endGang(parent context.Context, g catalog.Gang, jr catalog.Job,
 		j.putGang(g)
 	}
 	if out != "" {
-		// Rank 0's per-step metrics; a single-node job's are also read
-		// as it runs (watchSteps), a gang's only at its end.
+		// Rank 0's per-step metrics, as they were at its end (they are
+		// also read as the job runs).
 		jr.Steps = readSteps(filepath.Join(out, trainer.StepsFile))
 	}
 	if err == nil {
@@ -285,6 +285,9 @@ func (j *Runner) awaitGang(ctx context.Context, g *catalog.Gang, jr *catalog.Job
 	}
 	asked := time.Now()
 	var last []trainer.MemberStatus
+	// Rank 0 runs on this node: its per-step metrics are read as it goes,
+	// so that a sweep can stop a poor gang trial early.
+	stepsPath := filepath.Join(j.cfg.DataDir, "jobs", fmt.Sprintf("%s-%d", g.Job, g.Epoch), "out", trainer.StepsFile)
 	for {
 		changed, meshChanged := j.cfg.Catalog.Changed(), j.cfg.Mesh.Changed()
 		ready, succeeded := 0, 0
@@ -328,8 +331,12 @@ func (j *Runner) awaitGang(ctx context.Context, g *catalog.Gang, jr *catalog.Job
 			j.log.Info("training gang running", "job", jr.Name, "attempt", g.Attempt, "nodes", len(nodes),
 				"ranks", len(g.Ranks), "master", net.JoinHostPort(g.MasterAddr, fmt.Sprint(g.MasterPort)), "ready_after", time.Since(asked))
 		}
-		if !slices.Equal(last, statuses) || jr.Attempt != g.Attempt {
-			last, jr.Members, jr.Attempt = statuses, statuses, g.Attempt
+		steps := jr.Steps
+		if g.State == catalog.GangRunning {
+			steps = readSteps(stepsPath)
+		}
+		if !slices.Equal(last, statuses) || jr.Attempt != g.Attempt || len(steps) != len(jr.Steps) {
+			last, jr.Members, jr.Attempt, jr.Steps = statuses, statuses, g.Attempt, steps
 			j.write(*jr)
 		}
 		if g.State == catalog.GangRunning && succeeded == len(nodes) {

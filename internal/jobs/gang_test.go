@@ -383,19 +383,38 @@ func TestTorchrunGangTwoRanksPerNode(t *testing.T) {
 }
 
 // TestExecGangRanksPerNode: an exec gang of two nodes with three ranks on
-// each starts six processes, each with its place in the gang.
+// each starts six processes, each with its place in the gang; the steps
+// rank 0 reports show in the job while it runs.
 func TestExecGangRanksPerNode(t *testing.T) {
 	agents, _ := gangMesh(t, 2, "")
-	src := `apiVersion: strata/v1
+	release := filepath.Join(t.TempDir(), "release")
+	src := fmt.Sprintf(`apiVersion: strata/v1
 kind: TrainingJob
 metadata: {name: ranks}
 spec:
   gang: {nodes: 2, ranksPerNode: 3}
   resources: {cpu: 100m, memory: 64Mi}
   data: [{dataset: "ddp-data:1"}]
-  command: [sh, -c, 'echo "rank $RANK of $WORLD_SIZE, local $LOCAL_RANK of $LOCAL_WORLD_SIZE, node $NODE_RANK of $NNODES"']
-`
-	j := runJob(t, agents, "ranks", src, nil)
+  command: [sh, -c, 'echo "rank $RANK of $WORLD_SIZE, local $LOCAL_RANK of $LOCAL_WORLD_SIZE, node $NODE_RANK of $NNODES"; if [ "$RANK" = 0 ]; then echo "{\"loss\": 0.5}" >> "$STRATA_METRICS_FILE"; while [ ! -e "$RELEASE" ]; do sleep 0.1; done; fi']
+  env: {RELEASE: %q}
+  maxDuration: 2m
+`, release)
+	j := runJob(t, agents, "ranks", src, func() {
+		meshtest.WaitFor(t, time.Minute, "rank 0's step in the running job", func() bool {
+			_, body := call(t, agents[1].Handler(), http.MethodGet, "/v1/jobs/ranks", nil)
+			var v struct {
+				State string `json:"state"`
+				Steps []struct {
+					Step    int                `json:"step"`
+					Metrics map[string]float64 `json:"metrics"`
+				} `json:"steps"`
+			}
+			return json.Unmarshal(body, &v) == nil && v.State == "running" && len(v.Steps) == 1 && v.Steps[0].Metrics["loss"] == 0.5
+		})
+		if err := os.WriteFile(release, nil, 0o600); err != nil {
+			t.Fatal(err)
+		}
+	})
 	if j.State != "succeeded" || len(j.Nodes) != 2 {
 		t.Fatalf("job %+v", j)
 	}
