@@ -216,3 +216,66 @@ func TestSweepStopsPoorTrials(t *testing.T) {
 	}
 	t.Logf("%s: %s", e.State, e.Message)
 }
+
+// TestDeletingASweepDeletesItsTrials: trials still running when their
+// sweep is deleted are deleted with it (their jobs stop), and so is the
+// experiment record.
+func TestDeletingASweepDeletesItsTrials(t *testing.T) {
+	agents := devMesh(t, 3)
+	const pol = `apiVersion: strata/v1
+kind: TrainingJob
+metadata: {name: doomed}
+spec:
+  resources: {cpu: 250m, memory: 64Mi}
+  tiers: [onprem, cloud, edge]
+  command: [sleep, "600"]
+  maxDuration: 15m
+  sweep:
+    maxTrials: 4
+    parallelTrials: 2
+    objective: {metric: score}
+    parameters:
+      - {name: q, min: 0, max: 1}
+`
+	h := agents[0].Handler()
+	if code, body := post(t, h, http.MethodPost, "/v1/policies?file=doomed.yaml", []byte(pol)); code != http.StatusOK {
+		t.Fatalf("apply = %d %s", code, body)
+	}
+	trials := func(a *Agent) []string {
+		var out []string
+		ps, _ := a.cat.Policies.Values()
+		for _, p := range ps {
+			if doc, err := p.Document(); err == nil && doc.Metadata.Labels[catalog.LabelTrialOf] == "doomed" {
+				out = append(out, p.Name)
+			}
+		}
+		return out
+	}
+	meshtest.WaitFor(t, 60*time.Second, "two trials running", func() bool {
+		jobs, _ := agents[1].cat.Jobs.Values()
+		running := 0
+		for _, j := range jobs {
+			if j.State == catalog.JobRunning {
+				running++
+			}
+		}
+		return len(trials(agents[1])) == 2 && running == 2
+	})
+	if code, body := post(t, h, http.MethodDelete, "/v1/policies/TrainingJob/doomed", nil); code != http.StatusOK {
+		t.Fatalf("delete = %d %s", code, body)
+	}
+	meshtest.WaitFor(t, 60*time.Second, "the trials and the experiment gone everywhere", func() bool {
+		for _, a := range agents {
+			if _, err := a.cat.Experiments.Value("doomed"); err == nil || len(trials(a)) > 0 {
+				return false
+			}
+			jobs, _ := a.cat.Jobs.Values()
+			for _, j := range jobs {
+				if j.State == catalog.JobRunning {
+					return false
+				}
+			}
+		}
+		return true
+	})
+}

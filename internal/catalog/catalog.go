@@ -251,6 +251,13 @@ func (t *Table[T]) Put(v T, deps ...mesh.Dep) (Record[T], error) {
 // Delete deletes key (a tombstone). Deleting an absent key is not an error.
 func (t *Table[T]) Delete(key string) error { return t.c.store.Delete(t.prefix() + key) }
 
+// Deleted says key was deleted: its tombstone is held here (until it is
+// collected).
+func (t *Table[T]) Deleted(key string) bool {
+	e, ok := t.c.store.Lookup(t.prefix() + key)
+	return ok && e.Deleted
+}
+
 // Ref names the live record of key at the version held here.
 func (t *Table[T]) Ref(key string) (mesh.Dep, bool) {
 	e, ok := t.c.store.Lookup(t.prefix() + key)

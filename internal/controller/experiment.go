@@ -38,6 +38,7 @@ func IsSweep(p catalog.Policy) bool {
 // parameters.
 func (c *Controller) experiments() {
 	owners := controllers(c.cfg.Mesh.Nodes())
+	c.collectDeletedSweeps(owners)
 	for _, p := range c.policies() {
 		if !IsSweep(p) || placement.Owner(p.Key(), owners) != c.cfg.Mesh.Name() {
 			continue
@@ -72,6 +73,41 @@ func (c *Controller) experiments() {
 			}
 			if _, err := c.cfg.Catalog.Experiments.Put(e, deps...); err != nil {
 				c.log.Warn("writing experiment", "policy", p.Key(), "err", err)
+			}
+		}
+	}
+}
+
+// collectDeletedSweeps deletes what a deleted sweep leaves: its trials'
+// policies (which stops the trials still running) and its experiment
+// record. A sweep counts as deleted while its tombstone is held here;
+// one merely not replicated yet does not.
+func (c *Controller) collectDeletedSweeps(owners []string) {
+	gone := func(name string) bool {
+		return c.cfg.Catalog.Policies.Deleted(policy.KindTrainingJob + "/" + name)
+	}
+	me := c.cfg.Mesh.Name()
+	for _, p := range c.policies() {
+		if p.Kind != policy.KindTrainingJob || placement.Owner(p.Key(), owners) != me {
+			continue
+		}
+		doc, err := p.Document()
+		if err != nil {
+			continue
+		}
+		if of := doc.Metadata.Labels[catalog.LabelTrialOf]; of != "" && gone(of) {
+			if err := c.cfg.Catalog.Policies.Delete(p.Key()); err != nil {
+				c.log.Warn("deleting a deleted sweep's trial", "sweep", of, "trial", p.Key(), "err", err)
+				continue
+			}
+			c.log.Info("deleted a deleted sweep's trial", "sweep", of, "trial", p.Key())
+		}
+	}
+	exps, _ := c.cfg.Catalog.Experiments.Values()
+	for _, e := range exps {
+		if gone(e.Name) && placement.Owner(e.Key, owners) == me {
+			if err := c.cfg.Catalog.Experiments.Delete(e.Name); err != nil {
+				c.log.Warn("deleting a deleted sweep's experiment", "sweep", e.Name, "err", err)
 			}
 		}
 	}
