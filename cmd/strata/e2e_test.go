@@ -271,7 +271,7 @@ kind: TrainingJob
 metadata: {name: small}
 spec:
   resources: {gpus: {count: 4, model: H100}}
-  launcher: builtin
+  command: [sleep, "600"]
 `), 0o600)
 	out, err := cli(t, p.api, "plan", "-f", one)
 	if err != nil || !strings.Contains(out, "g1") {
@@ -295,8 +295,8 @@ spec:
 		return err == nil && strings.Contains(out, "TrainingJob/small") && strings.Contains(out, "placed")
 	})
 	// A replay over the live mesh starts from its load: the job holds 4
-	// of the node's 8 GPUs, so of two 4-GPU arrivals only the first finds
-	// a place.
+	// of the node's 8 GPUs while it runs (it sleeps until deleted), so of
+	// two 4-GPU arrivals only the first finds a place.
 	trace := filepath.Join(dir, "trace.csv")
 	os.WriteFile(trace, []byte("at,kind,name,nodes,gpus,gpu_model,cpu,memory\n0s,training,first,1,4,H100,1,1073741824\n1s,training,second,1,4,H100,1,1073741824\n"), 0o600)
 	out, err = cli(t, p.api, "sim", "-live", "-trace", trace, "-strategies", "strata", "-plots", "", "-o", "json")
