@@ -5,12 +5,18 @@ import (
 	"crypto/aes"
 	"crypto/cipher"
 	"crypto/rand"
+	"crypto/sha256"
 	"encoding/base64"
+	"encoding/hex"
+	"encoding/json"
 	"fmt"
 	"io"
+	"io/fs"
+	"math"
 	"net"
 	"net/http"
 	"os"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"sync"
@@ -21,6 +27,7 @@ import (
 
 	"github.com/strata-mesh/strata/mesh"
 	"github.com/strata-mesh/strata/mesh/meshtest"
+	"github.com/strata-mesh/strata/trainer/onnx"
 )
 
 // TestBattery runs hostile input against three real agent processes on
@@ -29,18 +36,30 @@ import (
 // oversized and streaming inference bodies beside a flood of reads. Each
 // row says what was sent, whether the agent panicked, how many log lines a
 // second it wrote, its RSS before and after, how many healthy peers were
-// marked failed, and the 413 and 429 answers. It takes about half a
-// minute and runs only with STRATA_BATTERY=1 (make battery).
+// marked failed, and the 413 and 429 answers. A last row flips a byte of
+// a held model's blob on disk before the model is served, three times: each
+// load must refuse it and the agent serve the true model, pulled again.
+// It takes about a minute and runs only with STRATA_BATTERY=1 (make
+// battery).
 func TestBattery(t *testing.T) {
 	if os.Getenv("STRATA_BATTERY") == "" {
 		t.Skip("set STRATA_BATTERY=1 to run the hostile-input battery (about 30 s)")
 	}
+	// Keyed agents with a mesh CA, a signing key and a data plane, as in
+	// production: the tampered-model row pushes, pulls and serves models.
+	keys := filepath.Join(t.TempDir(), "pki")
+	if _, err := cli(t, "unused", "keygen", "-pki", keys); err != nil {
+		t.Fatal(err)
+	}
 	var ps []*proc
 	for i := range 3 {
 		p := &proc{name: fmt.Sprintf("b%d", i), dir: t.TempDir(),
-			api: fmt.Sprintf("127.0.0.1:%d", freePort(t)), gossip: fmt.Sprintf("127.0.0.1:%d", freePort(t))}
+			api: fmt.Sprintf("127.0.0.1:%d", freePort(t)), gossip: fmt.Sprintf("127.0.0.1:%d", freePort(t)),
+			args: []string{"-data-addr", fmt.Sprintf("127.0.0.1:%d", freePort(t)),
+				"-ca-cert", filepath.Join(keys, "ca.crt"), "-ca-key", filepath.Join(keys, "ca.key"),
+				"-signing-key", filepath.Join(keys, "signing.key"), "-trusted-keys", filepath.Join(keys, "signing.pub")}}
 		if i > 0 {
-			p.args = []string{"-join", ps[0].gossip}
+			p.args = append(p.args, "-join", ps[0].gossip)
 		}
 		startAgent(t, p)
 		ps = append(ps, p)
@@ -71,11 +90,13 @@ func TestBattery(t *testing.T) {
 		peersFailed          int
 		status413, status429 int64
 		fds                  string // open descriptors: before → peak → after
+		tampered             string // tampered loads refused, of those tried
 	}
-	// watch runs load for d while watching the others' view of the target
-	// and the target's log, and fills a row.
+	// watch runs load for d (or until load returns, if later) while
+	// watching the others' view of the target and the target's log, and
+	// fills a row.
 	watch := func(name string, d time.Duration, load func(stop <-chan struct{}) (sent, s413, s429 int64)) row {
-		r := row{name: name, rssBefore: rss(t, target)}
+		r := row{name: name, rssBefore: rss(t, target), tampered: "–"}
 		fds0, peak := fds(target), 0
 		lines0 := strings.Count(target.log.String(), "\n")
 		stop := make(chan struct{})
@@ -237,12 +258,39 @@ func TestBattery(t *testing.T) {
 		return int64(len(conns)), 0, 0
 	}))
 
+	// Models tampered with on disk: the target holds a signed model whose
+	// blob has a byte flipped before anything loads it; then a service
+	// pinned to the target asks it to serve that model. The blob must be
+	// refused (quarantined, counted) and pulled again from the verified
+	// origin, and every answer the target gives must be the true model's.
+	var refused, tries int
+	tamperRow := watch("models: a held blob's byte flipped on disk, then served", 10*time.Second, func(stop <-chan struct{}) (int64, int64, int64) {
+		if os.Getenv("STRATA_ORT_LIB") == "" {
+			t.Log("STRATA_ORT_LIB is not set: the tampered-model row needs ONNX Runtime (make setup-ort)")
+			return 0, 0, 0
+		}
+		for k := 1; k <= 3; k++ {
+			tries++
+			ok, err := tamperedLoadRefused(t, ps[1], target, k)
+			if err != nil {
+				t.Error(err)
+				break
+			}
+			if ok {
+				refused++
+			}
+		}
+		return int64(tries), 0, 0
+	})
+	tamperRow.tampered = fmt.Sprintf("%d of %d", refused, tries)
+	rows = append(rows, tamperRow)
+
 	var out strings.Builder
 	tw := tabwriter.NewWriter(&out, 0, 4, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprintln(tw, "row\tsent\tpanics\tlog lines/s\tRSS before MB\tRSS after MB\tpeers marked failed\t413\t429\tfds before → peak → after\t")
+	fmt.Fprintln(tw, "row\tsent\tpanics\tlog lines/s\tRSS before MB\tRSS after MB\tpeers marked failed\t413\t429\tfds before → peak → after\ttampered loads refused\t")
 	for _, r := range rows {
-		fmt.Fprintf(tw, "%s\t%d\t%d\t%.1f\t%.0f\t%.0f\t%d\t%d\t%d\t%s\t\n", r.name, r.sent, r.panics, r.linesPerSec,
-			float64(r.rssBefore)/(1<<20), float64(r.rssAfter)/(1<<20), r.peersFailed, r.status413, r.status429, r.fds)
+		fmt.Fprintf(tw, "%s\t%d\t%d\t%.1f\t%.0f\t%.0f\t%d\t%d\t%d\t%s\t%s\t\n", r.name, r.sent, r.panics, r.linesPerSec,
+			float64(r.rssBefore)/(1<<20), float64(r.rssAfter)/(1<<20), r.peersFailed, r.status413, r.status429, r.fds, r.tampered)
 	}
 	tw.Flush()
 	fmt.Print("\n" + out.String())
@@ -251,9 +299,124 @@ func TestBattery(t *testing.T) {
 			t.Errorf("%s: fails the battery (0 panics, ≤ 1 log line/s per source, RSS growth ≤ 64 MB, 0 healthy peers marked failed)", r.name)
 		}
 	}
+	if refused != tries {
+		t.Errorf("tampered models: %d of %d loads refused, want all", refused, tries)
+	}
 	if t.Failed() {
 		t.Logf("target log:\n%s", target.log)
 	}
+}
+
+// tamperedLoadRefused runs one round of the tampered-model row: origin
+// publishes model k, target pulls it, a byte of target's copy is flipped
+// on disk, and a service pinned to target asks it to serve the model. It
+// reports whether the target refused the tampered blob (its corrupt-blob
+// count went up) and then served the true model. An answer that differs
+// from the true model's is an error. It runs beside the row's watcher, so
+// it returns errors rather than ending the test.
+func tamperedLoadRefused(t *testing.T, origin, target *proc, k int) (bool, error) {
+	name := fmt.Sprintf("tampered-%d", k)
+	model, layers, err := onnx.RandomMLP(int64(k), 4, 16, 1)
+	if err != nil {
+		return false, err
+	}
+	file := filepath.Join(t.TempDir(), name+".onnx")
+	os.WriteFile(file, model, 0o600)
+	if out, err := cli(t, origin.api, "push", file, "--name", name, "--version", "1"); err != nil {
+		return false, fmt.Errorf("push %s: %v\n%s", name, err, out)
+	}
+	// The pull can start once the target has the manifest.
+	var out string
+	if !poll(20*time.Second, func() bool {
+		out, err = cli(t, target.api, "pull", name+":1")
+		return err == nil
+	}) {
+		return false, fmt.Errorf("pull %s to %s: %v\n%s", name, target.name, err, out)
+	}
+	sum := sha256.Sum256(model)
+	digest := hex.EncodeToString(sum[:])
+	var blob string
+	filepath.WalkDir(target.dir, func(p string, d fs.DirEntry, err error) error {
+		if err == nil && !d.IsDir() && d.Name() == digest {
+			blob = p
+		}
+		return nil
+	})
+	b, err := os.ReadFile(blob)
+	if err != nil || !bytes.Equal(b, model) {
+		return false, fmt.Errorf("%s's copy of %s (%q): %v", target.name, name, blob, err)
+	}
+	b[len(b)-20] ^= 0xff // in the last layer's weights
+	if err := os.WriteFile(blob, b, 0o600); err != nil {
+		return false, err
+	}
+	before, err := corruptCount(target)
+	if err != nil {
+		return false, err
+	}
+
+	svc := filepath.Join(t.TempDir(), name+".yaml")
+	os.WriteFile(svc, []byte(fmt.Sprintf("apiVersion: strata/v1\nkind: InferenceService\nmetadata: {name: %s}\nspec:\n  model: {name: %s, version: \"1\"}\n  resources: {cpu: 10m, memory: 16Mi}\n  constraints: ['node.name == %q']\n", name, name, target.name)), 0o600)
+	if out, err := cli(t, origin.api, "apply", "-f", svc); err != nil {
+		return false, fmt.Errorf("apply %s: %v\n%s", name, err, out)
+	}
+	defer cli(t, origin.api, "delete", "InferenceService", name)
+	x := []float32{0.5, -1, 2, 0.25, 1, 1, -0.5, 0}
+	want := onnx.Predict(layers, x, 2)
+	req, _ := json.Marshal(map[string]any{"inputs": []map[string]any{{"name": "input", "shape": []int{2, 4}, "datatype": "FP32", "data": x}}})
+	var got []float64
+	var code int
+	var body []byte
+	if !poll(time.Minute, func() bool {
+		code, body = httpPost(t, "http://"+target.api+"/v2/models/"+name+"/infer", req)
+		var resp struct {
+			Outputs []struct {
+				Data []float64 `json:"data"`
+			} `json:"outputs"`
+		}
+		if code != http.StatusOK || json.Unmarshal(body, &resp) != nil || len(resp.Outputs) != 1 {
+			return false
+		}
+		got = resp.Outputs[0].Data
+		return true
+	}) {
+		return false, fmt.Errorf("%s not served by %s within a minute: last answer %d %s", name, target.name, code, body)
+	}
+	for i := range want {
+		if i >= len(got) || math.Abs(got[i]-float64(want[i])) > 1e-4 {
+			return false, fmt.Errorf("%s served %v, the true model gives %v: a tampered model answered", name, got, want)
+		}
+	}
+	after, err := corruptCount(target)
+	return after > before, err
+}
+
+// poll calls f every 200 ms until it returns true (true) or d has passed
+// (false).
+func poll(d time.Duration, f func() bool) bool {
+	for end := time.Now().Add(d); time.Now().Before(end); time.Sleep(200 * time.Millisecond) { // polling interval
+		if f() {
+			return true
+		}
+	}
+	return false
+}
+
+// corruptCount is an agent's strata_artifacts_corrupt_total.
+func corruptCount(p *proc) (int, error) {
+	resp, err := http.Get("http://" + p.api + "/metrics")
+	if err != nil {
+		return 0, err
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	for _, line := range strings.Split(string(b), "\n") {
+		if v, ok := strings.CutPrefix(line, "strata_artifacts_corrupt_total "); ok {
+			n, _ := strconv.Atoi(strings.TrimSpace(v))
+			return n, err
+		}
+	}
+	return 0, err
 }
 
 // zeros reads as an endless run of zero bytes.
