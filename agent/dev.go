@@ -18,8 +18,10 @@ type devRole struct {
 }
 
 // devMix is the default multi-tier mix: two edge sites, an on-prem rack of
-// GPU nodes on one RDMA fabric, and a cloud region. With more agents the mix
-// repeats.
+// three GPU nodes on one RDMA fabric, and a cloud region. The rack's third
+// node comes last, so that a smaller mesh is what it was before it (tests
+// count on it), and a three-node gang (examples/pytorch-ddp) has a fabric
+// to run on in the default mesh. With more agents the mix repeats.
 var devMix = []devRole{
 	{prefix: "edge-a", tier: "edge", site: "edge-a", region: "eu-west", labels: map[string]string{"city": "lyon"}},
 	{prefix: "edge-a", tier: "edge", site: "edge-a", region: "eu-west", labels: map[string]string{"city": "lyon"}},
@@ -30,6 +32,8 @@ var devMix = []devRole{
 		gpus: []DeclaredGPU{{Model: "NVIDIA H100 80GB HBM3", Memory: 80 << 30, Count: 8}}},
 	{prefix: "cloud", tier: "cloud", site: "cloud-eu", region: "eu-west"},
 	{prefix: "cloud", tier: "cloud", site: "cloud-eu", region: "eu-west"},
+	{prefix: "gpu", tier: "onprem", site: "rack-1", region: "eu-west", fabric: "ib:rack-1",
+		gpus: []DeclaredGPU{{Model: "NVIDIA H100 80GB HBM3", Memory: 80 << 30, Count: 8}}},
 }
 
 // DefaultDevAgents is the size of the default dev mesh.

@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"io"
 	"math"
-	"math/rand/v2"
 	"net/http"
 	"os"
 	"os/exec"
@@ -71,8 +70,17 @@ func TestPytorchDDPExample(t *testing.T) {
 	})
 
 	api := ps[0].api
+	// The data comes from the example's generator, run by the Python
+	// torchrun runs.
 	data := filepath.Join(dir, "transactions.csv")
-	os.WriteFile(data, separable(400), 0o600)
+	gen := exec.Command(torchrunPython(t), "../../examples/pytorch-ddp/make_data.py", "600")
+	var stderr bytes.Buffer
+	gen.Stderr = &stderr
+	rows, err := gen.Output()
+	if err != nil {
+		t.Fatalf("make_data.py: %v\n%s", err, stderr.String())
+	}
+	os.WriteFile(data, rows, 0o600)
 	if out, err := cli(t, api, "push", data, "--kind", "dataset", "--name", "transactions", "--version", "2026-11"); err != nil {
 		t.Fatalf("push the data: %v\n%s", err, out)
 	}
@@ -134,10 +142,14 @@ func TestPytorchDDPExample(t *testing.T) {
 		lineage = out
 		return err == nil
 	})
-	for _, want := range []string{"trained by job pytorch-ddp-fraud", "torchrun", "dataset transactions@2026-11", "code:    pytorch-ddp@1", "command: train.py"} {
+	for _, want := range []string{"trained by job pytorch-ddp-fraud", "torchrun", "dataset transactions@2026-11", "code:    pytorch-ddp@1", "command: train.py", "train_accuracy=", "world_size=3"} {
 		if !strings.Contains(lineage, want) {
 			t.Errorf("lineage of fraud-ddp:1 does not say %q:\n%s", want, lineage)
 		}
+	}
+	// Only what train.py reported: no builtin figure shows up as a zero.
+	if strings.Contains(lineage, "holdout_rows") {
+		t.Errorf("lineage of fraud-ddp:1 has metrics train.py never wrote:\n%s", lineage)
 	}
 
 	// Served, it predicts what PyTorch did on rank 0.
@@ -152,9 +164,7 @@ func TestPytorchDDPExample(t *testing.T) {
 	if b, err := os.ReadFile(refs[0]); err != nil || json.Unmarshal(b, &ref) != nil {
 		t.Fatalf("reading %s: %v", refs[0], err)
 	}
-	svc := filepath.Join(dir, "svc.yaml")
-	os.WriteFile(svc, []byte("apiVersion: strata/v1\nkind: InferenceService\nmetadata: {name: fraud-ddp}\nspec:\n  model: {name: fraud-ddp, version: \"1\"}\n  resources: {cpu: 100m, memory: 64Mi}\n"), 0o600)
-	if out, err := cli(t, api, "apply", "-f", svc); err != nil {
+	if out, err := cli(t, api, "apply", "-f", "../../examples/pytorch-ddp/serve.yaml"); err != nil {
 		t.Fatalf("apply the service: %v\n%s", err, out)
 	}
 	var flat []float32
@@ -184,20 +194,26 @@ func TestPytorchDDPExample(t *testing.T) {
 	}
 }
 
-// separable is a CSV of rows with four features and label = a + b > 0.
-func separable(rows int) []byte {
-	r := rand.New(rand.NewPCG(3, 4))
-	var b strings.Builder
-	b.WriteString("a,b,c,d,label\n")
-	for range rows {
-		v := [4]float64{r.NormFloat64(), r.NormFloat64(), r.NormFloat64(), r.NormFloat64()}
-		label := 0
-		if v[0]+v[1] > 0 {
-			label = 1
-		}
-		fmt.Fprintf(&b, "%.4f,%.4f,%.4f,%.4f,%d\n", v[0], v[1], v[2], v[3], label)
+// torchrunPython is the interpreter torchrun's script names on its first
+// line: the Python that has torch (and numpy).
+func torchrunPython(t *testing.T) string {
+	path, err := exec.LookPath("torchrun")
+	if err != nil {
+		t.Fatal(err)
 	}
-	return []byte(b.String())
+	b, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	line, _, _ := strings.Cut(string(b), "\n")
+	f := strings.Fields(strings.TrimPrefix(line, "#!"))
+	if !strings.HasPrefix(line, "#!") || len(f) == 0 {
+		t.Fatalf("%s does not start with #!PYTHON: %q", path, line)
+	}
+	if filepath.Base(f[0]) == "env" && len(f) > 1 {
+		return f[1] // #!/usr/bin/env python3
+	}
+	return f[0]
 }
 
 func httpPost(t *testing.T, url string, body []byte) (int, []byte) {

@@ -1,11 +1,12 @@
 """Data-parallel training of a small tabular MLP, exported to ONNX.
 
-strata's exec launcher starts this script once per gang member, each on
-its own node, with the environment PyTorch's env:// rendezvous reads
-(MASTER_ADDR, MASTER_PORT, WORLD_SIZE, RANK, LOCAL_RANK, NODE_RANK),
-GLOO_SOCKET_IFNAME / NCCL_SOCKET_IFNAME, and STRATA_DATASET_DIR /
-STRATA_OUTPUT_DIR / STRATA_CHECKPOINT_DIR. The same script also runs under
-torchrun, which sets the same variables, and alone (world size 1).
+job.yaml runs it under torchrun, which strata starts on every member node
+of the gang; torchrun gives each worker the environment PyTorch's env://
+rendezvous reads (MASTER_ADDR, MASTER_PORT, WORLD_SIZE, RANK, LOCAL_RANK,
+...). The exec launcher (command: [python3, train.py]) starts it once per
+rank with the same variables set by strata itself, and it also runs alone
+(world size 1). strata adds GLOO_SOCKET_IFNAME / NCCL_SOCKET_IFNAME and
+STRATA_DATASET_DIR / STRATA_OUTPUT_DIR / STRATA_CHECKPOINT_DIR.
 
 Checkpoints: after every epoch rank 0 writes STRATA_CHECKPOINT_DIR/ckpt.pt
 (model, optimiser, epoch). When strata restarts the gang after a failure,
@@ -19,7 +20,9 @@ Input: every *.csv under STRATA_DATASET_DIR, with a header; the column named
 by LABEL (default "label") holds 0/1, every other column is a float feature.
 Output (rank 0 only): STRATA_OUTPUT_DIR/model.onnx with input "input"
 [N, features] and output "probability" [N, 1]; standardisation is part of
-the exported graph, so the served model takes raw features.
+the exported graph, so the served model takes raw features. Rank 0 also
+reports each epoch's loss (over every rank's rows) and train_accuracy in
+STRATA_METRICS_FILE, and the last epoch's in STRATA_OUTPUT_DIR/metrics.json.
 """
 
 import glob
@@ -70,6 +73,21 @@ class Model(nn.Module):
         return self.net((x - self.mean) / self.std)
 
 
+def accuracy(model, x, y, device):
+    with torch.no_grad():
+        logits = model(torch.from_numpy(x).to(device)).squeeze(1).cpu().numpy()
+    return float(((logits > 0) == (y > 0.5)).mean())
+
+
+def report_step(epoch, metrics):
+    """Appends one step to $STRATA_METRICS_FILE, the agent's per-step
+    metrics (strata jobs, sweeps' early stopping)."""
+    path = os.environ.get("STRATA_METRICS_FILE")
+    if path:
+        with open(path, "a") as f:
+            print(json.dumps({"step": epoch, **metrics}), file=f, flush=True)
+
+
 def main():
     world = int(os.environ.get("WORLD_SIZE", "1"))
     rank = int(os.environ.get("RANK", "0"))
@@ -115,6 +133,7 @@ def main():
     # checkpoint until something stops it (tests kill a rank there).
     stall = int(os.environ.get("STALL_AFTER_EPOCH", "-1"))
 
+    last = {}
     for epoch in range(start, int(os.environ.get("EPOCHS", "5"))):
         if sampler is not None:
             sampler.set_epoch(epoch)
@@ -127,8 +146,17 @@ def main():
             opt.step()
             total += loss.item() * len(xb)
             n += len(xb)
+        # The epoch's loss over every rank's rows, and the accuracy of the
+        # (identical) weights on the whole table, reported by rank 0.
+        stats = torch.tensor([total, float(n)], device=device)
+        if world > 1:
+            dist.all_reduce(stats)
+        epoch_loss = stats[0].item() / max(stats[1].item(), 1)
         if rank == 0:
-            print(f"epoch {epoch} loss {total / max(n, 1):.4f}", flush=True)
+            acc = accuracy(model, x, y, device)
+            print(f"epoch {epoch} loss {epoch_loss:.4f} train_accuracy {acc:.4f}", flush=True)
+            report_step(epoch, {"loss": epoch_loss, "train_accuracy": acc})
+            last = {"loss": epoch_loss, "train_accuracy": acc, "epochs": epoch + 1, "world_size": world}
             if ckpt:
                 tmp = ckpt + ".tmp"
                 torch.save({"model": model.state_dict(), "opt": opt.state_dict(), "epoch": epoch}, tmp)
@@ -162,6 +190,11 @@ def main():
             probs = export(rows).squeeze(1).tolist()
         with open(os.path.join(out, "reference-predictions.json"), "w") as f:
             json.dump({"inputs": x[:4].tolist(), "probabilities": probs}, f)
+        # The last epoch's figures: strata keeps them in the job's record
+        # and the model's lineage.
+        if last:
+            with open(os.path.join(out, "metrics.json"), "w") as f:
+                json.dump(last, f)
     if world > 1:
         dist.barrier()
         dist.destroy_process_group()

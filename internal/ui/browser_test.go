@@ -300,7 +300,7 @@ func TestDashboard(t *testing.T) {
 	}
 	if raceDetector {
 		// This test checks the dashboard, not the agents' concurrency
-		// (their own tests do): seven agents and a browser under the race
+		// (their own tests do): eight agents and a browser under the race
 		// detector on a small machine are slow enough to set off failure
 		// detection, and the run takes minutes.
 		t.Skip("the browser test does not run under -race")
