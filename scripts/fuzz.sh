@@ -19,6 +19,10 @@ for pkg in $(go list ./...); do
       result="FAILED (see testdata/fuzz/$target)"
       status=1
       printf '%s\n' "$out" | tail -20 >&2
+    elif [ -z "$execs" ]; then
+      # A target that skips itself (a missing library) fuzzes nothing.
+      result="NOT RUN: $(printf '%s\n' "$out" | grep -m1 -o 'SKIP.*\|skip.*' || echo 'no executions')"
+      status=1
     fi
     printf '%-45s %-22s %s\n' "${pkg#github.com/strata-mesh/strata/}.$target" "${execs:-?}" "$result"
   done

@@ -321,7 +321,8 @@ func (j *Runner) awaitGang(ctx context.Context, g *catalog.Gang, jr *catalog.Job
 				ready++
 			}
 		}
-		if g.State == catalog.GangStarting && ready == len(nodes) {
+		running := g.State == catalog.GangStarting && ready == len(nodes)
+		if running {
 			g.State = catalog.GangRunning
 			j.putGang(*g, data...)
 			jr.State, jr.Attempt = catalog.JobRunning, g.Attempt
@@ -335,7 +336,7 @@ func (j *Runner) awaitGang(ctx context.Context, g *catalog.Gang, jr *catalog.Job
 		if g.State == catalog.GangRunning {
 			steps = readSteps(stepsPath)
 		}
-		if !slices.Equal(last, statuses) || jr.Attempt != g.Attempt || len(steps) != len(jr.Steps) {
+		if running || !slices.Equal(last, statuses) || jr.Attempt != g.Attempt || len(steps) != len(jr.Steps) {
 			last, jr.Members, jr.Attempt, jr.Steps = statuses, statuses, g.Attempt, steps
 			j.write(*jr)
 		}
@@ -454,6 +455,7 @@ func (j *Runner) member(ctx context.Context, rec catalog.Placement, lj *localJob
 		var done <-chan struct{}
 		if m.run != nil && !m.reported {
 			done = m.run.Done()
+			m.putProgress()
 		}
 		select {
 		case <-ctx.Done():
@@ -488,6 +490,22 @@ type gangMember struct {
 	cancel   context.CancelFunc
 	reported bool
 	gangRec  catalog.Gang
+	// sent is the rank statuses last recorded.
+	sent []trainer.MemberStatus
+}
+
+// putProgress records this node's ranks again while they run, once their
+// statuses have changed since the last record (they start after Launch
+// returns).
+func (m *gangMember) putProgress() {
+	select {
+	case <-m.run.Done():
+		return // report records the end
+	default:
+	}
+	if st := m.localStatuses(); !slices.Equal(st, m.sent) {
+		m.put(catalog.MemberRunning, st, nil)
+	}
 }
 
 // gang returns the leader's record of this placement, when it has
@@ -621,6 +639,7 @@ func (m *gangMember) localStatuses() []trainer.MemberStatus {
 }
 
 func (m *gangMember) put(state string, ranks []trainer.MemberStatus, err error) {
+	m.sent = ranks
 	rec := catalog.GangMember{Job: m.rec.Name, Node: m.j.cfg.Name, Run: m.runID, Epoch: m.rec.Epoch, Attempt: m.attempt,
 		State: state, Ranks: ranks, Updated: time.Now().UTC()}
 	if err != nil {

@@ -356,7 +356,23 @@ func TestTorchrunGangTwoRanksPerNode(t *testing.T) {
 	if status, body := call(t, agents[1].Handler(), http.MethodPost, "/v1/artifacts?name=not-code&version=1&kind=code", []byte("print(1)\n")); status != http.StatusUnprocessableEntity {
 		t.Errorf("pushing a script that is not a code archive: %d %s, want 422", status, body)
 	}
-	j := runJob(t, agents, "ddp-torchrun", fmt.Sprintf(torchrunJob, "ddp-torchrun"), nil)
+	seen := ""
+	j := runJob(t, agents, "ddp-torchrun", fmt.Sprintf(torchrunJob, "ddp-torchrun"), func() {
+		// The job says it runs while torchrun does (its workers' start,
+		// torch's import, takes seconds).
+		meshtest.WaitFor(t, 3*time.Minute, "the job running or ended", func() bool {
+			_, body := call(t, agents[1].Handler(), http.MethodGet, "/v1/jobs/ddp-torchrun", nil)
+			var v struct {
+				State string `json:"state"`
+			}
+			json.Unmarshal(body, &v)
+			seen = v.State
+			return seen == "running" || seen == "succeeded" || seen == "failed"
+		})
+	})
+	if seen != "running" {
+		t.Errorf("the job was never seen running: %s when first seen past pending", seen)
+	}
 	if j.State != "succeeded" || len(j.Nodes) != 2 {
 		t.Fatalf("job %+v\nnode 0's torchrun:\n%s", j, rankLog(t, agents[0].Handler(), "ddp-torchrun", 0))
 	}
@@ -388,6 +404,7 @@ func TestTorchrunGangTwoRanksPerNode(t *testing.T) {
 func TestExecGangRanksPerNode(t *testing.T) {
 	agents, _ := gangMesh(t, 2, "")
 	release := filepath.Join(t.TempDir(), "release")
+	step := filepath.Join(t.TempDir(), "step")
 	src := fmt.Sprintf(`apiVersion: strata/v1
 kind: TrainingJob
 metadata: {name: ranks}
@@ -395,11 +412,27 @@ spec:
   gang: {nodes: 2, ranksPerNode: 3}
   resources: {cpu: 100m, memory: 64Mi}
   data: [{dataset: "ddp-data:1"}]
-  command: [sh, -c, 'echo "rank $RANK of $WORLD_SIZE, local $LOCAL_RANK of $LOCAL_WORLD_SIZE, node $NODE_RANK of $NNODES"; if [ "$RANK" = 0 ]; then echo "{\"loss\": 0.5}" >> "$STRATA_METRICS_FILE"; while [ ! -e "$RELEASE" ]; do sleep 0.1; done; fi']
-  env: {RELEASE: %q}
+  command: [sh, -c, 'echo "rank $RANK of $WORLD_SIZE, local $LOCAL_RANK of $LOCAL_WORLD_SIZE, node $NODE_RANK of $NNODES"; if [ "$RANK" = 0 ]; then while [ ! -e "$STEP" ]; do sleep 0.1; done; echo "{\"loss\": 0.5}" >> "$STRATA_METRICS_FILE"; while [ ! -e "$RELEASE" ]; do sleep 0.1; done; fi']
+  env: {STEP: %q, RELEASE: %q}
   maxDuration: 2m
-`, release)
+`, step, release)
 	j := runJob(t, agents, "ranks", src, func() {
+		// Running as soon as every rank is, before anything else changes,
+		// and rank 0 (which holds) shown running.
+		meshtest.WaitFor(t, time.Minute, "the job running, rank 0 with it", func() bool {
+			_, body := call(t, agents[1].Handler(), http.MethodGet, "/v1/jobs/ranks", nil)
+			var v struct {
+				State   string `json:"state"`
+				Members []struct {
+					Rank  int    `json:"rank"`
+					State string `json:"state"`
+				} `json:"members"`
+			}
+			return json.Unmarshal(body, &v) == nil && v.State == "running" && len(v.Members) == 6 && v.Members[0].State == "running"
+		})
+		if err := os.WriteFile(step, nil, 0o600); err != nil {
+			t.Fatal(err)
+		}
 		meshtest.WaitFor(t, time.Minute, "rank 0's step in the running job", func() bool {
 			_, body := call(t, agents[1].Handler(), http.MethodGet, "/v1/jobs/ranks", nil)
 			var v struct {

@@ -475,16 +475,16 @@ func (j *Runner) register(ctx context.Context, jr *catalog.Job, doc *policy.Docu
 		meta[catalog.MetaReference] = string(b)
 	}
 	lin := j.lineage(*jr, doc)
+	// The lineage keeps every number the job reported, and only those: an
+	// exec script's metrics.json holds what it chose to write.
+	lin.Metrics = jr.Metrics
+	if a, ok := jr.Metrics["accuracy"]; ok {
+		meta[catalog.MetaAccuracy] = strconv.FormatFloat(a, 'f', 4, 64)
+	}
 	if b, err := os.ReadFile(filepath.Join(out, trainer.MetricsFile)); err == nil {
 		var mt trainer.Metrics
-		if json.Unmarshal(b, &mt) == nil {
-			jr.Accuracy = mt.Accuracy
-			meta[catalog.MetaAccuracy] = strconv.FormatFloat(mt.Accuracy, 'f', 4, 64)
+		if json.Unmarshal(b, &mt) == nil && len(mt.Features) > 0 {
 			meta[catalog.MetaFeatures] = strings.Join(mt.Features, ",")
-			lin.Metrics = map[string]float64{
-				"accuracy": mt.Accuracy, "train_accuracy": mt.TrainAccuracy, "loss": mt.Loss,
-				"train_rows": float64(mt.TrainRows), "holdout_rows": float64(mt.HoldoutRows),
-			}
 		}
 	}
 	if b, err := json.Marshal(lin); err == nil {
