@@ -140,9 +140,11 @@ func (e *Stream) scan(emit bool) {
 	rollouts, _ := e.cat.Rollouts.Values()
 	for _, r := range rollouts {
 		// Every step, not only the current stage: a rollout can pass
-		// through a stage (retraining) between two looks.
+		// through a stage (retraining) between two looks. A step is known
+		// by its time and stage: the record keeps earlier retrains' steps
+		// when its Seq moves on, and those are not news again.
 		for _, st := range r.Steps {
-			key := fmt.Sprintf("r/%s/%d/%d/%s", r.Policy, r.Seq, st.Time.UnixNano(), st.Stage)
+			key := fmt.Sprintf("r/%s/%d/%s", r.Policy, st.Time.UnixNano(), st.Stage)
 			note(key, "seen", Event{Time: st.Time, Type: "rollout." + st.Stage, Policy: r.Policy, Message: st.Message})
 		}
 	}

@@ -2,6 +2,7 @@ package events
 
 import (
 	"context"
+	"slices"
 	"testing"
 	"time"
 
@@ -73,5 +74,33 @@ func TestEventsFromCatalogChanges(t *testing.T) {
 	defer done2()
 	if len(past) != 1 || past[0].Seq != got[1].Seq {
 		t.Errorf("Subscribe(since=%d) replayed %+v, want only seq %d", got[0].Seq, past, got[1].Seq)
+	}
+}
+
+// TestRolloutStepsOnce: a rollout record keeps the steps of earlier
+// retrains when the next one starts (its Seq moves on); each step is one
+// event, once.
+func TestRolloutStepsOnce(t *testing.T) {
+	t.Parallel()
+	cat := catalog.New(catalogtest.NewStore(), nil)
+	t0 := time.Date(2026, 1, 1, 12, 0, 0, 0, time.UTC)
+	st := New(cat)
+	st.scan(false)
+	_, ch, done := st.Subscribe(0)
+	defer done()
+	first := []catalog.RolloutStep{{Time: t0, Stage: "retraining"}, {Time: t0.Add(time.Second), Stage: "canary"}, {Time: t0.Add(2 * time.Second), Stage: "promoted"}}
+	cat.Rollouts.Put(catalog.Rollout{Policy: "InferenceService/s", Seq: 1, Stage: "promoted", Steps: first})
+	st.scan(true)
+	cat.Rollouts.Put(catalog.Rollout{Policy: "InferenceService/s", Seq: 2, Stage: "retraining",
+		Steps: append(first, catalog.RolloutStep{Time: t0.Add(time.Minute), Stage: "retraining"})})
+	st.scan(true)
+	var got []string
+	for len(ch) > 0 {
+		ev := <-ch
+		got = append(got, ev.Type+"@"+ev.Time.Sub(t0).String())
+	}
+	want := []string{"rollout.retraining@0s", "rollout.canary@1s", "rollout.promoted@2s", "rollout.retraining@1m0s"}
+	if !slices.Equal(got, want) {
+		t.Errorf("events %v, want %v", got, want)
 	}
 }
