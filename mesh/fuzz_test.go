@@ -133,14 +133,17 @@ func (t *target) sentinel(tb testing.TB) []byte {
 	return seal(tb, t.key, 1, ackPacket, nil)
 }
 
-// ingest hands buf to the mesh as a packet from fuzzFrom and returns once
-// memberlist has finished decoding it: the guard and memberlist each read
-// packets one at a time from unbuffered channels, so the second sentinel is
-// taken only after memberlist took the first, which it does only after it
-// is done with buf.
+// ingest hands a copy of buf to the mesh as a packet from fuzzFrom and
+// returns once memberlist has taken it in: the guard and memberlist each
+// read packets one at a time from unbuffered channels, so the second
+// sentinel is taken only after memberlist took the first, which it does
+// only after it is done ingesting buf. What it queued (a user message is
+// handed to the delegate later, by another goroutine) may still point into
+// the packet, as it may into a real transport's: each packet is its own
+// buffer, never the fuzzer's input, which it changes for the next run.
 func (t *target) ingest(tb testing.TB, buf []byte) {
 	tb.Helper()
-	for _, b := range [][]byte{buf, t.sentinel(tb), t.sentinel(tb)} {
+	for _, b := range [][]byte{bytes.Clone(buf), t.sentinel(tb), t.sentinel(tb)} {
 		select {
 		case t.tr.packets <- &memberlist.Packet{Buf: b, From: fuzzFrom, Timestamp: time.Now()}:
 		case <-time.After(10 * time.Second):
@@ -153,7 +156,7 @@ func (t *target) ingest(tb testing.TB, buf []byte) {
 // guard or memberlist closed it.
 func (t *target) stream(tb testing.TB, buf []byte) {
 	tb.Helper()
-	c := &bytesConn{r: bytes.NewReader(buf), closed: make(chan struct{})}
+	c := &bytesConn{r: bytes.NewReader(bytes.Clone(buf)), closed: make(chan struct{})}
 	select {
 	case t.tr.streams <- c:
 	case <-time.After(10 * time.Second):
