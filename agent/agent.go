@@ -51,11 +51,18 @@ const (
 
 // Agent is one running strata daemon.
 type Agent struct {
-	cfg  Config
-	log  *slog.Logger
-	db   *storage.DB
-	id   mesh.Identity
-	mesh *mesh.Mesh
+	cfg Config
+	log *slog.Logger
+	// level is the log level a reload can change (nil when the caller
+	// gave the logger).
+	level *slog.LevelVar
+	api   *httpapi.Server
+	// reloadMu orders reloads; reloads counts them by result.
+	reloadMu sync.Mutex
+	reloads  *prometheus.CounterVec
+	db       *storage.DB
+	id       mesh.Identity
+	mesh     *mesh.Mesh
 	// cat is the mesh's shared state as typed tables.
 	cat     *catalog.Catalog
 	reg     *prometheus.Registry
@@ -109,7 +116,9 @@ func New(cfg Config) (*Agent, error) {
 	a.log = cfg.Logger
 	if a.log == nil {
 		lvl, _ := parseLevel(cfg.LogLevel)
-		a.log = slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: lvl}))
+		a.level = new(slog.LevelVar)
+		a.level.Set(lvl)
+		a.log = slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: a.level}))
 	}
 	a.log = a.log.With("node", cfg.Name)
 	a.reg = cfg.Registry
@@ -197,6 +206,11 @@ func New(cfg Config) (*Agent, error) {
 		Help: "Held blobs whose bytes did not match their digest (at load or in the start-up scrub); each was quarantined and is pulled again.",
 	})
 	a.reg.MustRegister(corrupt)
+	a.reloads = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "strata_config_reloads_total",
+		Help: "Configuration reloads (SIGHUP) by result: ok, or error (the running configuration stayed).",
+	}, []string{"result"})
+	a.reg.MustRegister(a.reloads)
 	ac := artifacts.Config{Mesh: a.mesh, Catalog: a.cat, Logger: a.log, OnCorrupt: func(digest string, err error) {
 		corrupt.Inc()
 		a.events.Publish(Event{Type: "artifact.corrupt", Node: cfg.Name,
@@ -249,6 +263,7 @@ func New(cfg Config) (*Agent, error) {
 		ac2.CheckModel = a.inf.Check
 	}
 	api := httpapi.New(ac2)
+	a.api = api
 	peer := api.PeerRoutes()
 	a.peer.Store(&peer)
 	a.base, a.cancelBase = context.WithCancel(context.Background())

@@ -35,6 +35,22 @@ func runAgent(args []string, stdout, stderr io.Writer) error {
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
+	// SIGHUP (systemctl reload) reads the configuration again, file and
+	// flags, and applies what can change while running; the agent logs
+	// what it applied and what needs a restart.
+	hup := make(chan os.Signal, 1)
+	signal.Notify(hup, syscall.SIGHUP)
+	defer signal.Stop(hup)
+	go func() {
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case <-hup:
+				_, _ = a.ReloadFrom(load) // logged and counted
+			}
+		}
+	}()
 	return a.Run(ctx)
 }
 

@@ -95,6 +95,21 @@ func onLoopback(addr func() string) bool {
 	return ip != nil && ip.IsLoopback()
 }
 
+// SetTokens replaces the API's tokens (a configuration reload): calls
+// from then on are checked against these.
+func (s *Server) SetTokens(tokens []Token) {
+	tokens = slices.Clone(tokens)
+	s.tokens.Store(&tokens)
+}
+
+// Tokens returns the tokens in force.
+func (s *Server) Tokens() []Token {
+	if t := s.tokens.Load(); t != nil {
+		return *t
+	}
+	return s.cfg.Tokens
+}
+
 // authorize is the API's access control, in front of every route:
 //   - with no token configured, a loopback-bound API answers everything
 //     (the host's users are trusted), and one bound off loopback answers
@@ -110,7 +125,8 @@ func (s *Server) authorize(next http.Handler) http.Handler {
 			return
 		}
 		loop := s.loopback()
-		if len(s.cfg.Tokens) == 0 {
+		tokens := s.Tokens()
+		if len(tokens) == 0 {
 			if loop {
 				next.ServeHTTP(w, r)
 				return
@@ -131,9 +147,9 @@ func (s *Server) authorize(next http.Handler) http.Handler {
 		}
 		sum := sha256.Sum256([]byte(got))
 		var tok *Token
-		for i := range s.cfg.Tokens {
-			if subtle.ConstantTimeCompare(sum[:], s.cfg.Tokens[i].SHA256[:]) == 1 {
-				tok = &s.cfg.Tokens[i]
+		for i := range tokens {
+			if subtle.ConstantTimeCompare(sum[:], tokens[i].SHA256[:]) == 1 {
+				tok = &tokens[i]
 			}
 		}
 		if tok == nil {

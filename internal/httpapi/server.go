@@ -12,6 +12,7 @@ import (
 	"net/http"
 	"sort"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -77,7 +78,9 @@ type Config struct {
 
 // Server is the HTTP API. Safe for concurrent use.
 type Server struct {
-	cfg        Config
+	cfg Config
+	// tokens are the tokens in force: cfg.Tokens until SetTokens.
+	tokens     atomic.Pointer[[]Token]
 	log        *slog.Logger
 	handler    http.Handler
 	onLoopback bool // the API listens on loopback only
