@@ -1,6 +1,7 @@
 package ui_test
 
 import (
+	"bytes"
 	"context"
 	"crypto/rand"
 	"encoding/base64"
@@ -29,6 +30,7 @@ import (
 	"github.com/strata-mesh/strata/internal/ui"
 	"github.com/strata-mesh/strata/mesh"
 	"github.com/strata-mesh/strata/mesh/meshtest"
+	"github.com/strata-mesh/strata/trainer"
 )
 
 // chromePath finds a Chromium to drive: $STRATA_CHROME, else the first of
@@ -533,8 +535,16 @@ func TestDashboard(t *testing.T) {
 	t.Run("models", func(t *testing.T) {
 		apiCall(t, "POST", api+"/v1/artifacts?name=transactions&version=2026-11&kind=dataset", "application/octet-stream",
 			strings.NewReader(strings.Repeat("amount,merchant_risk,hour,is_fraud\n12.5,0.1,13,0\n", 2000)))
+		src := t.TempDir()
+		os.WriteFile(filepath.Join(src, "train.py"), []byte("print('hello')\n"), 0o600)
+		var code bytes.Buffer
+		if err := trainer.PackCode(&code, src); err != nil {
+			t.Fatal(err)
+		}
+		apiCall(t, "POST", api+"/v1/artifacts?name=trainer-code&version=1&kind=code", "application/octet-stream", &code)
 		open(t, "models")
 		waitFor(t, "the dataset", `document.querySelector('.page-models').textContent.includes('transactions')`, 10*time.Second)
+		waitFor(t, "the code under Code, not Datasets", `[...document.querySelectorAll('.page-models section')].some((s) => s.querySelector('h2') && s.querySelector('h2').textContent === 'Code' && s.textContent.includes('trainer-code')) && ![...document.querySelectorAll('.page-models section')].some((s) => s.querySelector('h2') && s.querySelector('h2').textContent === 'Datasets' && s.textContent.includes('trainer-code'))`, 10*time.Second)
 		shot(t, "models")
 		clean(t, "models")
 	})
@@ -613,6 +623,15 @@ func TestDashboard(t *testing.T) {
 		clean(t, "recorded drift")
 
 		open(t, "training")
+		for sel, want := range map[string]string{
+			".job-data":    "cases@2",
+			".job-metrics": "accuracy=0.9123 classes=2 holdout_rows=114 loss=0.1239 train_accuracy=0.9538 train_rows=455",
+			".job-steps":   "40 reported: accuracy 0.886 → 0.9123, loss 0.3116 → 0.1239",
+		} {
+			if got := eval(t, `(document.querySelector('[data-job="screening-retrain-1"] `+sel+`') || {}).textContent || ''`); got != want {
+				t.Errorf("the retrain's %s shows %q, want %q", sel, got, want)
+			}
+		}
 		do(t, "opening the logs", 5*time.Second, chromedp.Click(chromedp.CSS(`[data-job="screening-retrain-1"] a.button`)))
 		waitFor(t, "the job's output", `!!document.querySelector('.job-logs')`, 5*time.Second)
 		want, err := os.ReadFile("testdata/demo/logs.txt")

@@ -1,5 +1,5 @@
-// Models and data: every artifact version with its signer and holders, and
-// the transfers in progress here with progress bars.
+// Models, data and code: every artifact version with its signer and
+// holders, and the transfers in progress here with progress bars.
 import { h, swap, get, poll, badge, failure, empty, section, table, bytes, short, when, duration } from '../lib.js';
 
 export const title = 'Models & data';
@@ -7,17 +7,20 @@ export const title = 'Models & data';
 export function mount(el) {
   const models = h('div');
   const datasets = h('div');
+  const code = h('div');
   const transfers = h('div', { 'aria-live': 'polite' });
-  el.append(h('h1', {}, 'Models and data'),
+  el.append(h('h1', {}, 'Models, data and code'),
     section('Transfers to this agent', transfers),
     section('Models', models),
-    section('Datasets', datasets));
+    section('Datasets', datasets),
+    section('Code', code));
 
   async function artifacts() {
     try {
       const all = await get('/v1/artifacts');
       swap(models, groups(all.filter((a) => a.kind === 'model'), 'No models published yet: strata push FILE --name N --version V.'));
-      swap(datasets, groups(all.filter((a) => a.kind !== 'model'), 'No datasets published yet: strata push FILE --kind dataset.'));
+      swap(datasets, groups(all.filter((a) => a.kind === 'dataset'), 'No datasets published yet: strata push FILE --kind dataset.'));
+      swap(code, groups(all.filter((a) => a.kind === 'code'), 'No code published yet: strata push DIR --kind code (a training job\'s code: TrainingJob code:).'));
       el.dataset.loaded = '1';
     } catch (e) {
       swap(models, failure(e, 'GET /v1/artifacts'));

@@ -53,6 +53,10 @@ function card(j) {
       h('dt', {}, 'policy'), h('dd', {}, `${j.key || '–'} (generation ${j.generation ?? '–'}, epoch ${j.epoch ?? '–'}${j.attempt ? `, attempt ${j.attempt}` : ''})`),
       j.retrain_of ? [h('dt', {}, 'retrains'), h('dd', {}, j.retrain_of)] : null,
       j.version ? [h('dt', {}, 'registered'), h('dd', {}, `${j.model}@${j.version}${j.accuracy ? `, accuracy ${j.accuracy.toFixed(3)}` : ''}`)] : null,
+      j.data && j.data.length ? [h('dt', {}, 'data'), h('dd', { class: 'job-data' }, j.data.map((d) => h('span', { class: 'chip', title: d.digest }, `${d.name}@${d.version}`)))] : null,
+      j.code ? [h('dt', {}, 'code'), h('dd', { class: 'job-code', title: j.code.digest }, `${j.code.name}@${j.code.version}`)] : null,
+      j.metrics ? [h('dt', {}, 'metrics'), h('dd', { class: 'job-metrics mono' }, Object.keys(j.metrics).sort().map((k) => `${k}=${num(j.metrics[k])}`).join(' '))] : null,
+      j.steps && j.steps.length ? [h('dt', {}, 'steps'), h('dd', { class: 'job-steps' }, progress(j.steps))] : null,
       h('dt', {}, 'times'), h('dd', {}, `created ${when(j.created)}, started ${when(j.started)}, finished ${when(j.finished)}${took != null ? ` (${duration(took)})` : ''}`),
       j.error ? [h('dt', {}, 'error'), h('dd', { class: 'error' }, j.error)] : null),
     table(['Rank', 'Node', 'State', 'Exit', 'Output'], members.map((m) => h('tr', {},
@@ -61,4 +65,17 @@ function card(j) {
       h('td', {}, badge(m.state)),
       h('td', { class: 'num' }, m.exit_code != null ? String(m.exit_code) : '–'),
       h('td', {}, h('a', { class: 'button', href: `#/training/${encodeURIComponent(j.name)}?rank=${m.rank}` }, 'Logs'))))));
+}
+
+// num prints a metric: integers as they are, others to 4 significant digits.
+function num(v) {
+  return Number.isInteger(v) ? String(v) : Number(v.toPrecision(4)).toString();
+}
+
+// progress sums up the steps a job reported: how many, and each metric's
+// first and last value.
+function progress(steps) {
+  const first = steps[0].metrics || {}, last = steps[steps.length - 1].metrics || {};
+  const names = Object.keys(last).sort();
+  return `${steps.length} reported` + (names.length ? `: ${names.map((k) => `${k} ${k in first ? `${num(first[k])} → ` : ''}${num(last[k])}`).join(', ')}` : '');
 }
