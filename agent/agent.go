@@ -26,6 +26,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"golang.org/x/net/netutil"
 
+	"github.com/strata-mesh/strata/api"
 	"github.com/strata-mesh/strata/internal/artifacts"
 	"github.com/strata-mesh/strata/internal/catalog"
 	"github.com/strata-mesh/strata/internal/controller"
@@ -57,6 +58,9 @@ type Agent struct {
 	// gave the logger).
 	level *slog.LevelVar
 	api   *httpapi.Server
+	// issueCert issues node certificates to bootstrapping agents; nil
+	// without the CA key.
+	issueCert func(api.CertRequest) ([]byte, error)
 	// reloadMu orders reloads; reloads counts them by result.
 	reloadMu sync.Mutex
 	reloads  *prometheus.CounterVec
@@ -255,8 +259,9 @@ func New(cfg Config) (*Agent, error) {
 	ac2 := httpapi.Config{
 		Mesh: a.mesh, Catalog: a.cat, Artifacts: a.art, Jobs: a.jobRunner, Forwarder: a.fwd, Events: a.events,
 		InferenceErr: a.infErr, Registry: a.reg, Tokens: tokens, Anonymous: cfg.APIAnonymous, Addr: a.APIAddr, Logger: a.log,
-		SpoolDir: filepath.Join(cfg.DataDir, "artifacts"),
-		Compile:  func(p PolicyRecord) (*placement.Request, error) { return a.compile(p) },
+		SpoolDir:  filepath.Join(cfg.DataDir, "artifacts"),
+		IssueCert: a.issueCert,
+		Compile:   func(p PolicyRecord) (*placement.Request, error) { return a.compile(p) },
 	}
 	if a.inf != nil {
 		ac2.Inference = a.inf.Handler()

@@ -1,6 +1,7 @@
 package agent
 
 import (
+	"context"
 	"crypto/ed25519"
 	"errors"
 	"fmt"
@@ -8,10 +9,16 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"strings"
+	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/strata-mesh/strata/api"
+	"github.com/strata-mesh/strata/api/client"
 	"github.com/strata-mesh/strata/internal/artifacts"
+	"github.com/strata-mesh/strata/internal/httpapi"
+	"github.com/strata-mesh/strata/mesh"
 	"github.com/strata-mesh/strata/mesh/dataplane"
 	"github.com/strata-mesh/strata/mesh/pki"
 	"github.com/strata-mesh/strata/storage"
@@ -84,6 +91,9 @@ func (a *Agent) openArtifacts() (*dataPlane, error) {
 	if len(p.CACert) == 0 {
 		return nil, nil
 	}
+	if len(p.CAKey) > 0 {
+		a.issueCert = func(req api.CertRequest) ([]byte, error) { return a.issueNodeCert(p, req) }
+	}
 	cert := p.NodeCert
 	if len(cert) == 0 {
 		cert, err = a.db.Get([]byte(keyNodeCert))
@@ -92,16 +102,22 @@ func (a *Agent) openArtifacts() (*dataPlane, error) {
 		}
 	}
 	if len(cert) == 0 {
-		if len(p.CAKey) == 0 {
-			return nil, errors.New("data plane: set node_cert, or ca_key so the agent can issue its own certificate")
-		}
 		host, _, _ := net.SplitHostPort(a.cfg.DataAddr)
 		hosts := []string{"127.0.0.1", "::1", "localhost"}
 		if host != "" && host != "0.0.0.0" && host != "::" {
 			hosts = append(hosts, host)
 		}
-		if cert, err = pki.IssueNodeCert(p.CACert, p.CAKey, a.id.Key, a.cfg.Name, hosts); err != nil {
-			return nil, fmt.Errorf("data plane: issue node certificate: %w", err)
+		switch {
+		case len(p.CAKey) > 0:
+			if cert, err = pki.IssueNodeCert(p.CACert, p.CAKey, a.id.Key, a.cfg.Name, hosts); err != nil {
+				return nil, fmt.Errorf("data plane: issue node certificate: %w", err)
+			}
+		case a.cfg.Bootstrap != "":
+			if cert, err = a.bootstrapCert(p.CACert, hosts); err != nil {
+				return nil, err
+			}
+		default:
+			return nil, errors.New("data plane: set node_cert, ca_key so the agent can issue its own certificate, or bootstrap (an agent that holds ca_key) and bootstrap_token_file")
 		}
 		if err := a.db.Put([]byte(keyNodeCert), cert); err != nil {
 			return nil, err
@@ -196,3 +212,59 @@ func registerDataPlaneMetrics(reg prometheus.Registerer, n *dataplane.Node) {
 func (a *Agent) pinned(digest string) bool {
 	return a.srvg != nil && a.srvg.Serves(digest)
 }
+
+// issueNodeCert issues a certificate to a node that asked for one over the
+// API (bootstrap), unless its name belongs to another identity in the mesh:
+// the certificate would let the asker pass for that node on the data plane.
+func (a *Agent) issueNodeCert(p PKI, req api.CertRequest) ([]byte, error) {
+	pub, err := pki.DecodePublicKey([]byte(req.PublicKey))
+	if err != nil {
+		return nil, fmt.Errorf("public_key: %w", err)
+	}
+	id := mesh.IDOf(pub)
+	if req.Name == a.cfg.Name && id != a.id.ID() {
+		return nil, fmt.Errorf("%w: %s is this agent", httpapi.ErrNameHeld, req.Name)
+	}
+	for _, m := range a.mesh.Members() {
+		if m.Name == req.Name && m.ID != "" && m.ID != id && m.Status != mesh.StatusLeft {
+			return nil, fmt.Errorf("%w: %s is node %s (%s); a node that lost its identity key must be removed first", httpapi.ErrNameHeld, req.Name, m.ID, m.Status)
+		}
+	}
+	return pki.IssueNodeCertFor(p.CACert, p.CAKey, pub, req.Name, req.Hosts)
+}
+
+// bootstrapCert asks the agent at cfg.Bootstrap for this node's
+// certificate, with the token in bootstrap_token(_file), and checks that
+// the mesh CA issued it to this node's key and name.
+func (a *Agent) bootstrapCert(caCert []byte, hosts []string) ([]byte, error) {
+	token := a.cfg.BootstrapToken
+	if token == "" && a.cfg.BootstrapTokenFile != "" {
+		b, err := os.ReadFile(a.cfg.BootstrapTokenFile)
+		if err != nil {
+			return nil, fmt.Errorf("bootstrap_token_file: %w", err)
+		}
+		token = strings.TrimSpace(string(b))
+	}
+	if token == "" {
+		return nil, errors.New("bootstrap: set bootstrap_token_file (a token with scope cert on the bootstrap agent)")
+	}
+	pub, err := pki.EncodePublicKey(a.id.Public())
+	if err != nil {
+		return nil, err
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), bootstrapTimeout)
+	defer cancel()
+	res, err := client.New(a.cfg.Bootstrap, client.WithToken(token)).IssueCert(ctx, api.CertRequest{Name: a.cfg.Name, PublicKey: string(pub), Hosts: hosts})
+	if err != nil {
+		return nil, fmt.Errorf("bootstrap: asking %s for a node certificate: %w", a.cfg.Bootstrap, err)
+	}
+	cert := []byte(res.Certificate)
+	if err := pki.CheckNodeCert(caCert, cert, a.id.Public(), a.cfg.Name); err != nil {
+		return nil, fmt.Errorf("bootstrap: the certificate %s sent: %w", a.cfg.Bootstrap, err)
+	}
+	a.log.Info("node certificate issued by the mesh CA", "issued_by", res.IssuedBy, "bootstrap", a.cfg.Bootstrap)
+	return cert, nil
+}
+
+// bootstrapTimeout bounds the certificate request at first start.
+const bootstrapTimeout = 30 * time.Second

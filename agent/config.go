@@ -9,6 +9,7 @@ import (
 	"io"
 	"log/slog"
 	"net"
+	"net/url"
 	"os"
 	"regexp"
 	"slices"
@@ -106,6 +107,15 @@ type Config struct {
 	// start; NodeCertFile is one issued to this node's identity key instead.
 	CAKeyFile    string `yaml:"ca_key"`
 	NodeCertFile string `yaml:"node_cert"`
+	// Bootstrap is the API URL of an agent that holds the CA key: at
+	// first start, an agent with ca_cert but neither node_cert nor ca_key
+	// asks it for a node certificate, presenting BootstrapToken (a token
+	// with scope cert there), so ca_key stays on a few hosts.
+	Bootstrap string `yaml:"bootstrap"`
+	// BootstrapToken is that token; BootstrapTokenFile holds it (read at
+	// start).
+	BootstrapToken     string `yaml:"bootstrap_token"`
+	BootstrapTokenFile string `yaml:"bootstrap_token_file"`
 	// SigningKeyFile is the ed25519 key (PEM) this agent signs published
 	// artifacts with; without it `strata push` is refused here.
 	SigningKeyFile string `yaml:"signing_key"`
@@ -183,11 +193,11 @@ func (c *Config) apiTokens() ([]httpapi.Token, error) {
 		}
 		tok := httpapi.Token{Name: cmp.Or(t.Name, fmt.Sprintf("acl_tokens[%d]", i)), SHA256: sum}
 		if len(t.Scopes) == 0 {
-			errs = append(errs, fmt.Errorf("acl_tokens[%d].scopes: list at least one of read, infer, write", i))
+			errs = append(errs, fmt.Errorf("acl_tokens[%d].scopes: list at least one of read, infer, write, cert", i))
 		}
 		for _, s := range t.Scopes {
 			if !slices.Contains(httpapi.Scopes, httpapi.Scope(s)) {
-				errs = append(errs, fmt.Errorf("acl_tokens[%d].scopes: %q is not a scope: use read, infer or write", i, s))
+				errs = append(errs, fmt.Errorf("acl_tokens[%d].scopes: %q is not a scope: use read, infer, write or cert", i, s))
 			}
 			tok.Scopes = append(tok.Scopes, httpapi.Scope(s))
 		}
@@ -322,6 +332,14 @@ func (c *Config) Validate() error {
 	}
 	if !mesh.ValidTier(c.Tier) {
 		bad("tier", "%q is not a tier: use edge, onprem or cloud", c.Tier)
+	}
+	if c.Bootstrap != "" {
+		if u, err := url.Parse(c.Bootstrap); err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+			bad("bootstrap", "%q is not an API URL: use http://HOST:PORT of an agent that holds ca_key", c.Bootstrap)
+		}
+		if c.CACertFile == "" {
+			bad("bootstrap", "needs ca_cert: the certificate the agent gets back is checked against it")
+		}
 	}
 	if _, err := parseLevel(c.LogLevel); err != nil {
 		bad("log_level", "%v", err)
@@ -477,6 +495,8 @@ func Flags(fs *flag.FlagSet) func() (Config, error) {
 	str("ca-cert", "mesh CA certificate `file` (PEM) from `strata keygen -pki`", func(c *Config, v string) { c.CACertFile = v })
 	str("ca-key", "mesh CA key `file`: the agent issues its own certificate", func(c *Config, v string) { c.CAKeyFile = v })
 	str("node-cert", "this node's certificate `file`, issued by the mesh CA to its identity key", func(c *Config, v string) { c.NodeCertFile = v })
+	str("bootstrap", "API `URL` of an agent holding ca_key, asked for this node's certificate at first start (with -bootstrap-token-file)", func(c *Config, v string) { c.Bootstrap = v })
+	str("bootstrap-token-file", "`file` holding a token with scope cert on the -bootstrap agent", func(c *Config, v string) { c.BootstrapTokenFile = v })
 	str("signing-key", "artifact signing key `file` (PEM); needed to push", func(c *Config, v string) { c.SigningKeyFile = v })
 	str("trusted-keys", "`file` of public keys (PEM) trusted to sign artifacts (default: the signing key's)", func(c *Config, v string) { c.TrustedKeysFile = v })
 	str("ort-library", "ONNX Runtime shared library `path` (default $STRATA_ORT_LIB, else found beside the binary, in ../lib/strata, .deps/onnxruntime or /usr/lib/strata)", func(c *Config, v string) { c.ORTLibrary = v })

@@ -46,7 +46,10 @@ var idEncoding = base32.StdEncoding.WithPadding(base32.NoPadding)
 
 // ID returns the node ID: 16 lower-case base32 characters of the SHA-256 of
 // the public key (80 bits), stable for the life of the key.
-func (i Identity) ID() string {
-	sum := sha256.Sum256(i.Public())
+func (i Identity) ID() string { return IDOf(i.Public()) }
+
+// IDOf is the node ID of the identity whose public key is pub.
+func IDOf(pub ed25519.PublicKey) string {
+	sum := sha256.Sum256(pub)
 	return strings.ToLower(idEncoding.EncodeToString(sum[:10]))
 }

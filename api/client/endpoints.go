@@ -362,3 +362,15 @@ func (c *Client) WhatIf(ctx context.Context, changes []string, opts ...CallOptio
 	err = c.sendBytes(ctx, http.MethodPost, "/v1/sim", nil, "application/json", body, &out, opts)
 	return out, err
 }
+
+// IssueCert asks an agent that holds the mesh CA key for a node
+// certificate: POST /v1/pki/certificates, with a token of scope cert.
+func (c *Client) IssueCert(ctx context.Context, req api.CertRequest, opts ...CallOption) (api.CertResponse, error) {
+	var res api.CertResponse
+	body, err := json.Marshal(req)
+	if err != nil {
+		return res, err
+	}
+	err = c.sendBytes(ctx, http.MethodPost, "/v1/pki/certificates", nil, "application/json", body, &res, opts)
+	return res, err
+}

@@ -50,6 +50,7 @@ func (s *Server) routes() http.Handler {
 	mux.HandleFunc("GET /v1/experiments", s.handleExperiments)
 	mux.HandleFunc("GET /v1/experiments/{name}", s.handleExperiment)
 	mux.HandleFunc("GET /v1/jobs/{name}/logs", s.handleJobLogs)
+	mux.HandleFunc("POST /v1/pki/certificates", s.handleIssueCert)
 	mux.HandleFunc("GET /v1/sim", s.handleSim)
 	mux.HandleFunc("POST /v1/sim", s.handleSim)
 	mux.Handle("GET /v1/events", s.cfg.Events)
@@ -297,6 +298,7 @@ func (s *Server) PeerRoutes() http.Handler {
 	mux := http.NewServeMux()
 	mux.HandleFunc("/v2/", s.handleV2)
 	mux.HandleFunc("GET /v1/jobs/{name}/logs", s.handleJobLogs)
+	mux.HandleFunc("POST /v1/pki/certificates", s.handleIssueCert)
 	mux.HandleFunc("GET /v1/sim", s.handleSim)
 	mux.HandleFunc("POST /v1/sim", s.handleSim)
 	return mux

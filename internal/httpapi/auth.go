@@ -23,10 +23,13 @@ const (
 	ScopeRead  Scope = "read"
 	ScopeInfer Scope = "infer"
 	ScopeWrite Scope = "write"
+	// ScopeCert lets a new node ask for its certificate from an agent
+	// that holds the CA key (bootstrap).
+	ScopeCert Scope = "cert"
 )
 
 // Scopes lists the valid scopes.
-var Scopes = []Scope{ScopeRead, ScopeInfer, ScopeWrite}
+var Scopes = []Scope{ScopeRead, ScopeInfer, ScopeWrite, ScopeCert}
 
 // Token is one API token as the agent keeps it: its SHA-256 (never the
 // token itself) and what it may do.
@@ -74,6 +77,8 @@ func (s *Server) scopeOf(r *http.Request) Scope {
 		return ScopeRead
 	case r.Method == http.MethodPost && (p == "/v1/plan" || p == "/v1/sim"):
 		return ScopeRead
+	case p == "/v1/pki/certificates":
+		return ScopeCert
 	}
 	return ScopeWrite
 }
@@ -134,7 +139,7 @@ func (s *Server) authorize(next http.Handler) http.Handler {
 			httpjson.Error(w, http.StatusForbidden, "", "this API is bound off loopback and has no tokens: set api_token or acl_tokens in the agent's config")
 			return
 		}
-		if loop && need != ScopeWrite && r.Header.Get("Authorization") == "" {
+		if loop && (need == ScopeRead || need == ScopeInfer) && r.Header.Get("Authorization") == "" {
 			next.ServeHTTP(w, r)
 			return
 		}

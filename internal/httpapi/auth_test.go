@@ -18,7 +18,7 @@ func TestAuthorize(t *testing.T) {
 		return s.authorize(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { w.WriteHeader(http.StatusTeapot) }))
 	}
 	const ok = http.StatusTeapot
-	tokens := map[string][]Scope{"reader": {ScopeRead}, "caller": {ScopeInfer}, "admin": Scopes}
+	tokens := map[string][]Scope{"reader": {ScopeRead}, "caller": {ScopeInfer}, "admin": Scopes, "newcomer": {ScopeCert}}
 	cases := []struct {
 		name, addr, method, path, auth string
 		tokens                         map[string][]Scope
@@ -43,6 +43,10 @@ func TestAuthorize(t *testing.T) {
 		{"off loopback: health needs no token", "0.0.0.0:7470", "GET", "/v1/health", "", tokens, ok},
 		{"loopback with tokens: reads stay open", "127.0.0.1:7470", "GET", "/v1/nodes", "", tokens, ok},
 		{"loopback with tokens: writes need one", "127.0.0.1:7470", "POST", "/v1/policies", "", tokens, http.StatusUnauthorized},
+		{"loopback with tokens: certificates need one", "127.0.0.1:7470", "POST", "/v1/pki/certificates", "", tokens, http.StatusUnauthorized},
+		{"off loopback: cert scope gets a certificate", "0.0.0.0:7470", "POST", "/v1/pki/certificates", "Bearer newcomer", tokens, ok},
+		{"off loopback: cert scope cannot apply", "0.0.0.0:7470", "POST", "/v1/policies", "Bearer newcomer", tokens, http.StatusForbidden},
+		{"off loopback: read scope cannot get a certificate", "0.0.0.0:7470", "POST", "/v1/pki/certificates", "Bearer reader", tokens, http.StatusForbidden},
 		{"loopback with tokens: a bad token is refused even for reads", "127.0.0.1:7470", "GET", "/v1/nodes", "Bearer nope", tokens, http.StatusUnauthorized},
 	}
 	for _, tc := range cases {

@@ -17,6 +17,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/strata-mesh/strata/api"
 	"github.com/strata-mesh/strata/internal/artifacts"
 	"github.com/strata-mesh/strata/internal/catalog"
 	"github.com/strata-mesh/strata/internal/serving"
@@ -59,6 +60,9 @@ type Config struct {
 	CheckModel func(name, version string, model []byte) error
 	// Compile turns an applied policy into a placement request (plan).
 	Compile func(catalog.Policy) (*placement.Request, error)
+	// IssueCert issues a node certificate (POST /v1/pki/certificates);
+	// nil when this agent holds no CA key.
+	IssueCert func(api.CertRequest) ([]byte, error)
 	// Registry is gathered at /metrics.
 	Registry prometheus.Gatherer
 	// Tokens are the API's tokens with their scopes. Without any, a

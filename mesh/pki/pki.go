@@ -97,6 +97,15 @@ func IssueNodeCert(caCertPEM, caKeyPEM []byte, nodeKey ed25519.PrivateKey, nodeN
 	if len(nodeKey) != ed25519.PrivateKeySize {
 		return nil, ErrNotEd25519
 	}
+	return IssueNodeCertFor(caCertPEM, caKeyPEM, nodeKey.Public().(ed25519.PublicKey), nodeName, hosts)
+}
+
+// IssueNodeCertFor is IssueNodeCert for a node known by its public key
+// only: a node that asked a CA holder for its certificate (bootstrap).
+func IssueNodeCertFor(caCertPEM, caKeyPEM []byte, nodeKey ed25519.PublicKey, nodeName string, hosts []string) ([]byte, error) {
+	if len(nodeKey) != ed25519.PublicKeySize {
+		return nil, ErrNotEd25519
+	}
 	if nodeName == "" {
 		return nil, errors.New("pki: node name is required")
 	}
@@ -132,11 +141,38 @@ func IssueNodeCert(caCertPEM, caKeyPEM []byte, nodeKey ed25519.PrivateKey, nodeN
 			tmpl.DNSNames = append(tmpl.DNSNames, h)
 		}
 	}
-	der, err := x509.CreateCertificate(rand.Reader, tmpl, caCert, nodeKey.Public(), caKey)
+	der, err := x509.CreateCertificate(rand.Reader, tmpl, caCert, nodeKey, caKey)
 	if err != nil {
 		return nil, fmt.Errorf("pki: create node certificate: %w", err)
 	}
 	return EncodeCert(der), nil
+}
+
+// CheckNodeCert checks that certPEM is a node certificate the CA issued to
+// nodeKey under nodeName, good now: what a node that asked for its
+// certificate checks before it uses the answer.
+func CheckNodeCert(caCertPEM, certPEM []byte, nodeKey ed25519.PublicKey, nodeName string) error {
+	ca, err := DecodeCert(caCertPEM)
+	if err != nil {
+		return fmt.Errorf("pki: CA certificate: %w", err)
+	}
+	cert, err := DecodeCert(certPEM)
+	if err != nil {
+		return fmt.Errorf("pki: node certificate: %w", err)
+	}
+	pool := x509.NewCertPool()
+	pool.AddCert(ca)
+	if _, err := cert.Verify(x509.VerifyOptions{Roots: pool, KeyUsages: []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth}}); err != nil {
+		return fmt.Errorf("pki: node certificate not issued by this mesh's CA: %w", err)
+	}
+	pub, ok := cert.PublicKey.(ed25519.PublicKey)
+	if !ok || !pub.Equal(nodeKey) {
+		return errors.New("pki: node certificate is for another key")
+	}
+	if cert.Subject.CommonName != nodeName {
+		return fmt.Errorf("pki: node certificate is for %q, not %q", cert.Subject.CommonName, nodeName)
+	}
+	return nil
 }
 
 // NewSigningKey makes an ed25519 key for signing artifact manifests.

@@ -1,0 +1,20 @@
+package api
+
+// CertRequest asks a CA holder for a node certificate (POST
+// /v1/pki/certificates, scope cert): a new agent bootstrapping into the
+// mesh without a copy of the CA key.
+type CertRequest struct {
+	// Name is the node name the certificate is for.
+	Name string `json:"name"`
+	// PublicKey is the node's ed25519 identity key, PEM encoded.
+	PublicKey string `json:"public_key"`
+	// Hosts are addresses or DNS names the node serves the data plane on.
+	Hosts []string `json:"hosts,omitempty"`
+}
+
+// CertResponse is the certificate issued: PEM, signed by the mesh CA.
+type CertResponse struct {
+	Certificate string `json:"certificate"`
+	// IssuedBy is the name of the agent that issued it.
+	IssuedBy string `json:"issued_by"`
+}
