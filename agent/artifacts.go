@@ -1,6 +1,7 @@
 package agent
 
 import (
+	"cmp"
 	"context"
 	"crypto/ed25519"
 	"errors"
@@ -237,7 +238,7 @@ func (a *Agent) issueNodeCert(p PKI, req api.CertRequest) ([]byte, error) {
 // certificate, with the token in bootstrap_token(_file), and checks that
 // the mesh CA issued it to this node's key and name.
 func (a *Agent) bootstrapCert(caCert []byte, hosts []string) ([]byte, error) {
-	token := a.cfg.BootstrapToken
+	token := cmp.Or(a.cfg.BootstrapToken, os.Getenv("STRATA_BOOTSTRAP_TOKEN"))
 	if token == "" && a.cfg.BootstrapTokenFile != "" {
 		b, err := os.ReadFile(a.cfg.BootstrapTokenFile)
 		if err != nil {
@@ -246,7 +247,7 @@ func (a *Agent) bootstrapCert(caCert []byte, hosts []string) ([]byte, error) {
 		token = strings.TrimSpace(string(b))
 	}
 	if token == "" {
-		return nil, errors.New("bootstrap: set bootstrap_token_file (a token with scope cert on the bootstrap agent)")
+		return nil, errors.New("bootstrap: set bootstrap_token_file or $STRATA_BOOTSTRAP_TOKEN (a token with scope cert on the bootstrap agent)")
 	}
 	pub, err := pki.EncodePublicKey(a.id.Public())
 	if err != nil {

@@ -112,8 +112,8 @@ type Config struct {
 	// asks it for a node certificate, presenting BootstrapToken (a token
 	// with scope cert there), so ca_key stays on a few hosts.
 	Bootstrap string `yaml:"bootstrap"`
-	// BootstrapToken is that token; BootstrapTokenFile holds it (read at
-	// start).
+	// BootstrapToken is that token; BootstrapTokenFile holds it, or
+	// $STRATA_BOOTSTRAP_TOKEN (read at first start only).
 	BootstrapToken     string `yaml:"bootstrap_token"`
 	BootstrapTokenFile string `yaml:"bootstrap_token_file"`
 	// SigningKeyFile is the ed25519 key (PEM) this agent signs published

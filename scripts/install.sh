@@ -5,7 +5,13 @@
 #       --join 10.0.0.1:7946 --gossip-key-file ./gossip.key \
 #       [--api-token-file ./api.token] [--name gpu-07] [--bind 0.0.0.0:7946] \
 #       [--api 127.0.0.1:7470] [--region eu-west] [--controller true|false] \
-#       [--label k=v]... [--no-start]
+#       [--label k=v]... [--no-start] \
+#       [--ca-cert ca.crt --trusted-keys signing.pub \
+#        --bootstrap http://10.0.0.1:7470 --bootstrap-token-file ./cert.token]
+#
+# With --ca-cert the agent runs the data plane (artifacts, forwarded
+# inference); --bootstrap names an agent that holds the CA key, which issues
+# this node's certificate at its first start for the token (scope cert).
 #
 # It installs the package (dpkg -i; skipped without --deb when strata is
 # already installed), writes /etc/strata/agent.yaml from the flags (the old
@@ -20,6 +26,7 @@ log() { echo "install: $*" >&2; }
 
 deb="" name="" site="" tier="" region="" bind="" api="" controller=""
 gossip_key_file="" api_token_file="" start=1
+ca_cert="" trusted_keys="" bootstrap="" bootstrap_token_file=""
 joins=() labels=()
 conf_dir=${STRATA_CONF_DIR:-/etc/strata}
 
@@ -37,8 +44,12 @@ while [ $# -gt 0 ]; do
 	--label) labels+=("$2"); shift 2 ;;
 	--gossip-key-file) gossip_key_file=$2; shift 2 ;;
 	--api-token-file) api_token_file=$2; shift 2 ;;
+	--ca-cert) ca_cert=$2; shift 2 ;;
+	--trusted-keys) trusted_keys=$2; shift 2 ;;
+	--bootstrap) bootstrap=$2; shift 2 ;;
+	--bootstrap-token-file) bootstrap_token_file=$2; shift 2 ;;
 	--no-start) start=0; shift ;;
-	-h | --help) sed -n '2,16p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+	-h | --help) sed -n '2,23p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
 	*) die "unknown argument $1 (see --help)" ;;
 	esac
 done
@@ -46,9 +57,13 @@ done
 [ "$(id -u)" -eq 0 ] || die "run as root (sudo $0 ...)"
 case "$tier" in "" | edge | onprem | cloud) ;; *) die "--tier $tier: use edge, onprem or cloud" ;; esac
 case "$controller" in "" | true | false) ;; *) die "--controller $controller: use true or false" ;; esac
-for f in "$gossip_key_file" "$api_token_file"; do
+for f in "$gossip_key_file" "$api_token_file" "$ca_cert" "$trusted_keys" "$bootstrap_token_file"; do
 	[ -z "$f" ] || [ -r "$f" ] || die "cannot read $f"
 done
+if [ -n "$bootstrap" ]; then
+	[ -n "$ca_cert" ] || die "--bootstrap needs --ca-cert (the certificate it gets is checked against it)"
+	[ -n "$bootstrap_token_file" ] || die "--bootstrap needs --bootstrap-token-file (a token with scope cert there)"
+fi
 for l in "${labels[@]}"; do
 	[[ "$l" == ?*=* ]] || die "--label $l: use k=v"
 done
@@ -76,6 +91,12 @@ fi
 if [ -n "$api_token_file" ]; then
 	install -m 0600 -o root -g root "$api_token_file" "$conf_dir/credentials/api-token"
 fi
+if [ -n "$bootstrap_token_file" ]; then
+	install -m 0600 -o root -g root "$bootstrap_token_file" "$conf_dir/credentials/bootstrap-token"
+fi
+# Public: the mesh CA's certificate and the artifact signers' keys.
+[ -z "$ca_cert" ] || install -m 0644 -o root -g root "$ca_cert" "$conf_dir/ca.crt"
+[ -z "$trusted_keys" ] || install -m 0644 -o root -g root "$trusted_keys" "$conf_dir/signing.pub"
 
 yaml_str() { printf '"%s"' "$(printf '%s' "$1" | sed 's/\\/\\\\/g; s/"/\\"/g')"; }
 
@@ -104,6 +125,13 @@ tmp=$(mktemp "$conf_dir/.agent.yaml.XXXXXX")
 	[ -n "$controller" ] && echo "controller: $controller"
 	[ -f "$conf_dir/credentials/gossip-key" ] && echo "gossip_key_file: $cred_dir/strata_gossip-key"
 	[ -f "$conf_dir/credentials/api-token" ] && echo "api_token_file: $cred_dir/strata_api-token"
+	[ -n "$ca_cert" ] && echo "ca_cert: $conf_dir/ca.crt"
+	[ -n "$trusted_keys" ] && echo "trusted_keys: $conf_dir/signing.pub"
+	if [ -n "$bootstrap" ]; then
+		echo "bootstrap: $(yaml_str "$bootstrap")"
+		# Without systemd the token comes in $STRATA_BOOTSTRAP_TOKEN.
+		[ $systemd -eq 1 ] && echo "bootstrap_token_file: $cred_dir/strata_bootstrap-token"
+	fi
 	echo "ort_library: /usr/lib/strata/libonnxruntime.so.1"
 	echo "log_level: info"
 } >"$tmp"
@@ -135,5 +163,6 @@ fi
 env_args=""
 [ -f "$conf_dir/credentials/gossip-key" ] && env_args+=" STRATA_GOSSIP_KEY=\"\$(cat $conf_dir/credentials/gossip-key)\""
 [ -f "$conf_dir/credentials/api-token" ] && env_args+=" STRATA_API_TOKEN=\"\$(cat $conf_dir/credentials/api-token)\""
+[ -n "$bootstrap" ] && env_args+=" STRATA_BOOTSTRAP_TOKEN=\"\$(cat $conf_dir/credentials/bootstrap-token)\""
 log "systemd is not running here; start the agent as the strata user with:"
 echo "  install -d -o strata -g strata -m 0750 /var/lib/strata && cd /var/lib/strata && env${env_args} runuser -u strata -- /usr/bin/strata agent -config $conf"
