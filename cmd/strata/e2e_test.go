@@ -2,6 +2,7 @@ package main
 
 import (
 	"bytes"
+	"cmp"
 	"crypto/sha256"
 	"encoding/base64"
 	"encoding/json"
@@ -63,6 +64,9 @@ func freePort(t *testing.T) int {
 type proc struct {
 	name, dir, api, gossip string
 	args                   []string
+	// bin is the strata binary it runs; default the one built from this
+	// tree.
+	bin string
 	cmd                    *exec.Cmd
 	log                    *bytes.Buffer
 }
@@ -79,7 +83,7 @@ func gossipKey(t *testing.T) string {
 func startAgent(t *testing.T, p *proc) {
 	t.Helper()
 	p.log = &bytes.Buffer{}
-	p.cmd = exec.Command(strataBin, append([]string{"agent", "-name", p.name, "-data-dir", p.dir, "-api", p.api, "-bind", p.gossip,
+	p.cmd = exec.Command(cmp.Or(p.bin, strataBin), append([]string{"agent", "-name", p.name, "-data-dir", p.dir, "-api", p.api, "-bind", p.gossip,
 		"-gossip-key", gossipKey(t), "-disable-nvml", "-log-level", "warn"}, p.args...)...)
 	p.cmd.Stdout, p.cmd.Stderr = p.log, p.log
 	if err := p.cmd.Start(); err != nil {

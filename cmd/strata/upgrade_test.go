@@ -1,0 +1,242 @@
+package main
+
+import (
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"io"
+	"math"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/strata-mesh/strata/mesh"
+	"github.com/strata-mesh/strata/mesh/meshtest"
+	"github.com/strata-mesh/strata/trainer/onnx"
+)
+
+// upgradeFrom is the version a rolling upgrade starts from: the last one
+// that landed before the features this tree adds to records (state it must
+// read, agents it must serve beside). STRATA_UPGRADE_FROM overrides it.
+const upgradeFrom = "dd629e4"
+
+// TestRollingUpgrade builds the strata of upgradeFrom from this
+// repository's history, runs a mesh of three of its agents serving a model,
+// and upgrades them one by one to this tree's binary (each leaves, starts
+// again on its data dir, rejoins) while a client keeps sending inference
+// requests to the agents that are up, as a load balancer that drains the
+// one being upgraded would. No request may fail, and no agent, old or new,
+// may reject a record the other version wrote.
+func TestRollingUpgrade(t *testing.T) {
+	if testing.Short() {
+		t.Skip("builds the previous version of strata")
+	}
+	if os.Getenv("STRATA_ORT_LIB") == "" {
+		t.Skip("STRATA_ORT_LIB is not set: run `make setup-ort`")
+	}
+	from := os.Getenv("STRATA_UPGRADE_FROM")
+	if from == "" {
+		from = upgradeFrom
+	}
+	old := buildAt(t, from)
+
+	dir := t.TempDir()
+	keys := filepath.Join(dir, "pki")
+	if _, err := cli(t, "unused", "keygen", "-pki", keys); err != nil {
+		t.Fatal(err)
+	}
+	var ps []*proc
+	for i := range 3 {
+		p := &proc{name: fmt.Sprintf("u%d", i), dir: filepath.Join(dir, fmt.Sprint(i)), bin: old,
+			api: fmt.Sprintf("127.0.0.1:%d", freePort(t)), gossip: fmt.Sprintf("127.0.0.1:%d", freePort(t)),
+			args: []string{"-data-addr", fmt.Sprintf("127.0.0.1:%d", freePort(t)),
+				"-ca-cert", filepath.Join(keys, "ca.crt"), "-ca-key", filepath.Join(keys, "ca.key"),
+				"-signing-key", filepath.Join(keys, "signing.key"), "-trusted-keys", filepath.Join(keys, "signing.pub")}}
+		if i > 0 {
+			p.args = append(p.args, "-join", ps[0].gossip)
+		}
+		startAgent(t, p)
+		ps = append(ps, p)
+	}
+	defer func() {
+		if t.Failed() {
+			for _, p := range ps {
+				t.Logf("%s log:\n%s", p.name, p.log)
+			}
+		}
+	}()
+	allAlive := func() bool {
+		for _, p := range ps {
+			n := 0
+			for _, m := range membersOf(t, p.api) {
+				if m.Status == mesh.StatusAlive {
+					n++
+				}
+			}
+			if n != 3 {
+				return false
+			}
+		}
+		return true
+	}
+	meshtest.WaitFor(t, 30*time.Second, "three agents of "+from, allAlive)
+
+	b, layers, err := onnx.RandomMLP(11, 4, 16, 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	model := filepath.Join(dir, "model.onnx")
+	os.WriteFile(model, b, 0o600)
+	if out, err := cli(t, ps[0].api, "push", model, "--name", "scorer", "--version", "1"); err != nil {
+		t.Fatalf("push: %v\n%s", err, out)
+	}
+	svc := filepath.Join(dir, "svc.yaml")
+	os.WriteFile(svc, []byte("apiVersion: strata/v1\nkind: InferenceService\nmetadata: {name: scorer}\nspec:\n  model: {name: scorer, version: \"1\"}\n  replicas: 2\n  resources: {cpu: 10m, memory: 16Mi}\n"), 0o600)
+	if out, err := cli(t, ps[1].api, "apply", "-f", svc); err != nil {
+		t.Fatalf("apply: %v\n%s", err, out)
+	}
+	x := []float32{0.5, -1, 2, 0.25}
+	want := onnx.Predict(layers, x, 1)[0]
+	req, _ := json.Marshal(map[string]any{"inputs": []map[string]any{{"name": "input", "shape": []int{1, 4}, "datatype": "FP32", "data": x}}})
+	infer := func(p *proc) error {
+		code, body := httpPost(t, "http://"+p.api+"/v2/models/scorer/infer", req)
+		var resp struct {
+			Outputs []struct {
+				Data []float64 `json:"data"`
+			} `json:"outputs"`
+		}
+		if code != http.StatusOK || json.Unmarshal(body, &resp) != nil || len(resp.Outputs) != 1 || len(resp.Outputs[0].Data) != 1 {
+			return fmt.Errorf("%s: %d %s", p.name, code, body)
+		}
+		if got := resp.Outputs[0].Data[0]; math.Abs(got-float64(want)) > 1e-4 {
+			return fmt.Errorf("%s answered %v, want %v", p.name, got, want)
+		}
+		return nil
+	}
+	servedEverywhere := func() bool {
+		for _, p := range ps {
+			if infer(p) != nil {
+				return false
+			}
+		}
+		return true
+	}
+	meshtest.WaitFor(t, time.Minute, "scorer served through every agent", servedEverywhere)
+
+	// The client: round robin over the agents that are up, as a load
+	// balancer that drains an agent before it is upgraded.
+	var draining atomic.Int32
+	draining.Store(-1)
+	var sent, failed atomic.Int64
+	var failures []string
+	var mu sync.Mutex
+	stop := make(chan struct{})
+	var wg sync.WaitGroup
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		for i := 0; ; i++ {
+			select {
+			case <-stop:
+				return
+			case <-time.After(20 * time.Millisecond): // pacing the client
+			}
+			k := i % len(ps)
+			if int32(k) == draining.Load() {
+				continue
+			}
+			sent.Add(1)
+			if err := infer(ps[k]); err != nil {
+				failed.Add(1)
+				mu.Lock()
+				failures = append(failures, err.Error())
+				mu.Unlock()
+			}
+		}
+	}()
+
+	start := time.Now()
+	for i, p := range ps {
+		// Still the old version: it read what the upgraded ones wrote.
+		if n := metricSum(t, p, "strata_catalog_decode_errors_total"); n != 0 {
+			t.Errorf("%s (%s) rejected %v catalog records written beside upgraded agents", p.name, from, n)
+		}
+		draining.Store(int32(i))
+		time.Sleep(200 * time.Millisecond) // a request already sent to it ends
+		p.cmd.Process.Signal(syscall.SIGTERM)
+		p.cmd.Wait()
+		p.bin = ""
+		startAgent(t, p)
+		meshtest.WaitFor(t, time.Minute, p.name+" upgraded, alive everywhere and serving", func() bool {
+			return allAlive() && servedEverywhere()
+		})
+		draining.Store(-1)
+		t.Logf("%s upgraded after %s; %d requests so far, %d failed", p.name, time.Since(start).Round(time.Millisecond), sent.Load(), failed.Load())
+	}
+	time.Sleep(time.Second) // requests across the upgraded mesh
+	close(stop)
+	wg.Wait()
+	t.Logf("rolling upgrade from %s: %d requests, %d failed, in %s", from, sent.Load(), failed.Load(), time.Since(start).Round(time.Millisecond))
+	if failed.Load() > 0 {
+		t.Errorf("%d of %d requests failed during the upgrade: %v", failed.Load(), sent.Load(), failures)
+	}
+	for _, p := range ps {
+		if n := metricSum(t, p, "strata_catalog_decode_errors_total"); n != 0 {
+			t.Errorf("%s rejected %v catalog records", p.name, n)
+		}
+	}
+}
+
+// buildAt builds cmd/strata as it was at commit, from this repository's
+// history, and returns the binary's path.
+func buildAt(t *testing.T, commit string) string {
+	t.Helper()
+	src := t.TempDir()
+	archive := exec.Command("git", "archive", "--format=tar", commit)
+	archive.Dir = "../.." // the repository's root: the whole tree
+	var tarball, stderr bytes.Buffer
+	archive.Stdout, archive.Stderr = &tarball, &stderr
+	if err := archive.Run(); err != nil {
+		t.Skipf("no commit %s in this checkout's history (a shallow clone?): %v %s", commit, err, stderr.String())
+	}
+	untar := exec.Command("tar", "-x", "-C", src)
+	untar.Stdin = &tarball
+	if out, err := untar.CombinedOutput(); err != nil {
+		t.Fatalf("untar %s: %v\n%s", commit, err, out)
+	}
+	bin := filepath.Join(t.TempDir(), "strata-"+commit)
+	build := exec.Command("go", "build", "-o", bin, "./cmd/strata")
+	build.Dir = src
+	if out, err := build.CombinedOutput(); err != nil {
+		t.Fatalf("building strata at %s: %v\n%s", commit, err, out)
+	}
+	return bin
+}
+
+// metricSum is the sum of an agent's samples of a metric (every label).
+func metricSum(t *testing.T, p *proc, name string) float64 {
+	resp, err := http.Get("http://" + p.api + "/metrics")
+	if err != nil {
+		t.Errorf("%s /metrics: %v", p.name, err)
+		return 0
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	sum := 0.0
+	for _, line := range strings.Split(string(b), "\n") {
+		if rest, ok := strings.CutPrefix(line, name); ok && (strings.HasPrefix(rest, " ") || strings.HasPrefix(rest, "{")) {
+			f := strings.Fields(rest)
+			v, _ := strconv.ParseFloat(f[len(f)-1], 64)
+			sum += v
+		}
+	}
+	return sum
+}
