@@ -3,9 +3,12 @@ package infer
 import (
 	"bytes"
 	"encoding/json"
+	"fmt"
 	"net/http"
 	"net/http/httptest"
 	"testing"
+
+	"github.com/strata-mesh/strata/trainer/onnx"
 )
 
 // FuzzTensorData: JSON tensor data and binary tensor bytes of any shape
@@ -52,6 +55,33 @@ func FuzzInferHTTP(f *testing.F) {
 		h.ServeHTTP(rec, req)
 		if rec.Code != http.StatusOK && !json.Valid(rec.Body.Bytes()) {
 			t.Fatalf("status %d with a body that is not JSON: %q", rec.Code, rec.Body.Bytes())
+		}
+	})
+}
+
+// FuzzDescribe: the ONNX reader that checks a pushed model (its operator
+// sets, producer, inputs and outputs) reads any bytes or fails, never
+// panics; and every model the trainer's ONNX writer makes, of any layer
+// sizes, reads back with its input and output.
+func FuzzDescribe(f *testing.F) {
+	m := newMLP(f, 1, 3, 4, 2)
+	f.Add(m.model, uint8(0), uint8(0))
+	f.Add(m.model[:len(m.model)/2], uint8(0), uint8(0))
+	f.Add([]byte{0x3a, 0x02, 0x62, 0x00}, uint8(0), uint8(0)) // a graph with an empty output
+	f.Add([]byte{}, uint8(3), uint8(5))
+	f.Fuzz(func(t *testing.T, model []byte, in, out uint8) {
+		_, _ = Opsets(model)
+		_, _ = Describe(model)
+		// The writer: sizes 1..16 in and out, one hidden layer.
+		sizes := []int{1 + int(in%16), 1 + int((in/16)%16), 1 + int(out%16)}
+		b, _, err := onnx.RandomMLP(int64(in)<<8|int64(out), sizes...)
+		if err != nil {
+			t.Fatalf("RandomMLP%v: %v", sizes, err)
+		}
+		d, err := Describe(b)
+		wantIn, wantOut := fmt.Sprintf("input FP32[?,%d]", sizes[0]), fmt.Sprintf("output FP32[?,%d]", sizes[2])
+		if err != nil || len(d.Inputs) != 1 || d.Inputs[0] != wantIn || len(d.Outputs) != 1 || d.Outputs[0] != wantOut || d.Opsets["ai.onnx"] == 0 {
+			t.Fatalf("the writer's model for sizes %v reads back as %+v, %v; want %s and %s", sizes, d, err, wantIn, wantOut)
 		}
 	})
 }
