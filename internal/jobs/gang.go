@@ -562,19 +562,27 @@ func (m *gangMember) step(ctx context.Context, g catalog.Gang) bool {
 	return false
 }
 
-// dataLag bounds how long a member waits for the job's data to show up
-// here (its manifest, or a holder in the nodes' documents) before it
-// reports the data missing (a variable for tests).
-var dataLag = 30 * time.Second
+// DefaultDataLag is Config.DataLag's default.
+const DefaultDataLag = 30 * time.Second
+
+// dataLag bounds how long a job waits for its data and code to show up
+// here (their manifests, or a holder in the nodes' documents) before it
+// reports them missing.
+func (j *Runner) dataLag() time.Duration {
+	if j.cfg.DataLag > 0 {
+		return j.cfg.DataLag
+	}
+	return DefaultDataLag
+}
 
 // prepare pulls the job's data once for every attempt. Data not found here
 // yet, or with no holder known yet, is waited for (replication lag), up to
-// dataLag.
+// the runner's dataLag.
 func (m *gangMember) prepare(ctx context.Context) (trainer.Job, error) {
 	jr := catalog.Job{Name: m.rec.Name, Key: m.rec.Key, Launcher: launcherOf(m.spec)}
 	var job trainer.Job
 	var err error
-	wctx, cancel := context.WithTimeout(ctx, dataLag)
+	wctx, cancel := context.WithTimeout(ctx, m.j.dataLag())
 	defer cancel()
 	_ = m.j.until(wctx, func() bool {
 		job, _, err = m.j.prepare(ctx, jr, m.spec, m.dir)

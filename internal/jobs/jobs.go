@@ -70,6 +70,10 @@ type Config struct {
 	Catalog       *catalog.Catalog
 	Artifacts     Artifacts
 	Logger        *slog.Logger
+	// DataLag bounds how long a job waits for data and code named in its
+	// spec to replicate here before it reports them missing. Default
+	// DefaultDataLag.
+	DataLag time.Duration
 }
 
 // Runner starts the training jobs whose rank 0 this node admitted and
@@ -220,6 +224,8 @@ func (j *Runner) start(ctx context.Context, rec catalog.Placement, lj *localJob)
 	spec := doc.TrainingJob
 	jr.RetrainOf = doc.Metadata.Labels[catalog.LabelRetrainOf]
 	jr.Launcher = launcherOf(spec)
+	j.write(jr)
+	j.awaitRefs(ctx, spec)
 	jr.Data = j.pinData(spec)
 	jr.Code = j.pinCode(spec)
 	j.write(jr)
@@ -370,6 +376,29 @@ func (j *Runner) lookupData(d policy.DataRef) (storage.Manifest, error) {
 	}
 	name, version, _ := strings.Cut(d.Dataset, ":")
 	return j.cfg.Artifacts.Lookup(storage.KindDataset, name, version)
+}
+
+// awaitRefs waits, up to the runner's dataLag, until the job's data and code resolve
+// here: they may have been pushed to another agent moments before the job
+// was applied, their manifests still on their way (a job pinned without
+// them would lose them from its lineage). What does not resolve by then is
+// left to the fetch, which says why.
+func (j *Runner) awaitRefs(ctx context.Context, spec *policy.TrainingJobSpec) {
+	wctx, cancel := context.WithTimeout(ctx, j.dataLag())
+	defer cancel()
+	_ = j.until(wctx, func() bool {
+		for _, d := range spec.Data {
+			if _, err := j.lookupData(d); err != nil {
+				return false
+			}
+		}
+		if spec.Code != "" {
+			if _, err := j.lookupCode(spec.Code); err != nil {
+				return false
+			}
+		}
+		return true
+	})
 }
 
 // pinCode resolves the job's code reference and pins spec to its digest,

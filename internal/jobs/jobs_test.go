@@ -7,6 +7,7 @@ import (
 	"os"
 	"slices"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -77,7 +78,7 @@ func TestPlacementBeforeItsPolicyWaits(t *testing.T) {
 	}
 	owner.Deliver(runner, "placements/TrainingJob/retrain-1")
 
-	r := New(Config{Name: "gpu-2", DataDir: t.TempDir(), Catalog: runnerCat, Artifacts: noArtifacts{},
+	r := New(Config{Name: "gpu-2", DataDir: t.TempDir(), Catalog: runnerCat, Artifacts: noArtifacts{}, DataLag: 100 * time.Millisecond,
 		Mesh: fakeMesh{local: mesh.NodeState{Assignments: []mesh.Assignment{{Key: "TrainingJob/retrain-1", Epoch: 1, Accepted: true}}}}})
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
@@ -124,10 +125,7 @@ spec:
 // its share; once it has, the gang starts, and a member that cannot get
 // its data fails the attempt, then the retry, then the job.
 func TestGangWaitsForEveryAdmission(t *testing.T) {
-	// Not parallel: it shortens how long a member waits for its data.
-	saved := dataLag
-	dataLag = 100 * time.Millisecond
-	t.Cleanup(func() { dataLag = saved })
+	t.Parallel()
 	store := catalogtest.NewStore()
 	cat := catalog.New(store, nil)
 	pol, err := cat.Policies.Put(catalog.Policy{Kind: "TrainingJob", Name: "gang-1", Source: gangSource, Generation: 1})
@@ -142,7 +140,8 @@ func TestGangWaitsForEveryAdmission(t *testing.T) {
 	admitted := mesh.Assignment{Key: rec.Key, Epoch: 1, Accepted: true}
 	self := mesh.NodeState{Name: "n1", Addrs: mesh.Addrs{Gossip: "127.0.0.1:7946"}, Assignments: []mesh.Assignment{admitted}}
 	other := mesh.Node{NodeState: mesh.NodeState{Name: "n2", Addrs: mesh.Addrs{Gossip: "127.0.0.1:7947"}}, Status: mesh.StatusAlive}
-	r := New(Config{Name: "n1", DataDir: t.TempDir(), Catalog: cat, Artifacts: noArtifacts{}, Mesh: fakeMesh{local: self, nodes: []mesh.Node{other}}})
+	r := New(Config{Name: "n1", DataDir: t.TempDir(), Catalog: cat, Artifacts: noArtifacts{}, Mesh: fakeMesh{local: self, nodes: []mesh.Node{other}},
+		DataLag: 100 * time.Millisecond})
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	r.reconcile(ctx)
@@ -228,5 +227,62 @@ func TestRanksShareTheirNodesGPUs(t *testing.T) {
 		if got := procsPerNode(spec); got != c.processes {
 			t.Errorf("%s with %d ranks per node starts %d processes per node, want %d", c.launcher, c.ranks, got, c.processes)
 		}
+	}
+}
+
+// lateCode holds a code artifact whose manifest replicates here only once
+// ready is set; nothing else.
+type lateCode struct {
+	noArtifacts
+	ready *atomic.Bool
+}
+
+var lateManifest = storage.Manifest{Kind: storage.KindCode, Name: "trainer", Version: "3", Digest: "sha256:" + strings.Repeat("c", 64)}
+
+func (a lateCode) Lookup(kind storage.Kind, name, version string) (storage.Manifest, error) {
+	if kind == storage.KindCode && name == "trainer" && a.ready.Load() {
+		return lateManifest, nil
+	}
+	return a.noArtifacts.Lookup(kind, name, version)
+}
+
+// TestCodePushedJustBeforeIsPinned: a job whose code was pushed to another
+// agent a moment before it was applied starts before the code's manifest
+// reaches its node; it waits for it, so the job (and the model's lineage)
+// names the code it ran.
+func TestCodePushedJustBeforeIsPinned(t *testing.T) {
+	t.Parallel()
+	store := catalogtest.NewStore()
+	cat := catalog.New(store, nil)
+	src := "apiVersion: strata/v1\nkind: TrainingJob\nmetadata: {name: late}\nspec:\n  resources: {cpu: 100m, memory: 64Mi}\n  code: trainer\n  command: [\"true\"]\n"
+	pol, err := cat.Policies.Put(catalog.Policy{Kind: "TrainingJob", Name: "late", Source: src, Generation: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	rec := catalog.Placement{Key: "TrainingJob/late", Kind: "TrainingJob", Name: "late", Epoch: 1, Generation: 1,
+		State: catalog.StatePlaced, Nodes: []catalog.PlacedNode{{Name: "n1", Rank: 0, Admitted: true}}}
+	if _, err := cat.Placements.Put(rec, pol.Ref()); err != nil {
+		t.Fatal(err)
+	}
+	var ready atomic.Bool
+	r := New(Config{Name: "n1", DataDir: t.TempDir(), Catalog: cat, Artifacts: lateCode{ready: &ready}, DataLag: time.Minute,
+		Mesh: fakeMesh{local: mesh.NodeState{Assignments: []mesh.Assignment{{Key: "TrainingJob/late", Epoch: 1, Accepted: true}}}}})
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	r.reconcile(ctx)
+	meshtest.WaitFor(t, 10*time.Second, "the job waiting for its code", func() bool {
+		j, err := cat.Jobs.Value("late")
+		return err == nil && j.State == catalog.JobPending
+	})
+	ready.Store(true)
+	// It goes on (and fails to pull the code: this node has no data
+	// plane), with the code pinned.
+	var j catalog.Job
+	meshtest.WaitFor(t, 20*time.Second, "the job to end", func() bool {
+		j, err = cat.Jobs.Value("late")
+		return err == nil && j.Terminal()
+	})
+	if j.Code == nil || j.Code.Digest != lateManifest.Digest {
+		t.Fatalf("the job's code is %+v, want %s (error %q)", j.Code, lateManifest.Digest, j.Error)
 	}
 }
