@@ -129,7 +129,37 @@ func TestRollingUpgrade(t *testing.T) {
 		}
 		return true
 	}
-	meshtest.WaitFor(t, time.Minute, "scorer served through every agent", servedEverywhere)
+	// Healthy, as an operator checks between two hosts of a rolling
+	// upgrade: placed, both replicas serving, and an answer through every
+	// agent. (Taking down the one replica that serves while the other
+	// still loads fails requests, upgrade or not.)
+	healthy := func() bool {
+		out, err := cli(t, ps[1].api, "placements", "-o", "json")
+		var pls []struct {
+			Key   string `json:"key"`
+			State string `json:"state"`
+			Nodes []struct {
+				Replica string `json:"replica"`
+			} `json:"nodes"`
+		}
+		if err != nil || json.Unmarshal([]byte(out), &pls) != nil {
+			return false
+		}
+		for _, pl := range pls {
+			if pl.Key != "InferenceService/scorer" {
+				continue
+			}
+			serving := 0
+			for _, n := range pl.Nodes {
+				if n.Replica == "serving" {
+					serving++
+				}
+			}
+			return pl.State == "placed" && serving == 2 && servedEverywhere()
+		}
+		return false
+	}
+	meshtest.WaitFor(t, time.Minute, "scorer placed, both replicas serving", healthy)
 
 	// The client: round robin over the agents that are up, as a load
 	// balancer that drains an agent before it is upgraded.
@@ -175,8 +205,8 @@ func TestRollingUpgrade(t *testing.T) {
 		p.cmd.Wait()
 		p.bin = ""
 		startAgent(t, p)
-		meshtest.WaitFor(t, time.Minute, p.name+" upgraded, alive everywhere and serving", func() bool {
-			return allAlive() && servedEverywhere()
+		meshtest.WaitFor(t, time.Minute, p.name+" upgraded, alive everywhere, the service healthy", func() bool {
+			return allAlive() && healthy()
 		})
 		draining.Store(-1)
 		t.Logf("%s upgraded after %s; %d requests so far, %d failed", p.name, time.Since(start).Round(time.Millisecond), sent.Load(), failed.Load())
