@@ -67,8 +67,8 @@ type proc struct {
 	// bin is the strata binary it runs; default the one built from this
 	// tree.
 	bin string
-	cmd                    *exec.Cmd
-	log                    *bytes.Buffer
+	cmd *exec.Cmd
+	log *bytes.Buffer
 }
 
 // gossipKey is the gossip key of a test's agents: the same for every agent
