@@ -8,11 +8,13 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"math/rand/v2"
 	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -41,25 +43,42 @@ func TestMain(m *testing.M) {
 	os.Exit(code)
 }
 
-// freePort returns a loopback port free for both TCP and UDP right now.
+// freePort returns a loopback port free for both TCP and UDP right now,
+// for an agent process to bind a moment later. It is drawn below the
+// kernel's ephemeral range (32768 and up on Linux), from which every
+// other test's ":0" listeners and outgoing connections take theirs: a port
+// from that range, free when checked, was taken by another package's test
+// before the agent bound it (go test ./... runs packages side by side).
+// Ports handed out in this process are not handed out again.
 func freePort(t *testing.T) int {
 	t.Helper()
-	for range 20 {
-		l, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
-			t.Fatal(err)
+	portsMu.Lock()
+	defer portsMu.Unlock()
+	for range 200 {
+		port := 20000 + rand.IntN(12000)
+		if portsGiven[port] {
+			continue
 		}
-		port := l.Addr().(*net.TCPAddr).Port
+		l, err := net.Listen("tcp", fmt.Sprintf("127.0.0.1:%d", port))
+		if err != nil {
+			continue
+		}
 		u, err := net.ListenPacket("udp", fmt.Sprintf("127.0.0.1:%d", port))
 		l.Close()
 		if err == nil {
 			u.Close()
+			portsGiven[port] = true
 			return port
 		}
 	}
 	t.Fatal("no free port")
 	return 0
 }
+
+var (
+	portsMu    sync.Mutex
+	portsGiven = map[int]bool{}
+)
 
 type proc struct {
 	name, dir, api, gossip string

@@ -70,6 +70,9 @@ func TestRollingUpgrade(t *testing.T) {
 		if t.Failed() {
 			for _, p := range ps {
 				t.Logf("%s log:\n%s", p.name, p.log)
+				out, _ := cli(t, p.api, "placements")
+				ms, _ := cli(t, p.api, "members")
+				t.Logf("%s's placements:\n%s\nmembers:\n%s", p.name, out, ms)
 			}
 		}
 	}()
