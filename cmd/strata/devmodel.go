@@ -325,6 +325,20 @@ func runStory(ctx context.Context, stdout io.Writer, c *client.Client, agents []
 	if err := s.pushDataset(ctx, "2", d.dataset(true)); err != nil {
 		return fmt.Errorf("pushing the re-measured archive: %w", err)
 	}
+	// The retrain reads the newest cases on the node it runs on: the story
+	// shifts the inputs once every agent knows cases@2, as a site would
+	// publish its new archive well before the drift it explains.
+	if err := s.waitFor(ctx, 30*time.Second, "cases@2 known on every agent", func() bool {
+		for _, ag := range s.agents {
+			list, err := client.New(ag.APIAddr()).Artifacts(ctx, api.KindDataset)
+			if err != nil || !slices.ContainsFunc(list, func(x api.Artifact) bool { return x.Name == "cases" && x.Version == "2" }) {
+				return false
+			}
+		}
+		return true
+	}); err != nil {
+		return err
+	}
 	a.shift.Store(true)
 	shiftAt := time.Now()
 	s.say("edge-a replaced its imaging device: it measures mean texture +30%% and mean area +25%%; the archive re-measured on it is published as cases@2")
