@@ -55,9 +55,7 @@ func TestBattery(t *testing.T) {
 	for i := range 3 {
 		p := &proc{name: fmt.Sprintf("b%d", i), dir: t.TempDir(),
 			api: fmt.Sprintf("127.0.0.1:%d", freePort(t)), gossip: fmt.Sprintf("127.0.0.1:%d", freePort(t)),
-			args: []string{"-data-addr", fmt.Sprintf("127.0.0.1:%d", freePort(t)),
-				"-ca-cert", filepath.Join(keys, "ca.crt"), "-ca-key", filepath.Join(keys, "ca.key"),
-				"-signing-key", filepath.Join(keys, "signing.key"), "-trusted-keys", filepath.Join(keys, "signing.pub")}}
+			args: caHolderArgs(t, keys)}
 		if i > 0 {
 			p.args = append(p.args, "-join", ps[0].gossip)
 		}
@@ -350,10 +348,7 @@ func tamperedLoadRefused(t *testing.T, origin, target *proc, k int) (bool, error
 	if err := os.WriteFile(blob, b, 0o600); err != nil {
 		return false, err
 	}
-	before, err := corruptCount(target)
-	if err != nil {
-		return false, err
-	}
+	before := metricSum(t, target, "strata_artifacts_corrupt_total")
 
 	svc := filepath.Join(t.TempDir(), name+".yaml")
 	os.WriteFile(svc, []byte(fmt.Sprintf("apiVersion: strata/v1\nkind: InferenceService\nmetadata: {name: %s}\nspec:\n  model: {name: %s, version: \"1\"}\n  resources: {cpu: 10m, memory: 16Mi}\n  constraints: ['node.name == %q']\n", name, name, target.name)), 0o600)
@@ -387,8 +382,7 @@ func tamperedLoadRefused(t *testing.T, origin, target *proc, k int) (bool, error
 			return false, fmt.Errorf("%s served %v, the true model gives %v: a tampered model answered", name, got, want)
 		}
 	}
-	after, err := corruptCount(target)
-	return after > before, err
+	return metricSum(t, target, "strata_artifacts_corrupt_total") > before, nil
 }
 
 // poll calls f every 200 ms until it returns true (true) or d has passed
@@ -400,23 +394,6 @@ func poll(d time.Duration, f func() bool) bool {
 		}
 	}
 	return false
-}
-
-// corruptCount is an agent's strata_artifacts_corrupt_total.
-func corruptCount(p *proc) (int, error) {
-	resp, err := http.Get("http://" + p.api + "/metrics")
-	if err != nil {
-		return 0, err
-	}
-	defer resp.Body.Close()
-	b, err := io.ReadAll(resp.Body)
-	for _, line := range strings.Split(string(b), "\n") {
-		if v, ok := strings.CutPrefix(line, "strata_artifacts_corrupt_total "); ok {
-			n, _ := strconv.Atoi(strings.TrimSpace(v))
-			return n, err
-		}
-	}
-	return 0, err
 }
 
 // zeros reads as an endless run of zero bytes.

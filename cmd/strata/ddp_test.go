@@ -42,9 +42,7 @@ func TestPytorchDDPExample(t *testing.T) {
 	for i := range 3 {
 		p := &proc{name: fmt.Sprintf("gpu-%d", i+1), dir: filepath.Join(dir, fmt.Sprint(i)),
 			api: fmt.Sprintf("127.0.0.1:%d", freePort(t)), gossip: fmt.Sprintf("127.0.0.1:%d", freePort(t)),
-			args: []string{"-config", cfg, "-data-addr", fmt.Sprintf("127.0.0.1:%d", freePort(t)),
-				"-ca-cert", filepath.Join(keys, "ca.crt"), "-ca-key", filepath.Join(keys, "ca.key"),
-				"-signing-key", filepath.Join(keys, "signing.key"), "-trusted-keys", filepath.Join(keys, "signing.pub")}}
+			args: append([]string{"-config", cfg}, caHolderArgs(t, keys)...)}
 		if i > 0 {
 			p.args = append(p.args, "-join", ps[0].gossip)
 		}

@@ -80,6 +80,15 @@ var (
 	portsGiven = map[int]bool{}
 )
 
+// caHolderArgs are the flags of an agent with a data plane (a free port)
+// and every key `strata keygen -pki keys` wrote: the mesh CA with its key,
+// the signing key and the trusted signers.
+func caHolderArgs(t *testing.T, keys string) []string {
+	return []string{"-data-addr", fmt.Sprintf("127.0.0.1:%d", freePort(t)),
+		"-ca-cert", filepath.Join(keys, "ca.crt"), "-ca-key", filepath.Join(keys, "ca.key"),
+		"-signing-key", filepath.Join(keys, "signing.key"), "-trusted-keys", filepath.Join(keys, "signing.pub")}
+}
+
 type proc struct {
 	name, dir, api, gossip string
 	args                   []string
@@ -361,9 +370,7 @@ func TestPushPullCLI(t *testing.T) {
 	for i := range 2 {
 		p := &proc{name: fmt.Sprintf("a%d", i), dir: filepath.Join(dir, fmt.Sprint(i)),
 			api: fmt.Sprintf("127.0.0.1:%d", freePort(t)), gossip: fmt.Sprintf("127.0.0.1:%d", freePort(t)),
-			args: []string{"-data-addr", fmt.Sprintf("127.0.0.1:%d", freePort(t)),
-				"-ca-cert", filepath.Join(keys, "ca.crt"), "-ca-key", filepath.Join(keys, "ca.key"),
-				"-signing-key", filepath.Join(keys, "signing.key"), "-trusted-keys", filepath.Join(keys, "signing.pub")}}
+			args: caHolderArgs(t, keys)}
 		if i > 0 {
 			p.args = append(p.args, "-join", ps[0].gossip)
 		}

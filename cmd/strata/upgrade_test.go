@@ -62,9 +62,7 @@ func TestRollingUpgrade(t *testing.T) {
 	for i := range 3 {
 		p := &proc{name: fmt.Sprintf("u%d", i), dir: filepath.Join(dir, fmt.Sprint(i)), bin: old,
 			api: fmt.Sprintf("127.0.0.1:%d", freePort(t)), gossip: fmt.Sprintf("127.0.0.1:%d", freePort(t)),
-			args: []string{"-data-addr", fmt.Sprintf("127.0.0.1:%d", freePort(t)),
-				"-ca-cert", filepath.Join(keys, "ca.crt"), "-ca-key", filepath.Join(keys, "ca.key"),
-				"-signing-key", filepath.Join(keys, "signing.key"), "-trusted-keys", filepath.Join(keys, "signing.pub")}}
+			args: caHolderArgs(t, keys)}
 		if i > 0 {
 			p.args = append(p.args, "-join", ps[0].gossip)
 		}
@@ -171,8 +169,9 @@ func TestRollingUpgrade(t *testing.T) {
 
 	// The client: round robin over the agents that are up, as a load
 	// balancer that drains an agent before it is upgraded.
-	var draining atomic.Int32
+	var draining, asking atomic.Int32 // the agent drained; the one being asked
 	draining.Store(-1)
+	asking.Store(-1)
 	var sent, failed atomic.Int64
 	var failures []string
 	var mu sync.Mutex
@@ -187,12 +186,19 @@ func TestRollingUpgrade(t *testing.T) {
 				return
 			case <-time.After(20 * time.Millisecond): // pacing the client
 			}
+			// Claimed before the drain is read: once draining is set, a
+			// request to that agent either was claimed (and is waited for)
+			// or is not sent.
 			k := i % len(ps)
+			asking.Store(int32(k))
 			if int32(k) == draining.Load() {
+				asking.Store(-1)
 				continue
 			}
 			sent.Add(1)
-			if err := infer(ps[k]); err != nil {
+			err := infer(ps[k])
+			asking.Store(-1)
+			if err != nil {
 				failed.Add(1)
 				mu.Lock()
 				failures = append(failures, err.Error())
@@ -208,7 +214,7 @@ func TestRollingUpgrade(t *testing.T) {
 			t.Errorf("%s (%s) rejected %v catalog records written beside upgraded agents", p.name, from, n)
 		}
 		draining.Store(int32(i))
-		time.Sleep(200 * time.Millisecond) // a request already sent to it ends
+		meshtest.WaitFor(t, 30*time.Second, "the request in flight to "+p.name+" to end", func() bool { return asking.Load() != int32(i) })
 		p.cmd.Process.Signal(syscall.SIGTERM)
 		p.cmd.Wait()
 		p.bin = ""
@@ -219,7 +225,8 @@ func TestRollingUpgrade(t *testing.T) {
 		draining.Store(-1)
 		t.Logf("%s upgraded after %s; %d requests so far, %d failed", p.name, time.Since(start).Round(time.Millisecond), sent.Load(), failed.Load())
 	}
-	time.Sleep(time.Second) // requests across the upgraded mesh
+	upgraded := sent.Load()
+	meshtest.WaitFor(t, 30*time.Second, "30 requests across the upgraded mesh", func() bool { return sent.Load() >= upgraded+30 })
 	close(stop)
 	wg.Wait()
 	t.Logf("rolling upgrade from %s: %d requests, %d failed, in %s", from, sent.Load(), failed.Load(), time.Since(start).Round(time.Millisecond))
