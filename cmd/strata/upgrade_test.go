@@ -62,7 +62,7 @@ func TestRollingUpgrade(t *testing.T) {
 	for i := range 3 {
 		p := &proc{name: fmt.Sprintf("u%d", i), dir: filepath.Join(dir, fmt.Sprint(i)), bin: old,
 			api: fmt.Sprintf("127.0.0.1:%d", freePort(t)), gossip: fmt.Sprintf("127.0.0.1:%d", freePort(t)),
-			args: caHolderArgs(t, keys)}
+			args: append(caHolderArgs(t, keys), "-log-level", "info")}
 		if i > 0 {
 			p.args = append(p.args, "-join", ps[0].gossip)
 		}
@@ -76,6 +76,12 @@ func TestRollingUpgrade(t *testing.T) {
 				out, _ := cli(t, p.api, "placements")
 				ms, _ := cli(t, p.api, "members")
 				t.Logf("%s's placements:\n%s\nmembers:\n%s", p.name, out, ms)
+				if resp, err := http.Get("http://" + p.api + "/v1/nodes/" + p.name); err == nil {
+					var n mesh.Node
+					json.NewDecoder(resp.Body).Decode(&n)
+					resp.Body.Close()
+					t.Logf("%s's replicas: %+v", p.name, n.Replicas)
+				}
 			}
 		}
 	}()

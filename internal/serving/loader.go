@@ -237,7 +237,15 @@ func (s *Loader) reconcile(ctx context.Context) {
 	}
 	for key, m := range want {
 		ref := m.Name + "@" + m.Version
-		if cur, ok := s.loaded[key]; (ok && cur.digest == m.Digest) || s.loading[key] {
+		if cur, ok := s.loaded[key]; ok && cur.digest == m.Digest {
+			// Loaded already. When it was kept serving while not
+			// assigned here (make before break) and is assigned again,
+			// its replica state was dropped with the assignment: say it
+			// serves, or the placement waits for this replica forever.
+			s.setReplica(key, ref, mesh.ReplicaServing, "", 0)
+			continue
+		}
+		if s.loading[key] {
 			continue
 		}
 		r := s.replicas[key]

@@ -1,0 +1,156 @@
+package serving
+
+import (
+	"context"
+	"slices"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/strata-mesh/strata/internal/catalog"
+	"github.com/strata-mesh/strata/internal/catalog/catalogtest"
+	"github.com/strata-mesh/strata/mesh"
+	"github.com/strata-mesh/strata/mesh/dataplane"
+	"github.com/strata-mesh/strata/storage"
+)
+
+// localMesh is this node's document and the other nodes', in memory.
+type localMesh struct {
+	mu     sync.Mutex
+	self   mesh.NodeState
+	others map[string]mesh.Node
+}
+
+func (m *localMesh) Name() string { return m.self.Name }
+func (m *localMesh) Local() mesh.NodeState {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return m.self.Clone()
+}
+func (m *localMesh) Node(name string) (mesh.Node, error) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if name == m.self.Name {
+		return mesh.Node{NodeState: m.self.Clone(), Status: mesh.StatusAlive}, nil
+	}
+	n, ok := m.others[name]
+	if !ok {
+		return mesh.Node{}, mesh.ErrUnknownNode
+	}
+	return n, nil
+}
+func (m *localMesh) Update(fn func(*mesh.NodeState)) error {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	fn(&m.self)
+	return nil
+}
+func (m *localMesh) Changed() <-chan struct{} { return make(chan struct{}) }
+
+// oneModel is an artifact store that holds one model's bytes.
+type oneModel struct{ m storage.Manifest }
+
+func (a oneModel) Enabled() bool { return true }
+func (a oneModel) Lookup(kind storage.Kind, name, version string) (storage.Manifest, error) {
+	return a.m, nil
+}
+func (a oneModel) ByDigest(string, ...storage.Kind) (storage.Manifest, error) { return a.m, nil }
+func (a oneModel) Has(string) bool                                            { return true }
+func (a oneModel) Pull(context.Context, storage.Manifest, func(dataplane.TransferStatus)) (dataplane.PullResult, error) {
+	return dataplane.PullResult{}, nil
+}
+func (a oneModel) Bytes(storage.Manifest) ([]byte, error) { return []byte("onnx"), nil }
+
+type loads struct {
+	mu     sync.Mutex
+	loaded []string
+}
+
+func (l *loads) Load(_ context.Context, name, version string, _ []byte) error {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.loaded = append(l.loaded, name+"@"+version)
+	return nil
+}
+func (l *loads) Unload(name, version string) error {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.loaded = slices.DeleteFunc(l.loaded, func(s string) bool { return s == name+"@"+version })
+	return nil
+}
+
+// TestReplicaReassignedWhileKept: a model kept serving after its
+// assignment moved away (make before break, while the new node still
+// loads) and then assigned here again reports its replica serving. It
+// reported nothing, and the placement waited on "1 of 2 replicas serving"
+// for good (found by the rolling-upgrade test: a node restarted, the
+// service was placed around it and back).
+func TestReplicaReassignedWhileKept(t *testing.T) {
+	t.Parallel()
+	const key = "InferenceService/scorer"
+	cat := catalog.New(catalogtest.NewStore(), nil)
+	if _, err := cat.Policies.Put(catalog.Policy{Kind: "InferenceService", Name: "scorer", Generation: 1,
+		Source: "apiVersion: strata/v1\nkind: InferenceService\nmetadata: {name: scorer}\nspec:\n  model: {name: scorer, version: \"1\"}\n  replicas: 2\n"}); err != nil {
+		t.Fatal(err)
+	}
+	// The other replica's node has not loaded the model yet.
+	if _, err := cat.Placements.Put(catalog.Placement{Key: key, Kind: "InferenceService", Name: "scorer", State: catalog.StatePlaced,
+		Nodes: []catalog.PlacedNode{{Name: "a"}, {Name: "b"}}}); err != nil {
+		t.Fatal(err)
+	}
+	m := &localMesh{self: mesh.NodeState{Name: "a"}, others: map[string]mesh.Node{"b": {NodeState: mesh.NodeState{Name: "b"}, Status: mesh.StatusAlive}}}
+	assign := func(on bool) {
+		m.Update(func(s *mesh.NodeState) {
+			s.Assignments = nil
+			if on {
+				s.Assignments = []mesh.Assignment{{Key: key, Accepted: true}}
+			}
+		})
+	}
+	inf := &loads{}
+	l := NewLoader(LoaderConfig{Mesh: m, Catalog: cat, Inference: inf,
+		Artifacts: oneModel{storage.Manifest{Kind: storage.KindModel, Name: "scorer", Version: "1", Digest: "d1"}}})
+	ctx := context.Background()
+	replica := func() (mesh.Replica, bool) {
+		for _, r := range m.Local().Replicas {
+			if r.Policy == key {
+				return r, true
+			}
+		}
+		return mesh.Replica{}, false
+	}
+	waitServing := func(what string) {
+		t.Helper()
+		deadline := time.Now().Add(10 * time.Second)
+		for {
+			l.reconcile(ctx)
+			if r, ok := replica(); ok && r.State == mesh.ReplicaServing {
+				return
+			}
+			if time.Now().After(deadline) {
+				r, _ := replica()
+				t.Fatalf("%s: replica %+v, want serving", what, r)
+			}
+			time.Sleep(10 * time.Millisecond)
+		}
+	}
+
+	assign(true)
+	waitServing("assigned")
+	assign(false)
+	l.reconcile(ctx)
+	if r, ok := replica(); ok {
+		t.Fatalf("unassigned: replica %+v still reported", r)
+	}
+	if !slices.Contains(m.Local().Models, "scorer@1") {
+		t.Fatalf("unassigned while b loads: models %v, want scorer@1 kept serving", m.Local().Models)
+	}
+	assign(true)
+	l.reconcile(ctx)
+	if r, ok := replica(); !ok || r.State != mesh.ReplicaServing {
+		t.Fatalf("assigned again: replica %+v (reported %v), want serving", r, ok)
+	}
+	if len(inf.loaded) != 1 {
+		t.Errorf("ONNX Runtime loads: %v, want the one kept", inf.loaded)
+	}
+}
