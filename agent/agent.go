@@ -494,6 +494,7 @@ func (a *Agent) discover() mesh.NodeState {
 		Region:       c.Region,
 		Labels:       c.Labels,
 		Capabilities: caps,
+		Build:        c.Build,
 	}
 	if a.dp != nil {
 		if blobs, err := a.dp.store.Blobs(); err == nil {

@@ -144,6 +144,10 @@ type Config struct {
 	// republished when it changed. Default 10s.
 	LoadInterval time.Duration `yaml:"load_interval"`
 
+	// Build is the agent's version as `strata version` prints it,
+	// gossiped so that members show who runs what during an upgrade.
+	Build string `yaml:"-"`
+
 	// Hooks; nil means production. Not settable from YAML.
 
 	// Logger receives the agent's logs. Default: text to stderr at LogLevel.

@@ -50,6 +50,12 @@ type Member struct {
 	Status Status `json:"status"`
 	Tier   string `json:"tier"`
 	Site   string `json:"site"`
+	// Schema is the schema of what the node writes ("MAJOR.MINOR"; empty
+	// for an agent before schemas were recorded, 1.0), Build its agent's
+	// version. A rolling upgrade is done when every member reports the
+	// new ones.
+	Schema string `json:"schema,omitempty"`
+	Build  string `json:"build,omitempty"`
 }
 
 // Site reachability (Site.Status).

@@ -34,6 +34,10 @@ type Entry struct {
 	// its writer read. A reader that holds an older version of a dependency
 	// (replication lag) treats this entry as pending; see Missing.
 	Deps []Dep `json:"deps,omitempty"`
+	// Schema is the writer's schema ("MAJOR.MINOR"; empty for 1.0). An
+	// entry of a major this agent does not read is kept and passed on,
+	// but not decoded (see CheckSchema).
+	Schema string `json:"schema,omitempty"`
 }
 
 // Scope is how far a catalog entry is replicated.
@@ -104,7 +108,7 @@ func (m *Mesh) write(key string, value json.RawMessage, deleted bool, o PutOptio
 		return Entry{}, fmt.Errorf("mesh: bad catalog key %q", key)
 	}
 	m.mu.Lock()
-	e := &Entry{Key: key, Value: value, Origin: m.id, Deleted: deleted, Written: time.Now().UTC(), Scope: o.Scope, Deps: slices.Clone(o.Deps)}
+	e := &Entry{Key: key, Value: value, Origin: m.id, Deleted: deleted, Written: time.Now().UTC(), Scope: o.Scope, Deps: slices.Clone(o.Deps), Schema: CurrentSchema.String()}
 	e.Version = uint64(time.Now().UnixMicro())
 	if old := m.kv[key]; old != nil && old.Version >= e.Version {
 		e.Version = old.Version + 1

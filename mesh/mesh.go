@@ -54,6 +54,9 @@ type Member struct {
 	Status Status `json:"status"`
 	Tier   string `json:"tier"`
 	Site   string `json:"site"`
+	// Schema and Build are what the node runs (see NodeState).
+	Schema string `json:"schema,omitempty"`
+	Build  string `json:"build,omitempty"`
 }
 
 // Node is a node's replicated document with its current status.
@@ -174,6 +177,7 @@ func New(cfg Config) (*Mesh, error) {
 	local.ID, local.Name = m.id, cfg.Name
 	local.Started = m.started
 	local.Leaving = false
+	local.Schema = CurrentSchema.String()
 	if local.Labels == nil {
 		local.Labels = map[string]string{}
 	}
@@ -377,7 +381,7 @@ func (m *Mesh) Members() []Member {
 	nodes := m.Nodes()
 	out := make([]Member, 0, len(nodes))
 	for _, n := range nodes {
-		out = append(out, Member{Name: n.Name, ID: n.ID, Addr: n.Addrs.Gossip, Status: n.Status, Tier: n.Tier, Site: n.Site})
+		out = append(out, Member{Name: n.Name, ID: n.ID, Addr: n.Addrs.Gossip, Status: n.Status, Tier: n.Tier, Site: n.Site, Schema: n.Schema, Build: n.Build})
 	}
 	return out
 }

@@ -75,6 +75,11 @@ type NodeState struct {
 	// Leaving is set in the last document a node writes before it leaves
 	// gracefully, so peers can tell "left" from "failed".
 	Leaving bool `json:"leaving,omitempty"`
+	// Schema is the schema of what this node writes ("MAJOR.MINOR";
+	// empty for 1.0), and Build its agent's version; a rolling upgrade is
+	// done when every member reports the new ones.
+	Schema string `json:"schema,omitempty"`
+	Build  string `json:"build,omitempty"`
 }
 
 // Replica states.

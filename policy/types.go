@@ -100,6 +100,13 @@ type Document struct {
 	pos map[string]Position
 }
 
+// Wrote says whether the document's YAML wrote the field at path (such
+// as "spec.gang.ranksPerNode") with a non-null value.
+func (d *Document) Wrote(path string) bool {
+	_, ok := d.pos[path]
+	return ok
+}
+
 // MarshalJSON is the canonical JSON form of a document, shaped like the
 // YAML (apiVersion, kind, metadata, spec) with every default filled in and
 // units normalised: CPU in millicores, bytes as integers, durations as Go

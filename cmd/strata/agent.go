@@ -29,6 +29,7 @@ func runAgent(args []string, stdout, stderr io.Writer) error {
 	if err != nil {
 		return err
 	}
+	cfg.Build = readVersion().Short()
 	a, err := agent.New(cfg)
 	if err != nil {
 		return err

@@ -92,9 +92,9 @@ func runMembers(args []string, stdout, stderr io.Writer) error {
 		return c.explain(err)
 	}
 	tw := tabwriter.NewWriter(stdout, 0, 4, 2, ' ', 0)
-	fmt.Fprintln(tw, "NAME\tID\tADDRESS\tSTATUS\tTIER\tSITE")
+	fmt.Fprintln(tw, "NAME\tID\tADDRESS\tSTATUS\tTIER\tSITE\tSCHEMA\tBUILD")
 	for _, m := range members {
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\n", m.Name, m.ID, m.Addr, m.Status, m.Tier, m.Site)
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", m.Name, m.ID, m.Addr, m.Status, m.Tier, m.Site, cmp.Or(m.Schema, "1.0"), cmp.Or(m.Build, "-"))
 	}
 	if err := tw.Flush(); err != nil {
 		return err

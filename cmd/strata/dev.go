@@ -71,6 +71,7 @@ func runDev(args []string, stdout, stderr io.Writer) error {
 		cfg.GossipKey = base64.StdEncoding.EncodeToString(key)
 		cfg.Logger = logger
 		cfg.PKI = keys
+		cfg.Build = readVersion().Short()
 		if !*flat {
 			cfg.PacketDelay = wan.Delay(cfg.Site)
 		}

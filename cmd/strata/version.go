@@ -56,6 +56,19 @@ func readVersion() buildVersion {
 	return v
 }
 
+// Short is the version as members show it: "v1.2.3 (abc1234)", the
+// commit cut to 7 characters and marked "+" when modified.
+func (v buildVersion) Short() string {
+	if v.Commit == "" {
+		return v.Version
+	}
+	c := v.Commit[:min(7, len(v.Commit))]
+	if v.Modified {
+		c += "+"
+	}
+	return v.Version + " (" + c + ")"
+}
+
 func runVersion(args []string, stdout, stderr io.Writer) error {
 	fs := newFlags("version", "[-o json]", stderr)
 	output := fs.String("o", "text", "output `format`: text or json")

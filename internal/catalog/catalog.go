@@ -178,7 +178,11 @@ func (t *Table[T]) prefix() string { return t.name + "/" }
 
 func (t *Table[T]) decode(e mesh.Entry) (Record[T], error) {
 	r := Record[T]{Key: strings.TrimPrefix(e.Key, t.prefix()), Version: e.Version, Writer: e.Origin, Written: e.Written, Deps: e.Deps, fullKey: e.Key}
-	if err := json.Unmarshal(e.Value, &r.Value); err != nil {
+	err := mesh.CheckSchema(e.Key, e.Schema)
+	if err == nil {
+		err = json.Unmarshal(e.Value, &r.Value)
+	}
+	if err != nil {
 		t.mu.Lock()
 		if t.bad[r.Key] != e.Version {
 			t.bad[r.Key] = e.Version

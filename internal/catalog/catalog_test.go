@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"testing"
 	"time"
 
@@ -150,6 +151,46 @@ func TestDecodeErrorsReturnedAndCountedOnce(t *testing.T) {
 	}
 	if n := m.GetCounter().GetValue(); n != 1 {
 		t.Errorf("decode errors counted %v times, want once per record version", n)
+	}
+}
+
+// TestSchemas: a record written at an older or newer minor of this
+// agent's schema decodes, fields it does not know ignored; one of another
+// major is refused with a SchemaError, counted, and listed as such.
+func TestSchemas(t *testing.T) {
+	t.Parallel()
+	s := catalogtest.NewStore()
+	c := New(s, prometheus.NewRegistry())
+	newer := fmt.Sprintf("%d.%d", mesh.CurrentSchema.Major, mesh.CurrentSchema.Minor+1)
+	other := fmt.Sprintf("%d.0", mesh.CurrentSchema.Major+1)
+	s.PutAt("jobs/old", json.RawMessage(`{"name": "old", "state": "running"}`), "")
+	s.PutAt("jobs/newer", json.RawMessage(`{"name": "newer", "state": "running", "priority_class": "high"}`), newer)
+	s.PutAt("jobs/major", json.RawMessage(`{"name": "major"}`), other)
+	s.PutAt("jobs/garbled", json.RawMessage(`{"name": "garbled"}`), "one")
+	for _, k := range []string{"old", "newer"} {
+		if j, err := c.Jobs.Value(k); err != nil || j.Name != k || j.State != "running" {
+			t.Errorf("Get(%s) = %+v, %v; want it read", k, j, err)
+		}
+	}
+	for _, k := range []string{"major", "garbled"} {
+		_, err := c.Jobs.Get(k)
+		var se *mesh.SchemaError
+		if !errors.As(err, &se) {
+			t.Errorf("Get(%s) = %v, want a SchemaError", k, err)
+		}
+	}
+	_, err := c.Jobs.Get("major")
+	want := fmt.Sprintf("catalog: jobs \"major\" (version 3) does not decode: jobs/major was written at schema %s, and this agent (schema %s) reads only %d.x: upgrade it", other, mesh.CurrentSchema, mesh.CurrentSchema.Major)
+	if err == nil || err.Error() != want {
+		t.Errorf("error:\n got %v\nwant %s", err, want)
+	}
+	if recs, err := c.Jobs.List(); len(recs) != 2 || err == nil {
+		t.Errorf("List = %d records, %v; want 2 and the two refused", len(recs), err)
+	}
+	var m dto.Metric
+	c.decodes.WithLabelValues("jobs").Write(&m)
+	if n := m.GetCounter().GetValue(); n != 2 {
+		t.Errorf("refused records counted %v, want 2", n)
 	}
 }
 

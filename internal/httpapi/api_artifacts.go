@@ -54,6 +54,11 @@ func (s *Server) handlePush(w http.ResponseWriter, r *http.Request) {
 	if !ok {
 		return
 	}
+	var ge *GateError
+	if err := pushGate(kind, s.cfg.Mesh.Nodes()); errors.As(err, &ge) {
+		httpjson.Error(w, http.StatusConflict, ge.Field, "%v", err)
+		return
+	}
 	name, version := q.Get("name"), q.Get("version")
 	if name == "" || version == "" {
 		httpjson.Error(w, http.StatusBadRequest, "name", "name and version are required: POST /v1/artifacts?name=N&version=V")

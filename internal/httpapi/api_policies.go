@@ -194,6 +194,16 @@ func (s *Server) handleApply(w http.ResponseWriter, r *http.Request) {
 			writePolicyError(w, err)
 			return
 		}
+		doc, err := p.Document()
+		if err != nil {
+			writePolicyError(w, err)
+			return
+		}
+		var ge *GateError
+		if err := policyGate(doc, s.cfg.Mesh.Nodes()); errors.As(err, &ge) {
+			httpjson.Error(w, http.StatusConflict, ge.Field, "%s: %v", p.Key(), err)
+			return
+		}
 	}
 	var out []ApplyResult
 	for _, p := range recs {

@@ -39,13 +39,23 @@ func (s *Store) Put(key string, v json.RawMessage, opts ...mesh.PutOptions) (mes
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.ver++
-	e := mesh.Entry{Key: key, Value: v, Version: s.ver, Origin: "test", Written: time.Now()}
+	e := mesh.Entry{Key: key, Value: v, Version: s.ver, Origin: "test", Written: time.Now(), Schema: mesh.CurrentSchema.String()}
 	if len(opts) > 0 {
 		e.Scope, e.Deps = opts[0].Scope, slices.Clone(opts[0].Deps)
 	}
 	s.kv[key] = e
 	s.notifyLocked()
 	return e, nil
+}
+
+// PutAt writes key=v as an agent of another schema would ("" for 1.0).
+func (s *Store) PutAt(key string, v json.RawMessage, schema string) mesh.Entry {
+	e, _ := s.Put(key, v)
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	e.Schema = schema
+	s.kv[key] = e
+	return e
 }
 
 // Delete writes a tombstone for key.

@@ -1,0 +1,38 @@
+package mesh
+
+import "testing"
+
+func TestParseSchema(t *testing.T) {
+	t.Parallel()
+	for in, want := range map[string]Schema{"": SchemaBase, "1.0": {1, 0}, "1.1": {1, 1}, "2.13": {2, 13}} {
+		if got, err := ParseSchema(in); err != nil || got != want {
+			t.Errorf("ParseSchema(%q) = %v, %v; want %v", in, got, err, want)
+		}
+	}
+	for _, in := range []string{"1", "1.", ".1", "a.b", "1.-1", "1.1.1"} {
+		if _, err := ParseSchema(in); err == nil {
+			t.Errorf("ParseSchema(%q): no error", in)
+		}
+	}
+	if err := CheckSchema("k", CurrentSchema.String()); err != nil {
+		t.Errorf("CheckSchema(current) = %v", err)
+	}
+}
+
+// TestOldestSchema: the oldest schema of the live nodes, and who runs it;
+// failed and left nodes are not counted.
+func TestOldestSchema(t *testing.T) {
+	t.Parallel()
+	node := func(name, schema string, st Status) Node {
+		n := Node{Status: st}
+		n.Name, n.Schema = name, schema
+		return n
+	}
+	oldest, who := OldestSchema([]Node{node("a", "1.1", StatusAlive), node("b", "", StatusSuspect), node("c", "1.0", StatusAlive), node("d", "", StatusFailed), node("e", "", StatusLeft)})
+	if oldest != SchemaBase || len(who) != 2 || who[0] != "b" || who[1] != "c" {
+		t.Errorf("OldestSchema = %v %v, want 1.0 [b c]", oldest, who)
+	}
+	if oldest, who := OldestSchema([]Node{node("a", CurrentSchema.String(), StatusAlive)}); oldest != CurrentSchema || len(who) != 1 {
+		t.Errorf("OldestSchema of an upgraded mesh = %v %v", oldest, who)
+	}
+}
