@@ -856,6 +856,13 @@ func (m *Mesh) scanSuspects() {
 		if mi.suspect != suspect[name] {
 			mi.suspect = suspect[name]
 			changed = true
+			if mi.status == StatusAlive {
+				st := StatusAlive // it answered again
+				if mi.suspect {
+					st = StatusSuspect
+				}
+				m.log.Info("member status", "node", name, "status", st)
+			}
 		}
 	}
 	if changed {

@@ -99,7 +99,7 @@ func (f *Forwarder) whyNot(model, version string) error {
 	}
 	var loading, failed, others []string
 	for _, n := range f.cfg.Mesh.Nodes() {
-		if n.Status != mesh.StatusAlive {
+		if !live(n) {
 			continue
 		}
 		for _, m := range n.Models {
@@ -191,8 +191,14 @@ const maxForwardBody = 64 << 20
 // its timeout bounds a request over the data plane too.
 var forwardClient = &http.Client{Timeout: 30 * time.Second}
 
+// live says a node may answer: alive, or suspect (it missed probes and
+// others are asked to confirm; under load it most often answers after
+// all). A request tries suspects after every alive node.
+func live(n mesh.Node) bool { return n.Status == mesh.StatusAlive || n.Status == mesh.StatusSuspect }
+
 // ServingNodes lists the live nodes other than this one that serve model
-// (at version, or any when empty), nearest first by estimated RTT.
+// (at version, or any when empty): alive ones nearest first by estimated
+// RTT, then suspect ones.
 func (f *Forwarder) ServingNodes(model, version string) []mesh.Node {
 	type cand struct {
 		n   mesh.Node
@@ -201,7 +207,7 @@ func (f *Forwarder) ServingNodes(model, version string) []mesh.Node {
 	var cs []cand
 	self := f.cfg.Mesh.ID()
 	for _, n := range f.cfg.Mesh.Nodes() {
-		if n.Status != mesh.StatusAlive || n.ID == self || n.Addrs.API == "" {
+		if !live(n) || n.ID == self || n.Addrs.API == "" {
 			continue
 		}
 		if !slices.ContainsFunc(n.Models, func(m string) bool {
@@ -216,7 +222,13 @@ func (f *Forwarder) ServingNodes(model, version string) []mesh.Node {
 		}
 		cs = append(cs, cand{n, rtt})
 	}
-	sort.SliceStable(cs, func(i, j int) bool { return cs[i].rtt < cs[j].rtt })
+	// Alive nodes first, nearest first; suspects last, as a fallback.
+	sort.SliceStable(cs, func(i, j int) bool {
+		if a, b := cs[i].n.Status == mesh.StatusAlive, cs[j].n.Status == mesh.StatusAlive; a != b {
+			return a
+		}
+		return cs[i].rtt < cs[j].rtt
+	})
 	out := make([]mesh.Node, len(cs))
 	for i, c := range cs {
 		out[i] = c.n

@@ -46,3 +46,27 @@ func TestWhyNotServed(t *testing.T) {
 		}
 	}
 }
+
+// TestServingNodesSuspectsLast: a suspect node that serves the model is
+// still a target (it most often answers), after every alive one; a failed
+// one is not.
+func TestServingNodesSuspectsLast(t *testing.T) {
+	t.Parallel()
+	node := func(name string, st mesh.Status) mesh.Node {
+		n := mesh.Node{Status: st}
+		n.ID, n.Name, n.Models, n.Addrs.API = name, name, []string{"fraud@1"}, name+":7470"
+		return n
+	}
+	f := NewForwarder(ForwarderConfig{Mesh: peers{node("s", mesh.StatusSuspect), node("a", mesh.StatusAlive), node("f", mesh.StatusFailed)}})
+	var got []string
+	for _, n := range f.ServingNodes("fraud", "") {
+		got = append(got, n.Name)
+	}
+	if strings.Join(got, ",") != "a,s" {
+		t.Errorf("targets %v, want [a s]", got)
+	}
+	f = NewForwarder(ForwarderConfig{Mesh: peers{node("f", mesh.StatusFailed)}})
+	if err := f.whyNot("fraud", ""); err == nil || !strings.Contains(err.Error(), "served nowhere") {
+		t.Errorf("only a failed node serves: %v", err)
+	}
+}
