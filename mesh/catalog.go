@@ -38,6 +38,10 @@ type Entry struct {
 	// entry of a major this agent does not read is kept and passed on,
 	// but not decoded (see CheckSchema).
 	Schema string `json:"schema,omitempty"`
+
+	// seen is when this node got the entry, hash its digest term (stamp).
+	seen time.Time
+	hash uint64
 }
 
 // Scope is how far a catalog entry is replicated.
@@ -113,6 +117,7 @@ func (m *Mesh) write(key string, value json.RawMessage, deleted bool, o PutOptio
 	if old := m.kv[key]; old != nil && old.Version >= e.Version {
 		e.Version = old.Version + 1
 	}
+	e.stamp(time.Now())
 	m.kv[key] = e
 	err := m.persistEntry(e)
 	m.notifyLocked()
@@ -258,6 +263,7 @@ func (m *Mesh) mergeEntry(e *Entry, rebroadcast bool) bool {
 		m.mu.Unlock()
 		return false
 	}
+	e.stamp(time.Now())
 	m.kv[e.Key] = e
 	m.dirtyKV[e.Key] = true
 	m.notifyLocked()

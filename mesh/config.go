@@ -73,6 +73,11 @@ type Config struct {
 	ReconnectTimeout time.Duration
 	// ReapAfter is how long a failed or left node stays listed. Default 72h.
 	ReapAfter time.Duration
+	// CatalogSyncInterval is the least time between two state exchanges
+	// this node runs because a peer's catalog digest differed from its
+	// own (see sync.go). Default 5s; negative turns them off, leaving
+	// memberlist's periodic push/pull as the only repair.
+	CatalogSyncInterval time.Duration
 	// TombstoneTTL is how long a deleted catalog entry's tombstone is kept
 	// and exchanged before it is collected. Default 10m. It must outlast the
 	// longest partition after which members should still agree that the
@@ -114,6 +119,9 @@ func (c *Config) ensureDefaults() {
 	}
 	if c.ReapAfter == 0 {
 		c.ReapAfter = 72 * time.Hour
+	}
+	if c.CatalogSyncInterval == 0 {
+		c.CatalogSyncInterval = 5 * time.Second
 	}
 	if c.TombstoneTTL == 0 {
 		c.TombstoneTTL = 10 * time.Minute

@@ -122,9 +122,13 @@ func (d *delegate) NotifyUpdate(n *memberlist.Node) { d.m.observe(n, StatusAlive
 // its last document (NodeState.Leaving): memberlist's event does not say.
 func (d *delegate) NotifyLeave(n *memberlist.Node) { d.m.observe(n, StatusFailed) }
 
-// AckPayload attaches our coordinate to every ack we send.
+// AckPayload attaches our coordinate and catalog digest to every ack we
+// send.
 func (d *delegate) AckPayload() []byte {
-	b, err := json.Marshal(d.m.coord.GetCoordinate())
+	d.m.mu.Lock()
+	digest := d.m.settledDigestLocked(time.Now())
+	d.m.mu.Unlock()
+	b, err := json.Marshal(ackPayload{Coordinate: d.m.coord.GetCoordinate(), Catalog: &digest})
 	if err != nil {
 		return nil
 	}
@@ -136,17 +140,21 @@ func (d *delegate) NotifyPingComplete(other *memberlist.Node, rtt time.Duration,
 	if len(payload) == 0 {
 		return
 	}
-	var c coordinate.Coordinate
-	if err := json.Unmarshal(payload, &c); err != nil {
+	c := &coordinate.Coordinate{}
+	ack := ackPayload{Coordinate: c}
+	if err := json.Unmarshal(payload, &ack); err != nil {
 		d.m.metrics.malformed.WithLabelValues("coordinate").Inc()
 		return
 	}
-	if _, err := d.m.coord.Update(other.Name, &c, rtt); err != nil {
+	if ack.Catalog != nil {
+		d.m.compareCatalog(other.Name, *ack.Catalog)
+	}
+	if _, err := d.m.coord.Update(other.Name, c, rtt); err != nil {
 		d.m.metrics.malformed.WithLabelValues("coordinate").Inc()
 		return
 	}
 	d.m.mu.Lock()
-	d.m.peerCoords[other.Name] = &c
+	d.m.peerCoords[other.Name] = c
 	if mi := d.m.members[other.Name]; mi != nil && mi.suspect {
 		mi.suspect = false // it answered
 		d.m.notifyLocked()

@@ -84,6 +84,9 @@ type memberInfo struct {
 	suspect bool // memberlist holds it suspect (see watchSuspects)
 	changed time.Time
 	meta    metaDigest
+	// catalogDiffers is when its catalog digest was first seen to differ
+	// from ours (zero: it did not at the last ack).
+	catalogDiffers time.Time
 }
 
 // metaDigest is what NodeMeta carries: enough to tell that a newer document
@@ -120,7 +123,11 @@ type Mesh struct {
 	fetching   map[string]time.Time // name → when its document was asked for
 	// coordPublished is when the coordinate was last put in the document.
 	coordPublished time.Time
-	changed        chan struct{}
+	// lastCatalogSync is when compareCatalog last asked for a sync; syncs
+	// carries the peer's address to syncCatalogs.
+	lastCatalogSync time.Time
+	syncs           chan string
+	changed         chan struct{}
 
 	seeds []string // join addresses, this node's own left out (under mu)
 	fatal chan error
@@ -163,6 +170,7 @@ func New(cfg Config) (*Mesh, error) {
 		changed:    make(chan struct{}),
 		work:       make(chan job, 1024),
 		metaDirty:  make(chan struct{}, 1),
+		syncs:      make(chan string, 1),
 		stop:       make(chan struct{}),
 		fatal:      make(chan error, 1),
 		metrics:    newMetrics(cfg.Registerer),
@@ -266,10 +274,11 @@ func New(cfg Config) (*Mesh, error) {
 	}
 	// Several senders: a stream send blocks until the peer reads it, and
 	// after a change every peer asks the owner for its document at once.
-	m.wg.Add(4 + senders)
+	m.wg.Add(5 + senders)
 	for range senders {
 		go m.worker()
 	}
+	go m.syncCatalogs()
 	go m.maintain()
 	go m.reconnect()
 	go m.watchSuspects(mlc.ProbeInterval / 2)

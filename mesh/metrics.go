@@ -22,6 +22,9 @@ type metrics struct {
 	reconnects prometheus.Counter
 	// tombstonesCollected counts catalog tombstones forgotten after their TTL.
 	tombstonesCollected prometheus.Counter
+	// catalogSyncs counts push/pulls run because a peer's catalog digest
+	// differed from ours.
+	catalogSyncs prometheus.Counter
 }
 
 func newMetrics(reg prometheus.Registerer) *metrics {
@@ -66,13 +69,17 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 			Name: "strata_gossip_reconnect_attempts_total",
 			Help: "Addresses the reconnect loop tried: seeds that are not alive members and members that failed within the reconnect timeout.",
 		}),
+		catalogSyncs: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "strata_catalog_syncs_total",
+			Help: "State exchanges with a peer run because its catalog digest (carried on probe acks) kept differing from this node's: a broadcast lost on the way, repaired before the next periodic push/pull.",
+		}),
 		tombstonesCollected: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "strata_catalog_tombstones_collected_total",
 			Help: "Deleted catalog entries whose tombstone was forgotten after the tombstone TTL.",
 		}),
 	}
 	if reg != nil {
-		reg.MustRegister(m.tombstonesCollected, m.reconnects)
+		reg.MustRegister(m.tombstonesCollected, m.reconnects, m.catalogSyncs)
 		reg.MustRegister(m.invalid, m.peerWarnings, m.logSuppressed, m.conflicts)
 		reg.MustRegister(m.refused, m.malformed, m.dropped, m.stateUpdates, m.members)
 	}

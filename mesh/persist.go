@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"time"
 )
 
 // Store keys. Every node's document lives under keyNodePrefix+ID; the local
@@ -39,6 +40,7 @@ func (m *Mesh) load(local *NodeState) error {
 			m.log.Warn("skipping unreadable stored catalog entry", "key", string(k), "err", err)
 			return nil
 		}
+		e.stamp(time.Now())
 		m.kv[e.Key] = &e
 		return nil
 	})

@@ -1,0 +1,119 @@
+package mesh
+
+import (
+	"encoding/binary"
+	"hash/fnv"
+	"net"
+	"strconv"
+	"time"
+
+	"github.com/hashicorp/serf/coordinate"
+)
+
+// Catalog anti-entropy between push/pulls. A catalog entry travels by
+// gossip broadcast, sent a bounded number of times; when every copy to a
+// member is lost (a full socket buffer on a loaded host), memberlist's
+// periodic push/pull (every 30s) was the only repair, and a placement
+// waited that long for a node to learn it. So every probe's ack also
+// carries a digest of the entries its sender has held for catalogSettle;
+// a node whose own digest differs from a peer's, twice at least
+// catalogSyncAfter apart, exchanges full state with that peer at once
+// (a push/pull both ways), at most once per Config.CatalogSyncInterval.
+
+// catalogSettle is how long an entry is held here before the digest
+// counts it, so entries still in flight do not make two members differ.
+const catalogSettle = 2 * time.Second
+
+// catalogSyncAfter is how long two digests must keep differing before a
+// sync: a difference seen once may be an entry just settling.
+const catalogSyncAfter = time.Second
+
+// ackPayload is what every probe ack carries: the Vivaldi coordinate
+// (its fields at the top level, as agents before the digest sent it,
+// and read it) and the catalog digest.
+type ackPayload struct {
+	*coordinate.Coordinate
+	// Catalog is the digest of the settled entries; nil from an agent that
+	// sends none.
+	Catalog *uint64 `json:"catalog,omitempty"`
+}
+
+// stamp records when this node got e and caches its hash.
+func (e *Entry) stamp(now time.Time) {
+	h := fnv.New64a()
+	h.Write([]byte(e.Key))
+	var b [18]byte
+	binary.BigEndian.PutUint64(b[:8], e.Version)
+	if e.Deleted {
+		b[8] = 1
+	}
+	h.Write(b[:9])
+	h.Write([]byte(e.Origin))
+	e.hash, e.seen = h.Sum64(), now
+}
+
+// settledDigestLocked is an order-free hash of the entries held here for
+// at least catalogSettle; m.mu is held.
+func (m *Mesh) settledDigestLocked(now time.Time) uint64 {
+	var d uint64
+	for _, e := range m.kv {
+		if now.Sub(e.seen) >= catalogSettle {
+			d ^= e.hash
+		}
+	}
+	return d
+}
+
+// compareCatalog compares a peer's digest, from its ack, with ours and
+// asks for a sync when they have differed long enough.
+func (m *Mesh) compareCatalog(peer string, theirs uint64) {
+	if m.cfg.CatalogSyncInterval < 0 {
+		return
+	}
+	now := time.Now()
+	m.mu.Lock()
+	mi := m.members[peer]
+	if mi == nil || mi.status != StatusAlive || mi.ip == nil {
+		m.mu.Unlock()
+		return
+	}
+	if m.settledDigestLocked(now) == theirs {
+		mi.catalogDiffers = time.Time{}
+		m.mu.Unlock()
+		return
+	}
+	if mi.catalogDiffers.IsZero() {
+		mi.catalogDiffers = now
+	}
+	if now.Sub(mi.catalogDiffers) < catalogSyncAfter || now.Sub(m.lastCatalogSync) < m.cfg.CatalogSyncInterval {
+		m.mu.Unlock()
+		return
+	}
+	mi.catalogDiffers = time.Time{}
+	m.lastCatalogSync = now
+	addr := net.JoinHostPort(mi.ip.String(), strconv.Itoa(int(mi.port)))
+	m.mu.Unlock()
+	select {
+	case m.syncs <- addr:
+	default: // a sync is under way
+	}
+}
+
+// syncCatalogs runs the push/pulls compareCatalog asks for, one at a time.
+func (m *Mesh) syncCatalogs() {
+	defer m.wg.Done()
+	for {
+		select {
+		case <-m.stop:
+			return
+		case addr := <-m.syncs:
+			// Join with a member is a push/pull with it: both sides merge
+			// what the other holds.
+			if _, err := m.ml.Join([]string{addr}); err != nil {
+				m.log.Debug("catalog sync failed", "peer", addr, "err", err)
+				continue
+			}
+			m.metrics.catalogSyncs.Inc()
+		}
+	}
+}
