@@ -1,7 +1,8 @@
 # strata — build, demo, test and benchmark.
 #
 #   make demo    set up, build, and run the dev mesh (ARGS=--once exits after printing it)
-#   make test    set up, then run every test (race detector on the concurrent packages)
+#   make test    set up, then run every test (race detector on the concurrent
+#                packages), then build the release and test it (test-release)
 #   make bench   run the benchmarks and print a table with ratios
 #   make battery hostile gossip and API load against real agents: a table
 #   make release build the linux/amd64 and linux/arm64 tarballs and .debs
@@ -46,6 +47,7 @@ test: setup
 	@bash scripts/hygiene.sh
 	$(GO) test -count=1 -timeout 20m ./...
 	$(GO) test -count=1 -race -timeout 20m ./mesh/... ./agent/... ./storage/... ./internal/...
+	@$(MAKE) --no-print-directory test-release
 
 bench: setup build
 	@bash scripts/bench.sh

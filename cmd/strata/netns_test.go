@@ -75,6 +75,7 @@ type nsAgent struct {
 	name, site        string
 	gossip, api, data int // ports
 	join              string
+	args              []string // more agent flags
 	proc              *proc
 }
 
@@ -87,6 +88,7 @@ func (n *nsAgent) start(t *testing.T) {
 	if n.join != "" {
 		args = append(args, "-join", n.join)
 	}
+	args = append(args, n.args...)
 	p := &proc{name: n.name}
 	p.log = &bytes.Buffer{}
 	p.cmd = exec.Command("ip", args...)
