@@ -119,6 +119,10 @@ type Node struct {
 	Assignments []Assignment `json:"assignments,omitempty"`
 	// Leaving is set in the last document a node writes before it leaves.
 	Leaving bool `json:"leaving,omitempty"`
+	// Schema is the schema of what the node writes ("MAJOR.MINOR"; empty
+	// for 1.0) and Build its agent's version (see Member).
+	Schema string `json:"schema,omitempty"`
+	Build  string `json:"build,omitempty"`
 	// Status is the node's liveness as the answering agent sees it.
 	Status Status `json:"status"`
 }

@@ -76,13 +76,17 @@ type nsAgent struct {
 	gossip, api, data int // ports
 	join              string
 	args              []string // more agent flags
+	dataDir           string   // made at the first start, kept across restarts
 	proc              *proc
 }
 
 func (n *nsAgent) start(t *testing.T) {
 	t.Helper()
+	if n.dataDir == "" {
+		n.dataDir = t.TempDir()
+	}
 	args := []string{"netns", "exec", n.ns.name, strataBin, "agent", "-name", n.name, "-site", n.site,
-		"-data-dir", t.TempDir(), "-api", fmt.Sprintf("127.0.0.1:%d", n.api),
+		"-data-dir", n.dataDir, "-api", fmt.Sprintf("127.0.0.1:%d", n.api),
 		"-bind", fmt.Sprintf("0.0.0.0:%d", n.gossip), "-data-addr", fmt.Sprintf("0.0.0.0:%d", n.data),
 		"-gossip-key", gossipKey(t), "-disable-nvml", "-log-level", "warn"}
 	if n.join != "" {

@@ -1,15 +1,25 @@
 package main
 
 import (
+	"bytes"
+	"context"
+	"encoding/json"
 	"fmt"
 	"math"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
 	"github.com/strata-mesh/strata/api"
 	"github.com/strata-mesh/strata/internal/testbed"
 	"github.com/strata-mesh/strata/mesh/meshtest"
+	"github.com/strata-mesh/strata/trainer/onnx"
 )
 
 // TestSitesThroughRouter runs four agents on four hosts in three sites of
@@ -129,4 +139,145 @@ func TestSitesThroughRouter(t *testing.T) {
 		return allAlive(ea) && allAlive(eb)
 	}, dump)
 	t.Logf("one mesh again %s after the heal", time.Since(healed).Round(100*time.Millisecond))
+}
+
+// inHost returns an HTTP client whose connections are made in a testbed
+// host's namespace (its loopback is the agent's API).
+func inHost(h testbed.Host) *http.Client {
+	return &http.Client{Timeout: 10 * time.Second, Transport: &http.Transport{
+		DisableKeepAlives: true,
+		DialContext: func(ctx context.Context, network, addr string) (net.Conn, error) {
+			var c net.Conn
+			err := h.Do(func() (err error) {
+				c, err = (&net.Dialer{}).DialContext(ctx, network, addr)
+				return err
+			})
+			return c, err
+		},
+	}}
+}
+
+// TestCutSiteKeepsServing: a site cut off from the rest of the mesh keeps
+// serving the model placed on it, also after its agent restarts while
+// cut off (offline autonomy), and the mesh is whole again after the heal.
+func TestCutSiteKeepsServing(t *testing.T) {
+	if testing.Short() {
+		t.Skip("a minute of real time")
+	}
+	if os.Getenv("STRATA_ORT_LIB") == "" {
+		t.Skip("STRATA_ORT_LIB is not set: run `make setup-ort`")
+	}
+	bed := testbed.Start(t, testbed.Site{Name: "edge-a", Hosts: 1}, testbed.Site{Name: "edge-b", Hosts: 1}, testbed.Site{Name: "cloud", Hosts: 1})
+	bed.SetLink("edge-a", "edge-b", 5*time.Millisecond, 0)
+	bed.SetLink("edge-a", "cloud", 10*time.Millisecond, 0)
+	bed.SetLink("edge-b", "cloud", 10*time.Millisecond, 0)
+	keys := filepath.Join(t.TempDir(), "pki")
+	if _, err := cli(t, "unused", "keygen", "-pki", keys); err != nil {
+		t.Fatal(err)
+	}
+	pki := []string{"-ca-cert", filepath.Join(keys, "ca.crt"), "-ca-key", filepath.Join(keys, "ca.key"),
+		"-signing-key", filepath.Join(keys, "signing.key"), "-trusted-keys", filepath.Join(keys, "signing.pub")}
+	seed := bed.Host("cloud", 0)
+	var agents []*nsAgent
+	for _, site := range []string{"cloud", "edge-a", "edge-b"} {
+		h := bed.Host(site, 0)
+		tier := "edge"
+		if site == "cloud" {
+			tier = "cloud"
+		}
+		a := &nsAgent{ns: netns{h.NS}, name: h.Name, site: site, gossip: 7946, api: 7470, data: 7471, args: append([]string{"-tier", tier}, pki...)}
+		if h.Name != seed.Name {
+			a.join = seed.IP.String() + ":7946"
+		}
+		a.start(t)
+		agents = append(agents, a)
+	}
+	cloud, eb := agents[0], agents[2]
+	dump := func() {
+		for _, a := range agents {
+			t.Logf("%s log:\n%s", a.name, a.proc.log)
+		}
+	}
+	meshtest.Poll(t, 60*time.Second, 250*time.Millisecond, "one mesh of three sites", func() bool {
+		return len(cloud.members(t)) == 3 && len(eb.members(t)) == 3
+	}, dump)
+
+	b, layers, err := onnx.RandomMLP(5, 4, 8, 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir := t.TempDir()
+	model, svc := filepath.Join(dir, "model.onnx"), filepath.Join(dir, "svc.yaml")
+	os.WriteFile(model, b, 0o600)
+	os.WriteFile(svc, []byte("apiVersion: strata/v1\nkind: InferenceService\nmetadata: {name: local}\nspec:\n  model: {name: local, version: \"1\"}\n  replicas: 1\n  resources: {cpu: 10m, memory: 16Mi}\n  constraints: ['node.site == \"edge-b\"']\n"), 0o600)
+	for _, args := range [][]string{{"push", model, "--name", "local", "--version", "1"}, {"apply", "-f", svc}} {
+		cmd := exec.Command("ip", append([]string{"netns", "exec", cloud.ns.name, strataBin}, args...)...)
+		cmd.Env = append(os.Environ(), "STRATA_ADDR=http://127.0.0.1:7470")
+		if out, err := cmd.CombinedOutput(); err != nil {
+			t.Fatalf("%v: %v\n%s", args, err, out)
+		}
+	}
+	x := []float32{0.5, -1, 2, 0.25}
+	want := onnx.Predict(layers, x, 1)[0]
+	req, _ := json.Marshal(map[string]any{"inputs": []map[string]any{{"name": "input", "shape": []int{1, 4}, "datatype": "FP32", "data": x}}})
+	client := inHost(bed.Host("edge-b", 0))
+	served := func() bool {
+		resp, err := client.Post("http://127.0.0.1:7470/v2/models/local/infer", "application/json", bytes.NewReader(req))
+		if err != nil {
+			return false
+		}
+		defer resp.Body.Close()
+		var out struct {
+			Outputs []struct {
+				Data []float64 `json:"data"`
+			} `json:"outputs"`
+		}
+		return resp.StatusCode == http.StatusOK && json.NewDecoder(resp.Body).Decode(&out) == nil &&
+			len(out.Outputs) == 1 && len(out.Outputs[0].Data) == 1 && math.Abs(out.Outputs[0].Data[0]-float64(want)) < 1e-4
+	}
+	meshtest.Poll(t, 60*time.Second, 250*time.Millisecond, "the model served at edge-b", served, dump)
+
+	bed.Cut("edge-b", "edge-a")
+	bed.Cut("edge-b", "cloud")
+	meshtest.Poll(t, 60*time.Second, 250*time.Millisecond, "edge-b to see the other sites unreachable", func() bool {
+		var sites []api.Site
+		if eb.get(t, &sites, "sites") != nil {
+			return false
+		}
+		n := 0
+		for _, s := range sites {
+			if s.Status == api.SiteUnreachable {
+				n++
+			}
+		}
+		return n == 2
+	}, dump)
+	if !served() {
+		t.Error("edge-b stopped serving when it was cut off")
+	}
+	// Restarted while cut off: it serves from what it holds.
+	eb.proc.cmd.Process.Signal(syscall.SIGTERM)
+	eb.proc.cmd.Wait()
+	eb.join = "" // nothing to join while cut off; its store knows the mesh
+	eb.start(t)
+	restarted := time.Now()
+	meshtest.Poll(t, 60*time.Second, 250*time.Millisecond, "the model served at edge-b after its restart while cut off", served, dump)
+	t.Logf("edge-b served %s after its restart while cut off", time.Since(restarted).Round(100*time.Millisecond))
+
+	bed.Heal("edge-b", "edge-a")
+	bed.Heal("edge-b", "cloud")
+	meshtest.Poll(t, 60*time.Second, 250*time.Millisecond, "one mesh again after the heal", func() bool {
+		for _, a := range []*nsAgent{cloud, eb} {
+			ms := a.members(t)
+			if len(ms) != 3 {
+				return false
+			}
+			for _, m := range ms {
+				if m.Status != api.StatusAlive {
+					return false
+				}
+			}
+		}
+		return served()
+	}, dump)
 }
