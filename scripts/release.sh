@@ -53,7 +53,10 @@ declare -A ORT_SHA256=(
 	[arm64]=7954e8bdedb497f830c6a679e818d98399b7f4d81ade1126c3e0be74d28111ab
 )
 declare -A CC_FOR=([amd64]=gcc [arm64]=aarch64-linux-gnu-gcc)
-declare -A DEB_FOR=([amd64]=gcc [arm64]=gcc-aarch64-linux-gnu)
+# The Debian packages each architecture's cgo build needs: the compiler
+# and, across architectures, the C library's headers (a Recommends of the
+# cross compiler, which --no-install-recommends leaves out).
+declare -A DEB_FOR=([amd64]="gcc" [arm64]="gcc-aarch64-linux-gnu libc6-dev-arm64-cross")
 
 die() { echo "release: $*" >&2; exit 1; }
 log() { echo "release: $*" >&2; }
@@ -80,7 +83,14 @@ ensure_tools() {
 	command -v npm >/dev/null || missing+=(npm)
 	for a in $ARCHES; do
 		[ -n "${CC_FOR[$a]:-}" ] || die "no C cross compiler known for $a (known: amd64 arm64)"
-		command -v "${CC_FOR[$a]}" >/dev/null || missing+=("${DEB_FOR[$a]}")
+		local p
+		for p in ${DEB_FOR[$a]}; do
+			if command -v dpkg >/dev/null; then
+				dpkg -s "$p" >/dev/null 2>&1 || missing+=("$p")
+			elif [ "$p" = "${DEB_FOR[$a]%% *}" ]; then
+				command -v "${CC_FOR[$a]}" >/dev/null || missing+=("$p")
+			fi
+		done
 	done
 	[ ${#missing[@]} -eq 0 ] && return
 	command -v apt-get >/dev/null || die "missing ${missing[*]} and no apt-get to install them"
