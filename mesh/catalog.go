@@ -81,7 +81,12 @@ const maxEntryBroadcast = 1100
 const msgEntry byte = 3
 
 func newerEntry(a, b *Entry) bool {
-	return b == nil || a.Version > b.Version || (a.Version == b.Version && a.Origin > b.Origin)
+	if b == nil || a.Version > b.Version || (a.Version == b.Version && a.Origin > b.Origin) {
+		return true
+	}
+	// The same write relayed by an agent from before schemas lost its
+	// schema (see newer).
+	return a.Version == b.Version && a.Origin == b.Origin && b.Schema == "" && a.Schema != ""
 }
 
 // Put writes key=value (JSON) to the catalog: persisted (synced) before it

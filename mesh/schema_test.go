@@ -36,3 +36,21 @@ func TestOldestSchema(t *testing.T) {
 		t.Errorf("OldestSchema of an upgraded mesh = %v %v", oldest, who)
 	}
 }
+
+// TestSchemaSurvivesOldRelays: a document or entry relayed by an agent
+// from before schemas arrives without its schema (that agent decoded and
+// re-encoded it); the writer's copy of the same version then replaces it,
+// and a stripped copy never replaces a full one.
+func TestSchemaSurvivesOldRelays(t *testing.T) {
+	t.Parallel()
+	full := &NodeState{ID: "a", Version: 7, Schema: "1.1"}
+	stripped := &NodeState{ID: "a", Version: 7}
+	if !newer(full, stripped) || newer(stripped, full) || newer(full, full) {
+		t.Error("documents: the full copy of a version must replace the stripped one, and only that")
+	}
+	fe := &Entry{Key: "k", Version: 7, Origin: "a", Schema: "1.1"}
+	se := &Entry{Key: "k", Version: 7, Origin: "a"}
+	if !newerEntry(fe, se) || newerEntry(se, fe) || newerEntry(fe, fe) {
+		t.Error("entries: the full copy of a write must replace the stripped one, and only that")
+	}
+}

@@ -255,7 +255,13 @@ func (s NodeState) Clone() NodeState {
 
 // newer reports whether a should replace b: same node and a higher version.
 func newer(a, b *NodeState) bool {
-	return b == nil || a.Version > b.Version
+	if b == nil || a.Version > b.Version {
+		return true
+	}
+	// The same version relayed by an agent from before schemas lost the
+	// fields that agent did not know (it decoded and re-encoded the
+	// document); the writer's own copy, with its schema, completes it.
+	return a.Version == b.Version && b.Schema == "" && a.Schema != ""
 }
 
 func encodeState(s *NodeState) ([]byte, error) { return json.Marshal(s) }
