@@ -79,7 +79,8 @@ func CheckSchema(key, s string) error {
 // suspect; pass Mesh.Nodes, this node included) and the names of those
 // that report it. A gated feature is refused while it is older than the
 // feature's schema. A failed node is not counted: if it comes back at an
-// older schema, what it cannot read it counts as decode errors.
+// older schema, it may refuse what the gate let through meanwhile (a
+// policy field it does not know), so upgrade it before it returns.
 func OldestSchema(nodes []Node) (Schema, []string) {
 	oldest := CurrentSchema
 	var names []string

@@ -42,12 +42,12 @@ type ackPayload struct {
 func (e *Entry) stamp(now time.Time) {
 	h := fnv.New64a()
 	h.Write([]byte(e.Key))
-	var b [18]byte
+	var b [9]byte
 	binary.BigEndian.PutUint64(b[:8], e.Version)
 	if e.Deleted {
 		b[8] = 1
 	}
-	h.Write(b[:9])
+	h.Write(b[:])
 	h.Write([]byte(e.Origin))
 	e.hash, e.seen = h.Sum64(), now
 }
