@@ -62,14 +62,19 @@ func TestLostBroadcastRepaired(t *testing.T) {
 			if _, err := a.Put("policies/lost", []byte(`{}`)); err != nil {
 				t.Fatal(err)
 			}
-			time.Sleep(time.Second) // every gossip copy goes out while a→c loses all (4 rounds of 50ms)
+			// A sleep, because the loss window is what is under test: it
+			// outlasts every gossip copy of the entry (4 transmissions,
+			// 50ms gossip rounds), which memberlist does not report.
+			time.Sleep(time.Second)
 			lossy.Store(false)
 			got := func() bool { _, err := cc.Get("policies/lost"); return err == nil }
 			if c.arrive {
 				meshtest.WaitFor(t, 15*time.Second, "the lost entry at c", got)
 				return
 			}
-			time.Sleep(6 * time.Second) // what the other case takes, and more
+			// A sleep, because what is under test is that nothing arrives:
+			// three times what the repaired case takes.
+			time.Sleep(6 * time.Second)
 			if got() {
 				t.Error("the entry reached c with no digest sync and no push/pull: the loss did not lose it, and the test proves nothing")
 			}

@@ -138,6 +138,20 @@ func (n *nsAgent) members(t *testing.T) map[string]api.Member {
 	return out
 }
 
+// seesAlive says whether the agent sees exactly n members, every one alive.
+func (n *nsAgent) seesAlive(t *testing.T, count int) bool {
+	ms := n.members(t)
+	if len(ms) != count {
+		return false
+	}
+	for _, m := range ms {
+		if m.Status != api.StatusAlive {
+			return false
+		}
+	}
+	return true
+}
+
 // TestPartitionHealsAcrossNamespaces runs four agents on two hosts
 // (network namespaces; two sites), bound to every interface as packaged.
 // Each advertises the address of its route to its join peer. The link
@@ -160,18 +174,7 @@ func TestPartitionHealsAcrossNamespaces(t *testing.T) {
 		a.start(t)
 	}
 	a1, b1 := agents[0], agents[2]
-	allAlive := func(from *nsAgent) bool {
-		ms := from.members(t)
-		if len(ms) != len(agents) {
-			return false
-		}
-		for _, m := range ms {
-			if m.Status != api.StatusAlive {
-				return false
-			}
-		}
-		return true
-	}
+	allAlive := func(from *nsAgent) bool { return from.seesAlive(t, len(agents)) }
 	dump := func() {
 		for _, a := range agents {
 			t.Logf("%s log:\n%s", a.name, a.proc.log)

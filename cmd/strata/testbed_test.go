@@ -63,18 +63,7 @@ func TestSitesThroughRouter(t *testing.T) {
 			t.Logf("%s log:\n%s", a.name, a.proc.log)
 		}
 	}
-	allAlive := func(from *nsAgent) bool {
-		ms := from.members(t)
-		if len(ms) != len(agents) {
-			return false
-		}
-		for _, m := range ms {
-			if m.Status != api.StatusAlive {
-				return false
-			}
-		}
-		return true
-	}
+	allAlive := func(from *nsAgent) bool { return from.seesAlive(t, len(agents)) }
 	ea, eb := agents[0], agents[2]
 	meshtest.Poll(t, 60*time.Second, 250*time.Millisecond, "one mesh of four across three sites", func() bool {
 		return allAlive(ea) && allAlive(eb)
@@ -267,17 +256,6 @@ func TestCutSiteKeepsServing(t *testing.T) {
 	bed.Heal("edge-b", "edge-a")
 	bed.Heal("edge-b", "cloud")
 	meshtest.Poll(t, 60*time.Second, 250*time.Millisecond, "one mesh again after the heal", func() bool {
-		for _, a := range []*nsAgent{cloud, eb} {
-			ms := a.members(t)
-			if len(ms) != 3 {
-				return false
-			}
-			for _, m := range ms {
-				if m.Status != api.StatusAlive {
-					return false
-				}
-			}
-		}
-		return served()
+		return cloud.seesAlive(t, 3) && eb.seesAlive(t, 3) && served()
 	}, dump)
 }

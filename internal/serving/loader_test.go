@@ -11,6 +11,7 @@ import (
 	"github.com/strata-mesh/strata/internal/catalog/catalogtest"
 	"github.com/strata-mesh/strata/mesh"
 	"github.com/strata-mesh/strata/mesh/dataplane"
+	"github.com/strata-mesh/strata/mesh/meshtest"
 	"github.com/strata-mesh/strata/storage"
 )
 
@@ -119,24 +120,13 @@ func TestReplicaReassignedWhileKept(t *testing.T) {
 		}
 		return mesh.Replica{}, false
 	}
-	waitServing := func(what string) {
-		t.Helper()
-		deadline := time.Now().Add(10 * time.Second)
-		for {
-			l.reconcile(ctx)
-			if r, ok := replica(); ok && r.State == mesh.ReplicaServing {
-				return
-			}
-			if time.Now().After(deadline) {
-				r, _ := replica()
-				t.Fatalf("%s: replica %+v, want serving", what, r)
-			}
-			time.Sleep(10 * time.Millisecond)
-		}
-	}
-
 	assign(true)
-	waitServing("assigned")
+	// The load runs in a goroutine of its own; reconcile publishes it.
+	meshtest.WaitFor(t, 10*time.Second, "the assigned replica serving", func() bool {
+		l.reconcile(ctx)
+		r, ok := replica()
+		return ok && r.State == mesh.ReplicaServing
+	})
 	assign(false)
 	l.reconcile(ctx)
 	if r, ok := replica(); ok {
