@@ -40,6 +40,7 @@ import (
 	"github.com/strata-mesh/strata/agent/discover"
 	"github.com/strata-mesh/strata/infer"
 	"github.com/strata-mesh/strata/mesh"
+	"github.com/strata-mesh/strata/mesh/federation"
 	"github.com/strata-mesh/strata/placement"
 	"github.com/strata-mesh/strata/storage"
 )
@@ -53,6 +54,8 @@ const (
 // Agent is one running strata daemon.
 type Agent struct {
 	cfg Config
+	// fed joins the site to other sites; nil where federation is off.
+	fed *federation.Federation
 	log *slog.Logger
 	// level is the log level a reload can change (nil when the caller
 	// gave the logger).
@@ -240,7 +243,14 @@ func New(cfg Config) (*Agent, error) {
 		lc.Inference = a.inf
 	}
 	a.srvg = serving.NewLoader(lc)
-	a.ctrl = controller.New(controller.Config{Mesh: a.mesh, Catalog: a.cat, Artifacts: a.art, Logger: a.log,
+	if cfg.Federation.Enabled() {
+		a.fed, err = federation.New(federation.Config{Mesh: a.mesh, Identity: a.id, Listen: cfg.Federation.Listen, Peers: cfg.Federation.Peers,
+			Gateways: cfg.Federation.Gateways, PSK: federation.PSKFromGossipKey(key), Logger: a.log.With("component", "federation"), Registerer: a.reg})
+		if err != nil {
+			return fail(err)
+		}
+	}
+	a.ctrl = controller.New(controller.Config{Mesh: a.mesh, Catalog: a.cat, Artifacts: a.art, Logger: a.log, Federated: a.fed != nil,
 		Compile: func(p PolicyRecord) (*placement.Request, error) { return a.compile(p) }, Load: a.loadFrom})
 	a.reg.MustRegister(
 		prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "strata_placement_snapshot_builds_total",
@@ -261,7 +271,13 @@ func New(cfg Config) (*Agent, error) {
 		InferenceErr: a.infErr, Registry: a.reg, Tokens: tokens, Anonymous: cfg.APIAnonymous, Addr: a.APIAddr, Logger: a.log,
 		SpoolDir:  filepath.Join(cfg.DataDir, "artifacts"),
 		IssueCert: a.issueCert,
-		Compile:   func(p PolicyRecord) (*placement.Request, error) { return a.compile(p) },
+		RemoteSites: func() []mesh.Site {
+			if a.fed == nil {
+				return nil
+			}
+			return federation.Sites(a.mesh, time.Now())
+		},
+		Compile: func(p PolicyRecord) (*placement.Request, error) { return a.compile(p) },
 	}
 	if a.inf != nil {
 		ac2.Inference = a.inf.Handler()
@@ -312,6 +328,13 @@ func (a *Agent) Run(ctx context.Context) error {
 	defer cancel()
 	var wg sync.WaitGroup
 	wg.Add(8)
+	if a.fed != nil {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			a.fed.Run(runCtx)
+		}()
+	}
 	go func() {
 		defer wg.Done()
 		a.drift.Run(runCtx)

@@ -18,6 +18,8 @@ import (
 	"time"
 
 	"github.com/hashicorp/memberlist"
+	"github.com/libp2p/go-libp2p/core/peer"
+	"github.com/multiformats/go-multiaddr"
 	"github.com/prometheus/client_golang/prometheus"
 	"go.yaml.in/yaml/v3"
 
@@ -59,7 +61,12 @@ type Config struct {
 	// AdvertiseAPI, from DataAddr.
 	AdvertiseData string `yaml:"advertise_data"`
 	// Join lists gossip addresses to join at start, retried with backoff.
+	// With federation on, list only agents of this site: each site is its
+	// own pool.
 	Join []string `yaml:"join"`
+	// Federation joins this site to other sites over libp2p; off unless
+	// Listen is set (see docs/networking.md).
+	Federation FederationConfig `yaml:"federation"`
 	// API is the HTTP API address. Default "127.0.0.1:7470".
 	API string `yaml:"api"`
 	// GossipKey is the base64 gossip encryption key (`strata keygen`).
@@ -326,6 +333,23 @@ func (c *Config) EnsureDefaults() {
 }
 
 // Validate reports every problem at once, each naming its setting.
+// FederationConfig is the agent's part in joining sites over libp2p.
+type FederationConfig struct {
+	// Listen are the libp2p multiaddrs a gateway listens at, such as
+	// /ip4/0.0.0.0/tcp/7950. Setting it turns federation on.
+	Listen []string `yaml:"listen"`
+	// Peers are agents of other sites to dial first
+	// (/ip4/HOST/tcp/PORT/p2p/PEER-ID, as `strata members -o json` shows in
+	// addrs.federation); later ones are learned from summaries.
+	Peers []string `yaml:"peers"`
+	// Gateways is how many agents of the site carry its federation
+	// traffic (default 2).
+	Gateways int `yaml:"gateways"`
+}
+
+// Enabled reports whether federation is on.
+func (f FederationConfig) Enabled() bool { return len(f.Listen) > 0 }
+
 func (c *Config) Validate() error {
 	var errs []error
 	bad := func(field, format string, args ...any) {
@@ -336,6 +360,22 @@ func (c *Config) Validate() error {
 	}
 	if !mesh.ValidTier(c.Tier) {
 		bad("tier", "%q is not a tier: use edge, onprem or cloud", c.Tier)
+	}
+	for i, a := range c.Federation.Listen {
+		if _, err := multiaddr.NewMultiaddr(a); err != nil {
+			bad(fmt.Sprintf("federation.listen[%d]", i), "%q is not a multiaddr (%v): use /ip4/0.0.0.0/tcp/7950", a, err)
+		}
+	}
+	for i, p := range c.Federation.Peers {
+		if _, err := peer.AddrInfoFromString(p); err != nil {
+			bad(fmt.Sprintf("federation.peers[%d]", i), "%q is not a peer address (%v): use /ip4/HOST/tcp/PORT/p2p/PEER-ID", p, err)
+		}
+	}
+	if len(c.Federation.Peers) > 0 && !c.Federation.Enabled() {
+		bad("federation.peers", "set federation.listen too: federation is off without it")
+	}
+	if c.Federation.Gateways < 0 {
+		bad("federation.gateways", "%d: must be 1 or more (default 2)", c.Federation.Gateways)
 	}
 	if c.Bootstrap != "" {
 		if u, err := url.Parse(c.Bootstrap); err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
@@ -485,6 +525,14 @@ func Flags(fs *flag.FlagSet) func() (Config, error) {
 	str("advertise", "gossip `HOST:PORT` peers should use (default: -bind's host; bound to all interfaces, the address of the route to the first -join peer)", func(c *Config, v string) { c.Advertise = v })
 	str("advertise-api", "API `HOST:PORT` peers should use (default: from -api, or the gossip address's host when -api is bound to all interfaces)", func(c *Config, v string) { c.AdvertiseAPI = v })
 	str("advertise-data", "data plane `HOST:PORT` peers should use (default: from -data-addr, as for -advertise-api)", func(c *Config, v string) { c.AdvertiseData = v })
+	fs.Func("federation-listen", "libp2p `multiaddr` to listen at as a federation gateway, such as /ip4/0.0.0.0/tcp/7950 (repeatable; turns federation on: each site its own pool)", func(v string) error {
+		sets = append(sets, func(c *Config) error { c.Federation.Listen = append(c.Federation.Listen, v); return nil })
+		return nil
+	})
+	fs.Func("federation-peer", "libp2p `multiaddr` of an agent in another site, ending in /p2p/PEER-ID (repeatable)", func(v string) error {
+		sets = append(sets, func(c *Config) error { c.Federation.Peers = append(c.Federation.Peers, v); return nil })
+		return nil
+	})
 	fs.Func("join", "gossip `HOST:PORT` of a peer to join (repeatable; retried with backoff until reachable)", func(v string) error {
 		sets = append(sets, func(c *Config) error { c.Join = append(c.Join, v); return nil })
 		return nil

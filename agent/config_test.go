@@ -80,6 +80,27 @@ func TestValidateGathersAllProblems(t *testing.T) {
 	}
 }
 
+// TestValidateFederation: each bad federation field is named, and peers
+// without listen are refused (federation would be off).
+func TestValidateFederation(t *testing.T) {
+	c := Config{Name: "x", Tier: "edge", Federation: FederationConfig{Listen: []string{"tcp:7950"}, Peers: []string{"/ip4/10.0.0.1/tcp/7950"}, Gateways: -1}}
+	c.EnsureDefaults()
+	err := c.Validate()
+	if err == nil {
+		t.Fatal("accepted")
+	}
+	for _, w := range []string{`federation.listen[0]: "tcp:7950" is not a multiaddr`, `federation.peers[0]: "/ip4/10.0.0.1/tcp/7950" is not a peer address`, "/p2p/PEER-ID", "federation.gateways: -1"} {
+		if !strings.Contains(err.Error(), w) {
+			t.Errorf("error %q lacks %q", err, w)
+		}
+	}
+	c = Config{Name: "x", Tier: "edge", Federation: FederationConfig{Peers: []string{"/ip4/10.0.0.1/tcp/7950/p2p/12D3KooWGRUVh7AhCH5uwbpfBqfBqdvBqvBq5oFf1r2mqMuHbnxk"}}}
+	c.EnsureDefaults()
+	if err := c.Validate(); err == nil || !strings.Contains(err.Error(), "federation.peers: set federation.listen too") {
+		t.Errorf("peers without listen: %v", err)
+	}
+}
+
 func TestFlagsOverrideFile(t *testing.T) {
 	dir := t.TempDir()
 	path := dir + "/agent.yaml"

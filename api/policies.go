@@ -18,6 +18,9 @@ type Policy struct {
 	Applied    time.Time `json:"applied"`
 	// AppliedAt is the agent that took the apply.
 	AppliedAt string `json:"applied_at"`
+	// Site is that agent's site; in a federated mesh the policy is placed
+	// within it.
+	Site string `json:"site,omitempty"`
 }
 
 // Key is the policy's identity, "Kind/name".

@@ -74,7 +74,17 @@ type Site struct {
 	Nodes  int    `json:"nodes"`
 	Alive  int    `json:"alive"`
 	Status string `json:"status"`
+	// Via is "pool" (this agent sees the site's nodes) or "federation"
+	// (it knows the site from its gateways' summaries, last at Heard).
+	Via   string     `json:"via"`
+	Heard *time.Time `json:"heard,omitempty"`
 }
+
+// Site.Via values.
+const (
+	ViaPool       = "pool"
+	ViaFederation = "federation"
+)
 
 // Node is a node's replicated document with its current status (GET
 // /v1/nodes, GET /v1/nodes/{id}, GET /v1/agent/self).
@@ -135,6 +145,9 @@ type Addrs struct {
 	API string `json:"api"`
 	// Data is the data-plane (QUIC) address, empty until it is enabled.
 	Data string `json:"data,omitempty"`
+	// Federation are the libp2p addresses (with /p2p/PEER-ID) the node
+	// listens at while it is a federation gateway.
+	Federation []string `json:"federation,omitempty"`
 }
 
 // Capabilities is what a host can do, with where each part was learned.

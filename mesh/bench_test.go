@@ -3,9 +3,11 @@ package mesh_test
 import (
 	"context"
 	"fmt"
+	"maps"
 	"math"
 	"math/rand/v2"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -62,7 +64,7 @@ func memClusterOn(b *testing.B, network *meshtest.Network, n int, tune func(*mem
 	// Poll cheaply (every view once a second): at 256 nodes a tight poll
 	// of every view would steal the CPU gossip needs.
 	meshtest.Poll(b, 5*time.Minute, time.Second, fmt.Sprintf("%d nodes to see each other alive", n),
-		func() bool { return formed(nodes, n) }, nil)
+		func() bool { return formed(nodes, n) }, func() { b.Log(poolCounts(nodes)) })
 	return nodes, network
 }
 
@@ -73,6 +75,21 @@ func formed(nodes []*mesh.Mesh, n int) bool {
 		}
 	}
 	return true
+}
+
+// poolCounts says how many nodes see how many alive members, for a pool
+// that did not form: "alive members seen -> nodes".
+func poolCounts(nodes []*mesh.Mesh) string {
+	seen := map[int]int{}
+	for _, m := range nodes {
+		seen[m.NumAlive()]++
+	}
+	keys := slices.Sorted(maps.Keys(seen))
+	var out []string
+	for _, k := range keys {
+		out = append(out, fmt.Sprintf("%d->%d", k, seen[k]))
+	}
+	return "alive members seen -> nodes: " + strings.Join(out, " ")
 }
 
 func median(xs []float64) float64 {

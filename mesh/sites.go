@@ -3,6 +3,7 @@ package mesh
 import (
 	"maps"
 	"slices"
+	"time"
 )
 
 // SiteStatus is a site's reachability as one agent sees it.
@@ -29,7 +30,18 @@ type Site struct {
 	Nodes  int        `json:"nodes"`
 	Alive  int        `json:"alive"`
 	Status SiteStatus `json:"status"`
+	// Via is "pool" for a site whose nodes this agent sees (its own, or
+	// every site where one pool holds them all), "federation" for a site
+	// known from its summaries; Heard is when such a summary last came.
+	Via   string     `json:"via"`
+	Heard *time.Time `json:"heard,omitempty"`
 }
+
+// Via values.
+const (
+	ViaPool       = "pool"
+	ViaFederation = "federation"
+)
 
 // Sites summarizes nodes by site, sorted by name. A node that failed while
 // others of its site are alive is a node failure (its work moves); a site
@@ -41,7 +53,7 @@ func Sites(nodes []Node) []Site {
 	for _, n := range nodes {
 		s := by[n.Site]
 		if s == nil {
-			s = &Site{Name: n.Site, Region: n.Region}
+			s = &Site{Name: n.Site, Region: n.Region, Via: ViaPool}
 			by[n.Site] = s
 		}
 		s.Nodes++

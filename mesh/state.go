@@ -113,6 +113,10 @@ type Addrs struct {
 	API string `json:"api"`
 	// Data is the data-plane (QUIC) address, empty until it is enabled.
 	Data string `json:"data,omitempty"`
+	// Federation are the libp2p multiaddrs (with /p2p/ID) the node listens
+	// at while it is one of its site's gateways; empty where federation is
+	// off.
+	Federation []string `json:"federation,omitempty"`
 }
 
 // Capabilities is what a host can do, with where each part was learned.
@@ -238,6 +242,7 @@ func (s NodeState) Clone() NodeState {
 		c.Capabilities.GPUs[i].NVLinkPeers = slices.Clone(s.Capabilities.GPUs[i].NVLinkPeers)
 	}
 	c.Capabilities.RDMA = slices.Clone(s.Capabilities.RDMA)
+	c.Addrs.Federation = slices.Clone(s.Addrs.Federation)
 	c.Models = slices.Clone(s.Models)
 	c.Replicas = slices.Clone(s.Replicas)
 	c.Assignments = slices.Clone(s.Assignments)

@@ -259,3 +259,151 @@ func TestCutSiteKeepsServing(t *testing.T) {
 		return cloud.seesAlive(t, 3) && eb.seesAlive(t, 3) && served()
 	}, dump)
 }
+
+// TestFederatedSites runs three sites of the testbed as three pools joined
+// by federation over libp2p: edge-a and edge-b of two hosts each and a
+// cloud host, with 10–30 ms between sites. Each agent joins only its own
+// site and names the cloud agent as its federation peer. Every agent sees
+// its own site's members and the other sites through their summaries; a
+// policy applied in edge-a is placed by edge-a and its records reach every
+// site; a site cut off is unreachable to the others, and a policy applied
+// meanwhile reaches it after the heal.
+func TestFederatedSites(t *testing.T) {
+	if testing.Short() {
+		t.Skip("a minute or two of real time")
+	}
+	bed := testbed.Start(t, testbed.Site{Name: "edge-a", Hosts: 2}, testbed.Site{Name: "edge-b", Hosts: 2}, testbed.Site{Name: "cloud", Hosts: 1})
+	bed.SetLink("edge-a", "edge-b", 10*time.Millisecond, 0)
+	bed.SetLink("edge-a", "cloud", 20*time.Millisecond, 0)
+	bed.SetLink("edge-b", "cloud", 30*time.Millisecond, 0)
+	var agents []*nsAgent
+	dump := func() {
+		for _, a := range agents {
+			t.Logf("%s log:\n%s", a.name, a.proc.log)
+		}
+	}
+	fed := []string{"-federation-listen", "/ip4/0.0.0.0/tcp/7950"}
+	ch := bed.Host("cloud", 0)
+	cloud := &nsAgent{ns: netns{ch.NS}, name: ch.Name, site: "cloud", gossip: 7946, api: 7470, data: 7471, args: append([]string{"-tier", "cloud"}, fed...)}
+	cloud.start(t)
+	agents = append(agents, cloud)
+	var peerAddr string
+	meshtest.Poll(t, 30*time.Second, 250*time.Millisecond, "the cloud agent to run a federation gateway", func() bool {
+		var n api.Node
+		if cloud.get(t, &n, "node", ch.Name) != nil {
+			return false
+		}
+		for _, a := range n.Addrs.Federation {
+			if strings.HasPrefix(a, "/ip4/"+ch.IP.String()+"/tcp/7950/") {
+				peerAddr = a
+			}
+		}
+		return peerAddr != ""
+	}, dump)
+	for _, site := range []string{"edge-a", "edge-b"} {
+		seed := bed.Host(site, 0)
+		for _, h := range bed.Hosts(site) {
+			a := &nsAgent{ns: netns{h.NS}, name: h.Name, site: site, gossip: 7946, api: 7470, data: 7471,
+				args: append([]string{"-tier", "edge", "-federation-peer", peerAddr}, fed...)}
+			if h.Name != seed.Name {
+				a.join = seed.IP.String() + ":7946"
+			}
+			a.start(t)
+			agents = append(agents, a)
+		}
+	}
+	ea, eb2 := agents[1], agents[4]
+	sitesOf := func(from *nsAgent) map[string]api.Site {
+		var sites []api.Site
+		if from.get(t, &sites, "sites") != nil {
+			return nil
+		}
+		out := map[string]api.Site{}
+		for _, s := range sites {
+			out[s.Name] = s
+		}
+		return out
+	}
+	start := time.Now()
+	meshtest.Poll(t, 60*time.Second, 250*time.Millisecond, "each agent to see its own site's members and the other two sites", func() bool {
+		for _, a := range agents {
+			want := 2
+			if a.site == "cloud" {
+				want = 1
+			}
+			if !a.seesAlive(t, want) {
+				return false
+			}
+			sites := sitesOf(a)
+			if len(sites) != 3 {
+				return false
+			}
+			for name, s := range sites {
+				via := api.ViaFederation
+				if name == a.site {
+					via = api.ViaPool
+				}
+				if s.Status != api.SiteReachable || s.Via != via {
+					return false
+				}
+			}
+		}
+		return true
+	}, dump)
+	t.Logf("three federated sites after %s", time.Since(start).Round(100*time.Millisecond))
+
+	dir := t.TempDir()
+	apply := func(from *nsAgent, name string) {
+		t.Helper()
+		f := filepath.Join(dir, name+".yaml")
+		os.WriteFile(f, []byte("apiVersion: strata/v1\nkind: InferenceService\nmetadata: {name: "+name+"}\nspec:\n  model: {name: m, version: \"1\"}\n  replicas: 1\n  resources: {cpu: 10m, memory: 16Mi}\n"), 0o600)
+		cmd := exec.Command("ip", "netns", "exec", from.ns.name, strataBin, "apply", "-f", f)
+		cmd.Env = append(os.Environ(), "STRATA_ADDR=http://127.0.0.1:7470")
+		if out, err := cmd.CombinedOutput(); err != nil {
+			t.Fatalf("apply %s: %v\n%s", name, err, out)
+		}
+	}
+	placedBy := func(from *nsAgent, name string) string {
+		var ps []api.PlacementStatus
+		if from.get(t, &ps, "placements") != nil {
+			return ""
+		}
+		for _, p := range ps {
+			if p.Name == name {
+				return p.Owner
+			}
+		}
+		return ""
+	}
+	apply(ea, "svc-a")
+	meshtest.Poll(t, 30*time.Second, 250*time.Millisecond, "svc-a placed by edge-a, its placement seen in every site", func() bool {
+		for _, a := range agents {
+			if !strings.HasPrefix(placedBy(a, "svc-a"), "edge-a-") {
+				return false
+			}
+		}
+		return true
+	}, dump)
+
+	bed.Cut("edge-b", "edge-a")
+	bed.Cut("edge-b", "cloud")
+	meshtest.Poll(t, 90*time.Second, 250*time.Millisecond, "edge-b unreachable from edge-a, and the others from edge-b", func() bool {
+		return sitesOf(ea)["edge-b"].Status == api.SiteUnreachable && sitesOf(eb2)["edge-a"].Status == api.SiteUnreachable &&
+			sitesOf(eb2)["cloud"].Status == api.SiteUnreachable
+	}, dump)
+	apply(cloud, "svc-cut")
+	meshtest.Poll(t, 30*time.Second, 250*time.Millisecond, "svc-cut placed by cloud, seen in edge-a", func() bool {
+		return placedBy(ea, "svc-cut") == ch.Name
+	}, dump)
+	if placedBy(eb2, "svc-cut") != "" {
+		t.Fatal("edge-b got a record across the cut")
+	}
+	bed.Heal("edge-b", "edge-a")
+	bed.Heal("edge-b", "cloud")
+	healed := time.Now()
+	meshtest.Poll(t, 60*time.Second, 250*time.Millisecond, "svc-cut's placement in edge-b after the heal, every site reachable", func() bool {
+		s := sitesOf(eb2)
+		return placedBy(eb2, "svc-cut") == ch.Name && s["edge-a"].Status == api.SiteReachable && s["cloud"].Status == api.SiteReachable
+	}, dump)
+	t.Logf("edge-b caught up %s after the heal", time.Since(healed).Round(100*time.Millisecond))
+}

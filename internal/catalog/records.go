@@ -36,6 +36,10 @@ type Policy struct {
 	Applied    time.Time `json:"applied"`
 	// AppliedAt is the agent that took the apply.
 	AppliedAt string `json:"applied_at"`
+	// Site is the site of that agent. In a federated mesh (a pool per
+	// site) the policy is placed within this site: its controllers see
+	// the other sites only as summaries.
+	Site string `json:"site,omitempty"`
 }
 
 // Key is the policy's identity, "Kind/name".

@@ -845,7 +845,7 @@ func (c *Controller) startRetrain(p catalog.Policy, svc *policy.InferenceService
 		step(r, catalog.StageFailed, "retrain template: %v", err)
 		return err
 	}
-	job := catalog.Policy{Kind: policy.KindTrainingJob, Name: r.Job, Source: src, File: p.File, Generation: 1, Applied: time.Now().UTC(), AppliedAt: c.cfg.Mesh.Name()}
+	job := catalog.Policy{Kind: policy.KindTrainingJob, Name: r.Job, Source: src, File: p.File, Generation: 1, Applied: time.Now().UTC(), AppliedAt: c.cfg.Mesh.Name(), Site: p.Site}
 	if _, err := c.cfg.Catalog.Policies.Put(job); err != nil {
 		return err
 	}
@@ -930,14 +930,22 @@ type Config struct {
 	Compile func(catalog.Policy) (*placement.Request, error)
 	// Load computes this node's load from its capabilities and the
 	// assignments it holds (published with them).
-	Load   func(caps mesh.Capabilities, held []mesh.Assignment) mesh.Load
-	Logger *slog.Logger
+	Load func(caps mesh.Capabilities, held []mesh.Assignment) mesh.Load
+	// Federated is set where each site is its own pool: then this
+	// agent's controllers place only the policies applied in its site
+	// (Policy.Site), since they see no other site's nodes.
+	Federated bool
+	Logger    *slog.Logger
 }
 
 // policies returns every applied policy that decodes (the catalog counts
 // the others).
 func (c *Controller) policies() []catalog.Policy {
 	out, _ := c.cfg.Catalog.Policies.Values()
+	if c.cfg.Federated {
+		site := c.cfg.Mesh.Local().Site
+		out = slices.DeleteFunc(out, func(p catalog.Policy) bool { return p.Site != "" && p.Site != site })
+	}
 	return out
 }
 

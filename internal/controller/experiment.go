@@ -330,7 +330,7 @@ func (c *Controller) applyTrial(p catalog.Policy, name string, params map[string
 		return err
 	}
 	_, err = c.cfg.Catalog.Policies.Put(catalog.Policy{Kind: policy.KindTrainingJob, Name: name, Source: src, File: p.File,
-		Generation: 1, Applied: time.Now().UTC(), AppliedAt: c.cfg.Mesh.Name()})
+		Generation: 1, Applied: time.Now().UTC(), AppliedAt: c.cfg.Mesh.Name(), Site: p.Site})
 	return err
 }
 

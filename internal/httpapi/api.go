@@ -170,7 +170,11 @@ func (s *Server) handleSites(w http.ResponseWriter, r *http.Request) {
 	if !httpjson.CheckParams(w, r.URL.Query()) {
 		return
 	}
-	httpjson.Write(w, http.StatusOK, mesh.Sites(s.cfg.Mesh.Nodes()))
+	sites := mesh.Sites(s.cfg.Mesh.Nodes())
+	if s.cfg.RemoteSites != nil {
+		sites = append(sites, s.cfg.RemoteSites()...)
+	}
+	httpjson.Write(w, http.StatusOK, sites)
 }
 
 // nodeFilter selects nodes by tier, site and labels (all must match).

@@ -216,6 +216,9 @@ func (s *Server) handleApply(w http.ResponseWriter, r *http.Request) {
 		}
 		if res.Changed {
 			p.Generation, p.Applied, p.AppliedAt = res.Generation, time.Now().UTC(), s.cfg.Mesh.Name()
+			if me, err := s.cfg.Mesh.Node(s.cfg.Mesh.ID()); err == nil {
+				p.Site = me.Site
+			}
 			if _, err := s.cfg.Catalog.Policies.Put(p); err != nil {
 				httpjson.Error(w, http.StatusInternalServerError, "", "storing %s: %v", p.Key(), err)
 				return

@@ -51,6 +51,9 @@ type Config struct {
 	Forwarder *serving.Forwarder
 	// Events streams GET /v1/events.
 	Events http.Handler
+	// RemoteSites lists the sites known through federation (optional:
+	// nil where each agent sees every site's nodes).
+	RemoteSites func() []mesh.Site
 	// Inference serves /v2; nil when ONNX Runtime is not available, and
 	// InferenceErr says why.
 	Inference    http.Handler

@@ -1,0 +1,29 @@
+// Package federation joins the sites of a mesh over go-libp2p. Each site is
+// one memberlist pool (package mesh); a few of its agents, the gateways,
+// chosen by rendezvous hashing over the site's live members and replaced
+// when they fail, run a libp2p host whose peer ID is the node's ed25519
+// identity and carry, over GossipSub:
+//
+//   - the site's summary (nodes per tier, CPU, memory, GPUs and fabrics,
+//     models and datasets held, gateways' addresses), which every other
+//     site keeps as the site-scoped catalog entry "federation/sites/NAME";
+//   - the global catalog records written in the site (policies,
+//     placements, jobs, artifacts), which the other sites' gateways fold
+//     into their pools by version.
+//
+// The first gateway publishes; the others subscribe too, so a site keeps
+// hearing the federation while its publisher fails. A gateway that connects
+// to another site's gateway, and every SyncInterval one connected gateway,
+// exchange their global catalogs over a libp2p stream: a site cut off
+// catches up by version when the link heals, and a record whose GossipSub
+// copy was lost is repaired. WAN traffic grows with sites, not nodes: agents
+// that are not gateways never leave their site.
+//
+// NAT: hosts enable circuit relay v2 (as clients, and as relays when
+// public), hole punching (DCUtR) and AutoNAT, so a gateway behind NAT needs
+// no inbound port as long as it can reach one public gateway.
+//
+// Not yet: agents see other sites only as summaries, so a policy is placed
+// within the site it was applied in (see the agent's docs); Vivaldi
+// coordinates of two pools are not comparable, so summaries carry no RTT.
+package federation

@@ -1,0 +1,257 @@
+package federation
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sync"
+	"time"
+
+	"github.com/libp2p/go-libp2p"
+	"github.com/libp2p/go-libp2p/core/crypto"
+	"github.com/libp2p/go-libp2p/core/host"
+	lpmetrics "github.com/libp2p/go-libp2p/core/metrics"
+	"github.com/libp2p/go-libp2p/core/peer"
+	"github.com/libp2p/go-libp2p/core/pnet"
+	"github.com/libp2p/go-libp2p/p2p/transport/tcp"
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/strata-mesh/strata/mesh"
+)
+
+// Topics and protocols. A new major version of either gets a new name.
+const (
+	topicRecords   = "strata/federation/records/1"
+	topicSummaries = "strata/federation/summaries/1"
+	protoSync      = "/strata/federation/sync/1.0.0"
+)
+
+// Config configures an agent's part in the federation.
+type Config struct {
+	// Mesh is the agent's site pool.
+	Mesh *mesh.Mesh
+	// Identity is the node's key: its libp2p peer ID.
+	Identity mesh.Identity
+	// Listen are the multiaddrs a gateway listens at
+	// (default /ip4/0.0.0.0/tcp/7950).
+	Listen []string
+	// Peers are agents of other sites to dial first ("multiaddr/p2p/ID");
+	// after the first summary, gateways find each other from summaries.
+	Peers []string
+	// Gateways is how many gateways a site has (default 2).
+	Gateways int
+	// PSK, when set (32 bytes), makes the federation a libp2p private
+	// network over TCP: a host without the key cannot connect.
+	PSK []byte
+	// SummaryInterval is how often the publishing gateway sends its
+	// site's summary and checks for new records (default 5s; records
+	// also go out as soon as the pool changes).
+	SummaryInterval time.Duration
+	// SyncInterval is how often a gateway exchanges its global catalog
+	// with one other site's gateway as anti-entropy (default 30s).
+	SyncInterval time.Duration
+	// Logger and Registerer default to slog's default logger and none.
+	Logger     *slog.Logger
+	Registerer prometheus.Registerer
+	// NewHost makes a gateway's libp2p host; tests and benchmarks pass
+	// hosts on an in-memory network. Default: a host with the options above.
+	NewHost func(priv crypto.PrivKey) (host.Host, error)
+}
+
+// Federation runs this agent's part in joining its site to the others:
+// nothing while it is not a gateway, a libp2p gateway while it is.
+type Federation struct {
+	cfg     Config
+	priv    crypto.PrivKey
+	peers   []peer.AddrInfo
+	metrics *metrics
+	bw      *metricsCounter
+
+	mu sync.Mutex
+	gw *gateway
+}
+
+// New checks cfg and makes a Federation; Run starts it.
+func New(cfg Config) (*Federation, error) {
+	if cfg.Mesh == nil {
+		return nil, errors.New("federation: no mesh")
+	}
+	if cfg.Gateways <= 0 {
+		cfg.Gateways = 2
+	}
+	if len(cfg.Listen) == 0 {
+		cfg.Listen = []string{"/ip4/0.0.0.0/tcp/7950"}
+	}
+	if cfg.SummaryInterval <= 0 {
+		cfg.SummaryInterval = 5 * time.Second
+	}
+	if cfg.SyncInterval <= 0 {
+		cfg.SyncInterval = 30 * time.Second
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.Default()
+	}
+	if cfg.PSK != nil && len(cfg.PSK) != 32 {
+		return nil, fmt.Errorf("federation: the private network key is %d bytes, want 32", len(cfg.PSK))
+	}
+	priv, err := crypto.UnmarshalEd25519PrivateKey(cfg.Identity.Key)
+	if err != nil {
+		return nil, fmt.Errorf("federation: identity: %w", err)
+	}
+	f := &Federation{cfg: cfg, priv: priv, metrics: newMetrics(cfg.Registerer), bw: &metricsCounter{BandwidthCounter: lpmetrics.NewBandwidthCounter()}}
+	for _, s := range cfg.Peers {
+		ai, err := peer.AddrInfoFromString(s)
+		if err != nil {
+			return nil, fmt.Errorf("federation: peer %q: %w (want a multiaddr ending in /p2p/PEER-ID, as 'strata members -o json' shows in addrs.federation)", s, err)
+		}
+		f.peers = append(f.peers, *ai)
+	}
+	if cfg.NewHost == nil {
+		f.cfg.NewHost = f.newHost
+	}
+	return f, nil
+}
+
+// PeerID returns the node's libp2p peer ID.
+func PeerID(id mesh.Identity) (peer.ID, error) {
+	priv, err := crypto.UnmarshalEd25519PrivateKey(id.Key)
+	if err != nil {
+		return "", err
+	}
+	return peer.IDFromPrivateKey(priv)
+}
+
+// PSKFromGossipKey derives the federation's private network key from the
+// mesh's gossip key, so that one secret admits an agent to both.
+func PSKFromGossipKey(key []byte) []byte {
+	if len(key) == 0 {
+		return nil
+	}
+	sum := sha256.Sum256(append([]byte("strata federation psk\x00"), key...))
+	return sum[:]
+}
+
+func (f *Federation) newHost(priv crypto.PrivKey) (host.Host, error) {
+	opts := []libp2p.Option{
+		libp2p.Identity(priv),
+		libp2p.ListenAddrStrings(f.cfg.Listen...),
+		libp2p.DisableMetrics(),
+		libp2p.BandwidthReporter(f.bw),
+		libp2p.EnableRelay(),
+		libp2p.EnableRelayService(),
+		libp2p.EnableHolePunching(),
+		libp2p.EnableNATService(),
+	}
+	if len(f.peers) > 0 {
+		opts = append(opts, libp2p.EnableAutoRelayWithStaticRelays(f.peers))
+	}
+	if f.cfg.PSK != nil {
+		// A private network runs over TCP only: QUIC has its own
+		// handshake, which libp2p's pre-shared key cannot wrap.
+		opts = append(opts, libp2p.PrivateNetwork(pnet.PSK(f.cfg.PSK)), libp2p.Transport(tcp.NewTCPTransport))
+	}
+	return libp2p.New(opts...)
+}
+
+// Run follows the site's gateways until ctx ends: it starts this agent's
+// gateway when the agent becomes one and stops it when it no longer is.
+func (f *Federation) Run(ctx context.Context) {
+	tick := time.NewTicker(time.Second)
+	defer tick.Stop()
+	defer f.stopGateway()
+	for {
+		f.step(ctx)
+		select {
+		case <-ctx.Done():
+			return
+		case <-tick.C:
+		}
+	}
+}
+
+func (f *Federation) step(ctx context.Context) {
+	m := f.cfg.Mesh
+	gws := Gateways(m.Nodes(), m.Site(), f.cfg.Gateways)
+	rank := -1
+	for i, g := range gws {
+		if g == m.Name() {
+			rank = i
+		}
+	}
+	f.mu.Lock()
+	gw := f.gw
+	f.mu.Unlock()
+	switch {
+	case rank < 0 && gw != nil:
+		f.cfg.Logger.Info("no longer a federation gateway", "gateways", gws)
+		f.stopGateway()
+	case rank >= 0 && gw == nil:
+		g, err := f.startGateway(ctx)
+		if err != nil {
+			f.cfg.Logger.Warn("federation gateway did not start", "err", err)
+			f.metrics.errors.WithLabelValues("start").Inc()
+			return
+		}
+		f.cfg.Logger.Info("federation gateway started", "rank", rank, "addrs", g.addrs())
+		gw = g
+	}
+	if gw != nil {
+		gw.setRank(rank, gws)
+	}
+}
+
+func (f *Federation) stopGateway() {
+	f.mu.Lock()
+	gw := f.gw
+	f.gw = nil
+	f.mu.Unlock()
+	if gw != nil {
+		gw.close()
+	}
+}
+
+// Traffic returns the bytes this agent's gateways sent and received over
+// libp2p since start (default hosts only).
+func (f *Federation) Traffic() (in, out int64) {
+	t := f.bw.GetBandwidthTotals()
+	return t.TotalIn, t.TotalOut
+}
+
+// Host returns the running gateway's host, or nil when this agent is not a
+// gateway.
+func (f *Federation) Host() host.Host {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.gw == nil {
+		return nil
+	}
+	return f.gw.h
+}
+
+// IsGateway reports whether this agent is a gateway now, and whether the
+// publishing one.
+func (f *Federation) IsGateway() (gateway, publisher bool) {
+	f.mu.Lock()
+	gw := f.gw
+	f.mu.Unlock()
+	if gw == nil {
+		return false, false
+	}
+	gw.mu.Lock()
+	defer gw.mu.Unlock()
+	return true, gw.rank == 0
+}
+
+// metricsCounter is the bandwidth counter the default hosts report to.
+type metricsCounter struct{ *lpmetrics.BandwidthCounter }
+
+func encode(v any) []byte {
+	b, err := json.Marshal(v)
+	if err != nil {
+		panic(err) // only our own types, which always encode
+	}
+	return b
+}

@@ -1,0 +1,236 @@
+package federation_test
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"log/slog"
+	"testing"
+	"time"
+
+	"github.com/hashicorp/memberlist"
+
+	"github.com/strata-mesh/strata/mesh"
+	"github.com/strata-mesh/strata/mesh/federation"
+	"github.com/strata-mesh/strata/mesh/meshtest"
+)
+
+// agent is one node of a test site: its pool member and federation.
+type agent struct {
+	m    *mesh.Mesh
+	f    *federation.Federation
+	stop context.CancelFunc
+	done chan struct{}
+}
+
+func (a *agent) close() {
+	a.stop()
+	<-a.done
+	a.m.Close()
+}
+
+// site starts n agents of one site in their own pool on network (fast
+// timings), each with a federation that dials peers.
+func site(t *testing.T, network *meshtest.Network, name string, n int, peers []string) []*agent {
+	t.Helper()
+	var out []*agent
+	for i := range n {
+		node := fmt.Sprintf("%s-%d", name, i)
+		id, err := mesh.NewIdentity()
+		if err != nil {
+			t.Fatal(err)
+		}
+		m, err := mesh.New(mesh.Config{
+			Name: node, Identity: id, Transport: network.NewTransport(node),
+			Local:      mesh.NodeState{Tier: mesh.TierEdge, Site: name, Labels: map[string]string{}},
+			Memberlist: func(c *memberlist.Config) { meshtest.FastTimings(c) },
+			Logger:     slog.New(slog.NewTextHandler(io.Discard, nil)),
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if i > 0 {
+			if err := m.Join(context.Background(), []string{out[0].m.GossipAddr()}); err != nil {
+				t.Fatal(err)
+			}
+		}
+		f, err := federation.New(federation.Config{
+			Mesh: m, Identity: id, Listen: []string{"/ip4/127.0.0.1/tcp/0"}, Peers: peers,
+			SummaryInterval: 200 * time.Millisecond, SyncInterval: time.Second,
+			Logger: slog.New(slog.NewTextHandler(io.Discard, nil)),
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		ctx, cancel := context.WithCancel(context.Background())
+		a := &agent{m: m, f: f, stop: cancel, done: make(chan struct{})}
+		go func() { defer close(a.done); f.Run(ctx) }()
+		t.Cleanup(func() {
+			select {
+			case <-a.done:
+			default:
+				a.close()
+			}
+		})
+		out = append(out, a)
+	}
+	meshtest.WaitFor(t, 20*time.Second, name+" to form", func() bool {
+		for _, a := range out {
+			if a.m.NumAlive() != n {
+				return false
+			}
+		}
+		return true
+	})
+	return out
+}
+
+// addrs waits for one of agents to run a gateway and returns its addresses.
+func gatewayAddrs(t *testing.T, agents []*agent) []string {
+	t.Helper()
+	var out []string
+	meshtest.WaitFor(t, 20*time.Second, "a gateway", func() bool {
+		for _, a := range agents {
+			if h := a.f.Host(); h != nil {
+				for _, ad := range h.Addrs() {
+					out = append(out, ad.String()+"/p2p/"+h.ID().String())
+				}
+				return true
+			}
+		}
+		return false
+	})
+	return out
+}
+
+func has(m *mesh.Mesh, key, value string) bool {
+	e, err := m.Get(key)
+	return err == nil && string(e.Value) == value
+}
+
+func remote(m *mesh.Mesh, site string) (federation.Remote, bool) {
+	for _, r := range federation.Remotes(m, time.Now()) {
+		if r.Summary.Site == site {
+			return r, true
+		}
+	}
+	return federation.Remote{}, false
+}
+
+// TestSitesFederate runs three sites of two agents, each site its own pool,
+// joined by federation over libp2p on loopback: a global record written
+// anywhere reaches every agent of every site, a site-scoped one stays home,
+// every agent sees the other sites' summaries, and when a site's
+// publishing gateway fails the site's next agent takes over.
+func TestSitesFederate(t *testing.T) {
+	t.Parallel()
+	network := &meshtest.Network{}
+	a := site(t, network, "a", 2, nil)
+	boot := gatewayAddrs(t, a)
+	b := site(t, network, "b", 2, boot)
+	c := site(t, network, "c", 2, boot)
+	all := append(append(append([]*agent{}, a...), b...), c...)
+
+	// The pools stay apart: federation carries records, not members.
+	for _, x := range all {
+		if n := len(x.m.Members()); n != 2 {
+			t.Fatalf("%s sees %d members, want its own site's 2", x.m.Name(), n)
+		}
+	}
+
+	if _, err := b[1].m.Put("policies/p1", json.RawMessage(`"v1"`), mesh.PutOptions{Scope: mesh.ScopeGlobal}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := b[1].m.Put("local/x", json.RawMessage(`"b only"`), mesh.PutOptions{Scope: mesh.ScopeSite}); err != nil {
+		t.Fatal(err)
+	}
+	meshtest.WaitFor(t, 30*time.Second, "the global record in every site", func() bool {
+		for _, x := range all {
+			if !has(x.m, "policies/p1", `"v1"`) {
+				return false
+			}
+		}
+		return true
+	})
+	for _, x := range append(append([]*agent{}, a...), c...) {
+		if _, err := x.m.Get("local/x"); err == nil {
+			t.Fatalf("%s holds b's site-scoped record", x.m.Name())
+		}
+	}
+
+	meshtest.WaitFor(t, 30*time.Second, "every agent to see the other two sites' summaries", func() bool {
+		for _, x := range all {
+			for _, s := range []string{"a", "b", "c"} {
+				if s == x.m.Site() {
+					continue
+				}
+				r, ok := remote(x.m, s)
+				if !ok || r.Status != mesh.SiteReachable || r.Summary.Alive != 2 || len(r.Summary.Gateways) == 0 {
+					return false
+				}
+			}
+		}
+		return true
+	})
+
+	// Fail site c's publisher: the other agent of c takes over and c's
+	// new records still reach a.
+	var pub, rest *agent
+	meshtest.WaitFor(t, 10*time.Second, "a publishing gateway in c", func() bool {
+		pub, rest = nil, nil
+		for _, x := range c {
+			if _, p := x.f.IsGateway(); p {
+				pub = x
+			} else {
+				rest = x
+			}
+		}
+		return pub != nil && rest != nil
+	})
+	pub.close()
+	meshtest.WaitFor(t, 30*time.Second, "c's other agent to publish", func() bool {
+		_, p := rest.f.IsGateway()
+		return p
+	})
+	if _, err := rest.m.Put("policies/p2", json.RawMessage(`"from c"`), mesh.PutOptions{Scope: mesh.ScopeGlobal}); err != nil {
+		t.Fatal(err)
+	}
+	meshtest.WaitFor(t, 30*time.Second, "c's record after its failover in a", func() bool {
+		return has(a[0].m, "policies/p2", `"from c"`) && has(a[1].m, "policies/p2", `"from c"`)
+	})
+}
+
+// TestLateSiteCatchesUp: records published before a site joined the
+// federation (GossipSub does not replay them) reach it by the sync its
+// gateway runs on connecting, and what it wrote before it connected
+// reaches the first site.
+func TestLateSiteCatchesUp(t *testing.T) {
+	t.Parallel()
+	network := &meshtest.Network{}
+	a := site(t, network, "a", 1, nil)
+	for i := range 50 {
+		if _, err := a[0].m.Put(fmt.Sprintf("jobs/j%02d", i), json.RawMessage(`1`), mesh.PutOptions{Scope: mesh.ScopeGlobal}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	boot := gatewayAddrs(t, a)
+	meshtest.WaitFor(t, 10*time.Second, "a to publish its records", func() bool {
+		_, p := a[0].f.IsGateway()
+		return p
+	})
+
+	late := site(t, network, "late", 2, boot)
+	if _, err := late[1].m.Put("jobs/late", json.RawMessage(`2`), mesh.PutOptions{Scope: mesh.ScopeGlobal}); err != nil {
+		t.Fatal(err)
+	}
+	meshtest.WaitFor(t, 30*time.Second, "a's 50 records in the late site", func() bool {
+		for _, x := range late {
+			if len(x.m.List("jobs/j")) != 50 {
+				return false
+			}
+		}
+		return true
+	})
+	meshtest.WaitFor(t, 30*time.Second, "the late site's record in a", func() bool { return has(a[0].m, "jobs/late", `2`) })
+}

@@ -1,0 +1,430 @@
+package federation
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"math/rand/v2"
+	"sync"
+	"time"
+
+	pubsub "github.com/libp2p/go-libp2p-pubsub"
+	"github.com/libp2p/go-libp2p/core/host"
+	"github.com/libp2p/go-libp2p/core/network"
+	"github.com/libp2p/go-libp2p/core/peer"
+	ma "github.com/multiformats/go-multiaddr"
+
+	"github.com/strata-mesh/strata/mesh"
+)
+
+// maxBatch is the most record bytes one GossipSub message carries; the
+// topic takes messages up to twice that.
+const maxBatch = 1 << 20
+
+// summaryRefresh is how often the publishing gateway rewrites a remote
+// site's catalog entry when its summary has not changed (so that Heard
+// stays fresh); a standby gateway rewrites it only when it is twice as
+// old (the publisher is gone).
+const summaryRefresh = 10 * time.Second
+
+// written is an entry's version as published.
+type written struct {
+	version uint64
+	origin  string
+}
+
+// gateway is a running gateway: a libp2p host in the federation's
+// GossipSub topics.
+type gateway struct {
+	f      *Federation
+	h      host.Host
+	ps     *pubsub.PubSub
+	recs   *pubsub.Topic
+	sums   *pubsub.Topic
+	cancel context.CancelFunc
+	wg     sync.WaitGroup
+
+	mu        sync.Mutex
+	rank      int
+	gateways  []string
+	published map[string]written   // records this gateway published, by key
+	heard     map[string]Summary   // each other site's latest summary
+	wrote     map[string]time.Time // when this gateway last wrote a site's entry
+	lastSum   time.Time
+}
+
+func (f *Federation) startGateway(ctx context.Context) (*gateway, error) {
+	h, err := f.cfg.NewHost(f.priv)
+	if err != nil {
+		return nil, err
+	}
+	ctx, cancel := context.WithCancel(ctx)
+	g := &gateway{f: f, h: h, cancel: cancel, rank: -1, published: map[string]written{}, heard: map[string]Summary{}, wrote: map[string]time.Time{}}
+	fail := func(err error) (*gateway, error) {
+		cancel()
+		h.Close()
+		return nil, err
+	}
+	g.ps, err = pubsub.NewGossipSub(ctx, h,
+		pubsub.WithMaxMessageSize(2*maxBatch),
+		pubsub.WithPeerExchange(true),
+		pubsub.WithStrictSignatureVerification(true))
+	if err != nil {
+		return fail(err)
+	}
+	for _, t := range []struct {
+		name  string
+		topic **pubsub.Topic
+	}{{topicRecords, &g.recs}, {topicSummaries, &g.sums}} {
+		if *t.topic, err = g.ps.Join(t.name); err != nil {
+			return fail(err)
+		}
+	}
+	recs, err := g.recs.Subscribe(pubsub.WithBufferSize(1024))
+	if err != nil {
+		return fail(err)
+	}
+	sums, err := g.sums.Subscribe(pubsub.WithBufferSize(1024))
+	if err != nil {
+		return fail(err)
+	}
+	h.SetStreamHandler(protoSync, g.serveSync)
+	h.Network().Notify(&network.NotifyBundle{ConnectedF: func(_ network.Network, c network.Conn) {
+		if c.Stat().Direction == network.DirOutbound {
+			g.goSync(ctx, c.RemotePeer())
+		}
+	}})
+	addrs := g.addrs()
+	if err := f.cfg.Mesh.Update(func(s *mesh.NodeState) { s.Addrs.Federation = addrs }); err != nil {
+		return fail(err)
+	}
+	f.mu.Lock()
+	f.gw = g
+	f.mu.Unlock()
+	g.wg.Add(3)
+	go func() { defer g.wg.Done(); g.readRecords(ctx, recs) }()
+	go func() { defer g.wg.Done(); g.readSummaries(ctx, sums) }()
+	go func() { defer g.wg.Done(); g.loop(ctx) }()
+	return g, nil
+}
+
+// addrs are the host's addresses with its peer ID, as peers dial them.
+func (g *gateway) addrs() []string {
+	var out []string
+	for _, a := range g.h.Addrs() {
+		out = append(out, a.String()+"/p2p/"+g.h.ID().String())
+	}
+	return out
+}
+
+func (g *gateway) close() {
+	g.cancel()
+	g.h.Close()
+	g.wg.Wait()
+}
+
+func (g *gateway) setRank(rank int, gateways []string) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if rank == 0 && g.rank != 0 {
+		// A new publisher sends every record of its site once: what the
+		// old one had not sent yet goes out now, not at the next sync.
+		clear(g.published)
+		g.lastSum = time.Time{}
+	}
+	g.rank, g.gateways = rank, gateways
+}
+
+func (g *gateway) loop(ctx context.Context) {
+	m := g.f.cfg.Mesh
+	connect := time.NewTicker(5 * time.Second)
+	defer connect.Stop()
+	tick := time.NewTicker(g.f.cfg.SummaryInterval)
+	defer tick.Stop()
+	sync := time.NewTicker(g.f.cfg.SyncInterval)
+	defer sync.Stop()
+	g.connect(ctx)
+	for {
+		g.mu.Lock()
+		publisher := g.rank == 0
+		due := time.Since(g.lastSum) >= g.f.cfg.SummaryInterval
+		g.mu.Unlock()
+		if publisher {
+			g.publishRecords(ctx)
+			if due {
+				g.publishSummary(ctx)
+			}
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-m.Changed():
+			// Coalesce a burst of changes into one batch.
+			select {
+			case <-ctx.Done():
+				return
+			case <-time.After(50 * time.Millisecond):
+			}
+		case <-tick.C:
+		case <-connect.C:
+			g.connect(ctx)
+		case <-sync.C:
+			if ps := g.remotePeers(); len(ps) > 0 {
+				g.goSync(ctx, ps[rand.IntN(len(ps))])
+			}
+		}
+	}
+}
+
+// ownIDs returns the IDs of the nodes of this gateway's site.
+func (g *gateway) ownIDs() map[string]bool {
+	m := g.f.cfg.Mesh
+	out := map[string]bool{}
+	for _, n := range m.Nodes() {
+		if n.Site == m.Site() {
+			out[n.ID] = true
+		}
+	}
+	return out
+}
+
+// publishRecords sends the global records written in this site that it
+// has not sent yet, in batches of at most maxBatch bytes. Records from
+// other sites are not sent on: GossipSub carried them to every site.
+func (g *gateway) publishRecords(ctx context.Context) {
+	own := g.ownIDs()
+	var batch []mesh.Entry
+	size := 0
+	flush := func() {
+		if len(batch) == 0 {
+			return
+		}
+		if err := g.recs.Publish(ctx, encode(batch)); err != nil {
+			g.f.metrics.errors.WithLabelValues("publish").Inc()
+			// Unmark them: they go out next time.
+			g.mu.Lock()
+			for _, e := range batch {
+				delete(g.published, e.Key)
+			}
+			g.mu.Unlock()
+		} else {
+			g.f.metrics.published.Add(float64(len(batch)))
+		}
+		batch, size = nil, 0
+	}
+	for _, e := range g.f.cfg.Mesh.GlobalEntries() {
+		if !own[e.Origin] {
+			continue
+		}
+		w := written{e.Version, e.Origin}
+		g.mu.Lock()
+		sent := g.published[e.Key] == w
+		g.published[e.Key] = w
+		g.mu.Unlock()
+		if sent {
+			continue
+		}
+		n := len(encode(e))
+		if size+n > maxBatch {
+			flush()
+		}
+		batch = append(batch, e)
+		size += n
+	}
+	flush()
+}
+
+func (g *gateway) publishSummary(ctx context.Context) {
+	m := g.f.cfg.Mesh
+	g.mu.Lock()
+	gws := g.gateways
+	g.lastSum = time.Now()
+	g.mu.Unlock()
+	s := Summarize(m.Site(), m.Nodes(), gws)
+	if err := g.sums.Publish(ctx, encode(s)); err != nil {
+		g.f.metrics.errors.WithLabelValues("publish").Inc()
+		return
+	}
+	g.f.metrics.summaries.WithLabelValues("sent").Inc()
+}
+
+func (g *gateway) readRecords(ctx context.Context, sub *pubsub.Subscription) {
+	defer sub.Cancel()
+	for {
+		msg, err := sub.Next(ctx)
+		if err != nil {
+			return
+		}
+		if msg.ReceivedFrom == g.h.ID() && msg.GetFrom() == g.h.ID() {
+			continue
+		}
+		var batch []mesh.Entry
+		if err := json.Unmarshal(msg.Data, &batch); err != nil {
+			g.f.metrics.malformed.Inc()
+			continue
+		}
+		g.merge(batch)
+	}
+}
+
+// merge folds records from another site into the pool.
+func (g *gateway) merge(batch []mesh.Entry) {
+	n := 0
+	for _, e := range batch {
+		if g.f.cfg.Mesh.MergeRemote(e) {
+			n++
+		}
+	}
+	g.f.metrics.received.Add(float64(len(batch)))
+	g.f.metrics.merged.Add(float64(n))
+}
+
+func (g *gateway) readSummaries(ctx context.Context, sub *pubsub.Subscription) {
+	defer sub.Cancel()
+	m := g.f.cfg.Mesh
+	for {
+		msg, err := sub.Next(ctx)
+		if err != nil {
+			return
+		}
+		var s Summary
+		if err := json.Unmarshal(msg.Data, &s); err != nil || s.Site == "" {
+			g.f.metrics.malformed.Inc()
+			continue
+		}
+		if s.Site == m.Site() {
+			continue
+		}
+		g.f.metrics.summaries.WithLabelValues("received").Inc()
+		g.mu.Lock()
+		prev, had := g.heard[s.Site]
+		if had && s.Seq < prev.Seq {
+			g.mu.Unlock()
+			continue
+		}
+		g.heard[s.Site] = s
+		refresh := summaryRefresh
+		if g.rank != 0 {
+			refresh *= 2
+		}
+		stale := time.Since(g.wrote[s.Site]) >= refresh
+		g.mu.Unlock()
+		if !stale && had && same(prev, s) {
+			continue
+		}
+		if !stale && g.rankNow() != 0 {
+			continue
+		}
+		r := Remote{Summary: s, Heard: time.Now().UTC()}
+		if _, err := m.Put(SitePrefix+s.Site, encode(r), mesh.PutOptions{Scope: mesh.ScopeSite}); err != nil {
+			g.f.metrics.errors.WithLabelValues("write").Inc()
+			continue
+		}
+		g.mu.Lock()
+		g.wrote[s.Site] = time.Now()
+		g.mu.Unlock()
+	}
+}
+
+func (g *gateway) rankNow() int {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	return g.rank
+}
+
+// remotePeers returns the connected peers that are gateways of other
+// sites (as their summaries name them).
+func (g *gateway) remotePeers() []peer.ID {
+	g.mu.Lock()
+	known := map[peer.ID]bool{}
+	for _, s := range g.heard {
+		for _, gw := range s.Gateways {
+			for _, a := range gw.Addrs {
+				if ai, err := peer.AddrInfoFromString(a); err == nil {
+					known[ai.ID] = true
+				}
+			}
+		}
+	}
+	g.mu.Unlock()
+	var out []peer.ID
+	for _, p := range g.h.Network().Peers() {
+		if known[p] {
+			out = append(out, p)
+		}
+	}
+	return out
+}
+
+// connect dials, for every other site heard of, its gateways when none is
+// connected, and the configured peers while no other site is connected.
+func (g *gateway) connect(ctx context.Context) {
+	g.mu.Lock()
+	var targets [][]peer.AddrInfo
+	for _, s := range g.heard {
+		var site []peer.AddrInfo
+		for _, gw := range s.Gateways {
+			if ais, err := addrInfos(gw.Addrs); err == nil {
+				site = append(site, ais...)
+			}
+		}
+		targets = append(targets, site)
+	}
+	g.mu.Unlock()
+	connected := func(ais []peer.AddrInfo) bool {
+		for _, ai := range ais {
+			if g.h.Network().Connectedness(ai.ID) == network.Connected {
+				return true
+			}
+		}
+		return false
+	}
+	anySite := false
+	for _, site := range targets {
+		if connected(site) {
+			anySite = true
+			continue
+		}
+		for _, ai := range site {
+			if g.dial(ctx, ai) {
+				anySite = true
+				break
+			}
+		}
+	}
+	if anySite {
+		return
+	}
+	for _, ai := range g.f.peers {
+		if ai.ID != g.h.ID() && g.h.Network().Connectedness(ai.ID) != network.Connected {
+			g.dial(ctx, ai)
+		}
+	}
+}
+
+func (g *gateway) dial(ctx context.Context, ai peer.AddrInfo) bool {
+	if ai.ID == g.h.ID() {
+		return false
+	}
+	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	if err := g.h.Connect(ctx, ai); err != nil {
+		g.f.metrics.errors.WithLabelValues("dial").Inc()
+		g.f.cfg.Logger.Debug("federation dial failed", "peer", ai.ID, "err", err)
+		return false
+	}
+	return true
+}
+
+// addrInfos groups multiaddrs with /p2p/ID by peer.
+func addrInfos(addrs []string) ([]peer.AddrInfo, error) {
+	var mas []ma.Multiaddr
+	for _, a := range addrs {
+		x, err := ma.NewMultiaddr(a)
+		if err != nil {
+			return nil, fmt.Errorf("address %q: %w", a, err)
+		}
+		mas = append(mas, x)
+	}
+	return peer.AddrInfosFromP2pAddrs(mas...)
+}
