@@ -28,7 +28,8 @@ type Entry struct {
 	Written time.Time `json:"written"`
 	// Scope says how far the entry travels: ScopeSite entries stay in the
 	// site's pool, ScopeGlobal ones are carried to every site. Empty means
-	// ScopeSite. One pool carries both today; federation routes by it.
+	// ScopeSite. Federation carries only global entries between sites;
+	// without it one pool carries both.
 	Scope Scope `json:"scope,omitempty"`
 	// Deps are the entries this one was derived from, each at the version
 	// its writer read. A reader that holds an older version of a dependency

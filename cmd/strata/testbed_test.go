@@ -260,22 +260,28 @@ func TestCutSiteKeepsServing(t *testing.T) {
 	}, dump)
 }
 
-// TestFederatedSites runs three sites of the testbed as three pools joined
-// by federation over libp2p: edge-a and edge-b of two hosts each and a
-// cloud host, with 10–30 ms between sites. Each agent joins only its own
-// site and names the cloud agent as its federation peer. Every agent sees
+// TestFederatedSites runs four sites of the testbed as four pools joined
+// by federation over libp2p: edge-a and edge-b of two hosts each, a cloud
+// host, and edge-c behind a NAT (no inbound port), with 10–30 ms between
+// sites. Each agent joins only its own site and names the cloud agent as
+// its federation peer. Every agent sees
 // its own site's members and the other sites through their summaries; a
 // policy applied in edge-a is placed by edge-a and its records reach every
-// site; a site cut off is unreachable to the others, and a policy applied
-// meanwhile reaches it after the heal.
+// site; a site cut off is unreachable to the others (and its agents say
+// they are degraded), and a policy applied meanwhile reaches it after the
+// heal.
 func TestFederatedSites(t *testing.T) {
 	if testing.Short() {
 		t.Skip("a minute or two of real time")
 	}
-	bed := testbed.Start(t, testbed.Site{Name: "edge-a", Hosts: 2}, testbed.Site{Name: "edge-b", Hosts: 2}, testbed.Site{Name: "cloud", Hosts: 1})
+	bed := testbed.Start(t, testbed.Site{Name: "edge-a", Hosts: 2}, testbed.Site{Name: "edge-b", Hosts: 2}, testbed.Site{Name: "cloud", Hosts: 1},
+		testbed.Site{Name: "edge-c", Hosts: 1, NAT: true})
 	bed.SetLink("edge-a", "edge-b", 10*time.Millisecond, 0)
 	bed.SetLink("edge-a", "cloud", 20*time.Millisecond, 0)
 	bed.SetLink("edge-b", "cloud", 30*time.Millisecond, 0)
+	for _, s := range []string{"edge-a", "edge-b", "cloud"} {
+		bed.SetLink("edge-c", s, 15*time.Millisecond, 0)
+	}
 	var agents []*nsAgent
 	dump := func() {
 		for _, a := range agents {
@@ -300,7 +306,7 @@ func TestFederatedSites(t *testing.T) {
 		}
 		return peerAddr != ""
 	}, dump)
-	for _, site := range []string{"edge-a", "edge-b"} {
+	for _, site := range []string{"edge-a", "edge-b", "edge-c"} {
 		seed := bed.Host(site, 0)
 		for _, h := range bed.Hosts(site) {
 			a := &nsAgent{ns: netns{h.NS}, name: h.Name, site: site, gossip: 7946, api: 7470, data: 7471,
@@ -327,15 +333,11 @@ func TestFederatedSites(t *testing.T) {
 	start := time.Now()
 	meshtest.Poll(t, 60*time.Second, 250*time.Millisecond, "each agent to see its own site's members and the other two sites", func() bool {
 		for _, a := range agents {
-			want := 2
-			if a.site == "cloud" {
-				want = 1
-			}
-			if !a.seesAlive(t, want) {
+			if !a.seesAlive(t, len(bed.Hosts(a.site))) {
 				return false
 			}
 			sites := sitesOf(a)
-			if len(sites) != 3 {
+			if len(sites) != 4 {
 				return false
 			}
 			for name, s := range sites {
@@ -350,7 +352,7 @@ func TestFederatedSites(t *testing.T) {
 		}
 		return true
 	}, dump)
-	t.Logf("three federated sites after %s", time.Since(start).Round(100*time.Millisecond))
+	t.Logf("four federated sites after %s", time.Since(start).Round(100*time.Millisecond))
 
 	dir := t.TempDir()
 	apply := func(from *nsAgent, name string) {
@@ -376,20 +378,26 @@ func TestFederatedSites(t *testing.T) {
 		return ""
 	}
 	apply(ea, "svc-a")
-	meshtest.Poll(t, 30*time.Second, 250*time.Millisecond, "svc-a placed by edge-a, its placement seen in every site", func() bool {
+	apply(agents[5], "svc-c") // behind the NAT
+	meshtest.Poll(t, 30*time.Second, 250*time.Millisecond, "svc-a placed by edge-a and svc-c by edge-c, both seen in every site", func() bool {
 		for _, a := range agents {
-			if !strings.HasPrefix(placedBy(a, "svc-a"), "edge-a-") {
+			if !strings.HasPrefix(placedBy(a, "svc-a"), "edge-a-") || placedBy(a, "svc-c") != "edge-c-1" {
 				return false
 			}
 		}
 		return true
 	}, dump)
+	out, in, refused := bed.NATStats("edge-c")
+	t.Logf("edge-c's NAT: %d packets out, %d answers in, %d refused", out, in, refused)
 
-	bed.Cut("edge-b", "edge-a")
-	bed.Cut("edge-b", "cloud")
+	for _, s := range []string{"edge-a", "cloud", "edge-c"} {
+		bed.Cut("edge-b", s)
+	}
 	meshtest.Poll(t, 90*time.Second, 250*time.Millisecond, "edge-b unreachable from edge-a, and the others from edge-b", func() bool {
+		var h api.Health
+		_ = eb2.get(t, &h, "health") // exit 2 when degraded
 		return sitesOf(ea)["edge-b"].Status == api.SiteUnreachable && sitesOf(eb2)["edge-a"].Status == api.SiteUnreachable &&
-			sitesOf(eb2)["cloud"].Status == api.SiteUnreachable
+			sitesOf(eb2)["cloud"].Status == api.SiteUnreachable && h.Status == "degraded"
 	}, dump)
 	apply(cloud, "svc-cut")
 	meshtest.Poll(t, 30*time.Second, 250*time.Millisecond, "svc-cut placed by cloud, seen in edge-a", func() bool {
@@ -398,8 +406,9 @@ func TestFederatedSites(t *testing.T) {
 	if placedBy(eb2, "svc-cut") != "" {
 		t.Fatal("edge-b got a record across the cut")
 	}
-	bed.Heal("edge-b", "edge-a")
-	bed.Heal("edge-b", "cloud")
+	for _, s := range []string{"edge-a", "cloud", "edge-c"} {
+		bed.Heal("edge-b", s)
+	}
 	healed := time.Now()
 	meshtest.Poll(t, 60*time.Second, 250*time.Millisecond, "svc-cut's placement in edge-b after the heal, every site reachable", func() bool {
 		s := sitesOf(eb2)

@@ -141,6 +141,17 @@ type Job struct {
 // Terminal says the job has ended.
 func (j Job) Terminal() bool { return j.State == JobSucceeded || j.State == JobFailed }
 
+// Over reports whether the job placed at generation gen and epoch is over
+// by this record: it succeeded (whichever run), or the run of this very
+// epoch failed. A failure written by an earlier epoch's run does not end
+// a job placed again since.
+func (j Job) Over(gen, epoch uint64) bool {
+	if j.Generation != gen {
+		return false
+	}
+	return j.State == JobSucceeded || j.State == JobFailed && j.Epoch == epoch
+}
+
 // Rollout stages. A rollout begins retraining when drift is detected,
 // becomes a canary at the drifted site when the job registered a model,
 // and ends promoted (everywhere), rolled back, or failed (the job failed).

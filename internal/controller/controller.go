@@ -46,6 +46,9 @@ type Controller struct {
 	held map[string]mesh.Assignment
 	// lastTry is when an owned, not fully placed policy was last placed.
 	lastTry map[string]time.Time
+	// failedSince is when this controller first saw each failed node
+	// failed (reconcile's goroutine only).
+	failedSince map[string]time.Time
 	// live is the engine's view of the mesh, kept from round to round
 	// (reconcile's goroutine only); liveStats is its latest stats.
 	live      placement.Live
@@ -57,6 +60,13 @@ type Controller struct {
 // SLO, well over Vivaldi's jitter on a LAN.
 const coordSlack = time.Millisecond
 
+// JobGrace is how long a training job stays placed on a failed node of a
+// reachable site before its owner places it elsewhere: longer than the
+// node's job lease (jobs.DefaultLease, 10s) and a margin, so that the
+// node has stopped its run, or will not record it, by then. A job never
+// runs to completion twice.
+const JobGrace = 15 * time.Second
+
 // retryEvery is how often an owner retries a policy it could not fully
 // place, when nothing in the mesh changed.
 const retryEvery = 5 * time.Second
@@ -66,7 +76,7 @@ func New(cfg Config) *Controller {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.New(slog.DiscardHandler)
 	}
-	return &Controller{cfg: cfg, log: cfg.Logger, held: map[string]mesh.Assignment{}, lastTry: map[string]time.Time{},
+	return &Controller{cfg: cfg, log: cfg.Logger, held: map[string]mesh.Assignment{}, lastTry: map[string]time.Time{}, failedSince: map[string]time.Time{},
 		live: placement.Live{CoordSlack: coordSlack}}
 }
 
@@ -160,6 +170,14 @@ func (c *Controller) reconcile() {
 		byName[n.Name] = n
 	}
 	cut := mesh.UnreachableSites(nodes)
+	now := time.Now()
+	for _, n := range nodes {
+		if n.Status != mesh.StatusFailed {
+			delete(c.failedSince, n.Name)
+		} else if _, ok := c.failedSince[n.Name]; !ok {
+			c.failedSince[n.Name] = now
+		}
+	}
 	recs := c.placements()
 	view := &round{c: c, nodes: nodes, byName: byName}
 	for _, p := range c.policies() {
@@ -172,7 +190,7 @@ func (c *Controller) reconcile() {
 			continue // its trials are placed, not it
 		}
 		if p.Kind == policy.KindTrainingJob {
-			if j, err := c.cfg.Catalog.Jobs.Value(p.Name); err == nil && j.Generation == p.Generation && j.Terminal() {
+			if j, err := c.cfg.Catalog.Jobs.Value(p.Name); err == nil && j.Over(p.Generation, rec.Epoch) {
 				if !have || rec.State != catalog.StateDone {
 					rec = catalog.Placement{Key: key, Kind: p.Kind, Name: p.Name, Owner: c.cfg.Mesh.Name(), Epoch: rec.Epoch + 1, Generation: p.Generation,
 						State: catalog.StateDone, Message: fmt.Sprintf("job %s on %s; its nodes are released", j.State, j.Node), Updated: time.Now().UTC()}
@@ -212,6 +230,11 @@ func (c *Controller) needsPlacement(p catalog.Policy, rec catalog.Placement, hav
 	for _, pn := range rec.Nodes {
 		n, ok := byName[pn.Name]
 		if ok && (n.Status == mesh.StatusUnreachable || n.Status == mesh.StatusFailed && cut[n.Site]) {
+			continue
+		}
+		if ok && n.Status == mesh.StatusFailed && p.Kind == policy.KindTrainingJob && time.Since(c.failedSince[n.Name]) < JobGrace {
+			// The node may be cut off or paused with the job running: it
+			// stops the run (or will not record it) once its lease lapses.
 			continue
 		}
 		if !ok || n.Status == mesh.StatusFailed || n.Status == mesh.StatusLeft {

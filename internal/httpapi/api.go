@@ -92,6 +92,9 @@ func (s *Server) handleHealth(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	h := health(s.cfg.Mesh.ID(), s.cfg.Mesh.Members())
+	if s.cfg.RemoteSites != nil {
+		federatedHealth(&h, s.cfg.RemoteSites())
+	}
 	h.Node, h.ID = s.cfg.Mesh.Name(), s.cfg.Mesh.ID()
 	httpjson.Write(w, http.StatusOK, h)
 }
@@ -135,6 +138,22 @@ func health(self string, members []mesh.Member) api.Health {
 		h.Reasons = append(h.Reasons, fmt.Sprintf("site %s is cut off: no member of %s is reachable", site, strings.Join(slices.Sorted(maps.Keys(otherSites)), ", ")))
 	}
 	return h
+}
+
+// federatedHealth marks h degraded when federation knows other sites and
+// none of them was heard from lately: this site is cut off from the rest.
+func federatedHealth(h *api.Health, remotes []mesh.Site) {
+	var unheard []string
+	for _, r := range remotes {
+		if r.Status != mesh.SiteReachable {
+			unheard = append(unheard, r.Name)
+		}
+	}
+	if len(remotes) == 0 || len(unheard) < len(remotes) {
+		return
+	}
+	h.Status = "degraded"
+	h.Reasons = append(h.Reasons, fmt.Sprintf("cut off from the federation: no summary from %s lately", strings.Join(unheard, ", ")))
 }
 
 // hasOther reports whether set has a key other than k.

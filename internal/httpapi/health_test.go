@@ -34,3 +34,31 @@ func TestHealth(t *testing.T) {
 		}
 	}
 }
+
+// TestFederatedHealth: a federated agent is degraded when every other site
+// it knows is unheard of, not when only some are.
+func TestFederatedHealth(t *testing.T) {
+	t.Parallel()
+	site := func(name string, st mesh.SiteStatus) mesh.Site {
+		return mesh.Site{Name: name, Status: st, Via: mesh.ViaFederation}
+	}
+	for _, tc := range []struct {
+		name    string
+		remotes []mesh.Site
+		status  string
+	}{
+		{"no other site", nil, "ok"},
+		{"all heard", []mesh.Site{site("a", mesh.SiteReachable), site("b", mesh.SiteReachable)}, "ok"},
+		{"one unheard", []mesh.Site{site("a", mesh.SiteReachable), site("b", mesh.SiteUnreachable)}, "ok"},
+		{"all unheard", []mesh.Site{site("a", mesh.SiteUnreachable), site("b", mesh.SiteUnreachable)}, "degraded"},
+	} {
+		h := health("me", []mesh.Member{{Name: "me", ID: "me", Site: "s", Status: mesh.StatusAlive}})
+		federatedHealth(&h, tc.remotes)
+		if h.Status != tc.status {
+			t.Errorf("%s: %+v, want %s", tc.name, h, tc.status)
+		}
+		if tc.status == "degraded" && !slices.ContainsFunc(h.Reasons, func(r string) bool { return strings.Contains(r, "cut off from the federation: no summary from a, b") }) {
+			t.Errorf("%s: reasons %q", tc.name, h.Reasons)
+		}
+	}
+}

@@ -256,6 +256,10 @@ func (j *Runner) endGang(parent context.Context, g catalog.Gang, jr catalog.Job,
 	if parent.Err() != nil {
 		return // placed elsewhere or deleted: the next run decides
 	}
+	if j.halted(jr) != "" {
+		j.finish(jr, err) // says why, records nothing
+		return
+	}
 	if g.Run != "" {
 		g.State, g.Message = catalog.GangSucceeded, ""
 		if err != nil {

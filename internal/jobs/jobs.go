@@ -12,6 +12,7 @@
 package jobs
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -74,6 +75,10 @@ type Config struct {
 	// spec to replicate here before it reports them missing. Default
 	// DefaultDataLag.
 	DataLag time.Duration
+	// Lease is how long a run goes on while this node is cut off from
+	// its site (see lease.go). Default DefaultLease; a controller places a
+	// job again only after its node has been failed for longer.
+	Lease time.Duration
 }
 
 // Runner starts the training jobs whose rank 0 this node admitted and
@@ -82,24 +87,42 @@ type Runner struct {
 	cfg    Config
 	log    *slog.Logger
 	paused atomic.Bool
+	lease  lease
 	mu     sync.Mutex
 	// runs are the jobs started here, by policy key.
 	runs map[string]*localJob
 }
 
 type localJob struct {
-	epoch  uint64
-	cancel context.CancelFunc
-	run    *trainer.Run // nil until launched
-	dir    string
+	epoch   uint64
+	cancel  context.CancelFunc
+	run     *trainer.Run // nil until launched
+	dir     string
+	started time.Time
+	// stopped says why this agent stopped the run itself (guarded by
+	// Runner.mu): stopSuperseded or stopFenced. Such a run records no
+	// outcome: the job is not over, another run of it goes on.
+	stopped string
+	// live counts this run's goroutines (leader and member) still going
+	// (guarded by Runner.mu); a fenced run starts again only once none is.
+	live int
 }
+
+// Why the agent stops a run itself.
+const (
+	stopSuperseded = "placed elsewhere, or its policy deleted"
+	stopFenced     = "fenced"
+)
 
 // New returns a runner; nothing runs until Run.
 func New(cfg Config) *Runner {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.New(slog.DiscardHandler)
 	}
-	return &Runner{cfg: cfg, log: cfg.Logger, runs: map[string]*localJob{}}
+	if cfg.Lease <= 0 {
+		cfg.Lease = DefaultLease
+	}
+	return &Runner{cfg: cfg, log: cfg.Logger, runs: map[string]*localJob{}, lease: lease{every: cfg.Lease}}
 }
 
 // SetPaused stops (true) or resumes starting jobs; runs under way go on.
@@ -108,6 +131,7 @@ func (j *Runner) SetPaused(p bool) { j.paused.Store(p) }
 
 // Run starts and watches jobs until ctx ends.
 func (j *Runner) Run(ctx context.Context) {
+	go j.keepLease(ctx)
 	for {
 		changed := j.cfg.Mesh.Changed()
 		j.reconcile(ctx)
@@ -160,25 +184,40 @@ func (j *Runner) reconcile(ctx context.Context) {
 			if lj.cancel != nil {
 				lj.cancel()
 				lj.cancel = nil
+				lj.stopped = cmp.Or(lj.stopped, stopSuperseded)
 				j.log.Info("stopping training job: no longer placed here", "job", key)
 			}
 		}
 	}
+	if wait := j.lease.restartIn(time.Now()); wait > 0 {
+		// Cut off or paused lately: another node may have been given
+		// this node's jobs. Start nothing until the placements this
+		// node sees are surely current.
+		return
+	}
 	for key, rec := range mine {
-		if lj, ok := j.runs[key]; ok && lj.epoch == rec.Epoch {
-			continue
+		if lj, ok := j.runs[key]; ok && lj.epoch == rec.Epoch && (lj.stopped != stopFenced || lj.live > 0) {
+			continue // runs, or a fenced run has not ended yet
 		}
-		if prev, err := j.cfg.Catalog.Jobs.Value(rec.Name); err == nil && prev.Generation == rec.Generation && prev.Terminal() {
+		if prev, err := j.cfg.Catalog.Jobs.Value(rec.Name); err == nil && prev.Over(rec.Generation, rec.Epoch) {
 			continue // ran to its end already; a new generation runs again
 		}
 		jctx, cancel := context.WithCancel(ctx)
-		lj := &localJob{epoch: rec.Epoch, cancel: cancel}
+		lj := &localJob{epoch: rec.Epoch, cancel: cancel, started: time.Now()}
 		j.runs[key] = lj
 		if len(rec.Nodes) > 1 {
-			go j.member(jctx, rec, lj)
+			lj.live++
+			go func() {
+				defer j.ended(lj)
+				j.member(jctx, rec, lj)
+			}()
 		}
 		if rankZero(rec).Name == j.cfg.Name {
-			go j.start(jctx, rec, lj)
+			lj.live++
+			go func() {
+				defer j.ended(lj)
+				j.start(jctx, rec, lj)
+			}()
 		}
 	}
 }
@@ -268,7 +307,7 @@ func (j *Runner) start(ctx context.Context, rec catalog.Placement, lj *localJob)
 			_ = os.WriteFile(filepath.Join(dir, fmt.Sprintf("rank-%d.log", rank)), []byte(logs), 0o600)
 		}
 	}
-	if err == nil {
+	if err == nil && j.halted(jr) == "" {
 		err = j.register(ctx, &jr, doc, job.OutputDir)
 	}
 	j.finish(jr, err)
@@ -591,7 +630,38 @@ func (j *Runner) lineage(jr catalog.Job, doc *policy.Document) catalog.Lineage {
 	return l
 }
 
+// ended marks one of lj's goroutines done.
+func (j *Runner) ended(lj *localJob) {
+	j.mu.Lock()
+	lj.live--
+	j.mu.Unlock()
+}
+
+// halted says why this agent stopped jr's run itself, if it did: placed
+// elsewhere, or fenced because the node's lease lapsed while it ran.
+func (j *Runner) halted(jr catalog.Job) string {
+	j.mu.Lock()
+	defer j.mu.Unlock()
+	lj := j.runs[jr.Key]
+	if lj == nil || lj.epoch != jr.Epoch {
+		return stopSuperseded // a run of another epoch started here since
+	}
+	if lj.stopped == "" && j.lease.lapsedSince(lj.started) {
+		lj.stopped = stopFenced
+	}
+	return lj.stopped
+}
+
 func (j *Runner) finish(jr catalog.Job, err error) {
+	switch j.halted(jr) {
+	case stopSuperseded:
+		j.log.Info("training job run stopped: placed elsewhere", "job", jr.Name, "epoch", jr.Epoch)
+		return
+	case stopFenced:
+		j.log.Warn("training job run fenced: this node was cut off from its site, or paused, for longer than its lease while it ran, so another node may run the job; its outcome is not recorded",
+			"job", jr.Name, "epoch", jr.Epoch, "lease", j.cfg.Lease, "outcome", cmp.Or(errString(err), "succeeded"))
+		return
+	}
 	jr.Finished = time.Now().UTC()
 	if err != nil {
 		jr.State, jr.Error = catalog.JobFailed, err.Error()

@@ -30,6 +30,7 @@ type link struct {
 type router struct {
 	tun    *os.File
 	siteOf func([4]byte) (string, bool)
+	nats   map[string]*nat // by site: the sites behind a NAT
 
 	mu     sync.Mutex
 	links  map[[2]string]*link
@@ -39,12 +40,12 @@ type router struct {
 }
 
 // startRouter opens the TUN device in namespace ns and starts routing.
-func startRouter(ns string, siteOf func([4]byte) (string, bool)) (*router, error) {
+func startRouter(ns string, siteOf func([4]byte) (string, bool), nats map[string]*nat) (*router, error) {
 	tun, err := openTUN(ns)
 	if err != nil {
 		return nil, err
 	}
-	r := &router{tun: tun, siteOf: siteOf, links: map[[2]string]*link{}, timers: map[*time.Timer]bool{}, done: make(chan struct{})}
+	r := &router{tun: tun, siteOf: siteOf, nats: nats, links: map[[2]string]*link{}, timers: map[*time.Timer]bool{}, done: make(chan struct{})}
 	go r.run()
 	return r, nil
 }
@@ -146,9 +147,23 @@ func (r *router) run() {
 			r.mu.Unlock()
 			continue
 		}
-		l.forwarded++
 		delay := l.delay
+		r.mu.Unlock()
 		out := append([]byte(nil), pkt...)
+		if n := r.nats[from]; n != nil && from != to && !n.outbound(out) {
+			continue
+		}
+		if n := r.nats[to]; n != nil && from != to {
+			if [4]byte(out[16:20]) != n.public {
+				n.refuse() // a private address of the site, from outside
+				continue
+			}
+			if !n.inbound(out) {
+				continue
+			}
+		}
+		r.mu.Lock()
+		l.forwarded++
 		if delay <= 0 {
 			r.mu.Unlock()
 			_, _ = r.tun.Write(out)

@@ -14,7 +14,8 @@
 // Addresses: site k (from 1, in the order given) is 10.78.k.0/24, its hosts
 // 10.78.k.1, .2, …, and the router 10.78.k.254, every host's default
 // route. Hosts of one site reach each other through their bridge with no
-// delay; packets between sites go through the router.
+// delay; packets between sites go through the router. A site behind a NAT
+// (Site.NAT) has the public address 10.79.k.1, translated in the router.
 package testbed
 
 import (
@@ -39,6 +40,10 @@ var ErrUnsupported = errors.New("testbed: not supported here")
 type Site struct {
 	Name  string
 	Hosts int
+	// NAT puts the site behind a NAT in the router (see PublicIP): its
+	// hosts reach the other sites from the site's one public address, and
+	// nothing outside reaches them unless they sent to it first.
+	NAT bool
 }
 
 // Host is one host of the testbed.
@@ -171,7 +176,13 @@ func (b *Bed) build() error {
 			return err
 		}
 	}
-	r, err := startRouter(b.router, b.siteOf)
+	nats := map[string]*nat{}
+	for k, s := range b.sites {
+		if s.NAT {
+			nats[s.Name] = newNAT([4]byte{10, 79, byte(k + 1), 1})
+		}
+	}
+	r, err := startRouter(b.router, b.siteOf, nats)
 	if err != nil {
 		return err
 	}
@@ -187,12 +198,41 @@ func (b *Bed) build() error {
 	return nil
 }
 
-// siteOf maps an address of the testbed to its site's name.
+// siteOf maps an address of the testbed to its site's name: a host's, or
+// the public address of a site behind a NAT.
 func (b *Bed) siteOf(ip [4]byte) (string, bool) {
-	if ip[0] != 10 || ip[1] != 78 || ip[2] == 0 || int(ip[2]) > len(b.sites) {
+	if ip[0] != 10 || ip[2] == 0 || int(ip[2]) > len(b.sites) {
 		return "", false
 	}
-	return b.sites[ip[2]-1].Name, true
+	s := b.sites[ip[2]-1]
+	if ip[1] == 78 || (ip[1] == 79 && ip[3] == 1 && s.NAT) {
+		return s.Name, true
+	}
+	return "", false
+}
+
+// PublicIP returns the public address of a site behind a NAT, 10.79.k.1
+// (site k): what the other sites see its hosts' packets come from. It
+// returns nil for a site without a NAT.
+func (b *Bed) PublicIP(site string) net.IP {
+	if b.r.nats[site] == nil {
+		return nil
+	}
+	p := b.r.nats[site].public
+	return net.IPv4(p[0], p[1], p[2], p[3]).To4()
+}
+
+// NATStats returns, for a site behind a NAT, how many packets its NAT
+// translated on the way out and back in, and how many from outside it
+// refused (unasked, or sent to a private address).
+func (b *Bed) NATStats(site string) (out, in, refused int64) {
+	n := b.r.nats[site]
+	if n == nil {
+		return 0, 0, 0
+	}
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	return n.mapped, n.answered, n.refused
 }
 
 // Hosts lists a site's hosts.

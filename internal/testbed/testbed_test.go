@@ -88,3 +88,108 @@ func serveEcho(c net.PacketConn) {
 		c.WriteTo(buf[:n], from)
 	}
 }
+
+// TestNAT: a host behind the NAT reaches another site over UDP and TCP,
+// seen there from the site's public address; nothing from outside reaches
+// it unasked, neither at its private address nor at the public one, and
+// only the endpoint it sent to may answer through its mapping.
+func TestNAT(t *testing.T) {
+	bed := Start(t, Site{Name: "home", Hosts: 1, NAT: true}, Site{Name: "pub", Hosts: 2})
+	bed.SetLink("home", "pub", 2*time.Millisecond, 0)
+	home, pub, other := bed.Host("home", 0), bed.Host("pub", 0), bed.Host("pub", 1)
+	public := bed.PublicIP("home")
+	if public.String() != "10.79.1.1" || bed.PublicIP("pub") != nil {
+		t.Fatalf("public addresses: home %v, pub %v", public, bed.PublicIP("pub"))
+	}
+	listen := func(h Host, addr string) (c net.PacketConn) {
+		t.Helper()
+		if err := h.Do(func() (err error) { c, err = net.ListenPacket("udp4", addr); return }); err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { c.Close() })
+		return c
+	}
+	read := func(c net.PacketConn) (net.Addr, bool) {
+		c.SetReadDeadline(time.Now().Add(300 * time.Millisecond))
+		buf := make([]byte, 64)
+		_, from, err := c.ReadFrom(buf)
+		return from, err == nil
+	}
+	srv, cl := listen(pub, ":9000"), listen(home, ":5000")
+	cl.WriteTo([]byte("hi"), &net.UDPAddr{IP: pub.IP, Port: 9000})
+	from, ok := read(srv)
+	if !ok {
+		t.Fatal("the NAT'd host's datagram did not arrive")
+	}
+	mapped := from.(*net.UDPAddr)
+	if !mapped.IP.Equal(public) {
+		t.Fatalf("it came from %v, want the public address %v", from, public)
+	}
+	srv.WriteTo([]byte("back"), mapped)
+	if _, ok := read(cl); !ok {
+		t.Fatal("the answer through the mapping did not arrive")
+	}
+	// Unasked: another endpoint to the mapping, anything to the private
+	// address, and an unmapped public port.
+	stranger := listen(other, ":9001")
+	stranger.WriteTo([]byte("x"), mapped)
+	srv.WriteTo([]byte("x"), &net.UDPAddr{IP: home.IP, Port: 5000})
+	srv.WriteTo([]byte("x"), &net.UDPAddr{IP: public, Port: 5000})
+	if from, ok := read(cl); ok {
+		t.Fatalf("an unasked datagram from %v arrived", from)
+	}
+	// TCP out works (checksums rewritten right), TCP in does not.
+	var ln net.Listener
+	if err := pub.Do(func() (err error) { ln, err = net.Listen("tcp4", ":9100"); return }); err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			c.Write([]byte(c.RemoteAddr().String()))
+			c.Close()
+		}
+	}()
+	var seen string
+	if err := home.Do(func() error {
+		c, err := net.DialTimeout("tcp4", pub.IP.String()+":9100", 2*time.Second)
+		if err != nil {
+			return err
+		}
+		defer c.Close()
+		buf := make([]byte, 64)
+		n, _ := c.Read(buf)
+		seen = string(buf[:n])
+		return nil
+	}); err != nil {
+		t.Fatalf("TCP from behind the NAT: %v", err)
+	}
+	if host, _, _ := net.SplitHostPort(seen); host != public.String() {
+		t.Errorf("TCP peer seen as %q, want the public address", seen)
+	}
+	var hl net.Listener
+	if err := home.Do(func() (err error) { hl, err = net.Listen("tcp4", ":9200"); return }); err != nil {
+		t.Fatal(err)
+	}
+	defer hl.Close()
+	for _, ip := range []net.IP{home.IP, public} {
+		if err := pub.Do(func() error {
+			c, err := net.DialTimeout("tcp4", ip.String()+":9200", 300*time.Millisecond)
+			if err == nil {
+				c.Close()
+			}
+			return err
+		}); err == nil {
+			t.Errorf("TCP into the NAT'd site at %v connected", ip)
+		}
+	}
+	out, in, refused := bed.NATStats("home")
+	t.Logf("NAT: %d packets out, %d back in, %d refused", out, in, refused)
+	if out == 0 || in == 0 || refused < 3 {
+		t.Errorf("NAT stats: %d out, %d in, %d refused", out, in, refused)
+	}
+}

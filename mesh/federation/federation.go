@@ -72,7 +72,15 @@ type Federation struct {
 
 	mu sync.Mutex
 	gw *gateway
+	// out counts the steps in a row this agent was not among the
+	// gateways (Run's goroutine only).
+	out int
 }
+
+// demoteAfter is how many steps (seconds) in a row an agent must be out
+// of its site's gateways before its gateway stops: a member that is
+// briefly suspected, or joins, does not make gateways restart.
+const demoteAfter = 5
 
 // New checks cfg and makes a Federation; Run starts it.
 func New(cfg Config) (*Federation, error) {
@@ -184,10 +192,16 @@ func (f *Federation) step(ctx context.Context) {
 	f.mu.Lock()
 	gw := f.gw
 	f.mu.Unlock()
+	if rank >= 0 {
+		f.out = 0
+	} else {
+		f.out++
+	}
 	switch {
-	case rank < 0 && gw != nil:
+	case rank < 0 && gw != nil && f.out >= demoteAfter:
 		f.cfg.Logger.Info("no longer a federation gateway", "gateways", gws)
 		f.stopGateway()
+		gw = nil
 	case rank >= 0 && gw == nil:
 		g, err := f.startGateway(ctx)
 		if err != nil {

@@ -31,8 +31,16 @@ func (a *agent) close() {
 }
 
 // site starts n agents of one site in their own pool on network (fast
-// timings), each with a federation that dials peers.
-func site(t *testing.T, network *meshtest.Network, name string, n int, peers []string) []*agent {
+// timings), each with a federation that dials peers, with summaries every
+// 200ms and syncs every second.
+func site(t testing.TB, network *meshtest.Network, name string, n int, peers []string) []*agent {
+	t.Helper()
+	return siteWith(t, network, name, n, peers, federation.Config{SummaryInterval: 200 * time.Millisecond, SyncInterval: time.Second}, meshtest.FastTimings)
+}
+
+// siteWith is site with fc's intervals and gateway count, and tune
+// applied to memberlist's configuration.
+func siteWith(t testing.TB, network *meshtest.Network, name string, n int, peers []string, fc federation.Config, tune func(*memberlist.Config)) []*agent {
 	t.Helper()
 	var out []*agent
 	for i := range n {
@@ -44,7 +52,7 @@ func site(t *testing.T, network *meshtest.Network, name string, n int, peers []s
 		m, err := mesh.New(mesh.Config{
 			Name: node, Identity: id, Transport: network.NewTransport(node),
 			Local:      mesh.NodeState{Tier: mesh.TierEdge, Site: name, Labels: map[string]string{}},
-			Memberlist: func(c *memberlist.Config) { meshtest.FastTimings(c) },
+			Memberlist: tune,
 			Logger:     slog.New(slog.NewTextHandler(io.Discard, nil)),
 		})
 		if err != nil {
@@ -56,8 +64,8 @@ func site(t *testing.T, network *meshtest.Network, name string, n int, peers []s
 			}
 		}
 		f, err := federation.New(federation.Config{
-			Mesh: m, Identity: id, Listen: []string{"/ip4/127.0.0.1/tcp/0"}, Peers: peers,
-			SummaryInterval: 200 * time.Millisecond, SyncInterval: time.Second,
+			Mesh: m, Identity: id, Listen: []string{"/ip4/127.0.0.1/tcp/0"}, Peers: peers, Gateways: fc.Gateways,
+			SummaryInterval: fc.SummaryInterval, SyncInterval: fc.SyncInterval,
 			Logger: slog.New(slog.NewTextHandler(io.Discard, nil)),
 		})
 		if err != nil {
@@ -87,7 +95,7 @@ func site(t *testing.T, network *meshtest.Network, name string, n int, peers []s
 }
 
 // addrs waits for one of agents to run a gateway and returns its addresses.
-func gatewayAddrs(t *testing.T, agents []*agent) []string {
+func gatewayAddrs(t testing.TB, agents []*agent) []string {
 	t.Helper()
 	var out []string
 	meshtest.WaitFor(t, 20*time.Second, "a gateway", func() bool {
@@ -159,7 +167,7 @@ func TestSitesFederate(t *testing.T) {
 		}
 	}
 
-	meshtest.WaitFor(t, 30*time.Second, "every agent to see the other two sites' summaries", func() bool {
+	meshtest.Poll(t, 30*time.Second, 20*time.Millisecond, "every agent to see the other two sites' summaries", func() bool {
 		for _, x := range all {
 			for _, s := range []string{"a", "b", "c"} {
 				if s == x.m.Site() {
@@ -172,7 +180,7 @@ func TestSitesFederate(t *testing.T) {
 			}
 		}
 		return true
-	})
+	}, func() { dumpAgents(t, all) })
 
 	// Fail site c's publisher: the other agent of c takes over and c's
 	// new records still reach a.
@@ -233,4 +241,20 @@ func TestLateSiteCatchesUp(t *testing.T) {
 		return true
 	})
 	meshtest.WaitFor(t, 30*time.Second, "the late site's record in a", func() bool { return has(a[0].m, "jobs/late", `2`) })
+}
+
+// dumpAgents logs what each agent knows of the federation.
+func dumpAgents(t testing.TB, all []*agent) {
+	for _, x := range all {
+		gw, pub := x.f.IsGateway()
+		peers := 0
+		if h := x.f.Host(); h != nil {
+			peers = len(h.Network().Peers())
+		}
+		var rs []string
+		for _, r := range federation.Remotes(x.m, time.Now()) {
+			rs = append(rs, fmt.Sprintf("%s:%s alive=%d gateways=%d heard %s ago", r.Summary.Site, r.Status, r.Summary.Alive, len(r.Summary.Gateways), time.Since(r.Heard).Round(time.Millisecond)))
+		}
+		t.Logf("%s gateway=%v publisher=%v peers=%d members=%d remotes=%v", x.m.Name(), gw, pub, peers, x.m.NumAlive(), rs)
+	}
 }

@@ -332,12 +332,28 @@ func (g *gateway) rankNow() int {
 	return g.rank
 }
 
+// known returns the latest summary of every other site this gateway or
+// its site (the pool's copies, written by the site's gateways) heard.
+func (g *gateway) known() map[string]Summary {
+	out := map[string]Summary{}
+	for _, r := range Remotes(g.f.cfg.Mesh, time.Now()) {
+		out[r.Summary.Site] = r.Summary
+	}
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	for site, s := range g.heard {
+		if s.Seq >= out[site].Seq {
+			out[site] = s
+		}
+	}
+	return out
+}
+
 // remotePeers returns the connected peers that are gateways of other
 // sites (as their summaries name them).
 func (g *gateway) remotePeers() []peer.ID {
-	g.mu.Lock()
 	known := map[peer.ID]bool{}
-	for _, s := range g.heard {
+	for _, s := range g.known() {
 		for _, gw := range s.Gateways {
 			for _, a := range gw.Addrs {
 				if ai, err := peer.AddrInfoFromString(a); err == nil {
@@ -346,7 +362,6 @@ func (g *gateway) remotePeers() []peer.ID {
 			}
 		}
 	}
-	g.mu.Unlock()
 	var out []peer.ID
 	for _, p := range g.h.Network().Peers() {
 		if known[p] {
@@ -356,12 +371,13 @@ func (g *gateway) remotePeers() []peer.ID {
 	return out
 }
 
-// connect dials, for every other site heard of, its gateways when none is
-// connected, and the configured peers while no other site is connected.
+// connect dials, for every other site heard of (here, or by the site's
+// other gateway, whose summaries are in the pool), its gateways when none
+// is connected, and the configured peers while no other site is
+// connected.
 func (g *gateway) connect(ctx context.Context) {
-	g.mu.Lock()
 	var targets [][]peer.AddrInfo
-	for _, s := range g.heard {
+	for _, s := range g.known() {
 		var site []peer.AddrInfo
 		for _, gw := range s.Gateways {
 			if ais, err := addrInfos(gw.Addrs); err == nil {
@@ -370,7 +386,6 @@ func (g *gateway) connect(ctx context.Context) {
 		}
 		targets = append(targets, site)
 	}
-	g.mu.Unlock()
 	connected := func(ais []peer.AddrInfo) bool {
 		for _, ai := range ais {
 			if g.h.Network().Connectedness(ai.ID) == network.Connected {

@@ -9,8 +9,8 @@ import (
 )
 
 // Gateways returns the names of the k gateways of site among nodes, best
-// first: the live members of the site ranked by rendezvous hashing of
-// (site, node ID). Every agent that sees the same members computes the same
+// first: the live members (alive or suspect) of the site ranked by
+// rendezvous hashing of (site, node ID). Every agent that sees the same members computes the same
 // list; when a gateway fails, the next one in rank takes its place and the
 // others stay.
 func Gateways(nodes []mesh.Node, site string, k int) []string {
@@ -20,7 +20,7 @@ func Gateways(nodes []mesh.Node, site string, k int) []string {
 	}
 	var rs []ranked
 	for _, n := range nodes {
-		if n.Site != site || n.Status != mesh.StatusAlive {
+		if n.Site != site || (n.Status != mesh.StatusAlive && n.Status != mesh.StatusSuspect) {
 			continue
 		}
 		h := fnv.New64a()

@@ -201,6 +201,14 @@ func (t *Transport) DialAddressTimeout(a memberlist.Address, timeout time.Durati
 		return nil, fmt.Errorf("meshtest: %s does not answer (stalled)", a.Addr)
 	}
 	c1, c2 := net.Pipe()
+	// A pipe's write waits for the reader, unlike a socket's, which the
+	// kernel buffers: bound both ends, so that a sender to a peer that
+	// stopped reading (closed, or busy) gets an error, as it would from a
+	// real peer that never answers, instead of waiting for good.
+	// memberlist sets tighter deadlines where it waits for an answer.
+	deadline := time.Now().Add(streamDeadline)
+	_ = c1.SetDeadline(deadline)
+	_ = c2.SetDeadline(deadline)
 	select {
 	case dest.streamCh <- c1:
 		return c2, nil
@@ -211,6 +219,10 @@ func (t *Transport) DialAddressTimeout(a memberlist.Address, timeout time.Durati
 	}
 }
 
+// streamDeadline bounds an in-memory stream's life (see
+// DialAddressTimeout): longer than any push/pull.
+const streamDeadline = 30 * time.Second
+
 // StreamCh delivers incoming streams.
 func (t *Transport) StreamCh() <-chan net.Conn { return t.streamCh }
 
@@ -218,7 +230,16 @@ func (t *Transport) StreamCh() <-chan net.Conn { return t.streamCh }
 // to it is dropped from now on.
 func (t *Transport) Shutdown() error {
 	t.down.Store(true)
-	return nil
+	// Streams dialled to it and not yet accepted end now: their senders
+	// get an error at once.
+	for {
+		select {
+		case c := <-t.streamCh:
+			c.Close()
+		default:
+			return nil
+		}
+	}
 }
 
 func (n *Network) peer(a memberlist.Address) *Transport {
