@@ -110,7 +110,7 @@ type localJob struct {
 
 // Why the agent stops a run itself.
 const (
-	stopSuperseded = "placed elsewhere, or its policy deleted"
+	stopSuperseded = "placed again"
 	stopFenced     = "fenced"
 )
 
@@ -184,7 +184,13 @@ func (j *Runner) reconcile(ctx context.Context) {
 			if lj.cancel != nil {
 				lj.cancel()
 				lj.cancel = nil
-				lj.stopped = cmp.Or(lj.stopped, stopSuperseded)
+				if cur, placed := recs[key]; placed && cur.Epoch != lj.epoch {
+					// Placed again (elsewhere, or here anew): the job
+					// goes on, so this run records nothing. A run whose
+					// placement is gone (the policy was deleted) ends
+					// with what it says.
+					lj.stopped = cmp.Or(lj.stopped, stopSuperseded)
+				}
 				j.log.Info("stopping training job: no longer placed here", "job", key)
 			}
 		}

@@ -1,9 +1,15 @@
 package federation_test
 
 import (
+	"context"
 	"encoding/json"
 	"fmt"
+	"io"
+	"log/slog"
+	"math/rand/v2"
 	"slices"
+	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -14,73 +20,143 @@ import (
 	"github.com/strata-mesh/strata/mesh/meshtest"
 )
 
-// BenchmarkFederation runs S sites of A agents in one process, each site
-// its own pool (in-memory network, memberlist's compression off as in the
-// mesh benchmarks), joined by federation over libp2p on loopback TCP with
-// the production intervals (summaries every 5s, syncs every 30s) and one
-// gateway per site. It reports how long a global record written at one
-// agent takes to reach every agent of every site (median and worst of 5),
-// and the libp2p bytes all gateways sent and received over a quiet
-// minute, per site: the federation's WAN traffic.
+// BenchmarkFederation compares two ways to run S sites of A agents in one
+// process, with the production timings (memberlist's LAN config as the
+// mesh tunes it, compression off as in the mesh benchmarks; summaries
+// every 5s, syncs every 30s):
+//
+//   - impl=federation: each site its own pool (in-memory network), the
+//     sites joined by federation over libp2p on loopback TCP, one gateway
+//     per site;
+//   - impl=one-pool: all S×A agents in one memberlist pool.
+//
+// It reports how long a global record written at one agent takes to reach
+// every agent of every site (median and worst of 5), and the WAN traffic:
+// the bytes that cross between sites over a quiet minute, sent plus
+// received, per site (libp2p's byte counts for federation; the bytes of
+// packets and streams between agents of different sites for one pool).
 func BenchmarkFederation(b *testing.B) {
-	for _, size := range []struct{ sites, agents int }{{10, 10}, {100, 10}} {
-		b.Run(fmt.Sprintf("sites=%d/agents=%d", size.sites, size.agents), func(b *testing.B) {
-			fc := federation.Config{Gateways: 1, SummaryInterval: 5 * time.Second, SyncInterval: 30 * time.Second}
-			quiet := func(c *memberlist.Config) { c.EnableCompression = false }
-			var sites [][]*agent
-			var boot []string
-			for i := range size.sites {
-				s := siteWith(b, &meshtest.Network{}, fmt.Sprintf("s%03d", i), size.agents, boot, fc, quiet)
-				if i == 0 {
-					boot = gatewayAddrs(b, s)
-				}
-				sites = append(sites, s)
-			}
-			var all []*agent
-			for _, s := range sites {
-				all = append(all, s...)
-			}
-			meshtest.Poll(b, 5*time.Minute, time.Second, "every site to hear of every other", func() bool {
-				for _, s := range sites {
-					if len(federation.Remotes(s[0].m, time.Now())) != size.sites-1 {
-						return false
-					}
-				}
-				return true
-			}, nil)
-			var times []float64
-			for r := range 5 {
-				src := all[(r*7919)%len(all)]
-				key := fmt.Sprintf("policies/bench-%d", r)
-				if _, err := src.m.Put(key, json.RawMessage(`1`), mesh.PutOptions{Scope: mesh.ScopeGlobal}); err != nil {
-					b.Fatal(err)
-				}
-				d := meshtest.Elapsed(b, 2*time.Minute, "the record at every agent", func() bool {
-					for _, a := range all {
-						if _, err := a.m.Get(key); err != nil {
-							return false
-						}
-					}
-					return true
-				})
-				times = append(times, d.Seconds())
-			}
-			traffic := func() int64 {
-				var n int64
-				for _, a := range all {
-					in, out := a.f.Traffic()
-					n += in + out
-				}
-				return n
-			}
-			before, start := traffic(), time.Now()
-			time.Sleep(time.Minute) // the measurement window: a quiet minute of summaries and syncs
-			perSite := float64(traffic()-before) / time.Since(start).Minutes() / float64(size.sites)
-			slices.Sort(times)
-			b.ReportMetric(0, "ns/op")
-			b.ReportMetric(times[len(times)/2], "record-median-s")
-			b.ReportMetric(times[len(times)-1], "record-max-s")
-			b.ReportMetric(perSite/1024, "wan-KiB/site/min")
+	for _, size := range []struct{ sites, agents int }{{10, 10}, {30, 10}} {
+		name := fmt.Sprintf("sites=%d/agents=%d", size.sites, size.agents)
+		b.Run(name+"/impl=federation", func(b *testing.B) {
+			all, traffic := federated(b, size.sites, size.agents)
+			measure(b, all, traffic, size.sites)
+		})
+		b.Run(name+"/impl=one-pool", func(b *testing.B) {
+			all, traffic := onePool(b, size.sites, size.agents)
+			measure(b, all, traffic, size.sites)
 		})
 	}
+}
+
+func quietLogger() *slog.Logger { return slog.New(slog.NewTextHandler(io.Discard, nil)) }
+
+// federated starts the sites as pools joined by federation; traffic
+// returns the libp2p bytes of every gateway so far.
+func federated(b *testing.B, sites, agents int) ([]*mesh.Mesh, func() int64) {
+	fc := federation.Config{Gateways: 1, SummaryInterval: 5 * time.Second, SyncInterval: 30 * time.Second}
+	quiet := func(c *memberlist.Config) { c.EnableCompression = false }
+	var all []*agent
+	var boot []string
+	for i := range sites {
+		s := siteWith(b, &meshtest.Network{}, fmt.Sprintf("s%03d", i), agents, boot, fc, quiet)
+		if i == 0 {
+			boot = gatewayAddrs(b, s)
+		}
+		all = append(all, s...)
+	}
+	meshtest.Poll(b, 5*time.Minute, time.Second, "every site to hear of every other", func() bool {
+		for _, a := range all {
+			if len(federation.Remotes(a.m, time.Now())) != sites-1 {
+				return false
+			}
+		}
+		return true
+	}, nil)
+	var ms []*mesh.Mesh
+	for _, a := range all {
+		ms = append(ms, a.m)
+	}
+	return ms, func() int64 {
+		var n int64
+		for _, a := range all {
+			in, out := a.f.Traffic()
+			n += in + out
+		}
+		return n
+	}
+}
+
+// onePool starts every agent in one pool; traffic returns the bytes sent
+// between agents of different sites so far, counted at both ends.
+func onePool(b *testing.B, sites, agents int) ([]*mesh.Mesh, func() int64) {
+	var cross atomic.Int64
+	siteOf := func(node string) string { s, _, _ := strings.Cut(node, "-"); return s }
+	network := &meshtest.Network{Sent: func(from, to string, n int) {
+		if siteOf(from) != siteOf(to) {
+			cross.Add(2 * int64(n))
+		}
+	}}
+	rng := rand.New(rand.NewPCG(1, uint64(sites*agents)))
+	var ms []*mesh.Mesh
+	for i := range sites * agents {
+		name := fmt.Sprintf("s%03d-%d", i/agents, i%agents)
+		id, _ := mesh.NewIdentity()
+		m, err := mesh.New(mesh.Config{
+			Name: name, Identity: id, Transport: network.NewTransport(name),
+			Local:      mesh.NodeState{Tier: mesh.TierEdge, Site: fmt.Sprintf("s%03d", i/agents), Labels: map[string]string{}},
+			Memberlist: func(c *memberlist.Config) { c.EnableCompression = false },
+			Logger:     quietLogger(),
+		})
+		if err != nil {
+			b.Fatal(err)
+		}
+		b.Cleanup(func() { m.Close() })
+		if i > 0 {
+			if err := m.Join(context.Background(), []string{ms[rng.IntN(len(ms))].GossipAddr()}); err != nil {
+				b.Fatal(err)
+			}
+			time.Sleep(20 * time.Millisecond) // pace joins, as the mesh benchmarks do
+		}
+		ms = append(ms, m)
+	}
+	meshtest.Poll(b, 5*time.Minute, time.Second, "one pool", func() bool {
+		for _, m := range ms {
+			if m.NumAlive() != len(ms) {
+				return false
+			}
+		}
+		return true
+	}, nil)
+	return ms, cross.Load
+}
+
+// measure writes 5 global records and times their spread, then counts the
+// traffic of a quiet minute.
+func measure(b *testing.B, all []*mesh.Mesh, traffic func() int64, sites int) {
+	var times []float64
+	for r := range 5 {
+		src := all[(r*7919)%len(all)]
+		key := fmt.Sprintf("policies/bench-%d", r)
+		if _, err := src.Put(key, json.RawMessage(`1`), mesh.PutOptions{Scope: mesh.ScopeGlobal}); err != nil {
+			b.Fatal(err)
+		}
+		d := meshtest.Elapsed(b, 2*time.Minute, "the record at every agent", func() bool {
+			for _, m := range all {
+				if _, err := m.Get(key); err != nil {
+					return false
+				}
+			}
+			return true
+		})
+		times = append(times, d.Seconds())
+	}
+	before, start := traffic(), time.Now()
+	time.Sleep(time.Minute) // the measurement window: a quiet minute of summaries, probes and syncs
+	perSite := float64(traffic()-before) / time.Since(start).Minutes() / float64(sites)
+	slices.Sort(times)
+	b.ReportMetric(0, "ns/op")
+	b.ReportMetric(times[len(times)/2], "record-median-s")
+	b.ReportMetric(times[len(times)-1], "record-max-s")
+	b.ReportMetric(perSite/1024, "wan-KiB/site/min")
 }

@@ -4,8 +4,6 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"io"
-	"log/slog"
 	"testing"
 	"time"
 
@@ -53,7 +51,7 @@ func siteWith(t testing.TB, network *meshtest.Network, name string, n int, peers
 			Name: node, Identity: id, Transport: network.NewTransport(node),
 			Local:      mesh.NodeState{Tier: mesh.TierEdge, Site: name, Labels: map[string]string{}},
 			Memberlist: tune,
-			Logger:     slog.New(slog.NewTextHandler(io.Discard, nil)),
+			Logger:     quietLogger(),
 		})
 		if err != nil {
 			t.Fatal(err)
@@ -66,7 +64,7 @@ func siteWith(t testing.TB, network *meshtest.Network, name string, n int, peers
 		f, err := federation.New(federation.Config{
 			Mesh: m, Identity: id, Listen: []string{"/ip4/127.0.0.1/tcp/0"}, Peers: peers, Gateways: fc.Gateways,
 			SummaryInterval: fc.SummaryInterval, SyncInterval: fc.SyncInterval,
-			Logger: slog.New(slog.NewTextHandler(io.Discard, nil)),
+			Logger: quietLogger(),
 		})
 		if err != nil {
 			t.Fatal(err)

@@ -25,6 +25,11 @@ type Network struct {
 	// Loss, when set, gives the probability that a packet from one node
 	// name to another is lost. Streams are not affected.
 	Loss func(from, to string) float64
+	// Sent, when set, is told the size of every packet sent and of every
+	// write to a stream, with the node names it goes from and to (to
+	// measure traffic between groups of nodes). It must be fast and safe
+	// for concurrent use.
+	Sent func(from, to string, n int)
 
 	mu     sync.Mutex
 	byAddr map[string]*Transport
@@ -157,6 +162,9 @@ func (t *Transport) WriteToAddress(b []byte, a memberlist.Address) (time.Time, e
 		t.net.Dropped.Add(1)
 		return now, nil
 	}
+	if t.net.Sent != nil {
+		t.net.Sent(t.name, dest.name, len(b))
+	}
 	p := &memberlist.Packet{Buf: append([]byte(nil), b...), From: addr(t.addr), Timestamp: now}
 	deliver := func() {
 		if dest.down.Load() || !t.net.reachable(t.name, dest.name) {
@@ -209,14 +217,31 @@ func (t *Transport) DialAddressTimeout(a memberlist.Address, timeout time.Durati
 	deadline := time.Now().Add(streamDeadline)
 	_ = c1.SetDeadline(deadline)
 	_ = c2.SetDeadline(deadline)
+	var in, out net.Conn = c1, c2
+	if t.net.Sent != nil {
+		in, out = &countedConn{Conn: c1, sent: t.net.Sent, from: dest.name, to: t.name}, &countedConn{Conn: c2, sent: t.net.Sent, from: t.name, to: dest.name}
+	}
 	select {
-	case dest.streamCh <- c1:
-		return c2, nil
+	case dest.streamCh <- in:
+		return out, nil
 	case <-time.After(timeout):
 		c1.Close()
 		c2.Close()
 		return nil, errors.New("meshtest: dial timeout")
 	}
+}
+
+// countedConn tells Network.Sent of each write.
+type countedConn struct {
+	net.Conn
+	sent     func(from, to string, n int)
+	from, to string
+}
+
+func (c *countedConn) Write(b []byte) (int, error) {
+	n, err := c.Conn.Write(b)
+	c.sent(c.from, c.to, n)
+	return n, err
 }
 
 // streamDeadline bounds an in-memory stream's life (see
