@@ -27,7 +27,7 @@ const faultMinutes = 5
 // off for 15–40 s, an agent killed with -9 and restarted 5–15 s later, an
 // agent's host paused (the agent and its jobs stopped) for 5–20 s. A client
 // applies a policy through a random agent every 1.5 s, and a training job
-// every minute. After the faults end and the mesh is whole again, every
+// (20 s long) every 40 s. After the faults end and the mesh is whole again, every
 // policy whose apply was acknowledged is held by every agent, and every
 // job is recorded as run to completion exactly once.
 func TestFaultSchedule(t *testing.T) {
@@ -94,7 +94,7 @@ func TestFaultSchedule(t *testing.T) {
 	}
 	job := func(name string) string {
 		return "apiVersion: strata/v1\nkind: TrainingJob\nmetadata: {name: " + name + "}\nspec:\n  tiers: [edge, cloud]\n  resources: {cpu: 10m, memory: 16Mi}\n" +
-			"  command: [sh, -c, 'sleep 6; echo \"" + name + " $PWD\" >> " + ran + "']\n"
+			"  command: [sh, -c, 'sleep 20; echo \"" + name + " $PWD\" >> " + ran + "']\n"
 	}
 	up := func() []*nsAgent {
 		var out []*nsAgent
@@ -192,7 +192,7 @@ func TestFaultSchedule(t *testing.T) {
 			if apply(a, name, job(name)) {
 				jobs = append(jobs, name)
 			}
-			nextJob = nextJob.Add(time.Minute)
+			nextJob = nextJob.Add(40 * time.Second)
 			continue
 		}
 		writes++

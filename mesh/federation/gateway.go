@@ -49,6 +49,7 @@ type gateway struct {
 	gateways  []string
 	published map[string]written   // records this gateway published, by key
 	heard     map[string]Summary   // each other site's latest summary
+	heardAt   map[string]time.Time // when it came
 	wrote     map[string]time.Time // when this gateway last wrote a site's entry
 	lastSum   time.Time
 }
@@ -59,7 +60,7 @@ func (f *Federation) startGateway(ctx context.Context) (*gateway, error) {
 		return nil, err
 	}
 	ctx, cancel := context.WithCancel(ctx)
-	g := &gateway{f: f, h: h, cancel: cancel, rank: -1, published: map[string]written{}, heard: map[string]Summary{}, wrote: map[string]time.Time{}}
+	g := &gateway{f: f, h: h, cancel: cancel, rank: -1, published: map[string]written{}, heard: map[string]Summary{}, heardAt: map[string]time.Time{}, wrote: map[string]time.Time{}}
 	fail := func(err error) (*gateway, error) {
 		cancel()
 		h.Close()
@@ -298,11 +299,15 @@ func (g *gateway) readSummaries(ctx context.Context, sub *pubsub.Subscription) {
 		g.f.metrics.summaries.WithLabelValues("received").Inc()
 		g.mu.Lock()
 		prev, had := g.heard[s.Site]
-		if had && s.Seq < prev.Seq {
+		// An older summary is a reordered one, unless the site's last
+		// one came a while ago: then its new publisher's clock is behind
+		// the old one's, and its summaries are the news.
+		if had && s.Seq < prev.Seq && time.Since(g.heardAt[s.Site]) < 3*g.f.cfg.SummaryInterval {
 			g.mu.Unlock()
 			continue
 		}
 		g.heard[s.Site] = s
+		g.heardAt[s.Site] = time.Now()
 		refresh := summaryRefresh
 		if g.rank != 0 {
 			refresh *= 2
