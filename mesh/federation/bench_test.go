@@ -65,14 +65,14 @@ func federated(b *testing.B, sites, agents int) ([]*mesh.Mesh, func() int64) {
 		}
 		all = append(all, s...)
 	}
-	meshtest.Poll(b, 5*time.Minute, time.Second, "every site to hear of every other", func() bool {
+	meshtest.Poll(b, 2*time.Minute, time.Second, "every site to hear of every other", func() bool {
 		for _, a := range all {
 			if len(federation.Remotes(a.m, time.Now())) != sites-1 {
 				return false
 			}
 		}
 		return true
-	}, nil)
+	}, func() { dumpAgents(b, all) })
 	var ms []*mesh.Mesh
 	for _, a := range all {
 		ms = append(ms, a.m)

@@ -14,6 +14,7 @@ import (
 	"github.com/libp2p/go-libp2p/core/crypto"
 	"github.com/libp2p/go-libp2p/core/host"
 	lpmetrics "github.com/libp2p/go-libp2p/core/metrics"
+	"github.com/libp2p/go-libp2p/core/network"
 	"github.com/libp2p/go-libp2p/core/peer"
 	"github.com/libp2p/go-libp2p/core/pnet"
 	"github.com/libp2p/go-libp2p/p2p/transport/tcp"
@@ -27,6 +28,7 @@ const (
 	topicRecords   = "strata/federation/records/1"
 	topicSummaries = "strata/federation/summaries/1"
 	protoSync      = "/strata/federation/sync/1.0.0"
+	protoGateways  = "/strata/federation/gateways/1.0.0"
 )
 
 // Config configures an agent's part in the federation.
@@ -61,14 +63,20 @@ type Config struct {
 	NewHost func(priv crypto.PrivKey) (host.Host, error)
 }
 
-// Federation runs this agent's part in joining its site to the others:
-// nothing while it is not a gateway, a libp2p gateway while it is.
+// Federation runs this agent's part in joining its site to the others: a
+// libp2p host that tells whoever dials it where its site's gateways are,
+// and, while the agent is one of them, the gateway's GossipSub topics.
 type Federation struct {
 	cfg     Config
 	priv    crypto.PrivKey
 	peers   []peer.AddrInfo
 	metrics *metrics
 	bw      *metricsCounter
+
+	// h is the agent's libp2p host, up while Run runs (Run's goroutine
+	// starts and closes it); wg tracks the syncs it runs.
+	h  host.Host
+	wg sync.WaitGroup
 
 	mu sync.Mutex
 	gw *gateway
@@ -164,14 +172,32 @@ func (f *Federation) newHost(priv crypto.PrivKey) (host.Host, error) {
 	return libp2p.New(opts...)
 }
 
-// Run follows the site's gateways until ctx ends: it starts this agent's
-// gateway when the agent becomes one and stops it when it no longer is.
+// Run starts the agent's host and follows the site's gateways until ctx
+// ends: it starts this agent's gateway when the agent becomes one and
+// stops it when it no longer is.
 func (f *Federation) Run(ctx context.Context) {
 	tick := time.NewTicker(time.Second)
 	defer tick.Stop()
-	defer f.stopGateway()
+	defer func() {
+		f.stopGateway()
+		f.mu.Lock()
+		h := f.h
+		f.mu.Unlock()
+		if h != nil {
+			h.Close()
+		}
+		f.wg.Wait()
+	}()
 	for {
-		f.step(ctx)
+		if f.Host() == nil {
+			if err := f.startHost(ctx); err != nil {
+				f.cfg.Logger.Warn("federation host did not start; trying again", "err", err)
+				f.metrics.errors.WithLabelValues("start").Inc()
+			}
+		}
+		if f.Host() != nil {
+			f.step(ctx)
+		}
 		select {
 		case <-ctx.Done():
 			return
@@ -209,7 +235,7 @@ func (f *Federation) step(ctx context.Context) {
 			f.metrics.errors.WithLabelValues("start").Inc()
 			return
 		}
-		f.cfg.Logger.Info("federation gateway started", "rank", rank, "addrs", g.addrs())
+		f.cfg.Logger.Info("federation gateway started", "rank", rank)
 		gw = g
 	}
 	if gw != nil {
@@ -227,22 +253,49 @@ func (f *Federation) stopGateway() {
 	}
 }
 
-// Traffic returns the bytes this agent's gateways sent and received over
+// Traffic returns the bytes this agent's host sent and received over
 // libp2p since start (default hosts only).
 func (f *Federation) Traffic() (in, out int64) {
 	t := f.bw.GetBandwidthTotals()
 	return t.TotalIn, t.TotalOut
 }
 
-// Host returns the running gateway's host, or nil when this agent is not a
-// gateway.
+// Host returns the agent's libp2p host, or nil before Run started it.
 func (f *Federation) Host() host.Host {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	if f.gw == nil {
-		return nil
+	return f.h
+}
+
+// startHost starts the agent's libp2p host, serves the sync and gateway
+// lookup protocols on it, and advertises its addresses in the node's
+// document.
+func (f *Federation) startHost(ctx context.Context) error {
+	h, err := f.cfg.NewHost(f.priv)
+	if err != nil {
+		return err
 	}
-	return f.gw.h
+	h.SetStreamHandler(protoSync, f.serveSync)
+	h.SetStreamHandler(protoGateways, f.serveGateways)
+	h.Network().Notify(&network.NotifyBundle{ConnectedF: func(_ network.Network, c network.Conn) {
+		// A gateway that dialled another exchanges catalogs with it.
+		if gw, _ := f.IsGateway(); gw && c.Stat().Direction == network.DirOutbound {
+			f.goSync(ctx, c.RemotePeer())
+		}
+	}})
+	var addrs []string
+	for _, a := range h.Addrs() {
+		addrs = append(addrs, a.String()+"/p2p/"+h.ID().String())
+	}
+	if err := f.cfg.Mesh.Update(func(s *mesh.NodeState) { s.Addrs.Federation = addrs }); err != nil {
+		h.Close()
+		return err
+	}
+	f.mu.Lock()
+	f.h = h
+	f.mu.Unlock()
+	f.cfg.Logger.Info("federation host started", "addrs", addrs)
+	return nil
 }
 
 // IsGateway reports whether this agent is a gateway now, and whether the

@@ -256,3 +256,40 @@ func dumpAgents(t testing.TB, all []*agent) {
 		t.Logf("%s gateway=%v publisher=%v peers=%d members=%d remotes=%v", x.m.Name(), gw, pub, peers, x.m.NumAlive(), rs)
 	}
 }
+
+// TestBootstrapThroughAnyAgent: a federation peer need not be a gateway
+// of its site: asked, it names its site's gateways, and the new site's
+// gateway dials those.
+func TestBootstrapThroughAnyAgent(t *testing.T) {
+	t.Parallel()
+	network := &meshtest.Network{}
+	fc := federation.Config{Gateways: 1, SummaryInterval: 200 * time.Millisecond, SyncInterval: time.Second}
+	a := siteWith(t, network, "a", 3, nil, fc, meshtest.FastTimings)
+	var plain *agent
+	meshtest.WaitFor(t, 20*time.Second, "a's one gateway, and an agent that is none", func() bool {
+		plain = nil
+		gateways := 0
+		for _, x := range a {
+			if gw, _ := x.f.IsGateway(); gw {
+				gateways++
+			} else if x.f.Host() != nil {
+				plain = x
+			}
+		}
+		return gateways == 1 && plain != nil
+	})
+	h := plain.f.Host()
+	var boot []string
+	for _, ad := range h.Addrs() {
+		boot = append(boot, ad.String()+"/p2p/"+h.ID().String())
+	}
+	b := siteWith(t, network, "b", 1, boot, fc, meshtest.FastTimings)
+	if _, err := a[0].m.Put("policies/x", json.RawMessage(`1`), mesh.PutOptions{Scope: mesh.ScopeGlobal}); err != nil {
+		t.Fatal(err)
+	}
+	meshtest.Poll(t, 30*time.Second, 20*time.Millisecond, "a's record and summary in b, b's summary in a", func() bool {
+		_, inA := remote(a[1].m, "b")
+		_, inB := remote(b[0].m, "a")
+		return has(b[0].m, "policies/x", `1`) && inA && inB
+	}, func() { dumpAgents(t, append(a, b...)) })
+}

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"math/rand/v2"
+	"strings"
 	"sync"
 	"time"
 
@@ -33,7 +34,7 @@ type written struct {
 	origin  string
 }
 
-// gateway is a running gateway: a libp2p host in the federation's
+// gateway is a running gateway: the agent's host in the federation's
 // GossipSub topics.
 type gateway struct {
 	f      *Federation
@@ -55,15 +56,13 @@ type gateway struct {
 }
 
 func (f *Federation) startGateway(ctx context.Context) (*gateway, error) {
-	h, err := f.cfg.NewHost(f.priv)
-	if err != nil {
-		return nil, err
-	}
+	h := f.Host()
+	var err error
 	ctx, cancel := context.WithCancel(ctx)
 	g := &gateway{f: f, h: h, cancel: cancel, rank: -1, published: map[string]written{}, heard: map[string]Summary{}, heardAt: map[string]time.Time{}, wrote: map[string]time.Time{}}
 	fail := func(err error) (*gateway, error) {
 		cancel()
-		h.Close()
+		removePubSub(h)
 		return nil, err
 	}
 	g.ps, err = pubsub.NewGossipSub(ctx, h,
@@ -89,16 +88,6 @@ func (f *Federation) startGateway(ctx context.Context) (*gateway, error) {
 	if err != nil {
 		return fail(err)
 	}
-	h.SetStreamHandler(protoSync, g.serveSync)
-	h.Network().Notify(&network.NotifyBundle{ConnectedF: func(_ network.Network, c network.Conn) {
-		if c.Stat().Direction == network.DirOutbound {
-			g.goSync(ctx, c.RemotePeer())
-		}
-	}})
-	addrs := g.addrs()
-	if err := f.cfg.Mesh.Update(func(s *mesh.NodeState) { s.Addrs.Federation = addrs }); err != nil {
-		return fail(err)
-	}
 	f.mu.Lock()
 	f.gw = g
 	f.mu.Unlock()
@@ -109,19 +98,21 @@ func (f *Federation) startGateway(ctx context.Context) (*gateway, error) {
 	return g, nil
 }
 
-// addrs are the host's addresses with its peer ID, as peers dial them.
-func (g *gateway) addrs() []string {
-	var out []string
-	for _, a := range g.h.Addrs() {
-		out = append(out, a.String()+"/p2p/"+g.h.ID().String())
-	}
-	return out
-}
-
+// close ends the gateway's part: its topics and loops; the host goes on.
 func (g *gateway) close() {
 	g.cancel()
-	g.h.Close()
 	g.wg.Wait()
+	removePubSub(g.h)
+}
+
+// removePubSub takes GossipSub's protocols off h once its PubSub ended, so
+// that peers no longer take the host for a subscriber.
+func removePubSub(h host.Host) {
+	for _, p := range h.Mux().Protocols() {
+		if strings.HasPrefix(string(p), "/meshsub/") || strings.HasPrefix(string(p), "/floodsub/") {
+			h.RemoveStreamHandler(p)
+		}
+	}
 }
 
 func (g *gateway) setRank(rank int, gateways []string) {
@@ -171,7 +162,7 @@ func (g *gateway) loop(ctx context.Context) {
 			g.connect(ctx)
 		case <-sync.C:
 			if ps := g.remotePeers(); len(ps) > 0 {
-				g.goSync(ctx, ps[rand.IntN(len(ps))])
+				g.f.goSync(ctx, ps[rand.IntN(len(ps))])
 			}
 		}
 	}
@@ -264,20 +255,20 @@ func (g *gateway) readRecords(ctx context.Context, sub *pubsub.Subscription) {
 			g.f.metrics.malformed.Inc()
 			continue
 		}
-		g.merge(batch)
+		g.f.merge(batch)
 	}
 }
 
 // merge folds records from another site into the pool.
-func (g *gateway) merge(batch []mesh.Entry) {
+func (f *Federation) merge(batch []mesh.Entry) {
 	n := 0
 	for _, e := range batch {
-		if g.f.cfg.Mesh.MergeRemote(e) {
+		if f.cfg.Mesh.MergeRemote(e) {
 			n++
 		}
 	}
-	g.f.metrics.received.Add(float64(len(batch)))
-	g.f.metrics.merged.Add(float64(n))
+	f.metrics.received.Add(float64(len(batch)))
+	f.metrics.merged.Add(float64(n))
 }
 
 func (g *gateway) readSummaries(ctx context.Context, sub *pubsub.Subscription) {
@@ -415,9 +406,27 @@ func (g *gateway) connect(ctx context.Context) {
 	if anySite {
 		return
 	}
+	// No other site's gateway is connected: ask the configured peers
+	// where their sites' gateways are (a peer need not be one itself),
+	// and dial those.
 	for _, ai := range g.f.peers {
-		if ai.ID != g.h.ID() && g.h.Network().Connectedness(ai.ID) != network.Connected {
-			g.dial(ctx, ai)
+		if ai.ID == g.h.ID() || !g.dial(ctx, ai) {
+			continue
+		}
+		gws, site, err := g.f.askGateways(ctx, ai.ID)
+		if err != nil {
+			g.f.metrics.errors.WithLabelValues("gateways").Inc()
+			continue
+		}
+		if site == g.f.cfg.Mesh.Site() {
+			continue
+		}
+		for _, gw := range gws {
+			if ais, err := addrInfos(gw.Addrs); err == nil {
+				for _, x := range ais {
+					g.dial(ctx, x)
+				}
+			}
 		}
 	}
 }

@@ -37,22 +37,26 @@ func digest(es []mesh.Entry) string {
 	return fmt.Sprintf("%x", h.Sum(nil))
 }
 
-func (g *gateway) goSync(ctx context.Context, p peer.ID) {
-	g.wg.Add(1)
+func (f *Federation) goSync(ctx context.Context, p peer.ID) {
+	f.wg.Add(1)
 	go func() {
-		defer g.wg.Done()
-		if err := g.sync(ctx, p); err != nil && ctx.Err() == nil {
-			g.f.metrics.errors.WithLabelValues("sync").Inc()
-			g.f.cfg.Logger.Debug("federation sync failed", "peer", p, "err", err)
+		defer f.wg.Done()
+		if err := f.sync(ctx, p); err != nil && ctx.Err() == nil {
+			f.metrics.errors.WithLabelValues("sync").Inc()
+			f.cfg.Logger.Debug("federation sync failed", "peer", p, "err", err)
 		}
 	}()
 }
 
 // sync exchanges global catalogs with p (the dialer's side).
-func (g *gateway) sync(ctx context.Context, p peer.ID) error {
+func (f *Federation) sync(ctx context.Context, p peer.ID) error {
 	ctx, cancel := context.WithTimeout(ctx, time.Minute)
 	defer cancel()
-	s, err := g.h.NewStream(ctx, p, protoSync)
+	h := f.Host()
+	if h == nil {
+		return nil
+	}
+	s, err := h.NewStream(ctx, p, protoSync)
 	if err != nil {
 		if errors.Is(err, context.Canceled) {
 			return nil
@@ -61,7 +65,7 @@ func (g *gateway) sync(ctx context.Context, p peer.ID) error {
 	}
 	defer s.Close()
 	_ = s.SetDeadline(time.Now().Add(time.Minute))
-	mine := g.f.cfg.Mesh.GlobalEntries()
+	mine := f.cfg.Mesh.GlobalEntries()
 	d := digest(mine)
 	if err := writeMsg(s, syncMsg{Digest: d}); err != nil {
 		return err
@@ -70,26 +74,26 @@ func (g *gateway) sync(ctx context.Context, p peer.ID) error {
 	if err := readMsg(bufio.NewReader(s), &theirs); err != nil {
 		return err
 	}
-	g.f.metrics.syncs.Inc()
+	f.metrics.syncs.Inc()
 	if theirs.Digest == d {
 		return nil
 	}
-	g.merge(theirs.Entries)
+	f.merge(theirs.Entries)
 	return writeMsg(s, syncMsg{Digest: d, Entries: mine})
 }
 
 // serveSync is the other side of sync.
-func (g *gateway) serveSync(s network.Stream) {
+func (f *Federation) serveSync(s network.Stream) {
 	defer s.Close()
 	_ = s.SetDeadline(time.Now().Add(time.Minute))
 	r := bufio.NewReader(s)
 	var theirs syncMsg
 	if err := readMsg(r, &theirs); err != nil {
-		g.f.metrics.malformed.Inc()
+		f.metrics.malformed.Inc()
 		_ = s.Reset()
 		return
 	}
-	mine := g.f.cfg.Mesh.GlobalEntries()
+	mine := f.cfg.Mesh.GlobalEntries()
 	d := digest(mine)
 	if theirs.Digest == d {
 		_ = writeMsg(s, syncMsg{Digest: d})
@@ -101,11 +105,52 @@ func (g *gateway) serveSync(s network.Stream) {
 	var back syncMsg
 	if err := readMsg(r, &back); err != nil {
 		if !errors.Is(err, io.EOF) {
-			g.f.metrics.malformed.Inc()
+			f.metrics.malformed.Inc()
 		}
 		return
 	}
-	g.merge(back.Entries)
+	f.merge(back.Entries)
+}
+
+// gatewaysMsg answers a gateway lookup: the answering agent's site and
+// its gateways, best first.
+type gatewaysMsg struct {
+	Site     string    `json:"site"`
+	Gateways []Gateway `json:"gateways"`
+}
+
+// serveGateways tells the dialer where this agent's site's gateways are.
+func (f *Federation) serveGateways(s network.Stream) {
+	defer s.Close()
+	_ = s.SetDeadline(time.Now().Add(10 * time.Second))
+	m := f.cfg.Mesh
+	sum := Summarize(m.Site(), m.Nodes(), Gateways(m.Nodes(), m.Site(), f.cfg.Gateways))
+	b := encode(gatewaysMsg{Site: sum.Site, Gateways: sum.Gateways})
+	if _, err := s.Write(b); err != nil {
+		_ = s.Reset()
+	}
+}
+
+// askGateways asks peer p where its site's gateways are.
+func (f *Federation) askGateways(ctx context.Context, p peer.ID) ([]Gateway, string, error) {
+	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	h := f.Host()
+	if h == nil {
+		return nil, "", errors.New("no host")
+	}
+	s, err := h.NewStream(ctx, p, protoGateways)
+	if err != nil {
+		return nil, "", err
+	}
+	defer s.Close()
+	_ = s.SetDeadline(time.Now().Add(10 * time.Second))
+	var msg gatewaysMsg
+	if err := json.NewDecoder(io.LimitReader(s, 1<<20)).Decode(&msg); err != nil {
+		f.metrics.malformed.Inc()
+		return nil, "", err
+	}
+	return msg.Gateways, msg.Site, nil
 }
 
 func writeMsg(w io.Writer, m syncMsg) error {
