@@ -80,7 +80,15 @@ func TestFaultSchedule(t *testing.T) {
 
 	dir := t.TempDir()
 	ran := filepath.Join(dir, "ran")
-	down := map[*nsAgent]bool{} // killed or paused: the client leaves it alone
+	down := map[*nsAgent]bool{}      // killed or paused: the client leaves it alone
+	killed := map[*nsAgent][]*proc{} // the processes of agents killed and restarted since
+	logsOf := func(a *nsAgent) string {
+		var b strings.Builder
+		for _, p := range killed[a] {
+			b.WriteString(p.log.String())
+		}
+		return b.String() + a.proc.log.String()
+	}
 	var acked, jobs []string
 	apply := func(a *nsAgent, name, doc string) bool {
 		f := filepath.Join(dir, name+".yaml")
@@ -157,6 +165,9 @@ func TestFaultSchedule(t *testing.T) {
 				a.proc.cmd.Process.Signal(syscall.SIGKILL)
 				a.proc.cmd.Wait()
 				time.Sleep(d) // the outage under test
+				lock()
+				killed[a] = append(killed[a], a.proc)
+				unlock()
 				a.start(t)
 			case 2:
 				d := time.Duration(5+rng.IntN(16)) * time.Second
@@ -264,7 +275,7 @@ func TestFaultSchedule(t *testing.T) {
 	for _, j := range jobs {
 		n := 0
 		for _, a := range agents {
-			for _, line := range strings.Split(a.proc.log.String(), "\n") {
+			for _, line := range strings.Split(logsOf(a), "\n") {
 				if strings.Contains(line, `msg="training job succeeded"`) && slices.Contains(strings.Fields(line), "job="+j) {
 					n++
 				}

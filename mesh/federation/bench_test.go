@@ -35,17 +35,26 @@ import (
 // the bytes that cross between sites over a quiet minute, sent plus
 // received, per site (libp2p's byte counts for federation; the bytes of
 // packets and streams between agents of different sites for one pool).
+//
+// One pool is run at 10 sites only: on a 2-core machine a pool of 300
+// in-process agents did not form within 5 minutes, and 100 sites of 10
+// (1,000 pool members and hosts in one process) are out of reach of both.
 func BenchmarkFederation(b *testing.B) {
-	for _, size := range []struct{ sites, agents int }{{10, 10}, {30, 10}} {
+	for _, size := range []struct {
+		sites, agents int
+		onePool       bool
+	}{{10, 10, true}, {30, 10, false}} {
 		name := fmt.Sprintf("sites=%d/agents=%d", size.sites, size.agents)
 		b.Run(name+"/impl=federation", func(b *testing.B) {
 			all, traffic := federated(b, size.sites, size.agents)
 			measure(b, all, traffic, size.sites)
 		})
-		b.Run(name+"/impl=one-pool", func(b *testing.B) {
-			all, traffic := onePool(b, size.sites, size.agents)
-			measure(b, all, traffic, size.sites)
-		})
+		if size.onePool {
+			b.Run(name+"/impl=one-pool", func(b *testing.B) {
+				all, traffic := onePool(b, size.sites, size.agents)
+				measure(b, all, traffic, size.sites)
+			})
+		}
 	}
 }
 
