@@ -652,7 +652,7 @@ func (j *Runner) halted(jr catalog.Job) string {
 	if lj == nil || lj.epoch != jr.Epoch {
 		return stopSuperseded // a run of another epoch started here since
 	}
-	if lj.stopped == "" && j.lease.lapsedSince(lj.started) {
+	if lj.stopped == "" && j.lease.lapsedSince(lj.started, time.Now()) {
 		lj.stopped = stopFenced
 	}
 	return lj.stopped

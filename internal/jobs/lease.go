@@ -60,10 +60,15 @@ func (l *lease) tick(now time.Time, healthy bool) bool {
 	return false
 }
 
-// lapsedSince reports whether the lease lapsed at or after t.
-func (l *lease) lapsedSince(t time.Time) bool {
+// lapsedSince reports whether the lease lapsed at or after t, as of now.
+// A check late by more than pauseGap counts as a lapse by itself: right
+// after a pause, a run's end can be seen before the next check runs.
+func (l *lease) lapsedSince(t, now time.Time) bool {
 	l.mu.Lock()
 	defer l.mu.Unlock()
+	if !l.lastTick.IsZero() && now.Sub(l.lastTick) > pauseGap {
+		l.lapsed = now
+	}
 	return !l.lapsed.IsZero() && !l.lapsed.Before(t)
 }
 
