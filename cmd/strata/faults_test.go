@@ -10,6 +10,7 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -121,9 +122,8 @@ func TestFaultSchedule(t *testing.T) {
 		what  string
 	}
 	faults := make(chan fault, 64)
-	mu := make(chan struct{}, 1) // guards down between the two goroutines
-	lock := func() { mu <- struct{}{} }
-	unlock := func() { <-mu }
+	var mu sync.Mutex // guards down and killed between the two goroutines
+	lock, unlock := mu.Lock, mu.Unlock
 	end := time.Now().Add(faultMinutes * time.Minute)
 	done := make(chan struct{})
 	go func() {
@@ -192,7 +192,7 @@ func TestFaultSchedule(t *testing.T) {
 		case f := <-faults:
 			t.Logf("%5.1fs: %s", f.start.Sub(start).Seconds(), f.what)
 			continue
-		case <-time.After(1500 * time.Millisecond):
+		case <-time.After(1500 * time.Millisecond): // the client's pace: one write every 1.5s
 		}
 		lock()
 		cands := up()

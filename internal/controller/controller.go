@@ -170,14 +170,13 @@ func (c *Controller) reconcile() {
 		byName[n.Name] = n
 	}
 	cut := mesh.UnreachableSites(nodes)
-	now := time.Now()
+	since := map[string]time.Time{}
 	for _, n := range nodes {
-		if n.Status != mesh.StatusFailed {
-			delete(c.failedSince, n.Name)
-		} else if _, ok := c.failedSince[n.Name]; !ok {
-			c.failedSince[n.Name] = now
+		if n.Status == mesh.StatusFailed {
+			since[n.Name] = cmp.Or(c.failedSince[n.Name], time.Now())
 		}
 	}
+	c.failedSince = since
 	recs := c.placements()
 	view := &round{c: c, nodes: nodes, byName: byName}
 	for _, p := range c.policies() {

@@ -195,7 +195,7 @@ func (j *Runner) reconcile(ctx context.Context) {
 			}
 		}
 	}
-	if wait := j.lease.restartIn(time.Now()); wait > 0 {
+	if j.lease.restartIn(time.Now()) > 0 {
 		// Cut off or paused lately: another node may have been given
 		// this node's jobs. Start nothing until the placements this
 		// node sees are surely current.

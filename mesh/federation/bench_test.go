@@ -4,8 +4,6 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"io"
-	"log/slog"
 	"math/rand/v2"
 	"slices"
 	"strings"
@@ -57,8 +55,6 @@ func BenchmarkFederation(b *testing.B) {
 		}
 	}
 }
-
-func quietLogger() *slog.Logger { return slog.New(slog.NewTextHandler(io.Discard, nil)) }
 
 // federated starts the sites as pools joined by federation; traffic
 // returns the libp2p bytes of every gateway so far.

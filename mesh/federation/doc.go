@@ -1,8 +1,10 @@
 // Package federation joins the sites of a mesh over go-libp2p. Each site is
-// one memberlist pool (package mesh); a few of its agents, the gateways,
-// chosen by rendezvous hashing over the site's live members and replaced
-// when they fail, run a libp2p host whose peer ID is the node's ed25519
-// identity and carry, over GossipSub:
+// one memberlist pool (package mesh). Every agent runs a libp2p host whose
+// peer ID is the node's ed25519 identity; it answers where its site's
+// gateways are, so any agent can be another site's bootstrap peer. A few
+// agents, the gateways, chosen by rendezvous hashing over the site's live
+// members and replaced when they fail, attach GossipSub to their host and
+// carry:
 //
 //   - the site's summary (nodes per tier, CPU, memory, GPUs and fabrics,
 //     models and datasets held, gateways' addresses), which every other
@@ -16,8 +18,8 @@
 // to another site's gateway, and every SyncInterval one connected gateway,
 // exchange their global catalogs over a libp2p stream: a site cut off
 // catches up by version when the link heals, and a record whose GossipSub
-// copy was lost is repaired. WAN traffic grows with sites, not nodes: agents
-// that are not gateways never leave their site.
+// copy was lost is repaired. WAN traffic grows with sites, not nodes: an
+// agent that is not a gateway only answers lookups and syncs.
 //
 // NAT: hosts enable circuit relay v2 (as clients, and as relays when
 // public), hole punching (DCUtR) and AutoNAT, so a gateway behind NAT needs

@@ -71,7 +71,7 @@ type Federation struct {
 	priv    crypto.PrivKey
 	peers   []peer.AddrInfo
 	metrics *metrics
-	bw      *metricsCounter
+	bw      *lpmetrics.BandwidthCounter
 
 	// h is the agent's libp2p host, up while Run runs (Run's goroutine
 	// starts and closes it); wg tracks the syncs it runs.
@@ -117,7 +117,7 @@ func New(cfg Config) (*Federation, error) {
 	if err != nil {
 		return nil, fmt.Errorf("federation: identity: %w", err)
 	}
-	f := &Federation{cfg: cfg, priv: priv, metrics: newMetrics(cfg.Registerer), bw: &metricsCounter{BandwidthCounter: lpmetrics.NewBandwidthCounter()}}
+	f := &Federation{cfg: cfg, priv: priv, metrics: newMetrics(cfg.Registerer), bw: lpmetrics.NewBandwidthCounter()}
 	for _, s := range cfg.Peers {
 		ai, err := peer.AddrInfoFromString(s)
 		if err != nil {
@@ -311,9 +311,6 @@ func (f *Federation) IsGateway() (gateway, publisher bool) {
 	defer gw.mu.Unlock()
 	return true, gw.rank == 0
 }
-
-// metricsCounter is the bandwidth counter the default hosts report to.
-type metricsCounter struct{ *lpmetrics.BandwidthCounter }
 
 func encode(v any) []byte {
 	b, err := json.Marshal(v)

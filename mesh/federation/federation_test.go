@@ -4,6 +4,8 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"io"
+	"log/slog"
 	"testing"
 	"time"
 
@@ -13,6 +15,8 @@ import (
 	"github.com/strata-mesh/strata/mesh/federation"
 	"github.com/strata-mesh/strata/mesh/meshtest"
 )
+
+func quietLogger() *slog.Logger { return slog.New(slog.NewTextHandler(io.Discard, nil)) }
 
 // agent is one node of a test site: its pool member and federation.
 type agent struct {

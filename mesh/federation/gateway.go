@@ -185,7 +185,9 @@ func (g *gateway) ownIDs() map[string]bool {
 // other sites are not sent on: GossipSub carried them to every site.
 func (g *gateway) publishRecords(ctx context.Context) {
 	own := g.ownIDs()
-	var batch []mesh.Entry
+	// Each record is encoded once; a batch is their JSON array.
+	var batch []json.RawMessage
+	var keys []string
 	size := 0
 	flush := func() {
 		if len(batch) == 0 {
@@ -195,14 +197,14 @@ func (g *gateway) publishRecords(ctx context.Context) {
 			g.f.metrics.errors.WithLabelValues("publish").Inc()
 			// Unmark them: they go out next time.
 			g.mu.Lock()
-			for _, e := range batch {
-				delete(g.published, e.Key)
+			for _, k := range keys {
+				delete(g.published, k)
 			}
 			g.mu.Unlock()
 		} else {
 			g.f.metrics.published.Add(float64(len(batch)))
 		}
-		batch, size = nil, 0
+		batch, keys, size = nil, nil, 0
 	}
 	for _, e := range g.f.cfg.Mesh.GlobalEntries() {
 		if !own[e.Origin] {
@@ -216,12 +218,12 @@ func (g *gateway) publishRecords(ctx context.Context) {
 		if sent {
 			continue
 		}
-		n := len(encode(e))
-		if size+n > maxBatch {
+		b := encode(e)
+		if size+len(b) > maxBatch {
 			flush()
 		}
-		batch = append(batch, e)
-		size += n
+		batch, keys = append(batch, b), append(keys, e.Key)
+		size += len(b)
 	}
 	flush()
 }
@@ -299,16 +301,15 @@ func (g *gateway) readSummaries(ctx context.Context, sub *pubsub.Subscription) {
 		}
 		g.heard[s.Site] = s
 		g.heardAt[s.Site] = time.Now()
+		publisher := g.rank == 0
 		refresh := summaryRefresh
-		if g.rank != 0 {
+		if !publisher {
 			refresh *= 2
 		}
 		stale := time.Since(g.wrote[s.Site]) >= refresh
 		g.mu.Unlock()
-		if !stale && had && same(prev, s) {
-			continue
-		}
-		if !stale && g.rankNow() != 0 {
+		// The publisher writes what changed; anyone writes what is stale.
+		if !stale && (!publisher || had && same(prev, s)) {
 			continue
 		}
 		r := Remote{Summary: s, Heard: time.Now().UTC()}
@@ -320,12 +321,6 @@ func (g *gateway) readSummaries(ctx context.Context, sub *pubsub.Subscription) {
 		g.wrote[s.Site] = time.Now()
 		g.mu.Unlock()
 	}
-}
-
-func (g *gateway) rankNow() int {
-	g.mu.Lock()
-	defer g.mu.Unlock()
-	return g.rank
 }
 
 // known returns the latest summary of every other site this gateway or
