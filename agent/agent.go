@@ -40,6 +40,7 @@ import (
 	"github.com/strata-mesh/strata/agent/discover"
 	"github.com/strata-mesh/strata/infer"
 	"github.com/strata-mesh/strata/mesh"
+	"github.com/strata-mesh/strata/mesh/dataplane"
 	"github.com/strata-mesh/strata/mesh/federation"
 	"github.com/strata-mesh/strata/placement"
 	"github.com/strata-mesh/strata/storage"
@@ -226,6 +227,9 @@ func New(cfg Config) (*Agent, error) {
 	if a.dp != nil {
 		ac.Store, ac.Node, ac.Signing = a.dp.store, a.dp.node, a.dp.signing
 	}
+	if cfg.Federation.Enabled() {
+		ac.Remote = func(digest string) []dataplane.Holder { return federation.RemoteHolders(a.mesh, digest, time.Now()) }
+	}
 	a.art = artifacts.New(ac)
 	dc := driftwatch.Config{Name: cfg.Name, Site: cfg.Site, Catalog: a.cat, Artifacts: a.art, Logger: a.log}
 	if a.inf != nil {
@@ -244,8 +248,12 @@ func New(cfg Config) (*Agent, error) {
 	}
 	a.srvg = serving.NewLoader(lc)
 	if cfg.Federation.Enabled() {
-		a.fed, err = federation.New(federation.Config{Mesh: a.mesh, Identity: a.id, Listen: cfg.Federation.Listen, Peers: cfg.Federation.Peers,
-			Gateways: cfg.Federation.Gateways, PSK: federation.PSKFromGossipKey(key), Logger: a.log.With("component", "federation"), Registerer: a.reg})
+		fc := federation.Config{Mesh: a.mesh, Identity: a.id, Listen: cfg.Federation.Listen, Peers: cfg.Federation.Peers,
+			Gateways: cfg.Federation.Gateways, PSK: federation.PSKFromGossipKey(key), Logger: a.log.With("component", "federation"), Registerer: a.reg}
+		if a.dp != nil {
+			fc.Data = a.dp.node
+		}
+		a.fed, err = federation.New(fc)
 		if err != nil {
 			return fail(err)
 		}

@@ -205,6 +205,10 @@ func registerDataPlaneMetrics(reg prometheus.Registerer, n *dataplane.Node) {
 			func(s dataplane.Stats) int64 { return s.Proxied }),
 		counter("strata_dataplane_proxy_served_total", "Requests peers sent this agent over the data plane.",
 			func(s dataplane.Stats) int64 { return s.ProxyServed }),
+		counter("strata_dataplane_relayed_requests_total", "Data-plane requests this agent sent over a federation (libp2p) stream, to holders in other sites whose QUIC address did not answer.",
+			func(s dataplane.Stats) int64 { return s.Relayed }),
+		counter("strata_dataplane_relay_served_total", "Data-plane requests other sites' agents sent this agent over a federation (libp2p) stream.",
+			func(s dataplane.Stats) int64 { return s.RelayServed }),
 	)
 }
 

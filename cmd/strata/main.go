@@ -114,14 +114,26 @@ func newFlags(name, args string, stderr io.Writer) *flag.FlagSet {
 }
 
 // parseArgs parses fs and returns the positional arguments, which may come
-// before the flags ("strata node gpu-1 -o json") or after them.
+// before, between or after the flags ("strata node gpu-1 -o json",
+// "strata pull --kind dataset x:1 --output f"). After "--" every argument
+// is positional.
 func parseArgs(fs *flag.FlagSet, args []string) ([]string, error) {
 	var pos []string
-	for len(args) > 0 && !strings.HasPrefix(args[0], "-") {
-		pos, args = append(pos, args[0]), args[1:]
+	for {
+		for len(args) > 0 && !strings.HasPrefix(args[0], "-") {
+			pos, args = append(pos, args[0]), args[1:]
+		}
+		if len(args) == 0 {
+			return pos, nil
+		}
+		if err := fs.Parse(args); err != nil {
+			return nil, err
+		}
+		rest := fs.Args()
+		// Parse also stops after a "--", which it drops.
+		if used := len(args) - len(rest); used > 0 && args[used-1] == "--" {
+			return append(pos, rest...), nil
+		}
+		args = rest
 	}
-	if err := fs.Parse(args); err != nil {
-		return nil, err
-	}
-	return append(pos, fs.Args()...), nil
 }

@@ -5,7 +5,9 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"io"
 	"math"
+	"math/rand/v2"
 	"net"
 	"net/http"
 	"os"
@@ -288,7 +290,13 @@ func TestFederatedSites(t *testing.T) {
 			t.Logf("%s log:\n%s", a.name, a.proc.log)
 		}
 	}
-	fed := []string{"-federation-listen", "/ip4/0.0.0.0/tcp/7950"}
+	keys := filepath.Join(t.TempDir(), "pki")
+	if _, err := cli(t, "unused", "keygen", "-pki", keys); err != nil {
+		t.Fatal(err)
+	}
+	fed := []string{"-federation-listen", "/ip4/0.0.0.0/tcp/7950",
+		"-ca-cert", filepath.Join(keys, "ca.crt"), "-ca-key", filepath.Join(keys, "ca.key"),
+		"-signing-key", filepath.Join(keys, "signing.key"), "-trusted-keys", filepath.Join(keys, "signing.pub")}
 	ch := bed.Host("cloud", 0)
 	cloud := &nsAgent{ns: netns{ch.NS}, name: ch.Name, site: "cloud", gossip: 7946, api: 7470, data: 7471, args: append([]string{"-tier", "cloud"}, fed...)}
 	cloud.start(t)
@@ -355,13 +363,16 @@ func TestFederatedSites(t *testing.T) {
 	t.Logf("four federated sites after %s", time.Since(start).Round(100*time.Millisecond))
 
 	dir := t.TempDir()
+	run := func(from *nsAgent, args ...string) ([]byte, error) {
+		cmd := exec.Command("ip", append([]string{"netns", "exec", from.ns.name, strataBin}, args...)...)
+		cmd.Env = append(os.Environ(), "STRATA_ADDR=http://127.0.0.1:7470")
+		return cmd.CombinedOutput()
+	}
 	apply := func(from *nsAgent, name string) {
 		t.Helper()
 		f := filepath.Join(dir, name+".yaml")
 		os.WriteFile(f, []byte("apiVersion: strata/v1\nkind: InferenceService\nmetadata: {name: "+name+"}\nspec:\n  model: {name: m, version: \"1\"}\n  replicas: 1\n  resources: {cpu: 10m, memory: 16Mi}\n"), 0o600)
-		cmd := exec.Command("ip", "netns", "exec", from.ns.name, strataBin, "apply", "-f", f)
-		cmd.Env = append(os.Environ(), "STRATA_ADDR=http://127.0.0.1:7470")
-		if out, err := cmd.CombinedOutput(); err != nil {
+		if out, err := run(from, "apply", "-f", f); err != nil {
 			t.Fatalf("apply %s: %v\n%s", name, err, out)
 		}
 	}
@@ -389,6 +400,50 @@ func TestFederatedSites(t *testing.T) {
 	}, dump)
 	out, in, refused := bed.NATStats("edge-c")
 	t.Logf("edge-c's NAT: %d packets out, %d answers in, %d refused", out, in, refused)
+
+	// Blobs cross sites: a dataset pushed in the cloud is pulled in edge-a
+	// straight over QUIC; one pushed behind the NAT is pulled in the cloud
+	// over libp2p (the cloud cannot dial edge-c's data address), through
+	// the connection edge-c's gateway opened to the cloud.
+	pullAcross := func(from, to *nsAgent, toHost testbed.Host, name string, wantRelayed bool) {
+		t.Helper()
+		data := make([]byte, 3<<20+5)
+		rand.NewChaCha8([32]byte{byte(len(name))}).Read(data)
+		f := filepath.Join(dir, name+".bin")
+		os.WriteFile(f, data, 0o600)
+		if out, err := run(from, "push", f, "--kind", "dataset", "--name", name, "--version", "1"); err != nil {
+			t.Fatalf("push %s at %s: %v\n%s", name, from.name, err, out)
+		}
+		relayed := func() float64 {
+			resp, err := inHost(toHost).Get("http://127.0.0.1:7470/metrics")
+			if err != nil {
+				t.Fatalf("%s /metrics: %v", to.name, err)
+			}
+			defer resp.Body.Close()
+			b, _ := io.ReadAll(resp.Body)
+			return sumMetric(b, "strata_dataplane_relayed_requests_total")
+		}
+		before, start := relayed(), time.Now()
+		var out []byte
+		// The manifest and the holder's site summary (every 5s) cross
+		// separately: a pull before both arrived finds no holder.
+		meshtest.Poll(t, 60*time.Second, time.Second, name+" pulled at "+to.name, func() bool {
+			var err error
+			out, err = run(to, "pull", "--kind", "dataset", name+":1", "--output", filepath.Join(dir, name+".pulled"))
+			return err == nil
+		}, func() { t.Logf("last pull: %s", out); dump() })
+		got, _ := os.ReadFile(filepath.Join(dir, name+".pulled"))
+		if !bytes.Equal(got, data) {
+			t.Fatalf("%s pulled at %s differs from the pushed bytes", name, to.name)
+		}
+		n := relayed() - before
+		t.Logf("%s: pushed at %s, pulled at %s %s after the push, %v requests over libp2p", name, from.name, to.name, time.Since(start).Round(100*time.Millisecond), n)
+		if wantRelayed != (n > 0) {
+			t.Errorf("%s: %v data-plane requests went over libp2p, want relayed=%v", name, n, wantRelayed)
+		}
+	}
+	pullAcross(cloud, ea, bed.Host("edge-a", 0), "from-cloud", false)
+	pullAcross(agents[5], cloud, ch, "from-behind-nat", true)
 
 	for _, s := range []string{"edge-a", "cloud", "edge-c"} {
 		bed.Cut("edge-b", s)

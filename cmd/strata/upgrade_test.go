@@ -318,6 +318,12 @@ func metricSum(t *testing.T, p *proc, name string) float64 {
 	}
 	defer resp.Body.Close()
 	b, _ := io.ReadAll(resp.Body)
+	return sumMetric(b, name)
+}
+
+// sumMetric is the sum of the samples of a metric (every label) in a
+// /metrics page.
+func sumMetric(b []byte, name string) float64 {
 	sum := 0.0
 	for _, line := range strings.Split(string(b), "\n") {
 		if rest, ok := strings.CutPrefix(line, name); ok && (strings.HasPrefix(rest, " ") || strings.HasPrefix(rest, "{")) {

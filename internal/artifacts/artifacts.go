@@ -66,6 +66,10 @@ type Config struct {
 	// HolderWait bounds how long a pull waits for a live holder to appear.
 	// Default 10s.
 	HolderWait time.Duration
+	// Remote, when set, lists holders of a blob in other sites (a
+	// federation's summaries); a pull uses them when no agent of this
+	// site holds the blob whole.
+	Remote func(digest string) []dataplane.Holder
 	// OnCorrupt, when set, is told of a held blob found corrupt (and
 	// quarantined): the metric and the event.
 	OnCorrupt func(digest string, err error)
@@ -330,8 +334,10 @@ func (s *Service) Pull(ctx context.Context, m storage.Manifest, progress func(da
 }
 
 // Holders lists the live agents that hold an artifact's bytes, or are
-// pulling them and so hold some, nearest first by estimated RTT. It is
-// empty while no agent holds the whole blob: pullers alone cannot finish.
+// pulling them and so hold some, nearest first by estimated RTT. When no
+// agent of the pool holds the whole blob, the holders other sites name
+// (Config.Remote) come after its pullers. It is empty while no agent holds
+// the whole blob: pullers alone cannot finish.
 func (s *Service) Holders(m storage.Manifest) []dataplane.Holder {
 	type cand struct {
 		h   dataplane.Holder
@@ -355,15 +361,19 @@ func (s *Service) Holders(m storage.Manifest) []dataplane.Holder {
 		}
 		cands = append(cands, cand{dataplane.Holder{ID: n.Name, Addr: n.Addrs.Data}, rtt})
 	}
-	if !whole {
+	var remote []dataplane.Holder
+	if !whole && s.cfg.Remote != nil {
+		remote = s.cfg.Remote(m.Digest)
+	}
+	if !whole && len(remote) == 0 {
 		return nil
 	}
 	sort.SliceStable(cands, func(i, j int) bool { return cands[i].rtt < cands[j].rtt })
-	holders := make([]dataplane.Holder, len(cands))
-	for i, c := range cands {
-		holders[i] = c.h
+	holders := make([]dataplane.Holder, 0, len(cands)+len(remote))
+	for _, c := range cands {
+		holders = append(holders, c.h)
 	}
-	return holders
+	return append(holders, remote...)
 }
 
 // startPull counts a pull of digest; the returned func ends it.

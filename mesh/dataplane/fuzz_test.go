@@ -33,7 +33,7 @@ func FuzzServeStream(f *testing.F) {
 	f.Fuzz(func(t *testing.T, req []byte) {
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 		defer cancel()
-		s, _, err := cli.request(ctx, addr, 0, req)
+		s, _, err := cli.requestQUIC(ctx, addr, 0, req)
 		if err != nil {
 			t.Fatalf("open a stream to the node: %v", err)
 		}

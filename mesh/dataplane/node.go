@@ -47,7 +47,9 @@ type Node struct {
 	poolMu sync.Mutex
 	pool   map[string]*poolConn
 
-	seeds seeder
+	seeds   seeder
+	relay   atomic.Pointer[RelayFunc]
+	relayed relayRoutes
 
 	mu        sync.Mutex
 	closed    bool
@@ -62,6 +64,7 @@ type Node struct {
 		seededRefusals, busyRefusals   atomic.Int64
 		forcedServes, substituted      atomic.Int64
 		proxied, proxyServed           atomic.Int64
+		relayed, relayServed           atomic.Int64
 	}
 }
 
@@ -158,6 +161,10 @@ type Stats struct {
 	// Proxied counts requests this node sent to peers with RoundTrip and
 	// got a response to; ProxyServed counts requests peers sent it.
 	Proxied, ProxyServed int64
+	// Relayed counts requests this node sent through the relay (to
+	// holders with no direct QUIC path); RelayServed counts relayed
+	// requests it answered.
+	Relayed, RelayServed int64
 }
 
 // Stats returns the node's counters.
@@ -175,6 +182,8 @@ func (n *Node) Stats() Stats {
 		BusyRefusals:    n.stats.busyRefusals.Load(),
 		Proxied:         n.stats.proxied.Load(),
 		ProxyServed:     n.stats.proxyServed.Load(),
+		Relayed:         n.stats.relayed.Load(),
+		RelayServed:     n.stats.relayServed.Load(),
 	}
 }
 
@@ -213,7 +222,7 @@ func (n *Node) serveConn(c *quic.Conn) {
 		n.wg.Add(1)
 		go func() {
 			defer n.wg.Done()
-			if err := n.serveStream(s, peer); err != nil {
+			if err := n.serveStream(s, s.Context(), peer); err != nil {
 				s.CancelWrite(codeCanceled)
 			} else {
 				s.Close()
@@ -263,7 +272,10 @@ func putBuf(b *[]byte) {
 	}
 }
 
-func (n *Node) serveStream(s *quic.Stream, peer string) error {
+// serveStream answers one request. gone, when not nil, ends when the peer
+// gives up on the answer; a stream without it (a relayed one) is not
+// served proxied HTTP requests.
+func (n *Node) serveStream(s io.ReadWriter, gone context.Context, peer string) error {
 	var op [1]byte
 	if _, err := io.ReadFull(s, op[:]); err != nil {
 		return err
@@ -293,8 +305,11 @@ func (n *Node) serveStream(s *quic.Stream, peer string) error {
 		_, err := s.Write(header(statusOK, 0))
 		return err
 	case opHTTP:
+		if gone == nil {
+			return errors.New("dataplane: proxied HTTP requests are not served through the relay")
+		}
 		n.stats.proxyServed.Add(1)
-		return n.serveHTTP(s, peer)
+		return n.serveHTTP(s, gone, peer)
 	case opManifest:
 		kind, err := readString(s)
 		if err != nil {
@@ -326,7 +341,7 @@ func (n *Node) serveStream(s *quic.Stream, peer string) error {
 
 // serveChunk sends [off, off+length) of a blob: from the whole blob if held,
 // else from a running download if that range is a verified chunk.
-func (n *Node) serveChunk(s *quic.Stream, peer, digest string, off int64, length int, force bool) error {
+func (n *Node) serveChunk(s io.Writer, peer, digest string, off int64, length int, force bool) error {
 	if length <= 0 || length > maxBody {
 		_, err := s.Write(header(statusError, 0))
 		return err
@@ -452,7 +467,7 @@ func (n *Node) readRange(digest string, off int64, buf []byte) (data []byte, siz
 // serveHave answers which chunks of a blob this node holds: the whole blob,
 // or the verified chunks of a running download. When the download has no
 // more than known chunks, it waits up to HavePoll for the next one.
-func (n *Node) serveHave(s *quic.Stream, digest string, known int) error {
+func (n *Node) serveHave(s io.Writer, digest string, known int) error {
 	var timer <-chan time.Time
 	for {
 		if n.store.Has(digest) {
@@ -574,13 +589,16 @@ func (n *Node) conn(ctx context.Context, addr string, k int) (*quic.Conn, error)
 	}
 	ua, err := net.ResolveUDPAddr("udp", addr)
 	if err != nil {
-		return nil, fmt.Errorf("dataplane: holder address %q: %w", addr, err)
+		return nil, fmt.Errorf("dataplane: holder address %q: %w: %w", addr, errDial, err)
 	}
 	dctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 	defer cancel()
 	c, err := n.tr.Dial(dctx, ua, n.cfg.ClientTLS, n.cfg.QUIC)
 	if err != nil {
-		return nil, fmt.Errorf("dataplane: dial %s: %w", addr, err)
+		if ctx.Err() != nil {
+			return nil, ctx.Err()
+		}
+		return nil, fmt.Errorf("dataplane: dial %s: %w: %w", addr, errDial, err)
 	}
 	pc.c = c
 	return c, nil
@@ -602,10 +620,10 @@ func (n *Node) dropConn(addr string, k int, c *quic.Conn) {
 	pc.mu.Unlock()
 }
 
-// request opens a stream on the k-th connection to addr, writes req and
-// closes the sending side; the caller reads the response and must cancel
-// the stream's reading side when done.
-func (n *Node) request(ctx context.Context, addr string, k int, req []byte) (*quic.Stream, *quic.Conn, error) {
+// requestQUIC opens a stream on the k-th connection to addr, writes req
+// and closes the sending side; the caller reads the response and must
+// cancel the stream's reading side when done.
+func (n *Node) requestQUIC(ctx context.Context, addr string, k int, req []byte) (*quic.Stream, *quic.Conn, error) {
 	c, err := n.conn(ctx, addr, k)
 	if err != nil {
 		return nil, nil, err
@@ -661,11 +679,11 @@ func isVerifyErr(err error) bool {
 }
 
 func (n *Node) fetchManifest(ctx context.Context, h Holder, req []byte) (storage.Manifest, error) {
-	s, _, err := n.request(ctx, h.Addr, 0, req)
+	s, err := n.request(ctx, h, 0, req)
 	if err != nil {
 		return storage.Manifest{}, err
 	}
-	defer s.CancelRead(codeNone)
+	defer s.done()
 	st, ln, err := readHeader(s)
 	if err != nil {
 		return storage.Manifest{}, fmt.Errorf("dataplane: manifest from %s: %w", h.ID, err)

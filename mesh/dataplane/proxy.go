@@ -44,7 +44,7 @@ func (n *Node) RoundTrip(ctx context.Context, addr string, req *http.Request) (*
 	if err := req.Write(&buf); err != nil {
 		return nil, fmt.Errorf("dataplane: proxy request: %w", err)
 	}
-	s, _, err := n.request(ctx, addr, rpcConn, buf.Bytes())
+	s, _, err := n.requestQUIC(ctx, addr, rpcConn, buf.Bytes())
 	if err != nil {
 		return nil, err
 	}
@@ -75,7 +75,7 @@ func (b *streamBody) Close() error {
 
 // serveHTTP answers one proxied request with cfg.Handler. The response is
 // buffered and sent with its length once the handler returns.
-func (n *Node) serveHTTP(s *quic.Stream, peer string) error {
+func (n *Node) serveHTTP(s io.ReadWriter, gone context.Context, peer string) error {
 	req, err := http.ReadRequest(bufio.NewReader(io.LimitReader(s, maxProxyBody+64<<10)))
 	if err != nil {
 		return fmt.Errorf("dataplane: proxied request from %s: %w", peer, err)
@@ -84,7 +84,7 @@ func (n *Node) serveHTTP(s *quic.Stream, peer string) error {
 	defer cancel()
 	// The stream's context ends when the peer resets its reading side (it
 	// gave up on the answer).
-	stop := context.AfterFunc(s.Context(), cancel)
+	stop := context.AfterFunc(gone, cancel)
 	defer stop()
 	req = req.WithContext(ctx)
 	req.RemoteAddr = peer

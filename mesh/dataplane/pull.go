@@ -46,8 +46,13 @@ const holderBusyPause = 100 * time.Millisecond
 type Holder struct {
 	// ID names the holder in statuses and errors (its node ID).
 	ID string `json:"id"`
-	// Addr is its data-plane UDP address, host:port.
+	// Addr is its data-plane UDP address, host:port; empty when it can
+	// only be reached through the node's relay (Node.SetRelay).
 	Addr string `json:"addr"`
+	// Peer, when set, is the holder's libp2p peer ID: where its Addr does
+	// not answer (a holder in another site, behind a NAT), the pull
+	// reaches it through the node's relay (Node.SetRelay).
+	Peer string `json:"peer,omitempty"`
 }
 
 // PullRequest says what to pull and from whom.
@@ -650,11 +655,11 @@ func (t *transfer) fetch(hs *holderState, k, i int, got *int) (*[]byte, error) {
 		req[45] = flagForce
 	}
 	t.mu.Unlock()
-	s, _, err := n.request(t.ctx, hs.h.Addr, k, req)
+	s, err := n.request(t.ctx, hs.h, k, req)
 	if err != nil {
 		return nil, err
 	}
-	defer s.CancelRead(codeNone)
+	defer s.done()
 	st, ln, err := readHeader(s)
 	if err != nil {
 		return nil, fmt.Errorf("dataplane: chunk %d from %s: %w", i, hs.h.ID, err)
@@ -757,11 +762,11 @@ func (t *transfer) pollHave(hs *holderState) {
 }
 
 func (t *transfer) have(hs *holderState, req []byte) (complete bool, bm []byte, err error) {
-	s, _, err := t.n.request(t.ctx, hs.h.Addr, 0, req)
+	s, err := t.n.request(t.ctx, hs.h, 0, req)
 	if err != nil {
 		return false, nil, err
 	}
-	defer s.CancelRead(codeNone)
+	defer s.done()
 	st, ln, err := readHeader(s)
 	if err != nil {
 		return false, nil, err
@@ -808,12 +813,12 @@ func (t *transfer) tellDone() {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			s, _, err := t.n.request(ctx, hs.h.Addr, 0, req)
+			s, err := t.n.request(ctx, hs.h, 0, req)
 			if err != nil {
 				return
 			}
 			readHeader(s)
-			s.CancelRead(codeNone)
+			s.done()
 		}()
 	}
 	wg.Wait()

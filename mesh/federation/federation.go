@@ -21,6 +21,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/strata-mesh/strata/mesh"
+	"github.com/strata-mesh/strata/mesh/dataplane"
 )
 
 // Topics and protocols. A new major version of either gets a new name.
@@ -58,6 +59,10 @@ type Config struct {
 	// Logger and Registerer default to slog's default logger and none.
 	Logger     *slog.Logger
 	Registerer prometheus.Registerer
+	// Data, when set, is the agent's data plane: the host serves its
+	// blobs to other sites' nodes and carries its pulls from holders whose
+	// QUIC address does not answer.
+	Data *dataplane.Node
 	// NewHost makes a gateway's libp2p host; tests and benchmarks pass
 	// hosts on an in-memory network. Default: a host with the options above.
 	NewHost func(priv crypto.PrivKey) (host.Host, error)
@@ -127,6 +132,9 @@ func New(cfg Config) (*Federation, error) {
 	}
 	if cfg.NewHost == nil {
 		f.cfg.NewHost = f.newHost
+	}
+	if cfg.Data != nil {
+		cfg.Data.SetRelay(f.openData)
 	}
 	return f, nil
 }
@@ -277,6 +285,9 @@ func (f *Federation) startHost(ctx context.Context) error {
 	}
 	h.SetStreamHandler(protoSync, f.serveSync)
 	h.SetStreamHandler(protoGateways, f.serveGateways)
+	if f.cfg.Data != nil {
+		h.SetStreamHandler(protoData, f.serveData)
+	}
 	h.Network().Notify(&network.NotifyBundle{ConnectedF: func(_ network.Network, c network.Conn) {
 		// A gateway that dialled another exchanges catalogs with it.
 		if gw, _ := f.IsGateway(); gw && c.Stat().Direction == network.DirOutbound {

@@ -25,10 +25,14 @@ type Summary struct {
 	// Fabrics counts GPUs of live nodes per RDMA fabric ID.
 	Fabrics map[string]int `json:"fabrics,omitempty"`
 	// Models are the model versions served in the site ("name@version");
-	// Artifacts and Datasets what its nodes hold.
-	Models    []string `json:"models,omitempty"`
-	Artifacts []string `json:"artifacts,omitempty"`
-	Datasets  []string `json:"datasets,omitempty"`
+	// Datasets what its nodes hold.
+	Models   []string `json:"models,omitempty"`
+	Datasets []string `json:"datasets,omitempty"`
+	// Holders names, for each artifact blob (digest) the site holds, up to
+	// HoldersPerBlob of its live nodes that hold it whole: another site
+	// pulls it from them (see RemoteHolders). Contacts says where each is.
+	Holders  map[string][]string `json:"holders,omitempty"`
+	Contacts map[string]Contact  `json:"contacts,omitempty"`
 	// Gateways are the site's gateways, best first, with the libp2p
 	// addresses another site dials them at.
 	Gateways []Gateway `json:"gateways"`
@@ -45,6 +49,19 @@ type Capacity struct {
 	FreeGPUs   int   `json:"free_gpus"`
 }
 
+// Contact is where another site reaches a node's data plane: its QUIC
+// address, and its libp2p addresses for a relayed stream where that
+// address does not answer (a NAT, a firewall open only to the federation).
+type Contact struct {
+	Data       string   `json:"data,omitempty"`
+	Federation []string `json:"federation,omitempty"`
+}
+
+// HoldersPerBlob is how many holders of each blob a summary names: enough
+// to pull from another when one fails, few enough that a summary grows
+// with the blobs a site holds, not its nodes.
+const HoldersPerBlob = 3
+
 // Gateway names one gateway and where to reach it.
 type Gateway struct {
 	Name  string   `json:"name"`
@@ -55,8 +72,12 @@ type Gateway struct {
 // given gateways (names, best first).
 func Summarize(site string, nodes []mesh.Node, gateways []string) Summary {
 	s := Summary{Site: site, Seq: uint64(time.Now().UnixMicro()), Tiers: map[string]Capacity{}, Fabrics: map[string]int{}}
-	models, artifacts, datasets := map[string]bool{}, map[string]bool{}, map[string]bool{}
+	models, datasets := map[string]bool{}, map[string]bool{}
 	addrs := map[string][]string{}
+	holders := map[string][]string{}
+	contacts := map[string]Contact{}
+	// By name, so that the same few nodes are named for every blob.
+	nodes = slices.SortedFunc(slices.Values(nodes), func(a, b mesh.Node) int { return strings.Compare(a.Name, b.Name) })
 	for _, n := range nodes {
 		if n.Site != site {
 			continue
@@ -85,15 +106,21 @@ func Summarize(site string, nodes []mesh.Node, gateways []string) Summary {
 		for _, m := range n.Models {
 			models[m] = true
 		}
+		reachable := n.Status == mesh.StatusAlive && (n.Addrs.Data != "" || len(n.Addrs.Federation) > 0)
 		for _, a := range n.Locality.Artifacts {
-			artifacts[a] = true
+			if reachable && len(holders[a]) < HoldersPerBlob {
+				holders[a] = append(holders[a], n.Name)
+				contacts[n.Name] = Contact{Data: n.Addrs.Data, Federation: n.Addrs.Federation}
+			}
 		}
 		for _, d := range n.Locality.Datasets {
 			datasets[d] = true
 		}
 	}
 	s.Models = slices.Sorted(maps.Keys(models))
-	s.Artifacts = slices.Sorted(maps.Keys(artifacts))
+	if len(holders) > 0 {
+		s.Holders, s.Contacts = holders, contacts
+	}
 	s.Datasets = slices.Sorted(maps.Keys(datasets))
 	for _, g := range gateways {
 		s.Gateways = append(s.Gateways, Gateway{Name: g, Addrs: addrs[g]})

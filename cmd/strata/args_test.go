@@ -1,0 +1,34 @@
+package main
+
+import (
+	"flag"
+	"io"
+	"slices"
+	"testing"
+)
+
+func TestParseArgs(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		args      []string
+		pos       []string
+		kind, out string
+	}{
+		{args: []string{"x:1"}, pos: []string{"x:1"}, kind: "model"},
+		{args: []string{"x:1", "--kind", "dataset"}, pos: []string{"x:1"}, kind: "dataset"},
+		{args: []string{"--kind", "dataset", "x:1"}, pos: []string{"x:1"}, kind: "dataset"},
+		{args: []string{"--kind", "dataset", "x:1", "--output", "f"}, pos: []string{"x:1"}, kind: "dataset", out: "f"},
+		{args: []string{"a", "-kind=code", "b", "-output", "f", "c"}, pos: []string{"a", "b", "c"}, kind: "code", out: "f"},
+		{args: []string{"--kind", "dataset", "--", "-x", "--output"}, pos: []string{"-x", "--output"}, kind: "dataset"},
+		{args: []string{"x", "--", "--kind"}, pos: []string{"x", "--kind"}, kind: "model"},
+	} {
+		fs := flag.NewFlagSet("pull", flag.ContinueOnError)
+		fs.SetOutput(io.Discard)
+		kind := fs.String("kind", "model", "")
+		out := fs.String("output", "", "")
+		pos, err := parseArgs(fs, tc.args)
+		if err != nil || !slices.Equal(pos, tc.pos) || *kind != tc.kind || *out != tc.out {
+			t.Errorf("parseArgs(%q) = %q, kind %q, output %q, err %v; want %q, kind %q, output %q", tc.args, pos, *kind, *out, err, tc.pos, tc.kind, tc.out)
+		}
+	}
+}
