@@ -115,20 +115,21 @@ func (d *delegate) MergeRemoteState(buf []byte, join bool) {
 // NotifyJoin records a node as alive and fetches its document if newer.
 func (d *delegate) NotifyJoin(n *memberlist.Node) { d.m.observe(n, StatusAlive) }
 
-// NotifyUpdate sees a node's new meta digest.
+// NotifyUpdate sees a node's new meta digest (set at its start) or address.
 func (d *delegate) NotifyUpdate(n *memberlist.Node) { d.m.observe(n, StatusAlive) }
 
 // NotifyLeave records a node as gone. Whether it failed or left is told by
 // its last document (NodeState.Leaving): memberlist's event does not say.
 func (d *delegate) NotifyLeave(n *memberlist.Node) { d.m.observe(n, StatusFailed) }
 
-// AckPayload attaches our coordinate and catalog digest to every ack we
-// send.
+// AckPayload attaches our coordinate, catalog digest and document version
+// to every ack we send.
 func (d *delegate) AckPayload() []byte {
 	d.m.mu.Lock()
 	digest := d.m.settledDigestLocked(time.Now())
+	doc := d.m.local.Version
 	d.m.mu.Unlock()
-	b, err := json.Marshal(ackPayload{Coordinate: d.m.coord.GetCoordinate(), Catalog: &digest})
+	b, err := json.Marshal(ackPayload{Coordinate: d.m.coord.GetCoordinate(), Catalog: &digest, Doc: doc})
 	if err != nil {
 		return nil
 	}
@@ -148,6 +149,9 @@ func (d *delegate) NotifyPingComplete(other *memberlist.Node, rtt time.Duration,
 	}
 	if ack.Catalog != nil {
 		d.m.compareCatalog(other.Name, *ack.Catalog)
+	}
+	if ack.Doc != 0 {
+		d.m.compareDoc(other.Name, ack.Doc)
 	}
 	if _, err := d.m.coord.Update(other.Name, c, rtt); err != nil {
 		d.m.metrics.malformed.WithLabelValues("coordinate").Inc()
@@ -205,5 +209,25 @@ func (m *Mesh) observe(n *memberlist.Node, st Status) {
 	m.mu.Unlock()
 	if fetch {
 		m.enqueue(job{kind: msgStateReq, to: n.Name})
+	}
+}
+
+// compareDoc fetches a peer's document when its probe answer says it is
+// newer than the copy held (the broadcast of the change was lost).
+func (m *Mesh) compareDoc(name string, version uint64) {
+	m.mu.Lock()
+	mi := m.members[name]
+	fetch := false
+	if mi != nil && mi.status == StatusAlive && mi.meta.ID != "" {
+		mi.meta.Version = max(mi.meta.Version, version)
+		held := m.docs[mi.meta.ID]
+		if _, asked := m.fetching[name]; (held == nil || held.Version < version) && !asked {
+			m.fetching[name] = time.Now()
+			fetch = true
+		}
+	}
+	m.mu.Unlock()
+	if fetch {
+		m.enqueue(job{kind: msgStateReq, to: name})
 	}
 }

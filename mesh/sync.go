@@ -36,6 +36,9 @@ type ackPayload struct {
 	// Catalog is the digest of the settled entries; nil from an agent that
 	// sends none.
 	Catalog *uint64 `json:"catalog,omitempty"`
+	// Doc is the version of the sender's own document: a prober whose copy
+	// is older (the broadcast of the change did not reach it) fetches it.
+	Doc uint64 `json:"doc,omitempty"`
 }
 
 // stamp records when this node got e and caches its hash.

@@ -81,3 +81,59 @@ func TestLostBroadcastRepaired(t *testing.T) {
 		})
 	}
 }
+
+// TestLostDocumentRepaired: a node's document change whose every gossip
+// copy to a member was lost reaches it within seconds: the node's probe
+// answers carry its document's version, and the member fetches the newer
+// document (no push/pull: set to an hour here). Before, the version went
+// out in the node's memberlist meta, whose alive broadcast crossed the
+// same lossy link.
+func TestLostDocumentRepaired(t *testing.T) {
+	t.Parallel()
+	var lossy atomic.Bool
+	network := &meshtest.Network{Loss: func(from, to string) float64 {
+		if lossy.Load() && from == "a" && to == "c" {
+			return 1
+		}
+		return 0
+	}}
+	node := func(name string) *mesh.Mesh {
+		id, err := mesh.NewIdentity()
+		if err != nil {
+			t.Fatal(err)
+		}
+		m, err := mesh.New(mesh.Config{
+			Name: name, Identity: id, Transport: network.NewTransport(name),
+			Local: mesh.NodeState{Tier: mesh.TierEdge, Site: "s", Labels: map[string]string{}},
+			Memberlist: func(mc *memberlist.Config) {
+				meshtest.FastTimings(mc)
+				mc.PushPullInterval = time.Hour
+				mc.SuspicionMult = 20 // a's silence is not a failure
+			},
+			// No later change of a's (its coordinate) may carry the document.
+			CoordinatePublishInterval: time.Hour,
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { m.Close() })
+		return m
+	}
+	a, c := node("a"), node("c")
+	if err := c.Join(context.Background(), []string{a.GossipAddr()}); err != nil {
+		t.Fatal(err)
+	}
+	meshtest.WaitFor(t, 10*time.Second, "two members", func() bool { return a.NumAlive() == 2 && c.NumAlive() == 2 })
+	lossy.Store(true)
+	if err := a.Update(func(s *mesh.NodeState) { s.Labels["zone"] = "z2" }); err != nil {
+		t.Fatal(err)
+	}
+	// A sleep, because the loss window is what is under test: it outlasts
+	// every gossip copy of the change, which memberlist does not report.
+	time.Sleep(time.Second)
+	lossy.Store(false)
+	meshtest.WaitFor(t, 15*time.Second, "a's new document at c", func() bool {
+		n, err := c.Node("a")
+		return err == nil && n.Labels["zone"] == "z2"
+	})
+}
