@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"maps"
 	"math"
 	"math/rand/v2"
 	"net"
@@ -148,12 +149,15 @@ func inHost(h testbed.Host) *http.Client {
 	}}
 }
 
-// TestCutSiteKeepsServing: a site cut off from the rest of the mesh keeps
-// serving the model placed on it, also after its agent restarts while
-// cut off (offline autonomy), and the mesh is whole again after the heal.
+// TestCutSiteKeepsServing: a site cut off from the rest of the mesh for 2
+// minutes keeps serving the model placed on it, also after its agent
+// restarts while cut off (offline autonomy), and places within itself what
+// is applied to it meanwhile, as the rest of the mesh does; after the heal
+// the mesh is whole again and every agent sees the same placements, each
+// serving.
 func TestCutSiteKeepsServing(t *testing.T) {
 	if testing.Short() {
-		t.Skip("a minute of real time")
+		t.Skip("three minutes of real time")
 	}
 	if os.Getenv("STRATA_ORT_LIB") == "" {
 		t.Skip("STRATA_ORT_LIB is not set: run `make setup-ort`")
@@ -230,6 +234,7 @@ func TestCutSiteKeepsServing(t *testing.T) {
 
 	bed.Cut("edge-b", "edge-a")
 	bed.Cut("edge-b", "cloud")
+	cutAt := time.Now()
 	meshtest.Poll(t, 60*time.Second, 250*time.Millisecond, "edge-b to see the other sites unreachable", func() bool {
 		var sites []api.Site
 		if eb.get(t, &sites, "sites") != nil {
@@ -255,11 +260,72 @@ func TestCutSiteKeepsServing(t *testing.T) {
 	meshtest.Poll(t, 60*time.Second, 250*time.Millisecond, "the model served at edge-b after its restart while cut off", served, dump)
 	t.Logf("edge-b served %s after its restart while cut off", time.Since(restarted).Round(100*time.Millisecond))
 
+	// Each side places what is applied to it while the cut lasts: edge-b a
+	// service pinned to edge-b, the rest a service that may run anywhere.
+	applyIn := func(a *nsAgent, name, constraint string) {
+		t.Helper()
+		f := filepath.Join(dir, name+".yaml")
+		os.WriteFile(f, []byte("apiVersion: strata/v1\nkind: InferenceService\nmetadata: {name: "+name+"}\nspec:\n  model: {name: local, version: \"1\"}\n  replicas: 1\n  resources: {cpu: 10m, memory: 16Mi}\n"+constraint), 0o600)
+		cmd := exec.Command("ip", "netns", "exec", a.ns.name, strataBin, "apply", "-f", f)
+		cmd.Env = append(os.Environ(), "STRATA_ADDR=http://127.0.0.1:7470")
+		if out, err := cmd.CombinedOutput(); err != nil {
+			t.Fatalf("apply %s at %s: %v\n%s", name, a.name, err, out)
+		}
+	}
+	placements := func(a *nsAgent) map[string]string {
+		var ps []api.PlacementStatus
+		if a.get(t, &ps, "placements") != nil {
+			return nil
+		}
+		out := map[string]string{}
+		for _, p := range ps {
+			var nodes []string
+			for _, n := range p.Nodes {
+				nodes = append(nodes, n.Name+":"+n.Replica)
+			}
+			out[p.Name] = fmt.Sprintf("%s %s e%d %v", p.State, p.Owner, p.Epoch, nodes)
+		}
+		return out
+	}
+	serving := func(a *nsAgent, name string) bool {
+		p := placements(a)[name]
+		return strings.HasPrefix(p, "placed ") && strings.Contains(p, ":serving") && !strings.Contains(p, ":loading") && !strings.Contains(p, ":failed")
+	}
+	applyIn(eb, "svc-island", "  constraints: ['node.site == \"edge-b\"']\n")
+	applyIn(cloud, "svc-main", "  constraints: ['node.site != \"edge-b\"']\n")
+	meshtest.Poll(t, 60*time.Second, 250*time.Millisecond, "svc-island serving in edge-b and svc-main on the other side, during the cut", func() bool {
+		return serving(eb, "svc-island") && serving(cloud, "svc-main")
+	}, dump)
+	if _, ok := placements(eb)["svc-main"]; ok {
+		t.Error("edge-b saw svc-main across the cut")
+	}
+	// Hold the cut for 2 minutes: well past memberlist's 30s of gossip to
+	// the dead, so only the reconnect loop can merge the two sides again.
+	time.Sleep(time.Until(cutAt.Add(2 * time.Minute)))
+
 	bed.Heal("edge-b", "edge-a")
 	bed.Heal("edge-b", "cloud")
+	healed := time.Now()
 	meshtest.Poll(t, 60*time.Second, 250*time.Millisecond, "one mesh again after the heal", func() bool {
 		return cloud.seesAlive(t, 3) && eb.seesAlive(t, 3) && served()
 	}, dump)
+	merged := time.Since(healed)
+	// Reconciled: every agent sees the same placements, each serving.
+	var last []map[string]string
+	meshtest.Poll(t, 60*time.Second, 500*time.Millisecond, "the placements reconciled after the heal", func() bool {
+		last = nil
+		for _, a := range agents {
+			last = append(last, placements(a))
+		}
+		for _, p := range last[1:] {
+			if !maps.Equal(p, last[0]) {
+				return false
+			}
+		}
+		return len(last[0]) == 3 && serving(eb, "local") && serving(eb, "svc-island") && serving(eb, "svc-main")
+	}, func() { t.Logf("placements per agent: %v", last); dump() })
+	t.Logf("after a %s cut: one mesh %s after the heal, placements reconciled %s after it: %v", healed.Sub(cutAt).Round(time.Second),
+		merged.Round(100*time.Millisecond), time.Since(healed).Round(100*time.Millisecond), last[0])
 }
 
 // TestFederatedSites runs four sites of the testbed as four pools joined
