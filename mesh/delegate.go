@@ -115,7 +115,7 @@ func (d *delegate) MergeRemoteState(buf []byte, join bool) {
 // NotifyJoin records a node as alive and fetches its document if newer.
 func (d *delegate) NotifyJoin(n *memberlist.Node) { d.m.observe(n, StatusAlive) }
 
-// NotifyUpdate sees a node's new meta digest (set at its start) or address.
+// NotifyUpdate sees a node's new meta digest.
 func (d *delegate) NotifyUpdate(n *memberlist.Node) { d.m.observe(n, StatusAlive) }
 
 // NotifyLeave records a node as gone. Whether it failed or left is told by

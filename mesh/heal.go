@@ -103,7 +103,7 @@ func (m *Mesh) reconnectTargets(now time.Time) []string {
 // every interface, any local address), warning once for each.
 func (m *Mesh) dropSelf(ctx context.Context, addrs []string) []string {
 	// The advertised address as recorded at start: memberlist's LocalNode
-	// is written by its own goroutines without a lock.
+	// is written by its own goroutines (UpdateNode) without a lock.
 	advHost, advPort, _ := splitHostPort(m.GossipAddr())
 	advIP := net.ParseIP(advHost)
 	port := advPort

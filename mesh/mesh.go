@@ -133,6 +133,7 @@ type Mesh struct {
 	fatal chan error
 
 	work      chan job
+	metaDirty chan struct{}
 	stop      chan struct{}
 	wg        sync.WaitGroup
 	closeOnce sync.Once
@@ -168,6 +169,7 @@ func New(cfg Config) (*Mesh, error) {
 		fetching:   map[string]time.Time{},
 		changed:    make(chan struct{}),
 		work:       make(chan job, 1024),
+		metaDirty:  make(chan struct{}, 1),
 		syncs:      make(chan string, 1),
 		stop:       make(chan struct{}),
 		fatal:      make(chan error, 1),
@@ -198,10 +200,9 @@ func New(cfg Config) (*Mesh, error) {
 	// memberlist's LAN default, with a probe timeout of 250ms (a LAN round
 	// trip is well under 1ms). Suspicion keeps the defaults (Lifeguard:
 	// SuspicionMult 4, shrinking from 6× as peers confirm). At 64 agents a
-	// killed agent is failed everywhere in 4.5s median instead of 9.2s,
-	// with no agent stalled for 2s falsely failed (see Update for what
-	// made some fail before); BenchmarkFailureDetection measures both
-	// beside memberlist's defaults.
+	// killed agent is failed everywhere in about 4.5s median instead of
+	// 9.2s; BenchmarkFailureDetection measures it, and agents stalled for
+	// 2s falsely failed, beside memberlist's defaults.
 	mlc.ProbeInterval, mlc.ProbeTimeout = 500*time.Millisecond, 250*time.Millisecond
 	host, port, _ := splitHostPort(cfg.BindAddr)
 	mlc.BindAddr, mlc.BindPort = host, port
@@ -257,6 +258,7 @@ func New(cfg Config) (*Mesh, error) {
 		NumNodes:       func() int { return m.ml.NumMembers() },
 		RetransmitMult: mlc.RetransmitMult,
 	}
+	m.bq.QueueBroadcast(anchor{}) // see anchor
 	ml, err := memberlist.Create(mlc)
 	if err != nil {
 		if mlc.Transport != nil {
@@ -265,6 +267,9 @@ func New(cfg Config) (*Mesh, error) {
 		return nil, fmt.Errorf("mesh: start gossip on %s: %w", cfg.BindAddr, err)
 	}
 	m.ml = ml
+	if !anchorQueue(ml) {
+		m.log.Warn("cannot anchor memberlist's broadcast queue; some gossip may be lost (see mesh/queue.go)")
+	}
 	ln := ml.LocalNode()
 	gossip := net.JoinHostPort(ln.Addr.String(), strconv.Itoa(int(ln.Port)))
 	if err := m.Update(func(s *NodeState) { s.Addrs.Gossip = gossip }); err != nil {
@@ -273,7 +278,7 @@ func New(cfg Config) (*Mesh, error) {
 	}
 	// Several senders: a stream send blocks until the peer reads it, and
 	// after a change every peer asks the owner for its document at once.
-	m.wg.Add(4 + senders)
+	m.wg.Add(5 + senders)
 	for range senders {
 		go m.worker()
 	}
@@ -281,6 +286,7 @@ func New(cfg Config) (*Mesh, error) {
 	go m.maintain()
 	go m.reconnect()
 	go m.watchSuspects(mlc.ProbeInterval / 2)
+	go m.publishMeta()
 	return m, nil
 }
 
@@ -364,20 +370,16 @@ func (m *Mesh) Update(fn func(*NodeState)) error {
 	m.mu.Unlock()
 	// Queue outside m.mu: the queue asks memberlist for the member count,
 	// and memberlist calls our delegates (which take m.mu) under its own
-	// lock. A peer that misses the broadcast learns the new version from
-	// this node's next answer to its probe (ackPayload.Doc) and fetches the
-	// document.
-	//
-	// The node's memberlist meta (ID and start time) is not updated here:
-	// each UpdateNode raises the node's incarnation, and memberlist (up to
-	// v0.7.0) sometimes loses that alive broadcast in its queue (a
-	// broadcast that replaces the queue's only one reuses a queued one's
-	// ID). Peers then hold an older incarnation than the node's, and the
-	// node ignores their suspicions of it instead of refuting them: 2–3 of
-	// 9 nodes stalled for 2s were failed by everyone in
-	// BenchmarkFailureDetection, none since. TestMemberlistQueueLosesBroadcast
-	// pins the bug.
+	// lock.
 	m.queueBroadcast(&cp)
+	// Gossip the new meta digest too (coalesced, off this goroutine: it waits
+	// for the broadcast); peers that miss the broadcast fetch the document
+	// when they see the digest, or their next probe of this node's answer
+	// says its version (ackPayload.Doc).
+	select {
+	case m.metaDirty <- struct{}{}:
+	default:
+	}
 	return err
 }
 
@@ -712,9 +714,43 @@ func (m *Mesh) worker() {
 	}
 }
 
+// publishMeta gossips the local meta digest after each Update.
+func (m *Mesh) publishMeta() {
+	defer m.wg.Done()
+	for {
+		select {
+		case <-m.stop:
+			return
+		case <-m.metaDirty:
+			m.updateMeta()
+		}
+	}
+}
+
 // memberNode builds the address of a member from what its last event
 // said. memberlist's own Node values are shared with its state machine and
 // may not be read outside its lock.
+// updateMeta gossips the meta digest. memberlist's UpdateNode dereferences
+// the local node's entry, which memberlist itself may have reaped after
+// peers wrongly declared this node dead under heavy load; that panic is
+// contained here and the next update retries.
+func (m *Mesh) updateMeta() {
+	defer func() {
+		if r := recover(); r != nil {
+			m.log.Warn("meta update failed inside memberlist", "panic", r)
+		}
+	}()
+	// A short wait: the broadcast stays queued after a timeout (a newer
+	// digest replaces it), and Close, after Leave when nothing is gossiped
+	// any more, waits for this call. (memberlist waits forever on 0.)
+	if err := m.ml.UpdateNode(metaUpdateWait); err != nil {
+		m.log.Debug("meta update not gossiped yet", "err", err)
+	}
+}
+
+// metaUpdateWait bounds how long a meta update waits for its broadcast.
+const metaUpdateWait = 250 * time.Millisecond
+
 func (m *Mesh) memberNode(name string) *memberlist.Node {
 	m.mu.Lock()
 	defer m.mu.Unlock()

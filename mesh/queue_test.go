@@ -1,4 +1,4 @@
-package mesh_test
+package mesh
 
 import (
 	"testing"
@@ -18,27 +18,70 @@ func (b namedBroadcast) Name() string    { return b.name }
 func (b namedBroadcast) Message() []byte { return []byte(b.msg) }
 func (b namedBroadcast) Finished()       {}
 
-// TestMemberlistQueueLosesBroadcast pins the memberlist bug that makes the
-// mesh leave a node's memberlist meta alone after start (see Mesh.Update):
-// a broadcast that replaces the only one queued takes an ID the queue then
-// hands out again, and the next broadcast of the same length silently
-// replaces it. Every UpdateNode queues an alive message that replaces the
-// node's previous one, and alive messages of nodes with names of one
-// length are of one length; a node whose latest alive was lost this way
-// holds a newer incarnation than its peers and ignores their suspicions
-// instead of refuting them. When this test fails, memberlist fixed the bug.
-func TestMemberlistQueueLosesBroadcast(t *testing.T) {
-	t.Parallel()
-	q := &memberlist.TransmitLimitedQueue{NumNodes: func() int { return 10 }, RetransmitMult: 4}
+// queueAndSend queues what memberlist queues when a node updates its meta
+// twice (its second alive replaces its first, the only one queued) and
+// then relays two other nodes' alive messages of the same length, and
+// returns what the queue sends.
+func queueAndSend(q *memberlist.TransmitLimitedQueue) map[string]bool {
 	q.QueueBroadcast(namedBroadcast{"n1", "alive n1 inc 2"})
-	q.QueueBroadcast(namedBroadcast{"n1", "alive n1 inc 3"}) // replaces the only one queued
+	q.QueueBroadcast(namedBroadcast{"n1", "alive n1 inc 3"})
 	q.QueueBroadcast(namedBroadcast{"n2", "alive n2 inc 7"})
-	q.QueueBroadcast(namedBroadcast{"n3", "alive n3 inc 5"}) // same length, and the ID of n1's
+	q.QueueBroadcast(namedBroadcast{"n3", "alive n3 inc 5"}) // takes the number of n1's
 	got := map[string]bool{}
 	for _, b := range q.GetBroadcasts(0, 1400) {
 		got[string(b)] = true
 	}
-	if got["alive n1 inc 3"] || len(got) != 2 || q.NumQueued() != 2 {
-		t.Errorf("memberlist's queue kept every broadcast (sent %v, %d queued): the bug is fixed, and Mesh.Update may update the node's meta again", got, q.NumQueued())
+	return got
+}
+
+// TestMemberlistQueueLosesBroadcast pins the memberlist bug the anchor works
+// around (see anchor). When this test fails, memberlist fixed it, and the
+// anchor can go.
+func TestMemberlistQueueLosesBroadcast(t *testing.T) {
+	t.Parallel()
+	got := queueAndSend(&memberlist.TransmitLimitedQueue{NumNodes: func() int { return 10 }, RetransmitMult: 4})
+	if got["alive n1 inc 3"] || len(got) != 2 {
+		t.Errorf("memberlist's queue sent %v: it no longer loses n1's alive, and the anchor can go", got)
 	}
 }
+
+// TestAnchoredQueueKeepsEveryBroadcast: with the anchor queued, the same
+// broadcasts all go out, and the anchor never does.
+func TestAnchoredQueueKeepsEveryBroadcast(t *testing.T) {
+	t.Parallel()
+	q := &memberlist.TransmitLimitedQueue{NumNodes: func() int { return 10 }, RetransmitMult: 4}
+	q.QueueBroadcast(anchor{})
+	got := queueAndSend(q)
+	if !got["alive n1 inc 3"] || len(got) != 3 {
+		t.Errorf("anchored queue sent %v, want the three alive messages", got)
+	}
+	if q.NumQueued() != 4 { // the anchor, and each message to send again
+		t.Errorf("%d queued, want 4", q.NumQueued())
+	}
+}
+
+// TestMemberlistQueueIsAnchored: memberlist's own queue is found (its
+// layout is the one expected) and anchored.
+func TestMemberlistQueueIsAnchored(t *testing.T) {
+	t.Parallel()
+	c := memberlist.DefaultLANConfig()
+	c.Name, c.BindAddr, c.BindPort = "anchor-test", "127.0.0.1", 0
+	c.LogOutput = discard{}
+	ml, err := memberlist.Create(c)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ml.Shutdown()
+	if !mlQueueFound {
+		t.Fatal("memberlist's broadcast queue not found: its layout changed, and its queue is not anchored")
+	}
+	q := *(**memberlist.TransmitLimitedQueue)(unsafePointerAt(ml, mlQueueOffset))
+	before := q.NumQueued() // the node's own alive message
+	if !anchorQueue(ml) || q.NumQueued() != before+1 {
+		t.Errorf("memberlist's queue holds %d broadcasts after anchoring, want %d", q.NumQueued(), before+1)
+	}
+}
+
+type discard struct{}
+
+func (discard) Write(p []byte) (int, error) { return len(p), nil }
