@@ -258,8 +258,14 @@ func New(cfg Config) (*Agent, error) {
 			return fail(err)
 		}
 	}
-	a.ctrl = controller.New(controller.Config{Mesh: a.mesh, Catalog: a.cat, Artifacts: a.art, Logger: a.log, Federated: a.fed != nil,
-		Compile: func(p PolicyRecord) (*placement.Request, error) { return a.compile(p) }, Load: a.loadFrom})
+	cc := controller.Config{Mesh: a.mesh, Catalog: a.cat, Artifacts: a.art, Logger: a.log, Federated: a.fed != nil,
+		Compile: func(p PolicyRecord) (*placement.Request, error) { return a.compile(p) }, Load: a.loadFrom}
+	if a.fed != nil {
+		cc.HandOff = func(_ PolicyRecord, req *placement.Request) (string, string) {
+			return federation.HandOff(federation.Remotes(a.mesh, time.Now()), req)
+		}
+	}
+	a.ctrl = controller.New(cc)
 	a.reg.MustRegister(
 		prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "strata_placement_snapshot_builds_total",
 			Help: "Times the controller indexed the mesh afresh for placement (nodes joined or left, or changed more than their load)."},

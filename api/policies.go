@@ -19,8 +19,11 @@ type Policy struct {
 	// AppliedAt is the agent that took the apply.
 	AppliedAt string `json:"applied_at"`
 	// Site is that agent's site; in a federated mesh the policy is placed
-	// within it.
-	Site string `json:"site,omitempty"`
+	// within it, unless no node there could take it and another site's
+	// summary showed room: Site is then that site, and HandedFrom the
+	// first.
+	Site       string `json:"site,omitempty"`
+	HandedFrom string `json:"handed_from,omitempty"`
 }
 
 // Key is the policy's identity, "Kind/name".

@@ -434,10 +434,10 @@ func TestFederatedSites(t *testing.T) {
 		cmd.Env = append(os.Environ(), "STRATA_ADDR=http://127.0.0.1:7470")
 		return cmd.CombinedOutput()
 	}
-	apply := func(from *nsAgent, name string) {
+	apply := func(from *nsAgent, name string, more ...string) {
 		t.Helper()
 		f := filepath.Join(dir, name+".yaml")
-		os.WriteFile(f, []byte("apiVersion: strata/v1\nkind: InferenceService\nmetadata: {name: "+name+"}\nspec:\n  model: {name: m, version: \"1\"}\n  replicas: 1\n  resources: {cpu: 10m, memory: 16Mi}\n"), 0o600)
+		os.WriteFile(f, []byte("apiVersion: strata/v1\nkind: InferenceService\nmetadata: {name: "+name+"}\nspec:\n  model: {name: m, version: \"1\"}\n  replicas: 1\n  resources: {cpu: 10m, memory: 16Mi}\n"+strings.Join(more, "")), 0o600)
 		if out, err := run(from, "apply", "-f", f); err != nil {
 			t.Fatalf("apply %s: %v\n%s", name, err, out)
 		}
@@ -464,6 +464,28 @@ func TestFederatedSites(t *testing.T) {
 		}
 		return true
 	}, dump)
+	// A policy no node of edge-a can take goes to the site whose summary
+	// shows room for it, and that site places it.
+	handed := time.Now()
+	apply(ea, "svc-cloud", "  constraints: ['node.site == \"cloud\"']\n")
+	meshtest.Poll(t, 30*time.Second, 250*time.Millisecond, "svc-cloud, applied in edge-a, handed to the cloud and placed there, seen in edge-a", func() bool {
+		var pols []api.Policy
+		resp, err := inHost(bed.Host("edge-a", 0)).Get("http://127.0.0.1:7470/v1/policies")
+		if err != nil {
+			return false
+		}
+		defer resp.Body.Close()
+		if json.NewDecoder(resp.Body).Decode(&pols) != nil {
+			return false
+		}
+		for _, p := range pols {
+			if p.Name == "svc-cloud" && (p.Site != "cloud" || p.HandedFrom != "edge-a") {
+				return false
+			}
+		}
+		return placedBy(ea, "svc-cloud") == ch.Name
+	}, dump)
+	t.Logf("svc-cloud handed from edge-a to the cloud and placed there %s after the apply", time.Since(handed).Round(100*time.Millisecond))
 	out, in, refused := bed.NATStats("edge-c")
 	t.Logf("edge-c's NAT: %d packets out, %d answers in, %d refused", out, in, refused)
 

@@ -40,6 +40,10 @@ type Policy struct {
 	// site) the policy is placed within this site: its controllers see
 	// the other sites only as summaries.
 	Site string `json:"site,omitempty"`
+	// HandedFrom is set when no node of the site the policy was applied
+	// in could take it and that site's controller handed it to Site, whose
+	// summary showed room; it names the first site.
+	HandedFrom string `json:"handed_from,omitempty"`
 }
 
 // Key is the policy's identity, "Kind/name".

@@ -340,6 +340,9 @@ func (c *Controller) place(p catalog.Policy, old catalog.Placement, have bool, v
 	case len(rec.Nodes) == 0 || (req.Kind == placement.Training && !dec.Feasible):
 		rec.State, rec.Nodes = catalog.StateFailed, nil
 		rec.Message = "no feasible placement: " + summarizeRejections(dec)
+		if c.handOff(p, req, &rec) {
+			return
+		}
 	case len(rec.Nodes) < dec.Wanted || (!dec.Feasible && len(keep) == 0):
 		rec.State = catalog.StatePending
 		rec.Message = fmt.Sprintf("placed %d of %d (%s)", len(rec.Nodes), dec.Wanted, why)
@@ -358,6 +361,31 @@ func (c *Controller) place(p catalog.Policy, old catalog.Placement, have bool, v
 	}
 	c.log.Info("placed policy", "policy", rec.Key, "epoch", rec.Epoch, "state", rec.State, "nodes", rec.NodeNames(), "why", why)
 	c.write(rec)
+}
+
+// handOff gives a policy that no node of this site can take to another
+// site whose summary shows room (Config.HandOff): the policy's Site
+// becomes that site, whose controllers place it. A policy handed over
+// once is not handed on. It reports whether it handed the policy over.
+func (c *Controller) handOff(p catalog.Policy, req *placement.Request, rec *catalog.Placement) bool {
+	if !c.cfg.Federated || c.cfg.HandOff == nil || p.HandedFrom != "" {
+		return false
+	}
+	site, why := c.cfg.HandOff(p, req)
+	here := c.cfg.Mesh.Local().Site
+	if site == "" || site == here {
+		return false
+	}
+	p.HandedFrom, p.Site = here, site
+	if _, err := c.cfg.Catalog.Policies.Put(p); err != nil {
+		c.log.Warn("handing a policy to another site", "policy", p.Key(), "site", site, "err", err)
+		return false
+	}
+	rec.State = catalog.StatePending
+	rec.Message = fmt.Sprintf("no node of site %s can take it (%s); handed to site %s: %s", here, strings.TrimPrefix(rec.Message, "no feasible placement: "), site, why)
+	c.log.Info("handed policy to another site", "policy", p.Key(), "site", site, "why", why)
+	c.write(*rec)
+	return true
 }
 
 // kept returns the replicas of an inference service's old placement to
@@ -957,7 +985,11 @@ type Config struct {
 	// agent's controllers place only the policies applied in its site
 	// (Policy.Site), since they see no other site's nodes.
 	Federated bool
-	Logger    *slog.Logger
+	// HandOff, when set (federated only), picks another site for a
+	// policy that no node of this site can take, from the other sites'
+	// summaries: its name and why, or "" to keep it here, failed.
+	HandOff func(p catalog.Policy, req *placement.Request) (site, why string)
+	Logger  *slog.Logger
 }
 
 // policies returns every applied policy that decodes (the catalog counts

@@ -1,0 +1,60 @@
+package federation
+
+import (
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/strata-mesh/strata/mesh"
+	"github.com/strata-mesh/strata/placement"
+	"github.com/strata-mesh/strata/policy"
+)
+
+func TestHandOff(t *testing.T) {
+	t.Parallel()
+	remote := func(s Summary, st mesh.SiteStatus) Remote { return Remote{Summary: s, Status: st, Heard: time.Now()} }
+	edge := Summary{Site: "edge-b", Region: "eu", Tiers: map[string]Capacity{
+		"edge": {Nodes: 4, Millicores: 16000, Memory: 16 << 30, FreeCPU: 12000, FreeMemory: 12 << 30}}}
+	cloud := Summary{Site: "cloud", Region: "eu", Tiers: map[string]Capacity{
+		"cloud": {Nodes: 2, Millicores: 64000, Memory: 256 << 30, GPUs: 16, FreeCPU: 60000, FreeMemory: 200 << 30, FreeGPUs: 16}},
+		Fabrics: map[string]int{"ib-0": 16}}
+	big := Summary{Site: "cloud-2", Region: "us", Tiers: map[string]Capacity{
+		"cloud": {Nodes: 4, Millicores: 64000, Memory: 256 << 30, GPUs: 32, FreeCPU: 60000, FreeMemory: 200 << 30, FreeGPUs: 32}},
+		Fabrics: map[string]int{"ib-1": 16, "ib-2": 16}}
+	constraint := func(src string) placement.Constraint {
+		x, err := policy.CompileConstraint(src)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return x
+	}
+	gang := func(nodes, gpus int) *placement.Request {
+		return &placement.Request{Kind: placement.Training, Resources: placement.Resources{CPU: 1000, Memory: 1 << 30},
+			Gang: placement.Gang{Nodes: nodes, GPUsPerNode: gpus, SameFabric: true}}
+	}
+	for _, tc := range []struct {
+		name    string
+		remotes []Remote
+		req     *placement.Request
+		want    string
+	}{
+		{"a GPU gang goes where the GPUs are", []Remote{remote(edge, mesh.SiteReachable), remote(cloud, mesh.SiteReachable)}, gang(2, 8), "cloud"},
+		{"the most free GPUs win", []Remote{remote(cloud, mesh.SiteReachable), remote(big, mesh.SiteReachable)}, gang(2, 4), "cloud-2"},
+		{"a gang fits one fabric", []Remote{remote(cloud, mesh.SiteReachable), remote(big, mesh.SiteReachable)}, gang(4, 8), ""},
+		{"an unreachable site is not chosen", []Remote{remote(cloud, mesh.SiteUnreachable)}, gang(2, 8), ""},
+		{"a site constraint is kept", []Remote{remote(edge, mesh.SiteReachable), remote(cloud, mesh.SiteReachable)},
+			&placement.Request{Kind: placement.Inference, Replicas: 2, Resources: placement.Resources{CPU: 500, Memory: 64 << 20},
+				Constraints: []placement.Constraint{constraint(`node.site == "edge-b"`)}}, "edge-b"},
+		{"a label constraint matches no summary", []Remote{remote(cloud, mesh.SiteReachable)},
+			&placement.Request{Kind: placement.Inference, Constraints: []placement.Constraint{constraint(`node.labels["zone"] == "a"`)}}, ""},
+		{"a latency bound is not handed over", []Remote{remote(cloud, mesh.SiteReachable)},
+			&placement.Request{Kind: placement.Inference, Latency: placement.Latency{P99: 20 * time.Millisecond}}, ""},
+		{"not enough nodes", []Remote{remote(edge, mesh.SiteReachable)},
+			&placement.Request{Kind: placement.Inference, Replicas: 5, Resources: placement.Resources{CPU: 100}}, ""},
+	} {
+		site, why := HandOff(tc.remotes, tc.req)
+		if site != tc.want || (site != "" && !strings.Contains(why, "free")) {
+			t.Errorf("%s: HandOff = %q (%s), want %q", tc.name, site, why, tc.want)
+		}
+	}
+}
