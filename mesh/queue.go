@@ -12,11 +12,12 @@ import (
 // restarts the numbering when it runs empty; a later broadcast can then take
 // the number of one still queued, and when both are of one length (the
 // alive messages of nodes whose names are of one length are) the later one
-// silently replaces the other in the queue. Lost alive messages left
-// members not seeing a new node for a minute (until a push/pull), and a
-// node whose refutation was lost ignored its peers' suspicions of it and
-// was failed: in BenchmarkFailureDetection, 2–3 of 9 agents stalled for
-// 2s were (TestMemberlistQueueLosesBroadcast pins the bug).
+// silently replaces the other in the queue. A node whose own alive message
+// (a meta update's, or a refutation's) was lost this way held a newer
+// incarnation than its peers did, ignored their suspicions of it instead
+// of refuting them, and was failed: in BenchmarkFailureDetection, 2–3 of
+// 9 agents stalled for 2s were (TestMemberlistQueueLosesBroadcast pins the
+// bug).
 //
 // An anchor keeps a queue from ever running empty: a broadcast too large
 // for any packet, which GetBroadcasts never hands out.
@@ -35,9 +36,8 @@ var anchorMsg = make([]byte, 1<<17)
 
 // mlQueueOffset is where memberlist keeps its own broadcast queue in a
 // Memberlist, found by reflection with its type checked; mlQueueFound is
-// false when
-// memberlist's layout differs (a new version), and its queue is then left
-// unanchored.
+// false when memberlist's layout differs (a new version), and its queue is
+// then left unanchored.
 var mlQueueOffset, mlQueueFound = func() (uintptr, bool) {
 	f, found := reflect.TypeOf(memberlist.Memberlist{}).FieldByName("broadcasts")
 	if !found || f.Type != reflect.TypeOf((*memberlist.TransmitLimitedQueue)(nil)) {
