@@ -25,39 +25,7 @@ func TestLostBroadcastRepaired(t *testing.T) {
 	}{{"digest syncs", 0, true}, {"no digest syncs", -1, false}} {
 		t.Run(c.name, func(t *testing.T) {
 			t.Parallel()
-			var lossy atomic.Bool
-			network := &meshtest.Network{Loss: func(from, to string) float64 {
-				if lossy.Load() && from == "a" && to == "c" {
-					return 1
-				}
-				return 0
-			}}
-			node := func(name string) *mesh.Mesh {
-				id, err := mesh.NewIdentity()
-				if err != nil {
-					t.Fatal(err)
-				}
-				m, err := mesh.New(mesh.Config{
-					Name: name, Identity: id, Transport: network.NewTransport(name),
-					Local: mesh.NodeState{Tier: mesh.TierEdge, Site: "s", Labels: map[string]string{}},
-					Memberlist: func(mc *memberlist.Config) {
-						meshtest.FastTimings(mc)
-						mc.PushPullInterval = time.Hour
-						mc.SuspicionMult = 20 // a's silence is not a failure
-					},
-					CatalogSyncInterval: c.sync,
-				})
-				if err != nil {
-					t.Fatal(err)
-				}
-				t.Cleanup(func() { m.Close() })
-				return m
-			}
-			a, cc := node("a"), node("c")
-			if err := cc.Join(context.Background(), []string{a.GossipAddr()}); err != nil {
-				t.Fatal(err)
-			}
-			meshtest.WaitFor(t, 10*time.Second, "two members", func() bool { return a.NumAlive() == 2 && cc.NumAlive() == 2 })
+			a, cc, lossy := lossyPair(t, mesh.Config{CatalogSyncInterval: c.sync})
 			lossy.Store(true)
 			if _, err := a.Put("policies/lost", []byte(`{}`)); err != nil {
 				t.Fatal(err)
@@ -85,45 +53,13 @@ func TestLostBroadcastRepaired(t *testing.T) {
 // TestLostDocumentRepaired: a node's document change whose every gossip
 // copy to a member was lost reaches it within seconds: the node's probe
 // answers carry its document's version, and the member fetches the newer
-// document (no push/pull: set to an hour here). Before, the version went
-// out in the node's memberlist meta, whose alive broadcast crossed the
-// same lossy link.
+// document (no push/pull: set to an hour here). The version also goes out
+// in the node's memberlist meta, but that alive broadcast crosses the same
+// lossy link.
 func TestLostDocumentRepaired(t *testing.T) {
 	t.Parallel()
-	var lossy atomic.Bool
-	network := &meshtest.Network{Loss: func(from, to string) float64 {
-		if lossy.Load() && from == "a" && to == "c" {
-			return 1
-		}
-		return 0
-	}}
-	node := func(name string) *mesh.Mesh {
-		id, err := mesh.NewIdentity()
-		if err != nil {
-			t.Fatal(err)
-		}
-		m, err := mesh.New(mesh.Config{
-			Name: name, Identity: id, Transport: network.NewTransport(name),
-			Local: mesh.NodeState{Tier: mesh.TierEdge, Site: "s", Labels: map[string]string{}},
-			Memberlist: func(mc *memberlist.Config) {
-				meshtest.FastTimings(mc)
-				mc.PushPullInterval = time.Hour
-				mc.SuspicionMult = 20 // a's silence is not a failure
-			},
-			// No later change of a's (its coordinate) may carry the document.
-			CoordinatePublishInterval: time.Hour,
-		})
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { m.Close() })
-		return m
-	}
-	a, c := node("a"), node("c")
-	if err := c.Join(context.Background(), []string{a.GossipAddr()}); err != nil {
-		t.Fatal(err)
-	}
-	meshtest.WaitFor(t, 10*time.Second, "two members", func() bool { return a.NumAlive() == 2 && c.NumAlive() == 2 })
+	// No later change of a's (its coordinate) may carry the document.
+	a, c, lossy := lossyPair(t, mesh.Config{CoordinatePublishInterval: time.Hour})
 	lossy.Store(true)
 	if err := a.Update(func(s *mesh.NodeState) { s.Labels["zone"] = "z2" }); err != nil {
 		t.Fatal(err)
@@ -136,4 +72,44 @@ func TestLostDocumentRepaired(t *testing.T) {
 		n, err := c.Node("a")
 		return err == nil && n.Labels["zone"] == "z2"
 	})
+}
+
+// lossyPair starts members a and c, joined, with cfg's intervals: fast
+// timings, no periodic push/pull (an hour), and a's silence no failure.
+// While the returned flag is set, every packet from a to c is lost.
+func lossyPair(t *testing.T, cfg mesh.Config) (a, c *mesh.Mesh, lossy *atomic.Bool) {
+	t.Helper()
+	lossy = &atomic.Bool{}
+	network := &meshtest.Network{Loss: func(from, to string) float64 {
+		if lossy.Load() && from == "a" && to == "c" {
+			return 1
+		}
+		return 0
+	}}
+	node := func(name string) *mesh.Mesh {
+		id, err := mesh.NewIdentity()
+		if err != nil {
+			t.Fatal(err)
+		}
+		nc := cfg
+		nc.Name, nc.Identity, nc.Transport = name, id, network.NewTransport(name)
+		nc.Local = mesh.NodeState{Tier: mesh.TierEdge, Site: "s", Labels: map[string]string{}}
+		nc.Memberlist = func(mc *memberlist.Config) {
+			meshtest.FastTimings(mc)
+			mc.PushPullInterval = time.Hour
+			mc.SuspicionMult = 20 // a's silence is not a failure
+		}
+		m, err := mesh.New(nc)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { m.Close() })
+		return m
+	}
+	a, c = node("a"), node("c")
+	if err := c.Join(context.Background(), []string{a.GossipAddr()}); err != nil {
+		t.Fatal(err)
+	}
+	meshtest.WaitFor(t, 10*time.Second, "two members", func() bool { return a.NumAlive() == 2 && c.NumAlive() == 2 })
+	return a, c, lossy
 }

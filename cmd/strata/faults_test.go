@@ -6,7 +6,6 @@ import (
 	"math/rand/v2"
 	"net/http"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -94,9 +93,8 @@ func TestFaultSchedule(t *testing.T) {
 	apply := func(a *nsAgent, name, doc string) bool {
 		f := filepath.Join(dir, name+".yaml")
 		os.WriteFile(f, []byte(doc), 0o600)
-		cmd := exec.Command("ip", "netns", "exec", a.ns.name, strataBin, "apply", "-f", f)
-		cmd.Env = append(os.Environ(), "STRATA_ADDR=http://127.0.0.1:7470")
-		return cmd.Run() == nil
+		_, err := a.run("apply", "-f", f)
+		return err == nil
 	}
 	service := func(name string) string {
 		return "apiVersion: strata/v1\nkind: InferenceService\nmetadata: {name: " + name + "}\nspec:\n  model: {name: m, version: \"1\"}\n  replicas: 1\n  resources: {cpu: 10m, memory: 16Mi}\n"

@@ -109,6 +109,13 @@ func (n *nsAgent) start(t *testing.T) {
 	})
 }
 
+// run runs the CLI in the agent's namespace against its API.
+func (n *nsAgent) run(args ...string) ([]byte, error) {
+	cmd := exec.Command("ip", append([]string{"netns", "exec", n.ns.name, strataBin}, args...)...)
+	cmd.Env = append(os.Environ(), fmt.Sprintf("STRATA_ADDR=http://127.0.0.1:%d", n.api))
+	return cmd.CombinedOutput()
+}
+
 // get runs the CLI in the agent's namespace against its API and decodes
 // its -o json output into v.
 func (n *nsAgent) get(t *testing.T, v any, args ...string) error {

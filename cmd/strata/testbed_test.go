@@ -12,7 +12,6 @@ import (
 	"net"
 	"net/http"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
 	"syscall"
@@ -206,9 +205,7 @@ func TestCutSiteKeepsServing(t *testing.T) {
 	os.WriteFile(model, b, 0o600)
 	os.WriteFile(svc, []byte("apiVersion: strata/v1\nkind: InferenceService\nmetadata: {name: local}\nspec:\n  model: {name: local, version: \"1\"}\n  replicas: 1\n  resources: {cpu: 10m, memory: 16Mi}\n  constraints: ['node.site == \"edge-b\"']\n"), 0o600)
 	for _, args := range [][]string{{"push", model, "--name", "local", "--version", "1"}, {"apply", "-f", svc}} {
-		cmd := exec.Command("ip", append([]string{"netns", "exec", cloud.ns.name, strataBin}, args...)...)
-		cmd.Env = append(os.Environ(), "STRATA_ADDR=http://127.0.0.1:7470")
-		if out, err := cmd.CombinedOutput(); err != nil {
+		if out, err := cloud.run(args...); err != nil {
 			t.Fatalf("%v: %v\n%s", args, err, out)
 		}
 	}
@@ -262,16 +259,6 @@ func TestCutSiteKeepsServing(t *testing.T) {
 
 	// Each side places what is applied to it while the cut lasts: edge-b a
 	// service pinned to edge-b, the rest a service that may run anywhere.
-	applyIn := func(a *nsAgent, name, constraint string) {
-		t.Helper()
-		f := filepath.Join(dir, name+".yaml")
-		os.WriteFile(f, []byte("apiVersion: strata/v1\nkind: InferenceService\nmetadata: {name: "+name+"}\nspec:\n  model: {name: local, version: \"1\"}\n  replicas: 1\n  resources: {cpu: 10m, memory: 16Mi}\n"+constraint), 0o600)
-		cmd := exec.Command("ip", "netns", "exec", a.ns.name, strataBin, "apply", "-f", f)
-		cmd.Env = append(os.Environ(), "STRATA_ADDR=http://127.0.0.1:7470")
-		if out, err := cmd.CombinedOutput(); err != nil {
-			t.Fatalf("apply %s at %s: %v\n%s", name, a.name, err, out)
-		}
-	}
 	placements := func(a *nsAgent) map[string]string {
 		var ps []api.PlacementStatus
 		if a.get(t, &ps, "placements") != nil {
@@ -291,8 +278,8 @@ func TestCutSiteKeepsServing(t *testing.T) {
 		p := placements(a)[name]
 		return strings.HasPrefix(p, "placed ") && strings.Contains(p, ":serving") && !strings.Contains(p, ":loading") && !strings.Contains(p, ":failed")
 	}
-	applyIn(eb, "svc-island", "  constraints: ['node.site == \"edge-b\"']\n")
-	applyIn(cloud, "svc-main", "  constraints: ['node.site != \"edge-b\"']\n")
+	applyService(t, eb, "svc-island", "local", "  constraints: ['node.site == \"edge-b\"']\n")
+	applyService(t, cloud, "svc-main", "local", "  constraints: ['node.site != \"edge-b\"']\n")
 	meshtest.Poll(t, 60*time.Second, 250*time.Millisecond, "svc-island serving in edge-b and svc-main on the other side, during the cut", func() bool {
 		return serving(eb, "svc-island") && serving(cloud, "svc-main")
 	}, dump)
@@ -429,19 +416,6 @@ func TestFederatedSites(t *testing.T) {
 	t.Logf("four federated sites after %s", time.Since(start).Round(100*time.Millisecond))
 
 	dir := t.TempDir()
-	run := func(from *nsAgent, args ...string) ([]byte, error) {
-		cmd := exec.Command("ip", append([]string{"netns", "exec", from.ns.name, strataBin}, args...)...)
-		cmd.Env = append(os.Environ(), "STRATA_ADDR=http://127.0.0.1:7470")
-		return cmd.CombinedOutput()
-	}
-	apply := func(from *nsAgent, name string, more ...string) {
-		t.Helper()
-		f := filepath.Join(dir, name+".yaml")
-		os.WriteFile(f, []byte("apiVersion: strata/v1\nkind: InferenceService\nmetadata: {name: "+name+"}\nspec:\n  model: {name: m, version: \"1\"}\n  replicas: 1\n  resources: {cpu: 10m, memory: 16Mi}\n"+strings.Join(more, "")), 0o600)
-		if out, err := run(from, "apply", "-f", f); err != nil {
-			t.Fatalf("apply %s: %v\n%s", name, err, out)
-		}
-	}
 	placedBy := func(from *nsAgent, name string) string {
 		var ps []api.PlacementStatus
 		if from.get(t, &ps, "placements") != nil {
@@ -454,8 +428,8 @@ func TestFederatedSites(t *testing.T) {
 		}
 		return ""
 	}
-	apply(ea, "svc-a")
-	apply(agents[5], "svc-c") // behind the NAT
+	applyService(t, ea, "svc-a", "m", "")
+	applyService(t, agents[5], "svc-c", "m", "") // behind the NAT
 	meshtest.Poll(t, 30*time.Second, 250*time.Millisecond, "svc-a placed by edge-a and svc-c by edge-c, both seen in every site", func() bool {
 		for _, a := range agents {
 			if !strings.HasPrefix(placedBy(a, "svc-a"), "edge-a-") || placedBy(a, "svc-c") != "edge-c-1" {
@@ -467,7 +441,7 @@ func TestFederatedSites(t *testing.T) {
 	// A policy no node of edge-a can take goes to the site whose summary
 	// shows room for it, and that site places it.
 	handed := time.Now()
-	apply(ea, "svc-cloud", "  constraints: ['node.site == \"cloud\"']\n")
+	applyService(t, ea, "svc-cloud", "m", "  constraints: ['node.site == \"cloud\"']\n")
 	meshtest.Poll(t, 30*time.Second, 250*time.Millisecond, "svc-cloud, applied in edge-a, handed to the cloud and placed there, seen in edge-a", func() bool {
 		var pols []api.Policy
 		resp, err := inHost(bed.Host("edge-a", 0)).Get("http://127.0.0.1:7470/v1/policies")
@@ -499,7 +473,7 @@ func TestFederatedSites(t *testing.T) {
 		rand.NewChaCha8([32]byte{byte(len(name))}).Read(data)
 		f := filepath.Join(dir, name+".bin")
 		os.WriteFile(f, data, 0o600)
-		if out, err := run(from, "push", f, "--kind", "dataset", "--name", name, "--version", "1"); err != nil {
+		if out, err := from.run("push", f, "--kind", "dataset", "--name", name, "--version", "1"); err != nil {
 			t.Fatalf("push %s at %s: %v\n%s", name, from.name, err, out)
 		}
 		relayed := func() float64 {
@@ -517,7 +491,7 @@ func TestFederatedSites(t *testing.T) {
 		// separately: a pull before both arrived finds no holder.
 		meshtest.Poll(t, 60*time.Second, time.Second, name+" pulled at "+to.name, func() bool {
 			var err error
-			out, err = run(to, "pull", "--kind", "dataset", name+":1", "--output", filepath.Join(dir, name+".pulled"))
+			out, err = to.run("pull", "--kind", "dataset", name+":1", "--output", filepath.Join(dir, name+".pulled"))
 			return err == nil
 		}, func() { t.Logf("last pull: %s", out); dump() })
 		got, _ := os.ReadFile(filepath.Join(dir, name+".pulled"))
@@ -542,7 +516,7 @@ func TestFederatedSites(t *testing.T) {
 		return sitesOf(ea)["edge-b"].Status == api.SiteUnreachable && sitesOf(eb2)["edge-a"].Status == api.SiteUnreachable &&
 			sitesOf(eb2)["cloud"].Status == api.SiteUnreachable && h.Status == "degraded"
 	}, dump)
-	apply(cloud, "svc-cut")
+	applyService(t, cloud, "svc-cut", "m", "")
 	meshtest.Poll(t, 30*time.Second, 250*time.Millisecond, "svc-cut placed by cloud, seen in edge-a", func() bool {
 		return placedBy(ea, "svc-cut") == ch.Name
 	}, dump)
@@ -558,4 +532,15 @@ func TestFederatedSites(t *testing.T) {
 		return placedBy(eb2, "svc-cut") == ch.Name && s["edge-a"].Status == api.SiteReachable && s["cloud"].Status == api.SiteReachable
 	}, dump)
 	t.Logf("edge-b caught up %s after the heal", time.Since(healed).Round(100*time.Millisecond))
+}
+
+// applyService applies, through agent a, a one-replica InferenceService
+// of model version 1 with more (YAML lines) added to its spec.
+func applyService(t *testing.T, a *nsAgent, name, model, more string) {
+	t.Helper()
+	f := filepath.Join(t.TempDir(), name+".yaml")
+	os.WriteFile(f, []byte("apiVersion: strata/v1\nkind: InferenceService\nmetadata: {name: "+name+"}\nspec:\n  model: {name: "+model+", version: \"1\"}\n  replicas: 1\n  resources: {cpu: 10m, memory: 16Mi}\n"+more), 0o600)
+	if out, err := a.run("apply", "-f", f); err != nil {
+		t.Fatalf("apply %s at %s: %v\n%s", name, a.name, err, out)
+	}
 }

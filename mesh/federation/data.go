@@ -87,10 +87,14 @@ func (f *Federation) openData(ctx context.Context, h dataplane.Holder) (dataplan
 	if err != nil {
 		return nil, fmt.Errorf("federation: holder %s: %w", h.ID, err)
 	}
-	for _, r := range Remotes(f.cfg.Mesh, time.Now()) {
-		for _, c := range r.Summary.Contacts {
-			if ai, err := contactPeer(c); err == nil && ai.ID == id {
-				host.Peerstore().AddAddrs(id, ai.Addrs, peerstore.TempAddrTTL)
+	// A pull sends many requests to one holder: its addresses are looked
+	// up in the summaries only while no connection to it is open.
+	if host.Network().Connectedness(id) != network.Connected {
+		for _, r := range Remotes(f.cfg.Mesh, time.Now()) {
+			for _, c := range r.Summary.Contacts {
+				if ai, err := contactPeer(c); err == nil && ai.ID == id {
+					host.Peerstore().AddAddrs(id, ai.Addrs, peerstore.TempAddrTTL)
+				}
 			}
 		}
 	}
