@@ -84,13 +84,17 @@ func TestTombstonesCollectedUnderChurn(t *testing.T) {
 	if st := nodes[0].CatalogStats(); st.Tombstones == 0 {
 		t.Fatalf("no tombstones right after the churn: %+v", st)
 	}
-	meshtest.WaitFor(t, 30*time.Second, "tombstones collected on every node", func() bool {
+	meshtest.Poll(t, 30*time.Second, 50*time.Millisecond, "tombstones collected on every node", func() bool {
 		for _, m := range nodes {
 			if st := m.CatalogStats(); st.Tombstones != 0 || st.Live != base.Live {
 				return false
 			}
 		}
 		return true
+	}, func() {
+		for _, m := range nodes {
+			t.Logf("%s: %+v (live before the churn: %d)", m.Name(), m.CatalogStats(), base.Live)
+		}
 	})
 	for _, m := range nodes {
 		if st := m.CatalogStats(); st.Bytes > base.Bytes*11/10 {

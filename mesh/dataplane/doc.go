@@ -33,6 +33,13 @@
 // byte: see Node.RoundTrip and Config.Handler; agents forward inference and
 // fetch job logs this way).
 //
+// Where a holder's QUIC address does not answer (another site, behind a
+// NAT) and the holder has a Peer, the same requests go over a Stream of
+// another transport (Node.SetRelay; the federation's libp2p streams). Such
+// a stream starts with the puller's node certificate, which the holder
+// checks against the mesh CA and the key the transport authenticated
+// (Node.ServeRelayed); proxied HTTP is not served that way.
+//
 // Fan-out. Pulls pick chunks rarest first with random tie-breaks, from the
 // least-loaded holder that has them. A holder of a whole blob it did not
 // just pull itself super-seeds: until every chunk has gone out once it sends

@@ -7,8 +7,9 @@
 // carry:
 //
 //   - the site's summary (nodes per tier, CPU, memory, GPUs and fabrics,
-//     models and datasets held, gateways' addresses), which every other
-//     site keeps as the site-scoped catalog entry "federation/sites/NAME";
+//     models and datasets held, a few holders of each blob and where to
+//     reach them, gateways' addresses), which every other site keeps as the
+//     site-scoped catalog entry "federation/sites/NAME";
 //   - the global catalog records written in the site (policies,
 //     placements, jobs, artifacts), which the other sites' gateways fold
 //     into their pools by version.
@@ -25,7 +26,14 @@
 // public), hole punching (DCUtR) and AutoNAT, so a gateway behind NAT needs
 // no inbound port as long as it can reach one public gateway.
 //
-// Not yet: agents see other sites only as summaries, so a policy is placed
-// within the site it was applied in (see the agent's docs); Vivaldi
-// coordinates of two pools are not comparable, so summaries carry no RTT.
+// Blobs: an agent pulls a blob no agent of its site holds from the holders
+// other sites name (RemoteHolders), over QUIC where their data address
+// answers, else over a libp2p stream that carries the same data-plane
+// requests (protoData; see dataplane.Stream).
+//
+// Placement: agents see other sites only as summaries, so a policy is
+// placed within the site it was applied in, unless no node there can take
+// it: HandOff then picks a site whose summary shows room, and that site
+// places it. Vivaldi coordinates of two pools are not comparable, so
+// summaries carry no RTT, and a latency-bound service is not handed over.
 package federation
