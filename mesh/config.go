@@ -81,7 +81,12 @@ type Config struct {
 	// TombstoneTTL is how long a deleted catalog entry's tombstone is kept
 	// and exchanged before it is collected. Default 10m. It must outlast the
 	// longest partition after which members should still agree that the
-	// entry is gone: a member cut off for longer may bring it back.
+	// entry is gone: a member cut off for longer may bring it back. A
+	// member that only missed the deletion's broadcast is repaired by a
+	// catalog sync, so the TTL must also outlast a sync by a margin:
+	// Validate refuses one shorter than MinTombstoneTTL. With syncs turned
+	// off, memberlist's push/pull is the repair and the TTL should outlast
+	// several of its intervals.
 	TombstoneTTL time.Duration
 }
 
@@ -151,7 +156,27 @@ func (c *Config) Validate() error {
 	default:
 		errs = append(errs, fmt.Errorf("mesh: gossip key must be 16, 24 or 32 bytes, got %d", len(c.GossipKey)))
 	}
+	if min := c.MinTombstoneTTL(); c.TombstoneTTL != 0 && c.TombstoneTTL < min {
+		errs = append(errs, fmt.Errorf("mesh: TombstoneTTL %s is shorter than %s (three catalog syncs): a member that missed a deletion would bring the record back", c.TombstoneTTL, min))
+	}
 	return errors.Join(errs...)
+}
+
+// MinTombstoneTTL is the shortest TombstoneTTL Validate accepts: three
+// times the longest a member that missed a broadcast waits for the catalog
+// sync that repairs it (the digest settles, differs for a while, and syncs
+// are spaced by CatalogSyncInterval). A tombstone collected everywhere
+// before that member's repair leaves it the only holder of the deleted
+// record, which it then hands back to everyone. Zero when syncs are off.
+func (c *Config) MinTombstoneTTL() time.Duration {
+	sync := c.CatalogSyncInterval
+	if sync < 0 {
+		return 0
+	}
+	if sync == 0 {
+		sync = 5 * time.Second // the default
+	}
+	return 3 * (catalogSettle + catalogSyncAfter + sync)
 }
 
 func splitHostPort(addr string) (string, int, error) {

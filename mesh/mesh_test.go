@@ -318,12 +318,13 @@ func TestRTTEstimates(t *testing.T) {
 }
 
 func TestConfigValidate(t *testing.T) {
-	c := mesh.Config{BindAddr: "nope", GossipKey: []byte{1, 2, 3}}
+	c := mesh.Config{BindAddr: "nope", GossipKey: []byte{1, 2, 3}, TombstoneTTL: 10 * time.Second}
 	err := c.Validate()
 	if err == nil {
 		t.Fatal("Validate accepted a bad config")
 	}
-	for _, want := range []string{"Name is required", "Identity is required", "bind address", "gossip key must be 16, 24 or 32 bytes"} {
+	for _, want := range []string{"Name is required", "Identity is required", "bind address", "gossip key must be 16, 24 or 32 bytes",
+		"TombstoneTTL 10s is shorter than 24s (three catalog syncs)"} {
 		if !strings.Contains(err.Error(), want) {
 			t.Errorf("Validate error %q lacks %q", err, want)
 		}

@@ -11,6 +11,17 @@ import (
 	"github.com/strata-mesh/strata/mesh/meshtest"
 )
 
+// syncEvery is memMesh's CatalogSyncInterval: short, so that the shortest
+// tombstone TTL it allows (mesh.Config.MinTombstoneTTL, 9.6s) is short.
+const syncEvery = 200 * time.Millisecond
+
+// tombstoneTTL is the churn tests' TTL, the shortest round one allowed. A
+// shorter one (these tests used 500ms) can be collected everywhere while a
+// node still holds the deleted record (the deletion's broadcast waits
+// behind hundreds of others, and a sync repairs it only seconds later), and
+// that node hands the record back to the others.
+const tombstoneTTL = 10 * time.Second
+
 // memMesh starts n nodes on an in-memory network with fast timings, the
 // given tombstone TTL and a 100ms maintenance tick, joined to the first.
 func memMesh(tb testing.TB, n int, ttl time.Duration) []*mesh.Mesh {
@@ -28,6 +39,7 @@ func memMesh(tb testing.TB, n int, ttl time.Duration) []*mesh.Mesh {
 			Local:                     mesh.NodeState{Tier: mesh.TierEdge, Site: "s", Labels: map[string]string{}},
 			Memberlist:                meshtest.FastTimings,
 			TombstoneTTL:              ttl,
+			CatalogSyncInterval:       syncEvery,
 			CoordinatePublishInterval: 100 * time.Millisecond,
 		})
 		if err != nil {
@@ -57,7 +69,7 @@ func memMesh(tb testing.TB, n int, ttl time.Duration) []*mesh.Mesh {
 // the records that stayed, and a deleted record does not come back.
 func TestTombstonesCollectedUnderChurn(t *testing.T) {
 	t.Parallel()
-	nodes := memMesh(t, 3, 500*time.Millisecond)
+	nodes := memMesh(t, 3, tombstoneTTL)
 	keep := json.RawMessage(`{"keep":true}`)
 	if _, err := nodes[0].Put("policies/keep", keep, mesh.PutOptions{Scope: mesh.ScopeGlobal}); err != nil {
 		t.Fatal(err)
@@ -84,7 +96,7 @@ func TestTombstonesCollectedUnderChurn(t *testing.T) {
 	if st := nodes[0].CatalogStats(); st.Tombstones == 0 {
 		t.Fatalf("no tombstones right after the churn: %+v", st)
 	}
-	meshtest.Poll(t, 30*time.Second, 50*time.Millisecond, "tombstones collected on every node", func() bool {
+	meshtest.Poll(t, 60*time.Second, 50*time.Millisecond, "tombstones collected on every node", func() bool {
 		for _, m := range nodes {
 			if st := m.CatalogStats(); st.Tombstones != 0 || st.Live != base.Live {
 				return false
@@ -143,7 +155,7 @@ func TestDependencyMissingUntilReplicated(t *testing.T) {
 // collected.
 func BenchmarkCatalogChurn(b *testing.B) {
 	const cycles = 10000
-	ttl := 2 * time.Second
+	ttl := tombstoneTTL
 	for range b.N {
 		nodes := memMesh(b, 7, ttl)
 		for i := range 5 {
