@@ -249,7 +249,7 @@ func New(cfg Config) (*Agent, error) {
 	a.srvg = serving.NewLoader(lc)
 	if cfg.Federation.Enabled() {
 		fc := federation.Config{Mesh: a.mesh, Identity: a.id, Listen: cfg.Federation.Listen, Peers: cfg.Federation.Peers,
-			Gateways: cfg.Federation.Gateways, PSK: federation.PSKFromGossipKey(key), Logger: a.log.With("component", "federation"), Registerer: a.reg}
+			Gateways: cfg.Federation.Gateways, Reachability: federation.Reachability(cfg.Federation.Reachability), PSK: federation.PSKFromGossipKey(key), Logger: a.log.With("component", "federation"), Registerer: a.reg}
 		if a.dp != nil {
 			fc.Data = a.dp.node
 		}

@@ -345,6 +345,11 @@ type FederationConfig struct {
 	// Gateways is how many agents of the site carry its federation
 	// traffic (default 2).
 	Gateways int `yaml:"gateways"`
+	// Reachability is whether agents of other sites can dial this one's
+	// federation address: auto (AutoNAT finds out; default), public (a
+	// relay for agents behind NATs) or private (behind a NAT: reached
+	// through a relay slot on its peers).
+	Reachability string `yaml:"reachability"`
 }
 
 // Enabled reports whether federation is on.
@@ -373,6 +378,15 @@ func (c *Config) Validate() error {
 	}
 	if len(c.Federation.Peers) > 0 && !c.Federation.Enabled() {
 		bad("federation.peers", "set federation.listen too: federation is off without it")
+	}
+	switch c.Federation.Reachability {
+	case "", "auto", "public":
+	case "private":
+		if len(c.Federation.Peers) == 0 {
+			bad("federation.reachability", "private needs federation.peers: an agent behind a NAT is reached through a relay slot on one of them")
+		}
+	default:
+		bad("federation.reachability", "%q: use auto, public or private", c.Federation.Reachability)
 	}
 	if c.Federation.Gateways < 0 {
 		bad("federation.gateways", "%d: must be 1 or more (default 2)", c.Federation.Gateways)
@@ -533,6 +547,7 @@ func Flags(fs *flag.FlagSet) func() (Config, error) {
 		sets = append(sets, func(c *Config) error { c.Federation.Peers = append(c.Federation.Peers, v); return nil })
 		return nil
 	})
+	str("federation-reachability", "whether other sites can dial this agent's federation address: `auto` (AutoNAT decides), public (relay for agents behind NATs) or private (behind a NAT; reached through a relay on its -federation-peer agents)", func(c *Config, v string) { c.Federation.Reachability = v })
 	fs.Func("join", "gossip `HOST:PORT` of a peer to join (repeatable; retried with backoff until reachable)", func(v string) error {
 		sets = append(sets, func(c *Config) error { c.Join = append(c.Join, v); return nil })
 		return nil

@@ -80,8 +80,9 @@ func TestValidateGathersAllProblems(t *testing.T) {
 	}
 }
 
-// TestValidateFederation: each bad federation field is named, and peers
-// without listen are refused (federation would be off).
+// TestValidateFederation: each bad federation field is named, peers
+// without listen are refused (federation would be off), and so is an agent
+// behind a NAT with no peer to relay through.
 func TestValidateFederation(t *testing.T) {
 	c := Config{Name: "x", Tier: "edge", Federation: FederationConfig{Listen: []string{"tcp:7950"}, Peers: []string{"/ip4/10.0.0.1/tcp/7950"}, Gateways: -1}}
 	c.EnsureDefaults()
@@ -98,6 +99,15 @@ func TestValidateFederation(t *testing.T) {
 	c.EnsureDefaults()
 	if err := c.Validate(); err == nil || !strings.Contains(err.Error(), "federation.peers: set federation.listen too") {
 		t.Errorf("peers without listen: %v", err)
+	}
+	c = Config{Name: "x", Tier: "edge", Federation: FederationConfig{Listen: []string{"/ip4/0.0.0.0/tcp/7950"}, Reachability: "nat"}}
+	c.EnsureDefaults()
+	if err := c.Validate(); err == nil || !strings.Contains(err.Error(), `federation.reachability: "nat": use auto, public or private`) {
+		t.Errorf("unknown reachability: %v", err)
+	}
+	c.Federation.Reachability = "private"
+	if err := c.Validate(); err == nil || !strings.Contains(err.Error(), "federation.reachability: private needs federation.peers") {
+		t.Errorf("private without peers: %v", err)
 	}
 }
 

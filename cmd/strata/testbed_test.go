@@ -330,12 +330,13 @@ func TestFederatedSites(t *testing.T) {
 		t.Skip("a minute or two of real time")
 	}
 	bed := testbed.Start(t, testbed.Site{Name: "edge-a", Hosts: 2}, testbed.Site{Name: "edge-b", Hosts: 2}, testbed.Site{Name: "cloud", Hosts: 1},
-		testbed.Site{Name: "edge-c", Hosts: 1, NAT: true})
+		testbed.Site{Name: "edge-c", Hosts: 1, NAT: true}, testbed.Site{Name: "edge-d", Hosts: 1, NAT: true})
 	bed.SetLink("edge-a", "edge-b", 10*time.Millisecond, 0)
 	bed.SetLink("edge-a", "cloud", 20*time.Millisecond, 0)
 	bed.SetLink("edge-b", "cloud", 30*time.Millisecond, 0)
-	for _, s := range []string{"edge-a", "edge-b", "cloud"} {
+	for _, s := range []string{"edge-a", "edge-b", "cloud", "edge-d"} {
 		bed.SetLink("edge-c", s, 15*time.Millisecond, 0)
+		bed.SetLink("edge-d", s, 15*time.Millisecond, 0)
 	}
 	var agents []*nsAgent
 	dump := func() {
@@ -351,7 +352,12 @@ func TestFederatedSites(t *testing.T) {
 		"-ca-cert", filepath.Join(keys, "ca.crt"), "-ca-key", filepath.Join(keys, "ca.key"),
 		"-signing-key", filepath.Join(keys, "signing.key"), "-trusted-keys", filepath.Join(keys, "signing.pub")}
 	ch := bed.Host("cloud", 0)
-	cloud := &nsAgent{ns: netns{ch.NS}, name: ch.Name, site: "cloud", gossip: 7946, api: 7470, data: 7471, args: append([]string{"-tier", "cloud"}, fed...)}
+	// Every address here is in 10/8, where AutoNAT cannot tell a public
+	// host from a private one: the cloud agent is told it is public (a
+	// relay for the sites behind NATs), and agents behind NATs that they
+	// are.
+	cloud := &nsAgent{ns: netns{ch.NS}, name: ch.Name, site: "cloud", gossip: 7946, api: 7470, data: 7471,
+		args: append([]string{"-tier", "cloud", "-federation-reachability", "public"}, fed...)}
 	cloud.start(t)
 	agents = append(agents, cloud)
 	var peerAddr string
@@ -367,11 +373,14 @@ func TestFederatedSites(t *testing.T) {
 		}
 		return peerAddr != ""
 	}, dump)
-	for _, site := range []string{"edge-a", "edge-b", "edge-c"} {
+	for _, site := range []string{"edge-a", "edge-b", "edge-c", "edge-d"} {
 		seed := bed.Host(site, 0)
 		for _, h := range bed.Hosts(site) {
 			a := &nsAgent{ns: netns{h.NS}, name: h.Name, site: site, gossip: 7946, api: 7470, data: 7471,
 				args: append([]string{"-tier", "edge", "-federation-peer", peerAddr}, fed...)}
+			if bed.PublicIP(site) != nil {
+				a.args = append(a.args, "-federation-reachability", "private")
+			}
 			if h.Name != seed.Name {
 				a.join = seed.IP.String() + ":7946"
 			}
@@ -392,13 +401,13 @@ func TestFederatedSites(t *testing.T) {
 		return out
 	}
 	start := time.Now()
-	meshtest.Poll(t, 60*time.Second, 250*time.Millisecond, "each agent to see its own site's members and the other two sites", func() bool {
+	meshtest.Poll(t, 60*time.Second, 250*time.Millisecond, "each agent to see its own site's members and the other four sites", func() bool {
 		for _, a := range agents {
 			if !a.seesAlive(t, len(bed.Hosts(a.site))) {
 				return false
 			}
 			sites := sitesOf(a)
-			if len(sites) != 4 {
+			if len(sites) != 5 {
 				return false
 			}
 			for name, s := range sites {
@@ -413,7 +422,7 @@ func TestFederatedSites(t *testing.T) {
 		}
 		return true
 	}, dump)
-	t.Logf("four federated sites after %s", time.Since(start).Round(100*time.Millisecond))
+	t.Logf("five federated sites after %s", time.Since(start).Round(100*time.Millisecond))
 
 	dir := t.TempDir()
 	placedBy := func(from *nsAgent, name string) string {
@@ -460,8 +469,6 @@ func TestFederatedSites(t *testing.T) {
 		return placedBy(ea, "svc-cloud") == ch.Name
 	}, dump)
 	t.Logf("svc-cloud handed from edge-a to the cloud and placed there %s after the apply", time.Since(handed).Round(100*time.Millisecond))
-	out, in, refused := bed.NATStats("edge-c")
-	t.Logf("edge-c's NAT: %d packets out, %d answers in, %d refused", out, in, refused)
 
 	// Blobs cross sites: a dataset pushed in the cloud is pulled in edge-a
 	// straight over QUIC; one pushed behind the NAT is pulled in the cloud
@@ -470,20 +477,16 @@ func TestFederatedSites(t *testing.T) {
 	pullAcross := func(from, to *nsAgent, toHost testbed.Host, name string, wantRelayed bool) {
 		t.Helper()
 		data := make([]byte, 3<<20+5)
-		rand.NewChaCha8([32]byte{byte(len(name))}).Read(data)
+		var seed [32]byte // one blob per name: equal bytes would be one digest, held wherever either was pulled
+		copy(seed[:], name)
+		rand.NewChaCha8(seed).Read(data)
 		f := filepath.Join(dir, name+".bin")
 		os.WriteFile(f, data, 0o600)
 		if out, err := from.run("push", f, "--kind", "dataset", "--name", name, "--version", "1"); err != nil {
 			t.Fatalf("push %s at %s: %v\n%s", name, from.name, err, out)
 		}
 		relayed := func() float64 {
-			resp, err := inHost(toHost).Get("http://127.0.0.1:7470/metrics")
-			if err != nil {
-				t.Fatalf("%s /metrics: %v", to.name, err)
-			}
-			defer resp.Body.Close()
-			b, _ := io.ReadAll(resp.Body)
-			return sumMetric(b, "strata_dataplane_relayed_requests_total")
+			return sumMetric(hostMetrics(t, toHost), "strata_dataplane_relayed_requests_total")
 		}
 		before, start := relayed(), time.Now()
 		var out []byte
@@ -506,8 +509,19 @@ func TestFederatedSites(t *testing.T) {
 	}
 	pullAcross(cloud, ea, bed.Host("edge-a", 0), "from-cloud", false)
 	pullAcross(agents[5], cloud, ch, "from-behind-nat", true)
+	// Between two sites behind NATs neither can dial the other: edge-d
+	// reaches edge-c through the circuit relay edge-c reserved on the
+	// cloud agent, and libp2p may punch a direct hole from there.
+	pullAcross(agents[5], agents[6], bed.Host("edge-d", 0), "nat-to-nat", true)
+	streams := hostMetrics(t, bed.Host("edge-d", 0))
+	t.Logf("edge-d's data streams to edge-c: %v direct (punched), %v through the relay",
+		sumMetric(streams, `strata_federation_data_streams_total{path="direct"}`), sumMetric(streams, `strata_federation_data_streams_total{path="relayed"}`))
+	for _, site := range []string{"edge-c", "edge-d"} {
+		out, in, refused := bed.NATStats(site)
+		t.Logf("%s's NAT: %d packets out, %d answers in, %d refused", site, out, in, refused)
+	}
 
-	for _, s := range []string{"edge-a", "cloud", "edge-c"} {
+	for _, s := range []string{"edge-a", "cloud", "edge-c", "edge-d"} {
 		bed.Cut("edge-b", s)
 	}
 	meshtest.Poll(t, 90*time.Second, 250*time.Millisecond, "edge-b unreachable from edge-a, and the others from edge-b", func() bool {
@@ -523,7 +537,7 @@ func TestFederatedSites(t *testing.T) {
 	if placedBy(eb2, "svc-cut") != "" {
 		t.Fatal("edge-b got a record across the cut")
 	}
-	for _, s := range []string{"edge-a", "cloud", "edge-c"} {
+	for _, s := range []string{"edge-a", "cloud", "edge-c", "edge-d"} {
 		bed.Heal("edge-b", s)
 	}
 	healed := time.Now()
@@ -532,6 +546,18 @@ func TestFederatedSites(t *testing.T) {
 		return placedBy(eb2, "svc-cut") == ch.Name && s["edge-a"].Status == api.SiteReachable && s["cloud"].Status == api.SiteReachable
 	}, dump)
 	t.Logf("edge-b caught up %s after the heal", time.Since(healed).Round(100*time.Millisecond))
+}
+
+// hostMetrics returns the /metrics page of the agent in host h.
+func hostMetrics(t *testing.T, h testbed.Host) []byte {
+	t.Helper()
+	resp, err := inHost(h).Get("http://127.0.0.1:7470/metrics")
+	if err != nil {
+		t.Fatalf("%s /metrics: %v", h.Name, err)
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	return b
 }
 
 // applyService applies, through agent a, a one-replica InferenceService

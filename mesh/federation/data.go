@@ -103,6 +103,11 @@ func (f *Federation) openData(ctx context.Context, h dataplane.Holder) (dataplan
 		f.metrics.errors.WithLabelValues("data").Inc()
 		return nil, err
 	}
+	path := "direct"
+	if _, err := s.Conn().RemoteMultiaddr().ValueForProtocol(multiaddr.P_CIRCUIT); err == nil {
+		path = "relayed"
+	}
+	f.metrics.dataStreams.WithLabelValues(path).Inc()
 	_ = s.SetDeadline(time.Now().Add(relayedStreamLimit))
 	return s, nil
 }

@@ -24,7 +24,13 @@
 //
 // NAT: hosts enable circuit relay v2 (as clients, and as relays when
 // public), hole punching (DCUtR) and AutoNAT, so a gateway behind NAT needs
-// no inbound port as long as it can reach one public gateway.
+// no inbound port as long as it can reach one public gateway. AutoNAT
+// decides only between public addresses; Config.Reachability tells an
+// agent in private address space which side of a NAT it is on. A private
+// one holds a relay slot on each of its Peers and advertises a circuit
+// address through each, which libp2p itself advertises only for relays at
+// public addresses; so an agent of another site behind its own NAT reaches
+// it through that peer. With a PSK the relay has no data or time limit.
 //
 // Blobs: an agent pulls a blob no agent of its site holds from the holders
 // other sites name (RemoteHolders), over QUIC where their data address

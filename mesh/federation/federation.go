@@ -7,16 +7,19 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"slices"
 	"sync"
 	"time"
 
 	"github.com/libp2p/go-libp2p"
 	"github.com/libp2p/go-libp2p/core/crypto"
+	"github.com/libp2p/go-libp2p/core/event"
 	"github.com/libp2p/go-libp2p/core/host"
 	lpmetrics "github.com/libp2p/go-libp2p/core/metrics"
 	"github.com/libp2p/go-libp2p/core/network"
 	"github.com/libp2p/go-libp2p/core/peer"
 	"github.com/libp2p/go-libp2p/core/pnet"
+	relayv2 "github.com/libp2p/go-libp2p/p2p/protocol/circuitv2/relay"
 	"github.com/libp2p/go-libp2p/p2p/transport/tcp"
 	"github.com/prometheus/client_golang/prometheus"
 
@@ -46,6 +49,13 @@ type Config struct {
 	Peers []string
 	// Gateways is how many gateways a site has (default 2).
 	Gateways int
+	// Reachability says whether other sites can dial this agent's libp2p
+	// addresses: ReachabilityAuto (the default) lets AutoNAT find out,
+	// which needs public addresses on both sides. ReachabilityPublic
+	// makes the agent a circuit relay for agents behind NATs;
+	// ReachabilityPrivate (behind a NAT) makes it reserve a relay slot on
+	// its Peers at once and advertise the circuit address through them.
+	Reachability Reachability
 	// PSK, when set (32 bytes), makes the federation a libp2p private
 	// network over TCP: a host without the key cannot connect.
 	PSK []byte
@@ -95,6 +105,17 @@ type Federation struct {
 // briefly suspected, or joins, does not make gateways restart.
 const demoteAfter = 5
 
+// Reachability is whether other sites can dial an agent's libp2p
+// addresses; see Config.Reachability.
+type Reachability string
+
+// Reachabilities.
+const (
+	ReachabilityAuto    Reachability = "auto"
+	ReachabilityPublic  Reachability = "public"
+	ReachabilityPrivate Reachability = "private"
+)
+
 // New checks cfg and makes a Federation; Run starts it.
 func New(cfg Config) (*Federation, error) {
 	if cfg.Mesh == nil {
@@ -114,6 +135,16 @@ func New(cfg Config) (*Federation, error) {
 	}
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
+	}
+	switch cfg.Reachability {
+	case "":
+		cfg.Reachability = ReachabilityAuto
+	case ReachabilityAuto, ReachabilityPublic, ReachabilityPrivate:
+	default:
+		return nil, fmt.Errorf("federation: reachability %q: want auto, public or private", cfg.Reachability)
+	}
+	if cfg.Reachability == ReachabilityPrivate && len(cfg.Peers) == 0 {
+		return nil, errors.New("federation: reachability private needs peers: an agent behind a NAT is reached through a relay slot on one of them")
 	}
 	if cfg.PSK != nil && len(cfg.PSK) != 32 {
 		return nil, fmt.Errorf("federation: the private network key is %d bytes, want 32", len(cfg.PSK))
@@ -165,12 +196,29 @@ func (f *Federation) newHost(priv crypto.PrivKey) (host.Host, error) {
 		libp2p.DisableMetrics(),
 		libp2p.BandwidthReporter(f.bw),
 		libp2p.EnableRelay(),
-		libp2p.EnableRelayService(),
 		libp2p.EnableHolePunching(),
 		libp2p.EnableNATService(),
 	}
+	if f.cfg.PSK != nil {
+		// Only holders of the key reach this host at all: it relays their
+		// connections without libp2p's default limits (128 KiB and 2
+		// minutes a connection), which would cut a blob pulled between
+		// two sites behind NATs short.
+		opts = append(opts, libp2p.EnableRelayService(relayv2.WithInfiniteLimits()))
+	} else {
+		opts = append(opts, libp2p.EnableRelayService())
+	}
 	if len(f.peers) > 0 {
 		opts = append(opts, libp2p.EnableAutoRelayWithStaticRelays(f.peers))
+	}
+	// AutoNAT decides only between public addresses: in private address
+	// space (10/8 and the like, common between on-prem sites) the agent
+	// is told which side of a NAT it is on.
+	switch f.cfg.Reachability {
+	case ReachabilityPublic:
+		opts = append(opts, libp2p.ForceReachabilityPublic())
+	case ReachabilityPrivate:
+		opts = append(opts, libp2p.ForceReachabilityPrivate())
 	}
 	if f.cfg.PSK != nil {
 		// A private network runs over TCP only: QUIC has its own
@@ -294,11 +342,17 @@ func (f *Federation) startHost(ctx context.Context) error {
 			f.goSync(ctx, c.RemotePeer())
 		}
 	}})
-	var addrs []string
-	for _, a := range h.Addrs() {
-		addrs = append(addrs, a.String()+"/p2p/"+h.ID().String())
+	// The host's addresses change after start: a relay reservation adds
+	// a circuit address (the one through which a host behind a NAT is
+	// reached), and identify adds the address peers observe.
+	sub, err := h.EventBus().Subscribe(new(event.EvtLocalAddressesUpdated))
+	if err != nil {
+		h.Close()
+		return err
 	}
-	if err := f.cfg.Mesh.Update(func(s *mesh.NodeState) { s.Addrs.Federation = addrs }); err != nil {
+	addrs, err := f.advertise(h, nil)
+	if err != nil {
+		sub.Close()
 		h.Close()
 		return err
 	}
@@ -306,7 +360,52 @@ func (f *Federation) startHost(ctx context.Context) error {
 	f.h = h
 	f.mu.Unlock()
 	f.cfg.Logger.Info("federation host started", "addrs", addrs)
+	f.wg.Add(1)
+	go func() {
+		defer f.wg.Done()
+		defer sub.Close()
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case <-sub.Out():
+				if addrs, err = f.advertise(h, addrs); err != nil {
+					f.cfg.Logger.Warn("advertising federation addresses", "err", err)
+				}
+			}
+		}
+	}()
 	return nil
+}
+
+// advertise puts the host's addresses in the node's document when they
+// differ from those advertised before (prev), and returns them.
+func (f *Federation) advertise(h host.Host, prev []string) ([]string, error) {
+	var addrs []string
+	for _, a := range h.Addrs() {
+		addrs = append(addrs, a.String()+"/p2p/"+h.ID().String())
+	}
+	if f.cfg.Reachability == ReachabilityPrivate {
+		// Behind a NAT the agent is reached through the relay slot it
+		// holds on its peers. libp2p advertises such circuit addresses
+		// only for relays at public addresses; peers in private address
+		// space are relays too.
+		for _, p := range f.cfg.Peers {
+			addrs = append(addrs, p+"/p2p-circuit/p2p/"+h.ID().String())
+		}
+	}
+	slices.Sort(addrs)
+	addrs = slices.Compact(addrs)
+	if prev != nil && slices.Equal(addrs, prev) {
+		return prev, nil
+	}
+	if err := f.cfg.Mesh.Update(func(s *mesh.NodeState) { s.Addrs.Federation = addrs }); err != nil {
+		return prev, err
+	}
+	if prev != nil {
+		f.cfg.Logger.Info("federation addresses changed", "addrs", addrs)
+	}
+	return addrs, nil
 }
 
 // IsGateway reports whether this agent is a gateway now, and whether the

@@ -6,10 +6,16 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"strings"
 	"testing"
 	"time"
 
 	"github.com/hashicorp/memberlist"
+	"github.com/libp2p/go-libp2p"
+	"github.com/libp2p/go-libp2p/core/peer"
+	"github.com/libp2p/go-libp2p/core/pnet"
+	"github.com/libp2p/go-libp2p/p2p/transport/tcp"
+	"github.com/multiformats/go-multiaddr"
 
 	"github.com/strata-mesh/strata/mesh"
 	"github.com/strata-mesh/strata/mesh/federation"
@@ -67,7 +73,7 @@ func siteWith(t testing.TB, network *meshtest.Network, name string, n int, peers
 		}
 		f, err := federation.New(federation.Config{
 			Mesh: m, Identity: id, Listen: []string{"/ip4/127.0.0.1/tcp/0"}, Peers: peers, Gateways: fc.Gateways,
-			SummaryInterval: fc.SummaryInterval, SyncInterval: fc.SyncInterval,
+			SummaryInterval: fc.SummaryInterval, SyncInterval: fc.SyncInterval, Reachability: fc.Reachability, PSK: fc.PSK,
 			Logger: quietLogger(),
 		})
 		if err != nil {
@@ -296,4 +302,84 @@ func TestBootstrapThroughAnyAgent(t *testing.T) {
 		_, inB := remote(b[0].m, "a")
 		return has(b[0].m, "policies/x", `1`) && inA && inB
 	}, func() { dumpAgents(t, append(a, b...)) })
+}
+
+// TestRelayForAgentsBehindNAT: an agent told it is behind a NAT advertises
+// a circuit address through its peer, which serves as a relay because it is
+// told it is public; a host that knows only that address connects to it
+// through the relay, without the relay's limits. (libp2p advertises circuit
+// addresses only through relays at public addresses, and loopback is not
+// one.)
+func TestRelayForAgentsBehindNAT(t *testing.T) {
+	t.Parallel()
+	network := &meshtest.Network{}
+	// With a gossip key (PSK) only members reach the relay, and it relays
+	// without libp2p's limits; without one it keeps them.
+	psk := federation.PSKFromGossipKey([]byte("0123456789abcdef"))
+	fast := federation.Config{SummaryInterval: 200 * time.Millisecond, SyncInterval: time.Second, PSK: psk}
+	pub := fast
+	pub.Reachability = federation.ReachabilityPublic
+	cloud := siteWith(t, network, "cloud", 1, nil, pub, meshtest.FastTimings)
+	relay := gatewayAddrs(t, cloud)[0]
+	priv := fast
+	priv.Reachability = federation.ReachabilityPrivate
+	c := siteWith(t, network, "c", 1, []string{relay}, priv, meshtest.FastTimings)[0]
+	var circuit string
+	meshtest.WaitFor(t, 20*time.Second, "c to advertise its circuit address through the cloud agent", func() bool {
+		if c.f.Host() == nil {
+			return false
+		}
+		for _, a := range c.m.Local().Addrs.Federation {
+			if a == relay+"/p2p-circuit/p2p/"+c.f.Host().ID().String() {
+				circuit = a
+			}
+		}
+		return circuit != ""
+	})
+	ai, err := peer.AddrInfoFromString(circuit)
+	if err != nil {
+		t.Fatal(err)
+	}
+	h, err := libp2p.New(libp2p.ListenAddrStrings("/ip4/127.0.0.1/tcp/0"), libp2p.PrivateNetwork(pnet.PSK(psk)),
+		libp2p.Transport(tcp.NewTCPTransport), libp2p.EnableRelay(), libp2p.DisableMetrics())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer h.Close()
+	// The reservation is made in the background after start: connect
+	// until it is there.
+	var lastErr error
+	meshtest.Poll(t, 20*time.Second, 200*time.Millisecond, "a connection to c through the relay", func() bool {
+		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+		defer cancel()
+		lastErr = h.Connect(ctx, *ai)
+		return lastErr == nil
+	}, func() { t.Logf("last connect: %v", lastErr) })
+	for _, conn := range h.Network().ConnsToPeer(ai.ID) {
+		if _, err := conn.RemoteMultiaddr().ValueForProtocol(multiaddr.P_CIRCUIT); err != nil {
+			t.Errorf("connection to c at %s, not through the relay", conn.RemoteMultiaddr())
+		} else if conn.Stat().Limited {
+			t.Errorf("relayed connection is limited: the relay's data and time limits would cut a blob short")
+		}
+	}
+}
+
+// TestReachabilityChecked: an unknown reachability, and private without a
+// peer to relay through, are refused.
+func TestReachabilityChecked(t *testing.T) {
+	t.Parallel()
+	id, err := mesh.NewIdentity()
+	if err != nil {
+		t.Fatal(err)
+	}
+	m, err := mesh.New(mesh.Config{Name: "x", Identity: id, Transport: (&meshtest.Network{}).NewTransport("x"), Local: mesh.NodeState{Site: "s", Labels: map[string]string{}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer m.Close()
+	for r, want := range map[federation.Reachability]string{"nat": `reachability "nat": want auto, public or private`, federation.ReachabilityPrivate: "reachability private needs peers"} {
+		if _, err := federation.New(federation.Config{Mesh: m, Identity: id, Reachability: r}); err == nil || !strings.Contains(err.Error(), want) {
+			t.Errorf("Reachability %q: err = %v, want %q", r, err, want)
+		}
+	}
 }

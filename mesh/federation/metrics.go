@@ -10,6 +10,10 @@ type metrics struct {
 	syncs     prometheus.Counter
 	summaries *prometheus.CounterVec
 	errors    *prometheus.CounterVec
+	// dataStreams counts data-plane streams opened to other sites' nodes,
+	// by path: "direct" (a libp2p connection of its own, punched through
+	// a NAT included) or "relayed" (through another agent's circuit relay).
+	dataStreams *prometheus.CounterVec
 }
 
 func newMetrics(reg prometheus.Registerer) *metrics {
@@ -21,9 +25,11 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 		syncs:     prometheus.NewCounter(prometheus.CounterOpts{Name: "strata_federation_syncs_total", Help: "Global catalog exchanges with another site's gateway."}),
 		summaries: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "strata_federation_summaries_total", Help: "Site summaries sent and received."}, []string{"dir"}),
 		errors:    prometheus.NewCounterVec(prometheus.CounterOpts{Name: "strata_federation_errors_total", Help: "Federation operations that failed, by operation."}, []string{"op"}),
+		dataStreams: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "strata_federation_data_streams_total",
+			Help: "Data-plane streams opened over libp2p to other sites' nodes, by path: direct (hole punching included) or relayed (through another agent's circuit relay)."}, []string{"path"}),
 	}
 	if reg != nil {
-		reg.MustRegister(m.published, m.received, m.merged, m.malformed, m.syncs, m.summaries, m.errors)
+		reg.MustRegister(m.published, m.received, m.merged, m.malformed, m.syncs, m.summaries, m.errors, m.dataStreams)
 	}
 	return m
 }

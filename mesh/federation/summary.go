@@ -146,14 +146,14 @@ type Remote struct {
 	// Heard is when a gateway of this site last got the site's summary.
 	Heard time.Time `json:"heard"`
 	// Status is reachable when Heard is within the reachability window
-	// (see Reachability), else unreachable.
+	// (see UnreachableAfter), else unreachable.
 	Status mesh.SiteStatus `json:"status"`
 }
 
-// Reachability is how long a site stays reachable after its last summary
+// UnreachableAfter is how long a site stays reachable after its last summary
 // was heard: several summary intervals, so one lost summary does not flap
 // it.
-const Reachability = 30 * time.Second
+const UnreachableAfter = 30 * time.Second
 
 // Remotes returns the other sites this agent's site has heard of, sorted by
 // name, each marked reachable or unreachable by when it was last heard.
@@ -165,7 +165,7 @@ func Remotes(m *mesh.Mesh, now time.Time) []Remote {
 			continue
 		}
 		r.Status = mesh.SiteReachable
-		if now.Sub(r.Heard) > Reachability {
+		if now.Sub(r.Heard) > UnreachableAfter {
 			r.Status = mesh.SiteUnreachable
 		}
 		out = append(out, r)
