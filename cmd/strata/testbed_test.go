@@ -490,11 +490,14 @@ func TestFederatedSites(t *testing.T) {
 		}
 		before, start := relayed(), time.Now()
 		var out []byte
+		var took time.Duration
 		// The manifest and the holder's site summary (every 5s) cross
 		// separately: a pull before both arrived finds no holder.
 		meshtest.Poll(t, 60*time.Second, time.Second, name+" pulled at "+to.name, func() bool {
 			var err error
+			t0 := time.Now()
 			out, err = to.run("pull", "--kind", "dataset", name+":1", "--output", filepath.Join(dir, name+".pulled"))
+			took = time.Since(t0)
 			return err == nil
 		}, func() { t.Logf("last pull: %s", out); dump() })
 		got, _ := os.ReadFile(filepath.Join(dir, name+".pulled"))
@@ -502,7 +505,8 @@ func TestFederatedSites(t *testing.T) {
 			t.Fatalf("%s pulled at %s differs from the pushed bytes", name, to.name)
 		}
 		n := relayed() - before
-		t.Logf("%s: pushed at %s, pulled at %s %s after the push, %v requests over libp2p", name, from.name, to.name, time.Since(start).Round(100*time.Millisecond), n)
+		t.Logf("%s: pushed at %s, pulled at %s %s after the push (the pull that got it took %s), %v requests over libp2p",
+			name, from.name, to.name, time.Since(start).Round(100*time.Millisecond), took.Round(100*time.Millisecond), n)
 		if wantRelayed != (n > 0) {
 			t.Errorf("%s: %v data-plane requests went over libp2p, want relayed=%v", name, n, wantRelayed)
 		}

@@ -52,6 +52,9 @@ type Capacity struct {
 // Contact is where another site reaches a node's data plane: its QUIC
 // address, and its libp2p addresses for a relayed stream where that
 // address does not answer (a NAT, a firewall open only to the federation).
+// A node reached through a circuit relay is behind a NAT: its contact has
+// no QUIC address, so pullers go to libp2p at once instead of after a
+// QUIC dial times out.
 type Contact struct {
 	Data       string   `json:"data,omitempty"`
 	Federation []string `json:"federation,omitempty"`
@@ -110,7 +113,11 @@ func Summarize(site string, nodes []mesh.Node, gateways []string) Summary {
 		for _, a := range n.Locality.Artifacts {
 			if reachable && len(holders[a]) < HoldersPerBlob {
 				holders[a] = append(holders[a], n.Name)
-				contacts[n.Name] = Contact{Data: n.Addrs.Data, Federation: n.Addrs.Federation}
+				c := Contact{Data: n.Addrs.Data, Federation: n.Addrs.Federation}
+				if behindNAT(n.Addrs.Federation) {
+					c.Data = ""
+				}
+				contacts[n.Name] = c
 			}
 		}
 		for _, d := range n.Locality.Datasets {
@@ -183,4 +190,16 @@ func Sites(m *mesh.Mesh, now time.Time) []mesh.Site {
 			Status: r.Status, Via: mesh.ViaFederation, Heard: &heard})
 	}
 	return out
+}
+
+// behindNAT reports whether a node advertises a circuit relay address:
+// it is behind a NAT (told so, or AutoNAT found it), and other sites cannot
+// dial its other addresses.
+func behindNAT(addrs []string) bool {
+	for _, a := range addrs {
+		if strings.Contains(a, "/p2p-circuit/") {
+			return true
+		}
+	}
+	return false
 }

@@ -24,6 +24,9 @@ func TestSummaryNamesFewHolders(t *testing.T) {
 		if i == 0 {
 			n.Status = mesh.StatusFailed
 		}
+		if i == 3 { // behind a NAT, reached through a relay
+			n.Addrs.Federation = []string{"/ip4/10.0.0.3/tcp/7950/p2p/QmN3", "/ip4/10.0.9.1/tcp/7950/p2p/QmRelay/p2p-circuit/p2p/QmN3"}
+		}
 		nodes = append(nodes, n)
 	}
 	s := Summarize("s", nodes, nil)
@@ -33,5 +36,8 @@ func TestSummaryNamesFewHolders(t *testing.T) {
 	}
 	if len(s.Contacts) != 4 || s.Contacts["n4"].Data != "10.0.0.4:7471" {
 		t.Errorf("contacts = %v, want n1..n4's", s.Contacts)
+	}
+	if c := s.Contacts["n3"]; c.Data != "" || len(c.Federation) != 2 {
+		t.Errorf("n3, behind a NAT: contact %+v, want its libp2p addresses and no QUIC address", c)
 	}
 }
