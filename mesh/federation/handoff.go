@@ -13,8 +13,11 @@ import (
 
 // HandOff picks, for a request no node of this site can take, the
 // reachable site whose summary shows room for it, and says why; "" when
-// none does. The summary is coarse (free capacity per tier, GPUs per
-// fabric), so the site's own placement may still find no node: a policy
+// none does. Room means free capacity in the tiers the request may use,
+// and as many nodes as it has replicas (or gang members) whose free CPU,
+// memory and GPUs each fit one (the tiers' shapes). The summary is still
+// coarser than the site's own view (shapes are rounded and capped, GPUs
+// per fabric are totals), so its placement may find no node: a policy
 // handed over once is not handed on. Constraints are checked against each
 // site and tier (node.site, node.region, node.tier; a constraint on
 // labels or single nodes matches no summary), and a request with a
@@ -61,9 +64,10 @@ func room(s Summary, req *placement.Request) (ok bool, gpus int, cpu int64, why 
 			perGPUs = req.Gang.GPUsPerNode
 		}
 	}
-	var nodes int
+	var nodes, fitting int
 	var mem int64
 	var tiers []string
+	shaped := false
 	for _, tier := range slices.Sorted(maps.Keys(s.Tiers)) {
 		c := s.Tiers[tier]
 		if len(req.Tiers) > 0 && !slices.Contains(req.Tiers, tier) {
@@ -86,14 +90,28 @@ func room(s Summary, req *placement.Request) (ok bool, gpus int, cpu int64, why 
 		cpu += c.FreeCPU
 		mem += c.FreeMemory
 		gpus += c.FreeGPUs
+		for _, sh := range c.Shapes {
+			shaped = true
+			if sh.FreeCPU >= req.Resources.CPU && sh.FreeMemory >= req.Resources.Memory && sh.FreeGPUs >= perGPUs {
+				fitting += sh.Nodes
+			}
+		}
 	}
 	need := int64(members)
 	if len(tiers) == 0 || nodes < members || cpu < need*req.Resources.CPU || mem < need*req.Resources.Memory || gpus < members*perGPUs {
 		return false, 0, 0, ""
 	}
+	// Each replica or gang member takes a node of its own. A summary
+	// from an agent before shapes has sums only.
+	if shaped && fitting < members {
+		return false, 0, 0, ""
+	}
 	if req.Kind == placement.Training && req.Gang.SameFabric && perGPUs > 0 &&
 		slices.Max(append(slices.Collect(maps.Values(s.Fabrics)), 0)) < members*perGPUs {
 		return false, 0, 0, ""
+	}
+	if shaped {
+		return true, gpus, cpu, fmt.Sprintf("its summary shows %d node(s) in %v with room for one each, of %dm CPU, %d MiB and %d GPU(s) free", fitting, tiers, cpu, mem>>20, gpus)
 	}
 	return true, gpus, cpu, fmt.Sprintf("its summary shows %d node(s) in %v with %dm CPU, %d MiB and %d GPU(s) free", nodes, tiers, cpu, mem>>20, gpus)
 }

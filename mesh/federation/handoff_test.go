@@ -21,6 +21,17 @@ func TestHandOff(t *testing.T) {
 	big := Summary{Site: "cloud-2", Region: "us", Tiers: map[string]Capacity{
 		"cloud": {Nodes: 4, Millicores: 64000, Memory: 256 << 30, GPUs: 32, FreeCPU: 60000, FreeMemory: 200 << 30, FreeGPUs: 32}},
 		Fabrics: map[string]int{"ib-1": 16, "ib-2": 16}}
+	// Ten nodes with 2 cores free each: 20 cores free in all, but no node
+	// takes a replica of 4.
+	small := Summary{Site: "edge-c", Region: "eu", Tiers: map[string]Capacity{
+		"edge": {Nodes: 10, Millicores: 40000, Memory: 40 << 30, FreeCPU: 20000, FreeMemory: 30 << 30,
+			Shapes: []Shape{{FreeCPU: 2000, FreeMemory: 3 << 30, Nodes: 10}}}}}
+	shapedCloud := cloud
+	shapedCloud.Tiers = map[string]Capacity{"cloud": {Nodes: 2, Millicores: 64000, Memory: 256 << 30, GPUs: 16, FreeCPU: 60000, FreeMemory: 200 << 30, FreeGPUs: 16,
+		Shapes: []Shape{{FreeCPU: 40000, FreeMemory: 150 << 30, FreeGPUs: 8, Nodes: 1}, {FreeCPU: 20000, FreeMemory: 50 << 30, FreeGPUs: 8, Nodes: 1}}}}
+	inference := func(replicas int, cpu int64) *placement.Request {
+		return &placement.Request{Kind: placement.Inference, Replicas: replicas, Resources: placement.Resources{CPU: cpu, Memory: 1 << 30}}
+	}
 	constraint := func(src string) placement.Constraint {
 		x, err := policy.CompileConstraint(src)
 		if err != nil {
@@ -51,6 +62,11 @@ func TestHandOff(t *testing.T) {
 			&placement.Request{Kind: placement.Inference, Latency: placement.Latency{P99: 20 * time.Millisecond}}, ""},
 		{"not enough nodes", []Remote{remote(edge, mesh.SiteReachable)},
 			&placement.Request{Kind: placement.Inference, Replicas: 5, Resources: placement.Resources{CPU: 100}}, ""},
+		{"room in sum but on no node", []Remote{remote(small, mesh.SiteReachable)}, inference(2, 4000), ""},
+		{"room on enough nodes", []Remote{remote(small, mesh.SiteReachable)}, inference(2, 1500), "edge-c"},
+		{"more replicas than nodes that fit one", []Remote{remote(small, mesh.SiteReachable), remote(shapedCloud, mesh.SiteReachable)}, inference(3, 20000), ""},
+		{"a gang member per node with its GPUs", []Remote{remote(shapedCloud, mesh.SiteReachable)}, gang(2, 8), "cloud"},
+		{"a gang member needs its GPUs on one node", []Remote{remote(shapedCloud, mesh.SiteReachable)}, gang(1, 16), ""},
 	} {
 		site, why := HandOff(tc.remotes, tc.req)
 		if site != tc.want || (site != "" && !strings.Contains(why, "free")) {

@@ -1,6 +1,7 @@
 package federation
 
 import (
+	"cmp"
 	"encoding/json"
 	"maps"
 	"slices"
@@ -47,6 +48,56 @@ type Capacity struct {
 	FreeCPU    int64 `json:"free_cpu"`
 	FreeMemory int64 `json:"free_memory"`
 	FreeGPUs   int   `json:"free_gpus"`
+	// Shapes says how the free resources are spread over the nodes: the
+	// free CPU, memory and GPUs of one node, rounded down, with how many
+	// nodes have that much; the MaxShapes largest, so it may leave small
+	// nodes out. Sums alone would show room for a replica that fits no
+	// node (ten nodes with 2 cores free each for one that needs 4).
+	// Empty in summaries of agents from before shapes.
+	Shapes []Shape `json:"shapes,omitempty"`
+}
+
+// Shape is the free resources of Nodes nodes of a tier: each has at least
+// this much.
+type Shape struct {
+	FreeCPU    int64 `json:"free_cpu"`
+	FreeMemory int64 `json:"free_memory"`
+	FreeGPUs   int   `json:"free_gpus"`
+	Nodes      int   `json:"nodes"`
+}
+
+// MaxShapes bounds a tier's shapes, so a summary grows with the kinds of
+// nodes a site has, not their number.
+const MaxShapes = 16
+
+// Shapes round free CPU down to shapeCPU millicores and free memory down
+// to shapeMemory bytes, so nodes of one kind share a shape and a summary
+// does not change with every small load change.
+const (
+	shapeCPU    = 250
+	shapeMemory = 256 << 20
+)
+
+// addShape counts one node of the given free resources in shapes.
+func addShape(shapes []Shape, cpu, mem int64, gpus int) []Shape {
+	k := Shape{FreeCPU: max(cpu, 0) / shapeCPU * shapeCPU, FreeMemory: max(mem, 0) / shapeMemory * shapeMemory, FreeGPUs: max(gpus, 0)}
+	for i := range shapes {
+		if s := shapes[i]; s.FreeCPU == k.FreeCPU && s.FreeMemory == k.FreeMemory && s.FreeGPUs == k.FreeGPUs {
+			shapes[i].Nodes++
+			return shapes
+		}
+	}
+	k.Nodes = 1
+	return append(shapes, k)
+}
+
+// largestShapes sorts shapes largest first (GPUs, then CPU, then memory)
+// and keeps MaxShapes of them.
+func largestShapes(shapes []Shape) []Shape {
+	slices.SortFunc(shapes, func(a, b Shape) int {
+		return cmp.Or(cmp.Compare(b.FreeGPUs, a.FreeGPUs), cmp.Compare(b.FreeCPU, a.FreeCPU), cmp.Compare(b.FreeMemory, a.FreeMemory))
+	})
+	return shapes[:min(len(shapes), MaxShapes)]
 }
 
 // Contact is where another site reaches a node's data plane: its QUIC
@@ -102,6 +153,7 @@ func Summarize(site string, nodes []mesh.Node, gateways []string) Summary {
 		c.FreeCPU += n.Load.FreeCPU
 		c.FreeMemory += n.Load.FreeMemory
 		c.FreeGPUs += n.Load.FreeGPUs
+		c.Shapes = addShape(c.Shapes, n.Load.FreeCPU, n.Load.FreeMemory, n.Load.FreeGPUs)
 		s.Tiers[n.Tier] = c
 		if f := n.Capabilities.Fabric; f != "" {
 			s.Fabrics[f] += len(n.Capabilities.GPUs)
@@ -123,6 +175,10 @@ func Summarize(site string, nodes []mesh.Node, gateways []string) Summary {
 		for _, d := range n.Locality.Datasets {
 			datasets[d] = true
 		}
+	}
+	for tier, c := range s.Tiers {
+		c.Shapes = largestShapes(c.Shapes)
+		s.Tiers[tier] = c
 	}
 	s.Models = slices.Sorted(maps.Keys(models))
 	if len(holders) > 0 {

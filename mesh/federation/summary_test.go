@@ -41,3 +41,31 @@ func TestSummaryNamesFewHolders(t *testing.T) {
 		t.Errorf("n3, behind a NAT: contact %+v, want its libp2p addresses and no QUIC address", c)
 	}
 }
+
+// TestSummaryShapes: a tier's shapes group its live nodes by free
+// resources, rounded down, largest first, at most MaxShapes.
+func TestSummaryShapes(t *testing.T) {
+	t.Parallel()
+	node := func(name string, cpu, mem int64, gpus int) mesh.Node {
+		n := mesh.Node{NodeState: mesh.NodeState{Name: name, Site: "s", Tier: mesh.TierEdge}, Status: mesh.StatusAlive}
+		n.Load.FreeCPU, n.Load.FreeMemory, n.Load.FreeGPUs = cpu, mem, gpus
+		return n
+	}
+	nodes := []mesh.Node{node("a", 2100, 1<<30+5, 0), node("b", 2000, 1<<30, 0), node("c", 8000, 4<<30, 2)}
+	dead := node("d", 64000, 64<<30, 8)
+	dead.Status = mesh.StatusFailed
+	nodes = append(nodes, dead)
+	got := Summarize("s", nodes, nil).Tiers["edge"].Shapes
+	want := []Shape{{FreeCPU: 8000, FreeMemory: 4 << 30, FreeGPUs: 2, Nodes: 1}, {FreeCPU: 2000, FreeMemory: 1 << 30, Nodes: 2}}
+	if !reflect.DeepEqual(got, want) {
+		t.Errorf("shapes = %+v, want %+v", got, want)
+	}
+	nodes = nil
+	for i := range 2 * MaxShapes {
+		nodes = append(nodes, node(fmt.Sprint(i), int64(i+1)*1000, 1<<30, 0))
+	}
+	got = Summarize("s", nodes, nil).Tiers["edge"].Shapes
+	if len(got) != MaxShapes || got[0].FreeCPU != 2*MaxShapes*1000 || got[MaxShapes-1].FreeCPU != (MaxShapes+1)*1000 {
+		t.Errorf("%d shapes from %d kinds of node, largest first: %+v", len(got), 2*MaxShapes, got)
+	}
+}
