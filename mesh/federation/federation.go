@@ -369,9 +369,11 @@ func (f *Federation) startHost(ctx context.Context) error {
 			case <-ctx.Done():
 				return
 			case <-sub.Out():
-				if addrs, err = f.advertise(h, addrs); err != nil {
+				now, err := f.advertise(h, addrs)
+				if err != nil {
 					f.cfg.Logger.Warn("advertising federation addresses", "err", err)
 				}
+				addrs = now
 			}
 		}
 	}()
@@ -390,8 +392,10 @@ func (f *Federation) advertise(h host.Host, prev []string) ([]string, error) {
 		// holds on its peers. libp2p advertises such circuit addresses
 		// only for relays at public addresses; peers in private address
 		// space are relays too.
-		for _, p := range f.cfg.Peers {
-			addrs = append(addrs, p+"/p2p-circuit/p2p/"+h.ID().String())
+		for _, p := range f.peers {
+			for _, a := range p.Addrs {
+				addrs = append(addrs, a.String()+"/p2p/"+p.ID.String()+"/p2p-circuit/p2p/"+h.ID().String())
+			}
 		}
 	}
 	slices.Sort(addrs)
