@@ -78,6 +78,11 @@ type Site struct {
 	// (it knows the site from its gateways' summaries, last at Heard).
 	Via   string     `json:"via"`
 	Heard *time.Time `json:"heard,omitempty"`
+	// RTTMillis estimates the round trip in milliseconds from the
+	// answering agent's site to this one, from the sites' WAN coordinates
+	// (Vivaldi, from pings between the sites' gateways). Absent for the
+	// agent's own pool and until both sites have a coordinate.
+	RTTMillis *float64 `json:"rtt_ms,omitempty"`
 }
 
 // Site.Via values.

@@ -35,6 +35,10 @@ type Site struct {
 	// known from its summaries; Heard is when such a summary last came.
 	Via   string     `json:"via"`
 	Heard *time.Time `json:"heard,omitempty"`
+	// RTTMillis estimates the round trip from this agent's site to this
+	// one, from the sites' WAN coordinates (federation only; absent until
+	// both have one).
+	RTTMillis *float64 `json:"rtt_ms,omitempty"`
 }
 
 // Via values.

@@ -105,13 +105,17 @@ func runMembers(args []string, stdout, stderr io.Writer) error {
 
 func printSites(w io.Writer, sites []api.Site) error {
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
-	fmt.Fprintln(tw, "SITE\tREGION\tNODES\tALIVE\tSTATUS\tVIA")
+	fmt.Fprintln(tw, "SITE\tREGION\tNODES\tALIVE\tSTATUS\tRTT\tVIA")
 	for _, s := range sites {
 		via := cmp.Or(s.Via, "pool")
 		if s.Heard != nil {
 			via += fmt.Sprintf(" (heard %s ago)", time.Since(*s.Heard).Round(time.Second))
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%d\t%d\t%s\t%s\n", s.Name, s.Region, s.Nodes, s.Alive, s.Status, via)
+		rtt := "-"
+		if s.RTTMillis != nil {
+			rtt = fmt.Sprintf("%.1fms", *s.RTTMillis)
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%d\t%d\t%s\t%s\t%s\n", s.Name, s.Region, s.Nodes, s.Alive, s.Status, rtt, via)
 	}
 	return tw.Flush()
 }

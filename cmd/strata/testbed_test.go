@@ -315,16 +315,18 @@ func TestCutSiteKeepsServing(t *testing.T) {
 		merged.Round(100*time.Millisecond), time.Since(healed).Round(100*time.Millisecond), last[0])
 }
 
-// TestFederatedSites runs four sites of the testbed as four pools joined
+// TestFederatedSites runs five sites of the testbed as five pools joined
 // by federation over libp2p: edge-a and edge-b of two hosts each, a cloud
-// host, and edge-c behind a NAT (no inbound port), with 10–30 ms between
-// sites. Each agent joins only its own site and names the cloud agent as
-// its federation peer. Every agent sees
-// its own site's members and the other sites through their summaries; a
-// policy applied in edge-a is placed by edge-a and its records reach every
-// site; a site cut off is unreachable to the others (and its agents say
-// they are degraded), and a policy applied meanwhile reaches it after the
-// heal.
+// host, and edge-c and edge-d each behind its own NAT (no inbound port),
+// with 10–30 ms between sites. Each agent joins only its own site and
+// names the cloud agent as its federation peer. Every agent sees its own
+// site's members and the other sites through their summaries; a policy
+// applied in edge-a is placed by edge-a and its records reach every site;
+// one no node of edge-a can take is handed to the cloud; blobs are pulled
+// across sites, NATs included; the sites' WAN coordinates estimate the
+// router's round trips; a site cut off is unreachable to the others (and
+// its agents say they are degraded), and a policy applied meanwhile
+// reaches it after the heal.
 func TestFederatedSites(t *testing.T) {
 	if testing.Short() {
 		t.Skip("a minute or two of real time")
@@ -524,6 +526,25 @@ func TestFederatedSites(t *testing.T) {
 		out, in, refused := bed.NATStats(site)
 		t.Logf("%s's NAT: %d packets out, %d answers in, %d refused", site, out, in, refused)
 	}
+
+	// The sites' WAN coordinates, from pings between gateways, estimate
+	// the router's round trips (twice its one-way delays): from edge-a,
+	// 20 ms to edge-b and 40 ms to the cloud.
+	rtts := func() map[string]float64 {
+		out := map[string]float64{}
+		for name, s := range sitesOf(ea) {
+			if s.RTTMillis != nil {
+				out[name] = *s.RTTMillis
+			}
+		}
+		return out
+	}
+	near := func(got, want float64) bool { return got >= want/2 && got <= want*3/2 }
+	meshtest.Poll(t, 60*time.Second, time.Second, "edge-a's RTT estimates to edge-b (20 ms) and the cloud (40 ms) within 50%", func() bool {
+		r := rtts()
+		return near(r["edge-b"], 20) && near(r["cloud"], 40)
+	}, func() { t.Logf("edge-a's estimates: %v", rtts()) })
+	t.Logf("edge-a's RTT estimates (ms): %v", rtts())
 
 	for _, s := range []string{"edge-a", "cloud", "edge-c", "edge-d"} {
 		bed.Cut("edge-b", s)

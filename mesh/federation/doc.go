@@ -40,6 +40,11 @@
 // Placement: agents see other sites only as summaries, so a policy is
 // placed within the site it was applied in, unless no node there can take
 // it: HandOff then picks a site whose summary shows room, and that site
-// places it. Vivaldi coordinates of two pools are not comparable, so
-// summaries carry no RTT, and a latency-bound service is not handed over.
+// places it. A latency-bound service is not handed over.
+//
+// Distance: Vivaldi coordinates of two pools are not comparable, so the
+// gateways keep a second, WAN coordinate among themselves from pings to
+// other sites' gateways (probeWAN), as Consul's WAN pool does. The
+// publisher's is the site's, in its summary and in the site's catalog
+// (wanKey), and Sites estimates each other site's RTT from them.
 package federation

@@ -137,8 +137,9 @@ func remote(m *mesh.Mesh, site string) (federation.Remote, bool) {
 // TestSitesFederate runs three sites of two agents, each site its own pool,
 // joined by federation over libp2p on loopback: a global record written
 // anywhere reaches every agent of every site, a site-scoped one stays home,
-// every agent sees the other sites' summaries, and when a site's
-// publishing gateway fails the site's next agent takes over.
+// every agent sees the other sites' summaries and an RTT estimate to each,
+// and when a site's publishing gateway fails the site's next agent takes
+// over.
 func TestSitesFederate(t *testing.T) {
 	t.Parallel()
 	network := &meshtest.Network{}
@@ -189,6 +190,22 @@ func TestSitesFederate(t *testing.T) {
 		}
 		return true
 	}, func() { dumpAgents(t, all) })
+	// Every agent estimates its RTT to the other sites from WAN
+	// coordinates; on loopback they are well under a millisecond.
+	meshtest.WaitFor(t, 30*time.Second, "every agent's RTT estimates to the other sites", func() bool {
+		for _, x := range all {
+			sites := federation.Sites(x.m, time.Now())
+			if len(sites) != 2 {
+				return false
+			}
+			for _, s := range sites {
+				if s.RTTMillis == nil || *s.RTTMillis < 0 || *s.RTTMillis > 10 {
+					return false
+				}
+			}
+		}
+		return true
+	})
 
 	// Fail site c's publisher: the other agent of c takes over and c's
 	// new records still reach a.

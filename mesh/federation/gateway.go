@@ -9,10 +9,12 @@ import (
 	"sync"
 	"time"
 
+	"github.com/hashicorp/serf/coordinate"
 	pubsub "github.com/libp2p/go-libp2p-pubsub"
 	"github.com/libp2p/go-libp2p/core/host"
 	"github.com/libp2p/go-libp2p/core/network"
 	"github.com/libp2p/go-libp2p/core/peer"
+	"github.com/libp2p/go-libp2p/p2p/protocol/ping"
 	ma "github.com/multiformats/go-multiaddr"
 
 	"github.com/strata-mesh/strata/mesh"
@@ -27,6 +29,11 @@ const maxBatch = 1 << 20
 // stays fresh); a standby gateway rewrites it only when it is twice as
 // old (the publisher is gone).
 const summaryRefresh = 10 * time.Second
+
+// wanProbeInterval is how often a gateway pings one other site's gateway
+// to update its WAN coordinate: a few hundred bytes a second, and enough
+// samples for the coordinates of tens of sites to settle within a minute.
+const wanProbeInterval = time.Second
 
 // written is an entry's version as published.
 type written struct {
@@ -53,6 +60,12 @@ type gateway struct {
 	heardAt   map[string]time.Time // when it came
 	wrote     map[string]time.Time // when this gateway last wrote a site's entry
 	lastSum   time.Time
+	wroteWAN  time.Time // when this gateway last wrote the site's WAN coordinate
+
+	// wan is this gateway's Vivaldi coordinate among the other sites'
+	// gateways (serf's client, as in Consul's WAN pool): the publisher's
+	// is the site's, in its summary.
+	wan *coordinate.Client
 }
 
 func (f *Federation) startGateway(ctx context.Context) (*gateway, error) {
@@ -64,6 +77,9 @@ func (f *Federation) startGateway(ctx context.Context) (*gateway, error) {
 		cancel()
 		removePubSub(h)
 		return nil, err
+	}
+	if g.wan, err = coordinate.NewClient(coordinate.DefaultConfig()); err != nil {
+		return fail(err)
 	}
 	g.ps, err = pubsub.NewGossipSub(ctx, h,
 		pubsub.WithMaxMessageSize(2*maxBatch),
@@ -91,7 +107,8 @@ func (f *Federation) startGateway(ctx context.Context) (*gateway, error) {
 	f.mu.Lock()
 	f.gw = g
 	f.mu.Unlock()
-	g.wg.Add(3)
+	g.wg.Add(4)
+	go func() { defer g.wg.Done(); g.probeWAN(ctx) }()
 	go func() { defer g.wg.Done(); g.readRecords(ctx, recs) }()
 	go func() { defer g.wg.Done(); g.readSummaries(ctx, sums) }()
 	go func() { defer g.wg.Done(); g.loop(ctx) }()
@@ -235,11 +252,72 @@ func (g *gateway) publishSummary(ctx context.Context) {
 	g.lastSum = time.Now()
 	g.mu.Unlock()
 	s := Summarize(m.Site(), m.Nodes(), gws)
+	s.Coordinate = g.wan.GetCoordinate()
 	if err := g.sums.Publish(ctx, encode(s)); err != nil {
 		g.f.metrics.errors.WithLabelValues("publish").Inc()
 		return
 	}
 	g.f.metrics.summaries.WithLabelValues("sent").Inc()
+	// The site's other agents estimate RTTs to other sites from it.
+	if time.Since(g.wroteWAN) >= summaryRefresh {
+		if _, err := m.Put(wanKey, encode(s.Coordinate), mesh.PutOptions{Scope: mesh.ScopeSite}); err != nil {
+			g.f.metrics.errors.WithLabelValues("write").Inc()
+		} else {
+			g.wroteWAN = time.Now()
+		}
+	}
+}
+
+// probeWAN pings, every wanProbeInterval, a connected gateway of another
+// site whose summary carries a coordinate, and updates this gateway's WAN
+// coordinate with the round trip.
+func (g *gateway) probeWAN(ctx context.Context) {
+	tick := time.NewTicker(wanProbeInterval)
+	defer tick.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-tick.C:
+		}
+		type target struct {
+			site  string
+			coord *coordinate.Coordinate
+		}
+		sites := map[peer.ID]target{}
+		for _, s := range g.known() {
+			if s.Coordinate == nil {
+				continue
+			}
+			for _, gw := range s.Gateways {
+				for _, a := range gw.Addrs {
+					if ai, err := peer.AddrInfoFromString(a); err == nil {
+						sites[ai.ID] = target{s.Site, s.Coordinate}
+					}
+				}
+			}
+		}
+		var peers []peer.ID
+		for _, p := range g.remotePeers() {
+			if _, ok := sites[p]; ok {
+				peers = append(peers, p)
+			}
+		}
+		if len(peers) == 0 {
+			continue
+		}
+		p := peers[rand.IntN(len(peers))]
+		pctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+		res := <-ping.Ping(pctx, g.h, p)
+		cancel()
+		if res.Error != nil {
+			g.f.metrics.errors.WithLabelValues("ping").Inc()
+			continue
+		}
+		if _, err := g.wan.Update(sites[p].site, sites[p].coord, res.RTT); err != nil {
+			g.f.metrics.malformed.Inc()
+		}
+	}
 }
 
 func (g *gateway) readRecords(ctx context.Context, sub *pubsub.Subscription) {

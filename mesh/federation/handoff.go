@@ -21,7 +21,8 @@ import (
 // handed over once is not handed on. Constraints are checked against each
 // site and tier (node.site, node.region, node.tier; a constraint on
 // labels or single nodes matches no summary), and a request with a
-// latency bound is not handed over: summaries carry no coordinates. Of
+// latency bound is not handed over: the receiving site's placement cannot
+// judge its distance to clients in another site. Of
 // the sites with room, the one with the most free GPUs (then CPU) wins.
 func HandOff(remotes []Remote, req *placement.Request) (site, why string) {
 	if req == nil || req.Latency.P99 > 0 {

@@ -8,6 +8,8 @@ import (
 	"strings"
 	"time"
 
+	"github.com/hashicorp/serf/coordinate"
+
 	"github.com/strata-mesh/strata/mesh"
 )
 
@@ -37,6 +39,11 @@ type Summary struct {
 	// Gateways are the site's gateways, best first, with the libp2p
 	// addresses another site dials them at.
 	Gateways []Gateway `json:"gateways"`
+	// Coordinate is the site's Vivaldi coordinate among the sites (its
+	// publishing gateway's, from pings to other sites' gateways): the
+	// distance between two sites' coordinates estimates their RTT. Nil
+	// from agents before WAN coordinates.
+	Coordinate *coordinate.Coordinate `json:"coordinate,omitempty"`
 }
 
 // Capacity is one tier's total and free resources in a site.
@@ -193,11 +200,18 @@ func Summarize(site string, nodes []mesh.Node, gateways []string) Summary {
 
 // same reports whether two summaries of a site say the same, Seq aside.
 func same(a, b Summary) bool {
+	// A coordinate moves a little with every ping: it is rewritten with
+	// the summary every summaryRefresh, not on every change.
 	a.Seq, b.Seq = 0, 0
+	a.Coordinate, b.Coordinate = nil, nil
 	ja, _ := json.Marshal(a)
 	jb, _ := json.Marshal(b)
 	return string(ja) == string(jb)
 }
+
+// wanKey is where a site keeps its own WAN coordinate (written by its
+// publishing gateway), from which its agents estimate RTTs to other sites.
+const wanKey = "federation/wan"
 
 // SitePrefix is where a site keeps the other sites' summaries in its
 // catalog (site scope: each site's gateways write what they heard).
@@ -240,12 +254,32 @@ func Remotes(m *mesh.Mesh, now time.Time) []Remote {
 // API's site list.
 func Sites(m *mesh.Mesh, now time.Time) []mesh.Site {
 	var out []mesh.Site
+	own := SiteCoordinate(m)
 	for _, r := range Remotes(m, now) {
 		heard := r.Heard
-		out = append(out, mesh.Site{Name: r.Summary.Site, Region: r.Summary.Region, Nodes: r.Summary.Nodes, Alive: r.Summary.Alive,
-			Status: r.Status, Via: mesh.ViaFederation, Heard: &heard})
+		s := mesh.Site{Name: r.Summary.Site, Region: r.Summary.Region, Nodes: r.Summary.Nodes, Alive: r.Summary.Alive,
+			Status: r.Status, Via: mesh.ViaFederation, Heard: &heard}
+		if c := r.Summary.Coordinate; own != nil && c != nil && own.IsValid() && c.IsValid() && own.IsCompatibleWith(c) {
+			ms := float64(own.DistanceTo(c)) / float64(time.Millisecond)
+			s.RTTMillis = &ms
+		}
+		out = append(out, s)
 	}
 	return out
+}
+
+// SiteCoordinate returns this agent's site's WAN coordinate, as its
+// publishing gateway last wrote it; nil before it did.
+func SiteCoordinate(m *mesh.Mesh) *coordinate.Coordinate {
+	e, err := m.Get(wanKey)
+	if err != nil {
+		return nil
+	}
+	var c coordinate.Coordinate
+	if json.Unmarshal(e.Value, &c) != nil {
+		return nil
+	}
+	return &c
 }
 
 // behindNAT reports whether a node advertises a circuit relay address:
