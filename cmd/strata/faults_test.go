@@ -127,7 +127,7 @@ func TestFaultSchedule(t *testing.T) {
 	go func() {
 		defer close(done)
 		for time.Now().Before(end) {
-			time.Sleep(time.Duration(10+rng.IntN(10)) * time.Second) // between faults
+			time.Sleep(time.Duration(10+rng.IntN(10)) * time.Second) // the quiet time between faults: part of the random schedule under test
 			lock()
 			var cands []*nsAgent
 			for _, a := range agents {

@@ -31,8 +31,9 @@ const maxBatch = 1 << 20
 const summaryRefresh = 10 * time.Second
 
 // wanProbeInterval is how often a gateway pings one other site's gateway
-// to update its WAN coordinate: a few hundred bytes a second, and enough
-// samples for the coordinates of tens of sites to settle within a minute.
+// to update its WAN coordinate. Each ping opens a libp2p stream, which
+// BenchmarkFederation counts in its WAN bytes; every 2 s, the testbed's
+// estimates (TestFederatedSites) settled too slowly for its minute.
 const wanProbeInterval = time.Second
 
 // written is an entry's version as published.
@@ -269,8 +270,10 @@ func (g *gateway) publishSummary(ctx context.Context) {
 }
 
 // probeWAN pings, every wanProbeInterval, a connected gateway of another
-// site whose summary carries a coordinate, and updates this gateway's WAN
-// coordinate with the round trip.
+// site whose summary carries a coordinate (the connected peers among the
+// gateways the known summaries name: remotePeers, for those with a
+// coordinate), and updates this gateway's WAN coordinate with the round
+// trip.
 func (g *gateway) probeWAN(ctx context.Context) {
 	tick := time.NewTicker(wanProbeInterval)
 	defer tick.Stop()
@@ -298,7 +301,7 @@ func (g *gateway) probeWAN(ctx context.Context) {
 			}
 		}
 		var peers []peer.ID
-		for _, p := range g.remotePeers() {
+		for _, p := range g.h.Network().Peers() {
 			if _, ok := sites[p]; ok {
 				peers = append(peers, p)
 			}
