@@ -262,8 +262,9 @@ func New(cfg Config) (*Agent, error) {
 		Compile: func(p PolicyRecord) (*placement.Request, error) { return a.compile(p) }, Load: a.loadFrom}
 	if a.fed != nil {
 		cc.HandOff = func(_ PolicyRecord, req *placement.Request) (string, string) {
-			return federation.HandOff(federation.Remotes(a.mesh, time.Now()), req)
+			return federation.HandOff(a.mesh.Local().Site, federation.SiteCoordinate(a.mesh), federation.Remotes(a.mesh, time.Now()), req)
 		}
+		cc.RemoteSites = func() []mesh.Site { return federation.Sites(a.mesh, time.Now()) }
 	}
 	a.ctrl = controller.New(cc)
 	a.reg.MustRegister(

@@ -34,8 +34,23 @@ type Live struct {
 	// builds again on any move.
 	CoordSlack time.Duration
 
-	cur   *Snapshot // the last built index, with the load overlay
-	stats LiveStats
+	cur    *Snapshot // the last built index, with the load overlay
+	remote []RemoteClient
+	moved  bool // remote changed since cur was built
+	stats  LiveStats
+}
+
+// SetRemoteClients sets the client sites that no node is in
+// (Builder.AddRemoteClient) for the snapshots Update returns from now on.
+// The index is built again when a client is added, removed, or moved by
+// more than CoordSlack.
+func (l *Live) SetRemoteClients(rs []RemoteClient) {
+	if !slices.EqualFunc(l.remote, rs, func(a, b RemoteClient) bool {
+		return a.Name == b.Name && a.Via == b.Via && (a.RTT-b.RTT).Abs() <= l.CoordSlack
+	}) {
+		l.remote = slices.Clone(rs)
+		l.moved = true
+	}
 }
 
 // LiveStats counts what Live did.
@@ -62,9 +77,16 @@ func (l *Live) Stats() LiveStats {
 // on it, or clone it again, as on any clone.
 func (l *Live) Update(nodes []Node) (*Snapshot, error) {
 	why, changed := l.diff(nodes)
+	if why == "" && l.moved {
+		why = "remote client sites changed"
+	}
 	if why != "" {
 		var b Builder
 		b.Add(nodes...)
+		for _, rc := range l.remote {
+			b.AddRemoteClient(rc)
+		}
+		l.moved = false
 		s, err := b.Build()
 		if err != nil {
 			l.cur = nil

@@ -128,6 +128,35 @@ func TestLiveRebuilds(t *testing.T) {
 			t.Errorf("%s: builds %d→%d, reason %q; want one build for %q", tc.name, before, st.Builds, st.Reason, tc.reason)
 		}
 	}
+	// Remote client sites: a change past the slack builds again.
+	if _, err := live.Update(base); err != nil {
+		t.Fatal(err)
+	}
+	site := base[0].Site
+	for _, tc := range []struct {
+		name   string
+		rtt    time.Duration
+		reason string
+	}{
+		{"remote client added", 20 * time.Millisecond, "remote client"},
+		{"remote client within slack", 20*time.Millisecond + 500*time.Microsecond, ""},
+		{"remote client past slack", 25 * time.Millisecond, "remote client"},
+	} {
+		live.SetRemoteClients([]placement.RemoteClient{{Name: "far", Via: site, RTT: tc.rtt}})
+		before := live.Stats().Builds
+		s, err := live.Update(base)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if st := live.Stats(); (tc.reason == "") != (st.Builds == before) || !strings.Contains(st.Reason, tc.reason) {
+			t.Errorf("%s: builds %d→%d, reason %q; want a build: %v", tc.name, before, st.Builds, st.Reason, tc.reason != "")
+		}
+		if _, ok := s.Client("far"); !ok {
+			t.Errorf("%s: no client far", tc.name)
+		}
+	}
+	live.SetRemoteClients(nil)
+
 	// Load changes on most nodes: building beats a large overlay.
 	ns := topo.Snapshot.Nodes()
 	for i := range ns {

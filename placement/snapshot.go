@@ -120,8 +120,28 @@ var (
 type Builder struct {
 	nodes     []Node
 	clients   map[string]*coordinate.Coordinate
+	remote    []RemoteClient
 	bandwidth Bandwidth
 }
+
+// RemoteClient is a client site with no node in the snapshot, whose
+// distance is known from another coordinate system: the sites of a
+// federated mesh keep WAN coordinates among themselves, and the pool's
+// Vivaldi coordinates do not reach across sites. Its clients are RTT
+// further away than site Via, one of the snapshot's sites: the RTT
+// estimated from them to a node is RTT plus the node's distance from the
+// middle of Via (its client coordinate).
+type RemoteClient struct {
+	Name string        `json:"name"`
+	Via  string        `json:"via"`
+	RTT  time.Duration `json:"rtt"`
+}
+
+// AddRemoteClient adds a client site that no node is in (RemoteClient).
+// A site of the nodes' own keeps its coordinate, one set with SetClient
+// wins over both, and one whose Via has no node with a coordinate stays
+// unknown.
+func (b *Builder) AddRemoteClient(rc RemoteClient) { b.remote = append(b.remote, rc) }
 
 // Add adds nodes. Build copies them; the caller may reuse its slices after
 // Build.
@@ -485,6 +505,20 @@ func (b *Builder) Build() (*Snapshot, error) {
 	}
 	for name, cs := range siteCoords {
 		ix.clients[name] = ClientCoordinate(cs)
+	}
+	for _, rc := range b.remote {
+		via := ix.clients[rc.Via]
+		switch {
+		case rc.Name == "" || rc.RTT < 0:
+			bad("remote client %q: a name and an RTT not below zero are required", rc.Name)
+		case siteCoords[rc.Via] == nil || ix.sites[rc.Name]:
+			// Via has no coordinate yet (the client stays unknown), or
+			// the client is a site of the nodes, whose own serves.
+		default:
+			c := via.Clone()
+			c.Height += rc.RTT.Seconds()
+			ix.clients[rc.Name] = c
+		}
 	}
 	for name, c := range b.clients {
 		if c == nil || !c.IsValid() || (ix.dim > 0 && len(c.Vec) != ix.dim) {

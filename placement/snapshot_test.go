@@ -103,3 +103,56 @@ func TestCloneAndReserve(t *testing.T) {
 		t.Errorf("unknown node: %v", err)
 	}
 }
+
+// TestRemoteClients: a client site with no node, known only by its RTT
+// from one of the nodes' sites (a site of another pool in a federated
+// mesh), is that much further than the site's own clients from every
+// node, and bounds latency as any client does.
+func TestRemoteClients(t *testing.T) {
+	t.Parallel()
+	var b placement.Builder
+	b.Add(box("a1", placement.TierEdge, "edge-a", "east", 4, 8, at(0, 0)),
+		box("a2", placement.TierEdge, "edge-a", "east", 4, 8, at(4, 0)),
+		box("c1", placement.TierCloud, "cloud", "east", 4, 8, nil))
+	b.AddRemoteClient(placement.RemoteClient{Name: "edge-b", Via: "edge-a", RTT: 20 * time.Millisecond})
+	b.AddRemoteClient(placement.RemoteClient{Name: "edge-a", Via: "edge-a", RTT: time.Second})     // a site of the nodes: ignored
+	b.AddRemoteClient(placement.RemoteClient{Name: "edge-z", Via: "cloud", RTT: time.Millisecond}) // no coordinate in the cloud
+	s, err := b.Build()
+	if err != nil {
+		t.Fatal(err)
+	}
+	// edge-a's clients sit at its median, x=2: 2 ms from each node.
+	for _, tc := range []struct {
+		client, node string
+		want         time.Duration
+	}{
+		{"edge-a", "a1", 2 * time.Millisecond},
+		{"edge-b", "a1", 22 * time.Millisecond},
+		{"edge-b", "a2", 22 * time.Millisecond},
+	} {
+		got, err := s.RTT(tc.client, tc.node)
+		if err != nil || (got-tc.want).Abs() > time.Microsecond {
+			t.Errorf("RTT %s → %s = %v, %v; want %v", tc.client, tc.node, got, err, tc.want)
+		}
+	}
+	if _, err := s.RTT("edge-z", "a1"); !errors.Is(err, placement.ErrUnknownClient) {
+		t.Errorf("a remote client through a site without coordinates: %v, want ErrUnknownClient", err)
+	}
+	for _, tc := range []struct {
+		p99      time.Duration
+		feasible bool
+	}{{15 * time.Millisecond, false}, {25 * time.Millisecond, true}} {
+		d := place(t, s, &placement.Request{Kind: placement.Inference, Replicas: 1, Resources: placement.Resources{CPU: 100},
+			Latency: placement.Latency{P99: tc.p99, Clients: []string{"edge-b"}}})
+		if d.Feasible != tc.feasible {
+			t.Errorf("p99 %v from edge-b: feasible %v, want %v", tc.p99, d.Feasible, tc.feasible)
+		}
+	}
+	// A replica per client site: edge-a's own is placed, edge-b's is out
+	// of reach, and the decision says it is short.
+	d := place(t, s, &placement.Request{Kind: placement.Inference, Replicas: 1, PerClientSite: true, Resources: placement.Resources{CPU: 100},
+		Latency: placement.Latency{P99: 5 * time.Millisecond, Clients: []string{"edge-a", "edge-b"}}})
+	if d.Feasible || d.Wanted != 2 || len(d.Placements) != 1 || d.Placements[0].Client != "edge-a" {
+		t.Errorf("per client site: feasible %v, %d of %d placed (%v); want edge-a's replica only", d.Feasible, len(d.Placements), d.Wanted, d.Placements)
+	}
+}

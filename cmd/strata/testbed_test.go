@@ -546,6 +546,42 @@ func TestFederatedSites(t *testing.T) {
 	}, func() { t.Logf("edge-a's estimates: %v", rtts()) })
 	t.Logf("edge-a's RTT estimates (ms): %v", rtts())
 
+	// Latency across sites, from the WAN coordinates: a service for
+	// edge-b's clients within 50 ms is placed in edge-a, 20 ms from them,
+	// where it was applied; one within 15 ms, applied in the cloud (60 ms
+	// from edge-b), is handed to edge-b itself.
+	placement := func(from *nsAgent, name string) (owner string, nodes []string, msg string) {
+		var ps []api.PlacementStatus
+		if from.get(t, &ps, "placements") != nil {
+			return "", nil, ""
+		}
+		for _, p := range ps {
+			if p.Name == name {
+				for _, n := range p.Nodes {
+					nodes = append(nodes, n.Name)
+				}
+				return p.Owner, nodes, p.Message
+			}
+		}
+		return "", nil, ""
+	}
+	inSite := func(site string, nodes []string) bool {
+		return len(nodes) == 1 && strings.HasPrefix(nodes[0], site+"-")
+	}
+	latency := time.Now()
+	applyService(t, ea, "svc-for-b-near", "m", "  latency: {p99: 50ms, clients: [edge-b]}\n")
+	applyService(t, cloud, "svc-for-b-close", "m", "  latency: {p99: 15ms, clients: [edge-b]}\n")
+	var last [2]string
+	meshtest.Poll(t, 60*time.Second, 250*time.Millisecond, "svc-for-b-near placed in edge-a, svc-for-b-close handed to edge-b and placed there", func() bool {
+		owner, nodes, msg := placement(ea, "svc-for-b-near")
+		last[0] = fmt.Sprintf("svc-for-b-near: %s %v %s", owner, nodes, msg)
+		near := strings.HasPrefix(owner, "edge-a-") && inSite("edge-a", nodes)
+		owner, nodes, msg = placement(ea, "svc-for-b-close")
+		last[1] = fmt.Sprintf("svc-for-b-close: %s %v %s", owner, nodes, msg)
+		return near && strings.HasPrefix(owner, "edge-b-") && inSite("edge-b", nodes)
+	}, func() { t.Logf("last seen in edge-a: %q", last); dump() })
+	t.Logf("latency-bound services placed across sites %s after the applies: %q", time.Since(latency).Round(100*time.Millisecond), last)
+
 	for _, s := range []string{"edge-a", "cloud", "edge-c", "edge-d"} {
 		bed.Cut("edge-b", s)
 	}

@@ -106,6 +106,9 @@ func (r *round) snapshot() (*placement.Snapshot, error) {
 		for i, n := range r.nodes {
 			ns[i] = engineNode(n)
 		}
+		if r.c.cfg.RemoteSites != nil {
+			r.c.live.SetRemoteClients(RemoteClients(r.c.cfg.Mesh.Local().Site, r.c.cfg.RemoteSites()))
+		}
 		r.snap, r.err = r.c.live.Update(ns)
 		r.c.mu.Lock()
 		r.c.liveStats = r.c.live.Stats()
@@ -510,12 +513,16 @@ func (c *Controller) write(rec catalog.Placement) {
 }
 
 // Snapshot builds the engine's view of the mesh for placing policy key
-// (none when ""). Resources key already holds on a node count as free for
+// (none when ""), with the client sites of other pools given (see
+// RemoteClients). Resources key already holds on a node count as free for
 // it, so re-placing keeps what still fits.
-func Snapshot(nodes []mesh.Node, key string) (*placement.Snapshot, error) {
+func Snapshot(nodes []mesh.Node, key string, remote ...placement.RemoteClient) (*placement.Snapshot, error) {
 	var b placement.Builder
 	for _, n := range nodes {
 		b.Add(engineNode(n))
+	}
+	for _, rc := range remote {
+		b.AddRemoteClient(rc)
 	}
 	s, err := b.Build()
 	if err != nil || key == "" {
@@ -989,7 +996,27 @@ type Config struct {
 	// policy that no node of this site can take, from the other sites'
 	// summaries: its name and why, or "" to keep it here, failed.
 	HandOff func(p catalog.Policy, req *placement.Request) (site, why string)
-	Logger  *slog.Logger
+	// RemoteSites, when set (federated only), lists the other sites, with
+	// their estimated RTT from this one: a policy placed here may name
+	// their clients (RemoteClients).
+	RemoteSites func() []mesh.Site
+	Logger      *slog.Logger
+}
+
+// RemoteClients turns the other sites of a federated mesh, as seen from
+// site here, into the placement engine's client sites: each is its
+// estimated RTT (a WAN coordinate's, mesh.Site.RTTMillis) further than
+// here. A site without an estimate yet stays an unknown client.
+func RemoteClients(here string, sites []mesh.Site) []placement.RemoteClient {
+	var out []placement.RemoteClient
+	for _, s := range sites {
+		if s.Name == here || s.RTTMillis == nil || *s.RTTMillis < 0 {
+			continue
+		}
+		out = append(out, placement.RemoteClient{Name: s.Name, Via: here, RTT: time.Duration(*s.RTTMillis * float64(time.Millisecond))})
+	}
+	slices.SortFunc(out, func(a, b placement.RemoteClient) int { return strings.Compare(a.Name, b.Name) })
+	return out
 }
 
 // policies returns every applied policy that decodes (the catalog counts

@@ -1,10 +1,13 @@
 package controller
 
 import (
+	"cmp"
 	"slices"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/hashicorp/serf/coordinate"
 
 	"github.com/strata-mesh/strata/internal/catalog"
 	"github.com/strata-mesh/strata/internal/catalog/catalogtest"
@@ -232,5 +235,48 @@ func TestSnapshotFreesWhatThePolicyHolds(t *testing.T) {
 		if got.FreeCPU != tc.cpu || !slices.Equal(free, tc.free) {
 			t.Errorf("for %q: free CPU %d, GPUs free %v; want %d, %v", tc.key, got.FreeCPU, free, tc.cpu, tc.free)
 		}
+	}
+}
+
+// TestRemoteClientSites: in a federated mesh a policy may name the clients
+// of another site, which this site sees only through federation: they
+// are that site's estimated RTT further away, so a service within its
+// bound of them is placed here, and one beyond it is offered to HandOff.
+func TestRemoteClientSites(t *testing.T) {
+	t.Parallel()
+	cat := catalog.New(catalogtest.NewStore(), nil)
+	m := &fakeMesh{nodes: []mesh.Node{gpuNode("dc-1", 8000), gpuNode("dc-2", 8000)}}
+	for i := range m.nodes {
+		m.nodes[i].Coord = &coordinate.Coordinate{Vec: []float64{float64(i) / 1e3, 0}}
+	}
+	rtt := 20.0
+	var offered []string
+	c := New(Config{Mesh: m, Catalog: cat, Federated: true,
+		RemoteSites: func() []mesh.Site { return []mesh.Site{{Name: "edge-b", RTTMillis: &rtt}, {Name: "edge-c"}} },
+		HandOff: func(p catalog.Policy, req *placement.Request) (string, string) {
+			offered = append(offered, p.Name)
+			return "", ""
+		},
+		Compile: func(p catalog.Policy) (*placement.Request, error) {
+			p99 := map[string]time.Duration{"near": 30 * time.Millisecond, "far": 10 * time.Millisecond, "unknown": time.Second}[p.Name]
+			client := map[string]string{"unknown": "edge-c"}[p.Name]
+			return &placement.Request{Kind: placement.Inference, Key: p.Key(), Replicas: 1, Resources: placement.Resources{CPU: 100},
+				Latency: placement.Latency{P99: p99, Clients: []string{cmp.Or(client, "edge-b")}}}, nil
+		}})
+	for _, name := range []string{"near", "far", "unknown"} {
+		if _, err := cat.Policies.Put(catalog.Policy{Kind: policy.KindInferenceService, Name: name, Generation: 1, Site: "dc"}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	c.reconcile()
+	recs := c.placements()
+	if r := recs["InferenceService/near"]; r.State != catalog.StatePending || len(r.Nodes) != 1 {
+		t.Errorf("near: %s %q, want placed here within 30ms of edge-b (20ms away)", r.State, r.Message)
+	}
+	if r := recs["InferenceService/far"]; r.State != catalog.StateFailed || !slices.Equal(offered, []string{"far"}) {
+		t.Errorf("far: %s %q, offered to HandOff: %v; want failed here and offered", r.State, r.Message, offered)
+	}
+	if r := recs["InferenceService/unknown"]; r.State != catalog.StateFailed || !strings.Contains(r.Message, "unknown client") {
+		t.Errorf("unknown: %s %q; want failed: edge-c has no RTT estimate", r.State, r.Message)
 	}
 }

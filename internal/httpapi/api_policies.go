@@ -82,6 +82,19 @@ type PlanResult struct {
 	Warnings []string `json:"warnings,omitempty"`
 }
 
+// remoteClients are the other sites of a federated mesh as client sites
+// of this one's (controller.RemoteClients); none otherwise.
+func (s *Server) remoteClients() []placement.RemoteClient {
+	if s.cfg.RemoteSites == nil {
+		return nil
+	}
+	me, err := s.cfg.Mesh.Node(s.cfg.Mesh.ID())
+	if err != nil {
+		return nil
+	}
+	return controller.RemoteClients(me.Site, s.cfg.RemoteSites())
+}
+
 func (s *Server) handlePlan(w http.ResponseWriter, r *http.Request) {
 	if !httpjson.CheckParams(w, r.URL.Query(), "file", "why") {
 		return
@@ -102,7 +115,7 @@ func (s *Server) handlePlan(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 	}
-	nodes := s.cfg.Mesh.Nodes()
+	nodes, remote := s.cfg.Mesh.Nodes(), s.remoteClients()
 	var out []PlanResult
 	for _, p := range recs {
 		req, err := s.cfg.Compile(p)
@@ -110,7 +123,7 @@ func (s *Server) handlePlan(w http.ResponseWriter, r *http.Request) {
 			writePolicyError(w, err)
 			return
 		}
-		snap, err := controller.Snapshot(nodes, p.Key())
+		snap, err := controller.Snapshot(nodes, p.Key(), remote...)
 		if err != nil {
 			httpjson.Error(w, http.StatusInternalServerError, "", "%v", err)
 			return

@@ -57,7 +57,7 @@ func (s *Server) handleSim(w http.ResponseWriter, r *http.Request) {
 		httpjson.Error(w, http.StatusInternalServerError, "", "%v", err)
 		return
 	}
-	nodes := s.cfg.Mesh.Nodes()
+	nodes, remote := s.cfg.Mesh.Nodes(), s.remoteClients()
 	var pols []sim.PolicyRequest
 	for _, p := range recs {
 		if !s.placeable(p) {
@@ -67,7 +67,7 @@ func (s *Server) handleSim(w http.ResponseWriter, r *http.Request) {
 		if err != nil {
 			continue // its placement says why; a what-if cannot plan it either
 		}
-		snap, err := controller.Snapshot(nodes, p.Key())
+		snap, err := controller.Snapshot(nodes, p.Key(), remote...)
 		if err != nil {
 			httpjson.Error(w, http.StatusInternalServerError, "", "%v", err)
 			return
@@ -82,7 +82,7 @@ func (s *Server) handleSim(w http.ResponseWriter, r *http.Request) {
 		}
 		pols = append(pols, pr)
 	}
-	mesh, err := controller.Snapshot(nodes, "")
+	mesh, err := controller.Snapshot(nodes, "", remote...)
 	if err != nil {
 		httpjson.Error(w, http.StatusInternalServerError, "", "%v", err)
 		return

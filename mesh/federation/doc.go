@@ -40,7 +40,10 @@
 // Placement: agents see other sites only as summaries, so a policy is
 // placed within the site it was applied in, unless no node there can take
 // it: HandOff then picks a site whose summary shows room, and that site
-// places it. A latency-bound service is not handed over.
+// places it. A latency-bound service goes only to a site within its bound
+// of every client site, by the sites' WAN coordinates (below); a site's
+// placement counts another site's clients as that far from the middle of
+// its own (placement.RemoteClient).
 //
 // Distance: Vivaldi coordinates of two pools are not comparable, so the
 // gateways keep a second, WAN coordinate among themselves from pings to

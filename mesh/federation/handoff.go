@@ -5,13 +5,16 @@ import (
 	"fmt"
 	"maps"
 	"slices"
+	"time"
+
+	"github.com/hashicorp/serf/coordinate"
 
 	"github.com/strata-mesh/strata/mesh"
 	"github.com/strata-mesh/strata/placement"
 	"github.com/strata-mesh/strata/policy"
 )
 
-// HandOff picks, for a request no node of this site can take, the
+// HandOff picks, for a request no node of site here can take, the
 // reachable site whose summary shows room for it, and says why; "" when
 // none does. Room means free capacity in the tiers the request may use,
 // and as many nodes as it has replicas (or gang members) whose free CPU,
@@ -20,34 +23,86 @@ import (
 // per fabric are totals), so its placement may find no node: a policy
 // handed over once is not handed on. Constraints are checked against each
 // site and tier (node.site, node.region, node.tier; a constraint on
-// labels or single nodes matches no summary), and a request with a
-// latency bound is not handed over: the receiving site's placement cannot
-// judge its distance to clients in another site. Of
-// the sites with room, the one with the most free GPUs (then CPU) wins.
-func HandOff(remotes []Remote, req *placement.Request) (site, why string) {
-	if req == nil || req.Latency.P99 > 0 {
+// labels or single nodes matches no summary).
+//
+// A request with a latency bound goes only to a site within the bound of
+// every client site it names, as the sites' WAN coordinates estimate it
+// (own is here's coordinate): a client in the site itself counts as zero.
+// It is not handed over when a client is a region or a site without a
+// coordinate, nor to a site without one. Of the sites that qualify, the
+// one nearest its farthest client wins when there is a bound, then the one
+// with the most free GPUs (then CPU).
+func HandOff(here string, own *coordinate.Coordinate, remotes []Remote, req *placement.Request) (site, why string) {
+	if req == nil {
 		return "", ""
 	}
+	coords := map[string]*coordinate.Coordinate{here: own}
+	for _, r := range remotes {
+		coords[r.Summary.Site] = r.Summary.Coordinate
+	}
+	// Coordinates of other dimensions than own's cannot be compared
+	// (serf's DistanceTo panics on them).
+	usable := func(c *coordinate.Coordinate) bool {
+		return c != nil && c.IsValid() && own.IsCompatibleWith(c)
+	}
+	bound := req.Latency.P99 > 0
+	if bound {
+		if own == nil || !own.IsValid() {
+			return "", ""
+		}
+		for _, c := range req.Latency.Clients {
+			if !usable(coords[c]) {
+				return "", ""
+			}
+		}
+	}
 	type fit struct {
-		site string
-		gpus int
-		cpu  int64
-		why  string
+		site  string
+		worst time.Duration
+		gpus  int
+		cpu   int64
+		why   string
 	}
 	var fits []fit
 	for _, r := range remotes {
 		if r.Status != mesh.SiteReachable {
 			continue
 		}
-		if ok, gpus, cpu, why := room(r.Summary, req); ok {
-			fits = append(fits, fit{r.Summary.Site, gpus, cpu, why})
+		ok, gpus, cpu, why := room(r.Summary, req)
+		if !ok {
+			continue
 		}
+		f := fit{site: r.Summary.Site, gpus: gpus, cpu: cpu, why: why}
+		if bound {
+			c := r.Summary.Coordinate
+			if !usable(c) {
+				continue
+			}
+			far := ""
+			for _, name := range req.Latency.Clients {
+				if name == f.site {
+					continue
+				}
+				if d := c.DistanceTo(coords[name]); d > f.worst || far == "" {
+					f.worst, far = d, name
+				}
+			}
+			if f.worst > req.Latency.P99 {
+				continue
+			}
+			if far != "" {
+				f.why += fmt.Sprintf("; its farthest client site, %s, is an estimated %s away", far, f.worst.Round(100*time.Microsecond))
+			} else {
+				f.why += "; its clients are in the site"
+			}
+		}
+		fits = append(fits, f)
 	}
 	if len(fits) == 0 {
 		return "", ""
 	}
 	best := slices.MaxFunc(fits, func(a, b fit) int {
-		return cmp.Or(cmp.Compare(a.gpus, b.gpus), cmp.Compare(a.cpu, b.cpu), cmp.Compare(b.site, a.site))
+		return cmp.Or(cmp.Compare(b.worst, a.worst), cmp.Compare(a.gpus, b.gpus), cmp.Compare(a.cpu, b.cpu), cmp.Compare(b.site, a.site))
 	})
 	return best.site, best.why
 }

@@ -5,6 +5,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/hashicorp/serf/coordinate"
+
 	"github.com/strata-mesh/strata/mesh"
 	"github.com/strata-mesh/strata/placement"
 	"github.com/strata-mesh/strata/policy"
@@ -43,12 +45,43 @@ func TestHandOff(t *testing.T) {
 		return &placement.Request{Kind: placement.Training, Resources: placement.Resources{CPU: 1000, Memory: 1 << 30},
 			Gang: placement.Gang{Nodes: nodes, GPUsPerNode: gpus, SameFabric: true}}
 	}
+	// WAN coordinates on a line, in milliseconds from this site, edge-a.
+	at := func(ms ...float64) *coordinate.Coordinate {
+		c := &coordinate.Coordinate{}
+		for _, x := range ms {
+			c.Vec = append(c.Vec, x/1e3)
+		}
+		return c
+	}
+	own := at(0, 0)
+	placed := func(s Summary, c *coordinate.Coordinate) Remote {
+		s.Coordinate = c
+		return remote(s, mesh.SiteReachable)
+	}
+	near := []Remote{placed(edge, at(10, 0)), placed(cloud, at(40, 0)), placed(big, at(100, 0))}
+	bounded := func(p99 time.Duration, clients ...string) *placement.Request {
+		r := inference(1, 500)
+		r.Latency = placement.Latency{P99: p99, Clients: clients}
+		return r
+	}
 	for _, tc := range []struct {
 		name    string
 		remotes []Remote
 		req     *placement.Request
 		want    string
 	}{
+		{"a latency-bound service goes to its clients' site", near, bounded(20*time.Millisecond, "edge-b"), "edge-b"},
+		{"or to the nearest site within the bound", near, bounded(15*time.Millisecond, "edge-a"), "edge-b"},
+		{"the bound holds for every client", near, bounded(25*time.Millisecond, "edge-a", "cloud"), ""},
+		{"the nearest to the farthest client wins", near, bounded(65*time.Millisecond, "edge-a", "cloud-2"), "cloud"},
+		{"no site is near enough", near, bounded(5*time.Millisecond, "edge-a"), ""},
+		{"no bound: the most free GPUs win", near, inference(1, 500), "cloud-2"},
+		{"a client region cannot be judged", near, bounded(100*time.Millisecond, "eu"), ""},
+		{"a latency bound without coordinates", []Remote{remote(cloud, mesh.SiteReachable)}, bounded(time.Second, "cloud"), ""},
+		{"a site without a coordinate is not chosen", []Remote{remote(edge, mesh.SiteReachable), placed(cloud, at(40, 0))},
+			bounded(time.Second, "edge-a"), "cloud"},
+		{"a coordinate of other dimensions is not compared", []Remote{placed(edge, at(10, 0, 0)), placed(cloud, at(40, 0))},
+			bounded(time.Second, "edge-a"), "cloud"},
 		{"a GPU gang goes where the GPUs are", []Remote{remote(edge, mesh.SiteReachable), remote(cloud, mesh.SiteReachable)}, gang(2, 8), "cloud"},
 		{"the most free GPUs win", []Remote{remote(cloud, mesh.SiteReachable), remote(big, mesh.SiteReachable)}, gang(2, 4), "cloud-2"},
 		{"a gang fits one fabric", []Remote{remote(cloud, mesh.SiteReachable), remote(big, mesh.SiteReachable)}, gang(4, 8), ""},
@@ -58,8 +91,6 @@ func TestHandOff(t *testing.T) {
 				Constraints: []placement.Constraint{constraint(`node.site == "edge-b"`)}}, "edge-b"},
 		{"a label constraint matches no summary", []Remote{remote(cloud, mesh.SiteReachable)},
 			&placement.Request{Kind: placement.Inference, Constraints: []placement.Constraint{constraint(`node.labels["zone"] == "a"`)}}, ""},
-		{"a latency bound is not handed over", []Remote{remote(cloud, mesh.SiteReachable)},
-			&placement.Request{Kind: placement.Inference, Latency: placement.Latency{P99: 20 * time.Millisecond}}, ""},
 		{"not enough nodes", []Remote{remote(edge, mesh.SiteReachable)},
 			&placement.Request{Kind: placement.Inference, Replicas: 5, Resources: placement.Resources{CPU: 100}}, ""},
 		{"room in sum but on no node", []Remote{remote(small, mesh.SiteReachable)}, inference(2, 4000), ""},
@@ -68,9 +99,12 @@ func TestHandOff(t *testing.T) {
 		{"a gang member per node with its GPUs", []Remote{remote(shapedCloud, mesh.SiteReachable)}, gang(2, 8), "cloud"},
 		{"a gang member needs its GPUs on one node", []Remote{remote(shapedCloud, mesh.SiteReachable)}, gang(1, 16), ""},
 	} {
-		site, why := HandOff(tc.remotes, tc.req)
+		site, why := HandOff("edge-a", own, tc.remotes, tc.req)
 		if site != tc.want || (site != "" && !strings.Contains(why, "free")) {
 			t.Errorf("%s: HandOff = %q (%s), want %q", tc.name, site, why, tc.want)
 		}
+	}
+	if site, _ := HandOff("edge-a", nil, near, bounded(time.Second, "edge-b")); site != "" {
+		t.Errorf("a latency bound without this site's coordinate: handed to %q", site)
 	}
 }
