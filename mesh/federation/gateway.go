@@ -30,10 +30,11 @@ const maxBatch = 1 << 20
 // old (the publisher is gone).
 const summaryRefresh = 10 * time.Second
 
-// wanProbeInterval is how often a gateway pings one other site's gateway
-// to update its WAN coordinate. Each ping opens a libp2p stream, which
-// BenchmarkFederation counts in its WAN bytes; every 2 s, the testbed's
-// estimates (TestFederatedSites) settled too slowly for its minute.
+// wanProbeInterval is how often the publishing gateway pings one other
+// site's gateway to update its WAN coordinate. Each ping opens a libp2p
+// stream, which BenchmarkFederation counts in its WAN bytes; every 2 s,
+// the testbed's estimates (TestFederatedSites) settled too slowly for its
+// minute.
 const wanProbeInterval = time.Second
 
 // written is an entry's version as published.
@@ -134,6 +135,10 @@ func removePubSub(h host.Host) {
 }
 
 func (g *gateway) setRank(rank int, gateways []string) {
+	var seed *coordinate.Coordinate
+	if rank == 0 {
+		seed = SiteCoordinate(g.f.cfg.Mesh)
+	}
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	if rank == 0 && g.rank != 0 {
@@ -141,6 +146,11 @@ func (g *gateway) setRank(rank int, gateways []string) {
 		// old one had not sent yet goes out now, not at the next sync.
 		clear(g.published)
 		g.lastSum = time.Time{}
+		// Only the publisher pings: it goes on from the site's last
+		// coordinate rather than from the origin.
+		if seed != nil && seed.IsValid() {
+			_ = g.wan.SetCoordinate(seed) // one of other dimensions is left
+		}
 	}
 	g.rank, g.gateways = rank, gateways
 }
@@ -269,7 +279,8 @@ func (g *gateway) publishSummary(ctx context.Context) {
 	}
 }
 
-// probeWAN pings, every wanProbeInterval, a connected gateway of another
+// probeWAN pings, while this gateway publishes (only its coordinate is
+// the site's), every wanProbeInterval, a connected gateway of another
 // site whose summary carries a coordinate (the connected peers among the
 // gateways the known summaries name: remotePeers, for those with a
 // coordinate), and updates this gateway's WAN coordinate with the round
@@ -282,6 +293,12 @@ func (g *gateway) probeWAN(ctx context.Context) {
 		case <-ctx.Done():
 			return
 		case <-tick.C:
+		}
+		g.mu.Lock()
+		publisher := g.rank == 0
+		g.mu.Unlock()
+		if !publisher {
+			continue
 		}
 		type target struct {
 			site  string
