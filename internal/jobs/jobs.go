@@ -129,8 +129,17 @@ func New(cfg Config) *Runner {
 // Tests of placement alone pause it.
 func (j *Runner) SetPaused(p bool) { j.paused.Store(p) }
 
-// Run starts and watches jobs until ctx ends.
+// Run starts and watches jobs until ctx ends. An agent started with
+// training jobs placed on it in its stored catalog, unfinished, starts
+// none of them for twice its lease, as after a lapse (restartIn): while
+// it was down the mesh may have placed them elsewhere, and that placement
+// reaches it by gossip or sync, not at once.
 func (j *Runner) Run(ctx context.Context) {
+	if keys := j.placedBefore(); len(keys) > 0 {
+		j.lease.lapse(time.Now())
+		j.log.Info("training jobs were placed here before this start: starting none until placements made elsewhere meanwhile have reached this node",
+			"jobs", keys, "wait", j.lease.restartIn(time.Now()))
+	}
 	go j.keepLease(ctx)
 	for {
 		changed := j.cfg.Mesh.Changed()
@@ -142,6 +151,23 @@ func (j *Runner) Run(ctx context.Context) {
 		case <-time.After(2 * time.Second):
 		}
 	}
+}
+
+// placedBefore returns the training jobs the stored catalog places on this
+// node that have not run to their end.
+func (j *Runner) placedBefore() []string {
+	recs, _ := j.cfg.Catalog.Placements.Values()
+	var out []string
+	for _, rec := range recs {
+		if rec.Kind != policy.KindTrainingJob || !slices.ContainsFunc(rec.Nodes, func(n catalog.PlacedNode) bool { return n.Name == j.cfg.Name }) {
+			continue
+		}
+		if prev, err := j.cfg.Catalog.Jobs.Value(rec.Name); err == nil && prev.Over(rec.Generation, rec.Epoch) {
+			continue
+		}
+		out = append(out, rec.Key)
+	}
+	return out
 }
 
 func (j *Runner) reconcile(ctx context.Context) {

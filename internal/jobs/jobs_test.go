@@ -107,6 +107,54 @@ func TestPlacementBeforeItsPolicyWaits(t *testing.T) {
 	}
 }
 
+// TestRestartWaitsForPlacements: an agent started with a job placed on it
+// in its stored catalog (it was down, and the mesh may have placed the
+// job elsewhere meanwhile) starts it only after twice its lease, as after
+// a lapse; one that stored no such placement starts what it is given at
+// once.
+func TestRestartWaitsForPlacements(t *testing.T) {
+	t.Parallel()
+	store := catalogtest.NewStore()
+	cat := catalog.New(store, nil)
+	pol, err := cat.Policies.Put(catalog.Policy{Kind: "TrainingJob", Name: "retrain-1", Source: jobSource, Generation: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	rec := catalog.Placement{Key: "TrainingJob/retrain-1", Kind: "TrainingJob", Name: "retrain-1", Epoch: 1, Generation: 1,
+		State: catalog.StatePlaced, Nodes: []catalog.PlacedNode{{Name: "gpu-2", Rank: 0, Admitted: true}}}
+	if _, err := cat.Placements.Put(rec, pol.Ref()); err != nil {
+		t.Fatal(err)
+	}
+	m := fakeMesh{local: mesh.NodeState{Assignments: []mesh.Assignment{{Key: "TrainingJob/retrain-1", Epoch: 1, Accepted: true}}}}
+	runner := func(node string) *Runner {
+		return New(Config{Name: node, DataDir: t.TempDir(), Catalog: cat, Artifacts: noArtifacts{}, Mesh: m, Lease: time.Hour})
+	}
+	if got := runner("gpu-2").placedBefore(); !slices.Equal(got, []string{"TrainingJob/retrain-1"}) {
+		t.Errorf("gpu-2 placed before: %v, want the job", got)
+	}
+	if got := runner("gpu-3").placedBefore(); got != nil {
+		t.Errorf("gpu-3 placed before: %v, want none", got)
+	}
+	r := runner("gpu-2")
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	go r.Run(ctx)
+	meshtest.WaitFor(t, 10*time.Second, "the restarted runner to wait as after a lapse", func() bool { return r.lease.restartIn(time.Now()) > 0 })
+	r.mu.Lock()
+	started := len(r.runs)
+	r.mu.Unlock()
+	if started != 0 {
+		t.Fatal("a job started while the lease had lapsed lately")
+	}
+	// A job that ran to its end is not waited for.
+	if _, err := cat.Jobs.Put(catalog.Job{Name: "retrain-1", Generation: 1, Epoch: 1, State: catalog.JobSucceeded}); err != nil {
+		t.Fatal(err)
+	}
+	if got := runner("gpu-2").placedBefore(); got != nil {
+		t.Errorf("after the job's end, placed before: %v, want none", got)
+	}
+}
+
 const gangSource = `apiVersion: strata/v1
 kind: TrainingJob
 metadata: {name: gang-1}

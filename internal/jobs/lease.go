@@ -137,3 +137,10 @@ func errString(err error) string {
 	}
 	return err.Error()
 }
+
+// lapse records a lapse at now: jobs start again after restartIn.
+func (l *lease) lapse(now time.Time) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.lapsed = now
+}
