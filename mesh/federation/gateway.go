@@ -14,7 +14,6 @@ import (
 	"github.com/libp2p/go-libp2p/core/host"
 	"github.com/libp2p/go-libp2p/core/network"
 	"github.com/libp2p/go-libp2p/core/peer"
-	"github.com/libp2p/go-libp2p/p2p/protocol/ping"
 	ma "github.com/multiformats/go-multiaddr"
 
 	"github.com/strata-mesh/strata/mesh"
@@ -31,10 +30,9 @@ const maxBatch = 1 << 20
 const summaryRefresh = 10 * time.Second
 
 // wanProbeInterval is how often the publishing gateway pings one other
-// site's gateway to update its WAN coordinate. Each ping opens a libp2p
-// stream, which BenchmarkFederation counts in its WAN bytes; every 2 s,
-// the testbed's estimates (TestFederatedSites) settled too slowly for its
-// minute.
+// site's gateway to update its WAN coordinate, over a stream kept open
+// per peer (protoPing). Every 2 s, the testbed's estimates
+// (TestFederatedSites) settled too slowly for its minute.
 const wanProbeInterval = time.Second
 
 // written is an entry's version as published.
@@ -288,6 +286,8 @@ func (g *gateway) publishSummary(ctx context.Context) {
 func (g *gateway) probeWAN(ctx context.Context) {
 	tick := time.NewTicker(wanProbeInterval)
 	defer tick.Stop()
+	pg := newPinger(g.h)
+	defer pg.keep(nil)
 	for {
 		select {
 		case <-ctx.Done():
@@ -298,6 +298,7 @@ func (g *gateway) probeWAN(ctx context.Context) {
 		publisher := g.rank == 0
 		g.mu.Unlock()
 		if !publisher {
+			pg.keep(nil)
 			continue
 		}
 		type target struct {
@@ -318,23 +319,24 @@ func (g *gateway) probeWAN(ctx context.Context) {
 			}
 		}
 		var peers []peer.ID
+		live := map[peer.ID]bool{}
 		for _, p := range g.h.Network().Peers() {
 			if _, ok := sites[p]; ok {
 				peers = append(peers, p)
+				live[p] = true
 			}
 		}
+		pg.keep(live)
 		if len(peers) == 0 {
 			continue
 		}
 		p := peers[rand.IntN(len(peers))]
-		pctx, cancel := context.WithTimeout(ctx, 5*time.Second)
-		res := <-ping.Ping(pctx, g.h, p)
-		cancel()
-		if res.Error != nil {
+		rtt, err := pg.ping(ctx, p)
+		if err != nil {
 			g.f.metrics.errors.WithLabelValues("ping").Inc()
 			continue
 		}
-		if _, err := g.wan.Update(sites[p].site, sites[p].coord, res.RTT); err != nil {
+		if _, err := g.wan.Update(sites[p].site, sites[p].coord, rtt); err != nil {
 			g.f.metrics.malformed.Inc()
 		}
 	}
