@@ -42,6 +42,10 @@ func (d *delegate) NotifyMsg(b []byte) {
 	}
 	switch b[0] {
 	case msgState:
+		if d.m.heldAlready(b[1:]) {
+			d.m.metrics.stateDuplicates.Inc()
+			return
+		}
 		s, err := decodeState(b[1:])
 		if err != nil {
 			d.m.metrics.malformed.WithLabelValues("state").Inc()

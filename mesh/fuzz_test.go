@@ -7,6 +7,7 @@ import (
 	"crypto/rand"
 	"encoding/binary"
 	"errors"
+	"fmt"
 	"io"
 	"net"
 	"strconv"
@@ -311,13 +312,19 @@ func FuzzDecoders(f *testing.F) {
 // malformedTotal sums strata_gossip_malformed_total over its kinds.
 func malformedTotal(tb testing.TB, reg *prometheus.Registry) float64 {
 	tb.Helper()
+	return metricTotal(tb, reg, "strata_gossip_malformed_total")
+}
+
+// metricTotal sums a counter over its labels.
+func metricTotal(tb testing.TB, reg *prometheus.Registry, name string) float64 {
+	tb.Helper()
 	mfs, err := reg.Gather()
 	if err != nil {
 		tb.Fatal(err)
 	}
 	var n float64
 	for _, mf := range mfs {
-		if mf.GetName() == "strata_gossip_malformed_total" {
+		if mf.GetName() == name {
 			for _, m := range mf.GetMetric() {
 				n += m.GetCounter().GetValue()
 			}
@@ -375,4 +382,92 @@ func invalidCount(tb testing.TB, reg *prometheus.Registry, path, reason string) 
 		}
 	}
 	return 0
+}
+
+// TestDuplicateDocumentsAreNotDecoded: a gossiped node document of the
+// version held, or older, is dropped unread and counted; a newer one is
+// merged, and one whose first keys are not its ID and version is decoded
+// as before.
+func TestDuplicateDocumentsAreNotDecoded(t *testing.T) {
+	tg := newTarget(t, "duplicates", nil, 17951)
+	d := &delegate{m: tg.m}
+	doc := func(version uint64) []byte {
+		b, err := encodeState(&NodeState{ID: "peer-id", Name: "peer", Version: version, Schema: CurrentSchema.String(), Site: "s", Tier: "edge"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return append([]byte{msgState}, b...)
+	}
+	duplicates := func() float64 { return metricTotal(t, tg.reg, "strata_mesh_state_duplicates_total") }
+	for _, tc := range []struct {
+		name    string
+		msg     []byte
+		dropped bool
+		version uint64 // held after
+	}{
+		{"first", doc(3), false, 3},
+		{"the same", doc(3), true, 3},
+		{"older", doc(2), true, 3},
+		{"newer", doc(4), false, 4},
+		{"its own order of the first keys", append([]byte{msgState}, `{"version":4,"name":"peer","id":"peer-id","schema":"1.1"}`...), true, 4},
+		{"another key first", append([]byte{msgState}, `{"site":"s","id":"peer-id","name":"peer","version":5,"schema":"1.1"}`...), false, 5},
+	} {
+		before := duplicates()
+		d.NotifyMsg(tc.msg)
+		if got := duplicates() - before; (got == 1) != tc.dropped {
+			t.Errorf("%s: %v dropped unread, want %v", tc.name, got, tc.dropped)
+		}
+		if n, err := tg.m.Node("peer"); err != nil || n.Version != tc.version {
+			t.Errorf("%s: held version %d (%v), want %d", tc.name, n.Version, err, tc.version)
+		}
+	}
+	if id, v, ok := peekState([]byte(`{"id":"a","name":{"x":1},"version":2}`)); ok {
+		t.Errorf("peekState of a document with an object for its name: %q %d, want not ok", id, v)
+	}
+}
+
+// BenchmarkDuplicateDocument: what a node spends on a gossiped copy of a
+// document it holds already: impl=strata peeks at its ID and version
+// (heldAlready), impl=decode-every-copy reads it whole, as agents did
+// before.
+func BenchmarkDuplicateDocument(b *testing.B) {
+	s := &NodeState{ID: "0123456789abcdef0123456789abcdef", Name: "edge-a-17", Version: 912, Schema: CurrentSchema.String(), Site: "edge-a", Tier: "edge",
+		Labels: map[string]string{"city": "lyon", "rack": "r2"}}
+	s.Capabilities.CPU.Millicores, s.Capabilities.Memory.Total = 16000, 64<<30
+	for i := range 8 {
+		s.Capabilities.GPUs = append(s.Capabilities.GPUs, GPU{Index: i, Model: "NVIDIA H100 80GB HBM3", Memory: 80 << 30, Healthy: true})
+		s.Assignments = append(s.Assignments, Assignment{Key: fmt.Sprintf("InferenceService/svc-%d", i), Epoch: 3, Accepted: true, CPU: 500, Memory: 1 << 30})
+	}
+	raw, err := encodeState(s)
+	if err != nil {
+		b.Fatal(err)
+	}
+	// A thousand copies per op, so that make bench's single op is a
+	// figure, not a timer tick.
+	const copies = 1000
+	for _, impl := range []struct {
+		name string
+		read func() error
+	}{
+		{"decode-every-copy", func() error { _, err := decodeState(raw); return err }},
+		{"strata", func() error {
+			if _, _, ok := peekState(raw); !ok {
+				return errors.New("not peeked")
+			}
+			return nil
+		}},
+	} {
+		b.Run("impl="+impl.name, func(b *testing.B) {
+			start := time.Now()
+			for b.Loop() {
+				for range copies {
+					if err := impl.read(); err != nil {
+						b.Fatal(err)
+					}
+				}
+			}
+			b.ReportMetric(float64(time.Since(start).Nanoseconds())/float64(b.N*copies), "ns/doc")
+			b.ReportMetric(float64(len(raw)), "doc-bytes")
+		})
+	}
 }

@@ -664,6 +664,23 @@ func (m *Mesh) merge(s *NodeState, rebroadcast bool) bool {
 	return true
 }
 
+// heldAlready reports whether b, a gossiped node document, is the version
+// this node holds or an older one. memberlist hands each broadcast to a
+// node several times, and decoding every copy is a large part of what
+// gossip costs in CPU: only the ID and version are read here (peekState).
+// Anything else, this node's own document and malformed ones included, is
+// left to the full decode.
+func (m *Mesh) heldAlready(b []byte) bool {
+	id, version, ok := peekState(b)
+	if !ok {
+		return false
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	held := m.docs[id]
+	return id != m.id && held != nil && (held.Version > version || held.Version == version && held.Schema != "")
+}
+
 // queueBroadcast queues a document for gossip. It must not be called with
 // m.mu held (see Update).
 func (m *Mesh) queueBroadcast(s *NodeState) {

@@ -17,7 +17,9 @@ type metrics struct {
 	malformed    *prometheus.CounterVec
 	dropped      prometheus.Counter
 	stateUpdates prometheus.Counter
-	members      *prometheus.GaugeVec
+	// stateDuplicates counts gossiped documents dropped unread (heldAlready).
+	stateDuplicates prometheus.Counter
+	members         *prometheus.GaugeVec
 	// reconnects counts addresses tried by the reconnect loop.
 	reconnects prometheus.Counter
 	// tombstonesCollected counts catalog tombstones forgotten after their TTL.
@@ -61,6 +63,10 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 			Name: "strata_mesh_state_updates_total",
 			Help: "Peer node documents merged because they were newer than the one held.",
 		}),
+		stateDuplicates: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "strata_mesh_state_duplicates_total",
+			Help: "Gossiped node documents dropped without decoding them, because this agent held that version or a newer one already.",
+		}),
 		members: prometheus.NewGaugeVec(prometheus.GaugeOpts{
 			Name: "strata_mesh_members",
 			Help: "Peers by membership status, as this agent sees them.",
@@ -81,7 +87,7 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 	if reg != nil {
 		reg.MustRegister(m.tombstonesCollected, m.reconnects, m.catalogSyncs)
 		reg.MustRegister(m.invalid, m.peerWarnings, m.logSuppressed, m.conflicts)
-		reg.MustRegister(m.refused, m.malformed, m.dropped, m.stateUpdates, m.members)
+		reg.MustRegister(m.refused, m.malformed, m.dropped, m.stateUpdates, m.stateDuplicates, m.members)
 	}
 	return m
 }

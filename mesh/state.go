@@ -1,9 +1,11 @@
 package mesh
 
 import (
+	"bytes"
 	"encoding/json"
 	"maps"
 	"slices"
+	"strconv"
 	"time"
 
 	"github.com/hashicorp/serf/coordinate"
@@ -270,6 +272,52 @@ func newer(a, b *NodeState) bool {
 }
 
 func encodeState(s *NodeState) ([]byte, error) { return json.Marshal(s) }
+
+// peekState reads a document's ID and version from the first keys of its
+// JSON, as encodeState writes them (the struct's order), without decoding
+// the rest; ok is false when they are not the first keys.
+func peekState(b []byte) (id string, version uint64, ok bool) {
+	dec := json.NewDecoder(bytes.NewReader(b))
+	dec.UseNumber()
+	if t, err := dec.Token(); err != nil || t != json.Delim('{') {
+		return "", 0, false
+	}
+	var haveID, haveVersion bool
+	for range 3 {
+		k, err := dec.Token()
+		if err != nil {
+			return "", 0, false
+		}
+		v, err := dec.Token()
+		if err != nil {
+			return "", 0, false
+		}
+		switch k {
+		case "id":
+			id, haveID = v.(string)
+		case "version":
+			n, isNum := v.(json.Number)
+			if !isNum {
+				return "", 0, false
+			}
+			u, err := strconv.ParseUint(string(n), 10, 64)
+			if err != nil {
+				return "", 0, false
+			}
+			version, haveVersion = u, true
+		case "name":
+			if _, isStr := v.(string); !isStr {
+				return "", 0, false
+			}
+		default:
+			return "", 0, false
+		}
+		if haveID && haveVersion {
+			return id, version, true
+		}
+	}
+	return "", 0, false
+}
 
 func decodeState(b []byte) (*NodeState, error) {
 	var s NodeState
