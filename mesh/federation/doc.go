@@ -46,8 +46,10 @@
 // its own (placement.RemoteClient).
 //
 // Distance: Vivaldi coordinates of two pools are not comparable, so the
-// gateways keep a second, WAN coordinate among themselves from pings to
-// other sites' gateways (probeWAN), as Consul's WAN pool does. The
-// publisher's is the site's, in its summary and in the site's catalog
-// (wanKey), and Sites estimates each other site's RTT from them.
+// publishing gateways keep a second, WAN coordinate among themselves from
+// pings to other sites' gateways (probeWAN), as Consul's WAN pool does.
+// The publisher's is the site's, in its summary and in the site's catalog
+// with the medians of its pings to each site (wanKey); Sites gives each
+// other site's RTT from them, measured where the publisher pinged it
+// lately, else estimated.
 package federation

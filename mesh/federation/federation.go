@@ -333,7 +333,6 @@ func (f *Federation) startHost(ctx context.Context) error {
 	}
 	h.SetStreamHandler(protoSync, f.serveSync)
 	h.SetStreamHandler(protoGateways, f.serveGateways)
-	h.SetStreamHandler(protoPing, f.servePing)
 	if f.cfg.Data != nil {
 		h.SetStreamHandler(protoData, f.serveData)
 	}

@@ -207,6 +207,21 @@ func TestSitesFederate(t *testing.T) {
 		return true
 	})
 
+	// The publisher's measured round trips (the medians of its pings)
+	// reach its site's other agents with its coordinate.
+	meshtest.WaitFor(t, 30*time.Second, "site a's measured round trips to b and c, at a's other agent", func() bool {
+		var w struct {
+			Vec      []float64
+			Measured map[string]float64 `json:"measured_ms"`
+		}
+		for _, x := range a {
+			if e, err := x.m.Get("federation/wan"); err != nil || json.Unmarshal(e.Value, &w) != nil || len(w.Vec) == 0 || len(w.Measured) != 2 {
+				return false
+			}
+		}
+		return true
+	})
+
 	// Fail site c's publisher: the other agent of c takes over and c's
 	// new records still reach a.
 	var pub, rest *agent

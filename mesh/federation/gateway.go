@@ -4,7 +4,9 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"math"
 	"math/rand/v2"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -14,6 +16,7 @@ import (
 	"github.com/libp2p/go-libp2p/core/host"
 	"github.com/libp2p/go-libp2p/core/network"
 	"github.com/libp2p/go-libp2p/core/peer"
+	"github.com/libp2p/go-libp2p/p2p/protocol/ping"
 	ma "github.com/multiformats/go-multiaddr"
 
 	"github.com/strata-mesh/strata/mesh"
@@ -30,9 +33,11 @@ const maxBatch = 1 << 20
 const summaryRefresh = 10 * time.Second
 
 // wanProbeInterval is how often the publishing gateway pings one other
-// site's gateway to update its WAN coordinate, over a stream kept open
-// per peer (protoPing). Every 2 s, the testbed's estimates
-// (TestFederatedSites) settled too slowly for its minute.
+// site's gateway to update its WAN coordinate, with libp2p's ping (a
+// stream each). In BenchmarkFederation, pings over a stream kept open per
+// peer were 0.3% of the WAN bytes, not worth a protocol of their own.
+// Every 2 s, the testbed's estimates (TestFederatedSites) settled too
+// slowly for its minute.
 const wanProbeInterval = time.Second
 
 // written is an entry's version as published.
@@ -66,13 +71,56 @@ type gateway struct {
 	// gateways (serf's client, as in Consul's WAN pool): the publisher's
 	// is the site's, in its summary.
 	wan *coordinate.Client
+	// pings are the last round trips measured to each site (under mu).
+	pings map[string][]pingSample
+}
+
+// pingSample is one round trip measured to a site.
+type pingSample struct {
+	at  time.Time
+	rtt time.Duration
+}
+
+// Measured round trips: the median of the last pingsKept pings to a site,
+// of those within measuredFor.
+const (
+	pingsKept   = 5
+	measuredFor = 2 * time.Minute
+)
+
+// measured returns the median of the recent pings to each site, in
+// milliseconds.
+func (g *gateway) measured(now time.Time) map[string]float64 {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	out := map[string]float64{}
+	for site, ps := range g.pings {
+		var rtts []time.Duration
+		for _, p := range ps {
+			if now.Sub(p.at) <= measuredFor {
+				rtts = append(rtts, p.rtt)
+			}
+		}
+		if len(rtts) == 0 {
+			delete(g.pings, site)
+			continue
+		}
+		slices.Sort(rtts)
+		med := rtts[len(rtts)/2]
+		if len(rtts)%2 == 0 {
+			med = (rtts[len(rtts)/2-1] + med) / 2
+		}
+		out[site] = float64(med) / float64(time.Millisecond)
+	}
+	return out
 }
 
 func (f *Federation) startGateway(ctx context.Context) (*gateway, error) {
 	h := f.Host()
 	var err error
 	ctx, cancel := context.WithCancel(ctx)
-	g := &gateway{f: f, h: h, cancel: cancel, rank: -1, published: map[string]written{}, heard: map[string]Summary{}, heardAt: map[string]time.Time{}, wrote: map[string]time.Time{}}
+	g := &gateway{f: f, h: h, cancel: cancel, rank: -1, published: map[string]written{}, heard: map[string]Summary{}, heardAt: map[string]time.Time{}, wrote: map[string]time.Time{},
+		pings: map[string][]pingSample{}}
 	fail := func(err error) (*gateway, error) {
 		cancel()
 		removePubSub(h)
@@ -261,7 +309,7 @@ func (g *gateway) publishSummary(ctx context.Context) {
 	g.lastSum = time.Now()
 	g.mu.Unlock()
 	s := Summarize(m.Site(), m.Nodes(), gws)
-	s.Coordinate = g.wan.GetCoordinate()
+	s.Coordinate = rounded(g.wan.GetCoordinate())
 	if err := g.sums.Publish(ctx, encode(s)); err != nil {
 		g.f.metrics.errors.WithLabelValues("publish").Inc()
 		return
@@ -269,12 +317,28 @@ func (g *gateway) publishSummary(ctx context.Context) {
 	g.f.metrics.summaries.WithLabelValues("sent").Inc()
 	// The site's other agents estimate RTTs to other sites from it.
 	if time.Since(g.wroteWAN) >= summaryRefresh {
-		if _, err := m.Put(wanKey, encode(s.Coordinate), mesh.PutOptions{Scope: mesh.ScopeSite}); err != nil {
+		w := wanRecord{Coordinate: *s.Coordinate, Measured: g.measured(time.Now())}
+		if _, err := m.Put(wanKey, encode(w), mesh.PutOptions{Scope: mesh.ScopeSite}); err != nil {
 			g.f.metrics.errors.WithLabelValues("write").Inc()
 		} else {
 			g.wroteWAN = time.Now()
 		}
 	}
+}
+
+// rounded returns c with its distances rounded to the microsecond and its
+// error to a thousandth: in full precision the coordinate was a third of
+// a summary's bytes (BenchmarkFederation's WAN bytes grew by 38% with it).
+func rounded(c *coordinate.Coordinate) *coordinate.Coordinate {
+	// Dividing by a power of ten, not multiplying by its inverse, keeps
+	// the shortest decimal (0.000123, not 0.00012299999999999998).
+	r := func(v, per float64) float64 { return math.Round(v*per) / per }
+	out := c.Clone()
+	for i, v := range out.Vec {
+		out.Vec[i] = r(v, 1e6)
+	}
+	out.Error, out.Adjustment, out.Height = r(out.Error, 1e3), r(out.Adjustment, 1e6), r(out.Height, 1e6)
+	return out
 }
 
 // probeWAN pings, while this gateway publishes (only its coordinate is
@@ -286,8 +350,6 @@ func (g *gateway) publishSummary(ctx context.Context) {
 func (g *gateway) probeWAN(ctx context.Context) {
 	tick := time.NewTicker(wanProbeInterval)
 	defer tick.Stop()
-	pg := newPinger(g.h)
-	defer pg.keep(nil)
 	for {
 		select {
 		case <-ctx.Done():
@@ -298,7 +360,6 @@ func (g *gateway) probeWAN(ctx context.Context) {
 		publisher := g.rank == 0
 		g.mu.Unlock()
 		if !publisher {
-			pg.keep(nil)
 			continue
 		}
 		type target struct {
@@ -319,24 +380,31 @@ func (g *gateway) probeWAN(ctx context.Context) {
 			}
 		}
 		var peers []peer.ID
-		live := map[peer.ID]bool{}
 		for _, p := range g.h.Network().Peers() {
 			if _, ok := sites[p]; ok {
 				peers = append(peers, p)
-				live[p] = true
 			}
 		}
-		pg.keep(live)
 		if len(peers) == 0 {
 			continue
 		}
 		p := peers[rand.IntN(len(peers))]
-		rtt, err := pg.ping(ctx, p)
-		if err != nil {
+		pctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+		res := <-ping.Ping(pctx, g.h, p)
+		cancel()
+		if res.Error != nil {
 			g.f.metrics.errors.WithLabelValues("ping").Inc()
 			continue
 		}
-		if _, err := g.wan.Update(sites[p].site, sites[p].coord, rtt); err != nil {
+		rtt := res.RTT
+		site := sites[p].site
+		g.mu.Lock()
+		g.pings[site] = append(g.pings[site], pingSample{time.Now(), rtt})
+		if n := len(g.pings[site]); n > pingsKept {
+			g.pings[site] = g.pings[site][n-pingsKept:]
+		}
+		g.mu.Unlock()
+		if _, err := g.wan.Update(site, sites[p].coord, rtt); err != nil {
 			g.f.metrics.malformed.Inc()
 		}
 	}

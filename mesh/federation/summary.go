@@ -209,9 +209,18 @@ func same(a, b Summary) bool {
 	return string(ja) == string(jb)
 }
 
-// wanKey is where a site keeps its own WAN coordinate (written by its
-// publishing gateway), from which its agents estimate RTTs to other sites.
+// wanKey is where a site keeps its own WAN coordinate and the round trips
+// its publishing gateway measured (a wanRecord, written by that gateway),
+// from which its agents estimate RTTs to other sites.
 const wanKey = "federation/wan"
+
+// wanRecord is what wanKey holds: the site's WAN coordinate, its fields at
+// the top level as agents before Measured wrote it, and the median of the
+// publisher's last pings to each site it pinged lately, in milliseconds.
+type wanRecord struct {
+	coordinate.Coordinate
+	Measured map[string]float64 `json:"measured_ms,omitempty"`
+}
 
 // SitePrefix is where a site keeps the other sites' summaries in its
 // catalog (site scope: each site's gateways write what they heard).
@@ -251,15 +260,20 @@ func Remotes(m *mesh.Mesh, now time.Time) []Remote {
 }
 
 // Sites returns the other sites as mesh.Site rows (via federation) for the
-// API's site list.
+// API's site list. A site's RTT is the median of this site's publisher's
+// last pings to it where it pinged it lately (measured beats estimated
+// when there are few sites to ping), else the estimate from the two
+// sites' WAN coordinates.
 func Sites(m *mesh.Mesh, now time.Time) []mesh.Site {
 	var out []mesh.Site
-	own := SiteCoordinate(m)
+	own := siteWAN(m)
 	for _, r := range Remotes(m, now) {
 		heard := r.Heard
 		s := mesh.Site{Name: r.Summary.Site, Region: r.Summary.Region, Nodes: r.Summary.Nodes, Alive: r.Summary.Alive,
 			Status: r.Status, Via: mesh.ViaFederation, Heard: &heard}
-		if c := r.Summary.Coordinate; own != nil && c != nil && own.IsValid() && c.IsValid() && own.IsCompatibleWith(c) {
+		if ms, ok := own.Measured[s.Name]; ok && ms >= 0 {
+			s.RTTMillis = &ms
+		} else if c := r.Summary.Coordinate; own.Vec != nil && c != nil && own.IsValid() && c.IsValid() && own.IsCompatibleWith(c) {
 			ms := float64(own.DistanceTo(c)) / float64(time.Millisecond)
 			s.RTTMillis = &ms
 		}
@@ -271,15 +285,20 @@ func Sites(m *mesh.Mesh, now time.Time) []mesh.Site {
 // SiteCoordinate returns this agent's site's WAN coordinate, as its
 // publishing gateway last wrote it; nil before it did.
 func SiteCoordinate(m *mesh.Mesh) *coordinate.Coordinate {
-	e, err := m.Get(wanKey)
-	if err != nil {
+	w := siteWAN(m)
+	if w.Vec == nil {
 		return nil
 	}
-	var c coordinate.Coordinate
-	if json.Unmarshal(e.Value, &c) != nil {
-		return nil
+	return &w.Coordinate
+}
+
+// siteWAN reads wanKey; zero before the publisher wrote it.
+func siteWAN(m *mesh.Mesh) wanRecord {
+	var w wanRecord
+	if e, err := m.Get(wanKey); err == nil && json.Unmarshal(e.Value, &w) != nil {
+		return wanRecord{}
 	}
-	return &c
+	return w
 }
 
 // behindNAT reports whether a node advertises a circuit relay address:
