@@ -452,6 +452,18 @@ func TestDashboard(t *testing.T) {
 				t.Errorf("the node table lacks %s", a.Name())
 			}
 		}
+		// The sites table lists every site of the pool, as /v1/sites does.
+		var sites []struct{ Name, Status string }
+		if err := json.Unmarshal(apiCall(t, "GET", api+"/v1/sites", "", nil), &sites); err != nil || len(sites) == 0 {
+			t.Fatalf("GET /v1/sites: %v (%d sites)", err, len(sites))
+		}
+		waitFor(t, "the sites table", fmt.Sprintf(`document.querySelectorAll('.page-mesh table.sites-table tbody tr').length === %d`, len(sites)), 10*time.Second)
+		for _, st := range sites {
+			row := eval(t, fmt.Sprintf(`(document.querySelector('.page-mesh table.sites-table tr[data-site=%q]') || {}).textContent || ''`, st.Name))
+			if !strings.Contains(row, st.Status) || !strings.Contains(row, "this pool") {
+				t.Errorf("site %s: row %q, want its status %s, seen through this pool", st.Name, row, st.Status)
+			}
+		}
 		if n := eval(t, `String(document.querySelectorAll('.page-mesh .mapsvg a.node-link').length)`); n != fmt.Sprint(len(agents)) {
 			t.Errorf("the map has %s nodes, want %d", n, len(agents))
 		}

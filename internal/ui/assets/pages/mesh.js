@@ -1,6 +1,8 @@
 // Mesh: the sites on a map laid out by Vivaldi coordinates (screen distance
-// follows the estimated RTT), every node's status, GPUs, fabric and load,
-// a node's document on click, and the RTT matrix as a heat map.
+// follows the estimated RTT), every site this agent knows with its
+// reachability (its own pool's, and other sites' through federation),
+// every node's status, GPUs, fabric and load, a node's document on click,
+// and the RTT matrix as a heat map.
 import { h, s, swap, get, poll, bytes, millicores, ms, badge, json, failure, empty, section, table, ago } from '../lib.js';
 import { matrix, layout } from '../rtt.js';
 
@@ -15,6 +17,8 @@ function order(nodes) {
 
 export function mount(el, route) {
   let nodes = [];
+  let sites = null; // GET /v1/sites; null until it answers
+  let sitesErr = null;
   let selected = route.args[0] || '';
   let prevPos = new Map();
   let err = null;
@@ -23,6 +27,7 @@ export function mount(el, route) {
   const map = h('div', { class: 'map' });
   const detail = h('aside', { class: 'detail', 'aria-label': 'Node document', tabindex: '-1' });
   const list = h('div');
+  const siteList = h('div');
   const heat = h('div', { class: 'heat' });
   el.append(
     h('h1', {}, 'Mesh'),
@@ -31,16 +36,23 @@ export function mount(el, route) {
       section('Sites by RTT', map,
         h('p', { class: 'muted small' }, 'Distance between sites follows the RTT estimated from Vivaldi coordinates; the nodes of a site are fanned out around it.')),
       detail),
+    section('Sites', siteList),
     section('Nodes', list),
     section('RTT matrix', heat));
 
   function render() {
     if (err) { swap(summary, failure(err, 'GET /v1/nodes')); }
     const ordered = order(nodes);
-    const sites = new Set(ordered.map((n) => n.site));
+    const poolSites = new Set(ordered.map((n) => n.site));
     const alive = ordered.filter((n) => n.status === 'alive').length;
     const gpus = ordered.reduce((a, n) => a + ((n.capabilities && n.capabilities.gpus) || []).length, 0);
-    if (!err) swap(summary, `${ordered.length} nodes (${alive} alive) in ${sites.size} sites, ${gpus} GPUs.`);
+    const remote = (sites || []).filter((st) => st.via === 'federation');
+    const cut = remote.filter((st) => st.status !== 'reachable').length;
+    if (!err) {
+      swap(summary, `${ordered.length} nodes (${alive} alive) in ${poolSites.size} sites, ${gpus} GPUs.` +
+        (remote.length ? ` ${remote.length} other sites through federation${cut ? `, ${cut} unreachable` : ''}.` : ''));
+    }
+    swap(siteList, sitesErr ? failure(sitesErr, 'GET /v1/sites') : sites ? siteTable(sites) : empty('Loading the sites…'));
     swap(map, ordered.length ? drawMap(ordered) : empty('No nodes yet.'));
     swap(list, ordered.length ? nodeTable(ordered) : empty('No nodes yet.'));
     swap(heat, ordered.length > 1 ? heatMap(ordered) : empty('The matrix needs two nodes.'));
@@ -245,6 +257,12 @@ export function mount(el, route) {
     } catch (e) {
       err = e;
     }
+    try {
+      sites = await get('/v1/sites');
+      sitesErr = null;
+    } catch (e) {
+      sitesErr = e;
+    }
     render();
   }, 5000);
 
@@ -256,6 +274,24 @@ export function mount(el, route) {
     if (selected) detail.focus();
   };
   return handle;
+}
+
+// siteTable lists the sites this agent knows: those of its own pool, whose
+// nodes it sees, and those it knows through federation (their gateways'
+// summaries), with the round trip estimated from the sites' WAN
+// coordinates and when the site was last heard from.
+function siteTable(sites) {
+  const rows = [...sites].sort((a, b) => (a.via === b.via ? 0 : a.via === 'pool' ? -1 : 1) || a.name.localeCompare(b.name)).map((st) =>
+    h('tr', { 'data-site': st.name },
+      h('th', { scope: 'row' }, st.name),
+      h('td', {}, st.region || '–'),
+      h('td', {}, badge(st.status)),
+      h('td', {}, st.via === 'pool' ? 'this pool' : 'federation'),
+      h('td', { class: 'num' }, `${st.alive}/${st.nodes}`),
+      h('td', { class: 'num' }, st.rtt_ms != null ? ms(st.rtt_ms) : '–'),
+      h('td', {}, st.heard ? ago(st.heard) : '–')));
+  return [table(['Site', 'Region', 'Status', 'Seen through', 'Nodes alive', 'RTT', 'Heard'], rows, { class: 'sites-table' }),
+    h('p', { class: 'muted small' }, 'Sites of other pools are known from their gateways’ summaries; their RTT is estimated from the sites’ WAN coordinates, and a site not heard from for 30 s is unreachable.')];
 }
 
 // tierSummary lists the sites of each tier with their nodes, GPUs and
