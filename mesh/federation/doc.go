@@ -17,7 +17,8 @@
 // The first gateway publishes; the others subscribe too, so a site keeps
 // hearing the federation while its publisher fails. A gateway that connects
 // to another site's gateway, and every SyncInterval one connected gateway,
-// exchange their global catalogs over a libp2p stream: a site cut off
+// exchange what differs in their global catalogs over a libp2p stream
+// (bucket digests, then versions, then records: see sync.go): a site cut off
 // catches up by version when the link heals, and a record whose GossipSub
 // copy was lost is repaired. WAN traffic grows with sites, not nodes: an
 // agent that is not a gateway only answers lookups and syncs.

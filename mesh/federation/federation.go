@@ -32,6 +32,7 @@ const (
 	topicRecords   = "strata/federation/records/1"
 	topicSummaries = "strata/federation/summaries/1"
 	protoSync      = "/strata/federation/sync/1.0.0"
+	protoSync2     = "/strata/federation/sync/2.0.0"
 	protoGateways  = "/strata/federation/gateways/1.0.0"
 )
 
@@ -332,6 +333,7 @@ func (f *Federation) startHost(ctx context.Context) error {
 		return err
 	}
 	h.SetStreamHandler(protoSync, f.serveSync)
+	h.SetStreamHandler(protoSync2, f.serveSync)
 	h.SetStreamHandler(protoGateways, f.serveGateways)
 	if f.cfg.Data != nil {
 		h.SetStreamHandler(protoData, f.serveData)
