@@ -78,10 +78,12 @@ type Site struct {
 	// (it knows the site from its gateways' summaries, last at Heard).
 	Via   string     `json:"via"`
 	Heard *time.Time `json:"heard,omitempty"`
-	// RTTMillis estimates the round trip in milliseconds from the
-	// answering agent's site to this one, from the sites' WAN coordinates
-	// (Vivaldi, from pings between the sites' gateways). Absent for the
-	// agent's own pool and until both sites have a coordinate.
+	// RTTMillis is the round trip in milliseconds from the answering
+	// agent's site to this one: the median of its site's publishing
+	// gateway's last pings to it, where it pinged it in the last 2
+	// minutes, else the estimate from the sites' WAN coordinates (Vivaldi,
+	// from those pings). Absent for the agent's own pool and until either
+	// is known.
 	RTTMillis *float64 `json:"rtt_ms,omitempty"`
 }
 

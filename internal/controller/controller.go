@@ -997,16 +997,17 @@ type Config struct {
 	// summaries: its name and why, or "" to keep it here, failed.
 	HandOff func(p catalog.Policy, req *placement.Request) (site, why string)
 	// RemoteSites, when set (federated only), lists the other sites, with
-	// their estimated RTT from this one: a policy placed here may name
-	// their clients (RemoteClients).
+	// their RTT from this one: a policy placed here may name their
+	// clients (RemoteClients).
 	RemoteSites func() []mesh.Site
 	Logger      *slog.Logger
 }
 
 // RemoteClients turns the other sites of a federated mesh, as seen from
-// site here, into the placement engine's client sites: each is its
-// estimated RTT (a WAN coordinate's, mesh.Site.RTTMillis) further than
-// here. A site without an estimate yet stays an unknown client.
+// site here, into the placement engine's client sites: each is its RTT
+// from here (mesh.Site.RTTMillis: measured by the sites' gateways, or
+// estimated from their WAN coordinates) further than here. A site without
+// one yet stays an unknown client.
 func RemoteClients(here string, sites []mesh.Site) []placement.RemoteClient {
 	var out []placement.RemoteClient
 	for _, s := range sites {
