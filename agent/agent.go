@@ -260,10 +260,12 @@ func New(cfg Config) (*Agent, error) {
 	}
 	cc := controller.Config{Mesh: a.mesh, Catalog: a.cat, Artifacts: a.art, Logger: a.log, Federated: a.fed != nil,
 		Compile: func(p PolicyRecord) (*placement.Request, error) { return a.compile(p) }, Load: a.loadFrom}
+	var handOff func(PolicyRecord, *placement.Request) (string, string)
 	if a.fed != nil {
-		cc.HandOff = func(_ PolicyRecord, req *placement.Request) (string, string) {
+		handOff = func(_ PolicyRecord, req *placement.Request) (string, string) {
 			return federation.HandOff(a.mesh.Local().Site, federation.SiteCoordinate(a.mesh), federation.Remotes(a.mesh, time.Now()), req)
 		}
+		cc.HandOff = handOff
 		cc.RemoteSites = func() []mesh.Site { return federation.Sites(a.mesh, time.Now()) }
 	}
 	a.ctrl = controller.New(cc)
@@ -293,6 +295,7 @@ func New(cfg Config) (*Agent, error) {
 			return federation.Sites(a.mesh, time.Now())
 		},
 		Compile: func(p PolicyRecord) (*placement.Request, error) { return a.compile(p) },
+		HandOff: handOff,
 	}
 	if a.inf != nil {
 		ac2.Inference = a.inf.Handler()

@@ -67,6 +67,15 @@ type PlanResult struct {
 	// Warnings name what the policy refers to that is not published: it
 	// would be placed, but would wait for it.
 	Warnings []string `json:"warnings,omitempty"`
+	// HandOff, in a federated mesh, is the site an apply would hand the
+	// policy to when no node of this agent's site can take it.
+	HandOff *HandOff `json:"hand_off,omitempty"`
+}
+
+// HandOff names the site a policy would be handed to, and why that site.
+type HandOff struct {
+	Site string `json:"site"`
+	Why  string `json:"why"`
 }
 
 // Decision is a placement decision: the chosen nodes with their scores,

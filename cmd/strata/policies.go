@@ -46,7 +46,8 @@ func runPlan(args []string, stdout, stderr io.Writer) error {
 	}
 	all := true
 	for _, r := range results {
-		all = all && r.Decision != nil && r.Decision.Feasible
+		// A policy handed to another site is placed there.
+		all = all && (r.Decision != nil && r.Decision.Feasible || r.HandOff != nil)
 		for _, w := range r.Warnings {
 			fmt.Fprintf(stderr, "warning: %s\n", w)
 		}

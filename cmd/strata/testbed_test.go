@@ -569,9 +569,14 @@ func TestFederatedSites(t *testing.T) {
 	inSite := func(site string, nodes []string) bool {
 		return len(nodes) == 1 && strings.HasPrefix(nodes[0], site+"-")
 	}
+	// plan says where an apply would send it.
+	closeSpec := "  latency: {p99: 15ms, clients: [edge-b]}\n"
+	if out, err := cloud.run("plan", "-f", serviceFile(t, "svc-for-b-close", "m", closeSpec)); err != nil || !strings.Contains(string(out), "it would be handed to site edge-b") {
+		t.Errorf("plan svc-for-b-close at the cloud: %v\n%s", err, out)
+	}
 	latency := time.Now()
 	applyService(t, ea, "svc-for-b-near", "m", "  latency: {p99: 50ms, clients: [edge-b]}\n")
-	applyService(t, cloud, "svc-for-b-close", "m", "  latency: {p99: 15ms, clients: [edge-b]}\n")
+	applyService(t, cloud, "svc-for-b-close", "m", closeSpec)
 	var last [2]string
 	meshtest.Poll(t, 60*time.Second, 250*time.Millisecond, "svc-for-b-near placed in edge-a, svc-for-b-close handed to edge-b and placed there", func() bool {
 		owner, nodes, msg := placement(ea, "svc-for-b-near")
@@ -626,9 +631,16 @@ func hostMetrics(t *testing.T, h testbed.Host) []byte {
 // of model version 1 with more (YAML lines) added to its spec.
 func applyService(t *testing.T, a *nsAgent, name, model, more string) {
 	t.Helper()
-	f := filepath.Join(t.TempDir(), name+".yaml")
-	os.WriteFile(f, []byte("apiVersion: strata/v1\nkind: InferenceService\nmetadata: {name: "+name+"}\nspec:\n  model: {name: "+model+", version: \"1\"}\n  replicas: 1\n  resources: {cpu: 10m, memory: 16Mi}\n"+more), 0o600)
-	if out, err := a.run("apply", "-f", f); err != nil {
+	if out, err := a.run("apply", "-f", serviceFile(t, name, model, more)); err != nil {
 		t.Fatalf("apply %s at %s: %v\n%s", name, a.name, err, out)
 	}
+}
+
+// serviceFile writes the policy applyService applies, and returns its
+// path.
+func serviceFile(t *testing.T, name, model, more string) string {
+	t.Helper()
+	f := filepath.Join(t.TempDir(), name+".yaml")
+	os.WriteFile(f, []byte("apiVersion: strata/v1\nkind: InferenceService\nmetadata: {name: "+name+"}\nspec:\n  model: {name: "+model+", version: \"1\"}\n  replicas: 1\n  resources: {cpu: 10m, memory: 16Mi}\n"+more), 0o600)
+	return f
 }

@@ -11,6 +11,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/strata-mesh/strata/api"
 	"github.com/strata-mesh/strata/internal/controller"
 	"github.com/strata-mesh/strata/internal/httpjson"
 	"github.com/strata-mesh/strata/internal/serving"
@@ -80,6 +81,8 @@ type PlanResult struct {
 	// Warnings name what the policy refers to that is not published: it
 	// would be placed, but would wait for it.
 	Warnings []string `json:"warnings,omitempty"`
+	// HandOff is the site an apply would hand the policy to (federated).
+	HandOff *api.HandOff `json:"hand_off,omitempty"`
 }
 
 // remoteClients are the other sites of a federated mesh as client sites
@@ -134,6 +137,15 @@ func (s *Server) handlePlan(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 		res := PlanResult{Policy: p.Key(), Decision: dec, Explanation: dec.String(), Warnings: s.missing(p)}
+		// As the controller does (see Controller.handOff): a policy no
+		// node here can take goes to a site whose summary shows room.
+		if s.cfg.HandOff != nil && (len(dec.Placements) == 0 || req.Kind == placement.Training && !dec.Feasible) {
+			if site, because := s.cfg.HandOff(p, req); site != "" {
+				res.HandOff = &api.HandOff{Site: site, Why: because}
+				res.Explanation = strings.TrimRight(res.Explanation, "\n") +
+					fmt.Sprintf("\nNo node of this site can take it: applied, it would be handed to site %s, where %s.\n", site, because)
+			}
+		}
 		if why != "" {
 			res.Why = dec.Explain(why)
 		}

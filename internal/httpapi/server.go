@@ -63,6 +63,9 @@ type Config struct {
 	CheckModel func(name, version string, model []byte) error
 	// Compile turns an applied policy into a placement request (plan).
 	Compile func(catalog.Policy) (*placement.Request, error)
+	// HandOff, optional (federated only), picks the site a policy that no
+	// node of this site can take would be handed to (plan says so).
+	HandOff func(catalog.Policy, *placement.Request) (site, why string)
 	// IssueCert issues a node certificate (POST /v1/pki/certificates);
 	// nil when this agent holds no CA key.
 	IssueCert func(api.CertRequest) ([]byte, error)
