@@ -38,7 +38,9 @@ func HandOff(here string, own *coordinate.Coordinate, remotes []Remote, req *pla
 	}
 	coords := map[string]*coordinate.Coordinate{here: own}
 	for _, r := range remotes {
-		coords[r.Summary.Site] = r.Summary.Coordinate
+		if r.Summary.Site != here {
+			coords[r.Summary.Site] = r.Summary.Coordinate
+		}
 	}
 	// Coordinates of other dimensions than own's cannot be compared
 	// (serf's DistanceTo panics on them).
