@@ -135,6 +135,7 @@ func (j *Runner) SetPaused(p bool) { j.paused.Store(p) }
 // it was down the mesh may have placed them elsewhere, and that placement
 // reaches it by gossip or sync, not at once.
 func (j *Runner) Run(ctx context.Context) {
+	j.lease.begin(time.Now())
 	if keys := j.placedBefore(); len(keys) > 0 {
 		j.lease.lapse(time.Now())
 		j.log.Info("training jobs were placed here before this start: starting none until placements made elsewhere meanwhile have reached this node",

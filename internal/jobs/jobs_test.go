@@ -140,6 +140,12 @@ func TestRestartWaitsForPlacements(t *testing.T) {
 	defer cancel()
 	go r.Run(ctx)
 	meshtest.WaitFor(t, 10*time.Second, "the restarted runner to wait as after a lapse", func() bool { return r.lease.restartIn(time.Now()) > 0 })
+	r.lease.mu.Lock()
+	began := !r.lease.lastTick.IsZero()
+	r.lease.mu.Unlock()
+	if !began {
+		t.Error("Run did not begin the lease before starting jobs")
+	}
 	r.mu.Lock()
 	started := len(r.runs)
 	r.mu.Unlock()

@@ -138,6 +138,16 @@ func errString(err error) string {
 	return err.Error()
 }
 
+// begin starts the lease at now, before any job runs: a pause from then
+// on shows as a late check. (A lease checked first by keepLease's ticker,
+// half a second in, let a run that started and was paused within that
+// half second record its outcome.)
+func (l *lease) begin(now time.Time) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.lastTick, l.lastOK = now, now
+}
+
 // lapse records a lapse at now: jobs start again after restartIn.
 func (l *lease) lapse(now time.Time) {
 	l.mu.Lock()

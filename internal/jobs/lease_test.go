@@ -37,6 +37,13 @@ func TestLease(t *testing.T) {
 	if !p.lapsedSince(at(500*time.Millisecond), at(9*time.Second)) {
 		t.Error("a run that ended across an 8s pause is not fenced")
 	}
+	// A pause right after start, before the first periodic check: the
+	// lease began when the runner did.
+	b := lease{every: 10 * time.Second}
+	b.begin(at(0))
+	if !b.lapsedSince(at(200*time.Millisecond), at(20*time.Second)) {
+		t.Error("a run that ended across a pause before the first check is not fenced")
+	}
 	q := lease{every: 10 * time.Second}
 	q.tick(at(0), true)
 	q.tick(at(time.Second), true)
