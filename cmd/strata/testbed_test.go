@@ -493,7 +493,7 @@ func TestFederatedSites(t *testing.T) {
 		before, start := relayed(), time.Now()
 		var out []byte
 		var took time.Duration
-		// The manifest and the holder's site summary (every 5s) cross
+		// The manifest and the holder's site summary (within 5s) cross
 		// separately: a pull before both arrived finds no holder.
 		meshtest.Poll(t, 60*time.Second, time.Second, name+" pulled at "+to.name, func() bool {
 			var err error

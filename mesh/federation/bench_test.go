@@ -21,7 +21,8 @@ import (
 // BenchmarkFederation compares two ways to run S sites of A agents in one
 // process, with the production timings (memberlist's LAN config as the
 // mesh tunes it, compression off as in the mesh benchmarks; summaries
-// every 5s, syncs every 30s):
+// checked every 5s, syncs every 30s), but one gateway per site (the
+// default is two):
 //
 //   - impl=federation: each site its own pool (in-memory network), the
 //     sites joined by federation over libp2p on loopback TCP, one gateway

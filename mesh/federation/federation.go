@@ -61,8 +61,9 @@ type Config struct {
 	// network over TCP: a host without the key cannot connect.
 	PSK []byte
 	// SummaryInterval is how often the publishing gateway sends its
-	// site's summary and checks for new records (default 5s; records
-	// also go out as soon as the pool changes).
+	// site's summary when it changed (every summaryQuiet otherwise) and
+	// checks for new records (default 5s; records also go out as soon as
+	// the pool changes).
 	SummaryInterval time.Duration
 	// SyncInterval is how often a gateway exchanges its global catalog
 	// with one other site's gateway as anti-entropy (default 30s).

@@ -26,6 +26,13 @@ import (
 // topic takes messages up to twice that.
 const maxBatch = 1 << 20
 
+// summaryQuiet is how often the publishing gateway sends its site's
+// summary while nothing in it changes but its coordinate (a change goes
+// out within SummaryInterval): a third of UnreachableAfter, so that the
+// other sites miss two in a row before they count the site unreachable.
+// Summaries are most of the WAN bytes (BenchmarkFederation).
+const summaryQuiet = UnreachableAfter / 3
+
 // summaryRefresh is how often the publishing gateway rewrites a remote
 // site's catalog entry when its summary has not changed (so that Heard
 // stays fresh); a standby gateway rewrites it only when it is twice as
@@ -65,6 +72,8 @@ type gateway struct {
 	heardAt   map[string]time.Time // when it came
 	wrote     map[string]time.Time // when this gateway last wrote a site's entry
 	lastSum   time.Time
+	sent      Summary   // the last summary sent
+	sentAt    time.Time // when (zero: none since this gateway began publishing)
 	wroteWAN  time.Time // when this gateway last wrote the site's WAN coordinate
 
 	// wan is this gateway's Vivaldi coordinate among the other sites'
@@ -191,7 +200,7 @@ func (g *gateway) setRank(rank int, gateways []string) {
 		// A new publisher sends every record of its site once: what the
 		// old one had not sent yet goes out now, not at the next sync.
 		clear(g.published)
-		g.lastSum = time.Time{}
+		g.lastSum, g.sentAt = time.Time{}, time.Time{}
 		// Only the publisher pings: it goes on from the site's last
 		// coordinate rather than from the origin.
 		if seed != nil && seed.IsValid() {
@@ -310,11 +319,19 @@ func (g *gateway) publishSummary(ctx context.Context) {
 	g.mu.Unlock()
 	s := Summarize(m.Site(), m.Nodes(), gws)
 	s.Coordinate = rounded(g.wan.GetCoordinate())
-	if err := g.sums.Publish(ctx, encode(s)); err != nil {
-		g.f.metrics.errors.WithLabelValues("publish").Inc()
-		return
+	g.mu.Lock()
+	quiet := !g.sentAt.IsZero() && same(g.sent, s) && time.Since(g.sentAt) < summaryQuiet
+	g.mu.Unlock()
+	if !quiet {
+		if err := g.sums.Publish(ctx, encode(s)); err != nil {
+			g.f.metrics.errors.WithLabelValues("publish").Inc()
+			return
+		}
+		g.f.metrics.summaries.WithLabelValues("sent").Inc()
+		g.mu.Lock()
+		g.sent, g.sentAt = s, time.Now()
+		g.mu.Unlock()
 	}
-	g.f.metrics.summaries.WithLabelValues("sent").Inc()
 	// The site's other agents estimate RTTs to other sites from it.
 	if time.Since(g.wroteWAN) >= summaryRefresh {
 		w := wanRecord{Coordinate: *s.Coordinate, Measured: g.measured(time.Now())}
