@@ -415,3 +415,28 @@ func TestReachabilityChecked(t *testing.T) {
 		}
 	}
 }
+
+// TestNewSiteHearsQuietSites: a site whose summary has not changed for a
+// while is republished only every 10 s, but a site that joins the
+// federation meanwhile hears of it within seconds: its gateway joining
+// the summaries topic makes the quiet publisher send at its next interval.
+func TestNewSiteHearsQuietSites(t *testing.T) {
+	// Not parallel: it shortens how long a new publisher sends every
+	// interval, for every gateway in the process. Restored last, after
+	// the sites' own cleanups have stopped their gateways.
+	t.Cleanup(federation.SetNewPublisher(0))
+	network := &meshtest.Network{}
+	a := site(t, network, "a", 1, nil)
+	boot := gatewayAddrs(t, a)
+	b := site(t, network, "b", 1, boot)
+	meshtest.WaitFor(t, 30*time.Second, "b to hear of a", func() bool { _, ok := remote(b[0].m, "a"); return ok })
+	// a has sent its summary; it does not change from here on.
+	time.Sleep(time.Second) // part of the scenario: a's publisher has sent its summary and is quiet now
+	joined := time.Now()
+	c := site(t, network, "c", 1, boot)
+	meshtest.WaitFor(t, 7*time.Second, "c, new, to hear of quiet a within its summary interval (0.2 s) and a join, not 10 s", func() bool {
+		_, ok := remote(c[0].m, "a")
+		return ok
+	})
+	t.Logf("c heard of a %s after it started", time.Since(joined).Round(10*time.Millisecond))
+}

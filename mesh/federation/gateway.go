@@ -27,11 +27,16 @@ import (
 const maxBatch = 1 << 20
 
 // summaryQuiet is how often the publishing gateway sends its site's
-// summary while nothing in it changes but its coordinate (a change goes
-// out within SummaryInterval): a third of UnreachableAfter, so that the
-// other sites miss two in a row before they count the site unreachable.
+// summary while nothing in it changes but its coordinate (a change, or a
+// gateway joining the topic, makes it go out within SummaryInterval): a
+// third of UnreachableAfter, so that the other sites miss two in a row
+// before they count the site unreachable.
 // Summaries are most of the WAN bytes (BenchmarkFederation).
 const summaryQuiet = UnreachableAfter / 3
+
+// newPublisher is how long a gateway that began publishing sends its
+// summary every SummaryInterval, changed or not (a variable for tests).
+var newPublisher = UnreachableAfter
 
 // summaryRefresh is how often the publishing gateway rewrites a remote
 // site's catalog entry when its summary has not changed (so that Heard
@@ -64,17 +69,18 @@ type gateway struct {
 	cancel context.CancelFunc
 	wg     sync.WaitGroup
 
-	mu        sync.Mutex
-	rank      int
-	gateways  []string
-	published map[string]written   // records this gateway published, by key
-	heard     map[string]Summary   // each other site's latest summary
-	heardAt   map[string]time.Time // when it came
-	wrote     map[string]time.Time // when this gateway last wrote a site's entry
-	lastSum   time.Time
-	sent      Summary   // the last summary sent
-	sentAt    time.Time // when (zero: none since this gateway began publishing)
-	wroteWAN  time.Time // when this gateway last wrote the site's WAN coordinate
+	mu         sync.Mutex
+	rank       int
+	gateways   []string
+	published  map[string]written   // records this gateway published, by key
+	heard      map[string]Summary   // each other site's latest summary
+	heardAt    map[string]time.Time // when it came
+	wrote      map[string]time.Time // when this gateway last wrote a site's entry
+	lastSum    time.Time
+	sent       Summary   // the last summary sent
+	sentAt     time.Time // when (zero: none since this gateway began publishing)
+	publishing time.Time // when this gateway began publishing
+	wroteWAN   time.Time // when this gateway last wrote the site's WAN coordinate
 
 	// wan is this gateway's Vivaldi coordinate among the other sites'
 	// gateways (serf's client, as in Consul's WAN pool): the publisher's
@@ -164,12 +170,35 @@ func (f *Federation) startGateway(ctx context.Context) (*gateway, error) {
 	f.mu.Lock()
 	f.gw = g
 	f.mu.Unlock()
-	g.wg.Add(4)
+	joins, err := g.sums.EventHandler()
+	if err != nil {
+		return fail(err)
+	}
+	g.wg.Add(5)
 	go func() { defer g.wg.Done(); g.probeWAN(ctx) }()
 	go func() { defer g.wg.Done(); g.readRecords(ctx, recs) }()
 	go func() { defer g.wg.Done(); g.readSummaries(ctx, sums) }()
+	go func() { defer g.wg.Done(); g.watchJoins(ctx, joins) }()
 	go func() { defer g.wg.Done(); g.loop(ctx) }()
 	return g, nil
+}
+
+// watchJoins makes the publisher send its summary at its next
+// SummaryInterval, not summaryQuiet, when a gateway joins the summaries
+// topic: a site new to the federation hears of this one within seconds.
+func (g *gateway) watchJoins(ctx context.Context, h *pubsub.TopicEventHandler) {
+	defer h.Cancel()
+	for {
+		ev, err := h.NextPeerEvent(ctx)
+		if err != nil {
+			return
+		}
+		if ev.Type == pubsub.PeerJoin {
+			g.mu.Lock()
+			g.sentAt = time.Time{}
+			g.mu.Unlock()
+		}
+	}
 }
 
 // close ends the gateway's part: its topics and loops; the host goes on.
@@ -200,7 +229,7 @@ func (g *gateway) setRank(rank int, gateways []string) {
 		// A new publisher sends every record of its site once: what the
 		// old one had not sent yet goes out now, not at the next sync.
 		clear(g.published)
-		g.lastSum, g.sentAt = time.Time{}, time.Time{}
+		g.lastSum, g.sentAt, g.publishing = time.Time{}, time.Time{}, time.Now()
 		// Only the publisher pings: it goes on from the site's last
 		// coordinate rather than from the origin.
 		if seed != nil && seed.IsValid() {
@@ -320,7 +349,10 @@ func (g *gateway) publishSummary(ctx context.Context) {
 	s := Summarize(m.Site(), m.Nodes(), gws)
 	s.Coordinate = rounded(g.wan.GetCoordinate())
 	g.mu.Lock()
-	quiet := !g.sentAt.IsZero() && same(g.sent, s) && time.Since(g.sentAt) < summaryQuiet
+	// A new publisher sends every interval for a while: its first
+	// summaries may go out before GossipSub has connected it to anyone.
+	quiet := !g.sentAt.IsZero() && same(g.sent, s) && time.Since(g.sentAt) < summaryQuiet &&
+		time.Since(g.publishing) > newPublisher
 	g.mu.Unlock()
 	if !quiet {
 		if err := g.sums.Publish(ctx, encode(s)); err != nil {
