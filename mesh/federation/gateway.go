@@ -40,9 +40,12 @@ var newPublisher = UnreachableAfter
 
 // summaryRefresh is how often the publishing gateway rewrites a remote
 // site's catalog entry when its summary has not changed (so that Heard
-// stays fresh); a standby gateway rewrites it only when it is twice as
-// old (the publisher is gone).
-const summaryRefresh = 10 * time.Second
+// stays fresh), and its own site's WAN record; a standby gateway rewrites
+// a remote site's entry only when it is twice as old (the publisher is
+// gone). Half of summaryQuiet: every quiet summary that arrives is
+// written, so one lost leaves Heard at most two quiet intervals old,
+// short of UnreachableAfter.
+const summaryRefresh = summaryQuiet / 2
 
 // wanProbeInterval is how often the publishing gateway pings one other
 // site's gateway to update its WAN coordinate, with libp2p's ping (a
