@@ -21,12 +21,11 @@ import (
 // BenchmarkFederation compares two ways to run S sites of A agents in one
 // process, with the production timings (memberlist's LAN config as the
 // mesh tunes it, compression off as in the mesh benchmarks; summaries
-// checked every 5s, syncs every 30s), but one gateway per site (the
-// default is two):
+// checked every 5s, syncs every 30s):
 //
 //   - impl=federation: each site its own pool (in-memory network), the
-//     sites joined by federation over libp2p on loopback TCP, one gateway
-//     per site;
+//     sites joined by federation over libp2p on loopback TCP, two gateways
+//     per site (the default); impl=federation-1-gateway, one;
 //   - impl=one-pool: all S×A agents in one memberlist pool.
 //
 // It reports how long a global record written at one agent takes to reach
@@ -45,14 +44,18 @@ import (
 func BenchmarkFederation(b *testing.B) {
 	for _, size := range []struct {
 		sites, agents int
-		onePool       bool
+		onePool       bool // also one gateway per site, and one pool
 	}{{10, 10, true}, {30, 10, false}} {
 		name := fmt.Sprintf("sites=%d/agents=%d", size.sites, size.agents)
 		b.Run(name+"/impl=federation", func(b *testing.B) {
-			all, traffic := federated(b, size.sites, size.agents)
+			all, traffic := federated(b, size.sites, size.agents, 0)
 			measure(b, all, traffic, size.sites)
 		})
 		if size.onePool {
+			b.Run(name+"/impl=federation-1-gateway", func(b *testing.B) {
+				all, traffic := federated(b, size.sites, size.agents, 1)
+				measure(b, all, traffic, size.sites)
+			})
 			b.Run(name+"/impl=one-pool", func(b *testing.B) {
 				all, traffic := onePool(b, size.sites, size.agents)
 				measure(b, all, traffic, size.sites)
@@ -61,10 +64,11 @@ func BenchmarkFederation(b *testing.B) {
 	}
 }
 
-// federated starts the sites as pools joined by federation; traffic
-// returns the libp2p bytes of every gateway so far.
-func federated(b *testing.B, sites, agents int) ([]*mesh.Mesh, func() int64) {
-	fc := federation.Config{Gateways: 1, SummaryInterval: 5 * time.Second, SyncInterval: 30 * time.Second}
+// federated starts the sites as pools joined by federation, with gateways
+// per site (0: the default, two); traffic returns the libp2p bytes of
+// every agent so far.
+func federated(b *testing.B, sites, agents, gateways int) ([]*mesh.Mesh, func() int64) {
+	fc := federation.Config{Gateways: gateways, SummaryInterval: 5 * time.Second, SyncInterval: 30 * time.Second}
 	quiet := func(c *memberlist.Config) { c.EnableCompression = false }
 	var all []*agent
 	var boot []string
