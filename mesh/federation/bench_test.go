@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/hashicorp/memberlist"
+	"github.com/libp2p/go-libp2p/p2p/protocol/ping"
 
 	"github.com/strata-mesh/strata/mesh"
 	"github.com/strata-mesh/strata/mesh/federation"
@@ -67,7 +68,7 @@ func BenchmarkFederation(b *testing.B) {
 // federated starts the sites as pools joined by federation, with gateways
 // per site (0: the default, two); traffic returns the libp2p bytes of
 // every agent so far.
-func federated(b *testing.B, sites, agents, gateways int) ([]*mesh.Mesh, func() int64) {
+func federated(b *testing.B, sites, agents, gateways int) ([]*mesh.Mesh, func() map[string]int64) {
 	fc := federation.Config{Gateways: gateways, SummaryInterval: 5 * time.Second, SyncInterval: 30 * time.Second}
 	quiet := func(c *memberlist.Config) { c.EnableCompression = false }
 	var all []*agent
@@ -91,11 +92,12 @@ func federated(b *testing.B, sites, agents, gateways int) ([]*mesh.Mesh, func() 
 	for _, a := range all {
 		ms = append(ms, a.m)
 	}
-	return ms, func() int64 {
-		var n int64
+	return ms, func() map[string]int64 {
+		n := map[string]int64{}
 		for _, a := range all {
-			in, out := a.f.Traffic()
-			n += in + out
+			for p, v := range federation.TrafficByProtocol(a.f) {
+				n[p] += v
+			}
 		}
 		return n
 	}
@@ -103,7 +105,7 @@ func federated(b *testing.B, sites, agents, gateways int) ([]*mesh.Mesh, func() 
 
 // onePool starts every agent in one pool; traffic returns the bytes sent
 // between agents of different sites so far, counted at both ends.
-func onePool(b *testing.B, sites, agents int) ([]*mesh.Mesh, func() int64) {
+func onePool(b *testing.B, sites, agents int) ([]*mesh.Mesh, func() map[string]int64) {
 	var cross atomic.Int64
 	siteOf := func(node string) string { s, _, _ := strings.Cut(node, "-"); return s }
 	network := &meshtest.Network{Sent: func(from, to string, n int) {
@@ -142,12 +144,13 @@ func onePool(b *testing.B, sites, agents int) ([]*mesh.Mesh, func() int64) {
 		}
 		return true
 	}, nil)
-	return ms, cross.Load
+	return ms, func() map[string]int64 { return map[string]int64{"memberlist": cross.Load()} }
 }
 
 // measure writes 5 global records and times their spread, then counts the
-// traffic of a quiet minute.
-func measure(b *testing.B, all []*mesh.Mesh, traffic func() int64, sites int) {
+// traffic of a quiet minute, by protocol: for federation, the shares of
+// GossipSub (summaries and records) and of the WAN pings are reported.
+func measure(b *testing.B, all []*mesh.Mesh, traffic func() map[string]int64, sites int) {
 	var times []float64
 	for r := range 5 {
 		src := all[(r*7919)%len(all)]
@@ -167,10 +170,26 @@ func measure(b *testing.B, all []*mesh.Mesh, traffic func() int64, sites int) {
 	}
 	before, start := traffic(), time.Now()
 	time.Sleep(time.Minute) // the measurement window: a quiet minute of summaries, probes and syncs
-	perSite := float64(traffic()-before) / time.Since(start).Minutes() / float64(sites)
+	after := traffic()
+	var total, gossipsub, pings int64
+	for p, v := range after {
+		d := v - before[p]
+		total += d
+		switch {
+		case strings.HasPrefix(p, "/meshsub/"):
+			gossipsub += d
+		case p == ping.ID:
+			pings += d
+		}
+	}
+	perSite := float64(total) / time.Since(start).Minutes() / float64(sites)
 	slices.Sort(times)
 	b.ReportMetric(0, "ns/op")
 	b.ReportMetric(times[len(times)/2], "record-median-s")
 	b.ReportMetric(times[len(times)-1], "record-max-s")
 	b.ReportMetric(perSite/1024, "wan-KiB/site/min")
+	if _, pooled := after["memberlist"]; !pooled && total > 0 {
+		b.ReportMetric(100*float64(gossipsub)/float64(total), "gossipsub-pct")
+		b.ReportMetric(100*float64(pings)/float64(total), "ping-pct")
+	}
 }

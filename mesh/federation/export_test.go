@@ -10,3 +10,13 @@ func SetNewPublisher(d time.Duration) (restore func()) {
 	newPublisher = d
 	return func() { newPublisher = old }
 }
+
+// TrafficByProtocol returns f's libp2p bytes since start, in plus out, per
+// protocol ("" for what libp2p counts under none; default hosts only).
+func TrafficByProtocol(f *Federation) map[string]int64 {
+	out := map[string]int64{}
+	for p, s := range f.bw.GetBandwidthByProtocol() {
+		out[string(p)] += s.TotalIn + s.TotalOut
+	}
+	return out
+}

@@ -311,13 +311,6 @@ func (f *Federation) stopGateway() {
 	}
 }
 
-// Traffic returns the bytes this agent's host sent and received over
-// libp2p since start (default hosts only).
-func (f *Federation) Traffic() (in, out int64) {
-	t := f.bw.GetBandwidthTotals()
-	return t.TotalIn, t.TotalOut
-}
-
 // Host returns the agent's libp2p host, or nil before Run started it.
 func (f *Federation) Host() host.Host {
 	f.mu.Lock()

@@ -431,7 +431,11 @@ func TestNewSiteHearsQuietSites(t *testing.T) {
 	b := site(t, network, "b", 1, boot)
 	meshtest.WaitFor(t, 30*time.Second, "b to hear of a", func() bool { _, ok := remote(b[0].m, "a"); return ok })
 	// a has sent its summary; it does not change from here on.
-	time.Sleep(time.Second) // part of the scenario: a's publisher has sent its summary and is quiet now
+	// The scenario's quiet site: a has sent its summary and nothing in
+	// it changes for a second, five summary intervals, past any send b's
+	// joining set off. A site is quiet by time, so this is a sleep; it is
+	// what made the test fail without the join trigger (3 of 3).
+	time.Sleep(time.Second)
 	joined := time.Now()
 	c := site(t, network, "c", 1, boot)
 	meshtest.WaitFor(t, 7*time.Second, "c, new, to hear of quiet a within its summary interval (0.2 s) and a join, not 10 s", func() bool {

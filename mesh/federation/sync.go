@@ -60,9 +60,14 @@ func versionOfEntry(e mesh.Entry) versionOf { return versionOf{e.Version, e.Orig
 func digest(es []mesh.Entry) string {
 	h := sha256.New()
 	for _, e := range es {
-		fmt.Fprintf(h, "%s\x00%d\x00%s\n", e.Key, e.Version, e.Origin)
+		hashVersion(h, e)
 	}
 	return fmt.Sprintf("%x", h.Sum(nil))
+}
+
+// hashVersion adds a record's key, version and origin to a digest.
+func hashVersion(h hash.Hash, e mesh.Entry) {
+	fmt.Fprintf(h, "%s\x00%d\x00%s\n", e.Key, e.Version, e.Origin)
 }
 
 // bucketOf is the bucket of a key.
@@ -81,7 +86,7 @@ func buckets(es []mesh.Entry) []string {
 		if hs[b] == nil {
 			hs[b] = sha256.New()
 		}
-		fmt.Fprintf(hs[b], "%s\x00%d\x00%s\n", e.Key, e.Version, e.Origin)
+		hashVersion(hs[b], e)
 	}
 	out := make([]string, syncBuckets)
 	for i, h := range hs {
@@ -228,10 +233,14 @@ func syncDelta(rw io.ReadWriter, c catalog) ([]mesh.Entry, error) {
 			continue
 		}
 		held[e.Key] = true
-		if v, ok := theirs.Versions[e.Key]; !ok || v != versionOfEntry(e) {
-			back.Entries = append(back.Entries, e)
+		v, theyHold := theirs.Versions[e.Key]
+		if v == versionOfEntry(e) {
+			continue
 		}
-		if v, ok := theirs.Versions[e.Key]; ok && v != versionOfEntry(e) {
+		// Each side sends its version of a record both hold differently;
+		// each keeps the newer.
+		back.Entries = append(back.Entries, e)
+		if theyHold {
 			back.Want = append(back.Want, e.Key)
 		}
 	}
