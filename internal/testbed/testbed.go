@@ -15,7 +15,10 @@
 // 10.78.k.1, .2, …, and the router 10.78.k.254, every host's default
 // route. Hosts of one site reach each other through their bridge with no
 // delay; packets between sites go through the router. A site behind a NAT
-// (Site.NAT) has the public address 10.79.k.1, translated in the router.
+// (Site.NAT) has the public address 11.79.k.1, translated in the router.
+// That address is outside every private and reserved range, as a real
+// NAT's is: libp2p punches holes only between addresses it takes for
+// public. No packet to it leaves the testbed's namespaces.
 package testbed
 
 import (
@@ -179,7 +182,7 @@ func (b *Bed) build() error {
 	nats := map[string]*nat{}
 	for k, s := range b.sites {
 		if s.NAT {
-			nats[s.Name] = newNAT([4]byte{10, 79, byte(k + 1), 1})
+			nats[s.Name] = newNAT([4]byte{11, 79, byte(k + 1), 1})
 		}
 	}
 	r, err := startRouter(b.router, b.siteOf, nats)
@@ -201,17 +204,17 @@ func (b *Bed) build() error {
 // siteOf maps an address of the testbed to its site's name: a host's, or
 // the public address of a site behind a NAT.
 func (b *Bed) siteOf(ip [4]byte) (string, bool) {
-	if ip[0] != 10 || ip[2] == 0 || int(ip[2]) > len(b.sites) {
+	if ip[2] == 0 || int(ip[2]) > len(b.sites) {
 		return "", false
 	}
 	s := b.sites[ip[2]-1]
-	if ip[1] == 78 || (ip[1] == 79 && ip[3] == 1 && s.NAT) {
+	if (ip[0] == 10 && ip[1] == 78) || (ip[0] == 11 && ip[1] == 79 && ip[3] == 1 && s.NAT) {
 		return s.Name, true
 	}
 	return "", false
 }
 
-// PublicIP returns the public address of a site behind a NAT, 10.79.k.1
+// PublicIP returns the public address of a site behind a NAT, 11.79.k.1
 // (site k): what the other sites see its hosts' packets come from. It
 // returns nil for a site without a NAT.
 func (b *Bed) PublicIP(site string) net.IP {

@@ -98,7 +98,7 @@ func TestNAT(t *testing.T) {
 	bed.SetLink("home", "pub", 2*time.Millisecond, 0)
 	home, pub, other := bed.Host("home", 0), bed.Host("pub", 0), bed.Host("pub", 1)
 	public := bed.PublicIP("home")
-	if public.String() != "10.79.1.1" || bed.PublicIP("pub") != nil {
+	if public.String() != "11.79.1.1" || bed.PublicIP("pub") != nil {
 		t.Fatalf("public addresses: home %v, pub %v", public, bed.PublicIP("pub"))
 	}
 	listen := func(h Host, addr string) (c net.PacketConn) {
