@@ -85,12 +85,23 @@ type Site struct {
 	// from those pings). Absent for the agent's own pool and until either
 	// is known.
 	RTTMillis *float64 `json:"rtt_ms,omitempty"`
+	// Path is how the answering agent's site's publishing gateway last
+	// reached this site's gateways, where it pinged them in the last 2
+	// minutes: "direct" (hole punching included) or "relayed" (through
+	// another agent's circuit relay). Federation only.
+	Path string `json:"path,omitempty"`
 }
 
 // Site.Via values.
 const (
 	ViaPool       = "pool"
 	ViaFederation = "federation"
+)
+
+// Site.Path values.
+const (
+	PathDirect  = "direct"
+	PathRelayed = "relayed"
 )
 
 // Node is a node's replicated document with its current status (GET

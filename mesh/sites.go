@@ -39,12 +39,23 @@ type Site struct {
 	// one, from the sites' WAN coordinates (federation only; absent until
 	// both have one).
 	RTTMillis *float64 `json:"rtt_ms,omitempty"`
+	// Path is how this agent's site's publishing gateway last reached the
+	// site's gateways, where it pinged them lately: "direct" (hole
+	// punching included) or "relayed" (through another agent's circuit
+	// relay, which the bytes cross twice). Federation only.
+	Path string `json:"path,omitempty"`
 }
 
 // Via values.
 const (
 	ViaPool       = "pool"
 	ViaFederation = "federation"
+)
+
+// Path values.
+const (
+	PathDirect  = "direct"
+	PathRelayed = "relayed"
 )
 
 // Sites summarizes nodes by site, sorted by name. A node that failed while

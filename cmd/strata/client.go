@@ -108,6 +108,9 @@ func printSites(w io.Writer, sites []api.Site) error {
 	fmt.Fprintln(tw, "SITE\tREGION\tNODES\tALIVE\tSTATUS\tRTT\tVIA")
 	for _, s := range sites {
 		via := cmp.Or(s.Via, "pool")
+		if s.Path == api.PathRelayed {
+			via += ", relayed"
+		}
 		if s.Heard != nil {
 			via += fmt.Sprintf(" (heard %s ago)", time.Since(*s.Heard).Round(time.Second))
 		}

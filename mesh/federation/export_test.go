@@ -1,6 +1,11 @@
 package federation
 
-import "time"
+import (
+	"context"
+	"time"
+
+	"github.com/libp2p/go-libp2p/core/peer"
+)
 
 // SetNewPublisher sets how long a new publisher sends its summary every
 // interval, and returns a function that restores it. Only for tests that
@@ -19,4 +24,19 @@ func TrafficByProtocol(f *Federation) map[string]int64 {
 		out[string(p)] += s.TotalIn + s.TotalOut
 	}
 	return out
+}
+
+// LookForDirect has f's gateway look for a direct path to the peers it
+// reaches only through a relay (gateway.direct) as if their connections
+// were older than the grace given to hole punching. It reports false when
+// f runs no gateway. The dials go on in the background.
+func LookForDirect(ctx context.Context, f *Federation, peers []peer.AddrInfo) bool {
+	f.mu.Lock()
+	g := f.gw
+	f.mu.Unlock()
+	if g == nil {
+		return false
+	}
+	g.direct(ctx, peers, time.Now().Add(time.Hour))
+	return true
 }

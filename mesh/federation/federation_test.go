@@ -339,9 +339,9 @@ func TestBootstrapThroughAnyAgent(t *testing.T) {
 // TestRelayForAgentsBehindNAT: an agent told it is behind a NAT advertises
 // a circuit address through its peer, which serves as a relay because it is
 // told it is public; a host that knows only that address connects to it
-// through the relay, without the relay's limits. (libp2p advertises circuit
-// addresses only through relays at public addresses, and loopback is not
-// one.)
+// through the relay, without the relay's limits, and the agent then dials
+// that host directly, which it can. (libp2p advertises circuit addresses
+// only through relays at public addresses, and loopback is not one.)
 func TestRelayForAgentsBehindNAT(t *testing.T) {
 	t.Parallel()
 	network := &meshtest.Network{}
@@ -394,6 +394,20 @@ func TestRelayForAgentsBehindNAT(t *testing.T) {
 			t.Errorf("relayed connection is limited: the relay's data and time limits would cut a blob short")
 		}
 	}
+	// c, behind its NAT, can dial out to h, which it reaches only through
+	// the relay h dialed it through: its gateway dials h directly, and
+	// its streams to h then skip the relay.
+	if !federation.LookForDirect(context.Background(), c.f, []peer.AddrInfo{{ID: h.ID(), Addrs: h.Addrs()}}) {
+		t.Fatal("c runs no gateway")
+	}
+	meshtest.WaitFor(t, 10*time.Second, "a direct connection between c and h", func() bool {
+		for _, conn := range h.Network().ConnsToPeer(ai.ID) {
+			if _, err := conn.RemoteMultiaddr().ValueForProtocol(multiaddr.P_CIRCUIT); err != nil {
+				return true
+			}
+		}
+		return false
+	})
 }
 
 // TestReachabilityChecked: an unknown reachability, and private without a

@@ -75,10 +75,11 @@ type gateway struct {
 	mu         sync.Mutex
 	rank       int
 	gateways   []string
-	published  map[string]written   // records this gateway published, by key
-	heard      map[string]Summary   // each other site's latest summary
-	heardAt    map[string]time.Time // when it came
-	wrote      map[string]time.Time // when this gateway last wrote a site's entry
+	published  map[string]written    // records this gateway published, by key
+	heard      map[string]Summary    // each other site's latest summary
+	heardAt    map[string]time.Time  // when it came
+	wrote      map[string]time.Time  // when this gateway last wrote a site's entry
+	tried      map[peer.ID]time.Time // when this gateway last dialed a gateway directly (direct)
 	lastSum    time.Time
 	sent       Summary   // the last summary sent
 	sentAt     time.Time // when (zero: none since this gateway began publishing)
@@ -93,10 +94,12 @@ type gateway struct {
 	pings map[string][]pingSample
 }
 
-// pingSample is one round trip measured to a site.
+// pingSample is one round trip measured to a site, and whether it went
+// through a relay (the gateway pinged had no direct connection).
 type pingSample struct {
-	at  time.Time
-	rtt time.Duration
+	at      time.Time
+	rtt     time.Duration
+	relayed bool
 }
 
 // Measured round trips: the median of the last pingsKept pings to a site,
@@ -107,11 +110,11 @@ const (
 )
 
 // measured returns the median of the recent pings to each site, in
-// milliseconds.
-func (g *gateway) measured(now time.Time) map[string]float64 {
+// milliseconds, and the sites whose last ping went through a relay.
+func (g *gateway) measured(now time.Time) (out map[string]float64, relayed map[string]bool) {
 	g.mu.Lock()
 	defer g.mu.Unlock()
-	out := map[string]float64{}
+	out, relayed = map[string]float64{}, map[string]bool{}
 	for site, ps := range g.pings {
 		var rtts []time.Duration
 		for _, p := range ps {
@@ -123,6 +126,9 @@ func (g *gateway) measured(now time.Time) map[string]float64 {
 			delete(g.pings, site)
 			continue
 		}
+		if ps[len(ps)-1].relayed {
+			relayed[site] = true
+		}
 		slices.Sort(rtts)
 		med := rtts[len(rtts)/2]
 		if len(rtts)%2 == 0 {
@@ -130,14 +136,14 @@ func (g *gateway) measured(now time.Time) map[string]float64 {
 		}
 		out[site] = float64(med) / float64(time.Millisecond)
 	}
-	return out
+	return out, relayed
 }
 
 func (f *Federation) startGateway(ctx context.Context) (*gateway, error) {
 	h := f.Host()
 	var err error
 	ctx, cancel := context.WithCancel(ctx)
-	g := &gateway{f: f, h: h, cancel: cancel, rank: -1, published: map[string]written{}, heard: map[string]Summary{}, heardAt: map[string]time.Time{}, wrote: map[string]time.Time{},
+	g := &gateway{f: f, h: h, cancel: cancel, rank: -1, published: map[string]written{}, heard: map[string]Summary{}, heardAt: map[string]time.Time{}, wrote: map[string]time.Time{}, tried: map[peer.ID]time.Time{},
 		pings: map[string][]pingSample{}}
 	fail := func(err error) (*gateway, error) {
 		cancel()
@@ -369,7 +375,8 @@ func (g *gateway) publishSummary(ctx context.Context) {
 	}
 	// The site's other agents estimate RTTs to other sites from it.
 	if time.Since(g.wroteWAN) >= summaryRefresh {
-		w := wanRecord{Coordinate: *s.Coordinate, Measured: g.measured(time.Now())}
+		w := wanRecord{Coordinate: *s.Coordinate}
+		w.Measured, w.Relayed = g.measured(time.Now())
 		if _, err := m.Put(wanKey, encode(w), mesh.PutOptions{Scope: mesh.ScopeSite}); err != nil {
 			g.f.metrics.errors.WithLabelValues("write").Inc()
 		} else {
@@ -451,8 +458,12 @@ func (g *gateway) probeWAN(ctx context.Context) {
 		}
 		rtt := res.RTT
 		site := sites[p].site
+		relayed := true // libp2p's streams prefer a direct connection
+		for _, c := range g.h.Network().ConnsToPeer(p) {
+			relayed = relayed && isCircuit(c.RemoteMultiaddr())
+		}
 		g.mu.Lock()
-		g.pings[site] = append(g.pings[site], pingSample{time.Now(), rtt})
+		g.pings[site] = append(g.pings[site], pingSample{time.Now(), rtt, relayed})
 		if n := len(g.pings[site]); n > pingsKept {
 			g.pings[site] = g.pings[site][n-pingsKept:]
 		}
@@ -608,6 +619,7 @@ func (g *gateway) connect(ctx context.Context) {
 	}
 	anySite := false
 	for _, site := range targets {
+		g.direct(ctx, site, time.Now())
 		if connected(site) {
 			anySite = true
 			continue
@@ -646,6 +658,94 @@ func (g *gateway) connect(ctx context.Context) {
 		}
 	}
 }
+
+// direct looks for a direct path to the gateways of site that this one
+// reaches only through a relay, once the relayed connection is older than
+// punchGrace (libp2p tries to punch a hole when one opens: DCUtR), and
+// then once every directRetry while no direct connection comes:
+//
+//   - It dials the gateway's direct addresses: an agent behind a NAT can
+//     dial out to one that is not, where the relayed connection was
+//     opened the other way (by an agent that cannot dial in here). Left
+//     alone, it would carry this pair's pings and streams through the
+//     relay agent for good, at the sum of both legs' round trips, since a
+//     site counts as connected once any of its gateways is.
+//   - If that fails, the two are both behind NATs and the punch failed:
+//     when both opened a relayed connection to the other at once, which
+//     is common as they hear of each other's sites at the same time, both
+//     start punching at once and both may fail. The one of the pair with
+//     the lower peer ID closes the relayed connections, unless a
+//     data-plane stream is open on one, and dials the other through the
+//     relay again: the other, taking an inbound relayed connection, punches
+//     alone.
+//
+// It runs in the background: a dial that cannot get through waits for its
+// timeout.
+func (g *gateway) direct(ctx context.Context, site []peer.AddrInfo, now time.Time) {
+	for _, ai := range site {
+		conns := g.h.Network().ConnsToPeer(ai.ID)
+		if ai.ID == g.h.ID() || len(conns) == 0 {
+			continue
+		}
+		relayed, young := true, false
+		for _, c := range conns {
+			relayed = relayed && isCircuit(c.RemoteMultiaddr())
+			young = young || now.Sub(c.Stat().Opened) < punchGrace
+		}
+		g.mu.Lock()
+		due := relayed && !young && now.Sub(g.tried[ai.ID]) >= directRetry
+		if due {
+			g.tried[ai.ID] = now
+		}
+		g.mu.Unlock()
+		if !due {
+			continue
+		}
+		direct := peer.AddrInfo{ID: ai.ID, Addrs: slices.DeleteFunc(slices.Clone(ai.Addrs), isCircuit)}
+		circuit := peer.AddrInfo{ID: ai.ID, Addrs: slices.DeleteFunc(slices.Clone(ai.Addrs), func(a ma.Multiaddr) bool { return !isCircuit(a) })}
+		g.wg.Add(1)
+		go func() {
+			defer g.wg.Done()
+			if len(direct.Addrs) > 0 && g.dial(network.WithForceDirectDial(ctx, "a direct path to a gateway reached through a relay"), direct) {
+				g.f.metrics.direct.WithLabelValues("dialed").Inc()
+				g.f.cfg.Logger.Info("dialed another site's gateway directly, which was reached through a relay", "peer", ai.ID)
+				return
+			}
+			if g.h.ID() > ai.ID || len(circuit.Addrs) == 0 {
+				return
+			}
+			for _, c := range g.h.Network().ConnsToPeer(ai.ID) {
+				if !isCircuit(c.RemoteMultiaddr()) {
+					return // punched meanwhile
+				}
+				for _, st := range c.GetStreams() {
+					if st.Protocol() == protoData {
+						return
+					}
+				}
+			}
+			_ = g.h.Network().ClosePeer(ai.ID)
+			if g.dial(network.WithAllowLimitedConn(ctx, "a new relayed connection for a hole punch"), circuit) {
+				g.f.metrics.direct.WithLabelValues("repunched").Inc()
+				g.f.cfg.Logger.Info("reconnected through a relay to another site's gateway behind a NAT, for it to punch a hole", "peer", ai.ID)
+			}
+		}()
+	}
+}
+
+// isCircuit reports whether a is a relayed (p2p-circuit) address.
+func isCircuit(a ma.Multiaddr) bool {
+	_, err := a.ValueForProtocol(ma.P_CIRCUIT)
+	return err == nil
+}
+
+// punchGrace is how long a relayed connection to another site's gateway
+// is left to libp2p's hole punching before this gateway looks for a direct
+// path itself; directRetry is how often it looks again for one peer.
+const (
+	punchGrace  = 15 * time.Second
+	directRetry = 2 * time.Minute
+)
 
 func (g *gateway) dial(ctx context.Context, ai peer.AddrInfo) bool {
 	if ai.ID == g.h.ID() {

@@ -14,6 +14,10 @@ type metrics struct {
 	// by path: "direct" (a libp2p connection of its own, punched through
 	// a NAT included) or "relayed" (through another agent's circuit relay).
 	dataStreams *prometheus.CounterVec
+	// direct counts what gateway.direct did for gateways reached only
+	// through a relay: "dialed" (a direct connection) or "repunched" (a
+	// new relayed connection, for the other to punch a hole).
+	direct *prometheus.CounterVec
 }
 
 func newMetrics(reg prometheus.Registerer) *metrics {
@@ -27,9 +31,11 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 		errors:    prometheus.NewCounterVec(prometheus.CounterOpts{Name: "strata_federation_errors_total", Help: "Federation operations that failed, by operation."}, []string{"op"}),
 		dataStreams: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "strata_federation_data_streams_total",
 			Help: "Data-plane streams opened over libp2p to other sites' nodes, by path: direct (hole punching included) or relayed (through another agent's circuit relay)."}, []string{"path"}),
+		direct: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "strata_federation_relayed_upgrades_total",
+			Help: "Other sites' gateways this gateway reached only through a relay, a while after the relayed connection opened: dialed (a direct connection dialed) or repunched (both behind NATs: the relayed connection opened again, for the other to punch a hole)."}, []string{"how"}),
 	}
 	if reg != nil {
-		reg.MustRegister(m.published, m.received, m.merged, m.malformed, m.syncs, m.summaries, m.errors, m.dataStreams)
+		reg.MustRegister(m.published, m.received, m.merged, m.malformed, m.syncs, m.summaries, m.errors, m.dataStreams, m.direct)
 	}
 	return m
 }

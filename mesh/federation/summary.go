@@ -215,11 +215,13 @@ func same(a, b Summary) bool {
 const wanKey = "federation/wan"
 
 // wanRecord is what wanKey holds: the site's WAN coordinate, its fields at
-// the top level as agents before Measured wrote it, and the median of the
-// publisher's last pings to each site it pinged lately, in milliseconds.
+// the top level as agents before Measured wrote it, the median of the
+// publisher's last pings to each site it pinged lately, in milliseconds,
+// and the sites of those whose last ping went through a relay.
 type wanRecord struct {
 	coordinate.Coordinate
 	Measured map[string]float64 `json:"measured_ms,omitempty"`
+	Relayed  map[string]bool    `json:"relayed,omitempty"`
 }
 
 // SitePrefix is where a site keeps the other sites' summaries in its
@@ -263,7 +265,7 @@ func Remotes(m *mesh.Mesh, now time.Time) []Remote {
 // API's site list. A site's RTT is the median of this site's publisher's
 // last pings to it where it pinged it lately (measured beats estimated
 // when there are few sites to ping), else the estimate from the two
-// sites' WAN coordinates.
+// sites' WAN coordinates; its Path is that of the last ping.
 func Sites(m *mesh.Mesh, now time.Time) []mesh.Site {
 	var out []mesh.Site
 	own := siteWAN(m)
@@ -273,6 +275,10 @@ func Sites(m *mesh.Mesh, now time.Time) []mesh.Site {
 			Status: r.Status, Via: mesh.ViaFederation, Heard: &heard}
 		if ms, ok := own.Measured[s.Name]; ok && ms >= 0 {
 			s.RTTMillis = &ms
+			s.Path = mesh.PathDirect
+			if own.Relayed[s.Name] {
+				s.Path = mesh.PathRelayed
+			}
 		} else if c := r.Summary.Coordinate; own.Vec != nil && c != nil && own.IsValid() && c.IsValid() && own.IsCompatibleWith(c) {
 			ms := float64(own.DistanceTo(c)) / float64(time.Millisecond)
 			s.RTTMillis = &ms
