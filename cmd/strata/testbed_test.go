@@ -323,8 +323,10 @@ func TestCutSiteKeepsServing(t *testing.T) {
 // site's members and the other sites through their summaries; a policy
 // applied in edge-a is placed by edge-a and its records reach every site;
 // one no node of edge-a can take is handed to the cloud; blobs are pulled
-// across sites, NATs included; the sites' WAN coordinates estimate the
-// router's round trips; a site cut off is unreachable to the others (and
+// across sites, NATs included, between the two NATs over a hole their
+// gateways punched (again, after their first punches failed); the
+// gateways' pings measure the router's round trips, over direct paths
+// only; a site cut off is unreachable to the others (and
 // its agents say they are degraded), and a policy applied meanwhile
 // reaches it after the heal.
 func TestFederatedSites(t *testing.T) {
@@ -340,6 +342,10 @@ func TestFederatedSites(t *testing.T) {
 		bed.SetLink("edge-c", s, 15*time.Millisecond, 0)
 		bed.SetLink("edge-d", s, 15*time.Millisecond, 0)
 	}
+	// edge-c and edge-d, both behind NATs, meet first through the cloud's
+	// relay while their own link is down: the hole punches libp2p tries
+	// then fail, and their gateways punch again (see below).
+	bed.Cut("edge-c", "edge-d")
 	var agents []*nsAgent
 	dump := func() {
 		for _, a := range agents {
@@ -425,6 +431,22 @@ func TestFederatedSites(t *testing.T) {
 		return true
 	}, dump)
 	t.Logf("five federated sites after %s", time.Since(start).Round(100*time.Millisecond))
+	// Still only relayed to each other 15 s after their relayed connection
+	// opened, the gateway of the two with the lower peer ID opens it again
+	// (its direct dial fails: the other is behind a NAT), for the other to
+	// punch alone; the link heals after that, and a punch gets through.
+	repunched := func() float64 {
+		var n float64
+		for _, site := range []string{"edge-c", "edge-d"} {
+			n += sumMetric(hostMetrics(t, bed.Host(site, 0)), `strata_federation_relayed_upgrades_total{how="repunched"}`)
+		}
+		return n
+	}
+	meshtest.Poll(t, 60*time.Second, 500*time.Millisecond, "edge-c's or edge-d's gateway to open their relayed connection again", func() bool {
+		return repunched() > 0
+	}, dump)
+	bed.Heal("edge-c", "edge-d")
+	healedCD := time.Now()
 
 	dir := t.TempDir()
 	placedBy := func(from *nsAgent, name string) string {
@@ -518,12 +540,14 @@ func TestFederatedSites(t *testing.T) {
 	// Between two sites behind NATs neither can dial the other: their
 	// gateways first reach each other through the circuit relays they
 	// reserved on the cloud agent, and libp2p punches a direct hole
-	// through both NATs from there (DCUtR), retried by the gateways where
-	// it failed. Once edge-d's pings to edge-c go direct, a blob's bytes
+	// through both NATs from there (DCUtR); it failed while their link was
+	// cut, and succeeds after the heal (libp2p's retries, or the gateways'
+	// next look). Once edge-d's pings to edge-c go direct, a blob's bytes
 	// do not cross the cloud agent.
-	meshtest.Poll(t, 60*time.Second, 250*time.Millisecond, "edge-d to reach edge-c directly, through both NATs", func() bool {
+	meshtest.Poll(t, 90*time.Second, 250*time.Millisecond, "edge-d to reach edge-c directly, through both NATs", func() bool {
 		return sitesOf(agents[6])["edge-c"].Path == api.PathDirect
 	}, dump)
+	t.Logf("edge-d reaches edge-c directly %s after their link healed", time.Since(healedCD).Round(100*time.Millisecond))
 	pullAcross(agents[5], agents[6], bed.Host("edge-d", 0), "nat-to-nat", true)
 	streams := hostMetrics(t, bed.Host("edge-d", 0))
 	direct, relayed := sumMetric(streams, `strata_federation_data_streams_total{path="direct"}`), sumMetric(streams, `strata_federation_data_streams_total{path="relayed"}`)

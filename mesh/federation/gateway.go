@@ -75,11 +75,11 @@ type gateway struct {
 	mu         sync.Mutex
 	rank       int
 	gateways   []string
-	published  map[string]written    // records this gateway published, by key
-	heard      map[string]Summary    // each other site's latest summary
-	heardAt    map[string]time.Time  // when it came
-	wrote      map[string]time.Time  // when this gateway last wrote a site's entry
-	tried      map[peer.ID]time.Time // when this gateway last dialed a gateway directly (direct)
+	published  map[string]written   // records this gateway published, by key
+	heard      map[string]Summary   // each other site's latest summary
+	heardAt    map[string]time.Time // when it came
+	wrote      map[string]time.Time // when this gateway last wrote a site's entry
+	tried      map[peer.ID]retry    // when this gateway looks again for a direct path to a peer (direct)
 	lastSum    time.Time
 	sent       Summary   // the last summary sent
 	sentAt     time.Time // when (zero: none since this gateway began publishing)
@@ -143,7 +143,7 @@ func (f *Federation) startGateway(ctx context.Context) (*gateway, error) {
 	h := f.Host()
 	var err error
 	ctx, cancel := context.WithCancel(ctx)
-	g := &gateway{f: f, h: h, cancel: cancel, rank: -1, published: map[string]written{}, heard: map[string]Summary{}, heardAt: map[string]time.Time{}, wrote: map[string]time.Time{}, tried: map[peer.ID]time.Time{},
+	g := &gateway{f: f, h: h, cancel: cancel, rank: -1, published: map[string]written{}, heard: map[string]Summary{}, heardAt: map[string]time.Time{}, wrote: map[string]time.Time{}, tried: map[peer.ID]retry{},
 		pings: map[string][]pingSample{}}
 	fail := func(err error) (*gateway, error) {
 		cancel()
@@ -662,7 +662,8 @@ func (g *gateway) connect(ctx context.Context) {
 // direct looks for a direct path to the gateways of site that this one
 // reaches only through a relay, once the relayed connection is older than
 // punchGrace (libp2p tries to punch a hole when one opens: DCUtR), and
-// then once every directRetry while no direct connection comes:
+// then again, less and less often (directRetry), while no direct
+// connection comes:
 //
 //   - It dials the gateway's direct addresses: an agent behind a NAT can
 //     dial out to one that is not, where the relayed connection was
@@ -693,9 +694,14 @@ func (g *gateway) direct(ctx context.Context, site []peer.AddrInfo, now time.Tim
 			young = young || now.Sub(c.Stat().Opened) < punchGrace
 		}
 		g.mu.Lock()
-		due := relayed && !young && now.Sub(g.tried[ai.ID]) >= directRetry
-		if due {
-			g.tried[ai.ID] = now
+		r, had := g.tried[ai.ID]
+		due := relayed && !young && (!had || now.After(r.next))
+		switch {
+		case !relayed:
+			delete(g.tried, ai.ID)
+		case due:
+			r.wait = min(max(2*r.wait, directRetry), directRetryMax)
+			g.tried[ai.ID] = retry{next: now.Add(r.wait), wait: r.wait}
 		}
 		g.mu.Unlock()
 		if !due {
@@ -741,11 +747,20 @@ func isCircuit(a ma.Multiaddr) bool {
 
 // punchGrace is how long a relayed connection to another site's gateway
 // is left to libp2p's hole punching before this gateway looks for a direct
-// path itself; directRetry is how often it looks again for one peer.
+// path itself. It looks again after directRetry, then after twice as long
+// each time, up to directRetryMax: each look may close a relayed
+// connection that a NAT no hole gets through keeps the only path.
 const (
-	punchGrace  = 15 * time.Second
-	directRetry = 2 * time.Minute
+	punchGrace     = 15 * time.Second
+	directRetry    = 30 * time.Second
+	directRetryMax = 8 * time.Minute
 )
+
+// retry is when gateway.direct looks again for a direct path to a peer.
+type retry struct {
+	next time.Time
+	wait time.Duration
+}
 
 func (g *gateway) dial(ctx context.Context, ai peer.AddrInfo) bool {
 	if ai.ID == g.h.ID() {
