@@ -104,7 +104,7 @@ func (f *Federation) openData(ctx context.Context, h dataplane.Holder) (dataplan
 		return nil, err
 	}
 	path := "direct"
-	if _, err := s.Conn().RemoteMultiaddr().ValueForProtocol(multiaddr.P_CIRCUIT); err == nil {
+	if isCircuit(s.Conn().RemoteMultiaddr()) {
 		path = "relayed"
 	}
 	f.metrics.dataStreams.WithLabelValues(path).Inc()

@@ -40,3 +40,17 @@ func LookForDirect(ctx context.Context, f *Federation, peers []peer.AddrInfo) bo
 	g.direct(ctx, peers, time.Now().Add(time.Hour))
 	return true
 }
+
+// Subscribed reports whether f's gateway subscribes to the federation's
+// topics (only its site's publisher should).
+func Subscribed(f *Federation) bool {
+	f.mu.Lock()
+	g := f.gw
+	f.mu.Unlock()
+	if g == nil {
+		return false
+	}
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	return g.unsubscribe != nil
+}

@@ -236,6 +236,11 @@ func TestSitesFederate(t *testing.T) {
 		}
 		return pub != nil && rest != nil
 	})
+	// Only the publisher subscribes to the topics: a second subscriber
+	// per site would make the WAN bytes 2.5 times as many.
+	if gw, _ := rest.f.IsGateway(); !gw || federation.Subscribed(rest.f) || !federation.Subscribed(pub.f) {
+		t.Errorf("c's standby gateway (a gateway: %v) subscribed: %v; its publisher subscribed: %v", gw, federation.Subscribed(rest.f), federation.Subscribed(pub.f))
+	}
 	pub.close()
 	meshtest.WaitFor(t, 30*time.Second, "c's other agent to publish", func() bool {
 		_, p := rest.f.IsGateway()
@@ -247,6 +252,16 @@ func TestSitesFederate(t *testing.T) {
 	meshtest.WaitFor(t, 30*time.Second, "c's record after its failover in a", func() bool {
 		return has(a[0].m, "policies/p2", `"from c"`) && has(a[1].m, "policies/p2", `"from c"`)
 	})
+	// The new publisher subscribed: a's records reach c again.
+	if _, err := a[0].m.Put("policies/p3", json.RawMessage(`"from a"`), mesh.PutOptions{Scope: mesh.ScopeGlobal}); err != nil {
+		t.Fatal(err)
+	}
+	meshtest.WaitFor(t, 30*time.Second, "a's record in c after its failover", func() bool {
+		return has(rest.m, "policies/p3", `"from a"`)
+	})
+	if !federation.Subscribed(rest.f) {
+		t.Error("c's new publisher did not subscribe")
+	}
 }
 
 // TestLateSiteCatchesUp: records published before a site joined the
