@@ -268,7 +268,14 @@ func TestFaultSchedule(t *testing.T) {
 			}
 		}
 		return true
-	}, func() { t.Logf("jobs: %v", jobState()); dump() })
+	}, func() {
+		var js []api.Job
+		_ = agents[4].get(t, &js, "jobs")
+		for _, j := range js {
+			t.Logf("job %s: %s %s (epoch %d, node %s)", j.Name, j.State, j.Error, j.Epoch, j.Node)
+		}
+		dump()
+	})
 	time.Sleep(5 * time.Second) // a late second completion would be recorded within this
 	for _, j := range jobs {
 		n := 0

@@ -176,10 +176,14 @@ func (j *Runner) reconcile(ctx context.Context) {
 		return
 	}
 	// Placements whose policy has not replicated here yet wait.
-	ready, _ := j.cfg.Catalog.Placements.Ready() // undecodable ones are counted by the catalog
-	recs := make(map[string]catalog.Placement, len(ready))
-	for _, r := range ready {
-		recs[r.Key] = r.Value
+	held, _ := j.cfg.Catalog.Placements.List() // undecodable ones are counted by the catalog
+	recs := make(map[string]catalog.Placement, len(held))
+	all := make(map[string]catalog.Placement, len(held)) // ready or not
+	for _, r := range held {
+		all[r.Key] = r.Value
+		if len(j.cfg.Catalog.Placements.Pending(r)) == 0 {
+			recs[r.Key] = r.Value
+		}
 	}
 	mine := map[string]catalog.Placement{}
 	for _, as := range j.cfg.Mesh.Local().Assignments {
@@ -205,13 +209,20 @@ func (j *Runner) reconcile(ctx context.Context) {
 	}
 	j.mu.Lock()
 	defer j.mu.Unlock()
-	// Jobs placed elsewhere or deleted stop here.
+	// Jobs placed elsewhere or deleted stop here. A run whose placement
+	// still names this node at its epoch goes on, although the placement
+	// is not in mine: a newer copy of its record waits for what it
+	// depends on, or this node's assignment lags the record. Stopped, it
+	// would be recorded as failed (killed) though nothing replaced it.
 	for key, lj := range j.runs {
 		if rec, ok := mine[key]; !ok || rec.Epoch != lj.epoch {
+			if cur, placed := all[key]; placed && cur.Epoch == lj.epoch && slices.ContainsFunc(cur.Nodes, func(n catalog.PlacedNode) bool { return n.Name == j.cfg.Name }) {
+				continue
+			}
 			if lj.cancel != nil {
 				lj.cancel()
 				lj.cancel = nil
-				if cur, placed := recs[key]; placed && cur.Epoch != lj.epoch {
+				if cur, placed := all[key]; placed && cur.Epoch != lj.epoch {
 					// Placed again (elsewhere, or here anew): the job
 					// goes on, so this run records nothing. A run whose
 					// placement is gone (the policy was deleted) ends

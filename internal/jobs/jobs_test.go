@@ -340,3 +340,56 @@ func TestCodePushedJustBeforeIsPinned(t *testing.T) {
 		t.Fatalf("the job's code is %+v, want %s (error %q)", j.Code, lateManifest.Digest, j.Error)
 	}
 }
+
+// TestRunGoesOnWhileItsRecordWaits: a job runs here when a newer copy of
+// its placement arrives before the policy version it depends on (the
+// policy was applied again). The placement still names this node at the
+// run's epoch: the run goes on to its end and is recorded as succeeded,
+// not stopped and recorded as failed ("signal: killed").
+func TestRunGoesOnWhileItsRecordWaits(t *testing.T) {
+	t.Parallel()
+	owner, runner := catalogtest.NewStore(), catalogtest.NewStore()
+	ownerCat, runnerCat := catalog.New(owner, nil), catalog.New(runner, nil)
+	const src = "apiVersion: strata/v1\nkind: TrainingJob\nmetadata: {name: long}\nspec:\n  resources: {cpu: 10m, memory: 16Mi}\n  launcher: exec\n  command: [sh, -c, 'sleep 2']\n"
+	pol, err := ownerCat.Policies.Put(catalog.Policy{Kind: "TrainingJob", Name: "long", Source: src, Generation: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	rec := catalog.Placement{Key: "TrainingJob/long", Kind: "TrainingJob", Name: "long", Epoch: 1, Generation: 1,
+		State: catalog.StatePlaced, Nodes: []catalog.PlacedNode{{Name: "n1", Rank: 0, Admitted: true}}}
+	if _, err := ownerCat.Placements.Put(rec, pol.Ref()); err != nil {
+		t.Fatal(err)
+	}
+	owner.Deliver(runner, "policies/TrainingJob/long")
+	owner.Deliver(runner, "placements/TrainingJob/long")
+	r := New(Config{Name: "n1", DataDir: t.TempDir(), Catalog: runnerCat, Artifacts: noArtifacts{}, DataLag: 100 * time.Millisecond,
+		Mesh: fakeMesh{local: mesh.NodeState{Assignments: []mesh.Assignment{{Key: "TrainingJob/long", Epoch: 1, Accepted: true}}}}})
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	r.reconcile(ctx)
+	meshtest.WaitFor(t, 10*time.Second, "the job to run", func() bool {
+		j, err := runnerCat.Jobs.Value("long")
+		return err == nil && j.State == catalog.JobRunning
+	})
+
+	// Applied again: a new version of the policy, and the placement
+	// rewritten with it; only the placement has arrived here.
+	pol2, err := ownerCat.Policies.Put(catalog.Policy{Kind: "TrainingJob", Name: "long", Source: src, Generation: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	rec.Message = "applied again"
+	if _, err := ownerCat.Placements.Put(rec, pol2.Ref()); err != nil {
+		t.Fatal(err)
+	}
+	owner.Deliver(runner, "placements/TrainingJob/long")
+	r.reconcile(ctx)
+	var j catalog.Job
+	meshtest.WaitFor(t, 10*time.Second, "the job to end", func() bool {
+		j, err = runnerCat.Jobs.Value("long")
+		return err == nil && j.Terminal()
+	})
+	if j.State != catalog.JobSucceeded {
+		t.Fatalf("job ended %s (%s), want succeeded", j.State, j.Error)
+	}
+}
