@@ -59,27 +59,48 @@ spec:
   launcher: builtin
 `
 
+// placedJob is a one-node training job placed at epoch 1 in an owner's
+// catalog, and the catalog of the node told to run it, which holds
+// nothing of it until the test delivers it.
+type placedJob struct {
+	owner, node       *catalogtest.Store
+	ownerCat, nodeCat *catalog.Catalog
+	rec               catalog.Placement
+}
+
+func newPlacedJob(t *testing.T, name, src, node string) placedJob {
+	t.Helper()
+	pj := placedJob{owner: catalogtest.NewStore(), node: catalogtest.NewStore()}
+	pj.ownerCat, pj.nodeCat = catalog.New(pj.owner, nil), catalog.New(pj.node, nil)
+	pol, err := pj.ownerCat.Policies.Put(catalog.Policy{Kind: "TrainingJob", Name: name, Source: src, Generation: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	pj.rec = catalog.Placement{Key: "TrainingJob/" + name, Kind: "TrainingJob", Name: name, Epoch: 1, Generation: 1,
+		State: catalog.StatePlaced, Nodes: []catalog.PlacedNode{{Name: node, Rank: 0, Admitted: true}}}
+	if _, err := pj.ownerCat.Placements.Put(pj.rec, pol.Ref()); err != nil {
+		t.Fatal(err)
+	}
+	return pj
+}
+
+// runner returns the node's runner, with the job's assignment accepted.
+func (pj placedJob) runner(t *testing.T) *Runner {
+	return New(Config{Name: pj.rec.Nodes[0].Name, DataDir: t.TempDir(), Catalog: pj.nodeCat, Artifacts: noArtifacts{}, DataLag: 100 * time.Millisecond,
+		Mesh: fakeMesh{local: mesh.NodeState{Assignments: []mesh.Assignment{{Key: pj.rec.Key, Epoch: 1, Accepted: true}}}}})
+}
+
 // TestPlacementBeforeItsPolicyWaits: the node told to run a job learns the
 // placement before the policy it points to (the demo's replication race).
 // The job must not start, and so not fail with "not found: policies/...";
 // once the policy arrives it starts.
 func TestPlacementBeforeItsPolicyWaits(t *testing.T) {
 	t.Parallel()
-	owner, runner := catalogtest.NewStore(), catalogtest.NewStore()
-	ownerCat, runnerCat := catalog.New(owner, nil), catalog.New(runner, nil)
-	pol, err := ownerCat.Policies.Put(catalog.Policy{Kind: "TrainingJob", Name: "retrain-1", Source: jobSource, Generation: 1})
-	if err != nil {
-		t.Fatal(err)
-	}
-	rec := catalog.Placement{Key: "TrainingJob/retrain-1", Kind: "TrainingJob", Name: "retrain-1", Epoch: 1, Generation: 1,
-		State: catalog.StatePlaced, Nodes: []catalog.PlacedNode{{Name: "gpu-2", Rank: 0, Admitted: true}}}
-	if _, err := ownerCat.Placements.Put(rec, pol.Ref()); err != nil {
-		t.Fatal(err)
-	}
+	pj := newPlacedJob(t, "retrain-1", jobSource, "gpu-2")
+	owner, runner, runnerCat := pj.owner, pj.node, pj.nodeCat
 	owner.Deliver(runner, "placements/TrainingJob/retrain-1")
 
-	r := New(Config{Name: "gpu-2", DataDir: t.TempDir(), Catalog: runnerCat, Artifacts: noArtifacts{}, DataLag: 100 * time.Millisecond,
-		Mesh: fakeMesh{local: mesh.NodeState{Assignments: []mesh.Assignment{{Key: "TrainingJob/retrain-1", Epoch: 1, Accepted: true}}}}})
+	r := pj.runner(t)
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	r.reconcile(ctx)
@@ -348,22 +369,12 @@ func TestCodePushedJustBeforeIsPinned(t *testing.T) {
 // not stopped and recorded as failed ("signal: killed").
 func TestRunGoesOnWhileItsRecordWaits(t *testing.T) {
 	t.Parallel()
-	owner, runner := catalogtest.NewStore(), catalogtest.NewStore()
-	ownerCat, runnerCat := catalog.New(owner, nil), catalog.New(runner, nil)
 	const src = "apiVersion: strata/v1\nkind: TrainingJob\nmetadata: {name: long}\nspec:\n  resources: {cpu: 10m, memory: 16Mi}\n  launcher: exec\n  command: [sh, -c, 'sleep 2']\n"
-	pol, err := ownerCat.Policies.Put(catalog.Policy{Kind: "TrainingJob", Name: "long", Source: src, Generation: 1})
-	if err != nil {
-		t.Fatal(err)
-	}
-	rec := catalog.Placement{Key: "TrainingJob/long", Kind: "TrainingJob", Name: "long", Epoch: 1, Generation: 1,
-		State: catalog.StatePlaced, Nodes: []catalog.PlacedNode{{Name: "n1", Rank: 0, Admitted: true}}}
-	if _, err := ownerCat.Placements.Put(rec, pol.Ref()); err != nil {
-		t.Fatal(err)
-	}
+	pj := newPlacedJob(t, "long", src, "n1")
+	owner, runner, ownerCat, runnerCat, rec := pj.owner, pj.node, pj.ownerCat, pj.nodeCat, pj.rec
 	owner.Deliver(runner, "policies/TrainingJob/long")
 	owner.Deliver(runner, "placements/TrainingJob/long")
-	r := New(Config{Name: "n1", DataDir: t.TempDir(), Catalog: runnerCat, Artifacts: noArtifacts{}, DataLag: 100 * time.Millisecond,
-		Mesh: fakeMesh{local: mesh.NodeState{Assignments: []mesh.Assignment{{Key: "TrainingJob/long", Epoch: 1, Accepted: true}}}}})
+	r := pj.runner(t)
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	r.reconcile(ctx)

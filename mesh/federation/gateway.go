@@ -493,10 +493,7 @@ func (g *gateway) probeWAN(ctx context.Context) {
 		}
 		rtt := res.RTT
 		site := sites[p].site
-		relayed := true // libp2p's streams prefer a direct connection
-		for _, c := range g.h.Network().ConnsToPeer(p) {
-			relayed = relayed && isCircuit(c.RemoteMultiaddr())
-		}
+		relayed := relayedOnly(g.h.Network().ConnsToPeer(p)) // libp2p's streams prefer a direct connection
 		g.mu.Lock()
 		g.pings[site] = append(g.pings[site], pingSample{time.Now(), rtt, relayed})
 		if n := len(g.pings[site]); n > pingsKept {
@@ -719,11 +716,8 @@ func (g *gateway) direct(ctx context.Context, site []peer.AddrInfo, now time.Tim
 		if ai.ID == g.h.ID() || len(conns) == 0 {
 			continue
 		}
-		relayed, young := true, false
-		for _, c := range conns {
-			relayed = relayed && isCircuit(c.RemoteMultiaddr())
-			young = young || now.Sub(c.Stat().Opened) < punchGrace
-		}
+		relayed := relayedOnly(conns)
+		young := slices.ContainsFunc(conns, func(c network.Conn) bool { return now.Sub(c.Stat().Opened) < punchGrace })
 		g.mu.Lock()
 		r, had := g.tried[ai.ID]
 		due := relayed && !young && (!had || now.After(r.next))
@@ -751,10 +745,11 @@ func (g *gateway) direct(ctx context.Context, site []peer.AddrInfo, now time.Tim
 			if g.h.ID() > ai.ID || len(circuit.Addrs) == 0 {
 				return
 			}
-			for _, c := range g.h.Network().ConnsToPeer(ai.ID) {
-				if !isCircuit(c.RemoteMultiaddr()) {
-					return // punched meanwhile
-				}
+			conns := g.h.Network().ConnsToPeer(ai.ID)
+			if !relayedOnly(conns) {
+				return // punched meanwhile
+			}
+			for _, c := range conns {
 				for _, st := range c.GetStreams() {
 					if st.Protocol() == protoData {
 						return
@@ -768,6 +763,11 @@ func (g *gateway) direct(ctx context.Context, site []peer.AddrInfo, now time.Tim
 			}
 		}()
 	}
+}
+
+// relayedOnly reports whether every one of conns goes through a relay.
+func relayedOnly(conns []network.Conn) bool {
+	return !slices.ContainsFunc(conns, func(c network.Conn) bool { return !isCircuit(c.RemoteMultiaddr()) })
 }
 
 // isCircuit reports whether a is a relayed (p2p-circuit) address.
