@@ -222,11 +222,13 @@ func (j *Runner) reconcile(ctx context.Context) {
 			if lj.cancel != nil {
 				lj.cancel()
 				lj.cancel = nil
-				if cur, placed := all[key]; placed && cur.Epoch != lj.epoch {
-					// Placed again (elsewhere, or here anew): the job
-					// goes on, so this run records nothing. A run whose
-					// placement is gone (the policy was deleted) ends
-					// with what it says.
+				if _, placed := all[key]; placed {
+					// Placed again (elsewhere, or here anew), or placed
+					// at this epoch on another node by an owner that had
+					// not heard of this run's placement, whose record
+					// won: the job goes on, so this run records nothing.
+					// A run whose placement is gone (the policy was
+					// deleted) ends with what it says.
 					lj.stopped = cmp.Or(lj.stopped, stopSuperseded)
 				}
 				j.log.Info("stopping training job: no longer placed here", "job", key)

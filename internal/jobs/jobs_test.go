@@ -404,3 +404,41 @@ func TestRunGoesOnWhileItsRecordWaits(t *testing.T) {
 		t.Fatalf("job ended %s (%s), want succeeded", j.State, j.Error)
 	}
 }
+
+// TestRunStopsForAnotherOwnersPlacement: two owners that each took
+// themselves for the policy's owner placed the job at the same epoch on
+// two nodes, and the other's record won. This node's run stops and records
+// nothing: the job goes on at the other node, and a run recorded failed
+// ("cancelled") would say the job failed though it did not.
+func TestRunStopsForAnotherOwnersPlacement(t *testing.T) {
+	t.Parallel()
+	const src = "apiVersion: strata/v1\nkind: TrainingJob\nmetadata: {name: long}\nspec:\n  resources: {cpu: 10m, memory: 16Mi}\n  launcher: exec\n  command: [sh, -c, 'sleep 30']\n"
+	pj := newPlacedJob(t, "long", src, "n1")
+	owner, runner, ownerCat, runnerCat, rec := pj.owner, pj.node, pj.ownerCat, pj.nodeCat, pj.rec
+	owner.Deliver(runner, "policies/TrainingJob/long")
+	owner.Deliver(runner, "placements/TrainingJob/long")
+	r := pj.runner(t)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	r.reconcile(ctx)
+	meshtest.WaitFor(t, 10*time.Second, "the job to run", func() bool {
+		j, err := runnerCat.Jobs.Value("long")
+		return err == nil && j.State == catalog.JobRunning
+	})
+
+	rec.Nodes = []catalog.PlacedNode{{Name: "n2", Rank: 0, Admitted: true}}
+	pol, _ := ownerCat.Policies.Ref("TrainingJob/long")
+	if _, err := ownerCat.Placements.Put(rec, pol); err != nil {
+		t.Fatal(err)
+	}
+	owner.Deliver(runner, "placements/TrainingJob/long")
+	r.reconcile(ctx)
+	meshtest.WaitFor(t, 10*time.Second, "the run to stop", func() bool {
+		r.mu.Lock()
+		defer r.mu.Unlock()
+		return r.runs["TrainingJob/long"].live == 0
+	})
+	if j, err := runnerCat.Jobs.Value("long"); err != nil || j.State != catalog.JobRunning {
+		t.Fatalf("job record %s (%s), %v; want it left running: the job goes on at n2", j.State, j.Error, err)
+	}
+}
