@@ -49,6 +49,12 @@ type Controller struct {
 	// failedSince is when this controller first saw each failed node
 	// failed (reconcile's goroutine only).
 	failedSince map[string]time.Time
+	// holding says why each training job that needs placing waits
+	// (reconcile's goroutine only; see holdJob).
+	holding map[string]string
+	// settleUntil is when this controller's view of the mesh is current
+	// again after a start or a pause (see settle); Run's goroutine only.
+	settleUntil time.Time
 	// live is the engine's view of the mesh, kept from round to round
 	// (reconcile's goroutine only); liveStats is its latest stats.
 	live      placement.Live
@@ -76,7 +82,7 @@ func New(cfg Config) *Controller {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.New(slog.DiscardHandler)
 	}
-	return &Controller{cfg: cfg, log: cfg.Logger, held: map[string]mesh.Assignment{}, lastTry: map[string]time.Time{}, failedSince: map[string]time.Time{},
+	return &Controller{cfg: cfg, log: cfg.Logger, held: map[string]mesh.Assignment{}, lastTry: map[string]time.Time{}, failedSince: map[string]time.Time{}, holding: map[string]string{},
 		live: placement.Live{CoordSlack: coordSlack}}
 }
 
@@ -117,11 +123,31 @@ func (r *round) snapshot() (*placement.Snapshot, error) {
 	return r.snap, r.err
 }
 
+// settle is how long a controller that knows other nodes places nothing
+// after it starts or resumes from a pause. Its view of the mesh is then
+// what it stored or held before: nodes that are alive may show failed,
+// and placements made meanwhile are missing. The join, or the catalog's
+// anti-entropy, brings it up to date within seconds; placing before that
+// would move replicas off live nodes, or place a training job another
+// owner placed meanwhile.
+const settle = 5 * time.Second
+
+// pauseGap is how late a pass may be before the controller counts itself
+// paused (stopped, frozen, starved): passes run at least every second.
+const pauseGap = 4 * time.Second
+
 // Run places, admits and drives rollouts until ctx ends.
 func (c *Controller) Run(ctx context.Context) {
 	tick := time.NewTicker(time.Second)
 	defer tick.Stop()
+	c.settleUntil = time.Now().Add(settle)
+	last := time.Now()
 	for {
+		if now := time.Now(); now.Sub(last) > pauseGap {
+			c.settleUntil = now.Add(settle)
+			c.log.Info("controller resumed after a pause: placing nothing until its view of the mesh is current", "pause", now.Sub(last).Round(time.Millisecond), "settle", settle)
+		}
+		last = time.Now()
 		changed := c.cfg.Mesh.Changed()
 		c.reconcile()
 		c.admit()
@@ -163,10 +189,75 @@ func controllers(nodes []mesh.Node) []string {
 	return out
 }
 
+// unreachableControllers returns the controller-capable nodes this agent
+// knows (that have not left) when none of them is alive, and nil when one
+// is, or none is known. Then the live agents that own policies in their
+// stead (see controllers) are cut off from them, or they are all down:
+// a training job those owners placed might be placed by a controller on
+// the other side of a cut as well, and run twice.
+func unreachableControllers(nodes []mesh.Node) []string {
+	var out []string
+	for _, n := range nodes {
+		switch {
+		case !n.Controller || n.Status == mesh.StatusLeft:
+		case n.Status == mesh.StatusAlive || n.Status == mesh.StatusSuspect:
+			return nil
+		default:
+			out = append(out, n.Name)
+		}
+	}
+	sort.Strings(out)
+	return out
+}
+
+// holdJob says why training job key, which needs placing, must wait, or
+// "" when it may be placed now. A training job runs to completion at most
+// once, so it is not placed
+//   - by an agent that owns it only because no controller-capable agent
+//     is reachable (see unreachableControllers), nor
+//   - while a node that may still run it (alive, in an unreachable site,
+//     or failed for less than JobGrace) has admitted an epoch of it newer
+//     than the placement held here: the placement was made by an owner
+//     whose record has not reached this agent yet (it wrote it and failed
+//     before it spread, or it was cut off).
+func (c *Controller) holdJob(key string, rec catalog.Placement, have bool, nodes []mesh.Node, cut map[string]bool) string {
+	if away := unreachableControllers(nodes); len(away) > 0 {
+		return fmt.Sprintf("no controller-capable agent is reachable (%s): only one places training jobs, so that one cut off from here cannot place the job too", strings.Join(away, ", "))
+	}
+	for _, n := range nodes {
+		as, ok := AssignmentOf(n, key)
+		if !ok || !as.Accepted || (have && as.Epoch <= rec.Epoch) {
+			continue
+		}
+		switch {
+		case n.Status == mesh.StatusAlive, n.Status == mesh.StatusSuspect, n.Status == mesh.StatusUnreachable,
+			n.Status == mesh.StatusFailed && (cut[n.Site] || time.Since(c.failedSince[n.Name]) < JobGrace):
+			return fmt.Sprintf("node %s admitted epoch %d of it, whose placement has not reached this agent yet", n.Name, as.Epoch)
+		}
+	}
+	return ""
+}
+
+// lastEpoch returns the newest epoch of policy key that any node has
+// answered: a new placement takes a later one, even where the record of
+// that epoch never reached this agent.
+func lastEpoch(nodes []mesh.Node, key string) uint64 {
+	var e uint64
+	for _, n := range nodes {
+		if as, ok := AssignmentOf(n, key); ok {
+			e = max(e, as.Epoch)
+		}
+	}
+	return e
+}
+
 // reconcile places every policy this agent owns whose placement is
 // missing, stale, or lost a node.
 func (c *Controller) reconcile() {
 	nodes := c.cfg.Mesh.Nodes()
+	if len(nodes) > 1 && time.Now().Before(c.settleUntil) {
+		return // see settle
+	}
 	owners := controllers(nodes)
 	byName := map[string]mesh.Node{}
 	for _, n := range nodes {
@@ -208,6 +299,16 @@ func (c *Controller) reconcile() {
 				c.write(rec)
 			}
 			continue
+		}
+		if p.Kind == policy.KindTrainingJob {
+			if wait := c.holdJob(key, rec, have, nodes, cut); wait != "" {
+				if c.holding[key] != wait {
+					c.log.Info("not placing training job yet", "policy", key, "why", why, "waiting", wait)
+				}
+				c.holding[key] = wait
+				continue
+			}
+			delete(c.holding, key)
 		}
 		c.place(p, rec, have, view, cut, why)
 	}
@@ -300,7 +401,7 @@ func (c *Controller) place(p catalog.Policy, old catalog.Placement, have bool, v
 			rec.Refused[k] = v
 		}
 	}
-	rec.Epoch++
+	rec.Epoch = max(rec.Epoch, lastEpoch(nodes, rec.Key)) + 1
 	if err != nil {
 		rec.State, rec.Message = catalog.StateFailed, err.Error()
 		c.write(rec)

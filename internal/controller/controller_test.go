@@ -280,3 +280,84 @@ func TestRemoteClientSites(t *testing.T) {
 		t.Errorf("unknown: %s %q; want failed: edge-c has no RTT estimate", r.State, r.Message)
 	}
 }
+
+// TestTrainingJobWaits: a training job is not placed by an agent that owns
+// it only because every controller-capable agent is unreachable, nor while
+// a node that may still run it admitted an epoch of it that this agent has
+// no record of; a new placement takes an epoch after every answered one.
+func TestTrainingJobWaits(t *testing.T) {
+	t.Parallel()
+	const key = "TrainingJob/train"
+	c := New(Config{})
+	ctl := func(n mesh.Node) mesh.Node { n.Controller = true; return n }
+	held := catalog.Placement{Key: key, Epoch: 1, Nodes: []catalog.PlacedNode{{Name: "e1"}}}
+
+	// The controllers are cut off: the edge agents own the job in their
+	// stead, and do not place it.
+	nodes := []mesh.Node{ctl(node("c1", "cloud", mesh.StatusFailed, key, 0)), node("e1", "edge", mesh.StatusAlive, key, 0), node("e2", "edge", mesh.StatusAlive, key, 0)}
+	if owners := controllers(nodes); !slices.Equal(owners, []string{"e1", "e2"}) {
+		t.Fatalf("owners %v, want the live edge agents in the controller's stead", owners)
+	}
+	if why := c.holdJob(key, catalog.Placement{}, false, nodes, nil); !strings.Contains(why, "(c1)") {
+		t.Errorf("placed by a stand-in owner (%q); want it held, naming c1", why)
+	}
+	// One that left does not count: none is known any more.
+	nodes[0].Status = mesh.StatusLeft
+	if why := c.holdJob(key, catalog.Placement{}, false, nodes, nil); why != "" {
+		t.Errorf("held (%q) though no controller-capable agent is known", why)
+	}
+
+	// A controller is back; e2 admitted epoch 2, which this agent never
+	// received: the job waits while e2 may run it.
+	nodes[0].Status = mesh.StatusAlive
+	nodes[2] = node("e2", "edge", mesh.StatusAlive, key, 2)
+	for _, st := range []mesh.Status{mesh.StatusAlive, mesh.StatusSuspect, mesh.StatusUnreachable} {
+		nodes[2].Status = st
+		if why := c.holdJob(key, held, true, nodes, nil); !strings.Contains(why, "e2 admitted epoch 2") {
+			t.Errorf("e2 %s: placed (%q) while it may run epoch 2", st, why)
+		}
+	}
+	nodes[2].Status = mesh.StatusFailed
+	c.failedSince["e2"] = time.Now()
+	if why := c.holdJob(key, held, true, nodes, nil); why == "" {
+		t.Error("placed while e2 failed within its job grace")
+	}
+	c.failedSince["e2"] = time.Now().Add(-JobGrace - time.Second)
+	if why := c.holdJob(key, held, true, nodes, nil); why != "" {
+		t.Errorf("held (%q) though e2 failed longer ago than its lease", why)
+	}
+	if e := lastEpoch(nodes, key); e != 2 {
+		t.Errorf("last epoch %d, want 2: a new placement must not reuse e2's", e)
+	}
+	// The record of epoch 2 arrived: nothing waits for it.
+	nodes[2].Status = mesh.StatusAlive
+	held.Epoch = 2
+	if why := c.holdJob(key, held, true, nodes, nil); why != "" {
+		t.Errorf("held (%q) by the epoch this agent holds", why)
+	}
+}
+
+// TestSettlingPlacesNothing: a controller that has just started or resumed
+// from a pause, and knows other nodes, places nothing until its view of
+// the mesh is current; then it places.
+func TestSettlingPlacesNothing(t *testing.T) {
+	t.Parallel()
+	cat := catalog.New(catalogtest.NewStore(), nil)
+	const src = "apiVersion: strata/v1\nkind: InferenceService\nmetadata: {name: web}\nspec:\n  model: {name: m, version: \"1\"}\n  replicas: 1\n  resources: {cpu: 10m, memory: 16Mi}\n"
+	if _, err := cat.Policies.Put(catalog.Policy{Kind: policy.KindInferenceService, Name: "web", Source: src, Generation: 1}); err != nil {
+		t.Fatal(err)
+	}
+	c1 := node("c1", "cloud", mesh.StatusAlive, "", 0)
+	c1.Controller = true
+	c := New(Config{Mesh: &fakeMesh{nodes: []mesh.Node{c1, node("e1", "edge", mesh.StatusFailed, "", 0)}}, Catalog: cat, Compile: Compile})
+	c.settleUntil = time.Now().Add(time.Hour)
+	c.reconcile()
+	if _, err := cat.Placements.Get("InferenceService/web"); err == nil {
+		t.Fatal("placed while settling")
+	}
+	c.settleUntil = time.Now()
+	c.reconcile()
+	if _, err := cat.Placements.Value("InferenceService/web"); err != nil {
+		t.Fatalf("not placed once settled: %v", err)
+	}
+}
