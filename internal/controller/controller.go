@@ -124,7 +124,7 @@ func (r *round) snapshot() (*placement.Snapshot, error) {
 }
 
 // settle is how long a controller that knows other nodes places nothing
-// after it starts or resumes from a pause. Its view of the mesh is then
+// after it restarts or resumes from a pause. Its view of the mesh is then
 // what it stored or held before: nodes that are alive may show failed,
 // and placements made meanwhile are missing. The join, or the catalog's
 // anti-entropy, brings it up to date within seconds; placing before that
@@ -140,7 +140,11 @@ const pauseGap = 4 * time.Second
 func (c *Controller) Run(ctx context.Context) {
 	tick := time.NewTicker(time.Second)
 	defer tick.Stop()
-	c.settleUntil = time.Now().Add(settle)
+	if len(c.cfg.Mesh.Nodes()) > 1 {
+		// Restarted: the nodes it knows are the ones it stored. (A new
+		// agent learns them all from its join, current.)
+		c.settleUntil = time.Now().Add(settle)
+	}
 	last := time.Now()
 	for {
 		if now := time.Now(); now.Sub(last) > pauseGap {
