@@ -317,7 +317,10 @@ func (c *Controller) reconcile() {
 		c.place(p, rec, have, view, cut, why)
 	}
 	// Placements of deleted policies: the owner of the key removes them.
-	for key := range recs {
+	// Only ready ones: a placement that reached this agent before its
+	// policy (a sync after a cut) waits for it, and deleting it would
+	// delete it everywhere, stopping the job or service it placed.
+	for key := range c.readyPlacements() {
 		if _, err := c.cfg.Catalog.Policies.Get(key); errors.Is(err, catalog.ErrNotFound) && placement.Owner(key, owners) == c.cfg.Mesh.Name() {
 			_ = c.cfg.Catalog.Placements.Delete(key)
 		}
@@ -405,7 +408,13 @@ func (c *Controller) place(p catalog.Policy, old catalog.Placement, have bool, v
 			rec.Refused[k] = v
 		}
 	}
-	rec.Epoch = max(rec.Epoch, lastEpoch(nodes, rec.Key)) + 1
+	rec.Epoch = max(rec.Epoch, lastEpoch(nodes, rec.Key))
+	if j, err := c.cfg.Catalog.Jobs.Value(p.Name); err == nil && p.Kind == policy.KindTrainingJob {
+		// After the epoch of the job's last run: its outcome there
+		// (a failure) must not count as this placement's.
+		rec.Epoch = max(rec.Epoch, j.Epoch)
+	}
+	rec.Epoch++
 	if err != nil {
 		rec.State, rec.Message = catalog.StateFailed, err.Error()
 		c.write(rec)

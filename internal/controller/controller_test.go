@@ -361,3 +361,62 @@ func TestSettlingPlacesNothing(t *testing.T) {
 		t.Fatalf("not placed once settled: %v", err)
 	}
 }
+
+// TestPlacementBeforeItsPolicyStays: a placement that reaches the owner
+// before the policy it placed (a sync after a cut) is not taken for the
+// placement of a deleted policy; once the policy is deleted, it is.
+func TestPlacementBeforeItsPolicyStays(t *testing.T) {
+	t.Parallel()
+	writer, here := catalogtest.NewStore(), catalogtest.NewStore()
+	wcat, cat := catalog.New(writer, nil), catalog.New(here, nil)
+	const src = "apiVersion: strata/v1\nkind: InferenceService\nmetadata: {name: web}\nspec:\n  model: {name: m, version: \"1\"}\n  replicas: 1\n  resources: {cpu: 10m, memory: 16Mi}\n"
+	pol, err := wcat.Policies.Put(catalog.Policy{Kind: policy.KindInferenceService, Name: "web", Source: src, Generation: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	const key = "InferenceService/web"
+	if _, err := wcat.Placements.Put(catalog.Placement{Key: key, Kind: policy.KindInferenceService, Name: "web", Epoch: 1, Generation: 1, State: catalog.StatePlaced,
+		Nodes: []catalog.PlacedNode{{Name: "e1"}}}, pol.Ref()); err != nil {
+		t.Fatal(err)
+	}
+	writer.Deliver(here, "placements/"+key)
+	c1 := node("c1", "cloud", mesh.StatusAlive, "", 0)
+	c1.Controller = true
+	c := New(Config{Mesh: &fakeMesh{nodes: []mesh.Node{c1, node("e1", "edge", mesh.StatusAlive, key, 1)}}, Catalog: cat, Compile: Compile})
+	c.reconcile()
+	if cat.Placements.Deleted(key) {
+		t.Fatal("the placement was deleted before its policy arrived")
+	}
+	writer.Deliver(here, "policies/"+key)
+	if err := cat.Policies.Delete(key); err != nil {
+		t.Fatal(err)
+	}
+	c.reconcile()
+	if !cat.Placements.Deleted(key) {
+		t.Fatal("the placement of a deleted policy is still held")
+	}
+}
+
+// TestNewEpochAfterTheLastRun: a training job placed anew (its placement
+// deleted, or never received) takes an epoch after its last run's, so the
+// failure recorded by that run does not end the new placement.
+func TestNewEpochAfterTheLastRun(t *testing.T) {
+	t.Parallel()
+	cat := catalog.New(catalogtest.NewStore(), nil)
+	const src = "apiVersion: strata/v1\nkind: TrainingJob\nmetadata: {name: train}\nspec:\n  resources: {cpu: 10m, memory: 16Mi}\n  launcher: exec\n  command: [sh, -c, 'true']\n"
+	if _, err := cat.Policies.Put(catalog.Policy{Kind: policy.KindTrainingJob, Name: "train", Source: src, Generation: 1}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := cat.Jobs.Put(catalog.Job{Name: "train", Key: "TrainingJob/train", Generation: 1, Epoch: 4, State: catalog.JobFailed, Error: "cancelled"}); err != nil {
+		t.Fatal(err)
+	}
+	c := New(Config{Mesh: &fakeMesh{nodes: []mesh.Node{gpuNode("c1", 8000)}}, Catalog: cat, Compile: Compile})
+	c.reconcile()
+	rec, err := cat.Placements.Value("TrainingJob/train")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if rec.Epoch != 5 {
+		t.Errorf("placed at epoch %d (%s), want 5: after the last run's", rec.Epoch, rec.Message)
+	}
+}
