@@ -242,8 +242,13 @@ func (j *Runner) reconcile(ctx context.Context) {
 		return
 	}
 	for key, rec := range mine {
-		if lj, ok := j.runs[key]; ok && lj.epoch == rec.Epoch && (lj.stopped != stopFenced || lj.live > 0) {
-			continue // runs, or a fenced run has not ended yet
+		if lj, ok := j.runs[key]; ok && lj.epoch == rec.Epoch && (lj.stopped == "" || lj.live > 0) {
+			// Runs or ran, or a run this agent stopped has not ended yet.
+			// One it stopped starts again at the same epoch once ended:
+			// fenced, or placed elsewhere and now placed here again (an
+			// owner that never heard of the other placement numbers its
+			// own alike).
+			continue
 		}
 		if prev, err := j.cfg.Catalog.Jobs.Value(rec.Name); err == nil && prev.Over(rec.Generation, rec.Epoch) {
 			continue // ran to its end already; a new generation runs again

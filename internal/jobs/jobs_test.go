@@ -412,7 +412,7 @@ func TestRunGoesOnWhileItsRecordWaits(t *testing.T) {
 // ("cancelled") would say the job failed though it did not.
 func TestRunStopsForAnotherOwnersPlacement(t *testing.T) {
 	t.Parallel()
-	const src = "apiVersion: strata/v1\nkind: TrainingJob\nmetadata: {name: long}\nspec:\n  resources: {cpu: 10m, memory: 16Mi}\n  launcher: exec\n  command: [sh, -c, 'sleep 30']\n"
+	const src = "apiVersion: strata/v1\nkind: TrainingJob\nmetadata: {name: long}\nspec:\n  resources: {cpu: 10m, memory: 16Mi}\n  launcher: exec\n  command: [sh, -c, 'sleep 2']\n"
 	pj := newPlacedJob(t, "long", src, "n1")
 	owner, runner, ownerCat, runnerCat, rec := pj.owner, pj.node, pj.ownerCat, pj.nodeCat, pj.rec
 	owner.Deliver(runner, "policies/TrainingJob/long")
@@ -440,5 +440,23 @@ func TestRunStopsForAnotherOwnersPlacement(t *testing.T) {
 	})
 	if j, err := runnerCat.Jobs.Value("long"); err != nil || j.State != catalog.JobRunning {
 		t.Fatalf("job record %s (%s), %v; want it left running: the job goes on at n2", j.State, j.Error, err)
+	}
+
+	// Placed here again at that epoch (the record naming n2 was deleted,
+	// and its owner placed the job anew): it runs again, to its end.
+	rec.Nodes, rec.Message = []catalog.PlacedNode{{Name: "n1", Rank: 0, Admitted: true}}, "placed anew"
+	if _, err := ownerCat.Placements.Put(rec, pol); err != nil {
+		t.Fatal(err)
+	}
+	owner.Deliver(runner, "placements/TrainingJob/long")
+	r.reconcile(ctx)
+	var j catalog.Job
+	meshtest.WaitFor(t, 10*time.Second, "the job to end", func() bool {
+		var err error
+		j, err = runnerCat.Jobs.Value("long")
+		return err == nil && j.Terminal()
+	})
+	if j.State != catalog.JobSucceeded {
+		t.Fatalf("job ended %s (%s), want succeeded", j.State, j.Error)
 	}
 }
