@@ -122,6 +122,20 @@ func TestFaultSchedule(t *testing.T) {
 	faults := make(chan fault, 64)
 	var mu sync.Mutex // guards down and killed between the two goroutines
 	lock, unlock := mu.Lock, mu.Unlock
+	t.Cleanup(func() {
+		// On failure, every process's whole log, kept with go test
+		// -artifacts: the dump gives each agent's last 4 KB only.
+		if !t.Failed() {
+			return
+		}
+		d := t.ArtifactDir()
+		lock()
+		defer unlock()
+		for _, a := range agents {
+			_ = os.WriteFile(filepath.Join(d, a.name+".log"), []byte(logsOf(a)), 0o644)
+		}
+		t.Logf("every agent's whole log (each of its processes, in order) is in %s", d)
+	})
 	end := time.Now().Add(faultMinutes * time.Minute)
 	done := make(chan struct{})
 	go func() {
