@@ -193,13 +193,13 @@ func controllers(nodes []mesh.Node) []string {
 	return out
 }
 
-// unreachableControllers returns the controller-capable nodes this agent
+// UnreachableControllers returns the controller-capable nodes this agent
 // knows (that have not left) when none of them is alive, and nil when one
 // is, or none is known. Then the live agents that own policies in their
 // stead (see controllers) are cut off from them, or they are all down:
 // a training job those owners placed might be placed by a controller on
 // the other side of a cut as well, and run twice.
-func unreachableControllers(nodes []mesh.Node) []string {
+func UnreachableControllers(nodes []mesh.Node) []string {
 	var out []string
 	for _, n := range nodes {
 		switch {
@@ -218,15 +218,15 @@ func unreachableControllers(nodes []mesh.Node) []string {
 // "" when it may be placed now. A training job runs to completion at most
 // once, so it is not placed
 //   - by an agent that owns it only because no controller-capable agent
-//     is reachable (see unreachableControllers), nor
+//     is reachable (see UnreachableControllers), nor
 //   - while a node that may still run it (alive, in an unreachable site,
 //     or failed for less than JobGrace) has admitted an epoch of it newer
 //     than the placement held here: the placement was made by an owner
 //     whose record has not reached this agent yet (it wrote it and failed
 //     before it spread, or it was cut off).
 func (c *Controller) holdJob(key string, rec catalog.Placement, have bool, nodes []mesh.Node, cut map[string]bool) string {
-	if away := unreachableControllers(nodes); len(away) > 0 {
-		return fmt.Sprintf("no controller-capable agent is reachable (%s): only one places training jobs, so that one cut off from here cannot place the job too", strings.Join(away, ", "))
+	if away := UnreachableControllers(nodes); len(away) > 0 {
+		return fmt.Sprintf("no controller-capable agent is reachable (%s): only they place training jobs, so that no job is placed on both sides of a cut", strings.Join(away, ", "))
 	}
 	for _, n := range nodes {
 		as, ok := AssignmentOf(n, key)

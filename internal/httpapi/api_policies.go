@@ -295,8 +295,9 @@ func (s *Server) handlePlacements(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	recs := s.placements()
+	nodes := s.cfg.Mesh.Nodes()
 	byName := map[string]mesh.Node{}
-	for _, n := range s.cfg.Mesh.Nodes() {
+	for _, n := range nodes {
 		byName[n.Name] = n
 	}
 	out := []PlacementStatus{}
@@ -312,7 +313,7 @@ func (s *Server) handlePlacements(w http.ResponseWriter, r *http.Request) {
 			}
 			st.Placement = rec
 		} else {
-			st.Placement = catalog.Placement{Key: p.Key(), Kind: p.Kind, Name: p.Name, State: catalog.StatePending, Message: "waiting for its owner to place it"}
+			st.Placement = catalog.Placement{Key: p.Key(), Kind: p.Kind, Name: p.Name, State: catalog.StatePending, Message: unplaced(p.Kind, nodes)}
 		}
 		if r, ok := s.cfg.Catalog.ActiveRollout(p); ok {
 			st.Rollout = &r
@@ -379,4 +380,14 @@ func replicaStates(rec *catalog.Placement, byName map[string]mesh.Node) {
 	default:
 		rec.Message = "serving on every node"
 	}
+}
+
+// unplaced says why a policy of kind has no placement yet, as this agent
+// sees the mesh: a training job waits while no controller-capable agent
+// is reachable (see controller.UnreachableControllers).
+func unplaced(kind string, nodes []mesh.Node) string {
+	if away := controller.UnreachableControllers(nodes); kind == policy.KindTrainingJob && len(away) > 0 {
+		return fmt.Sprintf("waiting for a controller-capable agent (%s: none reachable); only they place training jobs, so that no job is placed on both sides of a cut", strings.Join(away, ", "))
+	}
+	return "waiting for its owner to place it"
 }
