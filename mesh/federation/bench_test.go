@@ -3,6 +3,7 @@ package federation_test
 import (
 	"context"
 	"encoding/json"
+	"flag"
 	"fmt"
 	"math/rand/v2"
 	"slices"
@@ -18,6 +19,8 @@ import (
 	"github.com/strata-mesh/strata/mesh/federation"
 	"github.com/strata-mesh/strata/mesh/meshtest"
 )
+
+var fullScale = flag.Bool("federation.full", false, "BenchmarkFederation: add 100 sites of 10 agents (1,000 in one process), all three ways")
 
 // BenchmarkFederation compares two ways to run S sites of A agents in one
 // process, with the production timings (memberlist's LAN config as the
@@ -49,14 +52,21 @@ import (
 // from no other site. 100 sites with two gateways each ran out of file
 // descriptors (a limit of 20,000 there): each gateway connects to a
 // gateway of every other site, and in one process a loopback connection
-// holds a descriptor at both ends.
+// holds a descriptor at both ends. On a machine with the cores and
+// descriptors for it, -args -federation.full adds 100 sites of 10 agents,
+// all three ways.
 func BenchmarkFederation(b *testing.B) {
-	for _, size := range []struct {
+	type size struct {
 		sites, agents int
 		twoGateways   bool // the default: two gateways per site
 		oneGateway    bool
 		onePool       bool
-	}{{10, 10, true, true, true}, {30, 10, true, false, false}, {100, 3, false, true, false}} {
+	}
+	sizes := []size{{10, 10, true, true, true}, {30, 10, true, false, false}, {100, 3, false, true, false}}
+	if *fullScale {
+		sizes = append(sizes, size{100, 10, true, true, true})
+	}
+	for _, size := range sizes {
 		name := fmt.Sprintf("sites=%d/agents=%d", size.sites, size.agents)
 		if size.twoGateways {
 			b.Run(name+"/impl=federation", func(b *testing.B) {
