@@ -52,9 +52,10 @@ var fullScale = flag.Bool("federation.full", false, "BenchmarkFederation: add 10
 // from no other site. 100 sites with two gateways each ran out of file
 // descriptors (a limit of 20,000 there): each gateway connects to a
 // gateway of every other site, and in one process a loopback connection
-// holds a descriptor at both ends. On a machine with the cores and
-// descriptors for it, -args -federation.full adds 100 sites of 10 agents,
-// all three ways.
+// holds a descriptor at both ends. -args -federation.full adds 100 sites
+// of 10 agents, all three ways: tried once on 16 cores, the pools formed
+// but within the 2-minute wait the last site had heard from 85 of the 99
+// others, and a flat pool of 1,000 had not formed after 250 s.
 func BenchmarkFederation(b *testing.B) {
 	type size struct {
 		sites, agents int
