@@ -27,6 +27,16 @@ func node(name, site string, st mesh.Status, key string, epoch uint64) mesh.Node
 	return n
 }
 
+// controllerNode is an alive controller-capable node of site cloud.
+func controllerNode(name string) mesh.Node {
+	n := node(name, "cloud", mesh.StatusAlive, "", 0)
+	n.Controller = true
+	return n
+}
+
+// webSource is a one-replica service named web.
+const webSource = "apiVersion: strata/v1\nkind: InferenceService\nmetadata: {name: web}\nspec:\n  model: {name: m, version: \"1\"}\n  replicas: 1\n  resources: {cpu: 10m, memory: 16Mi}\n"
+
 // TestUnreachableSiteKeepsItsReplicas: a failed node whose whole site is
 // gone is not replaced, and stays in a new placement; a failed node whose
 // site still answers is replaced.
@@ -289,12 +299,12 @@ func TestTrainingJobWaits(t *testing.T) {
 	t.Parallel()
 	const key = "TrainingJob/train"
 	c := New(Config{})
-	ctl := func(n mesh.Node) mesh.Node { n.Controller = true; return n }
 	held := catalog.Placement{Key: key, Epoch: 1, Nodes: []catalog.PlacedNode{{Name: "e1"}}}
 
 	// The controllers are cut off: the edge agents own the job in their
 	// stead, and do not place it.
-	nodes := []mesh.Node{ctl(node("c1", "cloud", mesh.StatusFailed, key, 0)), node("e1", "edge", mesh.StatusAlive, key, 0), node("e2", "edge", mesh.StatusAlive, key, 0)}
+	nodes := []mesh.Node{controllerNode("c1"), node("e1", "edge", mesh.StatusAlive, key, 0), node("e2", "edge", mesh.StatusAlive, key, 0)}
+	nodes[0].Status = mesh.StatusFailed
 	if owners := controllers(nodes); !slices.Equal(owners, []string{"e1", "e2"}) {
 		t.Fatalf("owners %v, want the live edge agents in the controller's stead", owners)
 	}
@@ -343,13 +353,10 @@ func TestTrainingJobWaits(t *testing.T) {
 func TestSettlingPlacesNothing(t *testing.T) {
 	t.Parallel()
 	cat := catalog.New(catalogtest.NewStore(), nil)
-	const src = "apiVersion: strata/v1\nkind: InferenceService\nmetadata: {name: web}\nspec:\n  model: {name: m, version: \"1\"}\n  replicas: 1\n  resources: {cpu: 10m, memory: 16Mi}\n"
-	if _, err := cat.Policies.Put(catalog.Policy{Kind: policy.KindInferenceService, Name: "web", Source: src, Generation: 1}); err != nil {
+	if _, err := cat.Policies.Put(catalog.Policy{Kind: policy.KindInferenceService, Name: "web", Source: webSource, Generation: 1}); err != nil {
 		t.Fatal(err)
 	}
-	c1 := node("c1", "cloud", mesh.StatusAlive, "", 0)
-	c1.Controller = true
-	c := New(Config{Mesh: &fakeMesh{nodes: []mesh.Node{c1, node("e1", "edge", mesh.StatusFailed, "", 0)}}, Catalog: cat, Compile: Compile})
+	c := New(Config{Mesh: &fakeMesh{nodes: []mesh.Node{controllerNode("c1"), node("e1", "edge", mesh.StatusFailed, "", 0)}}, Catalog: cat, Compile: Compile})
 	c.settleUntil = time.Now().Add(time.Hour)
 	c.reconcile()
 	if _, err := cat.Placements.Get("InferenceService/web"); err == nil {
@@ -369,8 +376,7 @@ func TestPlacementBeforeItsPolicyStays(t *testing.T) {
 	t.Parallel()
 	writer, here := catalogtest.NewStore(), catalogtest.NewStore()
 	wcat, cat := catalog.New(writer, nil), catalog.New(here, nil)
-	const src = "apiVersion: strata/v1\nkind: InferenceService\nmetadata: {name: web}\nspec:\n  model: {name: m, version: \"1\"}\n  replicas: 1\n  resources: {cpu: 10m, memory: 16Mi}\n"
-	pol, err := wcat.Policies.Put(catalog.Policy{Kind: policy.KindInferenceService, Name: "web", Source: src, Generation: 1})
+	pol, err := wcat.Policies.Put(catalog.Policy{Kind: policy.KindInferenceService, Name: "web", Source: webSource, Generation: 1})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -380,9 +386,7 @@ func TestPlacementBeforeItsPolicyStays(t *testing.T) {
 		t.Fatal(err)
 	}
 	writer.Deliver(here, "placements/"+key)
-	c1 := node("c1", "cloud", mesh.StatusAlive, "", 0)
-	c1.Controller = true
-	c := New(Config{Mesh: &fakeMesh{nodes: []mesh.Node{c1, node("e1", "edge", mesh.StatusAlive, key, 1)}}, Catalog: cat, Compile: Compile})
+	c := New(Config{Mesh: &fakeMesh{nodes: []mesh.Node{controllerNode("c1"), node("e1", "edge", mesh.StatusAlive, key, 1)}}, Catalog: cat, Compile: Compile})
 	c.reconcile()
 	if cat.Placements.Deleted(key) {
 		t.Fatal("the placement was deleted before its policy arrived")

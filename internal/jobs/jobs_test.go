@@ -90,6 +90,50 @@ func (pj placedJob) runner(t *testing.T) *Runner {
 		Mesh: fakeMesh{local: mesh.NodeState{Assignments: []mesh.Assignment{{Key: pj.rec.Key, Epoch: 1, Accepted: true}}}}})
 }
 
+// longSource is a two-second exec job named long.
+const longSource = "apiVersion: strata/v1\nkind: TrainingJob\nmetadata: {name: long}\nspec:\n  resources: {cpu: 10m, memory: 16Mi}\n  launcher: exec\n  command: [sh, -c, 'sleep 2']\n"
+
+// running delivers the job's policy and placement to the node and returns
+// its runner once the job runs there.
+func (pj placedJob) running(t *testing.T, ctx context.Context) *Runner {
+	t.Helper()
+	pj.owner.Deliver(pj.node, "policies/"+pj.rec.Key)
+	pj.owner.Deliver(pj.node, "placements/"+pj.rec.Key)
+	r := pj.runner(t)
+	r.reconcile(ctx)
+	meshtest.WaitFor(t, 10*time.Second, "the job to run", func() bool {
+		j, err := pj.nodeCat.Jobs.Value(pj.rec.Name)
+		return err == nil && j.State == catalog.JobRunning
+	})
+	return r
+}
+
+// place writes rec at the owner, depending on dep, delivers it to the
+// node alone and has the node's runner r act on it.
+func (pj placedJob) place(t *testing.T, ctx context.Context, r *Runner, rec catalog.Placement, dep mesh.Dep) {
+	t.Helper()
+	if _, err := pj.ownerCat.Placements.Put(rec, dep); err != nil {
+		t.Fatal(err)
+	}
+	pj.owner.Deliver(pj.node, "placements/"+rec.Key)
+	r.reconcile(ctx)
+}
+
+// wantSucceeded waits for the node's record of the job to end, and fails
+// unless it succeeded.
+func (pj placedJob) wantSucceeded(t *testing.T) {
+	t.Helper()
+	var j catalog.Job
+	meshtest.WaitFor(t, 10*time.Second, "the job to end", func() bool {
+		var err error
+		j, err = pj.nodeCat.Jobs.Value(pj.rec.Name)
+		return err == nil && j.Terminal()
+	})
+	if j.State != catalog.JobSucceeded {
+		t.Fatalf("job ended %s (%s), want succeeded", j.State, j.Error)
+	}
+}
+
 // TestPlacementBeforeItsPolicyWaits: the node told to run a job learns the
 // placement before the policy it points to (the demo's replication race).
 // The job must not start, and so not fail with "not found: policies/...";
@@ -369,40 +413,21 @@ func TestCodePushedJustBeforeIsPinned(t *testing.T) {
 // not stopped and recorded as failed ("signal: killed").
 func TestRunGoesOnWhileItsRecordWaits(t *testing.T) {
 	t.Parallel()
-	const src = "apiVersion: strata/v1\nkind: TrainingJob\nmetadata: {name: long}\nspec:\n  resources: {cpu: 10m, memory: 16Mi}\n  launcher: exec\n  command: [sh, -c, 'sleep 2']\n"
-	pj := newPlacedJob(t, "long", src, "n1")
-	owner, runner, ownerCat, runnerCat, rec := pj.owner, pj.node, pj.ownerCat, pj.nodeCat, pj.rec
-	owner.Deliver(runner, "policies/TrainingJob/long")
-	owner.Deliver(runner, "placements/TrainingJob/long")
-	r := pj.runner(t)
+	pj := newPlacedJob(t, "long", longSource, "n1")
+	ownerCat, rec := pj.ownerCat, pj.rec
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	r.reconcile(ctx)
-	meshtest.WaitFor(t, 10*time.Second, "the job to run", func() bool {
-		j, err := runnerCat.Jobs.Value("long")
-		return err == nil && j.State == catalog.JobRunning
-	})
+	r := pj.running(t, ctx)
 
 	// Applied again: a new version of the policy, and the placement
 	// rewritten with it; only the placement has arrived here.
-	pol2, err := ownerCat.Policies.Put(catalog.Policy{Kind: "TrainingJob", Name: "long", Source: src, Generation: 1})
+	pol2, err := ownerCat.Policies.Put(catalog.Policy{Kind: "TrainingJob", Name: "long", Source: longSource, Generation: 1})
 	if err != nil {
 		t.Fatal(err)
 	}
 	rec.Message = "applied again"
-	if _, err := ownerCat.Placements.Put(rec, pol2.Ref()); err != nil {
-		t.Fatal(err)
-	}
-	owner.Deliver(runner, "placements/TrainingJob/long")
-	r.reconcile(ctx)
-	var j catalog.Job
-	meshtest.WaitFor(t, 10*time.Second, "the job to end", func() bool {
-		j, err = runnerCat.Jobs.Value("long")
-		return err == nil && j.Terminal()
-	})
-	if j.State != catalog.JobSucceeded {
-		t.Fatalf("job ended %s (%s), want succeeded", j.State, j.Error)
-	}
+	pj.place(t, ctx, r, rec, pol2.Ref())
+	pj.wantSucceeded(t)
 }
 
 // TestRunStopsForAnotherOwnersPlacement: two owners that each took
@@ -412,51 +437,27 @@ func TestRunGoesOnWhileItsRecordWaits(t *testing.T) {
 // ("cancelled") would say the job failed though it did not.
 func TestRunStopsForAnotherOwnersPlacement(t *testing.T) {
 	t.Parallel()
-	const src = "apiVersion: strata/v1\nkind: TrainingJob\nmetadata: {name: long}\nspec:\n  resources: {cpu: 10m, memory: 16Mi}\n  launcher: exec\n  command: [sh, -c, 'sleep 2']\n"
-	pj := newPlacedJob(t, "long", src, "n1")
-	owner, runner, ownerCat, runnerCat, rec := pj.owner, pj.node, pj.ownerCat, pj.nodeCat, pj.rec
-	owner.Deliver(runner, "policies/TrainingJob/long")
-	owner.Deliver(runner, "placements/TrainingJob/long")
-	r := pj.runner(t)
+	pj := newPlacedJob(t, "long", longSource, "n1")
+	ownerCat, rec := pj.ownerCat, pj.rec
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	r.reconcile(ctx)
-	meshtest.WaitFor(t, 10*time.Second, "the job to run", func() bool {
-		j, err := runnerCat.Jobs.Value("long")
-		return err == nil && j.State == catalog.JobRunning
-	})
+	r := pj.running(t, ctx)
 
 	rec.Nodes = []catalog.PlacedNode{{Name: "n2", Rank: 0, Admitted: true}}
 	pol, _ := ownerCat.Policies.Ref("TrainingJob/long")
-	if _, err := ownerCat.Placements.Put(rec, pol); err != nil {
-		t.Fatal(err)
-	}
-	owner.Deliver(runner, "placements/TrainingJob/long")
-	r.reconcile(ctx)
+	pj.place(t, ctx, r, rec, pol)
 	meshtest.WaitFor(t, 10*time.Second, "the run to stop", func() bool {
 		r.mu.Lock()
 		defer r.mu.Unlock()
 		return r.runs["TrainingJob/long"].live == 0
 	})
-	if j, err := runnerCat.Jobs.Value("long"); err != nil || j.State != catalog.JobRunning {
+	if j, err := pj.nodeCat.Jobs.Value("long"); err != nil || j.State != catalog.JobRunning {
 		t.Fatalf("job record %s (%s), %v; want it left running: the job goes on at n2", j.State, j.Error, err)
 	}
 
 	// Placed here again at that epoch (the record naming n2 was deleted,
 	// and its owner placed the job anew): it runs again, to its end.
 	rec.Nodes, rec.Message = []catalog.PlacedNode{{Name: "n1", Rank: 0, Admitted: true}}, "placed anew"
-	if _, err := ownerCat.Placements.Put(rec, pol); err != nil {
-		t.Fatal(err)
-	}
-	owner.Deliver(runner, "placements/TrainingJob/long")
-	r.reconcile(ctx)
-	var j catalog.Job
-	meshtest.WaitFor(t, 10*time.Second, "the job to end", func() bool {
-		var err error
-		j, err = runnerCat.Jobs.Value("long")
-		return err == nil && j.Terminal()
-	})
-	if j.State != catalog.JobSucceeded {
-		t.Fatalf("job ended %s (%s), want succeeded", j.State, j.Error)
-	}
+	pj.place(t, ctx, r, rec, pol)
+	pj.wantSucceeded(t)
 }
