@@ -54,3 +54,12 @@ func Subscribed(f *Federation) bool {
 	defer g.mu.Unlock()
 	return g.unsubscribe != nil
 }
+
+// SetConnLimits sets the watermarks and grace period of the connection
+// manager of hosts made from here on, and returns a function that restores
+// them. Only for tests that do not run in parallel.
+func SetConnLimits(low, high int, grace time.Duration) (restore func()) {
+	old := connLimits
+	connLimits.low, connLimits.high, connLimits.grace = low, high, grace
+	return func() { connLimits = old }
+}

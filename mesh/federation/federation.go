@@ -19,6 +19,7 @@ import (
 	"github.com/libp2p/go-libp2p/core/network"
 	"github.com/libp2p/go-libp2p/core/peer"
 	"github.com/libp2p/go-libp2p/core/pnet"
+	"github.com/libp2p/go-libp2p/p2p/net/connmgr"
 	relayv2 "github.com/libp2p/go-libp2p/p2p/protocol/circuitv2/relay"
 	"github.com/libp2p/go-libp2p/p2p/transport/tcp"
 	"github.com/prometheus/client_golang/prometheus"
@@ -191,9 +192,28 @@ func PSKFromGossipKey(key []byte) []byte {
 	return sum[:]
 }
 
+// connLimits are the connection manager's watermarks and grace period:
+// libp2p's defaults, named here because the federation depends on them. A
+// gateway holds a connection to a gateway of every other site, and is
+// dialed by gateways of other sites: at 100 sites of two gateways, about
+// 200 connections, over the high watermark. Past it the manager closes
+// the least valued connections every 10 s (those to peers in no GossipSub
+// mesh first), and the gateways would dial them again, losing what was
+// under way; so gateways protect their connections to other sites'
+// gateways (gateway.connect). A variable for tests.
+var connLimits = struct {
+	low, high int
+	grace     time.Duration
+}{160, 192, time.Minute}
+
 func (f *Federation) newHost(priv crypto.PrivKey) (host.Host, error) {
+	cm, err := connmgr.NewConnManager(connLimits.low, connLimits.high, connmgr.WithGracePeriod(connLimits.grace))
+	if err != nil {
+		return nil, err
+	}
 	opts := []libp2p.Option{
 		libp2p.Identity(priv),
+		libp2p.ConnectionManager(cm),
 		libp2p.ListenAddrStrings(f.cfg.Listen...),
 		libp2p.DisableMetrics(),
 		libp2p.BandwidthReporter(f.bw),

@@ -6,12 +6,15 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"maps"
+	"slices"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/hashicorp/memberlist"
 	"github.com/libp2p/go-libp2p"
+	"github.com/libp2p/go-libp2p/core/network"
 	"github.com/libp2p/go-libp2p/core/peer"
 	"github.com/libp2p/go-libp2p/core/pnet"
 	"github.com/libp2p/go-libp2p/p2p/transport/tcp"
@@ -472,4 +475,81 @@ func TestNewSiteHearsQuietSites(t *testing.T) {
 		return ok
 	})
 	t.Logf("c heard of a %s after it started", time.Since(joined).Round(10*time.Millisecond))
+}
+
+// TestGatewaysKeepTheirConnections: past the connection manager's high
+// watermark (about 200 connections at 100 sites of two gateways), the
+// manager closes connections; a gateway's connections to other sites'
+// gateways are protected and stay. The test lowers the watermarks to 1
+// and 2, so that four sites are past them, and trims every host.
+func TestGatewaysKeepTheirConnections(t *testing.T) {
+	// Not parallel: it sets the connection limits of every host made in
+	// the process. Restored last, after the sites' own cleanups.
+	t.Cleanup(federation.SetConnLimits(1, 2, 0))
+	pools := &meshtest.Network{}
+	var all []*agent
+	var boot []string
+	for _, name := range []string{"a", "b", "c", "d"} {
+		s := site(t, pools, name, 2, boot)
+		if boot == nil {
+			boot = gatewayAddrs(t, s)
+		}
+		all = append(all, s...)
+	}
+	// gatewayConns returns, for each agent, its connected peers that are
+	// gateways of other sites, as their summaries name them.
+	gatewayConns := func() map[string][]peer.ID {
+		out := map[string][]peer.ID{}
+		for _, a := range all {
+			h := a.f.Host()
+			if h == nil {
+				continue
+			}
+			for _, r := range federation.Remotes(a.m, time.Now()) {
+				for _, gw := range r.Summary.Gateways {
+					for _, addr := range gw.Addrs {
+						ai, err := peer.AddrInfoFromString(addr)
+						if err == nil && h.Network().Connectedness(ai.ID) == network.Connected && !slices.Contains(out[a.m.Name()], ai.ID) {
+							out[a.m.Name()] = append(out[a.m.Name()], ai.ID)
+						}
+					}
+				}
+			}
+		}
+		return out
+	}
+	meshtest.Poll(t, 30*time.Second, 50*time.Millisecond, "every agent to hear of the three other sites, and each site's gateways to be connected to every other site", func() bool {
+		for _, a := range all {
+			if len(federation.Remotes(a.m, time.Now())) != 3 {
+				return false
+			}
+		}
+		conns := gatewayConns()
+		return len(conns) == 8 && !slices.ContainsFunc(slices.Collect(maps.Values(conns)), func(ps []peer.ID) bool { return len(ps) < 3 })
+	}, func() { dumpAgents(t, all) })
+	// A gateway protects the gateways of the sites it knows at its next
+	// look (every 5 s); a connection is within the manager's grace
+	// period (a minute, here none) until then.
+	meshtest.Poll(t, 30*time.Second, 50*time.Millisecond, "each gateway to protect its connections to other sites' gateways", func() bool {
+		for _, a := range all {
+			for _, p := range gatewayConns()[a.m.Name()] {
+				if !a.f.Host().ConnManager().IsProtected(p, "") {
+					return false
+				}
+			}
+		}
+		return true
+	}, nil)
+	before := gatewayConns()
+	for _, a := range all {
+		a.f.Host().ConnManager().TrimOpenConns(context.Background())
+	}
+	after := gatewayConns()
+	for name, ps := range before {
+		for _, p := range ps {
+			if !slices.Contains(after[name], p) {
+				t.Errorf("%s: the connection to another site's gateway %s was closed by a trim", name, p)
+			}
+		}
+	}
 }

@@ -1,9 +1,11 @@
 package federation
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"fmt"
+	"hash/fnv"
 	"math"
 	"math/rand/v2"
 	"slices"
@@ -79,6 +81,7 @@ type gateway struct {
 	heardAt    map[string]time.Time // when it came
 	wrote      map[string]time.Time // when this gateway last wrote a site's entry
 	tried      map[peer.ID]retry    // when this gateway looks again for a direct path to a peer (direct)
+	protected  map[peer.ID]bool     // the other sites' gateways protected from the connection manager (connect)
 	lastSum    time.Time
 	sent       Summary   // the last summary sent
 	sentAt     time.Time // when (zero: none since this gateway began publishing)
@@ -146,7 +149,7 @@ func (f *Federation) startGateway(ctx context.Context) (*gateway, error) {
 	var err error
 	ctx, cancel := context.WithCancel(ctx)
 	g := &gateway{f: f, h: h, cancel: cancel, rank: -1, published: map[string]written{}, heard: map[string]Summary{}, heardAt: map[string]time.Time{}, wrote: map[string]time.Time{}, tried: map[peer.ID]retry{},
-		pings: map[string][]pingSample{}}
+		protected: map[peer.ID]bool{}, pings: map[string][]pingSample{}}
 	fail := func(err error) (*gateway, error) {
 		cancel()
 		removePubSub(h)
@@ -234,6 +237,31 @@ func (g *gateway) close() {
 	g.cancel()
 	g.wg.Wait()
 	removePubSub(g.h)
+	g.protect(nil)
+}
+
+// protectTag is the tag under which a gateway protects its connections to
+// other sites' gateways from the host's connection manager.
+const protectTag = "strata-federation-gateway"
+
+// protect makes peers the gateway's protected peers: the connection
+// manager does not close connections to them however many the host has.
+func (g *gateway) protect(peers map[peer.ID]bool) {
+	cm := g.h.ConnManager()
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	for p := range g.protected {
+		if !peers[p] {
+			cm.Unprotect(p, protectTag)
+			delete(g.protected, p)
+		}
+	}
+	for p := range peers {
+		if !g.protected[p] {
+			cm.Protect(p, protectTag)
+			g.protected[p] = true
+		}
+	}
 }
 
 // removePubSub takes GossipSub's protocols off h once its PubSub ended, so
@@ -625,9 +653,14 @@ func (g *gateway) remotePeers() []peer.ID {
 // connect dials, for every other site heard of (here, or by the site's
 // other gateway, whose summaries are in the pool), its gateways when none
 // is connected, and the configured peers while no other site is
-// connected.
+// connected. It protects the connections to those gateways from the
+// connection manager (see connLimits), and tries a site's gateways in an
+// order of its own (rendezvous hashing of the two peer IDs), so that
+// other sites' dials spread over a site's gateways rather than all go to
+// its first.
 func (g *gateway) connect(ctx context.Context) {
 	var targets [][]peer.AddrInfo
+	gateways := map[peer.ID]bool{}
 	for _, s := range g.known() {
 		var site []peer.AddrInfo
 		for _, gw := range s.Gateways {
@@ -635,8 +668,12 @@ func (g *gateway) connect(ctx context.Context) {
 				site = append(site, ais...)
 			}
 		}
-		targets = append(targets, site)
+		for _, ai := range site {
+			gateways[ai.ID] = true
+		}
+		targets = append(targets, dialOrder(g.h.ID(), site))
 	}
+	g.protect(gateways)
 	connected := func(ais []peer.AddrInfo) bool {
 		for _, ai := range ais {
 			if g.h.Network().Connectedness(ai.ID) == network.Connected {
@@ -805,6 +842,21 @@ func (g *gateway) dial(ctx context.Context, ai peer.AddrInfo) bool {
 		return false
 	}
 	return true
+}
+
+// dialOrder returns site's gateways in the order self dials them: by
+// rendezvous hashing of (self, gateway), so that every dialer has its own.
+func dialOrder(self peer.ID, site []peer.AddrInfo) []peer.AddrInfo {
+	score := func(id peer.ID) uint64 {
+		h := fnv.New64a()
+		h.Write([]byte(self))
+		h.Write([]byte{0})
+		h.Write([]byte(id))
+		return h.Sum64()
+	}
+	return slices.SortedFunc(slices.Values(site), func(a, b peer.AddrInfo) int {
+		return cmp.Or(cmp.Compare(score(b.ID), score(a.ID)), cmp.Compare(a.ID, b.ID))
+	})
 }
 
 // addrInfos groups multiaddrs with /p2p/ID by peer.
