@@ -7,13 +7,16 @@ import (
 	"io"
 	"log/slog"
 	"maps"
+	"net"
 	"slices"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/hashicorp/memberlist"
 	"github.com/libp2p/go-libp2p"
+	"github.com/libp2p/go-libp2p/core/crypto"
 	"github.com/libp2p/go-libp2p/core/network"
 	"github.com/libp2p/go-libp2p/core/peer"
 	"github.com/libp2p/go-libp2p/core/pnet"
@@ -552,4 +555,73 @@ func TestGatewaysKeepTheirConnections(t *testing.T) {
 			}
 		}
 	}
+}
+
+// TestDeadSitesHoldNothingBack: a gateway dials the gateways of other
+// sites in the background. Here a's pool names 20 sites whose gateways
+// accept a TCP connection and never answer (each dial waits for its 5 s
+// timeout); a record written at a still reaches b within seconds. Dialed
+// one after another in a's loop, they held its records back for minutes.
+func TestDeadSitesHoldNothingBack(t *testing.T) {
+	t.Parallel()
+	network := &meshtest.Network{}
+	// Syncs once a minute: the record goes by a's GossipSub publishing.
+	fc := federation.Config{SummaryInterval: 200 * time.Millisecond, SyncInterval: time.Minute}
+	a := siteWith(t, network, "a", 1, nil, fc, meshtest.FastTimings)
+	b := siteWith(t, network, "b", 1, gatewayAddrs(t, a), fc, meshtest.FastTimings)
+	meshtest.WaitFor(t, 30*time.Second, "a and b to hear of each other", func() bool {
+		_, ab := remote(a[0].m, "b")
+		_, ba := remote(b[0].m, "a")
+		return ab && ba
+	})
+
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { l.Close() })
+	var accepted atomic.Int64
+	go func() {
+		var held []net.Conn
+		defer func() {
+			for _, c := range held {
+				c.Close()
+			}
+		}()
+		for {
+			c, err := l.Accept()
+			if err != nil {
+				return
+			}
+			accepted.Add(1)
+			held = append(held, c) // never answered
+		}
+	}()
+	for i := range 20 {
+		var gws []federation.Gateway
+		for j := range 2 {
+			key, _, err := crypto.GenerateEd25519Key(nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			id, err := peer.IDFromPrivateKey(key)
+			if err != nil {
+				t.Fatal(err)
+			}
+			gws = append(gws, federation.Gateway{Name: fmt.Sprintf("dead%02d-%d", i, j), Addrs: []string{fmt.Sprintf("/ip4/127.0.0.1/tcp/%d/p2p/%s", l.Addr().(*net.TCPAddr).Port, id)}})
+		}
+		r := federation.Remote{Summary: federation.Summary{Site: fmt.Sprintf("dead%02d", i), Gateways: gws}, Heard: time.Now().UTC()}
+		v, err := json.Marshal(r)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := a[0].m.Put(federation.SitePrefix+r.Summary.Site, v, mesh.PutOptions{Scope: mesh.ScopeSite}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	meshtest.WaitFor(t, 15*time.Second, "a to dial the dead sites' gateways", func() bool { return accepted.Load() > 0 })
+	if _, err := a[0].m.Put("policies/p1", json.RawMessage(`"v1"`), mesh.PutOptions{Scope: mesh.ScopeGlobal}); err != nil {
+		t.Fatal(err)
+	}
+	meshtest.WaitFor(t, 10*time.Second, "the record written at a, at b, while a dials the dead sites", func() bool { return has(b[0].m, "policies/p1", `"v1"`) })
 }

@@ -82,6 +82,9 @@ type gateway struct {
 	wrote      map[string]time.Time // when this gateway last wrote a site's entry
 	tried      map[peer.ID]retry    // when this gateway looks again for a direct path to a peer (direct)
 	protected  map[peer.ID]bool     // the other sites' gateways protected from the connection manager (connect)
+	dialing    map[peer.ID]bool     // the sites being dialed, by their first gateway in dialOrder (dialSite)
+	booting    bool                 // whether the configured peers are being asked for gateways (bootstrap)
+	dials      chan struct{}        // a slot per dial under way, up to maxDials
 	lastSum    time.Time
 	sent       Summary   // the last summary sent
 	sentAt     time.Time // when (zero: none since this gateway began publishing)
@@ -149,7 +152,7 @@ func (f *Federation) startGateway(ctx context.Context) (*gateway, error) {
 	var err error
 	ctx, cancel := context.WithCancel(ctx)
 	g := &gateway{f: f, h: h, cancel: cancel, rank: -1, published: map[string]written{}, heard: map[string]Summary{}, heardAt: map[string]time.Time{}, wrote: map[string]time.Time{}, tried: map[peer.ID]retry{},
-		protected: map[peer.ID]bool{}, pings: map[string][]pingSample{}}
+		protected: map[peer.ID]bool{}, dialing: map[peer.ID]bool{}, dials: make(chan struct{}, maxDials), pings: map[string][]pingSample{}}
 	fail := func(err error) (*gateway, error) {
 		cancel()
 		removePubSub(h)
@@ -653,11 +656,11 @@ func (g *gateway) remotePeers() []peer.ID {
 // connect dials, for every other site heard of (here, or by the site's
 // other gateway, whose summaries are in the pool), its gateways when none
 // is connected, and the configured peers while no other site is
-// connected. It protects the connections to those gateways from the
-// connection manager (see connLimits), and tries a site's gateways in an
-// order of its own (rendezvous hashing of the two peer IDs), so that
-// other sites' dials spread over a site's gateways rather than all go to
-// its first.
+// connected. The dials run in the background (dialSite, bootstrap). It
+// protects the connections to those gateways from the connection manager
+// (see connLimits), and tries a site's gateways in an order of its own
+// (rendezvous hashing of the two peer IDs), so that other sites' dials
+// spread over a site's gateways rather than all go to its first.
 func (g *gateway) connect(ctx context.Context) {
 	var targets [][]peer.AddrInfo
 	gateways := map[peer.ID]bool{}
@@ -689,39 +692,99 @@ func (g *gateway) connect(ctx context.Context) {
 			anySite = true
 			continue
 		}
-		for _, ai := range site {
-			if g.dial(ctx, ai) {
-				anySite = true
-				break
-			}
-		}
+		g.dialSite(ctx, site)
 	}
-	if anySite {
+	g.mu.Lock()
+	dialing := len(g.dialing) > 0
+	g.mu.Unlock()
+	if !anySite && !dialing {
+		g.bootstrap(ctx)
+	}
+}
+
+// maxDials is how many sites one gateway dials at once. The dials run
+// in the background: done one after another in the gateway's loop, at
+// 100 sites, they held its summaries and records back for up to two
+// minutes (BenchmarkFederation on a 2-core machine).
+const maxDials = 8
+
+// dialSite dials, in the background, site's gateways in turn until one
+// answers, unless a dial of the site is under way.
+func (g *gateway) dialSite(ctx context.Context, site []peer.AddrInfo) {
+	if len(site) == 0 {
 		return
 	}
-	// No other site's gateway is connected: ask the configured peers
-	// where their sites' gateways are (a peer need not be one itself),
-	// and dial those.
-	for _, ai := range g.f.peers {
-		if ai.ID == g.h.ID() || !g.dial(ctx, ai) {
-			continue
+	key := site[0].ID // the site's first gateway in this gateway's order
+	g.mu.Lock()
+	if g.dialing[key] {
+		g.mu.Unlock()
+		return
+	}
+	g.dialing[key] = true
+	g.mu.Unlock()
+	g.wg.Add(1)
+	go func() {
+		defer g.wg.Done()
+		defer func() {
+			g.mu.Lock()
+			delete(g.dialing, key)
+			g.mu.Unlock()
+		}()
+		select {
+		case g.dials <- struct{}{}:
+		case <-ctx.Done():
+			return
 		}
-		gws, site, err := g.f.askGateways(ctx, ai.ID)
-		if err != nil {
-			g.f.metrics.errors.WithLabelValues("gateways").Inc()
-			continue
+		defer func() { <-g.dials }()
+		for _, ai := range site {
+			if g.dial(ctx, ai) {
+				return
+			}
 		}
-		if site == g.f.cfg.Mesh.Site() {
-			continue
-		}
-		for _, gw := range gws {
-			if ais, err := addrInfos(gw.Addrs); err == nil {
-				for _, x := range ais {
-					g.dial(ctx, x)
+	}()
+}
+
+// bootstrap asks, in the background, the configured peers where their
+// sites' gateways are (a peer need not be one itself), and dials those:
+// for a gateway that has no other site's gateway connected, nor a dial of
+// one under way.
+func (g *gateway) bootstrap(ctx context.Context) {
+	g.mu.Lock()
+	if g.booting {
+		g.mu.Unlock()
+		return
+	}
+	g.booting = true
+	g.mu.Unlock()
+	g.wg.Add(1)
+	go func() {
+		defer g.wg.Done()
+		defer func() {
+			g.mu.Lock()
+			g.booting = false
+			g.mu.Unlock()
+		}()
+		for _, ai := range g.f.peers {
+			if ai.ID == g.h.ID() || !g.dial(ctx, ai) {
+				continue
+			}
+			gws, site, err := g.f.askGateways(ctx, ai.ID)
+			if err != nil {
+				g.f.metrics.errors.WithLabelValues("gateways").Inc()
+				continue
+			}
+			if site == g.f.cfg.Mesh.Site() {
+				continue
+			}
+			for _, gw := range gws {
+				if ais, err := addrInfos(gw.Addrs); err == nil {
+					for _, x := range ais {
+						g.dial(ctx, x)
+					}
 				}
 			}
 		}
-	}
+	}()
 }
 
 // direct looks for a direct path to the gateways of site that this one
