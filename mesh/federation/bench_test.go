@@ -63,7 +63,9 @@ var fullScale = flag.Bool("federation.full", false, "BenchmarkFederation: add 10
 // last site had heard from 85 of the 99 others, and a flat pool of 1,000
 // had not formed after 250 s.
 //
-// conns-max is the most connections one agent's host holds, and
+// federated-s is the time from when the sites after the first start, all
+// at once, until every agent has heard of every other site. conns-max is
+// the most connections one agent's host holds, and
 // unreachable-pct the share of (agent, other site) pairs in which the site
 // counts as unreachable after the quiet minute (0 when every summary
 // arrives).
@@ -111,14 +113,24 @@ func federated(b *testing.B, sites, agents, gateways int) ([]*agent, func() map[
 	quiet := func(c *memberlist.Config) { c.EnableCompression = false }
 	var all []*agent
 	var boot []string
-	for i := range sites {
-		s := siteWith(b, &meshtest.Network{}, fmt.Sprintf("s%03d", i), agents, boot, fc, quiet)
-		if i == 0 {
-			boot = gatewayAddrs(b, s)
-		}
-		all = append(all, s...)
+	first := siteWith(b, &meshtest.Network{}, "s000", agents, nil, fc, quiet)
+	boot = gatewayAddrs(b, first)
+	all = append(all, first...)
+	// The other sites start at once, as after a power cut, and form their
+	// pools meanwhile.
+	for i := 1; i < sites; i++ {
+		all = append(all, startSite(b, &meshtest.Network{}, fmt.Sprintf("s%03d", i), agents, boot, fc, quiet)...)
 	}
-	meshtest.Poll(b, 2*time.Minute, time.Second, "every site to hear of every other", func() bool {
+	start := time.Now()
+	meshtest.Poll(b, 5*time.Minute, time.Second, "every site's pool to form", func() bool {
+		for _, a := range all {
+			if a.m.NumAlive() != agents {
+				return false
+			}
+		}
+		return true
+	}, func() { dumpAgents(b, all) })
+	meshtest.Poll(b, 5*time.Minute, time.Second, "every site to hear of every other", func() bool {
 		for _, a := range all {
 			if len(federation.Remotes(a.m, time.Now())) != sites-1 {
 				return false
@@ -126,6 +138,7 @@ func federated(b *testing.B, sites, agents, gateways int) ([]*agent, func() map[
 		}
 		return true
 	}, func() { dumpAgents(b, all) })
+	b.ReportMetric(time.Since(start).Seconds(), "federated-s")
 	return all, func() map[string]int64 {
 		n := map[string]int64{}
 		for _, a := range all {

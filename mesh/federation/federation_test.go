@@ -56,6 +56,21 @@ func site(t testing.TB, network *meshtest.Network, name string, n int, peers []s
 // applied to memberlist's configuration.
 func siteWith(t testing.TB, network *meshtest.Network, name string, n int, peers []string, fc federation.Config, tune func(*memberlist.Config)) []*agent {
 	t.Helper()
+	out := startSite(t, network, name, n, peers, fc, tune)
+	meshtest.WaitFor(t, 20*time.Second, name+" to form", func() bool {
+		for _, a := range out {
+			if a.m.NumAlive() != n {
+				return false
+			}
+		}
+		return true
+	})
+	return out
+}
+
+// startSite is siteWith without waiting for the pool to form.
+func startSite(t testing.TB, network *meshtest.Network, name string, n int, peers []string, fc federation.Config, tune func(*memberlist.Config)) []*agent {
+	t.Helper()
 	var out []*agent
 	for i := range n {
 		node := fmt.Sprintf("%s-%d", name, i)
@@ -97,14 +112,6 @@ func siteWith(t testing.TB, network *meshtest.Network, name string, n int, peers
 		})
 		out = append(out, a)
 	}
-	meshtest.WaitFor(t, 20*time.Second, name+" to form", func() bool {
-		for _, a := range out {
-			if a.m.NumAlive() != n {
-				return false
-			}
-		}
-		return true
-	})
 	return out
 }
 
