@@ -694,10 +694,9 @@ func (g *gateway) connect(ctx context.Context) {
 		}
 		g.dialSite(ctx, site)
 	}
-	g.mu.Lock()
-	dialing := len(g.dialing) > 0
-	g.mu.Unlock()
-	if !anySite && !dialing {
+	if !anySite {
+		// The gateways the pool knows of may all be gone (replaced
+		// while this site was cut off): the peers are asked meanwhile.
 		g.bootstrap(ctx)
 	}
 }
@@ -746,8 +745,7 @@ func (g *gateway) dialSite(ctx context.Context, site []peer.AddrInfo) {
 
 // bootstrap asks, in the background, the configured peers where their
 // sites' gateways are (a peer need not be one itself), and dials those:
-// for a gateway that has no other site's gateway connected, nor a dial of
-// one under way.
+// for a gateway that has no other site's gateway connected. One at a time.
 func (g *gateway) bootstrap(ctx context.Context) {
 	g.mu.Lock()
 	if g.booting {
