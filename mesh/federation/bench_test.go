@@ -1,6 +1,7 @@
 package federation_test
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"flag"
@@ -9,6 +10,7 @@ import (
 	"slices"
 	"strings"
 	"sync/atomic"
+	"syscall"
 	"testing"
 	"time"
 
@@ -50,7 +52,9 @@ var fullScale = flag.Bool("federation.full", false, "BenchmarkFederation: add 10
 // second (0.74 cores for 300 agents, by a CPU profile), more than 2 cores
 // for 1,000. 100 sites with two gateways each run out of file descriptors
 // there (a limit of 20,000): in one process a loopback connection holds a
-// descriptor at both ends, and there are 2 to 4 between each two sites.
+// descriptor at both ends, and there are 2 to 4 between each two sites
+// (a size that needs more descriptors than the process may open is
+// skipped, saying so).
 // Over QUIC (one socket per host) on 2 cores, 100 sites of 3 agents with
 // two gateways each showed two faults, both fixed since: a gateway's
 // dials ran one after another in its loop, and held its summaries back
@@ -109,6 +113,7 @@ func BenchmarkFederation(b *testing.B) {
 // per site (0: the default, two); traffic returns the libp2p bytes of
 // every agent so far.
 func federated(b *testing.B, sites, agents, gateways int) ([]*agent, func() map[string]int64) {
+	enoughDescriptors(b, sites, cmp.Or(gateways, 2))
 	fc := federation.Config{Gateways: gateways, SummaryInterval: 5 * time.Second, SyncInterval: 30 * time.Second}
 	quiet := func(c *memberlist.Config) { c.EnableCompression = false }
 	var all []*agent
@@ -147,6 +152,20 @@ func federated(b *testing.B, sites, agents, gateways int) ([]*agent, func() map[
 			}
 		}
 		return n
+	}
+}
+
+// enoughDescriptors skips the benchmark where the process may open too
+// few files for sites with the given gateways each: gateways of two sites
+// hold 1 to 4 loopback connections between them, a descriptor at each end
+// (100 sites of 3 agents with one gateway each held 12,141).
+func enoughDescriptors(b *testing.B, sites, gateways int) {
+	var lim syscall.Rlimit
+	if err := syscall.Getrlimit(syscall.RLIMIT_NOFILE, &lim); err != nil {
+		return
+	}
+	if need := 6 * sites * sites * gateways / 5; uint64(need) > lim.Cur {
+		b.Skipf("%d sites of %d gateways need about %d file descriptors; this process may open %d", sites, gateways, need, lim.Cur)
 	}
 }
 
