@@ -7,6 +7,7 @@ import (
 	"flag"
 	"fmt"
 	"math/rand/v2"
+	"os"
 	"slices"
 	"strings"
 	"sync/atomic"
@@ -61,18 +62,21 @@ var fullScale = flag.Bool("federation.full", false, "BenchmarkFederation: add 10
 // for up to 2 minutes; and the gateways of the first site, which every
 // agent had as its federation peers, held 200 to 250 connections, past
 // libp2p's connection manager's high watermark (192), from where it
-// closes connections (now not those between gateways). -args -federation.full adds 100 sites of 10
-// agents, all three ways, for a machine with more cores: tried once on 16,
-// before those fixes, the pools formed but within the 2-minute wait the
-// last site had heard from 85 of the 99 others, and a flat pool of 1,000
-// had not formed after 250 s.
+// closes connections (now not those between gateways). That run was a
+// one-off, with the QUIC listener and a timing print added for it.
+//
+// -args -federation.full adds 100 sites of 10 agents, all three ways, for
+// a machine with more cores: tried once on 16, before those fixes, the
+// pools formed but within the 2-minute wait the last site had heard from
+// 85 of the 99 others, and a flat pool of 1,000 had not formed after
+// 250 s.
 //
 // federated-s is the time from when the sites after the first start, all
-// at once, until every agent has heard of every other site. conns-max is
-// the most connections one agent's host holds, and
-// unreachable-pct the share of (agent, other site) pairs in which the site
-// counts as unreachable after the quiet minute (0 when every summary
-// arrives).
+// at once, until every agent has heard of every other site; conns-max the
+// most connections one agent's host holds; fds the file descriptors the
+// process holds; unreachable-pct the share of (agent, other site) pairs in
+// which the site counts as unreachable after the quiet minute (0 when
+// every summary arrives).
 func BenchmarkFederation(b *testing.B) {
 	type size struct {
 		sites, agents int
@@ -116,11 +120,8 @@ func federated(b *testing.B, sites, agents, gateways int) ([]*agent, func() map[
 	enoughDescriptors(b, sites, cmp.Or(gateways, 2))
 	fc := federation.Config{Gateways: gateways, SummaryInterval: 5 * time.Second, SyncInterval: 30 * time.Second}
 	quiet := func(c *memberlist.Config) { c.EnableCompression = false }
-	var all []*agent
-	var boot []string
-	first := siteWith(b, &meshtest.Network{}, "s000", agents, nil, fc, quiet)
-	boot = gatewayAddrs(b, first)
-	all = append(all, first...)
+	all := siteWith(b, &meshtest.Network{}, "s000", agents, nil, fc, quiet)
+	boot := gatewayAddrs(b, all)
 	// The other sites start at once, as after a power cut, and form their
 	// pools meanwhile.
 	for i := 1; i < sites; i++ {
@@ -158,7 +159,8 @@ func federated(b *testing.B, sites, agents, gateways int) ([]*agent, func() map[
 // enoughDescriptors skips the benchmark where the process may open too
 // few files for sites with the given gateways each: gateways of two sites
 // hold 1 to 4 loopback connections between them, a descriptor at each end
-// (100 sites of 3 agents with one gateway each held 12,141).
+// (see the fds metric: 100 sites of 3 agents with one gateway each held
+// about 12,000).
 func enoughDescriptors(b *testing.B, sites, gateways int) {
 	var lim syscall.Rlimit
 	if err := syscall.Getrlimit(syscall.RLIMIT_NOFILE, &lim); err != nil {
@@ -171,7 +173,7 @@ func enoughDescriptors(b *testing.B, sites, gateways int) {
 
 // reportFederation reports, after the quiet minute, the most connections
 // one agent's host holds, to be read beside libp2p's connection manager's
-// watermarks (connLimits), and the share of (agent, other site) pairs in
+// watermarks (connLimits), the process's file descriptors, and the share of (agent, other site) pairs in
 // which the agent counts the site unreachable: its last summary came
 // longer than federation.UnreachableAfter ago (none should).
 func reportFederation(b *testing.B, all []*agent) {
@@ -188,6 +190,9 @@ func reportFederation(b *testing.B, all []*agent) {
 		}
 	}
 	b.ReportMetric(float64(most), "conns-max")
+	if fds, err := os.ReadDir("/proc/self/fd"); err == nil {
+		b.ReportMetric(float64(len(fds)), "fds")
+	}
 	b.ReportMetric(100*float64(unreachable)/float64(max(pairs, 1)), "unreachable-pct")
 }
 

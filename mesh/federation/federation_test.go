@@ -541,8 +541,9 @@ func TestGatewaysKeepTheirConnections(t *testing.T) {
 	// look (every 5 s); a connection is within the manager's grace
 	// period (a minute, here none) until then.
 	meshtest.Poll(t, 30*time.Second, 50*time.Millisecond, "each gateway to protect its connections to other sites' gateways", func() bool {
+		conns := gatewayConns()
 		for _, a := range all {
-			for _, p := range gatewayConns()[a.m.Name()] {
+			for _, p := range conns[a.m.Name()] {
 				if !a.f.Host().ConnManager().IsProtected(p, "") {
 					return false
 				}

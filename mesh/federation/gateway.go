@@ -82,8 +82,7 @@ type gateway struct {
 	wrote      map[string]time.Time // when this gateway last wrote a site's entry
 	tried      map[peer.ID]retry    // when this gateway looks again for a direct path to a peer (direct)
 	protected  map[peer.ID]bool     // the other sites' gateways protected from the connection manager (connect)
-	dialing    map[peer.ID]bool     // the sites being dialed, by their first gateway in dialOrder (dialSite)
-	booting    bool                 // whether the configured peers are being asked for gateways (bootstrap)
+	running    map[string]bool      // the background work under way, by key (alone)
 	dials      chan struct{}        // a slot per dial under way, up to maxDials
 	lastSum    time.Time
 	sent       Summary   // the last summary sent
@@ -152,7 +151,7 @@ func (f *Federation) startGateway(ctx context.Context) (*gateway, error) {
 	var err error
 	ctx, cancel := context.WithCancel(ctx)
 	g := &gateway{f: f, h: h, cancel: cancel, rank: -1, published: map[string]written{}, heard: map[string]Summary{}, heardAt: map[string]time.Time{}, wrote: map[string]time.Time{}, tried: map[peer.ID]retry{},
-		protected: map[peer.ID]bool{}, dialing: map[peer.ID]bool{}, dials: make(chan struct{}, maxDials), pings: map[string][]pingSample{}}
+		protected: map[peer.ID]bool{}, running: map[string]bool{}, dials: make(chan struct{}, maxDials), pings: map[string][]pingSample{}}
 	fail := func(err error) (*gateway, error) {
 		cancel()
 		removePubSub(h)
@@ -708,28 +707,36 @@ func (g *gateway) connect(ctx context.Context) {
 // each, over QUIC on a 2-core machine).
 const maxDials = 8
 
-// dialSite dials, in the background, site's gateways in turn until one
-// answers, unless a dial of the site is under way.
-func (g *gateway) dialSite(ctx context.Context, site []peer.AddrInfo) {
-	if len(site) == 0 {
-		return
-	}
-	key := site[0].ID // the site's first gateway in this gateway's order
+// alone runs f in the background unless a run under the same key is
+// under way.
+func (g *gateway) alone(key string, f func()) {
 	g.mu.Lock()
-	if g.dialing[key] {
+	if g.running[key] {
 		g.mu.Unlock()
 		return
 	}
-	g.dialing[key] = true
+	g.running[key] = true
 	g.mu.Unlock()
 	g.wg.Add(1)
 	go func() {
 		defer g.wg.Done()
 		defer func() {
 			g.mu.Lock()
-			delete(g.dialing, key)
+			delete(g.running, key)
 			g.mu.Unlock()
 		}()
+		f()
+	}()
+}
+
+// dialSite dials, in the background, site's gateways in turn until one
+// answers, unless a dial of the site is under way.
+func (g *gateway) dialSite(ctx context.Context, site []peer.AddrInfo) {
+	if len(site) == 0 {
+		return
+	}
+	// The site by its first gateway in this gateway's order.
+	g.alone("dial "+site[0].ID.String(), func() {
 		select {
 		case g.dials <- struct{}{}:
 		case <-ctx.Done():
@@ -741,28 +748,14 @@ func (g *gateway) dialSite(ctx context.Context, site []peer.AddrInfo) {
 				return
 			}
 		}
-	}()
+	})
 }
 
 // bootstrap asks, in the background, the configured peers where their
 // sites' gateways are (a peer need not be one itself), and dials those:
 // for a gateway that has no other site's gateway connected. One at a time.
 func (g *gateway) bootstrap(ctx context.Context) {
-	g.mu.Lock()
-	if g.booting {
-		g.mu.Unlock()
-		return
-	}
-	g.booting = true
-	g.mu.Unlock()
-	g.wg.Add(1)
-	go func() {
-		defer g.wg.Done()
-		defer func() {
-			g.mu.Lock()
-			g.booting = false
-			g.mu.Unlock()
-		}()
+	g.alone("bootstrap", func() {
 		for _, ai := range g.f.peers {
 			if ai.ID == g.h.ID() || !g.dial(ctx, ai) {
 				continue
@@ -783,7 +776,7 @@ func (g *gateway) bootstrap(ctx context.Context) {
 				}
 			}
 		}
-	}()
+	})
 }
 
 // direct looks for a direct path to the gateways of site that this one
