@@ -36,6 +36,14 @@ const maxBatch = 1 << 20
 // Summaries are most of the WAN bytes (BenchmarkFederation).
 const summaryQuiet = UnreachableAfter / 3
 
+// joinedSends is how many summary intervals the publisher sends its
+// summary at after a gateway joins the summaries topic. One was not
+// enough: a summary sent within tens of milliseconds of the join, while
+// GossipSub was still setting up its stream to the new peer, did not reach
+// it, and the next came summaryQuiet later: TestNewSiteHearsQuietSites
+// failed 7 times in 45 runs with one send, none in 50 with three.
+const joinedSends = 3
+
 // newPublisher is how long a gateway that began publishing sends its
 // summary every SummaryInterval, changed or not (a variable for tests).
 var newPublisher = UnreachableAfter
@@ -87,6 +95,7 @@ type gateway struct {
 	lastSum    time.Time
 	sent       Summary   // the last summary sent
 	sentAt     time.Time // when (zero: none since this gateway began publishing)
+	joined     time.Time // when a gateway last joined the summaries topic (watchJoins)
 	publishing time.Time // when this gateway began publishing
 	wroteWAN   time.Time // when this gateway last wrote the site's WAN coordinate
 	// unsubscribe ends the publisher's subscriptions; nil while this
@@ -216,9 +225,10 @@ func (g *gateway) subscribe() {
 	go func() { defer g.wg.Done(); g.readSummaries(ctx, sums) }()
 }
 
-// watchJoins makes the publisher send its summary at its next
-// SummaryInterval, not summaryQuiet, when a gateway joins the summaries
-// topic: a site new to the federation hears of this one within seconds.
+// watchJoins makes the publisher send its summary at each of its next
+// joinedSends SummaryIntervals, not summaryQuiet, when a gateway joins the
+// summaries topic: a site new to the federation hears of this one within
+// seconds.
 func (g *gateway) watchJoins(ctx context.Context, h *pubsub.TopicEventHandler) {
 	defer h.Cancel()
 	for {
@@ -228,7 +238,7 @@ func (g *gateway) watchJoins(ctx context.Context, h *pubsub.TopicEventHandler) {
 		}
 		if ev.Type == pubsub.PeerJoin {
 			g.mu.Lock()
-			g.sentAt = time.Time{}
+			g.sentAt, g.joined = time.Time{}, time.Now()
 			g.mu.Unlock()
 		}
 	}
@@ -426,6 +436,7 @@ func (g *gateway) publishSummary(ctx context.Context) {
 	// A new publisher sends every interval for a while: its first
 	// summaries may go out before GossipSub has connected it to anyone.
 	quiet := !g.sentAt.IsZero() && same(g.sent, s) && time.Since(g.sentAt) < summaryQuiet &&
+		time.Since(g.joined) > joinedSends*g.f.cfg.SummaryInterval &&
 		time.Since(g.publishing) > newPublisher
 	g.mu.Unlock()
 	if !quiet {
