@@ -14,6 +14,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 	"unsafe"
 
@@ -254,8 +255,17 @@ func New(cfg Config) (*Mesh, error) {
 	if mlc.Transport != nil {
 		mlc.Transport = newGuardTransport(mlc.Transport, mlc, lw.drop)
 	}
+	// memberlist.Create answers packets before it returns: a ping that
+	// came then asked the queue for the member count while m.ml was still
+	// nil, and the agent crashed (seen once in a mesh package test run).
+	var created atomic.Pointer[memberlist.Memberlist]
 	m.bq = &memberlist.TransmitLimitedQueue{
-		NumNodes:       func() int { return m.ml.NumMembers() },
+		NumNodes: func() int {
+			if ml := created.Load(); ml != nil {
+				return ml.NumMembers()
+			}
+			return 1
+		},
 		RetransmitMult: mlc.RetransmitMult,
 	}
 	m.bq.QueueBroadcast(anchor{}) // see anchor
@@ -267,6 +277,7 @@ func New(cfg Config) (*Mesh, error) {
 		return nil, fmt.Errorf("mesh: start gossip on %s: %w", cfg.BindAddr, err)
 	}
 	m.ml = ml
+	created.Store(ml)
 	if !anchorQueue(ml) {
 		m.log.Warn("cannot anchor memberlist's broadcast queue; some gossip may be lost (see mesh/queue.go)")
 	}
