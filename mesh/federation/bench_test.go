@@ -23,7 +23,7 @@ import (
 	"github.com/strata-mesh/strata/mesh/meshtest"
 )
 
-var fullScale = flag.Bool("federation.full", false, "BenchmarkFederation: add 100 sites of 10 agents (1,000 in one process), all three ways")
+var fullScale = flag.Bool("federation.full", false, "BenchmarkFederation: add one pool at 30 sites of 10 agents, and 100 sites of 10 agents (1,000 in one process) all three ways")
 
 // BenchmarkFederation compares two ways to run S sites of A agents in one
 // process, with the production timings (memberlist's LAN config as the
@@ -51,25 +51,16 @@ var fullScale = flag.Bool("federation.full", false, "BenchmarkFederation: add 10
 // pool members and libp2p hosts in one process) are out of reach of both
 // there: the pools' own gossip takes about 2.5 ms of CPU per agent per
 // second (0.74 cores for 300 agents, by a CPU profile), more than 2 cores
-// for 1,000. 100 sites with two gateways each run out of file descriptors
-// there (a limit of 20,000): in one process a loopback connection holds a
-// descriptor at both ends, and there are 2 to 4 between each two sites
-// (a size that needs more descriptors than the process may open is
-// skipped, saying so).
-// Over QUIC (one socket per host) on 2 cores, 100 sites of 3 agents with
-// two gateways each showed two faults, both fixed since: a gateway's
-// dials ran one after another in its loop, and held its summaries back
-// for up to 2 minutes; and the gateways of the first site, which every
-// agent had as its federation peers, held 200 to 250 connections, past
-// libp2p's connection manager's high watermark (192), from where it
-// closes connections (now not those between gateways). That run was a
-// one-off, with the QUIC listener and a timing print added for it.
+// for 1,000. 100 sites with two gateways each need more file descriptors
+// than a limit of 20,000: in one process a loopback connection holds a
+// descriptor at both ends, and there are 2 to 4 between each two sites (a
+// size that needs more descriptors than the process may open is skipped,
+// saying so; with one gateway each, 100 sites of 10 held 18,796).
 //
-// -args -federation.full adds 100 sites of 10 agents, all three ways, for
-// a machine with more cores: tried once on 16, before those fixes, the
-// pools formed but within the 2-minute wait the last site had heard from
-// 85 of the 99 others, and a flat pool of 1,000 had not formed after
-// 250 s.
+// -args -federation.full adds one pool at 30 sites of 10, and 100 sites
+// of 10 agents, all three ways, for a machine with more cores. With -v a
+// run logs how far it got every 15 s (pools formed, sites heard, agents
+// started), so that one stopped from outside still says where it was.
 //
 // federated-s is the time from when the sites after the first start, all
 // at once, until every agent has heard of every other site; conns-max the
@@ -86,6 +77,7 @@ func BenchmarkFederation(b *testing.B) {
 	}
 	sizes := []size{{10, 10, true, true, true}, {30, 10, true, false, false}, {100, 3, false, true, false}}
 	if *fullScale {
+		sizes[1].onePool = true
 		sizes = append(sizes, size{100, 10, true, true, true})
 	}
 	for _, size := range sizes {
@@ -128,21 +120,22 @@ func federated(b *testing.B, sites, agents, gateways int) ([]*agent, func() map[
 		all = append(all, startSite(b, &meshtest.Network{}, fmt.Sprintf("s%03d", i), agents, boot, fc, quiet)...)
 	}
 	start := time.Now()
+	progress := progressLog(b, start)
 	meshtest.Poll(b, 5*time.Minute, time.Second, "every site's pool to form", func() bool {
+		least := agents
 		for _, a := range all {
-			if a.m.NumAlive() != agents {
-				return false
-			}
+			least = min(least, a.m.NumAlive())
 		}
-		return true
+		progress("pools: the smallest view holds %d of %d agents", least, agents)
+		return least == agents
 	}, func() { dumpAgents(b, all) })
 	meshtest.Poll(b, 5*time.Minute, time.Second, "every site to hear of every other", func() bool {
+		least := sites - 1
 		for _, a := range all {
-			if len(federation.Remotes(a.m, time.Now())) != sites-1 {
-				return false
-			}
+			least = min(least, len(federation.Remotes(a.m, time.Now())))
 		}
-		return true
+		progress("sites: the agent that knows fewest has heard of %d of %d others", least, sites-1)
+		return least == sites-1
 	}, func() { dumpAgents(b, all) })
 	b.ReportMetric(time.Since(start).Seconds(), "federated-s")
 	return all, func() map[string]int64 {
@@ -217,7 +210,9 @@ func onePool(b *testing.B, sites, agents int) ([]*mesh.Mesh, func() map[string]i
 	}}
 	rng := rand.New(rand.NewPCG(1, uint64(sites*agents)))
 	var ms []*mesh.Mesh
+	progress := progressLog(b, time.Now())
 	for i := range sites * agents {
+		progress("one pool: %d of %d agents started", i, sites*agents)
 		name := fmt.Sprintf("s%03d-%d", i/agents, i%agents)
 		id, _ := mesh.NewIdentity()
 		m, err := mesh.New(mesh.Config{
@@ -239,12 +234,12 @@ func onePool(b *testing.B, sites, agents int) ([]*mesh.Mesh, func() map[string]i
 		ms = append(ms, m)
 	}
 	meshtest.Poll(b, 5*time.Minute, time.Second, "one pool", func() bool {
+		least := len(ms)
 		for _, m := range ms {
-			if m.NumAlive() != len(ms) {
-				return false
-			}
+			least = min(least, m.NumAlive())
 		}
-		return true
+		progress("one pool: the smallest view holds %d of %d agents", least, len(ms))
+		return least == len(ms)
 	}, nil)
 	return ms, func() map[string]int64 { return map[string]int64{"memberlist": cross.Load()} }
 }
@@ -269,6 +264,7 @@ func measure(b *testing.B, all []*mesh.Mesh, traffic func() map[string]int64, si
 			return true
 		})
 		times = append(times, d.Seconds())
+		b.Logf("record %d at every agent after %.2fs", r, d.Seconds())
 	}
 	before, start := traffic(), time.Now()
 	time.Sleep(time.Minute) // the measurement window: a quiet minute of summaries, probes and syncs
@@ -293,5 +289,20 @@ func measure(b *testing.B, all []*mesh.Mesh, traffic func() map[string]int64, si
 	if _, pooled := after["memberlist"]; !pooled && total > 0 {
 		b.ReportMetric(100*float64(gossipsub)/float64(total), "gossipsub-pct")
 		b.ReportMetric(100*float64(pings)/float64(total), "ping-pct")
+	}
+}
+
+// progressLog returns a logger for a long wait that logs at most every 15
+// seconds, with the time since start: under -test.v
+// a benchmark's log lines print as they come, so a run at full scale that
+// is stopped from outside still says how far it got.
+func progressLog(b *testing.B, start time.Time) func(format string, args ...any) {
+	var last time.Time
+	return func(format string, args ...any) {
+		if time.Since(last) < 15*time.Second {
+			return
+		}
+		last = time.Now()
+		b.Logf("%.0fs: %s", time.Since(start).Seconds(), fmt.Sprintf(format, args...))
 	}
 }
