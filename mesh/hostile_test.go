@@ -3,12 +3,14 @@ package mesh_test
 import (
 	"context"
 	"fmt"
+	"io"
 	"log/slog"
 	"net"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/hashicorp/memberlist"
 	"github.com/strata-mesh/strata/mesh"
 	"github.com/strata-mesh/strata/mesh/meshtest"
 )
@@ -146,5 +148,52 @@ func TestJunkPacketFloodIsRateLimited(t *testing.T) {
 	}
 	if counterValue(t, n.reg, "strata_gossip_log_suppressed_total") == 0 {
 		t.Error("nothing counted as suppressed")
+	}
+}
+
+// memAddr is a net.Addr for an address on a meshtest.Network.
+type memAddr string
+
+func (a memAddr) Network() string { return "mem" }
+func (a memAddr) String() string  { return string(a) }
+
+// TestPingWhileStarting: memberlist.Create reads packets before it
+// returns, so a peer's ping can be answered while mesh.New is still
+// waiting for it. Answering asks the mesh's broadcast queue for the
+// member count; that once dereferenced the memberlist that New had not
+// stored yet, and the agent crashed. Here a ping waits in each new agent's
+// queue before New starts, and every one is answered.
+func TestPingWhileStarting(t *testing.T) {
+	t.Parallel()
+	network := &meshtest.Network{}
+	mlc := memberlist.DefaultLANConfig()
+	mlc.Name, mlc.Transport, mlc.LogOutput = "pinger", network.NewTransport("pinger"), io.Discard
+	pinger, err := memberlist.Create(mlc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { pinger.Shutdown() })
+	for i := range 20 {
+		name := fmt.Sprintf("n%d", i)
+		tr := network.NewTransport(name)
+		pinged := make(chan error, 1)
+		go func() {
+			_, err := pinger.Ping(name, memAddr(tr.Addr()))
+			pinged <- err
+		}()
+		meshtest.WaitFor(t, 5*time.Second, "the ping in "+name+"'s queue", func() bool { return len(tr.PacketCh()) > 0 })
+		m, err := mesh.New(mesh.Config{
+			Name: name, Identity: newID(t), Transport: tr,
+			Local:      mesh.NodeState{Tier: mesh.TierEdge, Site: "s", Labels: map[string]string{}},
+			Memberlist: meshtest.FastTimings,
+			Logger:     slog.New(slog.DiscardHandler),
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := <-pinged; err != nil {
+			t.Errorf("ping of %s while it started: %v", name, err)
+		}
+		m.Close()
 	}
 }
