@@ -41,10 +41,14 @@ var fullScale = flag.Bool("federation.full", false, "BenchmarkFederation: add on
 // received, per site (libp2p's byte counts for federation; the bytes of
 // packets and streams between agents of different sites for one pool).
 //
-// Sizes: 10 sites of 10 agents, all three ways; 30 of 10 with the
-// default gateways; 100 sites of 3 agents with one gateway each, for how
-// WAN bytes grow with sites (they do not grow with agents per site: only
-// gateways speak across sites).
+// impl=federation-gossipsub-defaults (and -1-gateway-gossipsub-defaults)
+// runs the federation with GossipSub's default parameters rather than its
+// own (gossipParams: a smaller mesh, less gossip).
+//
+// Sizes: 10 sites of 10 agents, all four ways; 30 of 10 with the
+// default gateways, both ways; 100 sites of 3 agents with one gateway
+// each, both ways, for how WAN bytes grow with sites (they do not grow
+// with agents per site: only gateways speak across sites).
 //
 // One pool is run at 10 sites only: on a 2-core machine a pool of 300
 // in-process agents did not form within 5 minutes. 100 sites of 10 (1,000
@@ -74,17 +78,32 @@ func BenchmarkFederation(b *testing.B) {
 		twoGateways   bool // the default: two gateways per site
 		oneGateway    bool
 		onePool       bool
+		// gossipDefaults: also two gateways per site with GossipSub's
+		// default parameters, not the federation's smaller mesh.
+		gossipDefaults bool
 	}
-	sizes := []size{{10, 10, true, true, true}, {30, 10, true, false, false}, {100, 3, false, true, false}}
+	sizes := []size{{10, 10, true, true, true, true}, {30, 10, true, false, false, true}, {100, 3, false, true, false, true}}
 	if *fullScale {
 		sizes[1].onePool = true
-		sizes = append(sizes, size{100, 10, true, true, true})
+		sizes = append(sizes, size{100, 10, true, true, true, false})
 	}
 	for _, size := range sizes {
 		name := fmt.Sprintf("sites=%d/agents=%d", size.sites, size.agents)
 		if size.twoGateways {
 			b.Run(name+"/impl=federation", func(b *testing.B) {
 				all, traffic := federated(b, size.sites, size.agents, 0)
+				measure(b, meshes(all), traffic, size.sites)
+				reportFederation(b, all)
+			})
+		}
+		if size.gossipDefaults {
+			gateways, impl := 0, "federation-gossipsub-defaults"
+			if !size.twoGateways {
+				gateways, impl = 1, "federation-1-gateway-gossipsub-defaults"
+			}
+			b.Run(name+"/impl="+impl, func(b *testing.B) {
+				defer federation.SetGossipSubDefaults()()
+				all, traffic := federated(b, size.sites, size.agents, gateways)
 				measure(b, meshes(all), traffic, size.sites)
 				reportFederation(b, all)
 			})

@@ -4,6 +4,7 @@ import (
 	"context"
 	"time"
 
+	pubsub "github.com/libp2p/go-libp2p-pubsub"
 	"github.com/libp2p/go-libp2p/core/peer"
 )
 
@@ -62,4 +63,13 @@ func SetConnLimits(low, high int, grace time.Duration) (restore func()) {
 	old := connLimits
 	connLimits.low, connLimits.high, connLimits.grace = low, high, grace
 	return func() { connLimits = old }
+}
+
+// SetGossipSubDefaults has gateways made from here on use GossipSub's
+// default parameters, and returns a function that restores the
+// federation's. Only for benchmarks and tests that do not run in parallel.
+func SetGossipSubDefaults() (restore func()) {
+	old := gossipParams
+	gossipParams = pubsub.DefaultGossipSubParams
+	return func() { gossipParams = old }
 }
