@@ -78,8 +78,9 @@ func BenchmarkFederation(b *testing.B) {
 		twoGateways   bool // the default: two gateways per site
 		oneGateway    bool
 		onePool       bool
-		// gossipDefaults: also two gateways per site with GossipSub's
-		// default parameters, not the federation's smaller mesh.
+		// gossipDefaults: also the federation with GossipSub's default
+		// parameters, not gossipParams (two gateways per site, or one
+		// where the size runs no two-gateway row).
 		gossipDefaults bool
 	}
 	sizes := []size{{10, 10, true, true, true, true}, {30, 10, true, false, false, true}, {100, 3, false, true, false, true}}
@@ -312,9 +313,9 @@ func measure(b *testing.B, all []*mesh.Mesh, traffic func() map[string]int64, si
 }
 
 // progressLog returns a logger for a long wait that logs at most every 15
-// seconds, with the time since start: under -test.v
-// a benchmark's log lines print as they come, so a run at full scale that
-// is stopped from outside still says how far it got.
+// seconds, with the time since start: under -test.v a benchmark's log
+// lines print as they come, so a run at full scale that is stopped from
+// outside still says how far it got.
 func progressLog(b *testing.B, start time.Time) func(format string, args ...any) {
 	var last time.Time
 	return func(format string, args ...any) {
