@@ -257,7 +257,7 @@ func New(cfg Config) (*Mesh, error) {
 	}
 	// memberlist.Create answers packets before it returns: a ping that
 	// came then asked the queue for the member count while m.ml was still
-	// nil, and the agent crashed (seen once in a mesh package test run).
+	// nil, and the agent crashed (TestPingWhileStarting).
 	var created atomic.Pointer[memberlist.Memberlist]
 	m.bq = &memberlist.TransmitLimitedQueue{
 		NumNodes: func() int {

@@ -88,33 +88,33 @@ func BenchmarkFederation(b *testing.B) {
 		sizes[1].onePool = true
 		sizes = append(sizes, size{100, 10, true, true, true, false})
 	}
+	// joined runs the sites joined by federation, with gateways per site
+	// (0: the default, two).
+	joined := func(sites, agents, gateways int) func(*testing.B) {
+		return func(b *testing.B) {
+			all, traffic := federated(b, sites, agents, gateways)
+			measure(b, meshes(all), traffic, sites)
+			reportFederation(b, all)
+		}
+	}
 	for _, size := range sizes {
 		name := fmt.Sprintf("sites=%d/agents=%d", size.sites, size.agents)
 		if size.twoGateways {
-			b.Run(name+"/impl=federation", func(b *testing.B) {
-				all, traffic := federated(b, size.sites, size.agents, 0)
-				measure(b, meshes(all), traffic, size.sites)
-				reportFederation(b, all)
-			})
+			b.Run(name+"/impl=federation", joined(size.sites, size.agents, 0))
 		}
 		if size.gossipDefaults {
 			gateways, impl := 0, "federation-gossipsub-defaults"
 			if !size.twoGateways {
 				gateways, impl = 1, "federation-1-gateway-gossipsub-defaults"
 			}
+			run := joined(size.sites, size.agents, gateways)
 			b.Run(name+"/impl="+impl, func(b *testing.B) {
 				defer federation.SetGossipSubDefaults()()
-				all, traffic := federated(b, size.sites, size.agents, gateways)
-				measure(b, meshes(all), traffic, size.sites)
-				reportFederation(b, all)
+				run(b)
 			})
 		}
 		if size.oneGateway {
-			b.Run(name+"/impl=federation-1-gateway", func(b *testing.B) {
-				all, traffic := federated(b, size.sites, size.agents, 1)
-				measure(b, meshes(all), traffic, size.sites)
-				reportFederation(b, all)
-			})
+			b.Run(name+"/impl=federation-1-gateway", joined(size.sites, size.agents, 1))
 		}
 		if size.onePool {
 			b.Run(name+"/impl=one-pool", func(b *testing.B) {

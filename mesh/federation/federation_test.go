@@ -472,7 +472,6 @@ func TestNewSiteHearsQuietSites(t *testing.T) {
 	boot := gatewayAddrs(t, a)
 	b := site(t, network, "b", 1, boot)
 	meshtest.WaitFor(t, 30*time.Second, "b to hear of a", func() bool { _, ok := remote(b[0].m, "a"); return ok })
-	// a has sent its summary; it does not change from here on.
 	// The scenario's quiet site: a has sent its summary and nothing in
 	// it changes for a second, five summary intervals, past any send b's
 	// joining set off. A site is quiet by time, so this is a sleep; it is

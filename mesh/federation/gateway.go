@@ -258,7 +258,7 @@ func (g *gateway) watchJoins(ctx context.Context, h *pubsub.TopicEventHandler) {
 		}
 		if ev.Type == pubsub.PeerJoin {
 			g.mu.Lock()
-			g.sentAt, g.joined = time.Time{}, time.Now()
+			g.joined = time.Now()
 			g.mu.Unlock()
 		}
 	}
