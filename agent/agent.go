@@ -177,7 +177,12 @@ func New(cfg Config) (*Agent, error) {
 	if err != nil {
 		return fail(err)
 	}
+	var trust *mesh.Trust
+	if a.dp != nil {
+		trust = &mesh.Trust{CA: a.dp.caCert, Cert: a.dp.cert, Authorize: catalog.Authorize, AcceptUnsigned: cfg.AcceptUnsigned}
+	}
 	a.mesh, err = mesh.New(mesh.Config{
+		Trust:         trust,
 		Name:          cfg.Name,
 		Identity:      a.id,
 		BindAddr:      cfg.Bind,
@@ -286,8 +291,9 @@ func New(cfg Config) (*Agent, error) {
 	ac2 := httpapi.Config{
 		Mesh: a.mesh, Catalog: a.cat, Artifacts: a.art, Jobs: a.jobRunner, Forwarder: a.fwd, Events: a.events,
 		InferenceErr: a.infErr, Registry: a.reg, Tokens: tokens, Anonymous: cfg.APIAnonymous, Addr: a.APIAddr, Logger: a.log,
-		SpoolDir:  filepath.Join(cfg.DataDir, "artifacts"),
-		IssueCert: a.issueCert,
+		SpoolDir:     filepath.Join(cfg.DataDir, "artifacts"),
+		IssueCert:    a.issueCert,
+		LoopbackMesh: loopbackHost(a.mesh.GossipAddr()),
 		RemoteSites: func() []mesh.Site {
 			if a.fed == nil {
 				return nil
@@ -650,4 +656,14 @@ func lockDataDir(dir string) (*os.File, error) {
 		_, _ = f.WriteAt([]byte(strconv.Itoa(os.Getpid())+"\n"), 0)
 	}
 	return f, nil
+}
+
+// loopbackHost says whether addr (host:port) is on loopback.
+func loopbackHost(addr string) bool {
+	host, _, err := net.SplitHostPort(addr)
+	if err != nil {
+		return false
+	}
+	ip := net.ParseIP(host)
+	return ip != nil && ip.IsLoopback()
 }

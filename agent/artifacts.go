@@ -72,6 +72,9 @@ type dataPlane struct {
 	store   *storage.Store
 	node    *dataplane.Node
 	signing ed25519.PrivateKey // nil: this agent cannot publish
+	// caCert and cert are the mesh CA's certificate and this node's
+	// (PEM): the mesh signs and verifies gossip with them (mesh.Trust).
+	caCert, cert []byte
 }
 
 func (dp *dataPlane) close() error {
@@ -95,12 +98,23 @@ func (a *Agent) openArtifacts() (*dataPlane, error) {
 	if len(p.CAKey) > 0 {
 		a.issueCert = func(req api.CertRequest) ([]byte, error) { return a.issueNodeCert(p, req) }
 	}
+	claims := a.claims()
 	cert := p.NodeCert
 	if len(cert) == 0 {
 		cert, err = a.db.Get([]byte(keyNodeCert))
 		if err != nil && !errors.Is(err, storage.ErrNotFound) {
 			return nil, err
 		}
+		// A certificate issued before signed gossip, or for another
+		// site, tier or role, is issued again.
+		if len(cert) > 0 {
+			if why := certStale(cert, claims); why != "" {
+				a.log.Info("issuing this node's certificate again", "why", why)
+				cert = nil
+			}
+		}
+	} else if why := certStale(cert, claims); why != "" {
+		return nil, fmt.Errorf("node_cert: %s: issue it again for node %s, site %q, tier %q, controller %v, or leave node_cert out so the agent issues its own (ca_key) or asks for one (bootstrap)", why, claims.ID, claims.Site, claims.Tier, claims.Controller)
 	}
 	if len(cert) == 0 {
 		host, _, _ := net.SplitHostPort(a.cfg.DataAddr)
@@ -110,11 +124,11 @@ func (a *Agent) openArtifacts() (*dataPlane, error) {
 		}
 		switch {
 		case len(p.CAKey) > 0:
-			if cert, err = pki.IssueNodeCert(p.CACert, p.CAKey, a.id.Key, a.cfg.Name, hosts); err != nil {
+			if cert, err = pki.IssueNodeCertClaims(p.CACert, p.CAKey, a.id.Public(), a.cfg.Name, hosts, claims); err != nil {
 				return nil, fmt.Errorf("data plane: issue node certificate: %w", err)
 			}
 		case a.cfg.Bootstrap != "":
-			if cert, err = a.bootstrapCert(p.CACert, hosts); err != nil {
+			if cert, err = a.bootstrapCert(p.CACert, hosts, claims); err != nil {
 				return nil, err
 			}
 		default:
@@ -175,7 +189,7 @@ func (a *Agent) openArtifacts() (*dataPlane, error) {
 		return nil, err
 	}
 	registerDataPlaneMetrics(a.reg, node)
-	return &dataPlane{store: store, node: node, signing: signing}, nil
+	return &dataPlane{store: store, node: node, signing: signing, caCert: p.CACert, cert: cert}, nil
 }
 
 // registerDataPlaneMetrics exports the data plane's counters at /metrics.
@@ -235,13 +249,46 @@ func (a *Agent) issueNodeCert(p PKI, req api.CertRequest) ([]byte, error) {
 			return nil, fmt.Errorf("%w: %s is node %s (%s); a node that lost its identity key must be removed first", httpapi.ErrNameHeld, req.Name, m.ID, m.Status)
 		}
 	}
-	return pki.IssueNodeCertFor(p.CACert, p.CAKey, pub, req.Name, req.Hosts)
+	return pki.IssueNodeCertClaims(p.CACert, p.CAKey, pub, req.Name, req.Hosts,
+		pki.Claims{ID: id, Site: req.Site, Tier: req.Tier, Controller: req.Controller})
 }
+
+// claims are what this node's certificate must say of it.
+func (a *Agent) claims() pki.Claims {
+	c := pki.Claims{ID: a.id.ID(), Site: a.cfg.Site, Tier: a.cfg.Tier, Controller: a.cfg.Tier != mesh.TierEdge}
+	if a.cfg.Controller != nil {
+		c.Controller = *a.cfg.Controller
+	}
+	return c
+}
+
+// certStale says why a node certificate (PEM) does not fit claims, or "".
+func certStale(certPEM []byte, want pki.Claims) string {
+	cert, err := pki.DecodeCert(certPEM)
+	if err != nil {
+		return err.Error()
+	}
+	got := pki.ClaimsOf(cert)
+	switch {
+	case got.ID == "":
+		return "the certificate was issued before signed gossip and names no node ID, site or role"
+	case got != want:
+		return fmt.Sprintf("the certificate names node %s, site %q, tier %q, controller %v", got.ID, got.Site, got.Tier, got.Controller)
+	case time.Until(cert.NotAfter) < certRenewBefore:
+		return "the certificate expires at " + cert.NotAfter.Format(time.RFC3339)
+	}
+	return ""
+}
+
+// certRenewBefore is how long before its expiry a node certificate the
+// agent can issue again (it holds the CA key, or bootstraps) is renewed at
+// start.
+const certRenewBefore = 30 * 24 * time.Hour
 
 // bootstrapCert asks the agent at cfg.Bootstrap for this node's
 // certificate, with the token in bootstrap_token(_file), and checks that
 // the mesh CA issued it to this node's key and name.
-func (a *Agent) bootstrapCert(caCert []byte, hosts []string) ([]byte, error) {
+func (a *Agent) bootstrapCert(caCert []byte, hosts []string, claims pki.Claims) ([]byte, error) {
 	token := cmp.Or(a.cfg.BootstrapToken, os.Getenv("STRATA_BOOTSTRAP_TOKEN"))
 	if token == "" && a.cfg.BootstrapTokenFile != "" {
 		b, err := os.ReadFile(a.cfg.BootstrapTokenFile)
@@ -259,7 +306,8 @@ func (a *Agent) bootstrapCert(caCert []byte, hosts []string) ([]byte, error) {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), bootstrapTimeout)
 	defer cancel()
-	res, err := client.New(a.cfg.Bootstrap, client.WithToken(token)).IssueCert(ctx, api.CertRequest{Name: a.cfg.Name, PublicKey: string(pub), Hosts: hosts})
+	res, err := client.New(a.cfg.Bootstrap, client.WithToken(token)).IssueCert(ctx, api.CertRequest{Name: a.cfg.Name, PublicKey: string(pub), Hosts: hosts,
+		Site: claims.Site, Tier: claims.Tier, Controller: claims.Controller})
 	if err != nil {
 		return nil, fmt.Errorf("bootstrap: asking %s for a node certificate: %w", a.cfg.Bootstrap, err)
 	}

@@ -123,6 +123,12 @@ type Config struct {
 	// $STRATA_BOOTSTRAP_TOKEN (read at first start only).
 	BootstrapToken     string `yaml:"bootstrap_token"`
 	BootstrapTokenFile string `yaml:"bootstrap_token_file"`
+	// AcceptUnsigned takes unsigned gossip (node documents and catalog
+	// records) from agents of a version before signed gossip, during a
+	// rolling upgrade. Any member holding the gossip key can then write
+	// anything: turn it off once every agent is upgraded
+	// (docs/security.md, "Upgrading to signed gossip").
+	AcceptUnsigned bool `yaml:"accept_unsigned_gossip"`
 	// SigningKeyFile is the ed25519 key (PEM) this agent signs published
 	// artifacts with; without it `strata push` is refused here.
 	SigningKeyFile string `yaml:"signing_key"`

@@ -10,6 +10,11 @@ type CertRequest struct {
 	PublicKey string `json:"public_key"`
 	// Hosts are addresses or DNS names the node serves the data plane on.
 	Hosts []string `json:"hosts,omitempty"`
+	// Site, Tier and Controller are the claims the certificate makes of
+	// the node: gossip from it is believed only within them.
+	Site       string `json:"site,omitempty"`
+	Tier       string `json:"tier,omitempty"`
+	Controller bool   `json:"controller,omitempty"`
 }
 
 // CertResponse is the certificate issued: PEM, signed by the mesh CA.

@@ -16,8 +16,12 @@ type Policy struct {
 	// Generation counts applies that changed Source.
 	Generation uint64    `json:"generation"`
 	Applied    time.Time `json:"applied"`
-	// AppliedAt is the agent that took the apply.
-	AppliedAt string `json:"applied_at"`
+	// AppliedAt is the agent that took the apply (a controller);
+	// AppliedVia the agent the apply was made at, when it passed it on;
+	// AppliedBy the API token's name.
+	AppliedAt  string `json:"applied_at"`
+	AppliedVia string `json:"applied_via,omitempty"`
+	AppliedBy  string `json:"applied_by,omitempty"`
 	// Site is that agent's site; in a federated mesh the policy is placed
 	// within it, unless no node there could take it and another site's
 	// summary showed room: Site is then that site, and HandedFrom the

@@ -147,6 +147,10 @@ type Node struct {
 	Assignments []Assignment `json:"assignments,omitempty"`
 	// Leaving is set in the last document a node writes before it leaves.
 	Leaving bool `json:"leaving,omitempty"`
+	// Sig and Cert are the node's signature and certificate as gossiped;
+	// API answers leave them out.
+	Sig  []byte `json:"sig,omitempty"`
+	Cert []byte `json:"cert,omitempty"`
 	// Schema is the schema of what the node writes ("MAJOR.MINOR"; empty
 	// for 1.0) and Build its agent's version (see Member).
 	Schema string `json:"schema,omitempty"`

@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"math"
 	"slices"
 	"strings"
 	"time"
@@ -39,10 +40,36 @@ type Entry struct {
 	// entry of a major this agent does not read is kept and passed on,
 	// but not decoded (see CheckSchema).
 	Schema string `json:"schema,omitempty"`
+	// Sig is Origin's signature of the entry, in a mesh with Trust. Cert
+	// is Origin's certificate (DER), carried where readers may not hold
+	// Origin's document: across sites. Both stay the last members (see
+	// sigKey).
+	Sig  []byte `json:"sig,omitempty"`
+	Cert []byte `json:"cert,omitempty"`
 
 	// seen is when this node got the entry, hash its digest term (stamp).
 	seen time.Time
 	hash uint64
+	// raw is the entry as received or signed, sent on unchanged.
+	raw []byte
+}
+
+// encodeEntry returns the entry as received or signed, else encodes it.
+func encodeEntry(e *Entry) ([]byte, error) {
+	if e.raw != nil {
+		return e.raw, nil
+	}
+	return json.Marshal(e)
+}
+
+// decodeEntry decodes an entry and keeps its bytes (b is not copied).
+func decodeEntry(b []byte) (*Entry, error) {
+	var e Entry
+	if err := json.Unmarshal(b, &e); err != nil {
+		return nil, err
+	}
+	e.raw = b
+	return &e, nil
 }
 
 // Scope is how far a catalog entry is replicated.
@@ -114,14 +141,31 @@ func (m *Mesh) Delete(key string) error {
 }
 
 func (m *Mesh) write(key string, value json.RawMessage, deleted bool, o PutOptions) (Entry, error) {
-	if key == "" || strings.ContainsAny(key, "\x00") {
+	if key == "" || strings.ContainsAny(key, "\x00") || len(key) > maxKeyLen {
 		return Entry{}, fmt.Errorf("mesh: bad catalog key %q", key)
 	}
-	m.mu.Lock()
 	e := &Entry{Key: key, Value: value, Origin: m.id, Deleted: deleted, Written: time.Now().UTC(), Scope: o.Scope, Deps: slices.Clone(o.Deps), Schema: CurrentSchema.String()}
+	if m.trust != nil && m.trust.cfg.Authorize != nil {
+		if err := m.trust.cfg.Authorize(m, m.trust.self, *e); err != nil {
+			return Entry{}, fmt.Errorf("%w: %s: %v", ErrForbidden, key, err)
+		}
+	}
+	m.mu.Lock()
 	e.Version = uint64(time.Now().UnixMicro())
 	if old := m.kv[key]; old != nil && old.Version >= e.Version {
+		if old.Version == math.MaxUint64 {
+			m.mu.Unlock()
+			return Entry{}, fmt.Errorf("mesh: catalog key %s is at the highest version", key)
+		}
 		e.Version = old.Version + 1
+	}
+	if m.trust != nil {
+		body, err := json.Marshal(e)
+		if err != nil {
+			m.mu.Unlock()
+			return Entry{}, fmt.Errorf("mesh: encode entry %s: %w", key, err)
+		}
+		e.raw, e.Sig = m.trust.sign(body, false)
 	}
 	e.stamp(time.Now())
 	m.kv[key] = e
@@ -257,15 +301,18 @@ func (m *Mesh) mergeEntry(e *Entry, rebroadcast bool) bool {
 		m.metrics.malformed.WithLabelValues("entry").Inc()
 		return false
 	}
-	m.mu.Lock()
-	held := m.kv[e.Key]
-	// A tombstone past its TTL that we do not hold was collected here
-	// already (or never mattered): taking it back would undo collection.
-	if e.Deleted && held == nil && time.Since(e.Written) > m.cfg.TombstoneTTL {
-		m.mu.Unlock()
+	// Most entries that arrive are copies of what is held (gossip hands
+	// each to a node several times): those are dropped before the costly
+	// part, verification.
+	if !m.wouldTake(e) {
 		return false
 	}
-	if !newerEntry(e, held) {
+	if r := m.checkEntry(e); r != nil {
+		m.refused("entry", r)
+		return false
+	}
+	m.mu.Lock()
+	if !m.wouldTakeLocked(e) {
 		m.mu.Unlock()
 		return false
 	}
@@ -286,7 +333,7 @@ func (m *Mesh) spreadEntry(e *Entry) {
 	if m.queueEntryBroadcast(e) {
 		return
 	}
-	b, err := json.Marshal(e)
+	b, err := encodeEntry(e)
 	if err != nil {
 		return
 	}
@@ -308,7 +355,7 @@ func (m *Mesh) queueEntryBroadcast(e *Entry) bool {
 	if m.bq == nil {
 		return false
 	}
-	b, err := json.Marshal(e)
+	b, err := encodeEntry(e)
 	if err != nil || len(b)+1 > maxEntryBroadcast {
 		return false
 	}
@@ -320,9 +367,46 @@ func (m *Mesh) persistEntry(e *Entry) error {
 	if m.cfg.DB == nil {
 		return nil
 	}
-	b, err := json.Marshal(e)
+	b, err := encodeEntry(e)
 	if err != nil {
 		return err
 	}
 	return m.cfg.DB.Put([]byte(keyKVPrefix+e.Key), b)
+}
+
+// checkEntry validates a peer's entry, verifies its signature and asks
+// Trust.Authorize whether its writer may write it; nil means merge it.
+func (m *Mesh) checkEntry(e *Entry) *refusal {
+	now := time.Now()
+	if r := m.validateEntry(e, now); r != nil {
+		return r
+	}
+	if m.trust == nil {
+		return nil
+	}
+	w, r := m.trust.verifyEntry(e, e.raw, now)
+	if r != nil || w == nil || m.trust.cfg.Authorize == nil {
+		return r
+	}
+	if err := m.trust.cfg.Authorize(m, *w, *e); err != nil {
+		return &refusal{reason: refuseForbidden, err: fmt.Errorf("%s may not write %s: %w", w.Name, e.Key, err)}
+	}
+	return nil
+}
+
+// wouldTake reports whether e is newer than the entry held for its key.
+func (m *Mesh) wouldTake(e *Entry) bool {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return m.wouldTakeLocked(e)
+}
+
+func (m *Mesh) wouldTakeLocked(e *Entry) bool {
+	held := m.kv[e.Key]
+	// A tombstone past its TTL that we do not hold was collected here
+	// already (or never mattered): taking it back would undo collection.
+	if e.Deleted && held == nil && time.Since(e.Written) > m.cfg.TombstoneTTL {
+		return false
+	}
+	return newerEntry(e, held)
 }

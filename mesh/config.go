@@ -88,6 +88,17 @@ type Config struct {
 	// off, memberlist's push/pull is the repair and the TTL should outlast
 	// several of its intervals.
 	TombstoneTTL time.Duration
+	// Trust signs what this node writes and verifies what peers send
+	// (node identity certificates from the mesh CA, authorization by
+	// record kind); nil turns both off, for a mesh without a CA on one
+	// host (tests, benchmarks). See Trust.
+	Trust *Trust
+	// MaxClockSkew is how far ahead of this node's clock a record's
+	// version may be: one from further in the future is refused and
+	// counted, so no writer can take a key or a node's document out of
+	// reach of later writes. Default DefaultMaxClockSkew (2m); hosts whose
+	// clocks drift further apart need NTP.
+	MaxClockSkew time.Duration
 }
 
 // DecodeGossipKey parses a base64 gossip key as `strata keygen` prints it.
@@ -130,6 +141,9 @@ func (c *Config) ensureDefaults() {
 	}
 	if c.TombstoneTTL == 0 {
 		c.TombstoneTTL = 10 * time.Minute
+	}
+	if c.MaxClockSkew == 0 {
+		c.MaxClockSkew = DefaultMaxClockSkew
 	}
 	if c.Logger == nil {
 		c.Logger = slog.New(slog.DiscardHandler)

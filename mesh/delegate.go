@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/json"
 	"slices"
+	"strings"
 	"time"
 
 	"github.com/hashicorp/memberlist"
@@ -46,7 +47,9 @@ func (d *delegate) NotifyMsg(b []byte) {
 			d.m.metrics.stateDuplicates.Inc()
 			return
 		}
-		s, err := decodeState(b[1:])
+		// memberlist may reuse b after this returns; the document keeps
+		// its bytes to relay them as signed.
+		s, err := decodeState(slices.Clone(b[1:]))
 		if err != nil {
 			d.m.metrics.malformed.WithLabelValues("state").Inc()
 			return
@@ -55,12 +58,12 @@ func (d *delegate) NotifyMsg(b []byte) {
 	case msgStateReq:
 		d.m.enqueue(job{kind: msgState, to: string(b[1:])})
 	case msgEntry:
-		var e Entry
-		if err := json.Unmarshal(b[1:], &e); err != nil {
+		e, err := decodeEntry(slices.Clone(b[1:]))
+		if err != nil {
 			d.m.metrics.malformed.WithLabelValues("entry").Inc()
 			return
 		}
-		d.m.mergeEntry(&e, true)
+		d.m.mergeEntry(e, true)
 	default:
 		d.m.metrics.malformed.WithLabelValues("type").Inc()
 	}
@@ -72,24 +75,34 @@ func (d *delegate) GetBroadcasts(overhead, limit int) [][]byte {
 }
 
 // pushPull is what a push/pull exchanges: every node document and every
-// catalog entry (tombstones included) the sender holds.
+// catalog entry (tombstones included) the sender holds, each as signed, and
+// the certificates (DER) of the writers it knows, so that entries whose
+// writer's document is gone (reaped, or in another site) still verify.
 type pushPull struct {
-	Nodes   []*NodeState `json:"nodes"`
-	Entries []*Entry     `json:"entries"`
+	Nodes   []json.RawMessage `json:"nodes"`
+	Entries []json.RawMessage `json:"entries"`
+	Certs   [][]byte          `json:"certs,omitempty"`
 }
 
 // LocalState sends every document and catalog entry this node holds.
 func (d *delegate) LocalState(join bool) []byte {
 	d.m.mu.Lock()
-	pp := pushPull{Nodes: make([]*NodeState, 0, len(d.m.docs)), Entries: make([]*Entry, 0, len(d.m.kv))}
+	pp := pushPull{Nodes: make([]json.RawMessage, 0, len(d.m.docs)), Entries: make([]json.RawMessage, 0, len(d.m.kv))}
 	for _, s := range d.m.docs {
-		pp.Nodes = append(pp.Nodes, s)
+		if b, err := encodeState(s); err == nil {
+			pp.Nodes = append(pp.Nodes, b)
+		}
 	}
 	for _, e := range d.m.kv {
-		pp.Entries = append(pp.Entries, e)
+		if b, err := encodeEntry(e); err == nil {
+			pp.Entries = append(pp.Entries, b)
+		}
+	}
+	d.m.mu.Unlock()
+	if d.m.trust != nil {
+		pp.Certs = d.m.trust.knownCerts()
 	}
 	b, err := json.Marshal(pp)
-	d.m.mu.Unlock()
 	if err != nil {
 		return nil
 	}
@@ -97,23 +110,52 @@ func (d *delegate) LocalState(join bool) []byte {
 }
 
 // MergeRemoteState folds a peer's documents and entries into ours
-// (anti-entropy).
+// (anti-entropy): certificates first, then documents, then entries with
+// the ones others derive from (policies, placements) first, so that an
+// entry whose writer or whose authorization depends on another arrives
+// after it.
 func (d *delegate) MergeRemoteState(buf []byte, join bool) {
 	var pp pushPull
 	if err := json.Unmarshal(buf, &pp); err != nil {
 		d.m.metrics.malformed.WithLabelValues("pushpull").Inc()
 		return
 	}
-	for _, s := range pp.Nodes {
-		if s != nil {
-			d.m.merge(s, false)
-		}
+	if d.m.trust != nil {
+		d.m.trust.learnCerts(pp.Certs, time.Now())
 	}
-	for _, e := range pp.Entries {
-		if e != nil {
-			d.m.mergeEntry(e, false)
+	for _, raw := range pp.Nodes {
+		s, err := decodeState(raw)
+		if err != nil || s == nil {
+			d.m.metrics.malformed.WithLabelValues("state").Inc()
+			continue
 		}
+		d.m.merge(s, false)
 	}
+	entries := make([]*Entry, 0, len(pp.Entries))
+	for _, raw := range pp.Entries {
+		e, err := decodeEntry(raw)
+		if err != nil || e == nil {
+			d.m.metrics.malformed.WithLabelValues("entry").Inc()
+			continue
+		}
+		entries = append(entries, e)
+	}
+	slices.SortStableFunc(entries, func(a, b *Entry) int { return mergeRank(a.Key) - mergeRank(b.Key) })
+	for _, e := range entries {
+		d.m.mergeEntry(e, false)
+	}
+}
+
+// mergeRank orders a push/pull's entries: policies, then placements, then
+// the rest, which are derived from them.
+func mergeRank(key string) int {
+	switch {
+	case strings.HasPrefix(key, "policies/"):
+		return 0
+	case strings.HasPrefix(key, "placements/"):
+		return 1
+	}
+	return 2
 }
 
 // NotifyJoin records a node as alive and fetches its document if newer.
@@ -156,6 +198,10 @@ func (d *delegate) NotifyPingComplete(other *memberlist.Node, rtt time.Duration,
 	}
 	if ack.Doc != 0 {
 		d.m.compareDoc(other.Name, ack.Doc)
+	}
+	if ValidCoordinate(c) != nil {
+		d.m.metrics.malformed.WithLabelValues("coordinate").Inc()
+		return
 	}
 	if _, err := d.m.coord.Update(other.Name, c, rtt); err != nil {
 		d.m.metrics.malformed.WithLabelValues("coordinate").Inc()

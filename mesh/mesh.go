@@ -111,6 +111,10 @@ type Mesh struct {
 	metrics *metrics
 	id      string
 	started time.Time
+	// trust signs and verifies records; nil in a mesh without a CA.
+	trust *trustState
+	// refusals limits the log of refused records.
+	refusals sourceLimiter
 
 	mu         sync.Mutex
 	local      NodeState
@@ -181,12 +185,24 @@ func New(cfg Config) (*Mesh, error) {
 		return nil, fmt.Errorf("mesh: coordinate client: %w", err)
 	}
 	m.coord = coord
+	if cfg.Trust != nil {
+		if m.trust, err = newTrust(*cfg.Trust, cfg.Identity, cfg.Name); err != nil {
+			return nil, err
+		}
+		if w := m.trust.self; w.Site != cfg.Local.Site || (w.Tier != "" && w.Tier != cfg.Local.Tier) {
+			return nil, fmt.Errorf("mesh: node certificate names site %q and tier %q, the node is in site %q, tier %q: issue its certificate again", w.Site, w.Tier, cfg.Local.Site, cfg.Local.Tier)
+		}
+	}
 
 	local := cfg.Local.Clone()
 	local.ID, local.Name = m.id, cfg.Name
 	local.Started = m.started
 	local.Leaving = false
 	local.Schema = CurrentSchema.String()
+	if m.trust != nil && local.Controller && !m.trust.self.Controller {
+		m.log.Warn("this node's certificate does not give it the controller role: it will not own policies (issue its certificate again with the role)")
+		local.Controller = false
+	}
 	if local.Labels == nil {
 		local.Labels = map[string]string{}
 	}
@@ -373,8 +389,20 @@ func (m *Mesh) Update(fn func(*NodeState)) error {
 	next.ID, next.Name = m.id, m.cfg.Name
 	next.Version = max(m.local.Version+1, uint64(time.Now().UnixMicro()))
 	next.Updated = time.Now().UTC()
+	if m.trust != nil && !m.trust.self.Controller {
+		next.Controller = false
+	}
 	m.local = next
 	cp := next.Clone()
+	if m.trust != nil {
+		body, err := json.Marshal(&cp)
+		if err != nil {
+			m.mu.Unlock()
+			return fmt.Errorf("mesh: encode own document: %w", err)
+		}
+		cp.raw, cp.Sig = m.trust.sign(body, true)
+		cp.Cert = m.trust.selfDER
+	}
 	m.docs[m.id] = &cp
 	err := m.persistSelf(&cp)
 	m.notifyLocked()
@@ -638,6 +666,26 @@ func (m *Mesh) merge(s *NodeState, rebroadcast bool) bool {
 		return false
 	}
 	m.mu.Lock()
+	held := m.docs[s.ID]
+	stale := s.ID != m.id && held != nil && !newer(s, held)
+	m.mu.Unlock()
+	if stale {
+		return false // a copy of what is held: not worth verifying
+	}
+	now := time.Now()
+	r := m.validateState(s, now)
+	if r == nil && m.trust != nil {
+		raw := s.raw
+		if raw == nil {
+			raw, _ = json.Marshal(s)
+		}
+		r = m.trust.verifyDoc(s, raw, now)
+	}
+	if r != nil {
+		m.refused("state", r)
+		return false
+	}
+	m.mu.Lock()
 	if s.ID == m.id {
 		if s.Version > m.local.Version {
 			// Peers hold a newer version of us than we remember (the store
@@ -726,8 +774,10 @@ func (m *Mesh) worker() {
 			case msgStateReq:
 				msg = append([]byte{msgStateReq}, m.cfg.Name...)
 			case msgState:
-				local := m.Local()
-				b, err := encodeState(&local)
+				m.mu.Lock()
+				own := m.docs[m.id]
+				m.mu.Unlock()
+				b, err := encodeState(own)
 				if err != nil {
 					continue
 				}

@@ -13,10 +13,13 @@ type metrics struct {
 	logSuppressed prometheus.Counter
 	// conflicts counts name conflicts: another node claiming our name or
 	// a known member's name from a different address.
-	conflicts    prometheus.Counter
-	malformed    *prometheus.CounterVec
-	dropped      prometheus.Counter
-	stateUpdates prometheus.Counter
+	conflicts prometheus.Counter
+	malformed *prometheus.CounterVec
+	// recordsRefused counts node documents and catalog entries refused
+	// by validation, verification or authorization (see Trust).
+	recordsRefused *prometheus.CounterVec
+	dropped        prometheus.Counter
+	stateUpdates   prometheus.Counter
 	// stateDuplicates counts gossiped documents dropped unread (heldAlready).
 	stateDuplicates prometheus.Counter
 	members         *prometheus.GaugeVec
@@ -55,6 +58,10 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 			Name: "strata_gossip_malformed_total",
 			Help: "Gossip messages dropped because they could not be decoded, by kind.",
 		}, []string{"kind"}),
+		recordsRefused: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "strata_gossip_records_refused_total",
+			Help: "Node documents (kind state) and catalog entries (kind entry) refused and not relayed, by reason: unsigned, bad_certificate, certificate_mismatch, bad_signature, unknown_writer, invalid, future_version, forbidden.",
+		}, []string{"kind", "reason"}),
 		dropped: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "strata_gossip_work_dropped_total",
 			Help: "State fetches or answers dropped because the send queue was full.",
@@ -87,7 +94,7 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 	if reg != nil {
 		reg.MustRegister(m.tombstonesCollected, m.reconnects, m.catalogSyncs)
 		reg.MustRegister(m.invalid, m.peerWarnings, m.logSuppressed, m.conflicts)
-		reg.MustRegister(m.refused, m.malformed, m.dropped, m.stateUpdates, m.stateDuplicates, m.members)
+		reg.MustRegister(m.refused, m.malformed, m.recordsRefused, m.dropped, m.stateUpdates, m.stateDuplicates, m.members)
 	}
 	return m
 }

@@ -1,9 +1,9 @@
 package mesh
 
 import (
-	"encoding/json"
 	"errors"
 	"fmt"
+	"slices"
 	"time"
 )
 
@@ -18,14 +18,23 @@ func (m *Mesh) load(local *NodeState) error {
 		return nil
 	}
 	err := m.cfg.DB.Scan([]byte(keyNodePrefix), func(k, v []byte) error {
-		s, err := decodeState(v)
+		s, err := decodeState(slices.Clone(v))
 		if err != nil {
 			m.log.Warn("skipping unreadable stored node state", "key", string(k), "err", err)
 			return nil
 		}
 		if s.ID == m.id {
 			local.Version = s.Version
-			local.Coord = s.Coord
+			if ValidCoordinate(s.Coord) == nil {
+				local.Coord = s.Coord
+			}
+			return nil
+		}
+		// A peer's document is checked again as if it had just arrived:
+		// one stored before this agent verified records (or forged into
+		// an agent of an earlier version) must not outlive the upgrade.
+		if r := m.checkStored(s); r != nil {
+			m.refused("state", r)
 			return nil
 		}
 		m.docs[s.ID] = s
@@ -35,13 +44,20 @@ func (m *Mesh) load(local *NodeState) error {
 		return fmt.Errorf("mesh: load state: %w", err)
 	}
 	err = m.cfg.DB.Scan([]byte(keyKVPrefix), func(k, v []byte) error {
-		var e Entry
-		if err := json.Unmarshal(v, &e); err != nil {
+		e, err := decodeEntry(slices.Clone(v))
+		if err != nil {
 			m.log.Warn("skipping unreadable stored catalog entry", "key", string(k), "err", err)
 			return nil
 		}
+		if r := m.validateEntry(e, time.Now()); r != nil || (m.trust != nil && len(e.Sig) == 0 && !m.trust.cfg.AcceptUnsigned) {
+			if r == nil {
+				r = refuse(refuseUnsigned, "stored entry %s is not signed", e.Key)
+			}
+			m.refused("entry", r)
+			return nil
+		}
 		e.stamp(time.Now())
-		m.kv[e.Key] = &e
+		m.kv[e.Key] = e
 		return nil
 	})
 	if err != nil {
@@ -88,7 +104,7 @@ func (m *Mesh) flush() error {
 	}
 	for key := range m.dirtyKV {
 		if e := m.kv[key]; e != nil {
-			enc, err := json.Marshal(e)
+			enc, err := encodeEntry(e)
 			if err != nil {
 				errs = append(errs, err)
 				continue
@@ -104,4 +120,16 @@ func (m *Mesh) flush() error {
 		errs = append(errs, err)
 	}
 	return errors.Join(errs...)
+}
+
+// checkStored validates and verifies a peer's document read from the store.
+func (m *Mesh) checkStored(s *NodeState) *refusal {
+	now := time.Now()
+	if r := m.validateState(s, now); r != nil {
+		return r
+	}
+	if m.trust == nil {
+		return nil
+	}
+	return m.trust.verifyDoc(s, s.raw, now)
 }

@@ -82,6 +82,16 @@ type NodeState struct {
 	// done when every member reports the new ones.
 	Schema string `json:"schema,omitempty"`
 	Build  string `json:"build,omitempty"`
+
+	// Sig is the node's signature of the document and Cert its
+	// certificate (DER), in a mesh with Trust; they stay the last members
+	// (see sigKey). Clone leaves them out: a copy is for reading or
+	// editing, and the mesh signs what it sends.
+	Sig  []byte `json:"sig,omitempty"`
+	Cert []byte `json:"cert,omitempty"`
+
+	// raw is the document as received or signed, sent on unchanged.
+	raw []byte
 }
 
 // Replica states.
@@ -257,6 +267,7 @@ func (s NodeState) Clone() NodeState {
 	if s.Coord != nil {
 		c.Coord = s.Coord.Clone()
 	}
+	c.Sig, c.Cert, c.raw = nil, nil, nil
 	return c
 }
 
@@ -271,7 +282,13 @@ func newer(a, b *NodeState) bool {
 	return a.Version == b.Version && b.Schema == "" && a.Schema != ""
 }
 
-func encodeState(s *NodeState) ([]byte, error) { return json.Marshal(s) }
+// encodeState returns the document as received or signed, else encodes it.
+func encodeState(s *NodeState) ([]byte, error) {
+	if s.raw != nil {
+		return s.raw, nil
+	}
+	return json.Marshal(s)
+}
 
 // peekState reads a document's ID and version from the first keys of its
 // JSON, as encodeState writes them (the struct's order), without decoding
@@ -319,10 +336,12 @@ func peekState(b []byte) (id string, version uint64, ok bool) {
 	return "", 0, false
 }
 
+// decodeState decodes a document and keeps its bytes (b is not copied).
 func decodeState(b []byte) (*NodeState, error) {
 	var s NodeState
 	if err := json.Unmarshal(b, &s); err != nil {
 		return nil, err
 	}
+	s.raw = b
 	return &s, nil
 }

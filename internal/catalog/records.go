@@ -34,8 +34,16 @@ type Policy struct {
 	// Generation counts applies that changed Source.
 	Generation uint64    `json:"generation"`
 	Applied    time.Time `json:"applied"`
-	// AppliedAt is the agent that took the apply.
+	// AppliedAt is the agent that took the apply: a controller, which
+	// alone writes policies.
 	AppliedAt string `json:"applied_at"`
+	// AppliedVia is the agent the apply was made at, when that agent
+	// (not controller-capable) passed it to AppliedAt.
+	AppliedVia string `json:"applied_via,omitempty"`
+	// AppliedBy is the name of the API token that applied it; empty on
+	// an API with no tokens (loopback only) and for the controllers' own
+	// policies (retrains, trials).
+	AppliedBy string `json:"applied_by,omitempty"`
 	// Site is the site of that agent. In a federated mesh (a pool per
 	// site) the policy is placed within this site: its controllers see
 	// the other sites only as summaries.

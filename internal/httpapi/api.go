@@ -322,6 +322,9 @@ func (s *Server) PeerRoutes() http.Handler {
 	mux.HandleFunc("/v2/", s.handleV2)
 	mux.HandleFunc("GET /v1/jobs/{name}/logs", s.handleJobLogs)
 	mux.HandleFunc("POST /v1/pki/certificates", s.handleIssueCert)
+	// Policy writes other agents pass to this one (it is a controller).
+	mux.HandleFunc("POST /v1/policies", s.authorizeForwarded(s.handleApply))
+	mux.HandleFunc("DELETE /v1/policies/{kind}/{name}", s.authorizeForwarded(s.handleDeletePolicy))
 	mux.HandleFunc("GET /v1/sim", s.handleSim)
 	mux.HandleFunc("POST /v1/sim", s.handleSim)
 	return mux

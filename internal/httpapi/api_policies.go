@@ -20,6 +20,7 @@ import (
 
 	"github.com/strata-mesh/strata/internal/catalog"
 	"github.com/strata-mesh/strata/mesh"
+	"github.com/strata-mesh/strata/mesh/dataplane"
 	"github.com/strata-mesh/strata/placement"
 )
 
@@ -229,6 +230,13 @@ func (s *Server) handleApply(w http.ResponseWriter, r *http.Request) {
 			httpjson.Error(w, http.StatusConflict, ge.Field, "%s: %v", p.Key(), err)
 			return
 		}
+		if err := s.checkExec(r, p); err != nil {
+			httpjson.Error(w, http.StatusForbidden, "spec.launcher", "%v", err)
+			return
+		}
+	}
+	if s.forwardWrite(w, r, body) {
+		return
 	}
 	var out []ApplyResult
 	for _, p := range recs {
@@ -241,11 +249,26 @@ func (s *Server) handleApply(w http.ResponseWriter, r *http.Request) {
 		}
 		if res.Changed {
 			p.Generation, p.Applied, p.AppliedAt = res.Generation, time.Now().UTC(), s.cfg.Mesh.Name()
+			p.AppliedVia = r.Header.Get(dataplane.HeaderPeer)
+			if tok := requestToken(r); tok != nil {
+				p.AppliedBy = tok.Name
+			}
 			if me, err := s.cfg.Mesh.Node(s.cfg.Mesh.ID()); err == nil {
 				p.Site = me.Site
+				if p.AppliedVia != "" {
+					// The site the apply was made in is the site of the
+					// agent that passed it here.
+					if via, err := s.cfg.Mesh.Node(p.AppliedVia); err == nil {
+						p.Site = via.Site
+					}
+				}
 			}
 			if _, err := s.cfg.Catalog.Policies.Put(p); err != nil {
-				httpjson.Error(w, http.StatusInternalServerError, "", "storing %s: %v", p.Key(), err)
+				code := http.StatusInternalServerError
+				if errors.Is(err, mesh.ErrForbidden) {
+					code = http.StatusForbidden
+				}
+				httpjson.Error(w, code, "", "storing %s: %v", p.Key(), err)
 				return
 			}
 		}
@@ -274,8 +297,15 @@ func (s *Server) handleDeletePolicy(w http.ResponseWriter, r *http.Request) {
 		httpjson.Error(w, http.StatusNotFound, "", "no policy %s", key)
 		return
 	}
+	if s.forwardWrite(w, r, nil) {
+		return
+	}
 	if err := s.cfg.Catalog.Policies.Delete(key); err != nil {
-		httpjson.Error(w, http.StatusInternalServerError, "", "%v", err)
+		code := http.StatusInternalServerError
+		if errors.Is(err, mesh.ErrForbidden) {
+			code = http.StatusForbidden
+		}
+		httpjson.Error(w, code, "", "%v", err)
 		return
 	}
 	httpjson.Write(w, http.StatusOK, map[string]string{"deleted": key})

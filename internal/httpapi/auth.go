@@ -29,7 +29,7 @@ const (
 )
 
 // Scopes lists the valid scopes.
-var Scopes = []Scope{ScopeRead, ScopeInfer, ScopeWrite, ScopeCert}
+var Scopes = []Scope{ScopeRead, ScopeInfer, ScopeWrite, ScopeExec, ScopeCert}
 
 // Token is one API token as the agent keeps it: its SHA-256 (never the
 // token itself) and what it may do.
@@ -166,6 +166,6 @@ func (s *Server) authorize(next http.Handler) http.Handler {
 			httpjson.Error(w, http.StatusForbidden, "", "token %q lacks scope %q for %s %s", tok.Name, need, r.Method, r.URL.Path)
 			return
 		}
-		next.ServeHTTP(w, r)
+		next.ServeHTTP(w, withToken(r, tok))
 	})
 }

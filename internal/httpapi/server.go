@@ -75,6 +75,10 @@ type Config struct {
 	// loopback-bound API answers everything and one bound off loopback
 	// only the Anonymous paths.
 	Tokens []Token
+	// LoopbackMesh is true when this agent's gossip is bound to loopback:
+	// every agent of the mesh is on this host, so policy writes other
+	// agents pass here need no token where the API has none.
+	LoopbackMesh bool
 	// Anonymous are the paths that answer without a token. Default
 	// DefaultAnonymous (/v1/health, /metrics).
 	Anonymous []string

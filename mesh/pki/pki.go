@@ -14,6 +14,8 @@ import (
 	"fmt"
 	"math/big"
 	"net"
+	"net/url"
+	"strings"
 	"time"
 )
 
@@ -103,6 +105,10 @@ func IssueNodeCert(caCertPEM, caKeyPEM []byte, nodeKey ed25519.PrivateKey, nodeN
 // IssueNodeCertFor is IssueNodeCert for a node known by its public key
 // only: a node that asked a CA holder for its certificate (bootstrap).
 func IssueNodeCertFor(caCertPEM, caKeyPEM []byte, nodeKey ed25519.PublicKey, nodeName string, hosts []string) ([]byte, error) {
+	return issue(caCertPEM, caKeyPEM, nodeKey, nodeName, hosts, Claims{}, NodeCertValidity)
+}
+
+func issue(caCertPEM, caKeyPEM []byte, nodeKey ed25519.PublicKey, nodeName string, hosts []string, claims Claims, validity time.Duration) ([]byte, error) {
 	if len(nodeKey) != ed25519.PublicKeySize {
 		return nil, ErrNotEd25519
 	}
@@ -129,10 +135,11 @@ func IssueNodeCertFor(caCertPEM, caKeyPEM []byte, nodeKey ed25519.PublicKey, nod
 		SerialNumber: sn,
 		Subject:      pkix.Name{CommonName: nodeName, Organization: []string{"strata"}},
 		NotBefore:    now.Add(-time.Hour),
-		NotAfter:     now.Add(NodeCertValidity),
+		NotAfter:     now.Add(validity),
 		KeyUsage:     x509.KeyUsageDigitalSignature,
 		ExtKeyUsage:  []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth, x509.ExtKeyUsageClientAuth},
 		DNSNames:     []string{nodeName},
+		URIs:         claims.uris(),
 	}
 	for _, h := range hosts {
 		if ip := net.ParseIP(h); ip != nil {
@@ -404,4 +411,70 @@ func load(caCertPEM, certPEM []byte, nodeKey ed25519.PrivateKey) (tls.Certificat
 		PrivateKey:  crypto.Signer(nodeKey),
 		Leaf:        leaf,
 	}, pool, nil
+}
+
+// Claims are what a node certificate says of its node beyond its name: the
+// node ID (mesh.IDOf of the certificate's key), its site and tier, and
+// whether it may own policies (write policies, placements and rollouts).
+// Readers of signed gossip authorize each record by its writer's claims.
+type Claims struct {
+	ID         string
+	Site       string
+	Tier       string
+	Controller bool
+}
+
+// claimScheme is the URI scheme of the SAN entries that carry Claims:
+// strata:node/ID, strata:site/SITE, strata:tier/TIER, strata:role/controller.
+const claimScheme = "strata"
+
+func (c Claims) uris() []*url.URL {
+	var out []*url.URL
+	add := func(kind, v string) {
+		if v != "" {
+			out = append(out, &url.URL{Scheme: claimScheme, Opaque: kind + "/" + url.PathEscape(v)})
+		}
+	}
+	add("node", c.ID)
+	add("site", c.Site)
+	add("tier", c.Tier)
+	if c.Controller {
+		add("role", "controller")
+	}
+	return out
+}
+
+// ClaimsOf reads the claims of a node certificate; a certificate issued
+// before claims existed has none (all fields zero).
+func ClaimsOf(cert *x509.Certificate) Claims {
+	var c Claims
+	for _, u := range cert.URIs {
+		if u.Scheme != claimScheme {
+			continue
+		}
+		kind, v, ok := strings.Cut(u.Opaque, "/")
+		if !ok {
+			continue
+		}
+		if uv, err := url.PathUnescape(v); err == nil {
+			v = uv
+		}
+		switch kind {
+		case "node":
+			c.ID = v
+		case "site":
+			c.Site = v
+		case "tier":
+			c.Tier = v
+		case "role":
+			c.Controller = c.Controller || v == "controller"
+		}
+	}
+	return c
+}
+
+// IssueNodeCertClaims is IssueNodeCertFor with the node's claims written
+// into the certificate (see Claims).
+func IssueNodeCertClaims(caCertPEM, caKeyPEM []byte, nodeKey ed25519.PublicKey, nodeName string, hosts []string, claims Claims) ([]byte, error) {
+	return issue(caCertPEM, caKeyPEM, nodeKey, nodeName, hosts, claims, NodeCertValidity)
 }

@@ -1,0 +1,142 @@
+package catalog
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strings"
+
+	"github.com/strata-mesh/strata/mesh"
+	"github.com/strata-mesh/strata/storage"
+)
+
+// Errors Authorize wraps.
+var (
+	// ErrNotController is a write of a table only controller-capable
+	// nodes write, by a node whose certificate lacks that role.
+	ErrNotController = errors.New("catalog: only controller-capable nodes write this table")
+	// ErrNotAssigned is a status record of work not assigned to its
+	// writer.
+	ErrNotAssigned = errors.New("catalog: the work is not assigned to this node")
+	// ErrImmutable is an artifact version whose digest differs from the
+	// one the mesh already holds: name@version maps to one digest.
+	ErrImmutable = errors.New("catalog: artifact versions are immutable")
+)
+
+// Authorize says whether w may write e: the catalog's NodeRestriction,
+// set as mesh.Trust.Authorize. Every node verified by the mesh CA speaks
+// only for itself:
+//
+//   - policies, placements, rollouts and experiments: controller-capable
+//     nodes only (the owner places; the API of a controller applies);
+//   - jobs and gangs: a controller, or a node the job's placement names
+//     (rank 0 records its run);
+//   - gang-members/JOB/NODE and drift/POLICY/NODE: node NODE only;
+//   - artifacts: any node may publish a version, but once a version's
+//     manifest is held its digest never changes (the first signed wins
+//     everywhere, since every agent refuses the second); deleting one
+//     takes a controller;
+//   - federation: the site's own gateways' site-scoped records, any node
+//     of the site;
+//   - any other table: controllers only.
+func Authorize(r mesh.Reader, w mesh.Writer, e mesh.Entry) error {
+	table, key, _ := strings.Cut(e.Key, "/")
+	switch table {
+	case "policies", "placements", "rollouts", "experiments":
+		if !w.Controller {
+			return fmt.Errorf("%w: %s (%s)", ErrNotController, table, w.Name)
+		}
+	case "jobs", "gangs":
+		if w.Controller {
+			return nil
+		}
+		policyKey, err := policyOf(r, e)
+		if err != nil {
+			return err
+		}
+		return placedOn(r, policyKey, w)
+	case "gang-members", "drift":
+		if i := strings.LastIndexByte(key, '/'); i < 0 || key[i+1:] != w.Name {
+			return fmt.Errorf("%w: %s is another node's record (%s)", ErrNotAssigned, e.Key, w.Name)
+		}
+	case "artifacts":
+		if e.Deleted {
+			if !w.Controller {
+				return fmt.Errorf("%w: deleting %s", ErrNotController, e.Key)
+			}
+			return nil
+		}
+		held, ok := r.Lookup(e.Key)
+		if !ok || held.Deleted {
+			return nil
+		}
+		was, now := manifestDigest(held.Value), manifestDigest(e.Value)
+		if was != "" && now != was {
+			return fmt.Errorf("%w: %s is %s already, not %s", ErrImmutable, key, short(was), short(now))
+		}
+	case "federation":
+		if e.Scope != mesh.ScopeSite && e.Scope != "" {
+			return fmt.Errorf("%w: federation records stay in their site", ErrNotController)
+		}
+	default:
+		if !w.Controller {
+			return fmt.Errorf("%w: table %q", ErrNotController, table)
+		}
+	}
+	return nil
+}
+
+// policyOf reads the policy key a job or gang record names, from the
+// record itself (a tombstone names it through the record it deletes).
+func policyOf(r mesh.Reader, e mesh.Entry) (string, error) {
+	v := e.Value
+	if e.Deleted {
+		held, ok := r.Lookup(e.Key)
+		if !ok {
+			return "", fmt.Errorf("%w: deleting %s, which is not held", ErrNotAssigned, e.Key)
+		}
+		v = held.Value
+	}
+	var rec struct {
+		Key string `json:"key"`
+	}
+	if err := json.Unmarshal(v, &rec); err != nil || rec.Key == "" {
+		return "", fmt.Errorf("%w: %s names no policy", ErrNotAssigned, e.Key)
+	}
+	return rec.Key, nil
+}
+
+// placedOn says whether the placement of policyKey names w.
+func placedOn(r mesh.Reader, policyKey string, w mesh.Writer) error {
+	held, ok := r.Lookup("placements/" + policyKey)
+	if !ok || held.Deleted {
+		return fmt.Errorf("%w: no placement of %s is held here", ErrNotAssigned, policyKey)
+	}
+	var p struct {
+		Nodes []PlacedNode `json:"nodes"`
+	}
+	if err := json.Unmarshal(held.Value, &p); err != nil {
+		return fmt.Errorf("%w: the placement of %s does not decode", ErrNotAssigned, policyKey)
+	}
+	for _, n := range p.Nodes {
+		if n.ID == w.ID || (n.ID == "" && n.Name == w.Name) {
+			return nil
+		}
+	}
+	return fmt.Errorf("%w: %s is not placed on %s", ErrNotAssigned, policyKey, w.Name)
+}
+
+func manifestDigest(v json.RawMessage) string {
+	var m storage.Manifest
+	if json.Unmarshal(v, &m) != nil {
+		return ""
+	}
+	return m.Digest
+}
+
+func short(d string) string {
+	if len(d) > 12 {
+		return d[:12]
+	}
+	return d
+}

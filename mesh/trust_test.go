@@ -1,0 +1,216 @@
+package mesh_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/strata-mesh/strata/mesh"
+	"github.com/strata-mesh/strata/mesh/meshtest"
+	"github.com/strata-mesh/strata/mesh/pki"
+)
+
+// testCA is a mesh CA for tests.
+type testCA struct{ cert, key []byte }
+
+func newTestCA(tb testing.TB) testCA {
+	tb.Helper()
+	cert, key, err := pki.NewCA("test CA")
+	if err != nil {
+		tb.Fatal(err)
+	}
+	return testCA{cert, key}
+}
+
+// trust issues id a certificate for name with the given claims and
+// returns the mesh Trust that uses it; authorize is the rule set.
+func (ca testCA) trust(tb testing.TB, id mesh.Identity, name, site, tier string, controller bool, authorize func(mesh.Reader, mesh.Writer, mesh.Entry) error) *mesh.Trust {
+	tb.Helper()
+	cert, err := pki.IssueNodeCertClaims(ca.cert, ca.key, id.Public(), name, nil,
+		pki.Claims{ID: id.ID(), Site: site, Tier: tier, Controller: controller})
+	if err != nil {
+		tb.Fatal(err)
+	}
+	return &mesh.Trust{CA: ca.cert, Cert: cert, Authorize: authorize}
+}
+
+// controllersOnly lets only controllers write policies/; anyone else.
+func controllersOnly(_ mesh.Reader, w mesh.Writer, e mesh.Entry) error {
+	if strings.HasPrefix(e.Key, "policies/") && !w.Controller {
+		return errors.New("not a controller")
+	}
+	return nil
+}
+
+type trustNode struct {
+	m   *mesh.Mesh
+	reg *prometheus.Registry
+}
+
+// refusedCount sums strata_gossip_records_refused_total for kind and
+// reason.
+func (n trustNode) refusedCount(kind, reason string) float64 {
+	mfs, _ := n.reg.Gather()
+	for _, mf := range mfs {
+		if mf.GetName() != "strata_gossip_records_refused_total" {
+			continue
+		}
+		for _, m := range mf.GetMetric() {
+			labels := map[string]string{}
+			for _, l := range m.GetLabel() {
+				labels[l.GetName()] = l.GetValue()
+			}
+			if labels["kind"] == kind && labels["reason"] == reason {
+				return m.GetCounter().GetValue()
+			}
+		}
+	}
+	return 0
+}
+
+// startTrustNode starts a node on network; trust nil is a member that
+// holds the gossip key (here: reaches the network) but no certificate.
+func startTrustNode(tb testing.TB, network *meshtest.Network, name, tier string, id mesh.Identity, trust *mesh.Trust, join string) trustNode {
+	tb.Helper()
+	reg := prometheus.NewRegistry()
+	m, err := mesh.New(mesh.Config{
+		Name: name, Identity: id, Transport: network.NewTransport(name), Trust: trust, Registerer: reg,
+		Local:               mesh.NodeState{Tier: tier, Site: "s", Controller: tier != mesh.TierEdge, Labels: map[string]string{}},
+		Memberlist:          meshtest.FastTimings,
+		CatalogSyncInterval: 500 * time.Millisecond,
+	})
+	if err != nil {
+		tb.Fatal(err)
+	}
+	tb.Cleanup(func() { m.Close() })
+	if join != "" {
+		if err := m.Join(context.Background(), []string{join}); err != nil {
+			tb.Fatal(err)
+		}
+	}
+	return trustNode{m: m, reg: reg}
+}
+
+func identity(tb testing.TB) mesh.Identity {
+	tb.Helper()
+	id, err := mesh.NewIdentity()
+	if err != nil {
+		tb.Fatal(err)
+	}
+	return id
+}
+
+// TestSignedGossip runs a controller and an edge node with certificates
+// and an insider that holds the gossip key but no certificate: the
+// certified nodes see each other and the controller's policy; the
+// insider's document and its policy are refused and counted, never
+// relayed; the edge node cannot write a policy.
+func TestSignedGossip(t *testing.T) {
+	t.Parallel()
+	ca := newTestCA(t)
+	network := &meshtest.Network{}
+	cid, eid := identity(t), identity(t)
+	ctrl := startTrustNode(t, network, "ctrl", mesh.TierOnprem, cid, ca.trust(t, cid, "ctrl", "s", mesh.TierOnprem, true, controllersOnly), "")
+	edge := startTrustNode(t, network, "edge", mesh.TierEdge, eid, ca.trust(t, eid, "edge", "s", mesh.TierEdge, false, controllersOnly), ctrl.m.GossipAddr())
+	insider := startTrustNode(t, network, "insider", mesh.TierOnprem, identity(t), nil, ctrl.m.GossipAddr())
+
+	if _, err := ctrl.m.Put("policies/ok", []byte(`{"by":"ctrl"}`)); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := edge.m.Put("policies/edge", []byte(`{}`)); !errors.Is(err, mesh.ErrForbidden) {
+		t.Errorf("edge writes a policy: err = %v, want ErrForbidden", err)
+	}
+	if _, err := insider.m.Put("policies/pwn", []byte(`{"launcher":"exec"}`)); err != nil {
+		t.Fatal(err)
+	}
+	meshtest.WaitFor(t, 20*time.Second, "the edge node has the controller's policy and document", func() bool {
+		_, err := edge.m.Get("policies/ok")
+		n, nerr := edge.m.Node("ctrl")
+		return err == nil && nerr == nil && n.Controller
+	})
+	meshtest.WaitFor(t, 20*time.Second, "both certified nodes refused the insider's document and policy", func() bool {
+		for _, n := range []trustNode{ctrl, edge} {
+			if n.refusedCount("state", "unsigned") == 0 || n.refusedCount("entry", "unsigned") == 0 {
+				return false
+			}
+		}
+		return true
+	})
+	for _, n := range []trustNode{ctrl, edge} {
+		if _, err := n.m.Get("policies/pwn"); err == nil {
+			t.Errorf("%s took the insider's policy", n.m.Name())
+		}
+		if _, err := n.m.Node("insider"); err == nil {
+			t.Errorf("%s lists the insider as a node", n.m.Name())
+		}
+	}
+}
+
+// TestTrustNeedsMatchingCertificate refuses to start a node whose
+// certificate is another node's, or names another site.
+func TestTrustNeedsMatchingCertificate(t *testing.T) {
+	t.Parallel()
+	ca := newTestCA(t)
+	id, other := identity(t), identity(t)
+	tests := []struct {
+		name  string
+		trust *mesh.Trust
+		want  string
+	}{
+		{"another node's certificate", ca.trust(t, other, "a", "s", mesh.TierEdge, false, nil), "not this node's identity"},
+		{"another name", ca.trust(t, id, "b", "s", mesh.TierEdge, false, nil), `is for "b"`},
+		{"another site", ca.trust(t, id, "a", "elsewhere", mesh.TierEdge, false, nil), "site"},
+		{"another CA", &mesh.Trust{CA: newTestCA(t).cert, Cert: ca.trust(t, id, "a", "s", mesh.TierEdge, false, nil).Cert}, "mesh CA"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			_, err := mesh.New(mesh.Config{Name: "a", Identity: id, Transport: (&meshtest.Network{}).NewTransport("a"), Trust: tt.trust,
+				Local: mesh.NodeState{Tier: mesh.TierEdge, Site: "s"}})
+			if err == nil || !strings.Contains(err.Error(), tt.want) {
+				t.Fatalf("New: err = %v, want one that says %q", err, tt.want)
+			}
+		})
+	}
+}
+
+// TestControllerRoleFollowsCertificate: a node whose configuration says
+// controller but whose certificate does not give the role publishes
+// itself as no controller.
+func TestControllerRoleFollowsCertificate(t *testing.T) {
+	t.Parallel()
+	ca := newTestCA(t)
+	id := identity(t)
+	n := startTrustNode(t, &meshtest.Network{}, "a", mesh.TierOnprem, id, ca.trust(t, id, "a", "s", mesh.TierOnprem, false, nil), "")
+	if n.m.Local().Controller {
+		t.Fatal("a node without the controller role in its certificate publishes itself as a controller")
+	}
+}
+
+// BenchmarkVerify measures verifying one signed catalog entry and one
+// signed node document as a peer receives them (signature and cached
+// certificate), beside merging the same records unsigned.
+func BenchmarkVerify(b *testing.B) {
+	ca := newTestCA(b)
+	for _, signed := range []bool{false, true} {
+		b.Run(fmt.Sprintf("signed=%v", signed), func(b *testing.B) {
+			network := &meshtest.Network{}
+			wid, rid := identity(b), identity(b)
+			var wt, rt *mesh.Trust
+			if signed {
+				wt, rt = ca.trust(b, wid, "w", "s", mesh.TierOnprem, true, nil), ca.trust(b, rid, "r", "s", mesh.TierOnprem, true, nil)
+			}
+			w := startTrustNode(b, network, "w", mesh.TierOnprem, wid, wt, "")
+			r := startTrustNode(b, network, "r", mesh.TierOnprem, rid, rt, "")
+			msgs := mesh.BenchRecords(w.m, 64)
+			b.ResetTimer()
+			for i := range b.N {
+				mesh.BenchMerge(r.m, msgs[i%len(msgs)])
+			}
+		})
+	}
+}
