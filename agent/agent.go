@@ -294,6 +294,7 @@ func New(cfg Config) (*Agent, error) {
 		SpoolDir:     filepath.Join(cfg.DataDir, "artifacts"),
 		IssueCert:    a.issueCert,
 		LoopbackMesh: loopbackHost(a.mesh.GossipAddr()),
+		Signed:       a.dp != nil,
 		RemoteSites: func() []mesh.Site {
 			if a.fed == nil {
 				return nil

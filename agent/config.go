@@ -129,6 +129,10 @@ type Config struct {
 	// anything: turn it off once every agent is upgraded
 	// (docs/security.md, "Upgrading to signed gossip").
 	AcceptUnsigned bool `yaml:"accept_unsigned_gossip"`
+	// Insecure lets an agent bound off loopback run without a gossip key
+	// or a mesh CA: any host that reaches its gossip port can then join
+	// the mesh and write to it. For throwaway test networks only.
+	Insecure bool `yaml:"insecure"`
 	// SigningKeyFile is the ed25519 key (PEM) this agent signs published
 	// artifacts with; without it `strata push` is refused here.
 	SigningKeyFile string `yaml:"signing_key"`
@@ -408,6 +412,20 @@ func (c *Config) Validate() error {
 	if _, err := parseLevel(c.LogLevel); err != nil {
 		bad("log_level", "%v", err)
 	}
+	if !c.Insecure && !loopbackBind(c.Bind) {
+		hasKey := c.GossipKey != "" || c.GossipKeyFile != "" || os.Getenv("STRATA_GOSSIP_KEY") != ""
+		hasCA := c.CACertFile != "" || len(c.PKI.CACert) > 0
+		if !hasKey || !hasCA {
+			var missing []string
+			if !hasKey {
+				missing = append(missing, "gossip_key (or gossip_key_file)")
+			}
+			if !hasCA {
+				missing = append(missing, "ca_cert")
+			}
+			bad("bind", "%s is off loopback and %s unset: any host that reaches it could join the mesh and write to it. Run `strata keygen -pki DIR` on one host, then give every agent gossip_key and ca_cert, with ca_key or bootstrap (see docs/security.md); or set insecure: true on a throwaway test network", c.Bind, strings.Join(missing, " and "))
+		}
+	}
 	if c.GossipKey != "" {
 		if _, err := mesh.DecodeGossipKey(c.GossipKey); err != nil {
 			bad("gossip_key", "%v", strings.TrimPrefix(err.Error(), "mesh: "))
@@ -575,12 +593,28 @@ func Flags(fs *flag.FlagSet) func() (Config, error) {
 	str("ort-library", "ONNX Runtime shared library `path` (default $STRATA_ORT_LIB, else found beside the binary, in ../lib/strata, .deps/onnxruntime or /usr/lib/strata)", func(c *Config, v string) { c.ORTLibrary = v })
 	str("fabric", "declared RDMA fabric `ID` (overrides discovery)", func(c *Config, v string) { c.Fabric = v })
 	str("nvml-library", "`path` of libnvidia-ml.so.1 (default: the system's)", func(c *Config, v string) { c.NVMLLibrary = v })
-	fs.Func("controller", "`true|false`: may this agent own policies (place and reconcile them)? (default: true on onprem and cloud, false on edge; a mesh with no controller lets every agent own)", func(v string) error {
+	fs.Func("controller", "`true|false`: may this agent own policies (place and reconcile them)? (default: true on onprem and cloud, false on edge; with a mesh CA only controllers write policies, and a mesh with none cannot take any)", func(v string) error {
 		b, err := strconv.ParseBool(v)
 		if err != nil {
 			return fmt.Errorf("want true or false, got %q", v)
 		}
 		sets = append(sets, func(c *Config) error { c.Controller = &b; return nil })
+		return nil
+	})
+	fs.BoolFunc("accept-unsigned-gossip", "take unsigned gossip from agents before signed gossip, while upgrading a mesh (docs/security.md)", func(v string) error {
+		on, err := strconv.ParseBool(v)
+		if err != nil {
+			return fmt.Errorf("want true or false, got %q", v)
+		}
+		sets = append(sets, func(c *Config) error { c.AcceptUnsigned = on; return nil })
+		return nil
+	})
+	fs.BoolFunc("insecure", "allow a gossip bind off loopback without gossip key or mesh CA (test networks only)", func(v string) error {
+		on, err := strconv.ParseBool(v)
+		if err != nil {
+			return fmt.Errorf("want true or false, got %q", v)
+		}
+		sets = append(sets, func(c *Config) error { c.Insecure = on; return nil })
 		return nil
 	})
 	fs.BoolFunc("disable-nvml", "skip GPU discovery through NVML", func(v string) error {
@@ -607,4 +641,18 @@ func Flags(fs *flag.FlagSet) func() (Config, error) {
 		c.EnsureDefaults()
 		return c, c.Validate()
 	}
+}
+
+// loopbackBind says whether a gossip bind address (host:port; empty is
+// the default, 0.0.0.0) is on loopback.
+func loopbackBind(addr string) bool {
+	host, _, err := net.SplitHostPort(addr)
+	if err != nil {
+		return false
+	}
+	if host == "localhost" {
+		return true
+	}
+	ip := net.ParseIP(host)
+	return ip != nil && ip.IsLoopback()
 }

@@ -188,9 +188,10 @@ func TestLoadFailureIsShownNotLooped(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	// Three edge agents: no controller-capable one, so they own policies
-	// themselves.
-	agents := devMesh(t, 3, func(c *Config) { c.PKI, c.ORTLibrary = keys, lib })
+	// Three edge agents, each given the controller role (with a CA only
+	// controllers write policies).
+	yes := true
+	agents := devMesh(t, 3, func(c *Config) { c.PKI, c.ORTLibrary, c.Controller = keys, lib, &yes })
 	// A model with an operator ONNX Runtime lacks: the push takes it (the
 	// serving agents may run another version) with a warning.
 	model, err := os.ReadFile("../infer/testdata/unsupported_op.onnx")

@@ -11,9 +11,11 @@ import (
 )
 
 // Entry is one key of the site's replicated catalog: policies, placements
-// and other state that belongs to the mesh rather than to one node. Any
-// node may write any key; the write with the higher Version wins (ties go to
-// the higher Origin), so merging is idempotent and commutative.
+// and other state that belongs to the mesh rather than to one node. The
+// write with the higher Version wins (ties go to the higher Origin), so
+// merging is idempotent and commutative. In a mesh with Trust an entry is
+// signed by Origin and merged only if Trust.Authorize lets Origin write
+// its key; without Trust any member may write any key.
 type Entry struct {
 	Key   string          `json:"key"`
 	Value json.RawMessage `json:"value,omitempty"`

@@ -52,7 +52,7 @@ func TestSitesThroughRouter(t *testing.T) {
 			tier = "cloud"
 		}
 		for _, h := range bed.Hosts(site) {
-			a := &nsAgent{ns: netns{h.NS}, name: h.Name, site: site, gossip: 7946, api: 7470, data: 7471, args: []string{"-tier", tier}}
+			a := &nsAgent{ns: netns{h.NS}, name: h.Name, site: site, gossip: 7946, api: 7470, data: 7471, args: []string{"-tier", tier, "-insecure"}}
 			if h.Name != seed.Name {
 				a.join = seed.IP.String() + ":7946"
 			}
@@ -179,7 +179,9 @@ func TestCutSiteKeepsServing(t *testing.T) {
 		if site == "cloud" {
 			tier = "cloud"
 		}
-		a := &nsAgent{ns: netns{h.NS}, name: h.Name, site: site, gossip: 7946, api: 7470, data: 7471, args: append([]string{"-tier", tier}, pki...)}
+		// Every agent may own policies: a site cut off places on its own,
+		// and with a mesh CA only controllers write placements.
+		a := &nsAgent{ns: netns{h.NS}, name: h.Name, site: site, gossip: 7946, api: 7470, data: 7471, args: append([]string{"-tier", tier, "-controller", "true"}, pki...)}
 		if h.Name != seed.Name {
 			a.join = seed.IP.String() + ":7946"
 		}
@@ -385,7 +387,9 @@ func TestFederatedSites(t *testing.T) {
 		seed := bed.Host(site, 0)
 		for _, h := range bed.Hosts(site) {
 			a := &nsAgent{ns: netns{h.NS}, name: h.Name, site: site, gossip: 7946, api: 7470, data: 7471,
-				args: append([]string{"-tier", "edge", "-federation-peer", peerAddr}, fed...)}
+				// A site places within itself: with a mesh CA it needs a
+				// controller-capable agent.
+				args: append([]string{"-tier", "edge", "-controller", "true", "-federation-peer", peerAddr}, fed...)}
 			if bed.PublicIP(site) != nil {
 				a.args = append(a.args, "-federation-reachability", "private")
 			}

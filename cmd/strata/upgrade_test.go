@@ -58,7 +58,9 @@ func TestRollingUpgrade(t *testing.T) {
 	for i := range 3 {
 		p := &proc{name: fmt.Sprintf("u%d", i), dir: filepath.Join(dir, fmt.Sprint(i)), bin: old,
 			api: fmt.Sprintf("127.0.0.1:%d", freePort(t)), gossip: fmt.Sprintf("127.0.0.1:%d", freePort(t)),
-			args: append(caHolderArgs(t, keys), "-log-level", "info")}
+			// onprem: controllers, which alone write policies and
+			// placements once the agents sign.
+			args: append(caHolderArgs(t, keys), "-log-level", "info", "-tier", "onprem")}
 		if i > 0 {
 			p.args = append(p.args, "-join", ps[0].gossip)
 		}
@@ -228,6 +230,8 @@ func TestRollingUpgrade(t *testing.T) {
 		p.cmd.Process.Signal(syscall.SIGTERM)
 		p.cmd.Wait()
 		p.bin = ""
+		// Beside agents that do not sign yet (docs/security.md).
+		p.args = append(p.args, "-accept-unsigned-gossip")
 		startAgent(t, p)
 		restarted := time.Now()
 		meshtest.WaitFor(t, time.Minute, p.name+" upgraded, alive everywhere, the service healthy", func() bool {

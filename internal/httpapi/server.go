@@ -75,6 +75,10 @@ type Config struct {
 	// loopback-bound API answers everything and one bound off loopback
 	// only the Anonymous paths.
 	Tokens []Token
+	// Signed is true when the mesh signs and verifies its records (it has
+	// a CA): then only controller-capable agents write policies, and
+	// others pass policy writes to one.
+	Signed bool
 	// LoopbackMesh is true when this agent's gossip is bound to loopback:
 	// every agent of the mesh is on this host, so policy writes other
 	// agents pass here need no token where the API has none.

@@ -65,7 +65,7 @@ func (s *Server) isController() bool {
 // controller itself or cannot forward (no data plane): the caller then
 // writes locally.
 func (s *Server) forwardWrite(w http.ResponseWriter, r *http.Request, body []byte) bool {
-	if s.isController() || s.cfg.Forwarder == nil {
+	if !s.cfg.Signed || s.isController() || s.cfg.Forwarder == nil {
 		return false
 	}
 	targets := s.controllers()
