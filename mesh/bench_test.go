@@ -30,14 +30,25 @@ func memCluster(b *testing.B, n int) []*mesh.Mesh {
 // memberlist's configuration after the mesh's own.
 func memClusterOn(b *testing.B, network *meshtest.Network, n int, tune func(*memberlist.Config)) ([]*mesh.Mesh, *meshtest.Network) {
 	b.Helper()
+	return memClusterTrust(b, network, n, tune, nil)
+}
+
+// memClusterTrust is memClusterOn with trust (if set) giving each node its
+// mesh.Trust.
+func memClusterTrust(b *testing.B, network *meshtest.Network, n int, tune func(*memberlist.Config), trust func(name string, id mesh.Identity) *mesh.Trust) ([]*mesh.Mesh, *meshtest.Network) {
+	b.Helper()
 	rng := rand.New(rand.NewPCG(1, uint64(n)))
 	var nodes []*mesh.Mesh
 	for i := range n {
 		name := fmt.Sprintf("n%03d", i)
 		id, _ := mesh.NewIdentity()
 		tr := network.NewTransport(name)
+		var t *mesh.Trust
+		if trust != nil {
+			t = trust(name, id)
+		}
 		m, err := mesh.New(mesh.Config{
-			Name: name, Identity: id, Transport: tr,
+			Name: name, Identity: id, Transport: tr, Trust: t,
 			Local: mesh.NodeState{Tier: mesh.TierEdge, Site: "s", Labels: map[string]string{}},
 			// Nothing crosses a wire here: compressing every packet would
 			// only spend the CPU hundreds of nodes in one process need.
