@@ -285,9 +285,10 @@ func New(cfg Config) (*Agent, error) {
 	a.jobRunner = jobs.New(jobs.Config{Name: cfg.Name, DataDir: cfg.DataDir, Mesh: a.mesh, Catalog: a.cat, Artifacts: a.art, Logger: a.log})
 	ac2 := httpapi.Config{
 		Mesh: a.mesh, Catalog: a.cat, Artifacts: a.art, Jobs: a.jobRunner, Forwarder: a.fwd, Events: a.events,
-		InferenceErr: a.infErr, Registry: a.reg, Tokens: tokens, Anonymous: cfg.APIAnonymous, Addr: a.APIAddr, Logger: a.log,
-		SpoolDir:  filepath.Join(cfg.DataDir, "artifacts"),
-		IssueCert: a.issueCert,
+		InferenceErr: a.infErr, Registry: a.reg, Registerer: a.reg, Tokens: tokens, Anonymous: cfg.APIAnonymous, Addr: a.APIAddr, Logger: a.log,
+		AllowedHosts: allowedHosts(cfg.APIAllowedHosts, apiAddr),
+		SpoolDir:     filepath.Join(cfg.DataDir, "artifacts"),
+		IssueCert:    a.issueCert,
 		RemoteSites: func() []mesh.Site {
 			if a.fed == nil {
 				return nil
@@ -314,6 +315,16 @@ func New(cfg Config) (*Agent, error) {
 		BaseContext: func(net.Listener) context.Context { return a.base }}
 	a.ln = netutil.LimitListener(a.ln, cfg.MaxConnections)
 	return a, nil
+}
+
+// allowedHosts are the API's allowed hosts: the configured ones and the
+// host of the advertised API address, which peers put in their requests.
+func allowedHosts(configured []string, advertised string) []string {
+	out := slices.Clone(configured)
+	if host, _, err := net.SplitHostPort(advertised); err == nil && host != "" {
+		out = append(out, host)
+	}
+	return out
 }
 
 // ID returns the node ID.

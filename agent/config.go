@@ -147,6 +147,12 @@ type Config struct {
 	// MaxConnections caps the API's open connections; further ones wait
 	// until one closes. Default 1024.
 	MaxConnections int `yaml:"max_connections"`
+	// APIAllowedHosts are further host names (or addresses) the API
+	// answers to in a request's Host header, such as a DNS name clients
+	// reach it by. Always allowed: localhost, loopback IPs, the API's
+	// bound address (every IP address when bound to all interfaces) and
+	// advertise_api's host. Other names are refused (DNS rebinding).
+	APIAllowedHosts []string `yaml:"api_allowed_hosts"`
 	// LoadInterval is how often GPUs are re-read through NVML and the load
 	// republished when it changed. Default 10s.
 	LoadInterval time.Duration `yaml:"load_interval"`
@@ -426,6 +432,11 @@ func (c *Config) Validate() error {
 		}
 		if g.Count < 0 {
 			bad(fmt.Sprintf("gpus[%d].count", i), "must not be negative")
+		}
+	}
+	for _, h := range c.APIAllowedHosts {
+		if h == "" || strings.ContainsAny(h, "/ ") {
+			bad("api_allowed_hosts", "%q: want a host name or address, as clients put it in the URL (node1.example.com)", h)
 		}
 	}
 	for k := range c.Labels {
