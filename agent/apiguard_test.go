@@ -13,7 +13,8 @@ import (
 
 // TestServedAPIIsGuarded: the API as the agent serves it (its listener,
 // not Handler) refuses a Host it does not answer to and a cross-origin
-// write, takes the CLI's client, and counts the refusals.
+// write, takes the CLI's client, and exports the refusals and the
+// connection limiter's metrics.
 func TestServedAPIIsGuarded(t *testing.T) {
 	a := devMesh(t, 1)[0]
 	base := "http://" + a.APIAddr()
@@ -63,6 +64,8 @@ func TestServedAPIIsGuarded(t *testing.T) {
 	for _, want := range []string{
 		`strata_api_requests_refused_total{reason="host"} 1`,
 		`strata_api_requests_refused_total{reason="origin"} 1`,
+		"strata_api_connections_open ",
+		`strata_api_connections_refused_total{reason="per_client"} 0`,
 	} {
 		if !strings.Contains(string(b), want) {
 			t.Errorf("/metrics lacks %s", want)
