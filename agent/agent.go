@@ -24,7 +24,6 @@ import (
 	"github.com/NVIDIA/go-nvml/pkg/nvml"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
-	"golang.org/x/net/netutil"
 
 	"github.com/strata-mesh/strata/api"
 	"github.com/strata-mesh/strata/internal/artifacts"
@@ -290,7 +289,8 @@ func New(cfg Config) (*Agent, error) {
 	a.jobRunner = jobs.New(jobs.Config{Name: cfg.Name, DataDir: cfg.DataDir, Mesh: a.mesh, Catalog: a.cat, Artifacts: a.art, Logger: a.log})
 	ac2 := httpapi.Config{
 		Mesh: a.mesh, Catalog: a.cat, Artifacts: a.art, Jobs: a.jobRunner, Forwarder: a.fwd, Events: a.events,
-		InferenceErr: a.infErr, Registry: a.reg, Tokens: tokens, Anonymous: cfg.APIAnonymous, Addr: a.APIAddr, Logger: a.log,
+		InferenceErr: a.infErr, Registry: a.reg, Registerer: a.reg, Tokens: tokens, Anonymous: cfg.APIAnonymous, Addr: a.APIAddr, Logger: a.log,
+		AllowedHosts: allowedHosts(cfg.APIAllowedHosts, apiAddr),
 		SpoolDir:     filepath.Join(cfg.DataDir, "artifacts"),
 		IssueCert:    a.issueCert,
 		LoopbackMesh: loopbackHost(a.mesh.GossipAddr()),
@@ -314,13 +314,26 @@ func New(cfg Config) (*Agent, error) {
 	a.peer.Store(&peer)
 	a.base, a.cancelBase = context.WithCancel(context.Background())
 	// Headers within 10s, bodies that keep moving (httpapi cuts one idle
-	// for 30s), idle keep-alive connections closed after 2 minutes, and at
-	// most MaxConnections at once (further ones wait in the kernel's
-	// backlog), so slow or many clients cannot take every file descriptor.
-	a.srv = &http.Server{Handler: api.Handler(), ReadHeaderTimeout: 10 * time.Second, IdleTimeout: 2 * time.Minute,
+	// for 30s), idle keep-alive connections closed after 15s, and at most
+	// MaxConnections at once, MaxConnectionsPerClient per client, where a
+	// new connection closes an idle one: slow or many clients cannot take
+	// every file descriptor, and idle ones cannot lock others out.
+	a.srv = &http.Server{Handler: api.Handler(), ReadHeaderTimeout: 10 * time.Second, IdleTimeout: httpapi.IdleTimeout,
 		BaseContext: func(net.Listener) context.Context { return a.base }}
-	a.ln = netutil.LimitListener(a.ln, cfg.MaxConnections)
+	lim := httpapi.NewConnLimiter(a.srv, a.ln, httpapi.ConnLimits{Max: cfg.MaxConnections, PerClient: cfg.MaxConnectionsPerClient})
+	a.reg.MustRegister(lim)
+	a.ln = lim
 	return a, nil
+}
+
+// allowedHosts are the API's allowed hosts: the configured ones and the
+// host of the advertised API address, which peers put in their requests.
+func allowedHosts(configured []string, advertised string) []string {
+	out := slices.Clone(configured)
+	if host, _, err := net.SplitHostPort(advertised); err == nil && host != "" {
+		out = append(out, host)
+	}
+	return out
 }
 
 // ID returns the node ID.

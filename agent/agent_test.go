@@ -57,6 +57,9 @@ func devMeshWAN(t testing.TB, n int, wan bool, tweaks ...func(*Config)) []*Agent
 			cfg.LogLevel = lvl // debugging a test: STRATA_TEST_LOG=info
 		}
 		cfg.ProcRoot = "discover/testdata/proc"
+		// The tests call Handler with httptest.NewRequest, whose Host is
+		// example.com.
+		cfg.APIAllowedHosts = []string{"example.com"}
 		if wan {
 			cfg.PacketDelay = dn.Delay(cfg.Site)
 		} else {

@@ -154,9 +154,22 @@ type Config struct {
 	// SampleFraction is the fraction of inference requests whose inputs and
 	// outputs are kept for drift detection. Default 0.1.
 	SampleFraction float64 `yaml:"sample_fraction"`
-	// MaxConnections caps the API's open connections; further ones wait
-	// until one closes. Default 1024.
+	// MaxConnections caps the API's open connections: a new one closes
+	// the connection idle longest, or waits until one closes or goes
+	// idle. Default 1024.
 	MaxConnections int `yaml:"max_connections"`
+	// MaxConnectionsPerClient caps one client's open API connections (an
+	// IPv4 address, an IPv6 /64, or all of loopback): a new one closes
+	// that client's idle connection, or is closed at once when all are
+	// busy. Default 64; raise it for a local proxy that keeps more
+	// requests in flight.
+	MaxConnectionsPerClient int `yaml:"max_connections_per_client"`
+	// APIAllowedHosts are further host names (or addresses) the API
+	// answers to in a request's Host header, such as a DNS name clients
+	// reach it by. Always allowed: localhost, loopback IPs, the API's
+	// bound address (every IP address when bound to all interfaces) and
+	// advertise_api's host. Other names are refused (DNS rebinding).
+	APIAllowedHosts []string `yaml:"api_allowed_hosts"`
 	// LoadInterval is how often GPUs are re-read through NVML and the load
 	// republished when it changed. Default 10s.
 	LoadInterval time.Duration `yaml:"load_interval"`
@@ -330,7 +343,10 @@ func (c *Config) EnsureDefaults() {
 		c.SampleFraction = 0.1
 	}
 	if c.MaxConnections == 0 {
-		c.MaxConnections = 1024
+		c.MaxConnections = httpapi.DefaultMaxConns
+	}
+	if c.MaxConnectionsPerClient == 0 {
+		c.MaxConnectionsPerClient = httpapi.DefaultMaxConnsPerClient
 	}
 	for i := range c.GPUs {
 		if c.GPUs[i].Count == 0 {
@@ -450,6 +466,17 @@ func (c *Config) Validate() error {
 		}
 		if g.Count < 0 {
 			bad(fmt.Sprintf("gpus[%d].count", i), "must not be negative")
+		}
+	}
+	if c.MaxConnections < 0 {
+		bad("max_connections", "must not be negative")
+	}
+	if c.MaxConnectionsPerClient < 0 {
+		bad("max_connections_per_client", "must not be negative")
+	}
+	for _, h := range c.APIAllowedHosts {
+		if h == "" || strings.ContainsAny(h, "/ ") {
+			bad("api_allowed_hosts", "%q: want a host name or address, as clients put it in the URL (node1.example.com)", h)
 		}
 	}
 	for k := range c.Labels {

@@ -5,6 +5,7 @@ import (
 	"context"
 	"log/slog"
 	"net"
+	"net/netip"
 	"strings"
 	"sync"
 	"time"
@@ -20,9 +21,9 @@ const refusalLogEvery = 10 * time.Second
 // with the next line logged for that source.
 const peerLogEvery = time.Second
 
-// maxLogSources bounds the source addresses the rate limiter remembers (a
-// flood of spoofed UDP sources must not grow it without end); past it,
-// unknown sources share one budget.
+// maxLogSources bounds the sources the rate limiter remembers (a flood of
+// spoofed UDP sources must not grow it without end); past it, unknown
+// sources share one budget.
 const maxLogSources = 4096
 
 // logWriter turns memberlist's log lines ("[ERR] memberlist: ...") into slog
@@ -33,10 +34,22 @@ type logWriter struct {
 	log     *slog.Logger
 	metrics *metrics
 
+	// now is the clock of the per-source limiter; nil means time.Now.
+	now func() time.Time
+
 	mu         sync.Mutex
 	lastRefuse time.Time
 	suppressed int
-	sources    sourceLimiter
+	// sources limits warnings per sourceKey, not per address: a sender
+	// that changes its source port for each packet is one source.
+	sources sourceLimiter
+}
+
+func (w *logWriter) clock() time.Time {
+	if w.now != nil {
+		return w.now()
+	}
+	return time.Now()
 }
 
 func (w *logWriter) Write(p []byte) (int, error) {
@@ -70,7 +83,7 @@ func (w *logWriter) Write(p []byte) (int, error) {
 	}
 	if src := logSource(msg); src != "" && level >= slog.LevelWarn {
 		w.metrics.peerWarnings.Inc()
-		ok, n := w.sources.allow(src, time.Now())
+		ok, n := w.sources.allow(sourceKey(src), w.clock())
 		if !ok {
 			w.metrics.logSuppressed.Inc()
 			return len(p), nil
@@ -113,7 +126,7 @@ func (w *logWriter) drop(path, reason string, from net.Addr) {
 	}
 	w.metrics.invalid.WithLabelValues(path, reason).Inc()
 	w.metrics.peerWarnings.Inc()
-	ok, n := w.sources.allow(src, time.Now())
+	ok, n := w.sources.allow(sourceKey(src), w.clock())
 	if !ok {
 		w.metrics.logSuppressed.Inc()
 		return
@@ -133,6 +146,30 @@ func logSource(msg string) string {
 		src = src[:j]
 	}
 	return src
+}
+
+// sourceKey is what the per-source log limiter counts a warning against:
+// the sender's IP without the port, since a sender picks its source port
+// freely (a junk sender rotating ports made every packet a new source and
+// the agent logged about 1,900 lines a second), and for IPv6 its /64, which
+// one host usually holds whole. An address that does not parse is its own
+// key.
+func sourceKey(addr string) string {
+	host := addr
+	if h, _, err := net.SplitHostPort(addr); err == nil {
+		host = h
+	}
+	ip, err := netip.ParseAddr(host)
+	if err != nil {
+		return addr
+	}
+	ip = ip.Unmap()
+	if ip.Is6() {
+		if p, err := ip.Prefix(64); err == nil {
+			return p.String()
+		}
+	}
+	return ip.String()
 }
 
 func isRefusal(msg string) bool {

@@ -16,6 +16,11 @@ import (
 // DefaultAddr is the API address an agent listens on by default.
 const DefaultAddr = "http://127.0.0.1:7470"
 
+// ClientName is what every request names its sender in the Strata-Client
+// header (api.HeaderClient): it tells the agent the request is not a
+// browser's.
+const ClientName = "strata-go"
+
 // Client calls one agent's HTTP API. It is safe for concurrent use; its
 // settings are fixed by New.
 type Client struct {
@@ -107,6 +112,7 @@ func (c *Client) send(ctx context.Context, r request) (*http.Response, error) {
 	if r.contentType != "" {
 		req.Header.Set("Content-Type", r.contentType)
 	}
+	req.Header.Set(api.HeaderClient, ClientName)
 	if c.token != "" {
 		req.Header.Set("Authorization", "Bearer "+c.token)
 	}

@@ -170,6 +170,9 @@ func TestRequests(t *testing.T) {
 				b, _ := io.ReadAll(r.Body)
 				got = seen{Method: r.Method, Path: r.URL.EscapedPath(), Query: r.URL.RawQuery, ContentType: r.Header.Get("Content-Type"),
 					Auth: r.Header.Get("Authorization"), Body: string(b)}
+				if h := r.Header.Get(api.HeaderClient); h != client.ClientName {
+					t.Errorf("%s = %q, want %q", api.HeaderClient, h, client.ClientName)
+				}
 				w.Header().Set("Content-Type", "application/json")
 				io.WriteString(w, "{}")
 			}, client.WithToken("tok"))

@@ -62,7 +62,7 @@ func (s *Server) routes() http.Handler {
 	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
 		httpjson.Error(w, http.StatusNotFound, "", "no such endpoint: %s %s", r.Method, r.URL.Path)
 	})
-	return bodyDeadline(s.authorize(methodJSON(mux)))
+	return s.guard(bodyDeadline(s.authorize(methodJSON(mux))))
 }
 
 // methodJSON answers a known path with the wrong method by a JSON 405

@@ -71,6 +71,9 @@ type Config struct {
 	IssueCert func(api.CertRequest) ([]byte, error)
 	// Registry is gathered at /metrics.
 	Registry prometheus.Gatherer
+	// Registerer, optional, receives the API's own metrics
+	// (strata_api_requests_refused_total).
+	Registerer prometheus.Registerer
 	// Tokens are the API's tokens with their scopes. Without any, a
 	// loopback-bound API answers everything and one bound off loopback
 	// only the Anonymous paths.
@@ -90,8 +93,16 @@ type Config struct {
 	// file system).
 	SpoolDir string
 	// Addr returns the address the API listens on; New reads it once.
-	Addr   func() string
-	Logger *slog.Logger
+	Addr func() string
+	// AllowedHosts are the further host names (or IP addresses) that
+	// requests may name in their Host header: a DNS name the API is
+	// reached by, or the advertised API address. Ports are ignored.
+	// Without them the API answers only to localhost, loopback IPs and
+	// the address it is bound to (every IP address when bound to all
+	// interfaces), and refuses other names with 421, since a web page
+	// can point a name it controls at this host (DNS rebinding).
+	AllowedHosts []string
+	Logger       *slog.Logger
 }
 
 // Server is the HTTP API. Safe for concurrent use.
@@ -102,6 +113,9 @@ type Server struct {
 	log        *slog.Logger
 	handler    http.Handler
 	onLoopback bool // the API listens on loopback only
+	hosts      hostPolicy
+	// refused counts the requests guard refuses, by reason.
+	refused *prometheus.CounterVec
 
 	// decodeSeen holds the catalog decode errors logged already.
 	decodeMu   sync.Mutex
@@ -116,12 +130,14 @@ func New(cfg Config) *Server {
 	if cfg.Anonymous == nil {
 		cfg.Anonymous = DefaultAnonymous
 	}
-	s := &Server{cfg: cfg, log: cfg.Logger, decodeSeen: map[string]bool{}, onLoopback: onLoopback(cfg.Addr)}
+	s := &Server{cfg: cfg, log: cfg.Logger, decodeSeen: map[string]bool{}, onLoopback: onLoopback(cfg.Addr),
+		hosts: newHostPolicy(cfg.Addr, cfg.AllowedHosts), refused: newRefusedCounter(cfg.Registerer)}
 	s.handler = s.routes()
 	return s
 }
 
-// Handler is the API's handler.
+// Handler is the API's handler: every route behind the Host and browser
+// checks (see guard) and the token checks.
 func (s *Server) Handler() http.Handler { return s.handler }
 
 // decodeErrors logs each catalog record that does not decode, once per

@@ -83,6 +83,7 @@ func gangMesh(t testing.TB, n int, lib string) ([]*agent.Agent, map[string]strin
 		cfg.Tier, cfg.Site, cfg.Region, cfg.Fabric = "onprem", "rack-1", "eu-west", "ib:rack-1"
 		cfg.RDMA = []agent.DeclaredRDMA{{Device: "mlx5_0", Port: 1, LinkLayer: "InfiniBand", Rate: "400 Gb/sec (4X NDR)", Fabric: cfg.Fabric}}
 		cfg.GPUs, cfg.DisableNVML = nil, true
+		cfg.APIAllowedHosts = []string{"example.com"} // httptest.NewRequest's Host
 		if i > 0 {
 			cfg.Join = []string{agents[0].Mesh().GossipAddr()}
 		}

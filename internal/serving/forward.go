@@ -146,6 +146,12 @@ func (f *Forwarder) Send(ctx context.Context, n mesh.Node, method, uri string, h
 		return nil, err
 	}
 	req.Header = header.Clone()
+	// This agent sends the request, not the browser that may have sent
+	// it here: a peer's API would see the page's origin as foreign to
+	// its own address and refuse it.
+	for _, h := range browserHeaders {
+		req.Header.Del(h)
+	}
 	req.Header.Set(HeaderForwarded, f.cfg.Mesh.Name())
 	if !viaData {
 		return forwardClient.Do(req)
@@ -159,6 +165,11 @@ func (f *Forwarder) Send(ctx context.Context, n mesh.Node, method, uri string, h
 	resp.Body = cancelOnClose{resp.Body, cancel}
 	return resp, nil
 }
+
+// browserHeaders are the headers only a browser sets, which tell an
+// agent's API a request comes from a web page; a forwarded request drops
+// them.
+var browserHeaders = []string{"Origin", "Referer", "Cookie", "Sec-Fetch-Site", "Sec-Fetch-Mode", "Sec-Fetch-Dest", "Sec-Fetch-User"}
 
 // cancelOnClose ends a request's context when its response body is closed.
 type cancelOnClose struct {

@@ -1,7 +1,10 @@
 package serving
 
 import (
+	"context"
 	"errors"
+	"net/http"
+	"net/http/httptest"
 	"strings"
 	"testing"
 	"time"
@@ -68,5 +71,40 @@ func TestServingNodesSuspectsLast(t *testing.T) {
 	f = NewForwarder(ForwarderConfig{Mesh: peers{node("f", mesh.StatusFailed)}})
 	if err := f.whyNot("fraud", ""); err == nil || !strings.Contains(err.Error(), "served nowhere") {
 		t.Errorf("only a failed node serves: %v", err)
+	}
+}
+
+// TestSendDropsBrowserHeaders: a request a browser sent to this agent's
+// API (same-origin: the dashboard) is forwarded without its Origin and
+// Sec-Fetch-* headers, which the peer's API would take for a page of
+// another origin.
+func TestSendDropsBrowserHeaders(t *testing.T) {
+	t.Parallel()
+	got := make(chan http.Header, 1)
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { got <- r.Header.Clone() }))
+	t.Cleanup(srv.Close)
+	peer := mesh.Node{Status: mesh.StatusAlive}
+	peer.ID, peer.Name, peer.Addrs.API = "p", "p", srv.Listener.Addr().String()
+	f := NewForwarder(ForwarderConfig{Mesh: peers{peer}})
+	h := http.Header{}
+	for k, v := range map[string]string{"Origin": "http://127.0.0.1:7470", "Sec-Fetch-Site": "same-origin", "Sec-Fetch-Mode": "cors", "Cookie": "a=b",
+		"Content-Type": "application/json", "Authorization": "Bearer t"} {
+		h.Set(k, v)
+	}
+	resp, err := f.Send(context.Background(), peer, http.MethodPost, "/v2/models/m/infer", h, []byte("{}"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	sent := <-got
+	for _, k := range []string{"Origin", "Sec-Fetch-Site", "Sec-Fetch-Mode", "Cookie"} {
+		if v := sent.Get(k); v != "" {
+			t.Errorf("forwarded %s: %s", k, v)
+		}
+	}
+	for _, k := range []string{"Content-Type", "Authorization", HeaderForwarded} {
+		if sent.Get(k) == "" {
+			t.Errorf("%s not forwarded", k)
+		}
 	}
 }
