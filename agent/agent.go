@@ -295,6 +295,7 @@ func New(cfg Config) (*Agent, error) {
 		IssueCert:    a.issueCert,
 		LoopbackMesh: loopbackHost(a.mesh.GossipAddr()),
 		Signed:       a.dp != nil,
+		Keyring:      a.mesh,
 		RemoteSites: func() []mesh.Site {
 			if a.fed == nil {
 				return nil

@@ -23,3 +23,18 @@ type CertResponse struct {
 	// IssuedBy is the name of the agent that issued it.
 	IssuedBy string `json:"issued_by"`
 }
+
+// Keyring lists an agent's gossip keys by fingerprint (GET /v1/keyring).
+type Keyring struct {
+	// Primary is the key gossip is encrypted with; Keys every key it is
+	// decrypted with.
+	Primary string   `json:"primary"`
+	Keys    []string `json:"keys"`
+}
+
+// KeyringRequest changes an agent's gossip keyring (POST /v1/keyring, scope
+// write): op install, use or remove, key the base64 key.
+type KeyringRequest struct {
+	Op  string `json:"op"`
+	Key string `json:"key"`
+}

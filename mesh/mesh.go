@@ -115,6 +115,10 @@ type Mesh struct {
 	trust *trustState
 	// refusals limits the log of refused records.
 	refusals sourceLimiter
+	// keyring holds the gossip keys (nil: unencrypted); keyringMu orders
+	// its changes and their persistence.
+	keyring   *memberlist.Keyring
+	keyringMu sync.Mutex
 
 	mu         sync.Mutex
 	local      NodeState
@@ -228,9 +232,10 @@ func New(cfg Config) (*Mesh, error) {
 		ah, ap, _ := splitHostPort(cfg.AdvertiseAddr)
 		mlc.AdvertiseAddr, mlc.AdvertisePort = ah, ap
 	}
-	if len(cfg.GossipKey) > 0 {
-		mlc.SecretKey = cfg.GossipKey
+	if m.keyring, err = loadKeyring(cfg.DB, cfg.GossipKey); err != nil {
+		return nil, err
 	}
+	mlc.Keyring = m.keyring
 	d := &delegate{m: m}
 	mlc.Delegate, mlc.Events, mlc.Ping = d, d, d
 	lw := &logWriter{log: m.log, metrics: m.metrics}

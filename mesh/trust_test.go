@@ -1,6 +1,7 @@
 package mesh_test
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -271,4 +272,116 @@ func BenchmarkSignedDissemination(b *testing.B) {
 			}
 		})
 	}
+}
+
+// TestGossipKeyRotation rotates the gossip key of 7 agents on real
+// sockets while one of them writes a record every 100ms: install the new
+// key everywhere, use it everywhere, remove the old one everywhere. No
+// agent sees another fail, every record reaches every agent, and an agent
+// restarted afterwards with the old key in its configuration comes back
+// with the new one from its store.
+func TestGossipKeyRotation(t *testing.T) {
+	t.Parallel()
+	old, next := bytes.Repeat([]byte{1}, 32), bytes.Repeat([]byte{2}, 32)
+	var nodes []*node
+	for i := range 7 {
+		n := start(t, fmt.Sprintf("k%d", i), t.TempDir(), identity(t), old, "", mesh.TierEdge)
+		if i > 0 {
+			if err := n.m.Join(context.Background(), []string{nodes[0].m.GossipAddr()}); err != nil {
+				t.Fatal(err)
+			}
+		}
+		nodes = append(nodes, n)
+	}
+	allAlive := func() bool {
+		for _, n := range nodes {
+			if n.m.NumAlive() != len(nodes) {
+				return false
+			}
+		}
+		return true
+	}
+	meshtest.WaitFor(t, 30*time.Second, "7 agents alive", allAlive)
+
+	// Watch for any member seen failed or suspect while keys change.
+	stop := make(chan struct{})
+	done := make(chan []string)
+	go func() {
+		var bad []string
+		var i int
+		for {
+			select {
+			case <-stop:
+				done <- bad
+				return
+			case <-time.After(100 * time.Millisecond):
+			}
+			i++
+			if _, err := nodes[0].m.Put(fmt.Sprintf("rotate/%d", i), []byte(`{}`)); err != nil {
+				bad = append(bad, err.Error())
+			}
+			for _, n := range nodes {
+				for _, mb := range n.m.Members() {
+					if mb.Status == mesh.StatusFailed || mb.Status == mesh.StatusUnreachable {
+						bad = append(bad, fmt.Sprintf("%s saw %s %s", n.m.Name(), mb.Name, mb.Status))
+					}
+				}
+			}
+		}
+	}()
+	step := func(what string, op func(*mesh.Mesh) error, want func(mesh.KeyringStatus) bool) {
+		t.Helper()
+		for _, n := range nodes {
+			if err := op(n.m); err != nil {
+				t.Fatalf("%s on %s: %v", what, n.m.Name(), err)
+			}
+		}
+		for _, n := range nodes {
+			if st, err := n.m.Keyring(); err != nil || !want(st) {
+				t.Fatalf("after %s, %s holds %+v (%v)", what, n.m.Name(), st, err)
+			}
+		}
+		key := "after/" + what
+		if _, err := nodes[len(nodes)-1].m.Put(key, []byte(`{}`)); err != nil {
+			t.Fatal(err)
+		}
+		meshtest.WaitFor(t, 20*time.Second, "a record written after "+what+" at every agent", func() bool {
+			for _, n := range nodes {
+				if _, err := n.m.Get(key); err != nil {
+					return false
+				}
+			}
+			return allAlive()
+		})
+	}
+	oldFP, nextFP := mesh.KeyFingerprint(old), mesh.KeyFingerprint(next)
+	step("install", func(m *mesh.Mesh) error { return m.InstallKey(next) }, func(st mesh.KeyringStatus) bool {
+		return st.Primary == oldFP && len(st.Keys) == 2
+	})
+	step("use", func(m *mesh.Mesh) error { return m.UseKey(next) }, func(st mesh.KeyringStatus) bool { return st.Primary == nextFP })
+	step("remove", func(m *mesh.Mesh) error { return m.RemoveKey(old) }, func(st mesh.KeyringStatus) bool {
+		return st.Primary == nextFP && len(st.Keys) == 1
+	})
+	close(stop)
+	if bad := <-done; len(bad) > 0 {
+		t.Errorf("during the rotation: %d problems, first %q", len(bad), bad[0])
+	}
+	// Removing the key in use is refused.
+	if err := nodes[0].m.RemoveKey(next); err == nil {
+		t.Error("removing the key in use succeeded")
+	}
+
+	// A restart with the old key configured comes back with the new one.
+	last := nodes[len(nodes)-1]
+	dir, id := last.dir, last.id
+	last.kill()
+	back := start(t, "k6", dir, id, old, "", mesh.TierEdge)
+	if st, err := back.m.Keyring(); err != nil || st.Primary != nextFP || len(st.Keys) != 1 {
+		t.Fatalf("after a restart: %+v (%v), want only %s", st, err, nextFP)
+	}
+	if err := back.m.Join(context.Background(), []string{nodes[0].m.GossipAddr()}); err != nil {
+		t.Fatal(err)
+	}
+	nodes[len(nodes)-1] = back
+	meshtest.WaitFor(t, 30*time.Second, "the restarted agent alive everywhere", allAlive)
 }

@@ -363,6 +363,25 @@ func (c *Client) WhatIf(ctx context.Context, changes []string, opts ...CallOptio
 	return out, err
 }
 
+// Keyring lists the agent's gossip keys by fingerprint: GET /v1/keyring.
+func (c *Client) Keyring(ctx context.Context, opts ...CallOption) (api.Keyring, error) {
+	var k api.Keyring
+	err := c.get(ctx, "/v1/keyring", nil, &k, opts)
+	return k, err
+}
+
+// KeyringOp installs, uses or removes a gossip key on the agent: POST
+// /v1/keyring.
+func (c *Client) KeyringOp(ctx context.Context, op, key string, opts ...CallOption) (api.Keyring, error) {
+	var k api.Keyring
+	body, err := json.Marshal(api.KeyringRequest{Op: op, Key: key})
+	if err != nil {
+		return k, err
+	}
+	err = c.sendBytes(ctx, http.MethodPost, "/v1/keyring", nil, "application/json", body, &k, opts)
+	return k, err
+}
+
 // IssueCert asks an agent that holds the mesh CA key for a node
 // certificate: POST /v1/pki/certificates, with a token of scope cert.
 func (c *Client) IssueCert(ctx context.Context, req api.CertRequest, opts ...CallOption) (api.CertResponse, error) {

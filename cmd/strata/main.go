@@ -55,6 +55,7 @@ func commands() []command {
 		{"sim", "[-nodes N] [-sites N] [-trace FILE] [-o json] | -what-if CHANGE", "compare placement strategies over a generated estate and workload, or ask what a change would do to the live mesh (exit 2: a policy becomes infeasible)", runSim},
 		{"lineage", "MODEL[:VERSION] [-o json]", "show what made a model version (job, parameters, data, metrics, the version it retrained) back to the first, and where it is served", runLineage},
 		{"token", "new | hash TOKEN", "make an API token, or hash one for acl_tokens in the agent's config", runToken},
+		{"keyring", "[install|use|remove KEY]", "list the agent's gossip keys, or install, use or remove one (key rotation: each step on every agent)", runKeyring},
 		{"keygen", "[-pki DIR]", "print a new gossip key; with -pki also make the mesh CA and a signing key", runKeygen},
 		{"version", "[-o json]", "print the version, the commit built from and the Go version", runVersion},
 	}

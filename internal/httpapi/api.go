@@ -51,6 +51,8 @@ func (s *Server) routes() http.Handler {
 	mux.HandleFunc("GET /v1/experiments/{name}", s.handleExperiment)
 	mux.HandleFunc("GET /v1/jobs/{name}/logs", s.handleJobLogs)
 	mux.HandleFunc("POST /v1/pki/certificates", s.handleIssueCert)
+	mux.HandleFunc("GET /v1/keyring", s.handleKeyring)
+	mux.HandleFunc("POST /v1/keyring", s.handleKeyringOp)
 	mux.HandleFunc("GET /v1/sim", s.handleSim)
 	mux.HandleFunc("POST /v1/sim", s.handleSim)
 	mux.Handle("GET /v1/events", s.cfg.Events)

@@ -78,6 +78,9 @@ type Config struct {
 	// loopback-bound API answers everything and one bound off loopback
 	// only the Anonymous paths.
 	Tokens []Token
+	// Keyring is the agent's gossip keyring (optional: /v1/keyring
+	// answers 404 without it).
+	Keyring Keyring
 	// Signed is true when the mesh signs and verifies its records (it has
 	// a CA): then only controller-capable agents write policies, and
 	// others pass policy writes to one.
