@@ -327,12 +327,13 @@ func (t *trustState) verifyEntry(e *Entry, raw []byte, now time.Time) (*Writer, 
 	return w, nil
 }
 
-// refused counts a refused record and logs it, at most once per second
-// per reason. A writer not known yet is routine while a node's first
-// document is on its way (its entries arrived first), so it logs at debug.
+// refused counts a refused record and logs it, at most one line a second
+// for all (the metric counts each). A writer not known yet is routine
+// while a node's first document is on its way (its entries arrived
+// first), so it logs at debug.
 func (m *Mesh) refused(kind string, r *refusal) {
 	m.metrics.recordsRefused.WithLabelValues(kind, r.reason).Inc()
-	ok, n := m.refusals.allow(kind+"/"+r.reason, time.Now())
+	ok, n := m.refusals.allow("refused", time.Now())
 	if !ok {
 		m.metrics.logSuppressed.Inc()
 		return

@@ -55,7 +55,8 @@ func TestBattery(t *testing.T) {
 	for i := range 3 {
 		p := &proc{name: fmt.Sprintf("b%d", i), dir: t.TempDir(),
 			api: fmt.Sprintf("127.0.0.1:%d", freePort(t)), gossip: fmt.Sprintf("127.0.0.1:%d", freePort(t)),
-			args: caHolderArgs(t, keys)}
+			// onprem: controllers, which alone write policies with a CA.
+			args: append(caHolderArgs(t, keys), "-tier", "onprem")}
 		if i > 0 {
 			p.args = append(p.args, "-join", ps[0].gossip)
 		}
@@ -89,12 +90,13 @@ func TestBattery(t *testing.T) {
 		status413, status429 int64
 		fds                  string // open descriptors: before → peak → after
 		tampered             string // tampered loads refused, of those tried
+		attacks              string // attacks refused, of those tried
 	}
 	// watch runs load for d (or until load returns, if later) while
 	// watching the others' view of the target and the target's log, and
 	// fills a row.
 	watch := func(name string, d time.Duration, load func(stop <-chan struct{}) (sent, s413, s429 int64)) row {
-		r := row{name: name, rssBefore: rss(t, target), tampered: "–"}
+		r := row{name: name, rssBefore: rss(t, target), tampered: "–", attacks: "–"}
 		fds0, peak := fds(target), 0
 		lines0 := strings.Count(target.log.String(), "\n")
 		stop := make(chan struct{})
@@ -262,6 +264,7 @@ func TestBattery(t *testing.T) {
 	// refused (quarantined, counted) and pulled again from the verified
 	// origin, and every answer the target gives must be the true model's.
 	var refused, tries int
+	var apiRefused string
 	tamperRow := watch("models: a held blob's byte flipped on disk, then served", 10*time.Second, func(stop <-chan struct{}) (int64, int64, int64) {
 		if os.Getenv("STRATA_ORT_LIB") == "" {
 			t.Log("STRATA_ORT_LIB is not set: the tampered-model row needs ONNX Runtime (make setup-ort)")
@@ -283,12 +286,54 @@ func TestBattery(t *testing.T) {
 	tamperRow.tampered = fmt.Sprintf("%d of %d", refused, tries)
 	rows = append(rows, tamperRow)
 
+	// The adversaries (docs/security.md): each gossips its forgeries for
+	// the row, then every agent is asked whether it believed any.
+	var attacksOK = true
+	for i, a := range adversaries(t, ps, ps[2], keys) {
+		refused0 := refusedRecords(t, target)
+		r := watch(a.name, 10*time.Second, func(stop <-chan struct{}) (int64, int64, int64) {
+			return a.run(t, fmt.Sprintf("attacker-%d", i), target.gossip, key, stop), 0, 0
+		})
+		believed := a.believed()
+		r.attacks = fmt.Sprintf("%d of %d kinds (%.0f records refused)", a.tried-len(believed), a.tried, refusedRecords(t, target)-refused0)
+		if len(believed) > 0 {
+			attacksOK = false
+			t.Errorf("%s: believed %v", a.name, believed)
+		}
+		rows = append(rows, r)
+	}
+	apiAttacks := watch("API: a cross-origin exec apply, 1,100 idle connections, another digest for name@version", 5*time.Second, func(stop <-chan struct{}) (int64, int64, int64) {
+		refused, tried := 0, 0
+		tried++
+		if code, err := crossOriginApply(target.api); err == nil && code >= 400 && code < 500 {
+			refused++
+		} else {
+			t.Errorf("cross-origin apply: %d %v", code, err)
+		}
+		tried++
+		if ok, err := idleFlood(t, target.api, 1100); ok {
+			refused++
+		} else {
+			t.Errorf("the CLI after 1,100 idle connections: %v", err)
+		}
+		tried++
+		if ok, err := replaceArtifact(t, ps[0], ps[2]); ok {
+			refused++
+		} else {
+			t.Errorf("another digest for a model version was taken: %v", err)
+		}
+		apiRefused = fmt.Sprintf("%d of %d", refused, tried)
+		return 1100 + 2, 0, 0
+	})
+	apiAttacks.attacks = apiRefused
+	rows = append(rows, apiAttacks)
+
 	var out strings.Builder
 	tw := tabwriter.NewWriter(&out, 0, 4, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprintln(tw, "row\tsent\tpanics\tlog lines/s\tRSS before MB\tRSS after MB\tpeers marked failed\t413\t429\tfds before → peak → after\ttampered loads refused\t")
+	fmt.Fprintln(tw, "row\tsent\tpanics\tlog lines/s\tRSS before MB\tRSS after MB\tpeers marked failed\t413\t429\tfds before → peak → after\ttampered loads refused\tattacks refused\t")
 	for _, r := range rows {
-		fmt.Fprintf(tw, "%s\t%d\t%d\t%.1f\t%.0f\t%.0f\t%d\t%d\t%d\t%s\t%s\t\n", r.name, r.sent, r.panics, r.linesPerSec,
-			float64(r.rssBefore)/(1<<20), float64(r.rssAfter)/(1<<20), r.peersFailed, r.status413, r.status429, r.fds, r.tampered)
+		fmt.Fprintf(tw, "%s\t%d\t%d\t%.1f\t%.0f\t%.0f\t%d\t%d\t%d\t%s\t%s\t%s\t\n", r.name, r.sent, r.panics, r.linesPerSec,
+			float64(r.rssBefore)/(1<<20), float64(r.rssAfter)/(1<<20), r.peersFailed, r.status413, r.status429, r.fds, r.tampered, r.attacks)
 	}
 	tw.Flush()
 	fmt.Print("\n" + out.String())
@@ -296,6 +341,9 @@ func TestBattery(t *testing.T) {
 		if r.panics > 0 || r.peersFailed > 0 || r.linesPerSec > 2 || r.rssAfter-r.rssBefore > 64<<20 {
 			t.Errorf("%s: fails the battery (0 panics, ≤ 1 log line/s per source, RSS growth ≤ 64 MB, 0 healthy peers marked failed)", r.name)
 		}
+	}
+	if !attacksOK {
+		t.Error("an adversary's forgery was believed (see above)")
 	}
 	if refused != tries {
 		t.Errorf("tampered models: %d of %d loads refused, want all", refused, tries)
