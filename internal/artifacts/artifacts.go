@@ -31,6 +31,7 @@ import (
 	"time"
 
 	"github.com/strata-mesh/strata/internal/catalog"
+	"github.com/strata-mesh/strata/internal/safe"
 	"github.com/strata-mesh/strata/mesh"
 	"github.com/strata-mesh/strata/mesh/dataplane"
 	"github.com/strata-mesh/strata/storage"
@@ -355,9 +356,9 @@ func (s *Service) Holders(m storage.Manifest) []dataplane.Holder {
 		} else if !slices.Contains(n.Locality.Pulling, m.Digest) {
 			continue
 		}
-		rtt, err := s.cfg.Mesh.RTT(s.cfg.Mesh.Name(), n.Name)
+		rtt, err := safe.RTT(s.cfg.Mesh, s.cfg.Mesh.Name(), n.Name)
 		if err != nil {
-			rtt = time.Hour // unknown distance: try it last
+			rtt = time.Hour // unknown distance, or coordinates that cannot be compared: try it last
 		}
 		cands = append(cands, cand{dataplane.Holder{ID: n.Name, Addr: n.Addrs.Data}, rtt})
 	}

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/strata-mesh/strata/infer"
+	"github.com/strata-mesh/strata/internal/safe"
 	"github.com/strata-mesh/strata/mesh"
 )
 
@@ -216,9 +217,9 @@ func (f *Forwarder) ServingNodes(model, version string) []mesh.Node {
 		}) {
 			continue
 		}
-		rtt, err := f.cfg.Mesh.RTT(f.cfg.Mesh.Name(), n.Name)
+		rtt, err := safe.RTT(f.cfg.Mesh, f.cfg.Mesh.Name(), n.Name)
 		if err != nil {
-			rtt = time.Hour
+			rtt = time.Hour // unknown distance (or a coordinate that cannot be compared): try it last
 		}
 		cs = append(cs, cand{n, rtt})
 	}
