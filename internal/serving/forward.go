@@ -14,6 +14,7 @@ import (
 	"github.com/strata-mesh/strata/infer"
 	"github.com/strata-mesh/strata/internal/safe"
 	"github.com/strata-mesh/strata/mesh"
+	"github.com/strata-mesh/strata/mesh/dataplane"
 )
 
 // HeaderForwarded marks a request one agent forwarded to another, so the
@@ -28,10 +29,10 @@ type Peers interface {
 	RTT(a, b string) (time.Duration, error)
 }
 
-// RoundTripper sends an HTTP request to a peer's data-plane address
-// (*dataplane.Node implements it).
+// RoundTripper sends an HTTP request to a peer over the data plane, to
+// the node whose certificate names it (*dataplane.Node implements it).
 type RoundTripper interface {
-	RoundTrip(ctx context.Context, addr string, req *http.Request) (*http.Response, error)
+	RoundTrip(ctx context.Context, to dataplane.Peer, req *http.Request) (*http.Response, error)
 }
 
 // ForwarderConfig configures a Forwarder. DataPlane is nil in a mesh
@@ -152,7 +153,7 @@ func (f *Forwarder) Send(ctx context.Context, n mesh.Node, method, uri string, h
 		return forwardClient.Do(req)
 	}
 	ctx, cancel := context.WithTimeout(ctx, forwardClient.Timeout)
-	resp, err := f.cfg.DataPlane.RoundTrip(ctx, n.Addrs.Data, req)
+	resp, err := f.cfg.DataPlane.RoundTrip(ctx, dataplane.Peer{Addr: n.Addrs.Data, Name: n.Name, ID: n.ID}, req)
 	if err != nil {
 		cancel()
 		return nil, err
