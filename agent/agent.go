@@ -208,7 +208,7 @@ func New(cfg Config) (*Agent, error) {
 		return fail(err)
 	}
 	if apiAddr == "" {
-		a.log.Info("API is on loopback only: peers on other hosts cannot forward requests to it (set -api or -advertise-api to change that)", "api", a.ln.Addr().String())
+		a.log.Info("API is on loopback only: it is not advertised to peers on other hosts (set -api or -advertise-api to change that)", "api", a.ln.Addr().String())
 	}
 	a.cat = catalog.New(a.mesh, a.reg)
 	a.guard = safe.New(safe.Config{Logger: a.log, Registerer: a.reg})
