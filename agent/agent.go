@@ -223,7 +223,7 @@ func New(cfg Config) (*Agent, error) {
 		Help: "Configuration reloads (SIGHUP) by result: ok, or error (the running configuration stayed).",
 	}, []string{"result"})
 	a.reg.MustRegister(a.reloads)
-	ac := artifacts.Config{Mesh: a.mesh, Catalog: a.cat, Logger: a.log, OnCorrupt: func(digest string, err error) {
+	ac := artifacts.Config{Mesh: a.mesh, Catalog: a.cat, Logger: a.log, Guard: a.guard, OnCorrupt: func(digest string, err error) {
 		corrupt.Inc()
 		a.events.Publish(Event{Type: "artifact.corrupt", Node: cfg.Name,
 			Message: fmt.Sprintf("blob sha256:%.12s on %s does not match its digest: quarantined, to be pulled again from a verified holder", digest, cfg.Name)})
@@ -354,7 +354,7 @@ func (a *Agent) Run(ctx context.Context) error {
 	// the agent (the guard logs and counts it).
 	loops := map[string]func(context.Context){
 		"driftwatch": a.drift.Run, "jobs": a.jobRunner.Run, "events": a.events.Run,
-		"serving": a.srvg.Run, "controller": a.ctrl.Run, "load": a.loadLoop,
+		"serving": a.srvg.Run, "controller": a.ctrl.Run, "load": a.loadLoop, "artifacts": a.art.Run,
 	}
 	if a.fed != nil {
 		loops["federation"] = a.fed.Run
