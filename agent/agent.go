@@ -33,6 +33,7 @@ import (
 	"github.com/strata-mesh/strata/internal/events"
 	"github.com/strata-mesh/strata/internal/httpapi"
 	"github.com/strata-mesh/strata/internal/jobs"
+	"github.com/strata-mesh/strata/internal/safe"
 	"github.com/strata-mesh/strata/internal/serving"
 	"go.yaml.in/yaml/v3"
 
@@ -92,6 +93,8 @@ type Agent struct {
 	// /v1/events stream.
 	jobRunner *jobs.Runner
 	events    *events.Stream
+	// guard recovers the panics of the components' background work.
+	guard *safe.Guard
 
 	// peer answers requests other agents send over the data plane.
 	peer atomic.Pointer[http.Handler]
@@ -209,10 +212,11 @@ func New(cfg Config) (*Agent, error) {
 		return fail(err)
 	}
 	if apiAddr == "" {
-		a.log.Info("API is on loopback only: peers on other hosts cannot forward requests to it (set -api or -advertise-api to change that)", "api", a.ln.Addr().String())
+		a.log.Info("API is on loopback only: it is not advertised to peers on other hosts (set -api or -advertise-api to change that)", "api", a.ln.Addr().String())
 	}
 	a.cat = catalog.New(a.mesh, a.reg)
-	a.events = events.New(a.cat)
+	a.guard = safe.New(safe.Config{Logger: a.log, Registerer: a.reg})
+	a.events = events.New(a.cat, a.guard)
 	corrupt := prometheus.NewCounter(prometheus.CounterOpts{
 		Name: "strata_artifacts_corrupt_total",
 		Help: "Held blobs whose bytes did not match their digest (at load or in the start-up scrub); each was quarantined and is pulled again.",
@@ -223,7 +227,7 @@ func New(cfg Config) (*Agent, error) {
 		Help: "Configuration reloads (SIGHUP) by result: ok, or error (the running configuration stayed).",
 	}, []string{"result"})
 	a.reg.MustRegister(a.reloads)
-	ac := artifacts.Config{Mesh: a.mesh, Catalog: a.cat, Logger: a.log, OnCorrupt: func(digest string, err error) {
+	ac := artifacts.Config{Mesh: a.mesh, Catalog: a.cat, Logger: a.log, Guard: a.guard, OnCorrupt: func(digest string, err error) {
 		corrupt.Inc()
 		a.events.Publish(Event{Type: "artifact.corrupt", Node: cfg.Name,
 			Message: fmt.Sprintf("blob sha256:%.12s on %s does not match its digest: quarantined, to be pulled again from a verified holder", digest, cfg.Name)})
@@ -235,12 +239,12 @@ func New(cfg Config) (*Agent, error) {
 		ac.Remote = func(digest string) []dataplane.Holder { return federation.RemoteHolders(a.mesh, digest, time.Now()) }
 	}
 	a.art = artifacts.New(ac)
-	dc := driftwatch.Config{Name: cfg.Name, Site: cfg.Site, Catalog: a.cat, Artifacts: a.art, Logger: a.log}
+	dc := driftwatch.Config{Name: cfg.Name, Site: cfg.Site, Catalog: a.cat, Artifacts: a.art, Logger: a.log, Guard: a.guard}
 	if a.inf != nil {
 		dc.Stats = a.inf.Stats
 	}
 	a.drift = driftwatch.New(dc)
-	lc := serving.LoaderConfig{Mesh: a.mesh, Catalog: a.cat, Artifacts: a.art, Logger: a.log, OnLoaded: func(loaded map[string]serving.Model) {
+	lc := serving.LoaderConfig{Mesh: a.mesh, Catalog: a.cat, Artifacts: a.art, Logger: a.log, Guard: a.guard, OnLoaded: func(loaded map[string]serving.Model) {
 		models := make(map[string]driftwatch.Model, len(loaded))
 		for key, m := range loaded {
 			models[key] = driftwatch.Model{Name: m.Name, Version: m.Version}
@@ -262,7 +266,7 @@ func New(cfg Config) (*Agent, error) {
 			return fail(err)
 		}
 	}
-	cc := controller.Config{Mesh: a.mesh, Catalog: a.cat, Artifacts: a.art, Logger: a.log, Federated: a.fed != nil,
+	cc := controller.Config{Mesh: a.mesh, Catalog: a.cat, Artifacts: a.art, Logger: a.log, Guard: a.guard, Federated: a.fed != nil,
 		Compile: func(p PolicyRecord) (*placement.Request, error) { return a.compile(p) }, Load: a.loadFrom}
 	var handOff func(PolicyRecord, *placement.Request) (string, string)
 	if a.fed != nil {
@@ -286,7 +290,7 @@ func New(cfg Config) (*Agent, error) {
 		fc.DataPlane = a.dp.node
 	}
 	a.fwd = serving.NewForwarder(fc)
-	a.jobRunner = jobs.New(jobs.Config{Name: cfg.Name, DataDir: cfg.DataDir, Mesh: a.mesh, Catalog: a.cat, Artifacts: a.art, Logger: a.log})
+	a.jobRunner = jobs.New(jobs.Config{Name: cfg.Name, DataDir: cfg.DataDir, Mesh: a.mesh, Catalog: a.cat, Artifacts: a.art, Logger: a.log, Guard: a.guard})
 	ac2 := httpapi.Config{
 		Mesh: a.mesh, Catalog: a.cat, Artifacts: a.art, Jobs: a.jobRunner, Forwarder: a.fwd, Events: a.events,
 		InferenceErr: a.infErr, Registry: a.reg, Registerer: a.reg, Tokens: tokens, Anonymous: cfg.APIAnonymous, Addr: a.APIAddr, Logger: a.log,
@@ -366,46 +370,34 @@ func (a *Agent) Run(ctx context.Context) error {
 	runCtx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	var wg sync.WaitGroup
-	wg.Add(8)
+	// Each component's loop recovers what panics in a pass; a panic
+	// outside its passes restarts the loop after a pause rather than end
+	// the agent (the guard logs and counts it).
+	loops := map[string]func(context.Context){
+		"driftwatch": a.drift.Run, "jobs": a.jobRunner.Run, "events": a.events.Run,
+		"serving": a.srvg.Run, "controller": a.ctrl.Run, "load": a.loadLoop, "artifacts": a.art.Run,
+	}
 	if a.fed != nil {
+		loops["federation"] = a.fed.Run
+	}
+	for component, run := range loops {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			a.fed.Run(runCtx)
+			a.guard.Loop(runCtx, component, run)
 		}()
 	}
+	wg.Add(2)
 	go func() {
 		defer wg.Done()
-		a.drift.Run(runCtx)
-	}()
-	go func() {
-		defer wg.Done()
-		a.jobRunner.Run(runCtx)
-	}()
-	go func() {
-		defer wg.Done()
-		a.events.Run(runCtx)
-	}()
-	go func() {
-		defer wg.Done()
-		a.srvg.Run(runCtx)
-	}()
-	go func() {
-		defer wg.Done()
-		a.ctrl.Run(runCtx)
-	}()
-	go func() {
-		defer wg.Done()
+		defer a.guard.Recover("join")
 		if err := a.mesh.Join(runCtx, a.cfg.Join); err != nil && !errors.Is(err, context.Canceled) && !errors.Is(err, mesh.ErrClosed) {
 			a.log.Warn("join gave up", "err", err)
 		}
 	}()
 	go func() {
 		defer wg.Done()
-		a.loadLoop(runCtx)
-	}()
-	go func() {
-		defer wg.Done()
+		defer a.guard.Recover("scrub")
 		// Blobs corrupted while the agent was down are found before
 		// anything serves them (Bytes checks each load as well).
 		checked, bad, err := a.art.Scrub(runCtx)

@@ -172,6 +172,7 @@ func (a *Agent) openArtifacts() (*dataPlane, error) {
 	dc := dataplane.DefaultConfig()
 	dc.ListenAddr, dc.Store, dc.ServerTLS, dc.ClientTLS, dc.Logger = a.cfg.DataAddr, store, srvTLS, cliTLS, a.log
 	dc.IngressBytesPerSec, dc.EgressBytesPerSec = int64(a.cfg.IngressLimit), int64(a.cfg.EgressLimit)
+	dc.NodeID = mesh.IDOf // a forwarded request goes only to the node whose key its ID names
 	dc.Handler = http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		// Peers may call before New has built the API.
 		if h := a.peer.Load(); h != nil {

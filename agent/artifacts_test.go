@@ -18,6 +18,7 @@ import (
 
 	"github.com/strata-mesh/strata/mesh/dataplane"
 	"github.com/strata-mesh/strata/mesh/meshtest"
+	"github.com/strata-mesh/strata/mesh/pki"
 	"github.com/strata-mesh/strata/storage"
 	"github.com/strata-mesh/strata/trainer/onnx"
 )
@@ -234,6 +235,88 @@ func TestPullersHelpEachOther(t *testing.T) {
 		}
 		return false
 	})
+}
+
+// TestVersionImmutableAcrossAgents pushes fraud@1 through one agent and
+// then other bytes under the same version through another: 409 with the
+// reason, from any agent, and the mesh keeps the first bytes. The same
+// bytes again are the manifest already published (201). A manifest with
+// other bytes written into the catalog later, signed later (as a forged
+// or racing write would arrive by gossip), switches nothing any agent
+// serves.
+func TestVersionImmutableAcrossAgents(t *testing.T) {
+	keys, err := NewDevPKI()
+	if err != nil {
+		t.Fatal(err)
+	}
+	agents := devMesh(t, 3, func(c *Config) { c.PKI = keys })
+	a, c := agents[0], agents[2]
+	blob, _, err := onnx.RandomMLP(1, 4, 8, 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	other, _, err := onnx.RandomMLP(2, 4, 8, 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	code, body := post(t, a.Handler(), http.MethodPost, "/v1/artifacts?name=irisr&version=1", blob)
+	var first storage.Manifest
+	if code != http.StatusCreated || json.Unmarshal(body, &first) != nil {
+		t.Fatalf("push at %s = %d %s", a.Name(), code, body)
+	}
+	meshtest.WaitFor(t, 15*time.Second, "the manifest at "+c.Name(), func() bool {
+		_, err := c.art.Lookup(storage.KindModel, "irisr", "1")
+		return err == nil
+	})
+
+	code, body = post(t, c.Handler(), http.MethodPost, "/v1/artifacts?name=irisr&version=1", other)
+	var refusal struct{ Error, Field string }
+	if code != http.StatusConflict || json.Unmarshal(body, &refusal) != nil || refusal.Field != "version" ||
+		!strings.Contains(refusal.Error, "model/irisr@1 is already published with other bytes (sha256:"+first.Digest[:12]) {
+		t.Fatalf("push of other bytes at %s = %d %s; want 409 naming the digest published", c.Name(), code, body)
+	}
+	code, body = post(t, c.Handler(), http.MethodPost, "/v1/artifacts?name=irisr&version=1", blob)
+	var again storage.Manifest
+	if code != http.StatusCreated || json.Unmarshal(body, &again) != nil || again.Digest != first.Digest || !again.Created.Equal(first.Created) || !bytes.Equal(again.Signature, first.Signature) {
+		t.Fatalf("push of the same bytes at %s = %d %s; want 201 and the first manifest", c.Name(), code, body)
+	}
+
+	// Every agent has noted the first, reading it or not (the service
+	// watches the catalog).
+	meshtest.WaitFor(t, 15*time.Second, "the first manifest noted by every agent", func() bool {
+		for _, ag := range agents {
+			if m, ok := ag.art.Seen(storage.KindModel, "irisr", "1"); !ok || m.Digest != first.Digest {
+				return false
+			}
+		}
+		return true
+	})
+	// A later-signed manifest of other bytes written over the entry (a
+	// signed one: the signing key is the mesh's) reaches every agent.
+	sk, err := pki.DecodePrivateKey(keys.SigningKey)
+	if err != nil {
+		t.Fatal(err)
+	}
+	sum := sha256.Sum256(other)
+	forged := first.Clone()
+	forged.Digest, forged.Size, forged.Chunks, forged.Created = hex.EncodeToString(sum[:]), int64(len(other)), []string{hex.EncodeToString(sum[:])}, first.Created.Add(time.Minute)
+	storage.Sign(&forged, sk)
+	if _, err := c.cat.Manifests.Put(forged); err != nil {
+		t.Fatal(err)
+	}
+	meshtest.WaitFor(t, 15*time.Second, "the later manifest in every catalog", func() bool {
+		for _, ag := range agents {
+			if m, err := ag.cat.Manifests.Value("model/irisr/1"); err != nil || m.Digest != forged.Digest {
+				return false
+			}
+		}
+		return true
+	})
+	for _, ag := range agents {
+		if m, err := ag.art.Lookup(storage.KindModel, "irisr", "1"); err != nil || m.Digest != first.Digest {
+			t.Errorf("%s resolves irisr@1 to %.12s (%v), want the first signed %.12s", ag.Name(), m.Digest, err, first.Digest)
+		}
+	}
 }
 
 func TestArtifactsNeedPKI(t *testing.T) {

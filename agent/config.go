@@ -52,8 +52,9 @@ type Config struct {
 	// route to the first join peer; with no join peer, memberlist's pick
 	// of a private address.
 	Advertise string `yaml:"advertise"`
-	// AdvertiseAPI is the API address peers use (to forward a request
-	// to this agent). Default: API when it names a routable host; bound to
+	// AdvertiseAPI is the API address this agent advertises in its node
+	// document (the CLI and dashboard show it; peers forward requests over
+	// the data plane, not to it). Default: API when it names a routable host; bound to
 	// every interface, the gossip address's host with API's port; a
 	// loopback API is not advertised to peers on other hosts.
 	AdvertiseAPI string `yaml:"advertise_api"`
@@ -588,7 +589,7 @@ func Flags(fs *flag.FlagSet) func() (Config, error) {
 	})
 	str("bind", "gossip `HOST:PORT`, UDP and TCP (default 0.0.0.0:7946)", func(c *Config, v string) { c.Bind = v })
 	str("advertise", "gossip `HOST:PORT` peers should use (default: -bind's host; bound to all interfaces, the address of the route to the first -join peer)", func(c *Config, v string) { c.Advertise = v })
-	str("advertise-api", "API `HOST:PORT` peers should use (default: from -api, or the gossip address's host when -api is bound to all interfaces)", func(c *Config, v string) { c.AdvertiseAPI = v })
+	str("advertise-api", "API `HOST:PORT` advertised in the node document (default: from -api, or the gossip address's host when -api is bound to all interfaces)", func(c *Config, v string) { c.AdvertiseAPI = v })
 	str("advertise-data", "data plane `HOST:PORT` peers should use (default: from -data-addr, as for -advertise-api)", func(c *Config, v string) { c.AdvertiseData = v })
 	fs.Func("federation-listen", "libp2p `multiaddr` to listen at as a federation gateway, such as /ip4/0.0.0.0/tcp/7950 (repeatable; turns federation on: each site its own pool)", func(v string) error {
 		sets = append(sets, func(c *Config) error { c.Federation.Listen = append(c.Federation.Listen, v); return nil })

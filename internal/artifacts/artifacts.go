@@ -9,9 +9,19 @@
 //
 // Without a data plane (no mesh CA) the catalog lookups work and everything
 // that touches bytes returns ErrNoDataPlane.
+//
+// Versions are immutable mesh-wide: kind/name@version names one digest
+// once a signed manifest of it is known anywhere. Publish refuses other
+// bytes under a version the catalog holds (a *ConflictError, which wraps
+// storage.ErrExists), from any agent. Where two manifests of one version
+// meet anyway (published at once on two agents, or one written over the
+// other by a peer), readers agree on the first signed (SignedBefore): the
+// service remembers the first it verified of each version, and a later one
+// with other bytes never replaces it.
 package artifacts
 
 import (
+	"bytes"
 	"context"
 	"crypto/ed25519"
 	"crypto/sha256"
@@ -31,6 +41,7 @@ import (
 	"time"
 
 	"github.com/strata-mesh/strata/internal/catalog"
+	"github.com/strata-mesh/strata/internal/safe"
 	"github.com/strata-mesh/strata/mesh"
 	"github.com/strata-mesh/strata/mesh/dataplane"
 	"github.com/strata-mesh/strata/storage"
@@ -42,6 +53,49 @@ var ErrNoDataPlane = errors.New("not configured: artifacts need the mesh CA (run
 
 // ErrNoSigningKey is returned by Publish on an agent without a signing key.
 var ErrNoSigningKey = errors.New("this agent has no signing_key: it cannot publish artifacts")
+
+// ConflictError is returned by Publish for bytes whose version the mesh
+// already names with other bytes. It wraps storage.ErrExists.
+type ConflictError struct {
+	// Held is the manifest the version names (the first signed).
+	Held storage.Manifest
+	// Digest is the digest of the bytes refused, when known.
+	Digest string
+}
+
+func (e *ConflictError) Error() string {
+	these := ""
+	if e.Digest != "" {
+		these = fmt.Sprintf("; these are sha256:%.12s", e.Digest)
+	}
+	return fmt.Sprintf("%s is already published with other bytes (sha256:%.12s, signed %s%s): versions are immutable across the mesh, so push these bytes under a new version",
+		e.Held.Ref(), e.Held.Digest, e.Held.Created.Format(time.RFC3339), these)
+}
+
+// Unwrap returns storage.ErrExists.
+func (e *ConflictError) Unwrap() error { return storage.ErrExists }
+
+// SignedBefore reports whether manifest a precedes b for the same
+// kind/name@version: signed earlier (Created, which the signature covers),
+// or, signed at the same instant, with the lower digest. Of manifests with
+// other bytes for one version, the first signed is the version: every
+// reader, and the mesh when it merges copies of the catalog, keeps it.
+func SignedBefore(a, b storage.Manifest) bool {
+	if !a.Created.Equal(b.Created) {
+		return a.Created.Before(b.Created)
+	}
+	return a.Digest < b.Digest
+}
+
+// versionKey is a manifest's catalog key: kind/name/version.
+func versionKey(kind storage.Kind, name, version string) string {
+	return string(kind) + "/" + name + "/" + version
+}
+
+// sameManifest says whether a and b are one signed manifest.
+func sameManifest(a, b storage.Manifest) bool {
+	return a.Digest == b.Digest && a.Signer == b.Signer && bytes.Equal(a.Signature, b.Signature)
+}
 
 // Mesh is what the service reads and writes of the mesh: the nodes'
 // locality and distances, and this node's document.
@@ -74,6 +128,9 @@ type Config struct {
 	// quarantined): the metric and the event.
 	OnCorrupt func(digest string, err error)
 	Logger    *slog.Logger
+	// Guard recovers a panic of a pass of Run (logged, counted). Nil: a
+	// guard of its own that logs to Logger and exports no metric.
+	Guard *safe.Guard
 }
 
 // Service is the agent's artifact component. Safe for concurrent use.
@@ -83,6 +140,14 @@ type Service struct {
 
 	mu      sync.Mutex
 	pulling map[string]int // digest → pulls of it running here
+	// first is, by kind/name/version, the first signed manifest this
+	// service verified (catalog, local store); refused is the signature
+	// of the last catalog manifest that lost to it or did not verify, so
+	// that it is neither verified nor logged again at every read.
+	first   map[string]storage.Manifest
+	refused map[string][]byte
+	// publishing serializes the publishes of one version here.
+	publishing map[string]*sync.Mutex
 }
 
 // New returns the service; it starts nothing.
@@ -93,7 +158,158 @@ func New(cfg Config) *Service {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.New(slog.DiscardHandler)
 	}
-	return &Service{cfg: cfg, log: cfg.Logger, pulling: map[string]int{}}
+	if cfg.Guard == nil {
+		cfg.Guard = safe.New(safe.Config{Logger: cfg.Logger})
+	}
+	s := &Service{cfg: cfg, log: cfg.Logger, pulling: map[string]int{}, first: map[string]storage.Manifest{},
+		refused: map[string][]byte{}, publishing: map[string]*sync.Mutex{}}
+	// What this node published or pulled before a restart counts as
+	// seen: a manifest with other bytes written over it meanwhile does not
+	// win by arriving first after the start.
+	if cfg.Store != nil {
+		held, err := cfg.Store.Manifests("")
+		if err != nil {
+			s.log.Warn("reading the held manifests", "err", err)
+		}
+		for _, m := range held {
+			s.note(m)
+		}
+	}
+	return s
+}
+
+// observeGap is the least time between two passes of Run: a burst of
+// catalog changes costs one pass.
+const observeGap = 250 * time.Millisecond
+
+// Run watches the catalog until ctx ends and, at each change, notes the
+// manifests it holds: the first signed of each version is remembered as
+// soon as it arrives here, so that a manifest of other bytes written over
+// it later (published at once elsewhere, or forged) does not replace it,
+// even on an agent that never reads that version in between.
+func (s *Service) Run(ctx context.Context) {
+	for {
+		changed := s.cfg.Catalog.Changed()
+		if s.cfg.Guard.Do("artifacts", s.observe) != nil && !s.cfg.Guard.Wait(ctx) {
+			return
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-changed:
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-time.After(observeGap):
+		}
+	}
+}
+
+// observe resolves every manifest in the catalog.
+func (s *Service) observe() {
+	ms, _ := s.cfg.Catalog.Manifests.Values() // undecodable ones are counted by the catalog
+	for _, m := range ms {
+		s.resolve(m)
+	}
+}
+
+// Seen returns the first signed manifest of kind/name@version this
+// service has verified, if any, without reading the catalog.
+func (s *Service) Seen(kind storage.Kind, name, version string) (storage.Manifest, bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	m, ok := s.first[versionKey(kind, name, version)]
+	return m, ok
+}
+
+// note records verified manifest m as seen and returns the manifest its
+// version names now: m, or an earlier signed one seen before.
+func (s *Service) note(m storage.Manifest) storage.Manifest {
+	k := versionKey(m.Kind, m.Name, m.Version)
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	cur, ok := s.first[k]
+	if !ok || SignedBefore(m, cur) {
+		s.first[k] = m
+		if ok && cur.Digest != m.Digest {
+			s.log.Warn("two manifests name one version with other bytes: the first signed wins", "ref", m.Ref(),
+				"kept", m.Digest, "kept_created", m.Created, "dropped", cur.Digest, "dropped_created", cur.Created)
+		}
+		return m
+	}
+	return cur
+}
+
+// resolve returns the manifest that m's version names, m being the
+// catalog's: m itself, or the first signed one this service saw of it
+// when m was signed later, or does not verify, and has other bytes.
+// verified is false when what it returns was not verified (m, with no
+// verified manifest of its version seen, or no keys to verify with).
+func (s *Service) resolve(m storage.Manifest) (_ storage.Manifest, verified bool) {
+	k := versionKey(m.Kind, m.Name, m.Version)
+	s.mu.Lock()
+	cur, ok := s.first[k]
+	refused := s.refused[k] != nil && bytes.Equal(s.refused[k], m.Signature)
+	s.mu.Unlock()
+	switch {
+	case ok && sameManifest(cur, m):
+		return cur, true
+	case refused && ok:
+		return cur, true
+	case refused || s.cfg.Store == nil:
+		// Nothing verified to prefer (or no keys to verify with, and no
+		// bytes to serve): the catalog's, whose bytes are verified by
+		// whoever pulls them.
+		return m, false
+	}
+	if err := s.cfg.Store.VerifyManifest(m); err != nil {
+		s.refuse(k, m)
+		s.log.Warn("the catalog's manifest does not verify", "ref", m.Ref(), "digest", m.Digest, "kept", cur.Digest, "err", err)
+		if ok {
+			return cur, true
+		}
+		return m, false
+	}
+	got := s.note(m)
+	if !sameManifest(got, m) {
+		s.refuse(k, m) // verified once: not again at every read
+	}
+	if got.Digest != m.Digest {
+		s.log.Warn("the catalog names a later-signed manifest with other bytes for a version: kept the first signed", "ref", m.Ref(),
+			"kept", got.Digest, "kept_created", got.Created, "refused", m.Digest, "refused_created", m.Created)
+	}
+	return got, true
+}
+
+// refuse remembers catalog manifest m as not the one its version names.
+func (s *Service) refuse(k string, m storage.Manifest) {
+	sig := m.Signature
+	if sig == nil {
+		sig = []byte{} // unsigned: remembered too
+	}
+	s.mu.Lock()
+	s.refused[k] = sig
+	s.mu.Unlock()
+}
+
+// Known returns the manifest the mesh names kind/name@version with, as far
+// as this agent knows: the first signed of the verified manifests of it in
+// the catalog and seen before (on an agent without a data plane, which
+// cannot verify, the catalog's). A miss wraps mesh.ErrNotFound.
+func (s *Service) Known(kind storage.Kind, name, version string) (storage.Manifest, error) {
+	k := versionKey(kind, name, version)
+	if m, err := s.cfg.Catalog.Manifests.Value(k); err == nil {
+		if r, verified := s.resolve(m); verified || s.cfg.Store == nil {
+			return r, nil
+		}
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if m, ok := s.first[k]; ok {
+		return m, nil
+	}
+	return storage.Manifest{}, fmt.Errorf("%w: no %s %q at %s", mesh.ErrNotFound, kind, name, version)
 }
 
 // Enabled says whether this agent has a data plane (artifact bytes).
@@ -135,6 +351,7 @@ func (s *Service) List(kind storage.Kind) ([]Info, error) {
 		if kind != "" && m.Kind != kind {
 			continue
 		}
+		m, _ = s.resolve(m)
 		h := holders[m.Digest]
 		sort.Strings(h)
 		if h == nil {
@@ -210,7 +427,10 @@ func (s *Service) NextVersion(name, after string) string {
 }
 
 // Publish stores the file at path as a new signed version and announces it
-// to the mesh.
+// to the mesh. A version the mesh already names (the catalog, or what this
+// agent saw) takes only the same bytes again: then the manifest already
+// published is returned (and this node announced as a holder); other bytes
+// get a *ConflictError (storage.ErrExists), and nothing is announced.
 func (s *Service) Publish(ctx context.Context, path string, spec storage.PublishSpec) (storage.Manifest, error) {
 	if !s.Enabled() {
 		return storage.Manifest{}, ErrNoDataPlane
@@ -218,14 +438,51 @@ func (s *Service) Publish(ctx context.Context, path string, spec storage.Publish
 	if s.cfg.Signing == nil {
 		return storage.Manifest{}, ErrNoSigningKey
 	}
+	defer s.lockVersion(versionKey(spec.Kind, spec.Name, spec.Version))()
 	f, err := os.Open(path)
 	if err != nil {
 		return storage.Manifest{}, err
 	}
 	defer f.Close()
+	held, herr := s.cfg.Store.Manifest(spec.Kind, spec.Name, spec.Version)
+	heldBefore := herr == nil
 	m, err := s.cfg.Store.Publish(ctx, f, spec, s.cfg.Signing)
+	if errors.Is(err, storage.ErrExists) && heldBefore {
+		// Other bytes than this node holds for the version.
+		if known, kerr := s.Known(spec.Kind, spec.Name, spec.Version); kerr == nil {
+			held = known
+		}
+		return storage.Manifest{}, &ConflictError{Held: held}
+	}
 	if err != nil {
 		return storage.Manifest{}, err
+	}
+	// Compared after the bytes are in, not before: a slow upload leaves
+	// a push elsewhere less time to land unseen.
+	known, kerr := s.Known(m.Kind, m.Name, m.Version)
+	switch {
+	case kerr != nil || sameManifest(known, m):
+	case known.Digest != m.Digest:
+		if !heldBefore {
+			// This push recorded m here: forget it (the blob stays
+			// until GC finds it unreferenced).
+			if err := s.cfg.Store.RemoveManifest(m.Kind, m.Name, m.Version); err != nil {
+				s.log.Warn("forgetting a refused manifest", "ref", m.Ref(), "err", err)
+			}
+		}
+		return storage.Manifest{}, &ConflictError{Held: known, Digest: m.Digest}
+	case !heldBefore:
+		// The same bytes again, published elsewhere first: the mesh's
+		// manifest stands, and this node holds its bytes.
+		if err := s.cfg.Store.RemoveManifest(m.Kind, m.Name, m.Version); err != nil {
+			return storage.Manifest{}, err
+		}
+		if err := s.cfg.Store.AddManifest(known); err != nil {
+			return storage.Manifest{}, err
+		}
+		m = known
+	default:
+		m = known
 	}
 	if err := s.Announce(m); err != nil {
 		return m, err
@@ -233,8 +490,38 @@ func (s *Service) Publish(ctx context.Context, path string, spec storage.Publish
 	return m, nil
 }
 
-// Announce puts a manifest in the catalog and this node's locality.
+// lockVersion serializes the publishes of one version on this agent; the
+// returned func unlocks.
+func (s *Service) lockVersion(k string) (unlock func()) {
+	s.mu.Lock()
+	mu := s.publishing[k]
+	if mu == nil {
+		mu = &sync.Mutex{}
+		s.publishing[k] = mu
+	}
+	s.mu.Unlock()
+	mu.Lock()
+	return mu.Unlock
+}
+
+// Announce puts a manifest in the catalog and this node's locality. A
+// manifest whose version the mesh names with other bytes is refused with a
+// *ConflictError; one the catalog holds already is not written again.
 func (s *Service) Announce(m storage.Manifest) error {
+	known, err := s.Known(m.Kind, m.Name, m.Version)
+	switch {
+	case err != nil:
+	case known.Digest != m.Digest && !SignedBefore(m, known):
+		return &ConflictError{Held: known, Digest: m.Digest}
+	case sameManifest(known, m):
+		if cur, err := s.cfg.Catalog.Manifests.Value(versionKey(m.Kind, m.Name, m.Version)); err == nil && sameManifest(cur, m) {
+			s.PublishLocality()
+			return nil
+		}
+	}
+	if s.cfg.Store != nil && s.cfg.Store.VerifyManifest(m) == nil {
+		s.note(m)
+	}
 	if _, err := s.cfg.Catalog.Manifests.Put(m); err != nil {
 		return err
 	}
@@ -323,6 +610,7 @@ func (s *Service) Pull(ctx context.Context, m storage.Manifest, progress func(da
 		}
 		holders = s.Holders(m)
 	}
+	s.forgetLoser(m)
 	// Other agents pulling the same blob learn of this pull and fetch the
 	// chunks it has verified from here (peer-assisted fan-out).
 	end := s.startPull(m.Digest)
@@ -331,6 +619,24 @@ func (s *Service) Pull(ctx context.Context, m storage.Manifest, progress func(da
 	end()
 	s.PublishLocality()
 	return res, err
+}
+
+// forgetLoser forgets the manifest this node holds for m's version when it
+// has other bytes and m is the one the mesh names (signed first): the pull
+// records m instead. The other blob stays until GC finds it unreferenced.
+func (s *Service) forgetLoser(m storage.Manifest) {
+	held, err := s.cfg.Store.Manifest(m.Kind, m.Name, m.Version)
+	if err != nil || held.Digest == m.Digest {
+		return
+	}
+	if known, err := s.Known(m.Kind, m.Name, m.Version); err != nil || !sameManifest(known, m) {
+		return
+	}
+	if err := s.cfg.Store.RemoveManifest(m.Kind, m.Name, m.Version); err != nil {
+		s.log.Warn("forgetting a manifest signed after the one its version names", "ref", m.Ref(), "err", err)
+		return
+	}
+	s.log.Warn("this node held a manifest signed after the one its version names: pulling the first signed", "ref", m.Ref(), "dropped", held.Digest, "pulling", m.Digest)
 }
 
 // Holders lists the live agents that hold an artifact's bytes, or are
@@ -355,9 +661,9 @@ func (s *Service) Holders(m storage.Manifest) []dataplane.Holder {
 		} else if !slices.Contains(n.Locality.Pulling, m.Digest) {
 			continue
 		}
-		rtt, err := s.cfg.Mesh.RTT(s.cfg.Mesh.Name(), n.Name)
+		rtt, err := safe.RTT(s.cfg.Mesh, s.cfg.Mesh.Name(), n.Name)
 		if err != nil {
-			rtt = time.Hour // unknown distance: try it last
+			rtt = time.Hour // unknown distance, or coordinates that cannot be compared: try it last
 		}
 		cands = append(cands, cand{dataplane.Holder{ID: n.Name, Addr: n.Addrs.Data}, rtt})
 	}

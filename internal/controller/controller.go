@@ -26,6 +26,7 @@ import (
 
 	"github.com/strata-mesh/strata/internal/artifacts"
 	"github.com/strata-mesh/strata/internal/catalog"
+	"github.com/strata-mesh/strata/internal/safe"
 	"github.com/strata-mesh/strata/internal/serving"
 	"github.com/strata-mesh/strata/mesh"
 	"github.com/strata-mesh/strata/placement"
@@ -81,6 +82,9 @@ const retryEvery = 5 * time.Second
 func New(cfg Config) *Controller {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.New(slog.DiscardHandler)
+	}
+	if cfg.Guard == nil {
+		cfg.Guard = safe.New(safe.Config{Logger: cfg.Logger})
 	}
 	return &Controller{cfg: cfg, log: cfg.Logger, held: map[string]mesh.Assignment{}, lastTry: map[string]time.Time{}, failedSince: map[string]time.Time{}, holding: map[string]string{},
 		live: placement.Live{CoordSlack: coordSlack}}
@@ -153,10 +157,20 @@ func (c *Controller) Run(ctx context.Context) {
 		}
 		last = time.Now()
 		changed := c.cfg.Mesh.Changed()
-		c.reconcile()
-		c.admit()
-		c.rollouts()
-		c.experiments()
+		// Each step reads peers' documents and records: one that panics
+		// costs its pass, not the others' nor the agent.
+		panicked := false
+		for _, step := range []func(){c.reconcile, c.admit, c.rollouts, c.experiments} {
+			if c.cfg.Guard.Do("controller", step) != nil {
+				panicked = true
+			}
+		}
+		if panicked {
+			if !c.cfg.Guard.Wait(ctx) {
+				return
+			}
+			continue // the pass again, after the pause
+		}
 		select {
 		case <-ctx.Done():
 			return
@@ -1092,7 +1106,8 @@ type Artifacts interface {
 
 var _ Artifacts = (*artifacts.Service)(nil)
 
-// Config configures a Controller. Every field but Logger is required.
+// Config configures a Controller. Every field but Logger and Guard is
+// required.
 type Config struct {
 	Mesh      Mesh
 	Catalog   *catalog.Catalog
@@ -1115,6 +1130,10 @@ type Config struct {
 	// clients (RemoteClients).
 	RemoteSites func() []mesh.Site
 	Logger      *slog.Logger
+	// Guard recovers panics of the component's background work (logged,
+	// counted). Nil: a guard of its own that logs to Logger and exports
+	// no metric.
+	Guard *safe.Guard
 }
 
 // RemoteClients turns the other sites of a federated mesh, as seen from

@@ -23,6 +23,7 @@ import (
 	"time"
 
 	"github.com/strata-mesh/strata/internal/catalog"
+	"github.com/strata-mesh/strata/internal/safe"
 
 	"github.com/strata-mesh/strata/infer"
 	"github.com/strata-mesh/strata/infer/drift"
@@ -82,6 +83,10 @@ type Config struct {
 	// by them); nil when this agent serves nothing.
 	Stats  func(model, version string) infer.Stats
 	Logger *slog.Logger
+	// Guard recovers panics of the component's background work (logged,
+	// counted). Nil: a guard of its own that logs to Logger and exports
+	// no metric.
+	Guard *safe.Guard
 }
 
 // Watch is the drift component. Safe for concurrent use.
@@ -99,6 +104,9 @@ type Watch struct {
 func New(cfg Config) *Watch {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.New(slog.DiscardHandler)
+	}
+	if cfg.Guard == nil {
+		cfg.Guard = safe.New(safe.Config{Logger: cfg.Logger})
 	}
 	return &Watch{cfg: cfg, log: cfg.Logger, rows: make(chan driftRow, driftRows), mon: map[string]*watched{}}
 }
@@ -124,26 +132,36 @@ func (d *Watch) Run(ctx context.Context) {
 		case <-ctx.Done():
 			return
 		case r := <-d.rows:
-			d.feed(r)
+			// A row that panics a monitor is dropped; the next one is fed.
+			_ = d.cfg.Guard.Do("driftwatch", func() { d.feed(r) })
 		case <-tick.C:
-			d.resync()
-			d.publish(false)
+			if d.cfg.Guard.Do("driftwatch", func() { d.resync(); d.publish(false) }) != nil && !d.cfg.Guard.Wait(ctx) {
+				return
+			}
 		}
 	}
 }
 
 func (d *Watch) feed(r driftRow) {
+	if d.observe(r) {
+		d.publish(true)
+	}
+}
+
+// observe feeds r to its model's monitor and says whether the monitor
+// raised or cleared an alarm (to be published at once). The lock is
+// released by defer: a panic recovered in Run must not leave it held.
+func (d *Watch) observe(r driftRow) (publish bool) {
 	d.mu.Lock()
+	defer d.mu.Unlock()
 	w := d.mon[r.model]
 	if w == nil || r.s.Version != w.version || w.rec.Error != "" {
-		d.mu.Unlock()
-		return
+		return false
 	}
 	row := make([]float64, 0, len(w.cols)+1)
 	for _, c := range w.cols {
 		if c >= len(r.s.Inputs) {
-			d.mu.Unlock()
-			return
+			return false
 		}
 		row = append(row, r.s.Inputs[c])
 	}
@@ -204,10 +222,7 @@ func (d *Watch) feed(r driftRow) {
 		}
 	}
 	w.dirty = true
-	d.mu.Unlock()
-	if ev != nil || alarmed {
-		d.publish(true)
-	}
+	return ev != nil || alarmed
 }
 
 // startFromFirst builds the reference from the first Window live rows.
@@ -387,7 +402,22 @@ func (d *Watch) newWatched(key string, sm Model, spec policy.Drift) *watched {
 // publish writes the records of monitors that changed (all when force).
 func (d *Watch) publish(force bool) {
 	now := time.Now()
+	for _, r := range d.changed(now, force) {
+		var deps []mesh.Dep
+		if ref, ok := d.cfg.Catalog.Manifests.Ref(string(storage.KindModel) + "/" + r.Model + "/" + r.Version); ok {
+			deps = append(deps, ref)
+		}
+		if _, err := d.cfg.Catalog.Drift.Put(r, deps...); err != nil {
+			d.log.Warn("publishing drift state", "policy", r.Policy, "err", err)
+		}
+	}
+}
+
+// changed returns the records of monitors that changed (all when force)
+// and marks them published at now.
+func (d *Watch) changed(now time.Time, force bool) []catalog.Drift {
 	d.mu.Lock()
+	defer d.mu.Unlock()
 	var out []catalog.Drift
 	for _, w := range d.mon {
 		if d.cfg.Stats != nil {
@@ -412,16 +442,7 @@ func (d *Watch) publish(force bool) {
 		out[len(out)-1].Scores = slices.Clone(w.rec.Scores)
 		out[len(out)-1].History = slices.Clone(w.rec.History)
 	}
-	d.mu.Unlock()
-	for _, r := range out {
-		var deps []mesh.Dep
-		if ref, ok := d.cfg.Catalog.Manifests.Ref(string(storage.KindModel) + "/" + r.Model + "/" + r.Version); ok {
-			deps = append(deps, ref)
-		}
-		if _, err := d.cfg.Catalog.Drift.Put(r, deps...); err != nil {
-			d.log.Warn("publishing drift state", "policy", r.Policy, "err", err)
-		}
-	}
+	return out
 }
 
 // policyDoc returns an applied policy's parsed document.

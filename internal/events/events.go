@@ -2,7 +2,7 @@
 // alarms, training jobs, rollout stages) from changes to the catalog, keeps
 // the latest for late subscribers, and streams them as server-sent events:
 //
-//	st := events.New(cat)
+//	st := events.New(cat, guard)
 //	go st.Run(ctx)
 //	mux.Handle("GET /v1/events", st)
 package events
@@ -19,6 +19,7 @@ import (
 	"time"
 
 	"github.com/strata-mesh/strata/internal/catalog"
+	"github.com/strata-mesh/strata/internal/safe"
 
 	"github.com/strata-mesh/strata/internal/httpjson"
 )
@@ -46,17 +47,23 @@ const eventRing = 512
 // Stream derives Events from changes to the catalog and fans them out.
 // Safe for concurrent use.
 type Stream struct {
-	cat  *catalog.Catalog
-	mu   sync.Mutex
-	seq  uint64
-	ring []Event
-	subs map[chan Event]struct{}
-	last map[string]string // record key → its last seen state
+	cat   *catalog.Catalog
+	guard *safe.Guard
+	mu    sync.Mutex
+	seq   uint64
+	ring  []Event
+	subs  map[chan Event]struct{}
+	last  map[string]string // record key → its last seen state
 }
 
 // New returns a stream over cat's records. Nothing is derived until Run.
-func New(cat *catalog.Catalog) *Stream {
-	return &Stream{cat: cat, subs: map[chan Event]struct{}{}, last: map[string]string{}}
+// guard recovers a panic of a scan (nil: a guard of its own that logs
+// nowhere).
+func New(cat *catalog.Catalog, guard *safe.Guard) *Stream {
+	if guard == nil {
+		guard = safe.New(safe.Config{})
+	}
+	return &Stream{cat: cat, guard: guard, subs: map[chan Event]struct{}{}, last: map[string]string{}}
 }
 
 // Run derives events until ctx ends. What the catalog holds when Run
@@ -65,7 +72,7 @@ func (e *Stream) Run(ctx context.Context) {
 	// The change channel is taken before each scan, so a write landing
 	// during a scan wakes the next one rather than being missed.
 	changed := e.cat.Changed()
-	e.scan(false) // what is already there is the baseline, not news
+	_ = e.guard.Do("events", func() { e.scan(false) }) // what is already there is the baseline, not news
 	for {
 		select {
 		case <-ctx.Done():
@@ -73,7 +80,9 @@ func (e *Stream) Run(ctx context.Context) {
 		case <-changed:
 		}
 		changed = e.cat.Changed()
-		e.scan(true)
+		if e.guard.Do("events", func() { e.scan(true) }) != nil && !e.guard.Wait(ctx) {
+			return
+		}
 	}
 }
 

@@ -11,6 +11,7 @@ import (
 
 	"github.com/strata-mesh/strata/api"
 	"github.com/strata-mesh/strata/internal/httpjson"
+	"github.com/strata-mesh/strata/internal/safe"
 	"github.com/strata-mesh/strata/internal/ui"
 
 	"github.com/prometheus/client_golang/prometheus/promhttp"
@@ -292,8 +293,11 @@ func (s *Server) handleRTT(w http.ResponseWriter, r *http.Request) {
 		httpjson.Error(w, http.StatusBadRequest, "to", "to is required: GET /v1/rtt?from=NODE&to=NODE (from defaults to this node)")
 		return
 	}
-	d, err := s.cfg.Mesh.RTT(from, to)
+	d, err := safe.RTT(s.cfg.Mesh, from, to)
 	switch {
+	case errors.Is(err, safe.ErrPanicked):
+		httpjson.Error(w, http.StatusServiceUnavailable, "", "the coordinates of %s and %s cannot be compared (%v)", from, to, err)
+		return
 	case errors.Is(err, mesh.ErrUnknownNode):
 		httpjson.Error(w, http.StatusNotFound, "", "%s", strings.TrimPrefix(err.Error(), "mesh: "))
 		return

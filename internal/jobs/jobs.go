@@ -32,6 +32,7 @@ import (
 
 	"github.com/strata-mesh/strata/internal/artifacts"
 	"github.com/strata-mesh/strata/internal/catalog"
+	"github.com/strata-mesh/strata/internal/safe"
 	"github.com/strata-mesh/strata/mesh"
 	"github.com/strata-mesh/strata/mesh/dataplane"
 	"github.com/strata-mesh/strata/policy"
@@ -62,7 +63,8 @@ type Artifacts interface {
 
 var _ Artifacts = (*artifacts.Service)(nil)
 
-// Config configures a Runner. Every field but Logger is required.
+// Config configures a Runner. Name, DataDir, Mesh, Catalog and Artifacts
+// are required.
 type Config struct {
 	// Name is this node's name; DataDir holds each run's directory
 	// (jobs/<name>-<epoch>) and logs.
@@ -71,6 +73,10 @@ type Config struct {
 	Catalog       *catalog.Catalog
 	Artifacts     Artifacts
 	Logger        *slog.Logger
+	// Guard recovers panics of the component's background work (logged,
+	// counted). Nil: a guard of its own that logs to Logger and exports
+	// no metric.
+	Guard *safe.Guard
 	// DataLag bounds how long a job waits for data and code named in its
 	// spec to replicate here before it reports them missing. Default
 	// DefaultDataLag.
@@ -119,6 +125,9 @@ func New(cfg Config) *Runner {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.New(slog.DiscardHandler)
 	}
+	if cfg.Guard == nil {
+		cfg.Guard = safe.New(safe.Config{Logger: cfg.Logger})
+	}
 	if cfg.Lease <= 0 {
 		cfg.Lease = DefaultLease
 	}
@@ -141,10 +150,15 @@ func (j *Runner) Run(ctx context.Context) {
 		j.log.Info("training jobs were placed here before this start: starting none until placements made elsewhere meanwhile have reached this node",
 			"jobs", keys, "wait", j.lease.restartIn(time.Now()))
 	}
-	go j.keepLease(ctx)
+	go j.cfg.Guard.Loop(ctx, "jobs", j.keepLease)
 	for {
 		changed := j.cfg.Mesh.Changed()
-		j.reconcile(ctx)
+		if j.cfg.Guard.Do("jobs", func() { j.reconcile(ctx) }) != nil {
+			if !j.cfg.Guard.Wait(ctx) {
+				return
+			}
+			continue // the pass again, after the pause
+		}
 		select {
 		case <-ctx.Done():
 			return
@@ -258,17 +272,17 @@ func (j *Runner) reconcile(ctx context.Context) {
 		j.runs[key] = lj
 		if len(rec.Nodes) > 1 {
 			lj.live++
-			go func() {
+			j.cfg.Guard.Go("jobs", func() {
 				defer j.ended(lj)
 				j.member(jctx, rec, lj)
-			}()
+			})
 		}
 		if rankZero(rec).Name == j.cfg.Name {
 			lj.live++
-			go func() {
+			j.cfg.Guard.Go("jobs", func() {
 				defer j.ended(lj)
 				j.start(jctx, rec, lj)
-			}()
+			})
 		}
 	}
 }
@@ -732,7 +746,7 @@ const stepsEvery = time.Second
 // write).
 func (j *Runner) watchSteps(jr catalog.Job, path string) (stop func()) {
 	done, exited := make(chan struct{}), make(chan struct{})
-	go func() {
+	j.cfg.Guard.Go("jobs", func() {
 		defer close(exited)
 		t := time.NewTicker(stepsEvery)
 		defer t.Stop()
@@ -747,7 +761,7 @@ func (j *Runner) watchSteps(jr catalog.Job, path string) (stop func()) {
 				j.write(jr)
 			}
 		}
-	}()
+	})
 	return func() { close(done); <-exited }
 }
 

@@ -3,6 +3,7 @@ package serving
 import (
 	"bytes"
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"net/http"
@@ -12,7 +13,9 @@ import (
 	"time"
 
 	"github.com/strata-mesh/strata/infer"
+	"github.com/strata-mesh/strata/internal/safe"
 	"github.com/strata-mesh/strata/mesh"
+	"github.com/strata-mesh/strata/mesh/dataplane"
 )
 
 // HeaderForwarded marks a request one agent forwarded to another, so the
@@ -27,23 +30,35 @@ type Peers interface {
 	RTT(a, b string) (time.Duration, error)
 }
 
-// RoundTripper sends an HTTP request to a peer's data-plane address
-// (*dataplane.Node implements it).
+// RoundTripper sends an HTTP request to a peer over the data plane, to
+// the node whose certificate names it (*dataplane.Node implements it).
 type RoundTripper interface {
-	RoundTrip(ctx context.Context, addr string, req *http.Request) (*http.Response, error)
+	RoundTrip(ctx context.Context, to dataplane.Peer, req *http.Request) (*http.Response, error)
 }
 
 // ForwarderConfig configures a Forwarder. DataPlane is nil in a mesh
-// without a CA: requests then go to the peers' HTTP APIs.
+// without a CA: nothing is forwarded then (ErrNoDataPlane).
 type ForwarderConfig struct {
 	Mesh      Peers
 	DataPlane RoundTripper
 }
 
-// Forwarder sends requests to other agents: inference for models served
-// elsewhere, and anything the API proxies (a job's logs). Safe for
-// concurrent use.
+// Forwarder sends requests to other agents over the data plane (QUIC,
+// mutual TLS, to the node the certificate names): inference for models
+// served elsewhere, and anything the API proxies (a job's logs). The
+// caller's credentials stay here: the receiving agent serves a peer the
+// mesh CA vouches for, not a token. Safe for concurrent use.
 type Forwarder struct{ cfg ForwarderConfig }
+
+// ErrNoDataPlane is returned (wrapped, saying which end lacks it) where a
+// request would have to be forwarded to another agent and this agent or
+// that one has no data plane. Requests never go to a peer's HTTP API:
+// an impostor there would receive the caller's token.
+var ErrNoDataPlane = errors.New("forwarding needs the data plane (mesh CA)")
+
+// credentialHeaders are never forwarded: they authenticate the caller to
+// this agent, and the peer authenticates this agent by its certificate.
+var credentialHeaders = []string{"Authorization", "Proxy-Authorization", "Cookie"}
 
 // NewForwarder returns a forwarder.
 func NewForwarder(cfg ForwarderConfig) *Forwarder { return &Forwarder{cfg: cfg} }
@@ -60,6 +75,9 @@ func (f *Forwarder) Forward(w http.ResponseWriter, r *http.Request, model, versi
 	targets := f.ServingNodes(model, version)
 	if len(targets) == 0 {
 		return f.whyNot(model, version)
+	}
+	if f.cfg.DataPlane == nil {
+		return fmt.Errorf("%w: %s is served on %s, and this agent has no data plane (set ca_cert, and ca_key or node_cert: strata keygen -pki DIR makes them)", ErrNoDataPlane, model, targets[0].Name)
 	}
 	body, err := io.ReadAll(io.LimitReader(r.Body, maxForwardBody+1))
 	if err != nil {
@@ -132,32 +150,39 @@ func (f *Forwarder) whyNot(model, version string) error {
 	return fmt.Errorf("%w: %s is served nowhere in the mesh", infer.ErrModelNotFound, model)
 }
 
-// Send sends a request to agent n, marked as forwarded by this one: over
-// the data plane (QUIC, mutual TLS) when both have one, else to n's HTTP
-// API. The caller closes the response body.
+// Send sends a request to agent n over the data plane (QUIC, mutual TLS;
+// it fails unless n's certificate names n), marked as forwarded by this
+// one, with header less the caller's credentials (Authorization,
+// Proxy-Authorization, Cookie). Without a data plane here, or a data
+// address of n's, it returns an error wrapping ErrNoDataPlane. The caller
+// closes the response body.
 func (f *Forwarder) Send(ctx context.Context, n mesh.Node, method, uri string, header http.Header, body []byte) (*http.Response, error) {
-	viaData := f.cfg.DataPlane != nil && n.Addrs.Data != ""
-	host := n.Addrs.API
-	if viaData {
-		host = n.Addrs.Data
+	switch {
+	case f.cfg.DataPlane == nil:
+		return nil, fmt.Errorf("%w: this agent has none, so it cannot send to %s (set ca_cert, and ca_key or node_cert: strata keygen -pki DIR makes them)", ErrNoDataPlane, n.Name)
+	case n.Addrs.Data == "":
+		return nil, fmt.Errorf("%w: %s advertises no data-plane address (its agent has no mesh CA configured)", ErrNoDataPlane, n.Name)
 	}
-	req, err := http.NewRequestWithContext(ctx, method, "http://"+host+uri, bytes.NewReader(body))
+	req, err := http.NewRequestWithContext(ctx, method, "http://"+n.Addrs.Data+uri, bytes.NewReader(body))
 	if err != nil {
 		return nil, err
 	}
 	req.Header = header.Clone()
+	if req.Header == nil {
+		req.Header = http.Header{}
+	}
 	// This agent sends the request, not the browser that may have sent
 	// it here: a peer's API would see the page's origin as foreign to
 	// its own address and refuse it.
 	for _, h := range browserHeaders {
 		req.Header.Del(h)
 	}
-	req.Header.Set(HeaderForwarded, f.cfg.Mesh.Name())
-	if !viaData {
-		return forwardClient.Do(req)
+	for _, h := range credentialHeaders {
+		req.Header.Del(h)
 	}
-	ctx, cancel := context.WithTimeout(ctx, forwardClient.Timeout)
-	resp, err := f.cfg.DataPlane.RoundTrip(ctx, n.Addrs.Data, req)
+	req.Header.Set(HeaderForwarded, f.cfg.Mesh.Name())
+	ctx, cancel := context.WithTimeout(ctx, forwardTimeout)
+	resp, err := f.cfg.DataPlane.RoundTrip(ctx, dataplane.Peer{Addr: n.Addrs.Data, Name: n.Name, ID: n.ID}, req)
 	if err != nil {
 		cancel()
 		return nil, err
@@ -198,9 +223,8 @@ func CopyResponse(w http.ResponseWriter, resp *http.Response) {
 // maxForwardBody bounds a forwarded request, as infer bounds a local one.
 const maxForwardBody = 64 << 20
 
-// forwardClient sends to peers' HTTP APIs when the mesh has no data plane;
-// its timeout bounds a request over the data plane too.
-var forwardClient = &http.Client{Timeout: 30 * time.Second}
+// forwardTimeout bounds a forwarded request, response body included.
+const forwardTimeout = 30 * time.Second
 
 // live says a node may answer: alive, or suspect (it missed probes and
 // others are asked to confirm; under load it most often answers after
@@ -208,8 +232,9 @@ var forwardClient = &http.Client{Timeout: 30 * time.Second}
 func live(n mesh.Node) bool { return n.Status == mesh.StatusAlive || n.Status == mesh.StatusSuspect }
 
 // ServingNodes lists the live nodes other than this one that serve model
-// (at version, or any when empty): alive ones nearest first by estimated
-// RTT, then suspect ones.
+// (at version, or any when empty) and can be forwarded to (they advertise
+// a data-plane address): alive ones nearest first by estimated RTT, then
+// suspect ones.
 func (f *Forwarder) ServingNodes(model, version string) []mesh.Node {
 	type cand struct {
 		n   mesh.Node
@@ -218,7 +243,7 @@ func (f *Forwarder) ServingNodes(model, version string) []mesh.Node {
 	var cs []cand
 	self := f.cfg.Mesh.ID()
 	for _, n := range f.cfg.Mesh.Nodes() {
-		if !live(n) || n.ID == self || n.Addrs.API == "" {
+		if !live(n) || n.ID == self || n.Addrs.Data == "" {
 			continue
 		}
 		if !slices.ContainsFunc(n.Models, func(m string) bool {
@@ -227,9 +252,9 @@ func (f *Forwarder) ServingNodes(model, version string) []mesh.Node {
 		}) {
 			continue
 		}
-		rtt, err := f.cfg.Mesh.RTT(f.cfg.Mesh.Name(), n.Name)
+		rtt, err := safe.RTT(f.cfg.Mesh, f.cfg.Mesh.Name(), n.Name)
 		if err != nil {
-			rtt = time.Hour
+			rtt = time.Hour // unknown distance (or a coordinate that cannot be compared): try it last
 		}
 		cs = append(cs, cand{n, rtt})
 	}

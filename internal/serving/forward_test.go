@@ -3,6 +3,7 @@ package serving
 import (
 	"context"
 	"errors"
+	"io"
 	"net/http"
 	"net/http/httptest"
 	"strings"
@@ -11,6 +12,7 @@ import (
 
 	"github.com/strata-mesh/strata/infer"
 	"github.com/strata-mesh/strata/mesh"
+	"github.com/strata-mesh/strata/mesh/dataplane"
 )
 
 type peers []mesh.Node
@@ -57,7 +59,7 @@ func TestServingNodesSuspectsLast(t *testing.T) {
 	t.Parallel()
 	node := func(name string, st mesh.Status) mesh.Node {
 		n := mesh.Node{Status: st}
-		n.ID, n.Name, n.Models, n.Addrs.API = name, name, []string{"fraud@1"}, name+":7470"
+		n.ID, n.Name, n.Models, n.Addrs.Data = name, name, []string{"fraud@1"}, name+":7471"
 		return n
 	}
 	f := NewForwarder(ForwarderConfig{Mesh: peers{node("s", mesh.StatusSuspect), node("a", mesh.StatusAlive), node("f", mesh.StatusFailed)}})
@@ -74,21 +76,113 @@ func TestServingNodesSuspectsLast(t *testing.T) {
 	}
 }
 
+// recorder is a data plane that records what it was asked to send.
+type recorder struct {
+	to  []dataplane.Peer
+	req []*http.Request
+}
+
+func (r *recorder) RoundTrip(_ context.Context, to dataplane.Peer, req *http.Request) (*http.Response, error) {
+	r.to, r.req = append(r.to, to), append(r.req, req)
+	return &http.Response{StatusCode: http.StatusOK, Header: http.Header{}, Body: io.NopCloser(strings.NewReader("{}"))}, nil
+}
+
+// TestForwardedRequestsCarryNoCredentials: what a forwarded request
+// carries is the caller's request less its credentials, marked as
+// forwarded by this agent, addressed to the target by data-plane address,
+// name and ID (the data plane checks the certificate against the last
+// two).
+func TestForwardedRequestsCarryNoCredentials(t *testing.T) {
+	t.Parallel()
+	target := mesh.Node{Status: mesh.StatusAlive}
+	target.ID, target.Name, target.Models, target.Addrs.API, target.Addrs.Data = "id-edge-1", "edge-1", []string{"fraud@1"}, "10.0.0.1:7470", "10.0.0.1:7471"
+	dp := &recorder{}
+	f := NewForwarder(ForwarderConfig{Mesh: peers{target}, DataPlane: dp})
+	r := httptest.NewRequest(http.MethodPost, "/v2/models/fraud/infer?x=1", strings.NewReader(`{"inputs":[]}`))
+	for k, v := range map[string]string{
+		"Authorization": "Bearer s3cret", "Proxy-Authorization": "Basic czNjcmV0", "Cookie": "session=s3cret",
+		"Content-Type": "application/json", "Traceparent": "00-abc-def-01",
+	} {
+		r.Header.Set(k, v)
+	}
+	if err := f.Forward(httptest.NewRecorder(), r, "fraud", ""); err != nil {
+		t.Fatal(err)
+	}
+	if len(dp.req) != 1 {
+		t.Fatalf("%d requests sent, want 1", len(dp.req))
+	}
+	got := dp.req[0]
+	for _, h := range []string{"Authorization", "Proxy-Authorization", "Cookie"} {
+		if v := got.Header.Values(h); len(v) > 0 {
+			t.Errorf("forwarded request carries %s: %q", h, v)
+		}
+	}
+	for h, want := range map[string]string{"Content-Type": "application/json", "Traceparent": "00-abc-def-01", HeaderForwarded: "self"} {
+		if v := got.Header.Get(h); v != want {
+			t.Errorf("forwarded %s = %q, want %q", h, v, want)
+		}
+	}
+	if want := (dataplane.Peer{Addr: "10.0.0.1:7471", Name: "edge-1", ID: "id-edge-1"}); dp.to[0] != want {
+		t.Errorf("sent to %+v, want %+v", dp.to[0], want)
+	}
+	if got.URL.Host != "10.0.0.1:7471" || got.URL.RequestURI() != "/v2/models/fraud/infer?x=1" {
+		t.Errorf("forwarded URL %s", got.URL)
+	}
+	if r.Header.Get("Authorization") != "Bearer s3cret" {
+		t.Error("the caller's own request lost its Authorization header")
+	}
+}
+
+// TestForwardingNeedsTheDataPlane: without a data plane here, or a data
+// address there, nothing is sent, and the error says what is missing.
+func TestForwardingNeedsTheDataPlane(t *testing.T) {
+	t.Parallel()
+	withData := mesh.Node{Status: mesh.StatusAlive}
+	withData.ID, withData.Name, withData.Models, withData.Addrs.API, withData.Addrs.Data = "a", "edge-1", []string{"fraud@1"}, "10.0.0.1:7470", "10.0.0.1:7471"
+	noData := withData
+	noData.Name, noData.Addrs.Data = "edge-2", ""
+	for _, c := range []struct {
+		name string
+		dp   RoundTripper
+		to   mesh.Node
+		want string
+	}{
+		{"no-data-plane-here", nil, withData, "this agent has none, so it cannot send to edge-1"},
+		{"no-data-address-there", &recorder{}, noData, "edge-2 advertises no data-plane address"},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			f := NewForwarder(ForwarderConfig{Mesh: peers{c.to}, DataPlane: c.dp})
+			_, err := f.Send(context.Background(), c.to, http.MethodGet, "/v1/jobs/j/logs", http.Header{"Authorization": {"Bearer s3cret"}}, nil)
+			if !errors.Is(err, ErrNoDataPlane) || !strings.Contains(err.Error(), "forwarding needs the data plane (mesh CA): "+c.want) {
+				t.Errorf("Send = %v; want ErrNoDataPlane saying %q", err, c.want)
+			}
+			if rec, ok := c.dp.(*recorder); ok && len(rec.req) > 0 {
+				t.Errorf("%d requests sent", len(rec.req))
+			}
+		})
+	}
+	// Forward says so before it reads the body: no agent without a data
+	// plane sends a model's request anywhere.
+	f := NewForwarder(ForwarderConfig{Mesh: peers{withData}})
+	err := f.Forward(httptest.NewRecorder(), httptest.NewRequest(http.MethodPost, "/v2/models/fraud/infer", nil), "fraud", "")
+	if !errors.Is(err, ErrNoDataPlane) || !strings.Contains(err.Error(), "fraud is served on edge-1, and this agent has no data plane") {
+		t.Errorf("Forward without a data plane = %v", err)
+	}
+}
+
 // TestSendDropsBrowserHeaders: a request a browser sent to this agent's
 // API (same-origin: the dashboard) is forwarded without its Origin and
 // Sec-Fetch-* headers, which the peer's API would take for a page of
 // another origin.
 func TestSendDropsBrowserHeaders(t *testing.T) {
 	t.Parallel()
-	got := make(chan http.Header, 1)
-	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { got <- r.Header.Clone() }))
-	t.Cleanup(srv.Close)
 	peer := mesh.Node{Status: mesh.StatusAlive}
-	peer.ID, peer.Name, peer.Addrs.API = "p", "p", srv.Listener.Addr().String()
-	f := NewForwarder(ForwarderConfig{Mesh: peers{peer}})
+	peer.ID, peer.Name, peer.Addrs.Data = "p", "p", "10.0.0.1:7471"
+	dp := &recorder{}
+	f := NewForwarder(ForwarderConfig{Mesh: peers{peer}, DataPlane: dp})
 	h := http.Header{}
 	for k, v := range map[string]string{"Origin": "http://127.0.0.1:7470", "Sec-Fetch-Site": "same-origin", "Sec-Fetch-Mode": "cors", "Cookie": "a=b",
-		"Content-Type": "application/json", "Authorization": "Bearer t"} {
+		"Content-Type": "application/json"} {
 		h.Set(k, v)
 	}
 	resp, err := f.Send(context.Background(), peer, http.MethodPost, "/v2/models/m/infer", h, []byte("{}"))
@@ -96,13 +190,13 @@ func TestSendDropsBrowserHeaders(t *testing.T) {
 		t.Fatal(err)
 	}
 	resp.Body.Close()
-	sent := <-got
+	sent := dp.req[0].Header
 	for _, k := range []string{"Origin", "Sec-Fetch-Site", "Sec-Fetch-Mode", "Cookie"} {
 		if v := sent.Get(k); v != "" {
 			t.Errorf("forwarded %s: %s", k, v)
 		}
 	}
-	for _, k := range []string{"Content-Type", "Authorization", HeaderForwarded} {
+	for _, k := range []string{"Content-Type", HeaderForwarded} {
 		if sent.Get(k) == "" {
 			t.Errorf("%s not forwarded", k)
 		}

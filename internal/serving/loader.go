@@ -21,6 +21,7 @@ import (
 	"github.com/strata-mesh/strata/infer"
 	"github.com/strata-mesh/strata/internal/artifacts"
 	"github.com/strata-mesh/strata/internal/catalog"
+	"github.com/strata-mesh/strata/internal/safe"
 	"github.com/strata-mesh/strata/mesh"
 	"github.com/strata-mesh/strata/mesh/dataplane"
 	"github.com/strata-mesh/strata/policy"
@@ -69,6 +70,10 @@ type LoaderConfig struct {
 	// with the loader's lock held and must not call back into it.
 	OnLoaded func(map[string]Model)
 	Logger   *slog.Logger
+	// Guard recovers panics of the component's background work (logged,
+	// counted). Nil: a guard of its own that logs to Logger and exports
+	// no metric.
+	Guard *safe.Guard
 }
 
 // servedModel is a model loaded here for a policy.
@@ -96,6 +101,9 @@ func NewLoader(cfg LoaderConfig) *Loader {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.New(slog.DiscardHandler)
 	}
+	if cfg.Guard == nil {
+		cfg.Guard = safe.New(safe.Config{Logger: cfg.Logger})
+	}
 	return &Loader{cfg: cfg, log: cfg.Logger, loaded: map[string]servedModel{}, loading: map[string]bool{}, replicas: map[string]mesh.Replica{}}
 }
 
@@ -115,7 +123,12 @@ func (s *Loader) Serves(digest string) bool {
 func (s *Loader) Run(ctx context.Context) {
 	for {
 		changed := s.cfg.Mesh.Changed()
-		s.reconcile(ctx)
+		if s.cfg.Guard.Do("serving", func() { s.reconcile(ctx) }) != nil {
+			if !s.cfg.Guard.Wait(ctx) {
+				return
+			}
+			continue // the pass again, after the pause
+		}
 		select {
 		case <-ctx.Done():
 			return
@@ -309,20 +322,14 @@ func (s *Loader) stillNeeded(key string) bool {
 }
 
 // load pulls (if needed) and loads one model version. Loading a new version
-// of a served model swaps it in once it is ready; requests never fail.
+// of a served model swaps it in once it is ready; requests never fail. A
+// panic (in ranking holders by what their documents say, say) fails this
+// load like an error: it is retried with backoff.
 func (s *Loader) load(ctx context.Context, key string, m storage.Manifest) {
-	err := func() error {
-		if !s.cfg.Artifacts.Has(m.Digest) {
-			if _, err := s.cfg.Artifacts.Pull(ctx, m, nil); err != nil {
-				return fmt.Errorf("pull: %w", err)
-			}
-		}
-		b, err := s.cfg.Artifacts.Bytes(m)
-		if err != nil {
-			return err
-		}
-		return s.cfg.Inference.Load(ctx, m.Name, m.Version, b)
-	}()
+	var err error
+	if perr := s.cfg.Guard.Do("serving", func() { err = s.pullAndLoad(ctx, m) }); perr != nil {
+		err = perr
+	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	delete(s.loading, key)
@@ -344,6 +351,20 @@ func (s *Loader) load(ctx context.Context, key string, m storage.Manifest) {
 	s.log.Info("serving model", "policy", key, "model", m.Ref())
 	s.publishLocked()
 	s.synced()
+}
+
+// pullAndLoad pulls m's bytes unless held here and loads them.
+func (s *Loader) pullAndLoad(ctx context.Context, m storage.Manifest) error {
+	if !s.cfg.Artifacts.Has(m.Digest) {
+		if _, err := s.cfg.Artifacts.Pull(ctx, m, nil); err != nil {
+			return fmt.Errorf("pull: %w", err)
+		}
+	}
+	b, err := s.cfg.Artifacts.Bytes(m)
+	if err != nil {
+		return err
+	}
+	return s.cfg.Inference.Load(ctx, m.Name, m.Version, b)
 }
 
 // publishLocked writes the models served here into the node's document.

@@ -3,12 +3,17 @@ package serving
 import (
 	"context"
 	"slices"
+	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
+	"github.com/hashicorp/serf/coordinate"
+
 	"github.com/strata-mesh/strata/internal/catalog"
 	"github.com/strata-mesh/strata/internal/catalog/catalogtest"
+	"github.com/strata-mesh/strata/internal/safe"
 	"github.com/strata-mesh/strata/mesh"
 	"github.com/strata-mesh/strata/mesh/dataplane"
 	"github.com/strata-mesh/strata/mesh/meshtest"
@@ -142,5 +147,82 @@ func TestReplicaReassignedWhileKept(t *testing.T) {
 	}
 	if len(inf.loaded) != 1 {
 		t.Errorf("ONNX Runtime loads: %v, want the one kept", inf.loaded)
+	}
+}
+
+// panicky is a loader's mesh and artifacts that panic where a forged
+// peer document made them panic: the first reading of this node's
+// document (a pass of Run), or every pull (ranking holders by a
+// coordinate of other dimensions).
+type panicky struct {
+	*localMesh
+	oneModel
+	localPanics atomic.Int32 // Local panics while above zero
+	pullPanics  bool
+}
+
+func (p *panicky) Local() mesh.NodeState {
+	if p.localPanics.Add(-1) >= 0 {
+		var c *coordinate.Coordinate
+		_ = c.DistanceTo(&coordinate.Coordinate{Vec: []float64{1, 2}})
+	}
+	return p.localMesh.Local()
+}
+
+func (p *panicky) Has(string) bool { return !p.pullPanics }
+
+func (p *panicky) Pull(context.Context, storage.Manifest, func(dataplane.TransferStatus)) (dataplane.PullResult, error) {
+	_ = coordinate.NewCoordinate(coordinate.DefaultConfig()).DistanceTo(&coordinate.Coordinate{Vec: []float64{1, 2}})
+	return dataplane.PullResult{}, nil
+}
+
+// TestLoaderSurvivesPanics: a pass of the loader that panics is
+// recovered, logged and counted, and the next pass runs; a load that
+// panics fails that replica with the reason (retried with backoff) and
+// takes nothing else down.
+func TestLoaderSurvivesPanics(t *testing.T) {
+	t.Parallel()
+	const key = "InferenceService/scorer"
+	for _, c := range []struct {
+		name        string
+		localPanics int32
+		pullPanics  bool
+		state       string // the replica's state at the end
+		reason      string // in its reason
+	}{
+		{name: "pass", localPanics: 1, state: mesh.ReplicaServing},
+		{name: "load", pullPanics: true, state: mesh.ReplicaFailed, reason: "serving: recovered panic: coordinate dimensionality does not match"},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			t.Parallel()
+			cat := catalog.New(catalogtest.NewStore(), nil)
+			if _, err := cat.Policies.Put(catalog.Policy{Kind: "InferenceService", Name: "scorer", Generation: 1,
+				Source: "apiVersion: strata/v1\nkind: InferenceService\nmetadata: {name: scorer}\nspec:\n  model: {name: scorer, version: \"1\"}\n"}); err != nil {
+				t.Fatal(err)
+			}
+			p := &panicky{localMesh: &localMesh{self: mesh.NodeState{Name: "a", Assignments: []mesh.Assignment{{Key: key, Accepted: true}}}},
+				oneModel: oneModel{storage.Manifest{Kind: storage.KindModel, Name: "scorer", Version: "1", Digest: "d1"}}, pullPanics: c.pullPanics}
+			p.localPanics.Store(c.localPanics)
+			guard := safe.New(safe.Config{Pause: time.Millisecond})
+			l := NewLoader(LoaderConfig{Mesh: p, Catalog: cat, Artifacts: p, Inference: &loads{}, Guard: guard})
+			ctx, cancel := context.WithCancel(context.Background())
+			done := make(chan struct{})
+			go func() { defer close(done); l.Run(ctx) }()
+			t.Cleanup(func() { cancel(); <-done })
+			var got mesh.Replica
+			meshtest.WaitFor(t, 10*time.Second, "the replica "+c.state, func() bool {
+				for _, r := range p.localMesh.Local().Replicas {
+					got = r
+					return r.State == c.state
+				}
+				return false
+			})
+			if !strings.Contains(got.Reason, c.reason) {
+				t.Errorf("replica reason %q, want it to say %q", got.Reason, c.reason)
+			}
+			if n := guard.Recovered("serving"); n != 1 {
+				t.Errorf("recovered %d panics, want 1", n)
+			}
+		})
 	}
 }

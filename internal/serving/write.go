@@ -3,16 +3,12 @@ package serving
 import (
 	"bytes"
 	"context"
-	"errors"
 	"fmt"
 	"net/http"
 
 	"github.com/strata-mesh/strata/mesh"
+	"github.com/strata-mesh/strata/mesh/dataplane"
 )
-
-// ErrNoDataPlane is a request to a peer where the mesh has no data plane
-// (no mesh CA): requests between agents travel only over mutual TLS.
-var ErrNoDataPlane = errors.New("serving: requests between agents need the data plane (a mesh CA)")
 
 // SendWrite sends a policy write to controller n over the data plane, with
 // exactly the headers given (the caller decides what n may see), marked as
@@ -27,5 +23,5 @@ func (f *Forwarder) SendWrite(ctx context.Context, n mesh.Node, method, uri stri
 	}
 	req.Header = header.Clone()
 	req.Header.Set(HeaderForwarded, f.cfg.Mesh.Name())
-	return f.cfg.DataPlane.RoundTrip(ctx, n.Addrs.Data, req)
+	return f.cfg.DataPlane.RoundTrip(ctx, dataplane.Peer{Addr: n.Addrs.Data, Name: n.Name, ID: n.ID}, req)
 }

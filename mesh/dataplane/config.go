@@ -1,6 +1,7 @@
 package dataplane
 
 import (
+	"crypto/ed25519"
 	"crypto/tls"
 	"errors"
 	"log/slog"
@@ -72,6 +73,11 @@ type Config struct {
 	// agent's forwarded inference, for example), with the sender's
 	// authenticated name in the HeaderPeer header. Nil answers them 501.
 	Handler http.Handler
+	// NodeID derives a node ID from an identity key (the agent sets
+	// mesh.IDOf). RoundTrip checks a Peer's ID with it against the key of
+	// the certificate the server presents. Nil: a Peer with an ID is
+	// refused, since it cannot be checked.
+	NodeID func(ed25519.PublicKey) string
 	// QUIC is the quic-go configuration; nil means QUICConfig().
 	QUIC *quic.Config
 	// Logger receives lifecycle logs; nil means slog.Default().

@@ -31,7 +31,9 @@
 // version), done (digest: the puller holds the blob now) and http (an
 // HTTP/1.1 request, answered by an HTTP/1.1 response instead of a status
 // byte: see Node.RoundTrip and Config.Handler; agents forward inference and
-// fetch job logs this way).
+// fetch job logs this way). RoundTrip is addressed to a Peer, not only an
+// address: the server's certificate must name that node (and its key derive
+// to the node's ID), or nothing is sent.
 //
 // Where a holder's QUIC address does not answer (another site, behind a
 // NAT) and the holder has a Peer, the same requests go over a Stream of

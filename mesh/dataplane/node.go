@@ -628,18 +628,24 @@ func (n *Node) requestQUIC(ctx context.Context, addr string, k int, req []byte) 
 	if err != nil {
 		return nil, nil, err
 	}
+	s, err := n.send(ctx, addr, k, c, req)
+	return s, c, err
+}
+
+// send is requestQUIC on connection c, the k-th to addr.
+func (n *Node) send(ctx context.Context, addr string, k int, c *quic.Conn, req []byte) (*quic.Stream, error) {
 	s, err := c.OpenStreamSync(ctx)
 	if err != nil {
 		n.dropConn(addr, k, c)
-		return nil, nil, fmt.Errorf("dataplane: open stream to %s: %w", addr, err)
+		return nil, fmt.Errorf("dataplane: open stream to %s: %w", addr, err)
 	}
 	if _, err := s.Write(req); err != nil {
 		s.CancelRead(codeCanceled)
 		n.dropConn(addr, k, c)
-		return nil, nil, fmt.Errorf("dataplane: request to %s: %w", addr, err)
+		return nil, fmt.Errorf("dataplane: request to %s: %w", addr, err)
 	}
 	s.Close()
-	return s, c, nil
+	return s, nil
 }
 
 // FetchManifest asks the holders, in order, for the manifest of

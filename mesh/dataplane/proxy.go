@@ -11,6 +11,8 @@ import (
 	"strconv"
 
 	"github.com/quic-go/quic-go"
+
+	"github.com/strata-mesh/strata/mesh/pki"
 )
 
 // Requests between agents (a forwarded inference request, a job's log
@@ -32,11 +34,59 @@ const maxProxyBody = 64 << 20
 // value the sender put there is replaced).
 const HeaderPeer = "Strata-Peer"
 
-// RoundTrip sends req to the agent whose data plane listens at addr and
-// returns its response. The request, body included, is sent whole; the
-// response body streams and must be closed. The peer serves it with the
-// Handler of its Config; without one it answers 501.
-func (n *Node) RoundTrip(ctx context.Context, addr string, req *http.Request) (*http.Response, error) {
+// Peer is the agent a proxied request is addressed to. The server's
+// certificate, verified against the mesh CA in the handshake, must name
+// it: an address learnt from gossip may be held by another node, or a
+// forged document may point at one, and a request (with what it carries)
+// must reach only the node it was meant for.
+type Peer struct {
+	// Addr is its data-plane address, host:port.
+	Addr string
+	// Name is its node name, the common name its certificate must carry.
+	// Required.
+	Name string
+	// ID, when set, is its node ID: the key of its certificate must
+	// derive to it (Config.NodeID).
+	ID string
+}
+
+// ErrWrongPeer is returned by RoundTrip when the agent at the address
+// presents a certificate for another node than the one addressed.
+var ErrWrongPeer = errors.New("dataplane: the agent at that address is not the one addressed")
+
+// checkPeer returns ErrWrongPeer (wrapped, with what the certificate
+// says) unless the server of c is the agent to names.
+func (n *Node) checkPeer(c *quic.Conn, to Peer) error {
+	cs := c.ConnectionState().TLS
+	if to.Name == "" {
+		return fmt.Errorf("%w: no node name given for %s to check its certificate against", ErrWrongPeer, to.Addr)
+	}
+	if got := pki.PeerName(cs); got != to.Name {
+		return fmt.Errorf("%w: %s presents a certificate for %q, not %q", ErrWrongPeer, to.Addr, got, to.Name)
+	}
+	if to.ID == "" {
+		return nil
+	}
+	if n.cfg.NodeID == nil {
+		return fmt.Errorf("%w: cannot check node ID %s of %s: Config.NodeID is not set", ErrWrongPeer, to.ID, to.Name)
+	}
+	key := pki.PeerKey(cs)
+	if key == nil {
+		return fmt.Errorf("%w: %s presents no ed25519 key", ErrWrongPeer, to.Addr)
+	}
+	if got := n.cfg.NodeID(key); got != to.ID {
+		return fmt.Errorf("%w: %s presents the key of node ID %s, not %s's %s", ErrWrongPeer, to.Addr, got, to.Name, to.ID)
+	}
+	return nil
+}
+
+// RoundTrip sends req to the agent to and returns its response. It fails
+// with ErrWrongPeer, before anything of req is sent, unless the server's
+// certificate names to (Peer). The request, body included, is sent
+// whole; the response body streams and must be closed. The peer serves
+// it with the Handler of its Config; without one it answers 501.
+func (n *Node) RoundTrip(ctx context.Context, to Peer, req *http.Request) (*http.Response, error) {
+	addr := to.Addr
 	var buf bytes.Buffer
 	buf.WriteByte(opHTTP)
 	// Write sends the request in HTTP/1.1 form, chunked if its length is
@@ -44,7 +94,14 @@ func (n *Node) RoundTrip(ctx context.Context, addr string, req *http.Request) (*
 	if err := req.Write(&buf); err != nil {
 		return nil, fmt.Errorf("dataplane: proxy request: %w", err)
 	}
-	s, _, err := n.requestQUIC(ctx, addr, rpcConn, buf.Bytes())
+	c, err := n.conn(ctx, addr, rpcConn)
+	if err != nil {
+		return nil, err
+	}
+	if err := n.checkPeer(c, to); err != nil {
+		return nil, err
+	}
+	s, err := n.send(ctx, addr, rpcConn, c, buf.Bytes())
 	if err != nil {
 		return nil, err
 	}
