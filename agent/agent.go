@@ -180,11 +180,14 @@ func New(cfg Config) (*Agent, error) {
 		return fail(err)
 	}
 	var trust *mesh.Trust
+	var az catalog.Authorizer
 	if a.dp != nil {
-		trust = &mesh.Trust{CA: a.dp.caCert, Cert: a.dp.cert, Authorize: catalog.Authorize, AcceptUnsigned: cfg.AcceptUnsigned}
+		az.VerifyManifest = a.dp.store.VerifyManifest
+		trust = &mesh.Trust{CA: a.dp.caCert, Cert: a.dp.cert, Authorize: az.Authorize, AcceptUnsigned: cfg.AcceptUnsigned}
 	}
 	a.mesh, err = mesh.New(mesh.Config{
 		Trust:         trust,
+		Prefer:        az.Prefer,
 		Name:          cfg.Name,
 		Identity:      a.id,
 		BindAddr:      cfg.Bind,

@@ -410,5 +410,10 @@ func (m *Mesh) wouldTakeLocked(e *Entry) bool {
 	if e.Deleted && held == nil && time.Since(e.Written) > m.cfg.TombstoneTTL {
 		return false
 	}
+	if held != nil && !e.Deleted && !held.Deleted && m.cfg.Prefer != nil {
+		if p := m.cfg.Prefer(*e, *held); p != 0 {
+			return p > 0
+		}
+	}
 	return newerEntry(e, held)
 }

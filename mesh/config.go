@@ -93,6 +93,12 @@ type Config struct {
 	// record kind); nil turns both off, for a mesh without a CA on one
 	// host (tests, benchmarks). See Trust.
 	Trust *Trust
+	// Prefer, when set, orders two live versions of one key before their
+	// versions do: > 0 when a should replace b, < 0 when b should stay, 0
+	// to leave it to the versions. It lets a table keep one value
+	// whatever order writes arrive in (artifact manifests: the one signed
+	// first). It must be a total order, or members may disagree.
+	Prefer func(a, b Entry) int
 	// MaxClockSkew is how far ahead of this node's clock a record's
 	// version may be: one from further in the future is refused and
 	// counted, so no writer can take a key or a node's document out of

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+	"time"
 
 	"github.com/strata-mesh/strata/mesh"
 	"github.com/strata-mesh/strata/storage"
@@ -32,14 +33,30 @@ var (
 //   - jobs and gangs: a controller, or a node the job's placement names
 //     (rank 0 records its run);
 //   - gang-members/JOB/NODE and drift/POLICY/NODE: node NODE only;
-//   - artifacts: any node may publish a version, but once a version's
-//     manifest is held its digest never changes (the first signed wins
-//     everywhere, since every agent refuses the second); deleting one
-//     takes a controller;
+//   - artifacts: any node may publish a version, and its digest never
+//     changes: a manifest of another digest replaces the one held only if
+//     it was signed first (earlier created, then the lower digest), so
+//     every agent ends on the same one whatever order they arrive in;
+//     deleting one takes a controller;
 //   - federation: the site's own gateways' site-scoped records, any node
 //     of the site;
 //   - any other table: controllers only.
 func Authorize(r mesh.Reader, w mesh.Writer, e mesh.Entry) error {
+	return Authorizer{}.Authorize(r, w, e)
+}
+
+// Authorizer is Authorize with the mesh's trusted signing keys: a
+// manifest that verifies replaces one that does not, whatever their
+// times, so a node without the signing key cannot hold a version's name
+// with a manifest no agent can use.
+type Authorizer struct {
+	// VerifyManifest checks a manifest's signature against the trusted
+	// keys; nil compares times only.
+	VerifyManifest func(storage.Manifest) error
+}
+
+// Authorize is the catalog's NodeRestriction; see the function Authorize.
+func (a Authorizer) Authorize(r mesh.Reader, w mesh.Writer, e mesh.Entry) error {
 	table, key, _ := strings.Cut(e.Key, "/")
 	switch table {
 	case "policies", "placements", "rollouts", "experiments":
@@ -70,9 +87,22 @@ func Authorize(r mesh.Reader, w mesh.Writer, e mesh.Entry) error {
 		if !ok || held.Deleted {
 			return nil
 		}
-		was, now := manifestDigest(held.Value), manifestDigest(e.Value)
-		if was != "" && now != was {
-			return fmt.Errorf("%w: %s is %s already, not %s", ErrImmutable, key, short(was), short(now))
+		was, ok1 := manifestOf(held.Value)
+		now, ok2 := manifestOf(e.Value)
+		if !ok1 || !ok2 || was.Digest == now.Digest {
+			return nil
+		}
+		if a.VerifyManifest != nil {
+			wasOK, nowOK := a.VerifyManifest(was) == nil, a.VerifyManifest(now) == nil
+			switch {
+			case nowOK && !wasOK:
+				return nil
+			case !nowOK:
+				return fmt.Errorf("%w: %s is %s already; the manifest of %s does not verify", ErrImmutable, key, short(was.Digest), short(now.Digest))
+			}
+		}
+		if !signedBefore(now, was) {
+			return fmt.Errorf("%w: %s is %s already (signed %s), not %s", ErrImmutable, key, short(was.Digest), was.Created.Format(time.RFC3339Nano), short(now.Digest))
 		}
 	case "federation":
 		if e.Scope != mesh.ScopeSite && e.Scope != "" {
@@ -84,6 +114,34 @@ func Authorize(r mesh.Reader, w mesh.Writer, e mesh.Entry) error {
 		}
 	}
 	return nil
+}
+
+// Prefer keeps one manifest per artifact version whatever order they
+// arrive in (set as mesh.Config.Prefer): of two with different digests,
+// the one that verifies against the trusted keys when only one does, else
+// the one signed first. Any other pair is left to versions.
+func (a Authorizer) Prefer(x, y mesh.Entry) int {
+	if !strings.HasPrefix(x.Key, "artifacts/") {
+		return 0
+	}
+	mx, ok1 := manifestOf(x.Value)
+	my, ok2 := manifestOf(y.Value)
+	if !ok1 || !ok2 || mx.Digest == my.Digest {
+		return 0
+	}
+	if a.VerifyManifest != nil {
+		vx, vy := a.VerifyManifest(mx) == nil, a.VerifyManifest(my) == nil
+		switch {
+		case vx && !vy:
+			return 1
+		case vy && !vx:
+			return -1
+		}
+	}
+	if signedBefore(mx, my) {
+		return 1
+	}
+	return -1
 }
 
 // policyOf reads the policy key a job or gang record names, from the
@@ -126,12 +184,21 @@ func placedOn(r mesh.Reader, policyKey string, w mesh.Writer) error {
 	return fmt.Errorf("%w: %s is not placed on %s", ErrNotAssigned, policyKey, w.Name)
 }
 
-func manifestDigest(v json.RawMessage) string {
+func manifestOf(v json.RawMessage) (storage.Manifest, bool) {
 	var m storage.Manifest
-	if json.Unmarshal(v, &m) != nil {
-		return ""
+	if json.Unmarshal(v, &m) != nil || m.Digest == "" {
+		return m, false
 	}
-	return m.Digest
+	return m, true
+}
+
+// signedBefore orders two manifests of one version: the earlier created,
+// then the lower digest (as artifacts.SignedBefore).
+func signedBefore(a, b storage.Manifest) bool {
+	if !a.Created.Equal(b.Created) {
+		return a.Created.Before(b.Created)
+	}
+	return a.Digest < b.Digest
 }
 
 func short(d string) string {

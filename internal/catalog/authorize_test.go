@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"errors"
 	"testing"
+	"time"
 
 	"github.com/strata-mesh/strata/internal/catalog"
 	"github.com/strata-mesh/strata/mesh"
@@ -29,6 +30,7 @@ func value(tb testing.TB, v any) json.RawMessage {
 
 func TestAuthorize(t *testing.T) {
 	t.Parallel()
+	t0 := time.Date(2026, 11, 27, 12, 0, 0, 0, time.UTC)
 	ctrl := mesh.Writer{ID: "c1", Name: "gpu-1", Site: "rack", Tier: mesh.TierOnprem, Controller: true}
 	edge := mesh.Writer{ID: "e1", Name: "edge-a-1", Site: "edge-a", Tier: mesh.TierEdge}
 	other := mesh.Writer{ID: "e2", Name: "edge-a-2", Site: "edge-a", Tier: mesh.TierEdge}
@@ -42,10 +44,13 @@ func TestAuthorize(t *testing.T) {
 	h := held{
 		"placements/TrainingJob/train": {Key: "placements/TrainingJob/train", Value: value(t, catalog.Placement{Key: "TrainingJob/train",
 			Nodes: []catalog.PlacedNode{{Name: "edge-a-1", ID: "e1"}}})},
-		"artifacts/model/fraud/3": {Key: "artifacts/model/fraud/3", Value: value(t, storage.Manifest{Name: "fraud", Version: "3", Digest: digest('a')})},
+		"artifacts/model/fraud/3": {Key: "artifacts/model/fraud/3", Value: value(t, storage.Manifest{Name: "fraud", Version: "3", Digest: digest('c'), Created: t0})},
 		"jobs/train":              {Key: "jobs/train", Value: value(t, catalog.Job{Name: "train", Key: "TrainingJob/train"})},
 	}
 	job := value(t, catalog.Job{Name: "train", Key: "TrainingJob/train"})
+	manifest := func(d byte, at time.Time) json.RawMessage {
+		return value(t, storage.Manifest{Digest: digest(d), Created: at})
+	}
 	tests := []struct {
 		name string
 		w    mesh.Writer
@@ -69,8 +74,11 @@ func TestAuthorize(t *testing.T) {
 		{"a node's own drift record", edge, mesh.Entry{Key: "drift/InferenceService/fraud/edge-a-1"}, nil},
 		{"another node's drift record", edge, mesh.Entry{Key: "drift/InferenceService/fraud/edge-a-2"}, catalog.ErrNotAssigned},
 		{"a new artifact version", edge, mesh.Entry{Key: "artifacts/model/fraud/4", Value: value(t, storage.Manifest{Digest: digest('b')})}, nil},
-		{"the same artifact again", edge, mesh.Entry{Key: "artifacts/model/fraud/3", Value: value(t, storage.Manifest{Digest: digest('a')})}, nil},
-		{"other bytes for an artifact version", ctrl, mesh.Entry{Key: "artifacts/model/fraud/3", Value: value(t, storage.Manifest{Digest: digest('b')})}, catalog.ErrImmutable},
+		{"the same artifact again", edge, mesh.Entry{Key: "artifacts/model/fraud/3", Value: manifest('c', t0)}, nil},
+		{"other bytes for an artifact version, signed later", ctrl, mesh.Entry{Key: "artifacts/model/fraud/3", Value: manifest('d', t0.Add(time.Second))}, catalog.ErrImmutable},
+		{"other bytes signed at the same time, higher digest", ctrl, mesh.Entry{Key: "artifacts/model/fraud/3", Value: manifest('d', t0)}, catalog.ErrImmutable},
+		{"other bytes signed at the same time, lower digest", ctrl, mesh.Entry{Key: "artifacts/model/fraud/3", Value: manifest('b', t0)}, nil},
+		{"other bytes signed earlier (a concurrent push)", ctrl, mesh.Entry{Key: "artifacts/model/fraud/3", Value: manifest('d', t0.Add(-time.Second))}, nil},
 		{"edge deletes an artifact", edge, mesh.Entry{Key: "artifacts/model/fraud/3", Deleted: true}, catalog.ErrNotController},
 		{"a site's federation record", edge, mesh.Entry{Key: "federation/wan", Scope: mesh.ScopeSite}, nil},
 		{"a global federation record", edge, mesh.Entry{Key: "federation/wan", Scope: mesh.ScopeGlobal}, catalog.ErrNotController},
@@ -81,6 +89,71 @@ func TestAuthorize(t *testing.T) {
 			err := catalog.Authorize(h, tt.w, tt.e)
 			if tt.want == nil && err != nil || tt.want != nil && !errors.Is(err, tt.want) {
 				t.Errorf("Authorize = %v, want %v", err, tt.want)
+			}
+		})
+	}
+}
+
+// TestAuthorizeVerifiedManifest: with the trusted keys, a manifest that
+// verifies replaces one that does not, whenever it was signed, and one
+// that does not verify never replaces one.
+func TestAuthorizeVerifiedManifest(t *testing.T) {
+	t.Parallel()
+	t0 := time.Date(2026, 11, 27, 12, 0, 0, 0, time.UTC)
+	good := func(m storage.Manifest) error {
+		if m.Signer != "trusted" {
+			return errors.New("untrusted")
+		}
+		return nil
+	}
+	a := catalog.Authorizer{VerifyManifest: good}
+	w := mesh.Writer{ID: "e1", Name: "edge-a-1"}
+	squat := held{"artifacts/model/m/1": {Key: "artifacts/model/m/1", Value: value(t, storage.Manifest{Digest: "aa", Created: t0.Add(-time.Hour)})}}
+	legit := value(t, storage.Manifest{Digest: "bb", Created: t0, Signer: "trusted"})
+	if err := a.Authorize(squat, w, mesh.Entry{Key: "artifacts/model/m/1", Value: legit}); err != nil {
+		t.Errorf("a verified manifest over an unverifiable squatter: %v", err)
+	}
+	held := held{"artifacts/model/m/1": {Key: "artifacts/model/m/1", Value: legit}}
+	forged := value(t, storage.Manifest{Digest: "cc", Created: t0.Add(-time.Hour)})
+	if err := a.Authorize(held, w, mesh.Entry{Key: "artifacts/model/m/1", Value: forged}); !errors.Is(err, catalog.ErrImmutable) {
+		t.Errorf("an unverifiable, earlier manifest over a verified one: %v", err)
+	}
+}
+
+// TestPrefer orders two manifests of one version the same way whichever
+// arrives first: a verified one over one that is not, else the one signed
+// first.
+func TestPrefer(t *testing.T) {
+	t.Parallel()
+	t0 := time.Date(2026, 11, 27, 12, 0, 0, 0, time.UTC)
+	verify := func(m storage.Manifest) error {
+		if m.Signer != "trusted" {
+			return errors.New("untrusted")
+		}
+		return nil
+	}
+	e := func(d string, at time.Time, signer string) mesh.Entry {
+		return mesh.Entry{Key: "artifacts/model/m/1", Value: value(t, storage.Manifest{Digest: d, Created: at, Signer: signer})}
+	}
+	a := catalog.Authorizer{VerifyManifest: verify}
+	tests := []struct {
+		name string
+		x, y mesh.Entry
+		want int
+	}{
+		{"signed first wins", e("bb", t0, "trusted"), e("aa", t0.Add(time.Second), "trusted"), 1},
+		{"same time: lower digest", e("aa", t0, "trusted"), e("bb", t0, "trusted"), 1},
+		{"verified over earlier unverified", e("bb", t0, "trusted"), e("aa", t0.Add(-time.Hour), ""), 1},
+		{"same digest: versions decide", e("aa", t0, "trusted"), e("aa", t0.Add(time.Hour), "trusted"), 0},
+		{"another table: versions decide", mesh.Entry{Key: "policies/x"}, mesh.Entry{Key: "policies/x"}, 0},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			if got := a.Prefer(tt.x, tt.y); got != tt.want {
+				t.Errorf("Prefer(x, y) = %d, want %d", got, tt.want)
+			}
+			if got := a.Prefer(tt.y, tt.x); got != -tt.want {
+				t.Errorf("Prefer(y, x) = %d, want %d", got, -tt.want)
 			}
 		})
 	}
