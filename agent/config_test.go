@@ -1,6 +1,7 @@
 package agent
 
 import (
+	"encoding/base64"
 	"flag"
 	"fmt"
 	"io"
@@ -17,6 +18,8 @@ tier: onprem
 site: rack-2
 labels: {zone: b}
 join: ["10.0.0.1:7946"]
+gossip_key_file: /etc/strata/gossip.key
+ca_cert: /etc/strata/ca.crt
 gpus:
   - model: NVIDIA H100 80GB HBM3
     memory: 80GiB
@@ -119,7 +122,7 @@ func TestFlagsOverrideFile(t *testing.T) {
 	writeFile(t, path, "name: from-file\ntier: cloud\nsite: s1\nlabels: {a: \"1\"}\n")
 	fs := flag.NewFlagSet("agent", flag.ContinueOnError)
 	load := Flags(fs)
-	if err := fs.Parse([]string{"-config", path, "-tier", "edge", "-label", "b=2", "-join", "h:1", "-join", "h:2"}); err != nil {
+	if err := fs.Parse([]string{"-config", path, "-tier", "edge", "-label", "b=2", "-join", "h:1", "-join", "h:2", "-bind", "127.0.0.1:7946"}); err != nil {
 		t.Fatal(err)
 	}
 	c, err := load()
@@ -157,7 +160,7 @@ func TestDisableNVMLFlagTakesItsValue(t *testing.T) {
 		fs := flag.NewFlagSet("agent", flag.ContinueOnError)
 		fs.SetOutput(io.Discard)
 		load := Flags(fs)
-		if err := fs.Parse(tc.args); err != nil {
+		if err := fs.Parse(append(tc.args, "-insecure")); err != nil {
 			t.Fatal(err)
 		}
 		c, err := load()
@@ -213,5 +216,41 @@ func TestACLTokensValidated(t *testing.T) {
 	}
 	if strings.Contains(fmt.Sprint(err), "acl_tokens[0]") {
 		t.Errorf("a good token reported: %v", err)
+	}
+}
+
+// TestOffLoopbackNeedsKeyAndCA: an agent whose gossip is bound off
+// loopback starts only with a gossip key and a mesh CA, or insecure.
+func TestOffLoopbackNeedsKeyAndCA(t *testing.T) {
+	validKey := base64.StdEncoding.EncodeToString(make([]byte, 32))
+	tests := []struct {
+		name string
+		edit func(*Config)
+		want string // "" for valid
+	}{
+		{"default bind, nothing set", func(*Config) {}, "gossip_key (or gossip_key_file) and ca_cert unset"},
+		{"a key, no CA", func(c *Config) { c.GossipKey = validKey }, "is off loopback and ca_cert unset"},
+		{"a CA, no key", func(c *Config) { c.CACertFile = "/etc/strata/ca.crt" }, "is off loopback and gossip_key (or gossip_key_file) unset"},
+		{"key file and CA", func(c *Config) { c.GossipKeyFile, c.CACertFile = "/k", "/etc/strata/ca.crt" }, ""},
+		{"loopback", func(c *Config) { c.Bind = "127.0.0.1:7946" }, ""},
+		{"localhost", func(c *Config) { c.Bind = "localhost:7946" }, ""},
+		{"insecure", func(c *Config) { c.Insecure = true }, ""},
+		{"a host address", func(c *Config) { c.Bind = "10.0.0.7:7946" }, "10.0.0.7:7946 is off loopback"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Setenv("STRATA_GOSSIP_KEY", "")
+			c := DefaultConfig()
+			c.Name = "a"
+			tt.edit(&c)
+			c.EnsureDefaults()
+			err := c.Validate()
+			switch {
+			case tt.want == "" && err != nil:
+				t.Errorf("Validate = %v, want nil", err)
+			case tt.want != "" && (err == nil || !strings.Contains(err.Error(), tt.want)):
+				t.Errorf("Validate = %v, want one saying %q", err, tt.want)
+			}
+		})
 	}
 }

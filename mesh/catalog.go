@@ -149,7 +149,7 @@ func (m *Mesh) write(key string, value json.RawMessage, deleted bool, o PutOptio
 	e := &Entry{Key: key, Value: value, Origin: m.id, Deleted: deleted, Written: time.Now().UTC(), Scope: o.Scope, Deps: slices.Clone(o.Deps), Schema: CurrentSchema.String()}
 	if m.trust != nil && m.trust.cfg.Authorize != nil {
 		if err := m.trust.cfg.Authorize(m, m.trust.self, *e); err != nil {
-			return Entry{}, fmt.Errorf("%w: %s: %v", ErrForbidden, key, err)
+			return Entry{}, fmt.Errorf("%w: %s: %w", ErrForbidden, key, err)
 		}
 	}
 	m.mu.Lock()
