@@ -380,6 +380,9 @@ func (a *Agent) Run(ctx context.Context) error {
 		"driftwatch": a.drift.Run, "jobs": a.jobRunner.Run, "events": a.events.Run,
 		"serving": a.srvg.Run, "controller": a.ctrl.Run, "load": a.loadLoop, "artifacts": a.art.Run,
 	}
+	if a.dp != nil {
+		loops["cert-renewal"] = a.renewLoop
+	}
 	if a.fed != nil {
 		loops["federation"] = a.fed.Run
 	}

@@ -4,6 +4,7 @@ import (
 	"cmp"
 	"context"
 	"crypto/ed25519"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"net"
@@ -11,6 +12,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -74,8 +76,81 @@ type dataPlane struct {
 	signing ed25519.PrivateKey // nil: this agent cannot publish
 	// caCert and cert are the mesh CA's certificate and this node's
 	// (PEM): the mesh signs and verifies gossip with them (mesh.Trust).
-	caCert, cert []byte
+	// caKey, when this agent holds it, renews cert.
+	caCert, caKey, cert []byte
+	// tlsCert is the certificate the data plane presents, replaced when
+	// it is renewed.
+	tlsCert atomic.Pointer[tls.Certificate]
 }
+
+// useCert makes certPEM the certificate the data plane presents.
+func (dp *dataPlane) useCert(certPEM []byte, key ed25519.PrivateKey) error {
+	leaf, err := pki.DecodeCert(certPEM)
+	if err != nil {
+		return err
+	}
+	dp.tlsCert.Store(&tls.Certificate{Certificate: [][]byte{leaf.Raw}, PrivateKey: key, Leaf: leaf})
+	return nil
+}
+
+// certHosts are the addresses a node certificate names.
+func (a *Agent) certHosts() []string {
+	host, _, _ := net.SplitHostPort(a.cfg.DataAddr)
+	hosts := []string{"127.0.0.1", "::1", "localhost"}
+	if host != "" && host != "0.0.0.0" && host != "::" {
+		hosts = append(hosts, host)
+	}
+	return hosts
+}
+
+// renewCert issues this node's certificate again with the CA key and puts
+// it in use with no restart: the data plane's next handshakes present it
+// and the mesh's next documents carry it. An agent without the CA key
+// renews at its next start (bootstrap asks again then).
+func (a *Agent) renewCert() error {
+	dp := a.dp
+	if dp == nil || len(dp.caKey) == 0 {
+		return errors.New("renewing the node certificate needs ca_key here; restart with bootstrap to ask for a new one")
+	}
+	cert, err := pki.IssueNodeCertClaims(dp.caCert, dp.caKey, a.id.Public(), a.cfg.Name, a.certHosts(), a.claims())
+	if err != nil {
+		return err
+	}
+	if err := a.mesh.SetCert(cert); err != nil {
+		return err
+	}
+	if err := dp.useCert(cert, a.id.Key); err != nil {
+		return err
+	}
+	if err := a.db.Put([]byte(keyNodeCert), cert); err != nil {
+		return err
+	}
+	a.log.Info("node certificate renewed", "expires", a.mesh.CertExpiry().Format(time.RFC3339))
+	return nil
+}
+
+// renewLoop renews the node certificate when it is within
+// certRenewBefore of its expiry, checking every certCheckEvery.
+func (a *Agent) renewLoop(ctx context.Context) {
+	t := time.NewTicker(certCheckEvery)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		if exp := a.mesh.CertExpiry(); exp.IsZero() || time.Until(exp) > certRenewBefore {
+			continue
+		}
+		if err := a.renewCert(); err != nil {
+			a.log.Warn("node certificate expires soon and was not renewed", "expires", a.mesh.CertExpiry().Format(time.RFC3339), "err", err)
+		}
+	}
+}
+
+// certCheckEvery is how often renewLoop looks at the certificate's expiry.
+const certCheckEvery = time.Hour
 
 func (dp *dataPlane) close() error {
 	if dp == nil {
@@ -116,12 +191,8 @@ func (a *Agent) openArtifacts() (*dataPlane, error) {
 	} else if why := certStale(cert, claims); why != "" {
 		return nil, fmt.Errorf("node_cert: %s: issue it again for node %s, site %q, tier %q, controller %v, or leave node_cert out so the agent issues its own (ca_key) or asks for one (bootstrap)", why, claims.ID, claims.Site, claims.Tier, claims.Controller)
 	}
+	hosts := a.certHosts()
 	if len(cert) == 0 {
-		host, _, _ := net.SplitHostPort(a.cfg.DataAddr)
-		hosts := []string{"127.0.0.1", "::1", "localhost"}
-		if host != "" && host != "0.0.0.0" && host != "::" {
-			hosts = append(hosts, host)
-		}
 		switch {
 		case len(p.CAKey) > 0:
 			if cert, err = pki.IssueNodeCertClaims(p.CACert, p.CAKey, a.id.Public(), a.cfg.Name, hosts, claims); err != nil {
@@ -159,6 +230,11 @@ func (a *Agent) openArtifacts() (*dataPlane, error) {
 	if err != nil {
 		return nil, err
 	}
+	dp := &dataPlane{signing: signing, caCert: p.CACert, caKey: p.CAKey, cert: cert}
+	if err := dp.useCert(cert, a.id.Key); err != nil {
+		store.Close()
+		return nil, err
+	}
 	srvTLS, err := pki.ServerTLSConfig(p.CACert, cert, a.id.Key)
 	if err != nil {
 		store.Close()
@@ -170,6 +246,10 @@ func (a *Agent) openArtifacts() (*dataPlane, error) {
 		return nil, err
 	}
 	dc := dataplane.DefaultConfig()
+	// The certificate in use can be replaced (renewed) with no restart:
+	// every handshake takes the current one.
+	srvTLS.GetCertificate = func(*tls.ClientHelloInfo) (*tls.Certificate, error) { return dp.tlsCert.Load(), nil }
+	cliTLS.GetClientCertificate = func(*tls.CertificateRequestInfo) (*tls.Certificate, error) { return dp.tlsCert.Load(), nil }
 	dc.ListenAddr, dc.Store, dc.ServerTLS, dc.ClientTLS, dc.Logger = a.cfg.DataAddr, store, srvTLS, cliTLS, a.log
 	dc.IngressBytesPerSec, dc.EgressBytesPerSec = int64(a.cfg.IngressLimit), int64(a.cfg.EgressLimit)
 	dc.NodeID = mesh.IDOf // a forwarded request goes only to the node whose key its ID names
@@ -190,7 +270,8 @@ func (a *Agent) openArtifacts() (*dataPlane, error) {
 		return nil, err
 	}
 	registerDataPlaneMetrics(a.reg, node)
-	return &dataPlane{store: store, node: node, signing: signing, caCert: p.CACert, cert: cert}, nil
+	dp.store, dp.node = store, node
+	return dp, nil
 }
 
 // registerDataPlaneMetrics exports the data plane's counters at /metrics.

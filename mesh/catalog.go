@@ -148,7 +148,7 @@ func (m *Mesh) write(key string, value json.RawMessage, deleted bool, o PutOptio
 	}
 	e := &Entry{Key: key, Value: value, Origin: m.id, Deleted: deleted, Written: time.Now().UTC(), Scope: o.Scope, Deps: slices.Clone(o.Deps), Schema: CurrentSchema.String()}
 	if m.trust != nil && m.trust.cfg.Authorize != nil {
-		if err := m.trust.cfg.Authorize(m, m.trust.self, *e); err != nil {
+		if err := m.trust.cfg.Authorize(m, m.trust.me(), *e); err != nil {
 			return Entry{}, fmt.Errorf("%w: %s: %w", ErrForbidden, key, err)
 		}
 	}
@@ -167,7 +167,7 @@ func (m *Mesh) write(key string, value json.RawMessage, deleted bool, o PutOptio
 			m.mu.Unlock()
 			return Entry{}, fmt.Errorf("mesh: encode entry %s: %w", key, err)
 		}
-		e.raw, e.Sig = m.trust.sign(body, false)
+		e.raw, e.Sig, _ = m.trust.sign(body, false)
 	}
 	e.stamp(time.Now())
 	m.kv[key] = e

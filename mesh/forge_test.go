@@ -70,7 +70,7 @@ func (n forgeNode) sign(tb testing.TB, s NodeState) []byte {
 	if err != nil {
 		tb.Fatal(err)
 	}
-	raw, _ := n.m.trust.sign(body, true)
+	raw, _, _ := n.m.trust.sign(body, true)
 	return raw
 }
 
@@ -81,7 +81,7 @@ func (n forgeNode) signEntry(tb testing.TB, e Entry) []byte {
 	if err != nil {
 		tb.Fatal(err)
 	}
-	raw, _ := n.m.trust.sign(body, false)
+	raw, _, _ := n.m.trust.sign(body, false)
 	return raw
 }
 

@@ -193,7 +193,7 @@ func New(cfg Config) (*Mesh, error) {
 		if m.trust, err = newTrust(*cfg.Trust, cfg.Identity, cfg.Name); err != nil {
 			return nil, err
 		}
-		if w := m.trust.self; w.Site != cfg.Local.Site || (w.Tier != "" && w.Tier != cfg.Local.Tier) {
+		if w := m.trust.me(); w.Site != cfg.Local.Site || (w.Tier != "" && w.Tier != cfg.Local.Tier) {
 			return nil, fmt.Errorf("mesh: node certificate names site %q and tier %q, the node is in site %q, tier %q: issue its certificate again", w.Site, w.Tier, cfg.Local.Site, cfg.Local.Tier)
 		}
 	}
@@ -203,7 +203,7 @@ func New(cfg Config) (*Mesh, error) {
 	local.Started = m.started
 	local.Leaving = false
 	local.Schema = CurrentSchema.String()
-	if m.trust != nil && local.Controller && !m.trust.self.Controller {
+	if m.trust != nil && local.Controller && !m.trust.me().Controller {
 		m.log.Warn("this node's certificate does not give it the controller role: it will not own policies (issue its certificate again with the role)")
 		local.Controller = false
 	}
@@ -394,7 +394,7 @@ func (m *Mesh) Update(fn func(*NodeState)) error {
 	next.ID, next.Name = m.id, m.cfg.Name
 	next.Version = max(m.local.Version+1, uint64(time.Now().UnixMicro()))
 	next.Updated = time.Now().UTC()
-	if m.trust != nil && !m.trust.self.Controller {
+	if m.trust != nil && !m.trust.me().Controller {
 		next.Controller = false
 	}
 	m.local = next
@@ -405,8 +405,7 @@ func (m *Mesh) Update(fn func(*NodeState)) error {
 			m.mu.Unlock()
 			return fmt.Errorf("mesh: encode own document: %w", err)
 		}
-		cp.raw, cp.Sig = m.trust.sign(body, true)
-		cp.Cert = m.trust.selfDER
+		cp.raw, cp.Sig, cp.Cert = m.trust.sign(body, true)
 	}
 	m.docs[m.id] = &cp
 	err := m.persistSelf(&cp)

@@ -104,12 +104,13 @@ func refuse(reason string, format string, args ...any) *refusal {
 type trustState struct {
 	cfg  Trust
 	pool *x509.CertPool
-	key  ed25519.PrivateKey
-	self Writer
-	// selfDER is this node's certificate, carried in its documents.
-	selfDER []byte
+	key ed25519.PrivateKey
 
 	mu sync.Mutex
+	// self is this node as its certificate names it, selfDER the
+	// certificate, carried in its documents (replaced by SetCert).
+	self    Writer
+	selfDER []byte
 	// certs caches verified certificates by the SHA-256 of their DER.
 	certs map[[32]byte]*Writer
 	// writers is the latest verified certificate of each node ID, from
@@ -143,6 +144,60 @@ func newTrust(t Trust, id Identity, name string) (*trustState, error) {
 	ts.self, ts.selfDER = *w, cert.Raw
 	ts.learn(w, cert.Raw)
 	return ts, nil
+}
+
+// checkOwn verifies a certificate (PEM) for this node: issued by the mesh
+// CA to its identity key and name.
+func (t *trustState) checkOwn(certPEM []byte, name string) (*Writer, []byte, error) {
+	cert, err := pki.DecodeCert(certPEM)
+	if err != nil {
+		return nil, nil, fmt.Errorf("mesh: node certificate: %w", err)
+	}
+	w, err := t.verifyCert(cert.Raw, time.Now())
+	if err != nil {
+		return nil, nil, fmt.Errorf("mesh: node certificate: %w", err)
+	}
+	if !w.key.Equal(t.key.Public()) {
+		return nil, nil, fmt.Errorf("mesh: node certificate is for node %s, not this node's identity", w.ID)
+	}
+	if w.Name != name {
+		return nil, nil, fmt.Errorf("mesh: node certificate is for %q, not %q", w.Name, name)
+	}
+	return w, cert.Raw, nil
+}
+
+// SetCert replaces this node's certificate (PEM), for one renewed before
+// it expires, with no restart: the certificate must be issued by the mesh
+// CA to this node's key and name, for its site and tier. The node's next
+// document carries it, and is written at once.
+func (m *Mesh) SetCert(certPEM []byte) error {
+	if m.trust == nil {
+		return errors.New("mesh: no trust configured: nothing signs with a certificate")
+	}
+	w, der, err := m.trust.checkOwn(certPEM, m.cfg.Name)
+	if err != nil {
+		return err
+	}
+	if old := m.trust.me(); w.Site != old.Site || w.Tier != old.Tier {
+		return fmt.Errorf("mesh: the new certificate names site %q and tier %q, this node is in site %q, tier %q", w.Site, w.Tier, old.Site, old.Tier)
+	}
+	m.trust.mu.Lock()
+	m.trust.self, m.trust.selfDER = *w, der
+	m.trust.mu.Unlock()
+	m.trust.learn(w, der)
+	return m.Update(func(s *NodeState) {
+		if w.Controller {
+			s.Controller = s.Controller || m.cfg.Local.Controller
+		}
+	})
+}
+
+// CertExpiry is when this node's certificate expires; zero without trust.
+func (m *Mesh) CertExpiry() time.Time {
+	if m.trust == nil {
+		return time.Time{}
+	}
+	return m.trust.me().notAfter
 }
 
 // verifyCert verifies a certificate (DER) against the mesh CA and returns
@@ -214,13 +269,21 @@ var sigKey = []byte(`,"sig":"`)
 
 // sign appends this node's signature of body (a JSON object) and, when
 // withCert, its certificate.
-func (t *trustState) sign(body []byte, withCert bool) ([]byte, []byte) {
-	sig := ed25519.Sign(t.key, body)
-	var cert []byte
+func (t *trustState) sign(body []byte, withCert bool) (raw, sig, cert []byte) {
+	sig = ed25519.Sign(t.key, body)
 	if withCert {
+		t.mu.Lock()
 		cert = t.selfDER
+		t.mu.Unlock()
 	}
-	return appendTrailer(body, sig, cert), sig
+	return appendTrailer(body, sig, cert), sig, cert
+}
+
+// me is this node as its certificate names it.
+func (t *trustState) me() Writer {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return t.self
 }
 
 func appendTrailer(body, sig, cert []byte) []byte {

@@ -385,3 +385,42 @@ func TestGossipKeyRotation(t *testing.T) {
 	nodes[len(nodes)-1] = back
 	meshtest.WaitFor(t, 30*time.Second, "the restarted agent alive everywhere", allAlive)
 }
+
+// TestSetCert renews a node's certificate with no restart: the new one is
+// taken and carried by the node's next document; one for another key,
+// name or site is refused.
+func TestSetCert(t *testing.T) {
+	t.Parallel()
+	ca := newTestCA(t)
+	network := &meshtest.Network{}
+	aid, bid := identity(t), identity(t)
+	a := startTrustNode(t, network, "a", mesh.TierEdge, aid, ca.trust(t, aid, "a", "s", mesh.TierEdge, false, nil), "")
+	b := startTrustNode(t, network, "b", mesh.TierEdge, bid, ca.trust(t, bid, "b", "s", mesh.TierEdge, false, nil), a.m.GossipAddr())
+	meshtest.WaitFor(t, 20*time.Second, "b knows a", func() bool { _, err := b.m.Node("a"); return err == nil })
+	before, v := a.m.CertExpiry(), a.m.Local().Version
+	for _, tt := range []struct {
+		name string
+		cert []byte
+	}{
+		{"another node's", ca.trust(t, bid, "a", "s", mesh.TierEdge, false, nil).Cert},
+		{"another name", ca.trust(t, aid, "x", "s", mesh.TierEdge, false, nil).Cert},
+		{"another site", ca.trust(t, aid, "a", "elsewhere", mesh.TierEdge, false, nil).Cert},
+		{"another CA's", newTestCA(t).trust(t, aid, "a", "s", mesh.TierEdge, false, nil).Cert},
+	} {
+		if err := a.m.SetCert(tt.cert); err == nil {
+			t.Errorf("SetCert took %s certificate", tt.name)
+		}
+	}
+	time.Sleep(1100 * time.Millisecond) // certificates' times are in seconds
+	if err := a.m.SetCert(ca.trust(t, aid, "a", "s", mesh.TierEdge, false, nil).Cert); err != nil {
+		t.Fatal(err)
+	}
+	if !a.m.CertExpiry().After(before) || a.m.Local().Version <= v {
+		t.Fatalf("after SetCert: expiry %s (was %s), document version %d (was %d)", a.m.CertExpiry(), before, a.m.Local().Version, v)
+	}
+	want := a.m.Local().Version
+	meshtest.WaitFor(t, 20*time.Second, "b holds a's document with the new certificate", func() bool {
+		got, ok := b.m.NodeVersion("a")
+		return ok && got >= want
+	})
+}

@@ -136,6 +136,12 @@ func (n *Node) request(ctx context.Context, h Holder, k int, req []byte) (answer
 
 // relayCert is this node's certificate (DER), as its QUIC client presents it.
 func (n *Node) relayCert() []byte {
+	// The current one when it can be replaced (a renewed certificate).
+	if get := n.cfg.ClientTLS.GetClientCertificate; get != nil {
+		if c, err := get(nil); err == nil && c != nil && len(c.Certificate) > 0 {
+			return c.Certificate[0]
+		}
+	}
 	if c := n.cfg.ClientTLS.Certificates; len(c) > 0 && len(c[0].Certificate) > 0 {
 		return c[0].Certificate[0]
 	}
