@@ -104,7 +104,7 @@ func refuse(reason string, format string, args ...any) *refusal {
 type trustState struct {
 	cfg  Trust
 	pool *x509.CertPool
-	key ed25519.PrivateKey
+	key  ed25519.PrivateKey
 
 	mu sync.Mutex
 	// self is this node as its certificate names it, selfDER the
