@@ -546,13 +546,14 @@ func (g *gateway) probeWAN(ctx context.Context) {
 		}
 		p := peers[rand.IntN(len(peers))]
 		pctx, cancel := context.WithTimeout(ctx, 5*time.Second)
-		res := <-ping.Ping(pctx, g.h, p)
+		rtt, ok := pingOnce(pctx, ping.Ping(pctx, g.h, p))
 		cancel()
-		if res.Error != nil {
+		if !ok {
+			// A lost sample: libp2p closes the channel on a timeout,
+			// and its zero value (RTT 0, no error) is no distance.
 			g.f.metrics.errors.WithLabelValues("ping").Inc()
 			continue
 		}
-		rtt := res.RTT
 		site := sites[p].site
 		relayed := relayedOnly(g.h.Network().ConnsToPeer(p)) // libp2p's streams prefer a direct connection
 		g.mu.Lock()
@@ -564,6 +565,22 @@ func (g *gateway) probeWAN(ctx context.Context) {
 		if _, err := g.wan.Update(site, sites[p].coord, rtt); err != nil {
 			g.f.metrics.malformed.Inc()
 		}
+	}
+}
+
+// pingOnce reads one answer of a libp2p ping: ok is false when the ping
+// failed, the channel was closed unanswered (a timeout), or the RTT is not
+// positive. A timed-out probe read as 0 ms made a cut-off site look next
+// door to placement.
+func pingOnce(ctx context.Context, ch <-chan ping.Result) (time.Duration, bool) {
+	select {
+	case res, open := <-ch:
+		if !open || res.Error != nil || res.RTT <= 0 {
+			return 0, false
+		}
+		return res.RTT, true
+	case <-ctx.Done():
+		return 0, false
 	}
 }
 

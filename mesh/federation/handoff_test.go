@@ -1,11 +1,14 @@
 package federation
 
 import (
+	"context"
+	"errors"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/hashicorp/serf/coordinate"
+	"github.com/libp2p/go-libp2p/p2p/protocol/ping"
 
 	"github.com/strata-mesh/strata/mesh"
 	"github.com/strata-mesh/strata/placement"
@@ -106,5 +109,36 @@ func TestHandOff(t *testing.T) {
 	}
 	if site, _ := HandOff("edge-a", nil, near, bounded(time.Second, "edge-b")); site != "" {
 		t.Errorf("a latency bound without this site's coordinate: handed to %q", site)
+	}
+}
+
+// TestPingOnceDropsLostSamples: a probe whose channel closes unanswered
+// (libp2p's timeout), fails, or says 0 ms is a lost sample, not a
+// distance of 0.
+func TestPingOnceDropsLostSamples(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	closed := make(chan ping.Result)
+	close(closed)
+	failed := make(chan ping.Result, 1)
+	failed <- ping.Result{Error: errors.New("stream reset")}
+	zero := make(chan ping.Result, 1)
+	zero <- ping.Result{}
+	good := make(chan ping.Result, 1)
+	good <- ping.Result{RTT: 42 * time.Millisecond}
+	for _, tt := range []struct {
+		name string
+		ch   chan ping.Result
+		want time.Duration
+		ok   bool
+	}{
+		{"closed on timeout", closed, 0, false},
+		{"failed", failed, 0, false},
+		{"zero", zero, 0, false},
+		{"answered", good, 42 * time.Millisecond, true},
+	} {
+		if got, ok := pingOnce(ctx, tt.ch); got != tt.want || ok != tt.ok {
+			t.Errorf("%s: pingOnce = %v, %v; want %v, %v", tt.name, got, ok, tt.want, tt.ok)
+		}
 	}
 }
