@@ -37,8 +37,15 @@ setup-debs:
 setup-data:
 	@bash scripts/install-data.sh
 
+# The version and commit are stamped here: GOFLAGS may hold -buildvcs=false,
+# and then Go records neither (strata version would say "(devel)").
+VERSION ?= $(shell git describe --tags --dirty 2>/dev/null || echo devel)
+COMMIT  := $(shell git rev-parse HEAD 2>/dev/null)
+DIRTY   := $(shell git diff --quiet HEAD 2>/dev/null || echo true)
+LDFLAGS := -X main.version=$(VERSION) -X main.commit=$(COMMIT) -X main.modified=$(DIRTY)
+
 build: setup-go
-	$(GO) build -o $(BIN) ./cmd/strata
+	$(GO) build -ldflags "$(LDFLAGS)" -o $(BIN) ./cmd/strata
 
 demo: setup build
 	./$(BIN) dev $(ARGS)

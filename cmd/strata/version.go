@@ -9,8 +9,14 @@ import (
 )
 
 // version, when set at build time (-ldflags "-X main.version=v1.2.3"),
-// wins over the module version the build recorded.
-var version = ""
+// wins over the module version the build recorded; commit and modified
+// (-X main.commit=SHA -X main.modified=true) stand in for the VCS data a
+// build with -buildvcs=false does not record (make build sets all three).
+var (
+	version  = ""
+	commit   = ""
+	modified = ""
+)
 
 // buildVersion is what `strata version` prints.
 type buildVersion struct {
@@ -52,6 +58,9 @@ func readVersion() buildVersion {
 	}
 	if version != "" {
 		v.Version = version
+	}
+	if v.Commit == "" && commit != "" {
+		v.Commit, v.Modified = commit, modified == "true"
 	}
 	return v
 }
