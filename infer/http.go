@@ -101,6 +101,10 @@ func (s *Server) local(w http.ResponseWriter, r *http.Request) (*version, string
 			return nil, "forwarded"
 		case errors.Is(ferr, ErrModelNotFound):
 			err = ferr
+		case errors.Is(ferr, ErrModelNotReady):
+			// Loading somewhere, or failed to load there: 503, as
+			// docs/api.md says, not a gateway error.
+			code, err = http.StatusServiceUnavailable, ferr
 		default:
 			code, err = http.StatusBadGateway, fmt.Errorf("forward %s: %w", modelRef(name, ver), ferr)
 		}

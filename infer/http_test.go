@@ -160,6 +160,7 @@ func TestForwarding(t *testing.T) {
 		{"forwarded", fakeForwarder{}, 200, map[string]any{"forwarded": "far", "version": "3", "bytes": 2.0}},
 		{"no replica", fakeForwarder{err: fmt.Errorf("mesh: %w", ErrModelNotFound)}, 404, nil},
 		{"unreachable", fakeForwarder{err: context.DeadlineExceeded}, 502, nil},
+		{"loading or failed elsewhere", fakeForwarder{err: fmt.Errorf("%w: far@3 is loading on edge-1", ErrModelNotReady)}, 503, nil},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
