@@ -192,13 +192,19 @@ func TestControllerRoleFollowsCertificate(t *testing.T) {
 	}
 }
 
-// BenchmarkVerify measures verifying one signed catalog entry and one
-// signed node document as a peer receives them (signature and cached
-// certificate), beside merging the same records unsigned.
+// BenchmarkVerify measures merging a new record as a peer receives it
+// (decode, validate and, signed, verify the signature against the
+// writer's cached certificate): 64 catalog entries and a node document,
+// 20 rounds each iteration, in microseconds a record, signed beside
+// unsigned.
 func BenchmarkVerify(b *testing.B) {
 	ca := newTestCA(b)
 	for _, signed := range []bool{false, true} {
-		b.Run(fmt.Sprintf("signed=%v", signed), func(b *testing.B) {
+		impl := "unsigned"
+		if signed {
+			impl = "signed"
+		}
+		b.Run("impl="+impl, func(b *testing.B) {
 			network := &meshtest.Network{}
 			wid, rid := identity(b), identity(b)
 			var wt, rt *mesh.Trust
@@ -209,9 +215,17 @@ func BenchmarkVerify(b *testing.B) {
 			r := startTrustNode(b, network, "r", mesh.TierOnprem, rid, rt, "")
 			msgs := mesh.BenchRecords(w.m, 64)
 			b.ResetTimer()
-			for i := range b.N {
-				mesh.BenchMerge(r.m, msgs[i%len(msgs)])
+			start, n := time.Now(), 0
+			for range b.N {
+				for range 20 {
+					for _, msg := range msgs {
+						mesh.BenchMerge(r.m, msg)
+						n++
+					}
+				}
 			}
+			b.ReportMetric(0, "ns/op")
+			b.ReportMetric(float64(time.Since(start).Microseconds())/float64(n), "us/record")
 		})
 	}
 }
@@ -219,13 +233,17 @@ func BenchmarkVerify(b *testing.B) {
 // BenchmarkSignedDissemination measures, at 64 agents in one pool
 // (in-memory network, LAN timings), how long a node document change and a
 // catalog entry take to reach every agent (median of 7 each), with
-// records signed and verified and without, side by side in one run.
+// records signed and verified and without, side by side in one run
+// (make bench prints the ratio).
 func BenchmarkSignedDissemination(b *testing.B) {
 	const n, repeats = 64, 7
 	ca := newTestCA(b)
-	var medians [2][2]float64 // [signed][doc, entry]
-	for si, signed := range []bool{false, true} {
-		b.Run(fmt.Sprintf("nodes=%d/signed=%v", n, signed), func(b *testing.B) {
+	for _, signed := range []bool{false, true} {
+		impl := "unsigned"
+		if signed {
+			impl = "signed"
+		}
+		b.Run(fmt.Sprintf("nodes=%d/impl=%s", n, impl), func(b *testing.B) {
 			var trust func(string, mesh.Identity) *mesh.Trust
 			if signed {
 				trust = func(name string, id mesh.Identity) *mesh.Trust {
@@ -262,14 +280,9 @@ func BenchmarkSignedDissemination(b *testing.B) {
 					return true
 				}).Seconds())
 			}
-			medians[si] = [2]float64{median(docs), median(entries)}
 			b.ReportMetric(0, "ns/op")
-			b.ReportMetric(medians[si][0], "doc-median-s")
-			b.ReportMetric(medians[si][1], "entry-median-s")
-			if signed && medians[0][0] > 0 {
-				b.ReportMetric(medians[1][0]/medians[0][0], "doc-ratio")
-				b.ReportMetric(medians[1][1]/medians[0][1], "entry-ratio")
-			}
+			b.ReportMetric(median(docs), "doc-median-s")
+			b.ReportMetric(median(entries), "entry-median-s")
 		})
 	}
 }
