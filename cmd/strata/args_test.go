@@ -32,3 +32,20 @@ func TestParseArgs(t *testing.T) {
 		}
 	}
 }
+
+// TestHoistFlags: client flags written before the command go after it.
+func TestHoistFlags(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct{ args, want []string }{
+		{[]string{"members"}, []string{"members"}},
+		{[]string{"members", "-o", "json"}, []string{"members", "-o", "json"}},
+		{[]string{"-address", "http://h:7470", "members"}, []string{"members", "-address", "http://h:7470"}},
+		{[]string{"-o", "json", "-address=http://h:7470", "node", "gpu-1"}, []string{"node", "-o", "json", "-address=http://h:7470", "gpu-1"}},
+		{[]string{"--token", "t", "apply", "-f", "x.yaml"}, []string{"apply", "--token", "t", "-f", "x.yaml"}},
+		{[]string{"-address"}, []string{"-address"}},
+	} {
+		if got := hoistFlags(tc.args); !slices.Equal(got, tc.want) {
+			t.Errorf("hoistFlags(%q) = %q, want %q", tc.args, got, tc.want)
+		}
+	}
+}

@@ -23,6 +23,7 @@ import (
 type clientFlags struct {
 	address string
 	output  string
+	token   string
 }
 
 func addClientFlags(fs *flag.FlagSet) *clientFlags {
@@ -33,6 +34,7 @@ func addClientFlags(fs *flag.FlagSet) *clientFlags {
 	}
 	fs.StringVar(&c.address, "address", def, "agent API `URL` (env STRATA_ADDR)")
 	fs.StringVar(&c.output, "o", "table", "output `format`: table or json")
+	fs.StringVar(&c.token, "token", "", "API `token` (default $STRATA_TOKEN, else $STRATA_API_TOKEN)")
 	return c
 }
 
@@ -46,7 +48,7 @@ func (c *clientFlags) check() error {
 // client returns the API client of the flags' address, with the token
 // in STRATA_TOKEN.
 func (c *clientFlags) client() *client.Client {
-	return client.New(c.address, client.WithToken(cmp.Or(os.Getenv("STRATA_TOKEN"), os.Getenv("STRATA_API_TOKEN"))))
+	return client.New(c.address, client.WithToken(cmp.Or(c.token, os.Getenv("STRATA_TOKEN"), os.Getenv("STRATA_API_TOKEN"))))
 }
 
 // readTimeout bounds a read-only call; calls that change something

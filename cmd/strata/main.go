@@ -13,6 +13,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"slices"
 	"strings"
 )
 
@@ -81,6 +82,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 		}
 		return 0
 	}
+	args = hoistFlags(args)
 	for _, c := range commands() {
 		if c.name != args[0] {
 			continue
@@ -102,6 +104,34 @@ func run(args []string, stdout, stderr io.Writer) int {
 	fmt.Fprintf(stderr, "strata: unknown command %q\n\n", args[0])
 	usage(stderr)
 	return 1
+}
+
+// globalValueFlags are the client flags that take a value; they may come
+// before the command as well as after it.
+var globalValueFlags = map[string]bool{"address": true, "o": true, "token": true}
+
+// hoistFlags moves flags written before the command to just after it, so
+// that `strata -address URL -o json members` is `strata members -address
+// URL -o json`, as kubectl and nomad take them. Arguments that start
+// with a command are returned as they are.
+func hoistFlags(args []string) []string {
+	var lead []string
+	for i := 0; i < len(args); i++ {
+		a := args[i]
+		if !strings.HasPrefix(a, "-") || a == "-" || a == "--" {
+			if len(lead) == 0 {
+				return args
+			}
+			return slices.Concat([]string{a}, lead, args[i+1:])
+		}
+		lead = append(lead, a)
+		name, _, hasValue := strings.Cut(strings.TrimLeft(a, "-"), "=")
+		if globalValueFlags[name] && !hasValue && i+1 < len(args) {
+			i++
+			lead = append(lead, args[i])
+		}
+	}
+	return args
 }
 
 func newFlags(name, args string, stderr io.Writer) *flag.FlagSet {

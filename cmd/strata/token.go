@@ -21,6 +21,9 @@ func runToken(args []string, stdout, stderr io.Writer) error {
 		return errors.New("usage: strata token new | strata token hash TOKEN|-")
 	}
 	switch args[0] {
+	case "-h", "-help", "--help", "help":
+		fmt.Fprintln(stdout, "Usage: strata token new | strata token hash TOKEN|-\n\n  new    print a random API token, and the acl_tokens line for the agent's config (on stderr)\n  hash   print the SHA-256 of TOKEN (- reads it from standard input), as acl_tokens keeps it")
+		return nil
 	case "new":
 		b := make([]byte, 24)
 		if _, err := rand.Read(b); err != nil {

@@ -147,7 +147,7 @@ func (s *Server) authorize(next http.Handler) http.Handler {
 		got, ok := strings.CutPrefix(auth, "Bearer ")
 		if !ok || got == "" {
 			w.Header().Set("WWW-Authenticate", `Bearer realm="strata"`)
-			httpjson.Error(w, http.StatusUnauthorized, "", "a token with scope %q is required: Authorization: Bearer TOKEN", need)
+			httpjson.Error(w, http.StatusUnauthorized, "", "a token with scope %q is required: the CLI sends $STRATA_TOKEN (or -token TOKEN); others send Authorization: Bearer TOKEN", need)
 			return
 		}
 		sum := sha256.Sum256([]byte(got))
