@@ -113,6 +113,10 @@ var (
 	// ErrUnknownClient is returned when a request names a client site or
 	// region the snapshot has no coordinate for.
 	ErrUnknownClient = errors.New("placement: unknown client site or region")
+	// ErrClientNotMeasured is returned when a request names a client site
+	// whose nodes have no coordinate yet: an agent publishes its first
+	// within seconds of starting, so the request can be tried again.
+	ErrClientNotMeasured = errors.New("placement: no RTT estimate yet for client site")
 )
 
 // Builder collects nodes and client coordinates for a Snapshot. The zero

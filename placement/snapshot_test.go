@@ -156,3 +156,27 @@ func TestRemoteClients(t *testing.T) {
 		t.Errorf("per client site: feasible %v, %d of %d placed (%v); want edge-a's replica only", d.Feasible, len(d.Placements), d.Wanted, d.Placements)
 	}
 }
+
+// TestClientNotMeasured: a client site whose nodes have published no
+// coordinate yet (agents just started) is told apart from a site nobody
+// knows: the first can be asked again in a few seconds.
+func TestClientNotMeasured(t *testing.T) {
+	t.Parallel()
+	var b placement.Builder
+	b.Add(box("a1", placement.TierEdge, "edge-a", "east", 4, 8, at(0, 0)),
+		box("b1", placement.TierEdge, "edge-b", "east", 4, 8, nil))
+	s, err := b.Build()
+	if err != nil {
+		t.Fatal(err)
+	}
+	req := func(client string) *placement.Request {
+		return &placement.Request{Kind: placement.Inference, Replicas: 1, Resources: placement.Resources{CPU: 100},
+			Latency: placement.Latency{P99: 50 * time.Millisecond, Clients: []string{client}}}
+	}
+	if _, err := placement.Place(s, req("edge-b")); !errors.Is(err, placement.ErrClientNotMeasured) {
+		t.Errorf("a site without coordinates yet: %v, want ErrClientNotMeasured", err)
+	}
+	if _, err := placement.Place(s, req("mars")); !errors.Is(err, placement.ErrUnknownClient) || errors.Is(err, placement.ErrClientNotMeasured) {
+		t.Errorf("an unknown site: %v, want ErrUnknownClient only", err)
+	}
+}

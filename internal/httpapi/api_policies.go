@@ -133,6 +133,12 @@ func (s *Server) handlePlan(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 		dec, err := placement.Place(snap, req)
+		if errors.Is(err, placement.ErrClientNotMeasured) {
+			// Right after the agents start: not the request's fault.
+			w.Header().Set("Retry-After", "5")
+			httpjson.Error(w, http.StatusServiceUnavailable, "spec.latency.clients", "%s: %v", p.Key(), err)
+			return
+		}
 		if err != nil {
 			httpjson.Error(w, http.StatusBadRequest, "", "%s: %v", p.Key(), err)
 			return
