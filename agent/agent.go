@@ -300,7 +300,7 @@ func New(cfg Config) (*Agent, error) {
 		AllowedHosts: allowedHosts(cfg.APIAllowedHosts, apiAddr),
 		SpoolDir:     filepath.Join(cfg.DataDir, "artifacts"),
 		IssueCert:    a.issueCert,
-		LoopbackMesh: loopbackHost(a.mesh.GossipAddr()),
+		LoopbackMesh: loopbackBind(a.mesh.GossipAddr()),
 		Signed:       a.dp != nil,
 		Keyring:      a.mesh,
 		RemoteSites: func() []mesh.Site {
@@ -565,10 +565,7 @@ func (a *Agent) discover() mesh.NodeState {
 		}
 	}
 	st.Load = a.loadFrom(caps, nil)
-	st.Controller = c.Tier != mesh.TierEdge
-	if c.Controller != nil {
-		st.Controller = *c.Controller
-	}
+	st.Controller = c.controller()
 	return st
 }
 
@@ -669,14 +666,4 @@ func lockDataDir(dir string) (*os.File, error) {
 		_, _ = f.WriteAt([]byte(strconv.Itoa(os.Getpid())+"\n"), 0)
 	}
 	return f, nil
-}
-
-// loopbackHost says whether addr (host:port) is on loopback.
-func loopbackHost(addr string) bool {
-	host, _, err := net.SplitHostPort(addr)
-	if err != nil {
-		return false
-	}
-	ip := net.ParseIP(host)
-	return ip != nil && ip.IsLoopback()
 }

@@ -337,11 +337,7 @@ func (a *Agent) issueNodeCert(p PKI, req api.CertRequest) ([]byte, error) {
 
 // claims are what this node's certificate must say of it.
 func (a *Agent) claims() pki.Claims {
-	c := pki.Claims{ID: a.id.ID(), Site: a.cfg.Site, Tier: a.cfg.Tier, Controller: a.cfg.Tier != mesh.TierEdge}
-	if a.cfg.Controller != nil {
-		c.Controller = *a.cfg.Controller
-	}
-	return c
+	return pki.Claims{ID: a.id.ID(), Site: a.cfg.Site, Tier: a.cfg.Tier, Controller: a.cfg.controller()}
 }
 
 // certStale says why a node certificate (PEM) does not fit claims, or "".

@@ -684,3 +684,12 @@ func loopbackBind(addr string) bool {
 	ip := net.ParseIP(host)
 	return ip != nil && ip.IsLoopback()
 }
+
+// controller says whether the agent may own policies: Controller when
+// set, else every tier but edge.
+func (c *Config) controller() bool {
+	if c.Controller != nil {
+		return *c.Controller
+	}
+	return c.Tier != mesh.TierEdge
+}

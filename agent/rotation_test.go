@@ -83,7 +83,7 @@ func TestRotationWhileServing(t *testing.T) {
 				select {
 				case <-stop:
 					return
-				case <-time.After(50 * time.Millisecond):
+				case <-time.After(50 * time.Millisecond): // pacing the clients
 				}
 				sent.Add(1)
 				if code, _, body := infer1(t, a.Handler()); code != http.StatusOK {
@@ -101,6 +101,13 @@ func TestRotationWhileServing(t *testing.T) {
 		}()
 	}
 
+	// flowing waits until the clients have sent n more requests: the
+	// steps below happen under traffic, not between bursts of it.
+	flowing := func(what string, n int64) {
+		t.Helper()
+		from := sent.Load()
+		meshtest.WaitFor(t, 30*time.Second, fmt.Sprintf("%d requests %s", n, what), func() bool { return sent.Load() >= from+n })
+	}
 	oldKey := agents[0].cfg.GossipKey
 	raw := make([]byte, 32)
 	if _, err := rand.Read(raw); err != nil {
@@ -114,7 +121,7 @@ func TestRotationWhileServing(t *testing.T) {
 				t.Fatalf("keyring %s on %s = %d %s", step.op, a.Name(), code, out)
 			}
 		}
-		time.Sleep(time.Second) // requests keep flowing between steps
+		flowing("after keyring "+step.op, 50)
 	}
 	fp := mesh.KeyFingerprint(raw)
 	for _, a := range agents {
@@ -145,7 +152,7 @@ func TestRotationWhileServing(t *testing.T) {
 		}
 		return true
 	})
-	time.Sleep(2 * time.Second) // requests flow over the renewed certificates
+	flowing("over the renewed certificates", 100)
 	close(stop)
 	wg.Wait()
 	for _, a := range agents {

@@ -54,3 +54,16 @@ func BenchMerge(m *Mesh, msg []byte) {
 		panic("entry not merged")
 	}
 }
+
+// CertDER is the certificate m signs with now, and PeerCertDER the one m
+// holds for node id.
+func CertDER(m *Mesh) []byte {
+	m.trust.mu.Lock()
+	defer m.trust.mu.Unlock()
+	return m.trust.selfDER
+}
+
+func PeerCertDER(m *Mesh, id string) []byte {
+	_, der := m.trust.writer(id)
+	return der
+}

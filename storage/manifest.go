@@ -257,3 +257,15 @@ func (k Keyring) Verify(m Manifest) error {
 	}
 	return nil
 }
+
+// SignedBefore reports whether m precedes o for the same
+// kind/name@version: signed earlier (Created, which the signature covers),
+// or, signed at the same instant, with the lower digest. Of manifests with
+// other bytes for one version, the first signed is the version: every
+// reader, and the mesh when it merges copies of the catalog, keeps it.
+func (m Manifest) SignedBefore(o Manifest) bool {
+	if !m.Created.Equal(o.Created) {
+		return m.Created.Before(o.Created)
+	}
+	return m.Digest < o.Digest
+}

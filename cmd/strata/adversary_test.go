@@ -270,7 +270,7 @@ func (a *adversary) run(t *testing.T, name, seed string, key []byte, stop <-chan
 		select {
 		case <-stop:
 			return sent + d.pushed()
-		case <-time.After(200 * time.Millisecond):
+		case <-time.After(200 * time.Millisecond): // a bounded flood: 5 rounds a second
 		}
 		// Straight to every member too, over TCP, as an answer to an ask.
 		for _, m := range ml.Members() {

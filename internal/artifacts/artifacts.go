@@ -15,7 +15,7 @@
 // bytes under a version the catalog holds (a *ConflictError, which wraps
 // storage.ErrExists), from any agent. Where two manifests of one version
 // meet anyway (published at once on two agents, or one written over the
-// other by a peer), readers agree on the first signed (SignedBefore): the
+// other by a peer), readers agree on the first signed (Manifest.SignedBefore): the
 // service remembers the first it verified of each version, and a later one
 // with other bytes never replaces it.
 package artifacts
@@ -74,18 +74,6 @@ func (e *ConflictError) Error() string {
 
 // Unwrap returns storage.ErrExists.
 func (e *ConflictError) Unwrap() error { return storage.ErrExists }
-
-// SignedBefore reports whether manifest a precedes b for the same
-// kind/name@version: signed earlier (Created, which the signature covers),
-// or, signed at the same instant, with the lower digest. Of manifests with
-// other bytes for one version, the first signed is the version: every
-// reader, and the mesh when it merges copies of the catalog, keeps it.
-func SignedBefore(a, b storage.Manifest) bool {
-	if !a.Created.Equal(b.Created) {
-		return a.Created.Before(b.Created)
-	}
-	return a.Digest < b.Digest
-}
 
 // versionKey is a manifest's catalog key: kind/name/version.
 func versionKey(kind storage.Kind, name, version string) string {
@@ -230,7 +218,7 @@ func (s *Service) note(m storage.Manifest) storage.Manifest {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	cur, ok := s.first[k]
-	if !ok || SignedBefore(m, cur) {
+	if !ok || m.SignedBefore(cur) {
 		s.first[k] = m
 		if ok && cur.Digest != m.Digest {
 			s.log.Warn("two manifests name one version with other bytes: the first signed wins", "ref", m.Ref(),
@@ -511,7 +499,7 @@ func (s *Service) Announce(m storage.Manifest) error {
 	known, err := s.Known(m.Kind, m.Name, m.Version)
 	switch {
 	case err != nil:
-	case known.Digest != m.Digest && !SignedBefore(m, known):
+	case known.Digest != m.Digest && !m.SignedBefore(known):
 		return &ConflictError{Held: known, Digest: m.Digest}
 	case sameManifest(known, m):
 		if cur, err := s.cfg.Catalog.Manifests.Value(versionKey(m.Kind, m.Name, m.Version)); err == nil && sameManifest(cur, m) {

@@ -270,7 +270,7 @@ func TestSignedBefore(t *testing.T) {
 		{"same-time-zone-apart", m("bb", t0.In(time.FixedZone("x", 3600))), m("aa", t0), false},
 		{"itself", m("aa", t0), m("aa", t0), false},
 	} {
-		if got := SignedBefore(c.a, c.b); got != c.want {
+		if got := c.a.SignedBefore(c.b); got != c.want {
 			t.Errorf("%s: SignedBefore = %v, want %v", c.name, got, c.want)
 		}
 	}

@@ -101,7 +101,7 @@ func (a Authorizer) Authorize(r mesh.Reader, w mesh.Writer, e mesh.Entry) error 
 				return fmt.Errorf("%w: %s is %s already; the manifest of %s does not verify", ErrImmutable, key, short(was.Digest), short(now.Digest))
 			}
 		}
-		if !signedBefore(now, was) {
+		if !now.SignedBefore(was) {
 			return fmt.Errorf("%w: %s is %s already (signed %s), not %s", ErrImmutable, key, short(was.Digest), was.Created.Format(time.RFC3339Nano), short(now.Digest))
 		}
 	case "federation":
@@ -138,7 +138,7 @@ func (a Authorizer) Prefer(x, y mesh.Entry) int {
 			return -1
 		}
 	}
-	if signedBefore(mx, my) {
+	if mx.SignedBefore(my) {
 		return 1
 	}
 	return -1
@@ -190,15 +190,6 @@ func manifestOf(v json.RawMessage) (storage.Manifest, bool) {
 		return m, false
 	}
 	return m, true
-}
-
-// signedBefore orders two manifests of one version: the earlier created,
-// then the lower digest (as artifacts.SignedBefore).
-func signedBefore(a, b storage.Manifest) bool {
-	if !a.Created.Equal(b.Created) {
-		return a.Created.Before(b.Created)
-	}
-	return a.Digest < b.Digest
 }
 
 func short(d string) string {

@@ -20,7 +20,6 @@ import (
 
 	"github.com/strata-mesh/strata/internal/catalog"
 	"github.com/strata-mesh/strata/mesh"
-	"github.com/strata-mesh/strata/mesh/dataplane"
 	"github.com/strata-mesh/strata/placement"
 )
 
@@ -255,7 +254,7 @@ func (s *Server) handleApply(w http.ResponseWriter, r *http.Request) {
 		}
 		if res.Changed {
 			p.Generation, p.Applied, p.AppliedAt = res.Generation, time.Now().UTC(), s.cfg.Mesh.Name()
-			p.AppliedVia = r.Header.Get(dataplane.HeaderPeer)
+			p.AppliedVia = passedBy(r)
 			if tok := requestToken(r); tok != nil {
 				p.AppliedBy = tok.Name
 			}

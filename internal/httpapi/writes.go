@@ -1,7 +1,6 @@
 package httpapi
 
 import (
-	"bytes"
 	"context"
 	"crypto/sha256"
 	"crypto/subtle"
@@ -15,6 +14,7 @@ import (
 
 	"github.com/strata-mesh/strata/internal/catalog"
 	"github.com/strata-mesh/strata/internal/httpjson"
+	"github.com/strata-mesh/strata/internal/serving"
 	"github.com/strata-mesh/strata/mesh"
 	"github.com/strata-mesh/strata/mesh/dataplane"
 	"github.com/strata-mesh/strata/policy"
@@ -39,8 +39,20 @@ const HeaderForwardedToken = "Strata-Forwarded-Token"
 // other policy.
 const ScopeExec Scope = "exec"
 
-// tokenKey is the context key of the token a request was authorized by.
-type tokenKey struct{}
+// tokenKey is the context key of the token a request was authorized by;
+// viaKey of the agent that passed a policy write here (authorizeForwarded).
+type (
+	tokenKey struct{}
+	viaKey   struct{}
+)
+
+// passedBy is the agent that passed r here over the data plane, "" for a
+// request made here. It is read from the context authorizeForwarded sets,
+// never from a header a caller of this API could send.
+func passedBy(r *http.Request) string {
+	v, _ := r.Context().Value(viaKey{}).(string)
+	return v
+}
 
 // withToken records on r the token that authorized it (nil: none was
 // needed: an API with no tokens).
@@ -88,7 +100,7 @@ func (s *Server) forwardWrite(w http.ResponseWriter, r *http.Request, body []byt
 			continue
 		}
 		w.Header().Set("Strata-Written-By", n.Name)
-		copyResponse(w, resp)
+		serving.CopyResponse(w, resp)
 		cancel()
 		return true
 	}
@@ -117,20 +129,6 @@ func (s *Server) controllers() []mesh.Node {
 	return out
 }
 
-// copyResponse writes resp to w and closes it.
-func copyResponse(w http.ResponseWriter, resp *http.Response) {
-	defer resp.Body.Close()
-	for k, vs := range resp.Header {
-		for _, v := range vs {
-			w.Header().Add(k, v)
-		}
-	}
-	w.WriteHeader(resp.StatusCode)
-	var b bytes.Buffer
-	_, _ = b.ReadFrom(resp.Body)
-	_, _ = w.Write(b.Bytes())
-}
-
 // authorizeForwarded is the access control of policy writes other agents
 // pass here over the data plane: the caller's token, carried in
 // HeaderForwardedToken, must be one of this agent's with scope write.
@@ -150,7 +148,7 @@ func (s *Server) authorizeForwarded(next http.HandlerFunc) http.HandlerFunc {
 				httpjson.Error(w, http.StatusForbidden, "", "%s passed a policy write here, and this controller has no API tokens to check the caller's: set acl_tokens (the same on every agent) for a mesh that spans hosts", peer)
 				return
 			}
-			next(w, withToken(r, nil))
+			next(w, withToken(r.WithContext(context.WithValue(r.Context(), viaKey{}, peer)), nil))
 			return
 		}
 		got := r.Header.Get(HeaderForwardedToken)
@@ -170,7 +168,7 @@ func (s *Server) authorizeForwarded(next http.HandlerFunc) http.HandlerFunc {
 			return
 		}
 		r.Header.Del(HeaderForwardedToken)
-		next(w, withToken(r, tok))
+		next(w, withToken(r.WithContext(context.WithValue(r.Context(), viaKey{}, peer)), tok))
 	}
 }
 
