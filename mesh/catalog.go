@@ -100,6 +100,11 @@ type PutOptions struct {
 // ErrNotFound is returned by Get for a key that is absent or deleted.
 var ErrNotFound = errors.New("mesh: not found")
 
+// ErrSuperseded is a write that Config.Prefer ranks below the value held
+// for its key (a placement of an older epoch than the one held): it would
+// be undone wherever the newer value is, so it is not made.
+var ErrSuperseded = errors.New("mesh: superseded by the value held")
+
 // keyKVPrefix is where catalog entries are persisted.
 const keyKVPrefix = "mesh/kv/"
 
@@ -153,6 +158,10 @@ func (m *Mesh) write(key string, value json.RawMessage, deleted bool, o PutOptio
 		}
 	}
 	m.mu.Lock()
+	if old := m.kv[key]; old != nil && !deleted && !old.Deleted && m.cfg.Prefer != nil && m.cfg.Prefer(*e, *old) < 0 {
+		m.mu.Unlock()
+		return Entry{}, fmt.Errorf("%w: %s", ErrSuperseded, key)
+	}
 	e.Version = uint64(time.Now().UnixMicro())
 	if old := m.kv[key]; old != nil && old.Version >= e.Version {
 		if old.Version == math.MaxUint64 {

@@ -8,8 +8,11 @@ import (
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
+
 	"github.com/strata-mesh/strata/mesh"
 	"github.com/strata-mesh/strata/mesh/meshtest"
+	"github.com/strata-mesh/strata/storage"
 )
 
 func TestCatalogReplicates(t *testing.T) {
@@ -78,5 +81,46 @@ func TestCatalogReplicates(t *testing.T) {
 	}
 	if _, err := back.m.Get("policies/a"); !errors.Is(err, mesh.ErrNotFound) {
 		t.Errorf("deleted key after restart: err = %v", err)
+	}
+}
+
+// TestSupersededWriteIsRefused: a write that Config.Prefer ranks below the
+// value held is not made (it would be undone wherever the held value is)
+// and says so; a delete, and a write ranked above, are made.
+func TestSupersededWriteIsRefused(t *testing.T) {
+	t.Parallel()
+	db, err := storage.Open(storage.Options{Dir: t.TempDir()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	num := func(e mesh.Entry) int {
+		var n int
+		_ = json.Unmarshal(e.Value, &n)
+		return n
+	}
+	m, err := mesh.New(mesh.Config{Name: "a", Identity: newID(t), BindAddr: "127.0.0.1:0", DB: db, Registerer: prometheus.NewRegistry(),
+		Prefer: func(a, b mesh.Entry) int { return num(a) - num(b) }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer m.Close()
+	if _, err := m.Put("placements/x", json.RawMessage("5")); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := m.Put("placements/x", json.RawMessage("4")); !errors.Is(err, mesh.ErrSuperseded) {
+		t.Errorf("older write: err = %v, want ErrSuperseded", err)
+	}
+	if e, _ := m.Get("placements/x"); num(e) != 5 {
+		t.Errorf("held %s after a superseded write, want 5", e.Value)
+	}
+	if _, err := m.Put("placements/x", json.RawMessage("6")); err != nil {
+		t.Errorf("newer write: %v", err)
+	}
+	if err := m.Delete("placements/x"); err != nil {
+		t.Errorf("delete: %v", err)
+	}
+	if _, err := m.Put("placements/x", json.RawMessage("1")); err != nil {
+		t.Errorf("write after a delete: %v", err)
 	}
 }

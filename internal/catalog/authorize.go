@@ -1,6 +1,7 @@
 package catalog
 
 import (
+	"cmp"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -116,12 +117,28 @@ func (a Authorizer) Authorize(r mesh.Reader, w mesh.Writer, e mesh.Entry) error 
 	return nil
 }
 
-// Prefer keeps one manifest per artifact version whatever order they
-// arrive in (set as mesh.Config.Prefer): of two with different digests,
-// the one that verifies against the trusted keys when only one does, else
-// the one signed first. Any other pair is left to versions.
+// Prefer orders two versions of one key whatever order they arrive in
+// (set as mesh.Config.Prefer):
+//
+//   - artifact manifests: of two with different digests, the one that
+//     verifies against the trusted keys when only one does, else the one
+//     signed first;
+//   - placements: the later epoch. An owner whose view lagged (membership
+//     flapped, it was cut off) and placed a policy again at an older epoch
+//     does not undo the newer placement, wherever its record arrives first;
+//   - jobs: the run of the later epoch; of two records of one epoch, the
+//     one that says how the run ended. A run that was superseded cannot
+//     leave a "running" record over the outcome of the run that replaced
+//     it.
+//
+// Any other pair is left to versions.
 func (a Authorizer) Prefer(x, y mesh.Entry) int {
-	if !strings.HasPrefix(x.Key, "artifacts/") {
+	switch {
+	case strings.HasPrefix(x.Key, "placements/"):
+		return preferEpoch(x, y, func(p Placement) (uint64, bool) { return p.Epoch, false })
+	case strings.HasPrefix(x.Key, "jobs/"):
+		return preferEpoch(x, y, func(j Job) (uint64, bool) { return j.Epoch, j.Terminal() })
+	case !strings.HasPrefix(x.Key, "artifacts/"):
 		return 0
 	}
 	mx, ok1 := manifestOf(x.Value)
@@ -182,6 +199,27 @@ func placedOn(r mesh.Reader, policyKey string, w mesh.Writer) error {
 		}
 	}
 	return fmt.Errorf("%w: %s is not placed on %s", ErrNotAssigned, policyKey, w.Name)
+}
+
+// preferEpoch orders two records by the epoch key returns, then by
+// whether they are final (ended beats running). Records that do not
+// decode are left to versions.
+func preferEpoch[T any](x, y mesh.Entry, key func(T) (epoch uint64, final bool)) int {
+	var vx, vy T
+	if json.Unmarshal(x.Value, &vx) != nil || json.Unmarshal(y.Value, &vy) != nil {
+		return 0
+	}
+	ex, fx := key(vx)
+	ey, fy := key(vy)
+	switch {
+	case ex != ey:
+		return cmp.Compare(ex, ey)
+	case fx && !fy:
+		return 1
+	case fy && !fx:
+		return -1
+	}
+	return 0
 }
 
 func manifestOf(v json.RawMessage) (storage.Manifest, bool) {

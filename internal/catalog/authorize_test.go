@@ -120,9 +120,10 @@ func TestAuthorizeVerifiedManifest(t *testing.T) {
 	}
 }
 
-// TestPrefer orders two manifests of one version the same way whichever
-// arrives first: a verified one over one that is not, else the one signed
-// first.
+// TestPrefer orders two versions of a key the same way whichever arrives
+// first: of two manifests of one version, a verified one over one that is
+// not, else the one signed first; of placements and job records, the later
+// epoch, and of one epoch's job records, the run's outcome.
 func TestPrefer(t *testing.T) {
 	t.Parallel()
 	t0 := time.Date(2026, 11, 27, 12, 0, 0, 0, time.UTC)
@@ -146,6 +147,11 @@ func TestPrefer(t *testing.T) {
 		{"verified over earlier unverified", e("bb", t0, "trusted"), e("aa", t0.Add(-time.Hour), ""), 1},
 		{"same digest: versions decide", e("aa", t0, "trusted"), e("aa", t0.Add(time.Hour), "trusted"), 0},
 		{"another table: versions decide", mesh.Entry{Key: "policies/x"}, mesh.Entry{Key: "policies/x"}, 0},
+		{"placement: later epoch", pl(t, 5), pl(t, 4), 1},
+		{"placement: same epoch, versions decide", pl(t, 5), pl(t, 5), 0},
+		{"job: later epoch's run", job(t, 6, catalog.JobPending), job(t, 5, catalog.JobSucceeded), 1},
+		{"job: one epoch, its outcome over running", job(t, 5, catalog.JobFailed), job(t, 5, catalog.JobRunning), 1},
+		{"job: one epoch, both running", job(t, 5, catalog.JobRunning), job(t, 5, catalog.JobPending), 0},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -157,4 +163,12 @@ func TestPrefer(t *testing.T) {
 			}
 		})
 	}
+}
+
+func pl(t *testing.T, epoch uint64) mesh.Entry {
+	return mesh.Entry{Key: "placements/TrainingJob/x", Value: value(t, catalog.Placement{Key: "TrainingJob/x", Epoch: epoch})}
+}
+
+func job(t *testing.T, epoch uint64, state string) mesh.Entry {
+	return mesh.Entry{Key: "jobs/x", Value: value(t, catalog.Job{Name: "x", Epoch: epoch, State: state})}
 }

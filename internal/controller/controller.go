@@ -45,8 +45,16 @@ type Controller struct {
 	ledger *placement.Ledger
 	// held maps policy key → the epoch admitted (or refused) here.
 	held map[string]mesh.Assignment
-	// lastTry is when an owned, not fully placed policy was last placed.
+	// lastTry is when an owned, not fully placed policy was last placed;
+	// tries counts the retries since that came to the same placement (see
+	// retryDelay).
 	lastTry map[string]time.Time
+	tries   map[string]int
+	// owners are the controller-capable agents that owned policies in the
+	// last pass, and ownersChanged when that set last changed; before
+	// them, prevOwners (reconcile's goroutine only; see ownerSettle).
+	owners, prevOwners []string
+	ownersChanged      time.Time
 	// failedSince is when this controller first saw each failed node
 	// failed (reconcile's goroutine only).
 	failedSince map[string]time.Time
@@ -56,6 +64,9 @@ type Controller struct {
 	// settleUntil is when this controller's view of the mesh is current
 	// again after a start or a pause (see settle); Run's goroutine only.
 	settleUntil time.Time
+	// liveNodes names the nodes alive or suspect in the last pass
+	// (reconcile's goroutine only): a change resets retryDelay.
+	liveNodes string
 	// live is the engine's view of the mesh, kept from round to round
 	// (reconcile's goroutine only); liveStats is its latest stats.
 	live      placement.Live
@@ -74,9 +85,28 @@ const coordSlack = time.Millisecond
 // runs to completion twice.
 const JobGrace = 15 * time.Second
 
-// retryEvery is how often an owner retries a policy it could not fully
-// place, when nothing in the mesh changed.
-const retryEvery = 5 * time.Second
+// retryEvery is how soon an owner retries a policy it could not fully
+// place; each retry that comes to the same placement doubles the wait, up
+// to retryMax, and a change of the mesh's members starts again at
+// retryEvery. A policy placed in part is then a stable state, not a loop
+// of new epochs.
+const (
+	retryEvery = 5 * time.Second
+	retryMax   = time.Minute
+)
+
+// retryDelay is how long an owner waits before the next retry of a
+// policy whose last tries retries came to the same placement.
+func retryDelay(tries int) time.Duration {
+	return min(retryEvery<<min(tries, 8), retryMax)
+}
+
+// ownerSettle is how long after the set of owners changed (a controller
+// failed, joined, or came back) an agent waits before it places a policy
+// that the previous set gave to another agent. Membership seen from two
+// agents differs for a moment after a change; both would otherwise place
+// the same policy, and a training job could start twice.
+const ownerSettle = 5 * time.Second
 
 // New returns a controller; nothing runs until Run.
 func New(cfg Config) *Controller {
@@ -86,7 +116,7 @@ func New(cfg Config) *Controller {
 	if cfg.Guard == nil {
 		cfg.Guard = safe.New(safe.Config{Logger: cfg.Logger})
 	}
-	return &Controller{cfg: cfg, log: cfg.Logger, held: map[string]mesh.Assignment{}, lastTry: map[string]time.Time{}, failedSince: map[string]time.Time{}, holding: map[string]string{},
+	return &Controller{cfg: cfg, log: cfg.Logger, held: map[string]mesh.Assignment{}, lastTry: map[string]time.Time{}, tries: map[string]int{}, failedSince: map[string]time.Time{}, holding: map[string]string{},
 		live: placement.Live{CoordSlack: coordSlack}}
 }
 
@@ -186,14 +216,17 @@ func (c *Controller) Run(ctx context.Context) {
 	}
 }
 
-// controllers returns the names of live controller-capable nodes. A mesh
-// with no live controller-capable agent (one edge agent alone, an
-// edge site on its own) is not left without owners: then every live agent
-// may own policies, so a lone agent places and serves what is applied to it.
+// controllers returns the names of live controller-capable nodes: alive
+// or suspect. A suspect agent is often only slow (a busy host); it keeps
+// its policies until it is declared failed, so that a moment's suspicion
+// does not give them a second owner. A mesh with no live
+// controller-capable agent (one edge agent alone, an edge site on its own)
+// is not left without owners: then every live agent may own policies, so a
+// lone agent places and serves what is applied to it.
 func controllers(nodes []mesh.Node) []string {
 	var out, alive []string
 	for _, n := range nodes {
-		if n.Status != mesh.StatusAlive {
+		if n.Status != mesh.StatusAlive && n.Status != mesh.StatusSuspect {
 			continue
 		}
 		alive = append(alive, n.Name)
@@ -277,11 +310,18 @@ func (c *Controller) reconcile() {
 		return // see settle
 	}
 	owners := controllers(nodes)
+	c.noteOwners(owners)
 	byName := map[string]mesh.Node{}
 	for _, n := range nodes {
 		byName[n.Name] = n
 	}
 	cut := mesh.UnreachableSites(nodes)
+	if live := liveNames(nodes); live != c.liveNodes {
+		c.liveNodes = live
+		c.mu.Lock()
+		clear(c.tries) // retry what was placed in part soon
+		c.mu.Unlock()
+	}
 	since := map[string]time.Time{}
 	for _, n := range nodes {
 		if n.Status == mesh.StatusFailed {
@@ -293,7 +333,7 @@ func (c *Controller) reconcile() {
 	view := &round{c: c, nodes: nodes, byName: byName}
 	for _, p := range c.policies() {
 		key := p.Key()
-		if placement.Owner(key, owners) != c.cfg.Mesh.Name() {
+		if !c.owns(key, owners) {
 			continue
 		}
 		rec, have := recs[key]
@@ -310,12 +350,15 @@ func (c *Controller) reconcile() {
 				continue
 			}
 		}
+		if have && rec.State == catalog.StatePending && rec.Generation == p.Generation && allAdmitted(rec, byName) {
+			rec.State, rec.Message, rec.Updated = catalog.StatePlaced, "every node admitted the work", time.Now().UTC()
+			if len(rec.Nodes) < rec.Wanted {
+				rec.Message = partly(rec)
+			}
+			c.write(rec)
+		}
 		need, why := c.needsPlacement(p, rec, have, byName, cut)
 		if !need {
-			if have && rec.State == catalog.StatePending && allAdmitted(rec, byName) {
-				rec.State, rec.Message, rec.Updated = catalog.StatePlaced, "every node admitted the work", time.Now().UTC()
-				c.write(rec)
-			}
 			continue
 		}
 		if p.Kind == policy.KindTrainingJob {
@@ -339,6 +382,42 @@ func (c *Controller) reconcile() {
 			_ = c.cfg.Catalog.Placements.Delete(key)
 		}
 	}
+}
+
+// liveNames lists the alive or suspect nodes' names in one string.
+func liveNames(nodes []mesh.Node) string {
+	var b strings.Builder
+	for _, n := range nodes {
+		if n.Status == mesh.StatusAlive || n.Status == mesh.StatusSuspect {
+			b.WriteString(n.Name)
+			b.WriteByte(0)
+		}
+	}
+	return b.String()
+}
+
+// noteOwners records the set of owners of this pass (see ownerSettle).
+func (c *Controller) noteOwners(owners []string) {
+	sorted := slices.Sorted(slices.Values(owners))
+	if slices.Equal(sorted, c.owners) {
+		return
+	}
+	if c.owners != nil {
+		c.prevOwners, c.ownersChanged = c.owners, time.Now()
+	}
+	c.owners = sorted
+}
+
+// owns says whether this agent owns policy key among owners and may act on
+// it now. Within ownerSettle of a change of
+// that set it leaves alone a policy that the previous set gave to another
+// agent: that agent may not be gone (a busy host declared failed refutes
+// it within seconds), and may not have seen the change yet.
+func (c *Controller) owns(key string, owners []string) bool {
+	if placement.Owner(key, owners) != c.cfg.Mesh.Name() {
+		return false
+	}
+	return time.Since(c.ownersChanged) >= ownerSettle || placement.Owner(key, c.prevOwners) == c.cfg.Mesh.Name()
 }
 
 // needsPlacement says whether p must be placed (again), and why. A failed
@@ -365,18 +444,26 @@ func (c *Controller) needsPlacement(p catalog.Policy, rec catalog.Placement, hav
 			return true, fmt.Sprintf("node %s is %s", pn.Name, statusOr(n.Status, "gone"))
 		}
 		if as, ok := AssignmentOf(n, rec.Key); ok && as.Epoch == rec.Epoch && !as.Accepted {
+			// A stale-epoch refusal says a newer placement exists: placed
+			// again, the policy takes an epoch after it, on the same node.
 			return true, fmt.Sprintf("node %s refused: %s", pn.Name, as.Reason)
 		}
 	}
 	if rec.State == catalog.StateFailed || len(rec.Nodes) < rec.Wanted {
 		c.mu.Lock()
-		due := time.Since(c.lastTry[rec.Key]) > retryEvery
+		due := time.Since(c.lastTry[rec.Key]) > retryDelay(c.tries[rec.Key])
 		c.mu.Unlock()
 		if due {
 			return true, "retrying an incomplete placement"
 		}
 	}
 	return false, ""
+}
+
+// staleRefusal says whether as refused its epoch only because the node
+// had seen a newer one: no reason to keep the policy off that node.
+func staleRefusal(as mesh.Assignment) bool {
+	return strings.HasPrefix(as.Reason, string(placement.ReasonStaleEpoch))
 }
 
 func statusOr(s mesh.Status, def string) string {
@@ -396,10 +483,13 @@ func AssignmentOf(n mesh.Node, key string) (mesh.Assignment, bool) {
 	return mesh.Assignment{}, false
 }
 
+// allAdmitted says whether every node of rec is live and admitted rec's
+// epoch.
 func allAdmitted(rec catalog.Placement, byName map[string]mesh.Node) bool {
 	for _, pn := range rec.Nodes {
-		as, ok := AssignmentOf(byName[pn.Name], rec.Key)
-		if !ok || as.Epoch != rec.Epoch || !as.Accepted {
+		n := byName[pn.Name]
+		as, ok := AssignmentOf(n, rec.Key)
+		if !ok || as.Epoch != rec.Epoch || !as.Accepted || n.Status != mesh.StatusAlive && n.Status != mesh.StatusSuspect {
 			return false
 		}
 	}
@@ -437,7 +527,7 @@ func (c *Controller) place(p catalog.Policy, old catalog.Placement, have bool, v
 	// Nodes that refused this policy before are not asked again until
 	// their load changes; nodes that hold it keep their share.
 	for _, n := range nodes {
-		if as, ok := AssignmentOf(n, rec.Key); ok && !as.Accepted && have && as.Epoch == old.Epoch {
+		if as, ok := AssignmentOf(n, rec.Key); ok && !as.Accepted && have && as.Epoch == old.Epoch && !staleRefusal(as) {
 			rec.Refused[n.Name] = as.Reason
 		}
 	}
@@ -470,13 +560,19 @@ func (c *Controller) place(p catalog.Policy, old catalog.Placement, have bool, v
 	switch {
 	case len(rec.Nodes) == 0 || (req.Kind == placement.Training && !dec.Feasible):
 		rec.State, rec.Nodes = catalog.StateFailed, nil
-		rec.Message = "no feasible placement: " + summarizeRejections(dec)
+		rec.Message = "no feasible placement: " + summarizeRejections(dec.Rejected, dec.Fallbacks)
+		if c.unchanged(old, have, rec) {
+			return
+		}
 		if c.handOff(p, req, &rec) {
 			return
 		}
 	case len(rec.Nodes) < dec.Wanted || (!dec.Feasible && len(keep) == 0):
 		rec.State = catalog.StatePending
-		rec.Message = fmt.Sprintf("placed %d of %d (%s)", len(rec.Nodes), dec.Wanted, why)
+		rec.Message = partly(rec)
+		if c.unchanged(old, have, rec) {
+			return
+		}
 	default:
 		rec.State = catalog.StatePending
 		rec.Message = fmt.Sprintf("placed on %d node(s) (%s); waiting for admission", len(rec.Nodes), why)
@@ -491,6 +587,9 @@ func (c *Controller) place(p catalog.Policy, old catalog.Placement, have bool, v
 		reserveNew(base, dec, rec, view.byName)
 	}
 	c.log.Info("placed policy", "policy", rec.Key, "epoch", rec.Epoch, "state", rec.State, "nodes", rec.NodeNames(), "why", why)
+	c.mu.Lock()
+	delete(c.tries, rec.Key)
+	c.mu.Unlock()
 	c.write(rec)
 }
 
@@ -542,7 +641,10 @@ func kept(p catalog.Policy, old catalog.Placement, have bool, nodes []mesh.Node,
 		as, held := AssignmentOf(n, old.Key)
 		switch {
 		case n.Status == mesh.StatusUnreachable, n.Status == mesh.StatusFailed && cut[n.Site]:
-		case n.Status == mesh.StatusAlive && held && as.Epoch == old.Epoch && as.Accepted:
+		case n.Status == mesh.StatusAlive && held && as.Epoch >= old.Epoch && as.Accepted:
+			// Serving this placement, or a newer one whose record has
+			// not reached this agent: a replica is never dropped for a
+			// stale epoch.
 		default:
 			continue
 		}
@@ -603,13 +705,55 @@ func cutSites(keep []catalog.PlacedNode, cut map[string]bool) []string {
 	return out
 }
 
-func summarizeRejections(d *placement.Decision) string {
+// unchanged says whether rec, a placement just computed for the policy
+// whose placement is old, places it on the very nodes old does, in the
+// same way (placed in part, or not at all). Then no new epoch is written:
+// the nodes would admit the same work again, and a policy placed in part
+// would churn. If only what old says changed, old is written again at its
+// epoch; the next retry waits longer (see retryDelay).
+func (c *Controller) unchanged(old catalog.Placement, have bool, rec catalog.Placement) bool {
+	if !have || old.Generation != rec.Generation || old.State == catalog.StateDone ||
+		(old.State == catalog.StateFailed) != (rec.State == catalog.StateFailed) || !sameNodes(old.Nodes, rec.Nodes) {
+		return false
+	}
+	c.mu.Lock()
+	c.tries[rec.Key]++
+	c.mu.Unlock()
+	if old.Message == rec.Message {
+		return true
+	}
+	old.Message, old.Fallbacks, old.Rejected, old.Updated = rec.Message, rec.Fallbacks, rec.Rejected, rec.Updated
+	c.write(old)
+	return true
+}
+
+// sameNodes says whether a and b name the same nodes, in any order.
+func sameNodes(a, b []catalog.PlacedNode) bool {
+	names := func(ns []catalog.PlacedNode) []string {
+		out := make([]string, len(ns))
+		for i, n := range ns {
+			out[i] = n.Name
+		}
+		slices.Sort(out)
+		return out
+	}
+	return slices.Equal(names(a), names(b))
+}
+
+// partly says why rec, placed in part, has fewer nodes than it wants.
+func partly(rec catalog.Placement) string {
+	return fmt.Sprintf("placed %d of %d: %s", len(rec.Nodes), rec.Wanted, summarizeRejections(rec.Rejected, rec.Fallbacks))
+}
+
+// summarizeRejections says in a line why nodes were not chosen: each
+// reason with its count, most common first, then the last fallback.
+func summarizeRejections(rejected map[placement.Reason]int, fallbacks []placement.Fallback) string {
 	type kv struct {
 		r placement.Reason
 		n int
 	}
 	var rs []kv
-	for r, n := range d.Rejected {
+	for r, n := range rejected {
 		rs = append(rs, kv{r, n})
 	}
 	slices.SortFunc(rs, func(x, y kv) int {
@@ -622,8 +766,8 @@ func summarizeRejections(d *placement.Decision) string {
 	for _, x := range rs {
 		parts = append(parts, fmt.Sprintf("%d %s", x.n, x.r))
 	}
-	if len(d.Fallbacks) > 0 {
-		parts = append(parts, d.Fallbacks[len(d.Fallbacks)-1].Message)
+	if len(fallbacks) > 0 {
+		parts = append(parts, fallbacks[len(fallbacks)-1].Message)
 	}
 	return strings.Join(parts, "; ")
 }
@@ -635,7 +779,12 @@ func (c *Controller) write(rec catalog.Placement) {
 	if ref, ok := c.cfg.Catalog.Policies.Ref(rec.Key); ok {
 		deps = append(deps, ref)
 	}
-	if _, err := c.cfg.Catalog.Placements.Put(rec, deps...); err != nil {
+	switch _, err := c.cfg.Catalog.Placements.Put(rec, deps...); {
+	case errors.Is(err, mesh.ErrSuperseded):
+		// Another owner placed it at a later epoch: that placement
+		// stands, and this agent's view was behind.
+		c.log.Info("not writing placement: a later epoch is held", "policy", rec.Key, "epoch", rec.Epoch)
+	case err != nil:
 		c.log.Warn("writing placement", "policy", rec.Key, "err", err)
 	}
 }
@@ -755,10 +904,13 @@ func (c *Controller) admit() {
 			}
 		}
 	}
-	// Release what is no longer ours, or was placed again at a newer epoch.
+	// Release what is no longer ours, or was placed again at a newer
+	// epoch. A record of an older epoch than the one held (a lagging
+	// owner's, or a copy that arrived late) changes nothing here: the
+	// node goes on serving the newer one.
 	for key, as := range c.held {
 		rec, ok := wanted[key]
-		if ok && rec.Epoch == as.Epoch {
+		if ok && (rec.Epoch == as.Epoch || rec.Epoch < as.Epoch && as.Accepted) {
 			continue
 		}
 		if as.Accepted {
@@ -815,7 +967,7 @@ func (c *Controller) rollouts() {
 	owners := controllers(c.cfg.Mesh.Nodes())
 	var drifts []catalog.Drift
 	for _, p := range c.policies() {
-		if p.Kind != policy.KindInferenceService || placement.Owner(p.Key(), owners) != c.cfg.Mesh.Name() {
+		if p.Kind != policy.KindInferenceService || !c.owns(p.Key(), owners) {
 			continue
 		}
 		doc, err := p.Document()

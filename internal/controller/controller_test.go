@@ -2,6 +2,9 @@ package controller
 
 import (
 	"cmp"
+	"encoding/json"
+	"fmt"
+	"math/rand/v2"
 	"slices"
 	"strings"
 	"testing"
@@ -422,5 +425,208 @@ func TestNewEpochAfterTheLastRun(t *testing.T) {
 	}
 	if rec.Epoch != 5 {
 		t.Errorf("placed at epoch %d (%s), want 5: after the last run's", rec.Epoch, rec.Message)
+	}
+}
+
+// TestPartlyPlacedIsStable: a service that only one node can take, of the
+// two replicas it asks for, is placed in part and stays so: retries that
+// come to the same node write no new epoch (its node would admit the same
+// work again, and the service would flip between pending and placed),
+// they back off, and it says why the second replica is missing. A node
+// that can take it, when it joins, is used at the next retry.
+func TestPartlyPlacedIsStable(t *testing.T) {
+	t.Parallel()
+	const key = "InferenceService/web"
+	cat := catalog.New(catalogtest.NewStore(), nil)
+	if _, err := cat.Policies.Put(catalog.Policy{Kind: policy.KindInferenceService, Name: "web", Source: webSource, Generation: 1}); err != nil {
+		t.Fatal(err)
+	}
+	m := &fakeMesh{nodes: []mesh.Node{gpuNode("big", 64000, "A100"), gpuNode("small", 8000)}}
+	c := New(Config{Mesh: m, Catalog: cat, Compile: func(p catalog.Policy) (*placement.Request, error) {
+		return &placement.Request{Kind: placement.Inference, Key: p.Key(), Replicas: 2,
+			Resources: placement.Resources{CPU: 1000, Memory: 1 << 30, GPUs: 1}}, nil
+	}})
+	c.reconcile()
+	rec, err := cat.Placements.Value(key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if rec.NodeNames() != "big" || rec.Epoch != 1 {
+		t.Fatalf("placed on %q at epoch %d (%s), want big at 1", rec.NodeNames(), rec.Epoch, rec.Message)
+	}
+	m.nodes[0].Assignments = []mesh.Assignment{{Key: key, Epoch: 1, Accepted: true}}
+	var delays []time.Duration
+	for range 6 {
+		c.lastTry[key] = time.Now().Add(-time.Hour) // the retry is due
+		c.reconcile()
+		rec, _ = cat.Placements.Value(key)
+		if rec.Epoch != 1 || rec.State != catalog.StatePlaced || rec.NodeNames() != "big" {
+			t.Fatalf("retry: epoch %d, %s on %q (%s); want epoch 1, placed on big", rec.Epoch, rec.State, rec.NodeNames(), rec.Message)
+		}
+		delays = append(delays, retryDelay(c.tries[key]))
+	}
+	if !strings.HasPrefix(rec.Message, "placed 1 of 2: ") || !strings.Contains(rec.Message, string(placement.ReasonNoGPU)) {
+		t.Errorf("message %q; want it to say 1 of 2 and why", rec.Message)
+	}
+	if !slices.IsSorted(delays) || delays[len(delays)-1] != retryMax || delays[0] <= retryEvery {
+		t.Errorf("retry delays %v; want them to grow to %v", delays, retryMax)
+	}
+
+	// A node that can take the second replica joins: the next retry
+	// places it there and keeps big's.
+	m.nodes = append(m.nodes, gpuNode("fresh", 8000, "A100"))
+	m.nodes[2].Controller = false // big stays the owner
+	c.lastTry[key] = time.Now().Add(-retryEvery - time.Second)
+	c.reconcile()
+	rec, _ = cat.Placements.Value(key)
+	if rec.Epoch != 2 || !sameNodes(rec.Nodes, []catalog.PlacedNode{{Name: "big"}, {Name: "fresh"}}) {
+		t.Errorf("after a join: epoch %d on %q (%s); want epoch 2 on big and fresh", rec.Epoch, rec.NodeNames(), rec.Message)
+	}
+}
+
+// TestOlderRecordKeepsServing: a node that admitted a placement's epoch 5
+// and then receives epoch 4 of it (a lagging owner's record) goes on with
+// epoch 5; it neither drops the replica nor refuses epoch 4 as stale,
+// which would keep the policy off the one node that serves it.
+func TestOlderRecordKeepsServing(t *testing.T) {
+	t.Parallel()
+	const key = "InferenceService/web"
+	cat := catalog.New(catalogtest.NewStore(), nil)
+	m := &fakeMesh{nodes: []mesh.Node{gpuNode("e1", 8000)}}
+	c := New(Config{Mesh: m, Catalog: cat})
+	put := func(epoch uint64) {
+		t.Helper()
+		if _, err := cat.Placements.Put(catalog.Placement{Key: key, Kind: policy.KindInferenceService, Name: "web", Epoch: epoch, Generation: 1,
+			State: catalog.StatePending, Nodes: []catalog.PlacedNode{{Name: "e1"}}, Resources: placement.Resources{CPU: 100}}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	put(5)
+	c.admit()
+	put(4)
+	c.admit()
+	if as := c.held[key]; as.Epoch != 5 || !as.Accepted {
+		t.Errorf("holds epoch %d accepted=%v (%s); want epoch 5 still admitted", as.Epoch, as.Accepted, as.Reason)
+	}
+	// A replica that serves a newer epoch than the owner's record is kept
+	// when the owner places the service again.
+	m.nodes[0].Assignments = []mesh.Assignment{{Key: key, Epoch: 5, Accepted: true}}
+	p := catalog.Policy{Kind: policy.KindInferenceService, Name: "web", Generation: 1}
+	old := catalog.Placement{Key: key, Generation: 1, Epoch: 4, Nodes: []catalog.PlacedNode{{Name: "e1"}}}
+	if got := names(kept(p, old, true, m.nodes, nil)); !slices.Equal(got, []string{"e1"}) {
+		t.Errorf("kept %v, want e1, which serves a newer epoch", got)
+	}
+}
+
+// TestNewOwnerWaits: when the set of owners changes (a controller is
+// declared failed), the agent that now owns its policies waits
+// ownerSettle before it places them: the other may be a busy host that
+// refutes its failure within seconds, and has placed them meanwhile. A
+// suspect controller is still an owner.
+func TestNewOwnerWaits(t *testing.T) {
+	t.Parallel()
+	cat := catalog.New(catalogtest.NewStore(), nil)
+	m := &fakeMesh{nodes: []mesh.Node{controllerNode("c1"), controllerNode("c2")}}
+	// A policy that c2 owns while both are live.
+	name := ""
+	for i := 0; name == ""; i++ {
+		if n := fmt.Sprintf("web-%d", i); placement.Owner(policy.KindInferenceService+"/"+n, []string{"c1", "c2"}) == "c2" {
+			name = n
+		}
+	}
+	key := policy.KindInferenceService + "/" + name
+	src := strings.Replace(webSource, "{name: web}", "{name: "+name+"}", 1)
+	if _, err := cat.Policies.Put(catalog.Policy{Kind: policy.KindInferenceService, Name: name, Source: src, Generation: 1}); err != nil {
+		t.Fatal(err)
+	}
+	c := New(Config{Mesh: m, Catalog: cat, Compile: Compile})
+	c.reconcile()
+	m.nodes[1].Status = mesh.StatusSuspect
+	c.reconcile()
+	if _, err := cat.Placements.Get(key); err == nil {
+		t.Fatal("placed by c1 although its owner c2 is only suspect")
+	}
+	m.nodes[1].Status = mesh.StatusFailed
+	c.reconcile()
+	if _, err := cat.Placements.Get(key); err == nil {
+		t.Fatal("placed by c1 at once when c2 was declared failed")
+	}
+	c.ownersChanged = time.Now().Add(-ownerSettle)
+	c.reconcile()
+	if _, err := cat.Placements.Value(key); err != nil {
+		t.Fatalf("not placed by c1 once owners settled: %v", err)
+	}
+}
+
+// TestFlappingMembersPlaceOnce: two controllers whose views of each other
+// flap (each sees the other failed in some passes, as a busy host's
+// probes time out) while 300 policies are applied in batches. No policy
+// is placed by both: a controller that sees the other fail waits
+// ownerSettle before it takes the other's policies, and the flaps are
+// shorter than that.
+func TestFlappingMembersPlaceOnce(t *testing.T) {
+	t.Parallel()
+	stores := []*catalogtest.Store{catalogtest.NewStore(), catalogtest.NewStore()}
+	workers := []mesh.Node{gpuNode("w1", 64000), gpuNode("w2", 64000), gpuNode("w3", 64000)}
+	for i := range workers {
+		workers[i].Controller = false
+	}
+	var ctls []*Controller
+	var views []*fakeMesh
+	for i, name := range []string{"c1", "c2"} {
+		other := map[string]string{"c1": "c2", "c2": "c1"}[name]
+		v := &fakeMesh{nodes: append([]mesh.Node{controllerNode(name), controllerNode(other)}, workers...)}
+		views = append(views, v)
+		ctls = append(ctls, New(Config{Mesh: v, Catalog: catalog.New(stores[i], nil), Compile: Compile}))
+	}
+	rng := rand.New(rand.NewPCG(1, 2))
+	placedBy := map[string]map[string]bool{}
+	for round := range 30 {
+		for j := range 10 {
+			name := fmt.Sprintf("svc-%d-%d", round, j)
+			src := strings.Replace(webSource, "{name: web}", "{name: "+name+"}", 1)
+			for _, s := range stores {
+				if _, err := catalog.New(s, nil).Policies.Put(catalog.Policy{Kind: policy.KindInferenceService, Name: name, Source: src, Generation: 1}); err != nil {
+					t.Fatal(err)
+				}
+			}
+		}
+		for i, c := range ctls {
+			// In about one pass in three, this controller sees the other
+			// failed.
+			views[i].nodes[1].Status = mesh.StatusAlive
+			if rng.IntN(3) == 0 {
+				views[i].nodes[1].Status = mesh.StatusFailed
+			}
+			c.reconcile()
+			for _, e := range stores[i].List("placements/") {
+				var rec catalog.Placement
+				if err := json.Unmarshal(e.Value, &rec); err != nil {
+					t.Fatal(err)
+				}
+				if placedBy[rec.Key] == nil {
+					placedBy[rec.Key] = map[string]bool{}
+				}
+				placedBy[rec.Key][rec.Owner] = true
+			}
+		}
+		// Replication: each placement reaches the other controller.
+		for i, s := range stores {
+			for _, e := range s.List("placements/") {
+				if _, ok := stores[1-i].Lookup(e.Key); !ok {
+					s.Deliver(stores[1-i], e.Key)
+				}
+			}
+		}
+	}
+	twice := 0
+	for key, by := range placedBy {
+		if len(by) > 1 {
+			twice++
+			t.Errorf("%s placed by %d owners", key, len(by))
+		}
+	}
+	if len(placedBy) != 300 || twice > 0 {
+		t.Errorf("%d of 300 policies placed, %d by two owners", len(placedBy), twice)
 	}
 }

@@ -40,7 +40,7 @@ func (c *Controller) experiments() {
 	owners := controllers(c.cfg.Mesh.Nodes())
 	c.collectDeletedSweeps(owners)
 	for _, p := range c.policies() {
-		if !IsSweep(p) || placement.Owner(p.Key(), owners) != c.cfg.Mesh.Name() {
+		if !IsSweep(p) || !c.owns(p.Key(), owners) {
 			continue
 		}
 		doc, _ := p.Document()

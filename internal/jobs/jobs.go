@@ -777,7 +777,12 @@ func (j *Runner) write(jr catalog.Job) {
 	if ref, ok := j.cfg.Catalog.Placements.Ref(jr.Key); ok {
 		deps = append(deps, ref)
 	}
-	if _, err := j.cfg.Catalog.Jobs.Put(jr, deps...); err != nil {
+	switch _, err := j.cfg.Catalog.Jobs.Put(jr, deps...); {
+	case errors.Is(err, mesh.ErrSuperseded):
+		// A run of a later epoch (placed elsewhere since), or this run's
+		// own outcome, is recorded already: this run says nothing more.
+		j.log.Info("not recording training job: a later run is recorded", "job", jr.Name, "epoch", jr.Epoch, "state", jr.State)
+	case err != nil:
 		j.log.Warn("recording training job", "job", jr.Name, "err", err)
 	}
 }
