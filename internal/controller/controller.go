@@ -315,7 +315,7 @@ func (c *Controller) reconcile() {
 	for _, n := range nodes {
 		byName[n.Name] = n
 	}
-	cut := mesh.UnreachableSites(nodes)
+	cut := cutOrCutting(nodes)
 	if live := liveNames(nodes); live != c.liveNodes {
 		c.liveNodes = live
 		c.mu.Lock()
@@ -382,6 +382,32 @@ func (c *Controller) reconcile() {
 			_ = c.cfg.Catalog.Placements.Delete(key)
 		}
 	}
+}
+
+// cutOrCutting returns the unreachable sites among nodes, and the sites
+// being cut: no node alive, some suspect. A site cut off by the network
+// stops answering as a whole, but its nodes are declared failed one by
+// one; until the last is, the first failed one looks like a node failure,
+// and its replicas would move away from the site's clients, then move
+// again after the heal with no node at fault. Seen so, a node failure in
+// a site whose other nodes answer is still one.
+func cutOrCutting(nodes []mesh.Node) map[string]bool {
+	cut := mesh.UnreachableSites(nodes)
+	alive, suspect := map[string]bool{}, map[string]bool{}
+	for _, n := range nodes {
+		switch n.Status {
+		case mesh.StatusAlive:
+			alive[n.Site] = true
+		case mesh.StatusSuspect:
+			suspect[n.Site] = true
+		}
+	}
+	for site := range suspect {
+		if !alive[site] {
+			cut[site] = true
+		}
+	}
+	return cut
 }
 
 // liveNames lists the alive or suspect nodes' names in one string.

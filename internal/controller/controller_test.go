@@ -630,3 +630,34 @@ func TestFlappingMembersPlaceOnce(t *testing.T) {
 		t.Errorf("%d of 300 policies placed, %d by two owners", len(placedBy), twice)
 	}
 }
+
+// TestSiteBeingCutKeepsItsReplicas: a site cut off stops answering as a
+// whole, but its nodes are declared failed one at a time. While one is
+// failed and the others are only suspect, the failed node's replica
+// stays; when another node of the site answers, it was a node failure
+// and the replica moves.
+func TestSiteBeingCutKeepsItsReplicas(t *testing.T) {
+	t.Parallel()
+	const key = "InferenceService/web"
+	p := catalog.Policy{Kind: policy.KindInferenceService, Name: "web", Generation: 1}
+	rec := catalog.Placement{Key: key, Kind: p.Kind, Name: "web", Generation: 1, Epoch: 3, Wanted: 1, State: catalog.StatePlaced,
+		Nodes: []catalog.PlacedNode{{Name: "b1", Site: "edge-b", Client: "edge-b"}}}
+	c := New(Config{})
+	nodes := []mesh.Node{node("a1", "edge-a", mesh.StatusAlive, key, 0), node("b1", "edge-b", mesh.StatusFailed, key, 3), node("b2", "edge-b", mesh.StatusSuspect, key, 0)}
+	byName := map[string]mesh.Node{}
+	for _, n := range nodes {
+		byName[n.Name] = n
+	}
+	cut := cutOrCutting(nodes)
+	if need, why := c.needsPlacement(p, rec, true, byName, cut); need {
+		t.Errorf("placed again (%s) while edge-b is being cut", why)
+	}
+	if got := names(kept(p, rec, true, nodes, cut)); !slices.Equal(got, []string{"b1"}) {
+		t.Errorf("kept %v, want b1", got)
+	}
+	byName["b2"] = node("b2", "edge-b", mesh.StatusAlive, key, 0)
+	nodes[2] = byName["b2"]
+	if need, _ := c.needsPlacement(p, rec, true, byName, cutOrCutting(nodes)); !need {
+		t.Error("not placed again though b1 failed and b2 answers")
+	}
+}
