@@ -271,6 +271,8 @@ func appendAny(dst, src any, hint int) any {
 		return appendTyped(dst, s, hint)
 	case []float64:
 		return appendTyped(dst, s, hint)
+	case []string:
+		return appendTyped(dst, s, hint)
 	}
 	panic(fmt.Sprintf("infer: appendAny of %T", src))
 }
@@ -317,4 +319,51 @@ func sliceAny(data any, lo, hi int) any {
 
 func copyRange[T any](d []T, lo, hi int) []T {
 	return append([]T(nil), d[lo:hi]...)
+}
+
+// splittable reports whether a request's rows can run as several session
+// calls: every input has a dynamic first dimension and fixed others.
+// (Outputs are checked per call: each must have one row per input row.)
+func (v *version) splittable() bool {
+	for i, in := range v.info.Inputs {
+		if in.Shape[0] >= 0 || v.rowElems[i] < 0 {
+			return false
+		}
+	}
+	return true
+}
+
+// runSplit runs inputs, of rows rows, as consecutive session calls of at
+// most chunk rows each, and joins their outputs along the first
+// dimension. The working set is then that of one chunk, whatever the
+// request's size.
+func (v *version) runSplit(inputs []Tensor, rows, chunk int) ([]Tensor, error) {
+	var outs []Tensor
+	part := make([]Tensor, len(inputs))
+	for lo := 0; lo < rows; lo += chunk {
+		hi := min(lo+chunk, rows)
+		for i, in := range inputs {
+			per := v.rowElems[i]
+			part[i] = Tensor{Name: in.Name, Datatype: in.Datatype, Shape: append([]int64{int64(hi - lo)}, in.Shape[1:]...), Data: sliceAny(in.Data, lo*per, hi*per)}
+		}
+		got, err := v.run(part)
+		if err != nil {
+			return nil, err
+		}
+		if outs == nil {
+			outs = make([]Tensor, len(got))
+		}
+		for i, o := range got {
+			if len(o.Shape) == 0 || o.Shape[0] != int64(hi-lo) {
+				return nil, fmt.Errorf("infer: model %s output %q has shape %v for %d rows; a request over %d rows runs in parts, which needs outputs with one row per input row: send fewer rows", v.info.Name, o.Name, o.Shape, hi-lo, chunk)
+			}
+			per := 1
+			for _, d := range o.Shape[1:] {
+				per *= int(d)
+			}
+			outs[i] = Tensor{Name: o.Name, Datatype: o.Datatype, Shape: append([]int64{int64(rows)}, o.Shape[1:]...),
+				Data: appendAny(outs[i].Data, o.Data, rows*per), Classes: o.Classes}
+		}
+	}
+	return outs, nil
 }

@@ -8,9 +8,13 @@ import (
 	"io"
 	"net/http"
 	"net/http/httptest"
+	"os"
+	"runtime"
+	"runtime/debug"
 	"slices"
 	"sort"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -378,4 +382,75 @@ func BenchmarkLoadToServing(b *testing.B) {
 			b.ReportMetric(float64(len(m.model))/1e6, "MB")
 		})
 	}
+}
+
+// BenchmarkLargeRequest sends one 48 MB request (2.6M rows) to a
+// scikit-learn style classifier (ZipMap probabilities), as rows over
+// MaxRunRows run in parts (impl=strata) and as one session call
+// (impl=whole, MaxRunRows above the rows): the process's peak RSS while
+// it is answered, and its RSS 5 s after, each above the RSS before. The
+// parts row runs first: ONNX Runtime keeps what the whole call took.
+func BenchmarkLargeRequest(b *testing.B) {
+	lib := needRuntime(b)
+	model, err := os.ReadFile("testdata/sklearn_like_str.onnx")
+	if err != nil {
+		b.Fatal(err)
+	}
+	const n = 2_600_000
+	var body bytes.Buffer
+	body.WriteString(`{"inputs":[{"name":"float_input","shape":[` + strconv.Itoa(n) + `,3],"datatype":"FP32","data":[`)
+	for i, x := range rows(9, n, 3) {
+		if i > 0 {
+			body.WriteByte(',')
+		}
+		body.WriteString(strconv.FormatFloat(float64(x), 'g', 4, 32))
+	}
+	body.WriteString(`]}]}`)
+	for _, c := range []struct {
+		impl string
+		rows int
+	}{{"strata", 0}, {"whole", 2 * n}} {
+		b.Run("impl="+c.impl, func(b *testing.B) {
+			s, _ := newServer(b, Config{LibraryPath: lib, DisableBatching: true, MaxRunRows: c.rows})
+			load(b, s, "skl", "1", model)
+			for range b.N {
+				runtime.GC()
+				debug.FreeOSMemory()
+				before := procStatus(b, "VmRSS:")
+				if err := os.WriteFile("/proc/self/clear_refs", []byte("5"), 0); err != nil {
+					b.Skipf("cannot reset the peak RSS: %v", err)
+				}
+				start := time.Now()
+				rec := httptest.NewRecorder()
+				s.Handler().ServeHTTP(rec, httptest.NewRequest("POST", "/v2/models/skl/infer", bytes.NewReader(body.Bytes())))
+				took := time.Since(start)
+				if rec.Code != 200 {
+					b.Fatalf("infer = %d %.200s", rec.Code, rec.Body.String())
+				}
+				peak := procStatus(b, "VmHWM:")
+				rec = nil
+				time.Sleep(5 * time.Second) // what the RSS comes back to, by itself, 5 s after
+				b.ReportMetric(float64(body.Len())/1e6, "body-MB")
+				b.ReportMetric(float64(peak-before)/1e3, "peak-MB")
+				b.ReportMetric(float64(procStatus(b, "VmRSS:")-before)/1e3, "after-5s-MB")
+				b.ReportMetric(took.Seconds(), "s")
+			}
+		})
+	}
+}
+
+// procStatus reads a kB figure of /proc/self/status.
+func procStatus(b *testing.B, key string) int64 {
+	raw, err := os.ReadFile("/proc/self/status")
+	if err != nil {
+		b.Skipf("no /proc: %v", err)
+	}
+	for _, l := range strings.Split(string(raw), "\n") {
+		if v, ok := strings.CutPrefix(l, key); ok {
+			kb, _ := strconv.ParseInt(strings.TrimSuffix(strings.TrimSpace(v), " kB"), 10, 64)
+			return kb
+		}
+	}
+	b.Skipf("no %s in /proc/self/status", key)
+	return 0
 }

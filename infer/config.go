@@ -51,6 +51,14 @@ type Config struct {
 	// Default: 32.
 	MaxBatch int
 
+	// MaxRunRows caps the rows of one session call: a request with more
+	// rows (of a model whose inputs have a dynamic first dimension) runs
+	// as consecutive calls of at most this many rows, and its outputs are
+	// joined. ONNX Runtime's working set grows with the rows of a call (a
+	// scikit-learn classifier's ZipMap makes a map per row): one 48 MB
+	// request of 3M rows took an agent to 5 GB. Default: 16384.
+	MaxRunRows int
+
 	// BatchRunners is how many batched session calls of one model version may
 	// run at once. More runners cut queueing when cores are plentiful; fewer
 	// make bigger batches. Default: 2 (measured best for a small MLP on two
@@ -132,6 +140,9 @@ func (c *Config) EnsureDefaults() {
 	if c.MaxBatch == 0 {
 		c.MaxBatch = 32
 	}
+	if c.MaxRunRows == 0 {
+		c.MaxRunRows = 16384
+	}
 	if c.BatchRunners == 0 {
 		c.BatchRunners = 2
 	}
@@ -164,6 +175,9 @@ func (c Config) Validate() error {
 	}
 	if c.MaxBatch < 0 {
 		errs = append(errs, fmt.Errorf("MaxBatch is %d; it must be positive", c.MaxBatch))
+	}
+	if c.MaxRunRows < 0 {
+		errs = append(errs, fmt.Errorf("MaxRunRows is %d; it must be positive", c.MaxRunRows))
 	}
 	if c.BatchRunners < 0 {
 		errs = append(errs, fmt.Errorf("BatchRunners is %d; it must be positive", c.BatchRunners))

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"runtime/debug"
 	"strconv"
 	"time"
 )
@@ -196,6 +197,10 @@ func (s *Server) serveInfer(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	defer release()
+	if size >= largeRequest {
+		// After the answer (deferred calls run last first).
+		defer s.returnMemory()
+	}
 	r.Body = http.MaxBytesReader(w, r.Body, s.cfg.MaxRequestBytes)
 	v, label := s.local(w, r)
 	if v == nil {
@@ -212,7 +217,7 @@ func (s *Server) serveInfer(w http.ResponseWriter, r *http.Request) {
 }
 
 func (s *Server) inferHTTP(w http.ResponseWriter, r *http.Request, v *version) int {
-	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, s.cfg.MaxRequestBytes))
+	body, err := readBody(http.MaxBytesReader(w, r.Body, s.cfg.MaxRequestBytes), r.ContentLength)
 	if err != nil {
 		var tooBig *http.MaxBytesError
 		if errors.As(err, &tooBig) {
@@ -256,6 +261,9 @@ func (s *Server) inferHTTP(w http.ResponseWriter, r *http.Request, v *version) i
 	if len(rest) > 0 {
 		return writeError(w, http.StatusBadRequest, fmt.Errorf("%d bytes of binary data follow the header that no input's binary_data_size claims", len(rest)))
 	}
+	// The request's bytes are parsed: let them go before the model runs
+	// (jr is read again below, for its outputs only).
+	jr.Inputs = nil
 	binaryOut := map[string]bool{}
 	for _, o := range jr.Outputs {
 		req.Outputs = append(req.Outputs, o.Name)
@@ -371,4 +379,44 @@ func writeJSON(w http.ResponseWriter, code int, v any) int {
 
 func writeError(w http.ResponseWriter, code int, err error) int {
 	return writeJSON(w, code, map[string]string{"error": err.Error()})
+}
+
+// readBody reads r whole, into a buffer of the size the request declared
+// when it declared one: growing by doubling would allocate about twice a
+// large body's size on the way.
+func readBody(r io.Reader, size int64) ([]byte, error) {
+	if size <= 0 {
+		return io.ReadAll(r)
+	}
+	b := make([]byte, 0, size+1) // +1: EOF is seen without growing
+	for {
+		n, err := r.Read(b[len(b):cap(b)])
+		b = b[:len(b)+n]
+		if err == io.EOF {
+			return b, nil
+		}
+		if err != nil {
+			return b, err
+		}
+		if len(b) == cap(b) {
+			b = append(b, 0)[:len(b)] // longer than declared: grow
+		}
+	}
+}
+
+// largeRequest is the body size from which a request's memory is given
+// back to the OS once it is answered (see returnMemory).
+const largeRequest = 8 << 20
+
+// returnMemory gives the memory a large request used back to the OS now,
+// rather than over minutes: a 48 MB request parses into hundreds of MB,
+// and an edge host shares its memory with what it serves. It runs at most
+// once at a time; a request that finds it running leaves it to that one.
+func (s *Server) returnMemory() {
+	if s.freeing.CompareAndSwap(false, true) {
+		go func() {
+			defer s.freeing.Store(false)
+			debug.FreeOSMemory()
+		}()
+	}
 }

@@ -63,6 +63,8 @@ type Server struct {
 	coin    coin
 	handler http.Handler
 	budget  *budget
+	// freeing is set while returnMemory runs.
+	freeing atomic.Bool
 
 	mu       sync.RWMutex
 	models   map[string]*version
@@ -348,9 +350,13 @@ func (s *Server) infer(ctx context.Context, v *version, req *Request) (*Response
 		want = append(want, i)
 	}
 	var outs []Tensor
-	if v.batcher != nil && rows > 0 && rows < s.cfg.MaxBatch {
+	switch {
+	case v.batcher != nil && rows > 0 && rows < s.cfg.MaxBatch:
 		outs, err = v.batcher.do(ctx, inputs, rows)
-	} else {
+	case rows > s.cfg.MaxRunRows && v.splittable():
+		s.metrics.batch.WithLabelValues(v.info.Name, v.info.Version).Observe(float64(rows))
+		outs, err = v.runSplit(inputs, rows, s.cfg.MaxRunRows)
+	default:
 		s.metrics.batch.WithLabelValues(v.info.Name, v.info.Version).Observe(float64(max(rows, 1)))
 		outs, err = v.run(inputs)
 	}

@@ -216,3 +216,31 @@ func TestSampleFloor(t *testing.T) {
 		t.Error("a floor of 0 sampled")
 	}
 }
+
+// TestRowsOverMaxRunRowsRunInParts: a request with more rows than
+// MaxRunRows runs as several session calls and answers exactly what one
+// call does, for a scikit-learn style classifier (string labels, ZipMap
+// probabilities) and an MLP; an uneven last part included.
+func TestRowsOverMaxRunRowsRunInParts(t *testing.T) {
+	t.Parallel()
+	whole, _ := newServer(t, Config{DisableBatching: true})
+	parts, _ := newServer(t, Config{DisableBatching: true, MaxRunRows: 5})
+	skl, err := os.ReadFile("testdata/sklearn_like_str.onnx")
+	if err != nil {
+		t.Fatal(err)
+	}
+	net := newMLP(t, 3, 3, 8, 2)
+	for _, s := range []*Server{whole, parts} {
+		load(t, s, "skl", "1", skl)
+		load(t, s, "mlp", "1", net.model)
+	}
+	for _, c := range []struct{ model, input string }{{"skl", "float_input"}, {"mlp", "input"}} {
+		data, _ := json.Marshal(rows(5, 23, 3))
+		body := `{"inputs":[{"name":"` + c.input + `","shape":[23,3],"datatype":"FP32","data":` + string(data) + `}]}`
+		code1, want, _ := raw(whole.Handler(), "/v2/models/"+c.model+"/infer", body)
+		code2, got, _ := raw(parts.Handler(), "/v2/models/"+c.model+"/infer", body)
+		if code1 != 200 || code2 != 200 || got != want {
+			t.Errorf("%s: in parts %d %s\nwhole %d %s", c.model, code2, got, code1, want)
+		}
+	}
+}
