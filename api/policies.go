@@ -39,8 +39,9 @@ type ApplyResult struct {
 	Generation uint64 `json:"generation"`
 	// Changed is false when the same source was applied again.
 	Changed bool `json:"changed"`
-	// Warnings name what the policy refers to that does not exist yet
-	// (a model or dataset version not published): it waits for them.
+	// Warnings say what the policy waits for, as a plan would: a model
+	// or dataset version not published, room the mesh has not got now, a
+	// client site not measured yet. An apply that warns still applies.
 	Warnings []string `json:"warnings,omitempty"`
 }
 
