@@ -301,6 +301,10 @@ func (s *Server) handleDeletePolicy(w http.ResponseWriter, r *http.Request) {
 type PlacementStatus struct {
 	Policy     string `json:"policy"`
 	Generation uint64 `json:"generation"`
+	// PlacedGeneration is the policy generation the placement is of
+	// (Placement.Generation, which Generation hides in JSON): less than
+	// Generation while a change is being placed, 0 before any placement.
+	PlacedGeneration uint64 `json:"placed_generation,omitempty"`
 	catalog.Placement
 	// Rollout is the service's latest retrain and rollout, if any.
 	Rollout *catalog.Rollout `json:"rollout,omitempty"`
@@ -327,7 +331,7 @@ func (s *Server) handlePlacements(w http.ResponseWriter, r *http.Request) {
 			if p.Kind == policy.KindInferenceService {
 				replicaStates(&rec, byName)
 			}
-			st.Placement = rec
+			st.Placement, st.PlacedGeneration = rec, rec.Generation
 		} else {
 			st.Placement = catalog.Placement{Key: p.Key(), Kind: p.Kind, Name: p.Name, State: catalog.StatePending, Message: unplaced(p.Kind, nodes)}
 		}
