@@ -275,7 +275,22 @@ type Event struct {
 	Policy  string `json:"policy,omitempty"`
 	Node    string `json:"node,omitempty"`
 	Message string `json:"message"`
+	// Count is how many times the event happened in a row (1: once):
+	// the same Type and Message again for the same Policy and Node is
+	// counted, not kept twice. First and Last are the times of the first
+	// and the latest occurrence; Time is Last. Agents before counting
+	// send none of these (Count 0 means once).
+	Count int       `json:"count"`
+	First time.Time `json:"first"`
+	Last  time.Time `json:"last"`
+	// Replaces, on a repeat, is the Seq the event was sent with before:
+	// a stream sends each repeat again as an update, with a new Seq, and
+	// a follower replaces the event it showed as Replaces with this one.
+	Replaces uint64 `json:"replaces,omitempty"`
 }
+
+// Times is how many times the event happened, at least 1.
+func (e Event) Times() int { return max(e.Count, 1) }
 
 // ArtifactRef names one version of a model or dataset and its bytes.
 type ArtifactRef struct {

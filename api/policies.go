@@ -39,8 +39,9 @@ type ApplyResult struct {
 	Generation uint64 `json:"generation"`
 	// Changed is false when the same source was applied again.
 	Changed bool `json:"changed"`
-	// Warnings name what the policy refers to that does not exist yet
-	// (a model or dataset version not published): it waits for them.
+	// Warnings say what the policy waits for, as a plan would: a model
+	// or dataset version not published, room the mesh has not got now, a
+	// client site not measured yet. An apply that warns still applies.
 	Warnings []string `json:"warnings,omitempty"`
 }
 
@@ -173,9 +174,13 @@ type PlacementStatus struct {
 	// Policy is the policy's key; Generation the policy's generation.
 	Policy     string `json:"policy"`
 	Generation uint64 `json:"generation"`
-	Key        string `json:"key"`
-	Kind       string `json:"kind"`
-	Name       string `json:"name"`
+	// PlacedGeneration is the policy generation the placement is of:
+	// less than Generation while a change is being placed, 0 before any
+	// placement (and from agents that do not say).
+	PlacedGeneration uint64 `json:"placed_generation,omitempty"`
+	Key              string `json:"key"`
+	Kind             string `json:"kind"`
+	Name             string `json:"name"`
 	// Owner is the controller agent that placed it; Epoch counts its
 	// placements.
 	Owner string `json:"owner"`

@@ -199,14 +199,41 @@ func runEvents(args []string, stdout, stderr io.Writer) error {
 	if err := c.check(); err != nil {
 		return err
 	}
+	show := newEventPrinter(stdout, time.Local)
 	return c.explain(followEvents(context.Background(), c.client(), *since, func(ev api.Event, raw []byte) bool {
 		if c.output == "json" {
 			fmt.Fprintln(stdout, string(raw))
 		} else {
-			fmt.Fprintf(stdout, "%s  %-20s %s\n", ev.Time.Local().Format("15:04:05.000"), ev.Type, ev.Message)
+			show(ev)
 		}
 		return true
 	}))
+}
+
+// newEventPrinter returns a function that prints events one a line, for
+// people. An event that happened several times in a row is one line with
+// its count (×12) and the time of the first; while following, a repeat
+// of an event already printed comes as an update (api.Event.Replaces),
+// and is printed again only when its count doubles (2, 4, 8, ...), so a
+// retry failing every few seconds does not fill the screen.
+func newEventPrinter(w io.Writer, loc *time.Location) func(api.Event) {
+	shown := map[uint64]bool{} // the Seq of each event printed, as it is now
+	return func(ev api.Event) {
+		n := ev.Times()
+		if shown[ev.Replaces] && ev.Replaces != 0 {
+			delete(shown, ev.Replaces)
+			shown[ev.Seq] = true
+			if n&(n-1) != 0 {
+				return
+			}
+		}
+		shown[ev.Seq] = true
+		line := fmt.Sprintf("%s  %-20s %s", ev.Time.In(loc).Format("15:04:05.000"), ev.Type, ev.Message)
+		if n > 1 {
+			line += fmt.Sprintf(" ×%d since %s", n, ev.First.In(loc).Format("15:04:05"))
+		}
+		fmt.Fprintln(w, line)
+	}
 }
 
 // followEvents reads an agent's event stream from since (see

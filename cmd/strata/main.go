@@ -42,7 +42,7 @@ func commands() []command {
 		{"node", "NAME|ID [-o json]", "show one node", runNode},
 		{"rtt", "NODE [NODE]", "estimated round-trip time between two nodes", runRTT},
 		{"plan", "-f FILE [--why NODE] [-o json]", "show where policies would be placed, and why (exit 2: something cannot be placed)", runPlan},
-		{"apply", "-f FILE", "apply policies: the mesh places them and keeps them placed", runApply},
+		{"apply", "-f FILE [--wait [--timeout 5m]]", "apply policies: the mesh places them and keeps them placed (--wait: until placed and serving; exit 2: one failed or the wait timed out)", runApply},
 		{"delete", "KIND NAME", "delete a policy", runDelete},
 		{"placements", "[-o json]", "show where every policy is placed", runPlacements},
 		{"drift", "[MODEL] [-o json]", "show drift monitors: scores per model, site and feature", runDrift},

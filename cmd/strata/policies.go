@@ -8,6 +8,7 @@ import (
 	"path/filepath"
 	"strings"
 	"text/tabwriter"
+	"time"
 
 	"github.com/strata-mesh/strata/api/client"
 )
@@ -73,9 +74,11 @@ func runPlan(args []string, stdout, stderr io.Writer) error {
 }
 
 func runApply(args []string, stdout, stderr io.Writer) error {
-	fs := newFlags("apply", "-f FILE", stderr)
+	fs := newFlags("apply", "-f FILE [--wait [--timeout 5m]] [-o json]", stderr)
 	c := addClientFlags(fs)
 	file := fs.String("f", "", "policy `file` (YAML, several documents allowed; - for stdin)")
+	wait := fs.Bool("wait", false, "wait until every policy is placed and serving (a training job running or done, a sweep running); exit 2 if one fails or at the timeout")
+	timeout := fs.Duration("timeout", 5*time.Minute, "with --wait, how long to wait")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
@@ -91,20 +94,29 @@ func runApply(args []string, stdout, stderr io.Writer) error {
 	if err != nil {
 		return c.explain(err)
 	}
-	if c.output == "json" {
-		return write(stdout, raw)
-	}
 	for _, r := range results {
-		verb := "applied"
-		if !r.Changed {
-			verb = "unchanged"
+		if c.output != "json" {
+			verb := "applied"
+			if !r.Changed {
+				verb = "unchanged"
+			}
+			fmt.Fprintf(stdout, "%s %s (generation %d)\n", r.Policy, verb, r.Generation)
 		}
-		fmt.Fprintf(stdout, "%s %s (generation %d)\n", r.Policy, verb, r.Generation)
 		for _, w := range r.Warnings {
 			fmt.Fprintf(stderr, "warning: %s\n", w)
 		}
 	}
-	return nil
+	if c.output == "json" {
+		if err := write(stdout, raw); err != nil {
+			return err
+		}
+	}
+	if !*wait {
+		return nil
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), *timeout)
+	defer cancel()
+	return c.explain(waitApplied(ctx, c.client(), results, stderr, applyWaitEvery, *timeout))
 }
 
 func runDelete(args []string, stdout, stderr io.Writer) error {

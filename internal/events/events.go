@@ -12,6 +12,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"net/http"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -39,9 +40,23 @@ type Event struct {
 	Policy  string `json:"policy,omitempty"`
 	Node    string `json:"node,omitempty"`
 	Message string `json:"message"`
+	// Count is how many times the event happened in a row: an event the
+	// same as the last one of its subject (Policy and Node) — same Type,
+	// same Message, a retry failing for the same reason — is not kept
+	// twice but counted. First and Last are the Times of the first and
+	// the latest occurrence; Time is Last.
+	Count int       `json:"count"`
+	First time.Time `json:"first"`
+	Last  time.Time `json:"last"`
+	// Replaces, on a repeat, is the Seq the event had before it: a repeat
+	// is sent again with a new Seq (so a stream resumed after the old one
+	// sees it) and the kept copy moves to the end. A follower replaces
+	// the event it showed under Replaces with this one.
+	Replaces uint64 `json:"replaces,omitempty"`
 }
 
-// eventRing bounds the events kept for late subscribers.
+// eventRing bounds the events kept for late subscribers. Repeats are
+// counted in place (see Event.Count), so it holds distinct events.
 const eventRing = 512
 
 // Stream derives Events from changes to the catalog and fans them out.
@@ -184,6 +199,12 @@ func (e *Stream) publish(ev Event) {
 	if ev.Time.IsZero() {
 		ev.Time = time.Now().UTC()
 	}
+	ev.Count, ev.First, ev.Last, ev.Replaces = 1, ev.Time, ev.Time, 0
+	if i := e.lastOf(ev.Policy, ev.Node); i >= 0 && e.ring[i].Type == ev.Type && e.ring[i].Message == ev.Message {
+		prev := e.ring[i]
+		ev.Count, ev.First, ev.Replaces = prev.Count+1, prev.First, prev.Seq
+		e.ring = slices.Delete(e.ring, i, i+1)
+	}
 	e.ring = append(e.ring, ev)
 	if len(e.ring) > eventRing {
 		e.ring = e.ring[len(e.ring)-eventRing:]
@@ -194,6 +215,17 @@ func (e *Stream) publish(ev Event) {
 		default: // a slow reader misses events rather than stalling the agent
 		}
 	}
+}
+
+// lastOf returns the index in the ring of the latest event of a subject,
+// or -1. The caller holds e.mu.
+func (e *Stream) lastOf(policy, node string) int {
+	for i := len(e.ring) - 1; i >= 0; i-- {
+		if e.ring[i].Policy == policy && e.ring[i].Node == node {
+			return i
+		}
+	}
+	return -1
 }
 
 // Subscribe returns the kept events after since, a channel of new ones,
@@ -218,7 +250,9 @@ func (e *Stream) Subscribe(since uint64) ([]Event, chan Event, func()) {
 }
 
 // ServeHTTP streams events as server-sent events: GET /v1/events
-// [?since=SEQ] (since=0 replays the events this agent kept).
+// [?since=SEQ] (since=0 replays the events this agent kept). A repeat
+// comes again as an update: the same event with a new id, Count one
+// more and Replaces naming the id it had (see Event.Count).
 func (e *Stream) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	q := r.URL.Query()
 	if !httpjson.CheckParams(w, q, "since") {

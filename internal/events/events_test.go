@@ -2,9 +2,12 @@ package events
 
 import (
 	"context"
+	"fmt"
 	"slices"
 	"testing"
 	"time"
+
+	"github.com/google/go-cmp/cmp"
 
 	"github.com/strata-mesh/strata/internal/catalog"
 	"github.com/strata-mesh/strata/internal/catalog/catalogtest"
@@ -102,5 +105,82 @@ func TestRolloutStepsOnce(t *testing.T) {
 	want := []string{"rollout.retraining@0s", "rollout.canary@1s", "rollout.promoted@2s", "rollout.retraining@1m0s"}
 	if !slices.Equal(got, want) {
 		t.Errorf("events %v, want %v", got, want)
+	}
+}
+
+// TestRepeatsAreCounted: the same event again for the same subject is
+// one kept event with a count, first and last time, sent again to
+// followers as an update that names the Seq it replaces; another event
+// of the subject in between, or another message, is news.
+func TestRepeatsAreCounted(t *testing.T) {
+	t.Parallel()
+	st := New(catalog.New(catalogtest.NewStore(), nil), nil)
+	_, ch, done := st.Subscribe(0)
+	defer done()
+	t0 := time.Date(2026, 1, 1, 12, 0, 0, 0, time.UTC)
+	failed := func(sec int, msg string) Event {
+		return Event{Time: t0.Add(time.Duration(sec) * time.Second), Type: "placement.failed", Policy: "InferenceService/s", Node: "cloud-1", Message: msg}
+	}
+	const why = "no feasible placement: 3 nodes lack a GPU"
+	st.Publish(failed(0, why))
+	st.Publish(Event{Time: t0.Add(time.Second), Type: "job.running", Policy: "TrainingJob/j", Node: "gpu-1", Message: "job j running"})
+	for i := 1; i <= 11; i++ {
+		st.Publish(failed(5*i, why)) // the controller's retries
+	}
+	st.Publish(failed(60, "no feasible placement: 3 nodes lack memory"))
+	st.Publish(Event{Time: t0.Add(61 * time.Second), Type: "placement.placed", Policy: "InferenceService/s", Node: "cloud-1", Message: "placed"})
+	st.Publish(failed(65, why))
+
+	type summary struct {
+		Seq, Replaces uint64
+		Type          string
+		Count         int
+		First, Last   time.Duration
+	}
+	sum := func(evs []Event) []summary {
+		var out []summary
+		for _, ev := range evs {
+			if ev.Last != ev.Time {
+				t.Errorf("event %d: Last %v, Time %v", ev.Seq, ev.Last, ev.Time)
+			}
+			out = append(out, summary{ev.Seq, ev.Replaces, ev.Type, ev.Count, ev.First.Sub(t0), ev.Last.Sub(t0)})
+		}
+		return out
+	}
+	kept, _, done2 := st.Subscribe(0)
+	defer done2()
+	want := []summary{
+		{2, 0, "job.running", 1, time.Second, time.Second},
+		{13, 12, "placement.failed", 12, 0, 55 * time.Second},
+		{14, 0, "placement.failed", 1, 60 * time.Second, 60 * time.Second},
+		{15, 0, "placement.placed", 1, 61 * time.Second, 61 * time.Second},
+		{16, 0, "placement.failed", 1, 65 * time.Second, 65 * time.Second},
+	}
+	if diff := cmp.Diff(want, sum(kept)); diff != "" {
+		t.Errorf("kept events (-want +got):\n%s", diff)
+	}
+	var streamed []Event
+	for len(ch) > 0 {
+		streamed = append(streamed, <-ch)
+	}
+	if len(streamed) != 16 {
+		t.Fatalf("streamed %d events, want every one of 16 (repeats as updates)", len(streamed))
+	}
+	if got := sum(streamed[2:4]); !cmp.Equal(got, []summary{{3, 1, "placement.failed", 2, 0, 5 * time.Second}, {4, 3, "placement.failed", 3, 0, 10 * time.Second}}) {
+		t.Errorf("first repeats streamed as %+v", got)
+	}
+}
+
+// TestRingIsBounded: distinct events beyond the ring push the oldest out.
+func TestRingIsBounded(t *testing.T) {
+	t.Parallel()
+	st := New(catalog.New(catalogtest.NewStore(), nil), nil)
+	for i := range eventRing + 10 {
+		st.Publish(Event{Type: "job.running", Policy: fmt.Sprintf("TrainingJob/j%d", i), Message: "running"})
+	}
+	kept, _, done := st.Subscribe(0)
+	defer done()
+	if len(kept) != eventRing || kept[0].Seq != 11 {
+		t.Errorf("kept %d events from seq %d, want %d from 11", len(kept), kept[0].Seq, eventRing)
 	}
 }

@@ -121,36 +121,22 @@ func (s *Server) handlePlan(w http.ResponseWriter, r *http.Request) {
 	nodes, remote := s.cfg.Mesh.Nodes(), s.remoteClients()
 	var out []PlanResult
 	for _, p := range recs {
-		req, err := s.cfg.Compile(p)
-		if err != nil {
-			writePolicyError(w, err)
+		ev, f := s.evaluate(p, nodes, remote)
+		if f != nil {
+			f.write(w)
 			return
 		}
-		snap, err := controller.Snapshot(nodes, p.Key(), remote...)
-		if err != nil {
-			httpjson.Error(w, http.StatusInternalServerError, "", "%v", err)
-			return
-		}
-		dec, err := placement.Place(snap, req)
-		if errors.Is(err, placement.ErrClientNotMeasured) {
+		if ev.unmeasured != nil {
 			// Right after the agents start: not the request's fault.
 			w.Header().Set("Retry-After", "5")
-			httpjson.Error(w, http.StatusServiceUnavailable, "spec.latency.clients", "%s: %v", p.Key(), err)
+			httpjson.Error(w, http.StatusServiceUnavailable, "spec.latency.clients", "%v", ev.unmeasured)
 			return
 		}
-		if err != nil {
-			httpjson.Error(w, http.StatusBadRequest, "", "%s: %v", p.Key(), err)
-			return
-		}
-		res := PlanResult{Policy: p.Key(), Decision: dec, Explanation: dec.String(), Warnings: s.missing(p)}
-		// As the controller does (see Controller.handOff): a policy no
-		// node here can take goes to a site whose summary shows room.
-		if s.cfg.HandOff != nil && (len(dec.Placements) == 0 || req.Kind == placement.Training && !dec.Feasible) {
-			if site, because := s.cfg.HandOff(p, req); site != "" {
-				res.HandOff = &api.HandOff{Site: site, Why: because}
-				res.Explanation = strings.TrimRight(res.Explanation, "\n") +
-					fmt.Sprintf("\nNo node of this site can take it: applied, it would be handed to site %s, where %s.\n", site, because)
-			}
+		dec := ev.dec
+		res := PlanResult{Policy: p.Key(), Decision: dec, Explanation: dec.String(), Warnings: ev.warnings, HandOff: ev.handOff}
+		if h := ev.handOff; h != nil {
+			res.Explanation = strings.TrimRight(res.Explanation, "\n") +
+				fmt.Sprintf("\nNo node of this site can take it: applied, it would be handed to site %s, where %s.\n", h.Site, h.Why)
 		}
 		if why != "" {
 			res.Why = dec.Explain(why)
@@ -166,8 +152,9 @@ type ApplyResult struct {
 	Generation uint64 `json:"generation"`
 	// Changed is false when the same source was applied again.
 	Changed bool `json:"changed"`
-	// Warnings name what the policy refers to that does not exist yet
-	// (a model or dataset version not published): it waits for them.
+	// Warnings say what the policy waits for, as a plan would: a model
+	// or dataset version not published, room the mesh has not got now, a
+	// client site not measured yet. An apply that warns still applies.
 	Warnings []string `json:"warnings,omitempty"`
 }
 
@@ -218,34 +205,28 @@ func (s *Server) handleApply(w http.ResponseWriter, r *http.Request) {
 		writePolicyError(w, err)
 		return
 	}
-	// Compile every document before storing any, so an apply is all or
-	// nothing.
-	for _, p := range recs {
-		if _, err := s.cfg.Compile(p); err != nil {
-			writePolicyError(w, err)
-			return
-		}
-		doc, err := p.Document()
-		if err != nil {
-			writePolicyError(w, err)
-			return
-		}
-		var ge *GateError
-		if err := policyGate(doc, s.cfg.Mesh.Nodes()); errors.As(err, &ge) {
-			httpjson.Error(w, http.StatusConflict, ge.Field, "%s: %v", p.Key(), err)
+	// Evaluate every document before storing any, so an apply is all or
+	// nothing, and refuses what a plan refuses.
+	nodes, remote := s.cfg.Mesh.Nodes(), s.remoteClients()
+	warnings := make([][]string, len(recs))
+	for i, p := range recs {
+		ev, f := s.evaluate(p, nodes, remote)
+		if f != nil {
+			f.write(w)
 			return
 		}
 		if err := s.checkExec(r, p); err != nil {
 			httpjson.Error(w, http.StatusForbidden, "spec.launcher", "%v", err)
 			return
 		}
+		warnings[i] = ev.warnings
 	}
 	if s.forwardWrite(w, r, body) {
 		return
 	}
 	var out []ApplyResult
-	for _, p := range recs {
-		res := ApplyResult{Policy: p.Key(), Changed: true, Generation: 1, Warnings: s.missing(p)}
+	for i, p := range recs {
+		res := ApplyResult{Policy: p.Key(), Changed: true, Generation: 1, Warnings: warnings[i]}
 		if old, err := s.cfg.Catalog.Policies.Value(p.Key()); err == nil {
 			res.Generation = old.Generation + 1
 			if old.Source == p.Source {
@@ -320,6 +301,10 @@ func (s *Server) handleDeletePolicy(w http.ResponseWriter, r *http.Request) {
 type PlacementStatus struct {
 	Policy     string `json:"policy"`
 	Generation uint64 `json:"generation"`
+	// PlacedGeneration is the policy generation the placement is of
+	// (Placement.Generation, which Generation hides in JSON): less than
+	// Generation while a change is being placed, 0 before any placement.
+	PlacedGeneration uint64 `json:"placed_generation,omitempty"`
 	catalog.Placement
 	// Rollout is the service's latest retrain and rollout, if any.
 	Rollout *catalog.Rollout `json:"rollout,omitempty"`
@@ -346,7 +331,7 @@ func (s *Server) handlePlacements(w http.ResponseWriter, r *http.Request) {
 			if p.Kind == policy.KindInferenceService {
 				replicaStates(&rec, byName)
 			}
-			st.Placement = rec
+			st.Placement, st.PlacedGeneration = rec, rec.Generation
 		} else {
 			st.Placement = catalog.Placement{Key: p.Key(), Kind: p.Kind, Name: p.Name, State: catalog.StatePending, Message: unplaced(p.Kind, nodes)}
 		}

@@ -671,8 +671,12 @@ func TestDashboard(t *testing.T) {
 		clean(t, "recorded placements")
 
 		open(t, "events")
-		if n := eval(t, `String(document.querySelectorAll('.events tbody tr').length)`); n != "14" {
-			t.Errorf("%s events listed, want the 14 recorded", n)
+		// 16 recorded, the last a repeat of the 15th: one row, counted.
+		if n := eval(t, `String(document.querySelectorAll('.events tbody tr').length)`); n != "15" {
+			t.Errorf("%s events listed, want the 15 recorded (one repeated)", n)
+		}
+		if got := eval(t, `[...document.querySelectorAll('.events tbody tr')].filter((r) => r.querySelector('.count')).map((r) => r.dataset.seq + r.querySelector('.count').textContent).join(',')`); got != "16 ×2" {
+			t.Errorf("counted rows %q, want the repeat, seq 16, counted ×2", got)
 		}
 		shot(t, "recorded-events")
 		clean(t, "recorded events")

@@ -173,6 +173,12 @@ export const events = {
   push(ev) {
     if (ev.seq && ev.seq <= this.lastSeq) return;
     if (ev.seq) this.lastSeq = ev.seq;
+    // A repeat (same type, subject and message) comes again with a new
+    // seq and a higher count: it replaces the copy shown before.
+    if (ev.replaces) {
+      const i = this.list.findIndex((e) => e.seq === ev.replaces);
+      if (i >= 0) this.list.splice(i, 1);
+    }
     this.list.push(ev);
     if (this.list.length > KEEP) this.list.splice(0, this.list.length - KEEP);
     for (const fn of this.listeners) fn(ev);

@@ -36,13 +36,15 @@ export function mount(el) {
   };
   const row = (ev) => {
     const [kind, state] = (ev.type || '').split('.');
-    return h('tr', { 'data-type': ev.type },
+    const n = ev.count || 1;
+    return h('tr', { 'data-type': ev.type, 'data-seq': String(ev.seq ?? '') },
       h('td', { class: 'num' }, String(ev.seq ?? '')),
       h('td', { class: 'time' }, when(ev.time)),
       h('td', {}, h('span', { class: 'mono' }, `${kind}.`), badge(state || kind, state || kind)),
       h('td', {}, ev.policy || ''),
       h('td', {}, ev.node ? h('a', { href: `#/mesh/${encodeURIComponent(ev.node)}` }, ev.node) : ''),
-      h('td', { class: 'msg' }, ev.message || ''));
+      h('td', { class: 'msg' }, ev.message || '',
+        n > 1 ? h('span', { class: 'count', title: `${n} times, first ${when(ev.first)}` }, ` ×${n}`) : ''));
   };
   const LIMIT = 500;
   function render() {
@@ -54,6 +56,7 @@ export function mount(el) {
   el.dataset.loaded = '1';
   const off = events.on((ev) => {
     if (!match(ev)) { swap(count, `${body.children.length} shown of ${events.list.length} events.`); return; }
+    if (ev.replaces) body.querySelector(`tr[data-seq="${ev.replaces}"]`)?.remove();
     const first = body.firstElementChild;
     if (first && first.querySelector('.empty')) body.replaceChildren();
     body.prepend(row(ev));

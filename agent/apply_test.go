@@ -1,0 +1,47 @@
+package agent
+
+import (
+	"encoding/json"
+	"net/http"
+	"strings"
+	"testing"
+
+	"github.com/strata-mesh/strata/internal/httpapi"
+)
+
+// TestApplyRefusesWhatPlanRefuses: a policy naming a client site no node
+// is in is refused by apply as by plan, naming the field, and nothing is
+// stored; one no node can take now is applied with the warning plan
+// gives, as is one whose model is not published.
+func TestApplyRefusesWhatPlanRefuses(t *testing.T) {
+	t.Parallel()
+	h := devMesh(t, 1)[0].Handler()
+	const head = "apiVersion: strata/v1\nkind: InferenceService\nmetadata: {name: %s}\nspec:\n  model: {name: m}\n"
+	unknown := []byte(strings.Replace(head, "%s", "far", 1) + "  latency: {p99: 20ms, clients: [atlantis]}\n")
+	for _, path := range []string{"/v1/plan", "/v1/policies"} {
+		code, body := post(t, h, http.MethodPost, path+"?file=far.yaml", unknown)
+		var e struct{ Error, Field string }
+		if code != http.StatusBadRequest || json.Unmarshal(body, &e) != nil || e.Field != "spec.latency.clients" || !strings.Contains(e.Error, `"atlantis"`) {
+			t.Errorf("POST %s of an unknown client site = %d %s, want 400 naming spec.latency.clients and atlantis", path, code, body)
+		}
+	}
+	if code, body := post(t, h, http.MethodGet, "/v1/policies", nil); code != http.StatusOK || strings.TrimSpace(string(body)) != "[]" {
+		t.Errorf("after a refused apply, policies = %d %s, want none", code, body)
+	}
+
+	huge := []byte(strings.Replace(head, "%s", "huge", 1) + "  resources: {cpu: \"4096\"}\n")
+	var plan []httpapi.PlanResult
+	code, body := post(t, h, http.MethodPost, "/v1/plan?file=huge.yaml", huge)
+	if code != http.StatusOK || json.Unmarshal(body, &plan) != nil || len(plan) != 1 {
+		t.Fatalf("plan of an infeasible service = %d %s", code, body)
+	}
+	var applied []ApplyResult
+	code, body = post(t, h, http.MethodPost, "/v1/policies?file=huge.yaml", huge)
+	if code != http.StatusOK || json.Unmarshal(body, &applied) != nil || len(applied) != 1 {
+		t.Fatalf("apply of an infeasible service = %d %s", code, body)
+	}
+	got, want := strings.Join(applied[0].Warnings, "\n"), strings.Join(plan[0].Warnings, "\n")
+	if got != want || !strings.Contains(got, "no node can take InferenceService/huge now") || !strings.Contains(got, "model m:latest is not published") {
+		t.Errorf("apply warned:\n%s\nplan warned:\n%s\nwant the same: infeasible now, model not published", got, want)
+	}
+}
