@@ -586,7 +586,7 @@ func (c *Controller) place(p catalog.Policy, old catalog.Placement, have bool, v
 	switch {
 	case len(rec.Nodes) == 0 || (req.Kind == placement.Training && !dec.Feasible):
 		rec.State, rec.Nodes = catalog.StateFailed, nil
-		rec.Message = "no feasible placement: " + summarizeRejections(dec.Rejected, dec.Fallbacks)
+		rec.Message = "no feasible placement: " + SummarizeRejections(dec.Rejected, dec.Fallbacks)
 		if c.unchanged(old, have, rec) {
 			return
 		}
@@ -768,12 +768,12 @@ func sameNodes(a, b []catalog.PlacedNode) bool {
 
 // partly says why rec, placed in part, has fewer nodes than it wants.
 func partly(rec catalog.Placement) string {
-	return fmt.Sprintf("placed %d of %d: %s", len(rec.Nodes), rec.Wanted, summarizeRejections(rec.Rejected, rec.Fallbacks))
+	return fmt.Sprintf("placed %d of %d: %s", len(rec.Nodes), rec.Wanted, SummarizeRejections(rec.Rejected, rec.Fallbacks))
 }
 
-// summarizeRejections says in a line why nodes were not chosen: each
+// SummarizeRejections says in a line why nodes were not chosen: each
 // reason with its count, most common first, then the last fallback.
-func summarizeRejections(rejected map[placement.Reason]int, fallbacks []placement.Fallback) string {
+func SummarizeRejections(rejected map[placement.Reason]int, fallbacks []placement.Fallback) string {
 	type kv struct {
 		r placement.Reason
 		n int
