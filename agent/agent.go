@@ -269,7 +269,7 @@ func New(cfg Config) (*Agent, error) {
 			return fail(err)
 		}
 	}
-	cc := controller.Config{Mesh: a.mesh, Catalog: a.cat, Artifacts: a.art, Logger: a.log, Guard: a.guard, Federated: a.fed != nil,
+	cc := controller.Config{Mesh: a.mesh, Catalog: a.cat, Artifacts: a.art, Logger: a.log, Guard: a.guard, Federated: a.fed != nil, Registerer: a.reg,
 		Compile: func(p PolicyRecord) (*placement.Request, error) { return a.compile(p) }, Load: a.loadFrom}
 	var handOff func(PolicyRecord, *placement.Request) (string, string)
 	if a.fed != nil {

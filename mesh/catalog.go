@@ -202,13 +202,20 @@ func (m *Mesh) Get(key string) (Entry, error) {
 func (m *Mesh) List(prefix string) []Entry {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	var out []Entry
+	// Sorted as pointers, then copied: an Entry is a large struct, and
+	// moving thousands of them in the sort was most of a controller
+	// pass's listing.
+	var held []*Entry
 	for k, e := range m.kv {
 		if strings.HasPrefix(k, prefix) && !e.Deleted {
-			out = append(out, cloneEntry(e))
+			held = append(held, e)
 		}
 	}
-	slices.SortFunc(out, func(a, b Entry) int { return strings.Compare(a.Key, b.Key) })
+	slices.SortFunc(held, func(a, b *Entry) int { return strings.Compare(a.Key, b.Key) })
+	out := make([]Entry, len(held))
+	for i, e := range held {
+		out[i] = cloneEntry(e)
+	}
 	return out
 }
 

@@ -109,8 +109,10 @@ func New(store Store, reg prometheus.Registerer) *Catalog {
 	if reg != nil {
 		reg.MustRegister(c.decodes)
 	}
-	c.Policies = newTable(c, "policies", mesh.ScopeGlobal, Policy.Key)
-	c.Placements = newTable(c, "placements", mesh.ScopeGlobal, func(p Placement) string { return p.Key })
+	// Policies and placements are the tables with a record per policy,
+	// listed by every controller pass: their decoded values are kept.
+	c.Policies = newTable(c, "policies", mesh.ScopeGlobal, Policy.Key).cached(func(p Policy) Policy { return p })
+	c.Placements = newTable(c, "placements", mesh.ScopeGlobal, func(p Placement) string { return p.Key }).cached(Placement.clone)
 	c.Jobs = newTable(c, "jobs", mesh.ScopeGlobal, func(j Job) string { return j.Name })
 	c.Rollouts = newTable(c, "rollouts", mesh.ScopeGlobal, func(r Rollout) string { return r.Policy })
 	c.Drift = newTable(c, "drift", mesh.ScopeSite, func(d Drift) string { return d.Policy + "/" + d.Node })
@@ -159,10 +161,31 @@ type Table[T any] struct {
 
 	mu  sync.Mutex
 	bad map[string]uint64 // key → version already counted as undecodable
+	// decoded keeps each key's last decoded write, where the table has a
+	// clone (see cached): a controller pass lists whole tables, and with
+	// thousands of policies decoding them again was most of its time.
+	decoded map[string]decodedValue[T]
+	clone   func(T) T
+}
+
+// decodedValue is one write of a key, decoded: a write is its version
+// and writer.
+type decodedValue[T any] struct {
+	version uint64
+	writer  string
+	value   T
 }
 
 func newTable[T any](c *Catalog, name string, scope mesh.Scope, key func(T) string) *Table[T] {
 	return &Table[T]{c: c, name: name, scope: scope, key: key, bad: map[string]uint64{}}
+}
+
+// cached makes t keep decoded values, handing each caller its own copy
+// made by clone (which must copy whatever a caller could change in
+// place: slices and maps). It returns t.
+func (t *Table[T]) cached(clone func(T) T) *Table[T] {
+	t.clone, t.decoded = clone, map[string]decodedValue[T]{}
+	return t
 }
 
 // Name is the table's name, also its key prefix without the slash.
@@ -178,9 +201,24 @@ func (t *Table[T]) prefix() string { return t.name + "/" }
 
 func (t *Table[T]) decode(e mesh.Entry) (Record[T], error) {
 	r := Record[T]{Key: strings.TrimPrefix(e.Key, t.prefix()), Version: e.Version, Writer: e.Origin, Written: e.Written, Deps: e.Deps, fullKey: e.Key}
+	if t.clone != nil {
+		t.mu.Lock()
+		d, ok := t.decoded[r.Key]
+		t.mu.Unlock()
+		if ok && d.version == e.Version && d.writer == e.Origin {
+			r.Value = t.clone(d.value)
+			return r, nil
+		}
+	}
 	err := mesh.CheckSchema(e.Key, e.Schema)
 	if err == nil {
 		err = json.Unmarshal(e.Value, &r.Value)
+	}
+	if err == nil && t.clone != nil {
+		t.mu.Lock()
+		t.decoded[r.Key] = decodedValue[T]{version: e.Version, writer: e.Origin, value: r.Value}
+		t.mu.Unlock()
+		r.Value = t.clone(r.Value)
 	}
 	if err != nil {
 		t.mu.Lock()
@@ -224,7 +262,27 @@ func (t *Table[T]) List() ([]Record[T], error) {
 		}
 		out = append(out, r)
 	}
+	t.forget(out)
 	return out, errors.Join(errs...)
+}
+
+// forget drops the decoded values of keys no longer live, now that recs
+// lists every live one that decodes.
+func (t *Table[T]) forget(recs []Record[T]) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if len(t.decoded) <= len(recs) {
+		return
+	}
+	live := make(map[string]bool, len(recs))
+	for _, r := range recs {
+		live[r.Key] = true
+	}
+	for k := range t.decoded {
+		if !live[k] {
+			delete(t.decoded, k)
+		}
+	}
 }
 
 // Values is List without the metadata.

@@ -2,6 +2,7 @@ package catalog
 
 import (
 	"fmt"
+	"maps"
 	"slices"
 	"strings"
 	"time"
@@ -80,6 +81,15 @@ type Placement struct {
 	Refused   map[string]string        `json:"refused,omitempty"` // node → reason, nodes that refused earlier epochs
 	Resources placement.Resources      `json:"resources"`
 	Updated   time.Time                `json:"updated"`
+}
+
+// clone is p with its own slices and maps.
+func (p Placement) clone() Placement {
+	p.Nodes = slices.Clone(p.Nodes)
+	p.Fallbacks = slices.Clone(p.Fallbacks)
+	p.Rejected = maps.Clone(p.Rejected)
+	p.Refused = maps.Clone(p.Refused)
+	return p
 }
 
 // PlacedNode is one chosen node and whether it has admitted the work.

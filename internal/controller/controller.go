@@ -24,6 +24,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/strata-mesh/strata/internal/artifacts"
 	"github.com/strata-mesh/strata/internal/catalog"
 	"github.com/strata-mesh/strata/internal/safe"
@@ -71,6 +72,13 @@ type Controller struct {
 	// (reconcile's goroutine only); liveStats is its latest stats.
 	live      placement.Live
 	liveStats placement.LiveStats
+
+	// steps are a pass's steps, in order; passSeconds times them.
+	steps []struct {
+		name string
+		run  func()
+	}
+	passSeconds *prometheus.HistogramVec
 }
 
 // coordSlack is how far a node's coordinate may move before the
@@ -116,8 +124,19 @@ func New(cfg Config) *Controller {
 	if cfg.Guard == nil {
 		cfg.Guard = safe.New(safe.Config{Logger: cfg.Logger})
 	}
-	return &Controller{cfg: cfg, log: cfg.Logger, held: map[string]mesh.Assignment{}, lastTry: map[string]time.Time{}, tries: map[string]int{}, failedSince: map[string]time.Time{}, holding: map[string]string{},
+	c := &Controller{cfg: cfg, log: cfg.Logger, held: map[string]mesh.Assignment{}, lastTry: map[string]time.Time{}, tries: map[string]int{}, failedSince: map[string]time.Time{}, holding: map[string]string{},
 		live: placement.Live{CoordSlack: coordSlack}}
+	c.steps = []struct {
+		name string
+		run  func()
+	}{{"reconcile", c.reconcile}, {"admit", c.admit}, {"rollouts", c.rollouts}, {"experiments", c.experiments}}
+	if cfg.Registerer != nil {
+		c.passSeconds = prometheus.NewHistogramVec(prometheus.HistogramOpts{Name: "strata_controller_pass_seconds",
+			Help:    "How long each step of a controller pass took: reconcile (place owned policies), admit (answer this node's assignments), rollouts, experiments.",
+			Buckets: []float64{.001, .005, .01, .05, .1, .25, .5, 1, 2.5, 5, 10, 30}}, []string{"step"})
+		cfg.Registerer.MustRegister(c.passSeconds)
+	}
+	return c
 }
 
 // SnapshotStats says how the controller's view of the mesh was kept: how
@@ -190,9 +209,13 @@ func (c *Controller) Run(ctx context.Context) {
 		// Each step reads peers' documents and records: one that panics
 		// costs its pass, not the others' nor the agent.
 		panicked := false
-		for _, step := range []func(){c.reconcile, c.admit, c.rollouts, c.experiments} {
-			if c.cfg.Guard.Do("controller", step) != nil {
+		for _, step := range c.steps {
+			start := time.Now()
+			if c.cfg.Guard.Do("controller", step.run) != nil {
 				panicked = true
+			}
+			if c.passSeconds != nil {
+				c.passSeconds.WithLabelValues(step.name).Observe(time.Since(start).Seconds())
 			}
 		}
 		if panicked {
@@ -1308,6 +1331,9 @@ type Config struct {
 	// clients (RemoteClients).
 	RemoteSites func() []mesh.Site
 	Logger      *slog.Logger
+	// Registerer, when set, takes the controller's metrics: how long each
+	// step of a pass takes (strata_controller_pass_seconds{step}).
+	Registerer prometheus.Registerer
 	// Guard recovers panics of the component's background work (logged,
 	// counted). Nil: a guard of its own that logs to Logger and exports
 	// no metric.

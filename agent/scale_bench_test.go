@@ -1,0 +1,197 @@
+package agent
+
+import (
+	"fmt"
+	"math"
+	"net/http"
+	"os"
+	"runtime"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	dto "github.com/prometheus/client_model/go"
+
+	"github.com/strata-mesh/strata/mesh"
+)
+
+// BenchmarkManyPolicies applies STRATA_BENCH_POLICIES (default 2000; the
+// steadiness target is 10000) small inference services through one agent
+// of a 7-agent dev mesh, 8 requests at a time, and waits until every agent
+// sees each one placed. It reports applies per second and their p99, the
+// controller's slowest reconcile pass (p99 over every agent's passes, from
+// strata_controller_pass_seconds), Go heap per policy per agent, and how
+// often a member was seen failed (target 0).
+func BenchmarkManyPolicies(b *testing.B) {
+	n := 2000
+	if v, err := strconv.Atoi(os.Getenv("STRATA_BENCH_POLICIES")); err == nil && v > 0 {
+		n = v
+	}
+	b.Run("impl=strata", func(b *testing.B) {
+		for range b.N {
+			// The agent's own failure detection, not the tests' fast one.
+			agents := devMesh(b, 7, func(c *Config) { c.MeshTimings = nil })
+			h := agents[0].Handler()
+			var failedSeen atomic.Int64
+			stop := make(chan struct{})
+			var watch sync.WaitGroup
+			watch.Go(func() {
+				t := time.NewTicker(200 * time.Millisecond)
+				defer t.Stop()
+				for {
+					select {
+					case <-stop:
+						return
+					case <-t.C:
+					}
+					for _, a := range agents {
+						for _, m := range a.Mesh().Members() {
+							if m.Status == mesh.StatusFailed {
+								failedSeen.Add(1)
+							}
+						}
+					}
+				}
+			})
+			heapBefore := heapInUse()
+			lat := make([]time.Duration, n)
+			var next atomic.Int64
+			var errs atomic.Int64
+			start := time.Now()
+			var workers sync.WaitGroup
+			for range 8 {
+				workers.Go(func() {
+					for {
+						i := int(next.Add(1)) - 1
+						if i >= n {
+							return
+						}
+						src := fmt.Sprintf("apiVersion: strata/v1\nkind: InferenceService\nmetadata: {name: svc-%d}\nspec:\n  model: {name: m, version: \"1\"}\n  replicas: 1\n  resources: {cpu: 1m, memory: 1Mi}\n", i)
+						t0 := time.Now()
+						if code, body := post(b, h, http.MethodPost, "/v1/policies", []byte(src)); code != http.StatusOK {
+							if errs.Add(1) == 1 {
+								b.Errorf("apply %d = %d %s", i, code, body)
+							}
+						}
+						lat[i] = time.Since(t0)
+					}
+				})
+			}
+			workers.Wait()
+			applied := time.Since(start)
+			placedAll := func() bool {
+				for _, a := range agents {
+					placed := 0
+					for _, rec := range a.placements() {
+						if rec.State == StatePlaced {
+							placed++
+						}
+					}
+					if placed < n {
+						return false
+					}
+				}
+				return true
+			}
+			deadline := time.Now().Add(time.Duration(n) * 50 * time.Millisecond)
+			lastLog := time.Now()
+			for !placedAll() && time.Now().Before(deadline) {
+				time.Sleep(100 * time.Millisecond) // polling the agents' views
+				if time.Since(lastLog) > 5*time.Second && testing.Verbose() {
+					lastLog = time.Now()
+					var line []string
+					for _, a := range agents {
+						st := map[string]int{}
+						for _, rec := range a.placements() {
+							st[rec.State]++
+						}
+						line = append(line, fmt.Sprintf("%s:%d/%d/%d", a.Mesh().Name(), st[StatePlaced], st[StatePending], st[StateFailed]))
+					}
+					b.Logf("%4.0fs placed/pending/failed %s", time.Since(start).Seconds(), strings.Join(line, " "))
+				}
+			}
+			settled := time.Since(start)
+			if !placedAll() {
+				b.Errorf("not every policy placed at every agent within %v", time.Since(start))
+				for _, a := range agents {
+					states, shown := map[string]int{}, 0
+					for key, rec := range a.placements() {
+						states[rec.State]++
+						if rec.State != StatePlaced && shown < 3 {
+							shown++
+							b.Logf("%s: %s %s epoch %d by %s on %s: %s", a.Mesh().Name(), key, rec.State, rec.Epoch, rec.Owner, rec.NodeNames(), rec.Message)
+						}
+					}
+					b.Logf("%s: %d placements %v", a.Mesh().Name(), len(a.placements()), states)
+				}
+			}
+			close(stop)
+			watch.Wait()
+			slices.Sort(lat)
+			b.ReportMetric(float64(n)/applied.Seconds(), "applies/s")
+			b.ReportMetric(float64(lat[len(lat)*99/100].Microseconds())/1e3, "apply-p99-ms")
+			b.ReportMetric(settled.Seconds(), "all-placed-s")
+			b.ReportMetric(passP99(b, agents, "reconcile")*1e3, "reconcile-p99-ms")
+			b.ReportMetric(float64(heapInUse()-heapBefore)/float64(n)/float64(len(agents)), "heap-B/policy/agent")
+			b.ReportMetric(float64(failedSeen.Load()), "failed-sightings")
+		}
+	})
+}
+
+func heapInUse() int64 {
+	runtime.GC()
+	var ms runtime.MemStats
+	runtime.ReadMemStats(&ms)
+	return int64(ms.HeapInuse)
+}
+
+// passP99 is the p99 of the named controller step's pass times over every
+// agent, as the upper bound of the histogram bucket that holds it.
+func passP99(b *testing.B, agents []*Agent, step string) float64 {
+	counts := map[float64]uint64{}
+	var total uint64
+	for _, a := range agents {
+		mfs, err := a.reg.Gather()
+		if err != nil {
+			b.Fatal(err)
+		}
+		for _, mf := range mfs {
+			if mf.GetName() != "strata_controller_pass_seconds" {
+				continue
+			}
+			for _, m := range mf.GetMetric() {
+				if !hasLabel(m, "step", step) {
+					continue
+				}
+				total += m.GetHistogram().GetSampleCount()
+				for _, bk := range m.GetHistogram().GetBucket() {
+					counts[bk.GetUpperBound()] += bk.GetCumulativeCount()
+				}
+			}
+		}
+	}
+	bounds := make([]float64, 0, len(counts))
+	for ub := range counts {
+		bounds = append(bounds, ub)
+	}
+	slices.Sort(bounds)
+	for _, ub := range bounds {
+		if float64(counts[ub]) >= 0.99*float64(total) {
+			return ub
+		}
+	}
+	return math.Inf(1)
+}
+
+func hasLabel(m *dto.Metric, name, value string) bool {
+	for _, l := range m.GetLabel() {
+		if l.GetName() == name && l.GetValue() == value {
+			return true
+		}
+	}
+	return false
+}

@@ -1,0 +1,55 @@
+package catalog
+
+import (
+	"reflect"
+	"testing"
+
+	"github.com/strata-mesh/strata/internal/catalog/catalogtest"
+	"github.com/strata-mesh/strata/placement"
+)
+
+// TestCachedValuesAreCopies: the tables that keep decoded values hand each
+// caller a copy it may change: every slice and map of a Placement is
+// cloned, and a Policy has none to share. A field added to either that a
+// caller could change in place fails here until clone copies it.
+func TestCachedValuesAreCopies(t *testing.T) {
+	t.Parallel()
+	for _, typ := range []reflect.Type{reflect.TypeFor[Policy](), reflect.TypeFor[Placement]()} {
+		for f := range typ.Fields() {
+			switch f.Type.Kind() {
+			case reflect.Slice, reflect.Map, reflect.Pointer, reflect.Interface:
+				if typ == reflect.TypeFor[Policy]() {
+					t.Errorf("Policy.%s is a %s: give Policy a clone that copies it", f.Name, f.Type.Kind())
+				}
+			}
+		}
+	}
+	p := Placement{Nodes: []PlacedNode{{Name: "a"}}, Fallbacks: make([]placement.Fallback, 1), Rejected: map[placement.Reason]int{"x": 1}, Refused: map[string]string{"a": "b"}}
+	c := p.clone()
+	v, w := reflect.ValueOf(p), reflect.ValueOf(c)
+	for i := range v.NumField() {
+		switch f := v.Field(i); f.Kind() {
+		case reflect.Slice, reflect.Map:
+			if f.IsNil() {
+				t.Fatalf("the test's Placement leaves %s nil: fill it in", v.Type().Field(i).Name)
+			}
+			if f.Pointer() == w.Field(i).Pointer() {
+				t.Errorf("Placement.clone shares %s", v.Type().Field(i).Name)
+			}
+		case reflect.Pointer, reflect.Interface:
+			t.Errorf("Placement.%s is a %s: clone must copy it", v.Type().Field(i).Name, f.Kind())
+		}
+	}
+
+	// Read twice, changed in place by the first reader: the second reads
+	// what was written.
+	cat := New(catalogtest.NewStore(), nil)
+	if _, err := cat.Placements.Put(Placement{Key: "K/x", Nodes: []PlacedNode{{Name: "a"}}}); err != nil {
+		t.Fatal(err)
+	}
+	first, _ := cat.Placements.Value("K/x")
+	first.Nodes[0].Name = "changed"
+	if again, _ := cat.Placements.Value("K/x"); again.Nodes[0].Name != "a" {
+		t.Errorf("second read sees %q: the first reader's change reached the cache", again.Nodes[0].Name)
+	}
+}
