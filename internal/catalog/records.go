@@ -205,6 +205,18 @@ type Rollout struct {
 	Started        time.Time     `json:"started"`
 	Updated        time.Time     `json:"updated"`
 	Steps          []RolloutStep `json:"steps"`
+	// Attempt counts the retrains of From in a row, this one included (1
+	// for the first): a rollout that ends without promoting leaves From
+	// served, and the next retrain of it counts on.
+	Attempt int `json:"attempt,omitempty"`
+	// NextRetrainAfter is set when the rollout ended without promoting
+	// (unchanged, rolled back, failed): no drift alarm on From starts
+	// another retrain before it. The wait doubles with Attempt.
+	NextRetrainAfter time.Time `json:"next_retrain_after,omitzero"`
+	// Tried are the model versions the service served, canaried or rolled
+	// back lately, oldest first: a retrain that yields the bytes of any of
+	// them ends unchanged instead of being rolled out again.
+	Tried []TriedModel `json:"tried,omitempty"`
 }
 
 // DriftTrigger is the drift alarm that started a retrain.
