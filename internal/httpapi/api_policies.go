@@ -226,12 +226,12 @@ func (s *Server) handleApply(w http.ResponseWriter, r *http.Request) {
 	}
 	var out []ApplyResult
 	for i, p := range recs {
-		res := ApplyResult{Policy: p.Key(), Changed: true, Generation: 1, Warnings: warnings[i]}
-		if old, err := s.cfg.Catalog.Policies.Value(p.Key()); err == nil {
-			res.Generation = old.Generation + 1
-			if old.Source == p.Source {
-				res.Generation, res.Changed = old.Generation, false
-			}
+		// A policy applied anew after a delete does not start again at
+		// generation 1: the deleted one's jobs and trials would read as
+		// its own.
+		res := ApplyResult{Policy: p.Key(), Changed: true, Generation: s.cfg.Catalog.NextGeneration(p.Key()), Warnings: warnings[i]}
+		if old, err := s.cfg.Catalog.Policies.Value(p.Key()); err == nil && old.Source == p.Source {
+			res.Generation, res.Changed = old.Generation, false
 		}
 		if res.Changed {
 			p.Generation, p.Applied, p.AppliedAt = res.Generation, time.Now().UTC(), s.cfg.Mesh.Name()
