@@ -133,6 +133,11 @@ type Job struct {
 	Accuracy float64 `json:"accuracy,omitempty"`
 	// Metrics are the numbers the job reported in its metrics.json.
 	Metrics map[string]float64 `json:"metrics,omitempty"`
+	// Invalid are the metrics.json numbers that were not finite (NaN,
+	// Infinity, -Infinity, as Python writes them), by name: JSON has no
+	// way to carry them in Metrics, and a trial whose objective is NaN
+	// must say so rather than read as not reporting it.
+	Invalid map[string]string `json:"invalid_metrics,omitempty"`
 	// Steps are the metrics rank 0 reported per step
 	// ($STRATA_METRICS_FILE), read while the job runs.
 	Steps []trainer.Step `json:"steps,omitempty"`

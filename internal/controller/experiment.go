@@ -158,6 +158,8 @@ func (c *Controller) advanceExperiment(p catalog.Policy, doc *policy.Document, e
 					tr.Metrics = j.Metrics
 					if v, ok := j.Metrics[e.Metric]; ok {
 						tr.Value, tr.HasValue = v, true
+					} else if bad, ok := j.Invalid[e.Metric]; ok {
+						tr.State, tr.Error = catalog.JobFailed, fmt.Sprintf("the trial reported %s = %s in its metrics.json: not a number the search can rank", e.Metric, bad)
 					} else {
 						tr.State, tr.Error = catalog.JobFailed, fmt.Sprintf("the trial reported no %q in its metrics.json", e.Metric)
 					}

@@ -285,3 +285,27 @@ func TestFailedExperimentStopsItsTrials(t *testing.T) {
 		t.Error("the running trial's policy is still applied: its job goes on")
 	}
 }
+
+// TestNaNObjectiveSaysSo: a trial whose objective came out NaN fails
+// saying so, not as if it reported none.
+func TestNaNObjectiveSaysSo(t *testing.T) {
+	t.Parallel()
+	cat := catalog.New(catalogtest.NewStore(), nil)
+	c := New(Config{Mesh: &fakeMesh{nodes: []mesh.Node{controllerNode("ctl")}}, Catalog: cat})
+	p := catalog.Policy{Kind: policy.KindTrainingJob, Name: "tune", Source: sweepSource, Generation: 1}
+	doc, err := p.Document()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := cat.Jobs.Put(catalog.Job{Name: "tune-trial-1", State: catalog.JobSucceeded, Metrics: map[string]float64{"loss": 1}, Invalid: map[string]string{"score": "NaN"}}); err != nil {
+		t.Fatal(err)
+	}
+	e := catalog.Experiment{Name: "tune", Key: p.Key(), Generation: 1, Metric: "score", Goal: policy.GoalMaximize, State: catalog.ExperimentRunning, Best: -1,
+		Trials: []catalog.Trial{{Job: "tune-trial-1", State: catalog.JobPending}}}
+	if err := c.advanceExperiment(p, doc, &e); err != nil {
+		t.Fatal(err)
+	}
+	if tr := e.Trials[0]; tr.State != catalog.JobFailed || tr.HasValue || !strings.Contains(tr.Error, "score = NaN") {
+		t.Errorf("NaN trial: %s (%s), want failed saying score = NaN", tr.State, tr.Error)
+	}
+}
