@@ -218,8 +218,8 @@ func TestSweepStopsPoorTrials(t *testing.T) {
 }
 
 // TestDeletingASweepDeletesItsTrials: trials still running when their
-// sweep is deleted are deleted with it (their jobs stop), and so is the
-// experiment record.
+// sweep is deleted are deleted with it (their jobs stop), and the
+// experiment record is kept, marked deleted.
 func TestDeletingASweepDeletesItsTrials(t *testing.T) {
 	agents := devMesh(t, 3)
 	const pol = `apiVersion: strata/v1
@@ -264,9 +264,9 @@ spec:
 	if code, body := post(t, h, http.MethodDelete, "/v1/policies/TrainingJob/doomed", nil); code != http.StatusOK {
 		t.Fatalf("delete = %d %s", code, body)
 	}
-	meshtest.WaitFor(t, 60*time.Second, "the trials and the experiment gone everywhere", func() bool {
+	meshtest.WaitFor(t, 60*time.Second, "the trials gone and the experiment deleted everywhere", func() bool {
 		for _, a := range agents {
-			if _, err := a.cat.Experiments.Value("doomed"); err == nil || len(trials(a)) > 0 {
+			if e, err := a.cat.Experiments.Value("doomed"); err != nil || e.State != catalog.ExperimentDeleted || len(trials(a)) > 0 {
 				return false
 			}
 			jobs, _ := a.cat.Jobs.Values()

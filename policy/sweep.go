@@ -25,7 +25,9 @@ var BuiltinSweepParams = []string{"algorithm", "epochs", "hidden", "holdout", "l
 
 var paramNameRE = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]{0,63}$`)
 
-func (sw *Sweep) setDefaults() {
+// setDefaults fills in what the sweep leaves out; seedSet says whether
+// the document wrote a seed, so that seed: 0 stays 0.
+func (sw *Sweep) setDefaults(seedSet bool) {
 	if sw.Algorithm == "" {
 		sw.Algorithm = SweepRandom
 	}
@@ -47,7 +49,7 @@ func (sw *Sweep) setDefaults() {
 	if sw.MaxFailedTrials == 0 {
 		sw.MaxFailedTrials = 3
 	}
-	if sw.Seed == 0 {
+	if sw.Seed == 0 && !seedSet {
 		sw.Seed = 1
 	}
 	if es := sw.EarlyStopping; es != nil {

@@ -345,7 +345,8 @@ type Sweep struct {
 	ParallelTrials int `yaml:"parallelTrials" json:"parallelTrials"`
 	// MaxFailedTrials fails the search when more trials fail. Default 3.
 	MaxFailedTrials int `yaml:"maxFailedTrials" json:"maxFailedTrials"`
-	// Seed drives the algorithm's proposals. Default 1.
+	// Seed drives the algorithm's proposals. Default 1 when not written;
+	// seed: 0 is a seed of its own.
 	Seed int64 `yaml:"seed" json:"seed"`
 	// EarlyStopping stops poor trials before they end; nil runs every
 	// trial to its end.

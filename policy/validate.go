@@ -178,7 +178,7 @@ func (s *TrainingJobSpec) setDefaults(p string, set func(string) bool) {
 		s.MaxDuration = Duration(24 * time.Hour)
 	}
 	if sw := s.Sweep; sw != nil {
-		sw.setDefaults()
+		sw.setDefaults(set(p + ".sweep.seed"))
 	}
 	if s.Tiers == nil {
 		s.Tiers = append([]string(nil), DefaultTrainingTiers...)

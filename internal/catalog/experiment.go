@@ -11,6 +11,11 @@ const (
 	ExperimentTraining  = "training"
 	ExperimentSucceeded = "succeeded"
 	ExperimentFailed    = "failed"
+	// ExperimentDeleted: its sweep was deleted. The record stays (its
+	// Generation keeps a sweep applied again under the name from reusing
+	// its trials' names and results) until a new sweep of the name
+	// replaces it.
+	ExperimentDeleted = "deleted"
 )
 
 // LabelTrialOf marks a TrainingJob that is a trial (or the final
@@ -69,5 +74,5 @@ const TrialStopped = "stopped"
 
 // Ended says the experiment will start no more jobs.
 func (e Experiment) Ended() bool {
-	return e.State == ExperimentSucceeded || e.State == ExperimentFailed
+	return e.State == ExperimentSucceeded || e.State == ExperimentFailed || e.State == ExperimentDeleted
 }

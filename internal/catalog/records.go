@@ -143,6 +143,11 @@ type Job struct {
 	Accuracy float64 `json:"accuracy,omitempty"`
 	// Metrics are the numbers the job reported in its metrics.json.
 	Metrics map[string]float64 `json:"metrics,omitempty"`
+	// Invalid are the metrics.json numbers that were not finite (NaN,
+	// Infinity, -Infinity, as Python writes them), by name: JSON has no
+	// way to carry them in Metrics, and a trial whose objective is NaN
+	// must say so rather than read as not reporting it.
+	Invalid map[string]string `json:"invalid_metrics,omitempty"`
 	// Steps are the metrics rank 0 reported per step
 	// ($STRATA_METRICS_FILE), read while the job runs.
 	Steps []trainer.Step `json:"steps,omitempty"`
@@ -215,6 +220,18 @@ type Rollout struct {
 	Started        time.Time     `json:"started"`
 	Updated        time.Time     `json:"updated"`
 	Steps          []RolloutStep `json:"steps"`
+	// Attempt counts the retrains of From in a row, this one included (1
+	// for the first): a rollout that ends without promoting leaves From
+	// served, and the next retrain of it counts on.
+	Attempt int `json:"attempt,omitempty"`
+	// NextRetrainAfter is set when the rollout ended without promoting
+	// (unchanged, rolled back, failed): no drift alarm on From starts
+	// another retrain before it. The wait doubles with Attempt.
+	NextRetrainAfter time.Time `json:"next_retrain_after,omitzero"`
+	// Tried are the model versions the service served, canaried or rolled
+	// back lately, oldest first: a retrain that yields the bytes of any of
+	// them ends unchanged instead of being rolled out again.
+	Tried []TriedModel `json:"tried,omitempty"`
 }
 
 // DriftTrigger is the drift alarm that started a retrain.

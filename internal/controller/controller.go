@@ -1072,6 +1072,13 @@ func (c *Controller) advance(p catalog.Policy, doc *policy.Document, r *catalog.
 		if trig == nil {
 			return nil
 		}
+		if have && cur == r.From && time.Now().Before(r.NextRetrainAfter) {
+			// Backing off: the alarm waits (r.Updated stays, so it still
+			// counts once the wait is over if it has not cleared).
+			r.Message = fmt.Sprintf("drift at %s/%s on %s@%s waits: %s of it ended without a new version; next retrain not before %s",
+				trig.Site, trig.Node, r.Model, cur, retrains(r.Attempt), r.NextRetrainAfter.Format(time.RFC3339))
+			return nil
+		}
 		return c.startRetrain(p, svc, r, cur, *trig)
 	case r.Stage == catalog.StageRetraining:
 		j, err := c.cfg.Catalog.Jobs.Value(r.Job)
@@ -1087,23 +1094,33 @@ func (c *Controller) advance(p catalog.Policy, doc *policy.Document, r *catalog.
 		// The job's placement is done with: free its nodes.
 		_ = c.cfg.Catalog.Policies.Delete(policy.KindTrainingJob + "/" + r.Job)
 		if j.State == catalog.JobFailed || j.Version == "" {
-			step(r, catalog.StageFailed, "training job %s failed: %s; %s@%s keeps serving", j.Name, cmp.Or(j.Error, "it registered no model"), r.Model, r.From)
+			endUnpromoted(r, catalog.StageFailed, "training job %s failed: %s; %s@%s keeps serving", j.Name, cmp.Or(j.Error, "it registered no model"), r.Model, r.From)
 			return nil
 		}
 		r.To = j.Version
 		if same, digest := c.sameModel(r.Model, r.From, r.To); same {
-			step(r, catalog.StageUnchanged, "%s@%s trained by %s is the model already served (%s@%s, sha256:%.12s); nothing to roll out", r.Model, r.To, j.Name, r.Model, r.From, digest)
+			endUnpromoted(r, catalog.StageUnchanged, "%s@%s trained by %s is the model already served (%s@%s, sha256:%.12s); nothing to roll out", r.Model, r.To, j.Name, r.Model, r.From, digest)
+			return nil
+		}
+		if t, ok := c.triedBefore(r, r.To); ok {
+			// The same data gave the same bytes: a model rolled back is
+			// not canaried again.
+			endUnpromoted(r, catalog.StageUnchanged, "%s@%s trained by %s is %s@%s again (%s at %s, sha256:%.12s); nothing to roll out",
+				r.Model, r.To, j.Name, r.Model, t.Version, t.Outcome, t.At.Format(time.RFC3339), t.Digest)
 			return nil
 		}
 		if s := svc.Rollout; s != nil && s.Strategy == policy.RolloutAll {
+			c.remember(r, r.To, catalog.StagePromoted)
 			step(r, catalog.StagePromoted, "%s@%s trained by %s on %s; rolling out everywhere at once (strategy all)", r.Model, r.To, j.Name, j.Node)
 			return nil
 		}
 		r.CanaryNodes = canaryNodes(c.placements()[p.Key()], r.CanarySite)
 		if len(r.CanaryNodes) == 0 {
+			c.remember(r, r.To, catalog.StagePromoted)
 			step(r, catalog.StagePromoted, "%s@%s trained by %s; no replica to canary on, promoted everywhere", r.Model, r.To, j.Name)
 			return nil
 		}
+		c.remember(r, r.To, catalog.StageCanary)
 		step(r, catalog.StageCanary, "%s@%s trained by %s on %s (accuracy %.3f); canary on %s for %d requests", r.Model, r.To, j.Name, j.Node, j.Accuracy, strings.Join(r.CanaryNodes, ","), r.CanaryRequests)
 	case r.Stage == catalog.StageCanary:
 		var served, failed uint64
@@ -1114,13 +1131,15 @@ func (c *Controller) advance(p catalog.Policy, doc *policy.Document, r *catalog.
 			served, failed = served+d.Served, failed+d.Failed
 			if d.Alarmed {
 				r.Served, r.Failed = served, failed
-				step(r, catalog.StageRolledBack, "canary %s@%s drifted at %s too (%s); back to %s", r.Model, r.To, d.Node, alarmFeature(d), r.From)
+				c.remember(r, r.To, catalog.StageRolledBack)
+				endUnpromoted(r, catalog.StageRolledBack, "canary %s@%s drifted at %s too (%s); back to %s", r.Model, r.To, d.Node, alarmFeature(d), r.From)
 				return nil
 			}
 		}
 		if limit := canaryTimeout(svc); served < uint64(r.CanaryRequests) && time.Since(canaryStart(r)) > limit {
 			r.Served, r.Failed = served, failed
-			step(r, catalog.StageRolledBack, "canary %s@%s served %d of %d requests in %s (rollout.canaryTimeout); back to %s", r.Model, r.To, served, r.CanaryRequests, limit, r.From)
+			c.remember(r, r.To, catalog.StageRolledBack)
+			endUnpromoted(r, catalog.StageRolledBack, "canary %s@%s served %d of %d requests in %s (rollout.canaryTimeout); back to %s", r.Model, r.To, served, r.CanaryRequests, limit, r.From)
 			return nil
 		}
 		if served == r.Served && failed == r.Failed {
@@ -1130,8 +1149,10 @@ func (c *Controller) advance(p catalog.Policy, doc *policy.Document, r *catalog.
 		rate := float64(failed) / float64(max(served, 1))
 		switch {
 		case served >= canaryMinRequests && rate > r.MaxErrorRate:
-			step(r, catalog.StageRolledBack, "canary %s@%s failed %d of %d requests (%.1f%% > %.1f%%); back to %s", r.Model, r.To, failed, served, 100*rate, 100*r.MaxErrorRate, r.From)
+			c.remember(r, r.To, catalog.StageRolledBack)
+			endUnpromoted(r, catalog.StageRolledBack, "canary %s@%s failed %d of %d requests (%.1f%% > %.1f%%); back to %s", r.Model, r.To, failed, served, 100*rate, 100*r.MaxErrorRate, r.From)
 		case served >= uint64(r.CanaryRequests):
+			c.remember(r, r.To, catalog.StagePromoted)
 			step(r, catalog.StagePromoted, "canary %s@%s served %d requests, %d failed, no drift; promoted everywhere", r.Model, r.To, served, failed)
 		default:
 			r.Message = fmt.Sprintf("canary %s@%s on %s: %d of %d requests, %d failed", r.Model, r.To, strings.Join(r.CanaryNodes, ","), served, r.CanaryRequests, failed)
@@ -1190,8 +1211,14 @@ func canaryNodes(rec catalog.Placement, site string) []string {
 // whose output becomes the model's next version.
 func (c *Controller) startRetrain(p catalog.Policy, svc *policy.InferenceServiceSpec, r *catalog.Rollout, cur string, d catalog.Drift) error {
 	seq := r.Seq + 1
-	steps := r.Steps
-	*r = catalog.Rollout{Policy: p.Key(), Generation: p.Generation, Seq: seq, Model: svc.Model.Name, From: cur, CanarySite: d.Site, Started: time.Now().UTC(), Steps: steps}
+	steps, tried := r.Steps, r.Tried
+	attempt := 1
+	if r.From == cur {
+		// The last rollout left cur serving: this retrain counts on.
+		attempt = r.Attempt + 1
+	}
+	*r = catalog.Rollout{Policy: p.Key(), Generation: p.Generation, Seq: seq, Model: svc.Model.Name, From: cur, CanarySite: d.Site, Started: time.Now().UTC(), Steps: steps, Attempt: attempt, Tried: tried}
+	c.remember(r, cur, catalog.OutcomeServed)
 	if len(r.Steps) > 20 {
 		r.Steps = slices.Delete(r.Steps, 0, len(r.Steps)-20)
 	}
@@ -1228,7 +1255,7 @@ func (c *Controller) startRetrain(p catalog.Policy, svc *policy.InferenceService
 	}
 	src, err := retrainSource(p, r.Job, svc.Model.Name, cur, r.To)
 	if err != nil {
-		step(r, catalog.StageFailed, "retrain template: %v", err)
+		endUnpromoted(r, catalog.StageFailed, "retrain template: %v", err)
 		return err
 	}
 	job := catalog.Policy{Kind: policy.KindTrainingJob, Name: r.Job, Source: src, File: p.File, Generation: 1, Applied: time.Now().UTC(), AppliedAt: c.cfg.Mesh.Name(), Site: p.Site}

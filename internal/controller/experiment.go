@@ -79,9 +79,11 @@ func (c *Controller) experiments() {
 }
 
 // collectDeletedSweeps deletes what a deleted sweep leaves: its trials'
-// policies (which stops the trials still running) and its experiment
-// record. A sweep counts as deleted while its tombstone is held here;
-// one merely not replicated yet does not.
+// policies (which stops the trials still running); its experiment record
+// is kept, marked deleted, so that a sweep applied again under the name
+// gets a later generation (catalog.NextGeneration) and so trials of its
+// own. A sweep counts as deleted while its tombstone is held here; one
+// merely not replicated yet does not.
 func (c *Controller) collectDeletedSweeps(owners []string) {
 	gone := func(name string) bool {
 		return c.cfg.Catalog.Policies.Deleted(policy.KindTrainingJob + "/" + name)
@@ -105,10 +107,14 @@ func (c *Controller) collectDeletedSweeps(owners []string) {
 	}
 	exps, _ := c.cfg.Catalog.Experiments.Values()
 	for _, e := range exps {
-		if gone(e.Name) && placement.Owner(e.Key, owners) == me {
-			if err := c.cfg.Catalog.Experiments.Delete(e.Name); err != nil {
-				c.log.Warn("deleting a deleted sweep's experiment", "sweep", e.Name, "err", err)
-			}
+		if e.State == catalog.ExperimentDeleted || !gone(e.Name) || placement.Owner(e.Key, owners) != me {
+			continue
+		}
+		now := time.Now().UTC()
+		c.stopTrials(e.Key, &e, now, "stopped: the sweep was deleted")
+		e.State, e.Message, e.Finished = catalog.ExperimentDeleted, "the sweep was deleted; "+e.Message, now
+		if _, err := c.cfg.Catalog.Experiments.Put(e); err != nil {
+			c.log.Warn("marking a deleted sweep's experiment", "sweep", e.Name, "err", err)
 		}
 	}
 }
@@ -131,6 +137,13 @@ func (c *Controller) advanceExperiment(p catalog.Policy, doc *policy.Document, e
 	now := time.Now().UTC()
 	end := func(state, format string, args ...any) {
 		e.State, e.Message, e.Finished = state, fmt.Sprintf(format, args...), now
+		if state == catalog.ExperimentFailed {
+			// Nothing will read their results: stop them rather than
+			// leave them running and shown running.
+			if n := c.stopTrials(p.Key(), e, now, "stopped: the experiment failed"); n > 0 {
+				e.Message += fmt.Sprintf("; stopped %d running trials", n)
+			}
+		}
 		c.log.Info("experiment ended", "policy", p.Key(), "state", state, "message", e.Message)
 	}
 	// The trials' jobs, as they ran.
@@ -145,6 +158,8 @@ func (c *Controller) advanceExperiment(p catalog.Policy, doc *policy.Document, e
 					tr.Metrics = j.Metrics
 					if v, ok := j.Metrics[e.Metric]; ok {
 						tr.Value, tr.HasValue = v, true
+					} else if bad, ok := j.Invalid[e.Metric]; ok {
+						tr.State, tr.Error = catalog.JobFailed, fmt.Sprintf("the trial reported %s = %s in its metrics.json: not a number the search can rank", e.Metric, bad)
 					} else {
 						tr.State, tr.Error = catalog.JobFailed, fmt.Sprintf("the trial reported no %q in its metrics.json", e.Metric)
 					}
@@ -300,6 +315,27 @@ func (c *Controller) stopPoorTrials(p catalog.Policy, sw *policy.Sweep, e *catal
 		tr.Error = fmt.Sprintf("stopped early at step %d: its best %s so far, %.4g, is worse than the median of %d finished trials' running averages", len(tr.Curve), e.Metric, best, len(finished))
 		c.log.Info("trial stopped early", "policy", p.Key(), "trial", tr.Job, "steps", len(tr.Curve), e.Metric, best)
 	}
+}
+
+// stopTrials stops the experiment's trials that have not ended: their
+// policies are deleted (so their jobs end) and they read stopped, with
+// why. It returns how many it stopped; a trial whose policy could not be
+// deleted is left as it was (the next pass tries again).
+func (c *Controller) stopTrials(key string, e *catalog.Experiment, now time.Time, why string) int {
+	n := 0
+	for i := range e.Trials {
+		tr := &e.Trials[i]
+		if trialEnded(tr.State) {
+			continue
+		}
+		if err := c.cfg.Catalog.Policies.Delete(policy.KindTrainingJob + "/" + tr.Job); err != nil && !errors.Is(err, mesh.ErrNotFound) {
+			c.log.Warn("stopping a trial", "policy", key, "trial", tr.Job, "err", err)
+			continue
+		}
+		tr.State, tr.Error, tr.Finished = catalog.TrialStopped, why, now
+		n++
+	}
+	return n
 }
 
 // jobName names an experiment's job for the policy's generation.

@@ -1,6 +1,7 @@
 package controller
 
 import (
+	"fmt"
 	"slices"
 	"strings"
 	"testing"
@@ -160,5 +161,151 @@ spec:
 		if e.Best != 1 || len(e.Trials[3].Curve) != 3 {
 			t.Errorf("best trial %d, curve of trial 4 %v: want trial 2 best and trial 4's curve kept", e.Best, e.Trials[3].Curve)
 		}
+	}
+}
+
+// sweepSource is a sweep "tune" of four categorical points, two at a
+// time, failing after one failed trial.
+const sweepSource = `apiVersion: strata/v1
+kind: TrainingJob
+metadata: {name: tune}
+spec:
+  command: [sh, train.sh]
+  sweep:
+    algorithm: grid
+    maxTrials: 4
+    parallelTrials: 2
+    maxFailedTrials: 1
+    objective: {metric: score}
+    parameters:
+      - {name: q, values: [1, 2, 3, 4]}
+`
+
+// TestSweepAppliedAgainStartsAfresh: a sweep deleted and applied again
+// under its name gets a later generation, so trials of its own: the
+// deleted run's job records (never deleted) are not read as its results.
+// The deleted run's experiment stays, marked deleted, its running trial
+// stopped.
+func TestSweepAppliedAgainStartsAfresh(t *testing.T) {
+	t.Parallel()
+	cat := catalog.New(catalogtest.NewStore(), nil)
+	c := New(Config{Mesh: &fakeMesh{nodes: []mesh.Node{controllerNode("ctl")}}, Catalog: cat})
+	const key = policy.KindTrainingJob + "/tune"
+	apply := func() catalog.Policy {
+		t.Helper()
+		p := catalog.Policy{Kind: policy.KindTrainingJob, Name: "tune", Source: sweepSource, Generation: cat.NextGeneration(key)}
+		if _, err := cat.Policies.Put(p); err != nil {
+			t.Fatal(err)
+		}
+		return p
+	}
+	p := apply()
+	if p.Generation != 1 {
+		t.Fatalf("first apply: generation %d, want 1", p.Generation)
+	}
+	c.experiments()
+	e, err := cat.Experiments.Value("tune")
+	if err != nil || len(e.Trials) != 2 {
+		t.Fatalf("first run: %+v, %v: want two trials", e, err)
+	}
+	// The first trial succeeds with the best score there will be; the
+	// second is still running when the sweep is deleted.
+	for _, j := range []catalog.Job{
+		{Name: e.Trials[0].Job, Key: policy.KindTrainingJob + "/" + e.Trials[0].Job, Generation: 1, State: catalog.JobSucceeded, Metrics: map[string]float64{"score": 99}},
+		{Name: e.Trials[1].Job, Key: policy.KindTrainingJob + "/" + e.Trials[1].Job, Generation: 1, State: catalog.JobRunning},
+	} {
+		if _, err := cat.Jobs.Put(j); err != nil {
+			t.Fatal(err)
+		}
+	}
+	c.experiments()
+	if err := cat.Policies.Delete(key); err != nil {
+		t.Fatal(err)
+	}
+	c.experiments()
+	old, err := cat.Experiments.Value("tune")
+	if err != nil || old.State != catalog.ExperimentDeleted || old.Trials[1].State != catalog.TrialStopped {
+		t.Fatalf("deleted sweep's experiment: %+v, %v: want it kept, deleted, its running trial stopped", old, err)
+	}
+	if _, err := cat.Policies.Get(policy.KindTrainingJob + "/" + old.Trials[1].Job); err == nil {
+		t.Errorf("the deleted sweep's running trial %s is still applied", old.Trials[1].Job)
+	}
+
+	p = apply()
+	if p.Generation != 2 {
+		t.Fatalf("applied again: generation %d, want 2", p.Generation)
+	}
+	c.experiments()
+	e, err = cat.Experiments.Value("tune")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if e.Generation != 2 || e.State != catalog.ExperimentRunning || e.Best != -1 || len(e.Trials) != 2 {
+		t.Fatalf("second run: generation %d, %s, best %d, %d trials: want a fresh running experiment", e.Generation, e.State, e.Best, len(e.Trials))
+	}
+	for i, tr := range e.Trials {
+		if tr.Job == old.Trials[i].Job || tr.HasValue || tr.State != catalog.JobPending {
+			t.Errorf("second run's trial %d: %s %s (value %v): want a new, pending job", i, tr.Job, tr.State, tr.HasValue)
+		}
+	}
+}
+
+// TestFailedExperimentStopsItsTrials: past maxFailedTrials the
+// experiment fails and stops its running trials, saying so.
+func TestFailedExperimentStopsItsTrials(t *testing.T) {
+	t.Parallel()
+	cat := catalog.New(catalogtest.NewStore(), nil)
+	c := New(Config{Mesh: &fakeMesh{nodes: []mesh.Node{controllerNode("ctl")}}, Catalog: cat})
+	p := catalog.Policy{Kind: policy.KindTrainingJob, Name: "tune", Source: sweepSource, Generation: 1}
+	doc, err := p.Document()
+	if err != nil {
+		t.Fatal(err)
+	}
+	e := catalog.Experiment{Name: "tune", Key: p.Key(), Generation: 1, Metric: "score", Goal: policy.GoalMaximize, State: catalog.ExperimentRunning, Best: -1}
+	for i, st := range []string{catalog.JobFailed, catalog.JobFailed, catalog.JobRunning} {
+		name := fmt.Sprintf("tune-trial-%d", i+1)
+		if _, err := cat.Jobs.Put(catalog.Job{Name: name, State: st, Error: "exit 1"}); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := cat.Policies.Put(catalog.Policy{Kind: policy.KindTrainingJob, Name: name, Generation: 1}); err != nil {
+			t.Fatal(err)
+		}
+		e.Trials = append(e.Trials, catalog.Trial{Job: name, State: catalog.JobPending})
+	}
+	if err := c.advanceExperiment(p, doc, &e); err != nil {
+		t.Fatal(err)
+	}
+	if e.State != catalog.ExperimentFailed || !strings.Contains(e.Message, "stopped 1 running trials") {
+		t.Fatalf("experiment %s (%s): want failed, saying it stopped the running trial", e.State, e.Message)
+	}
+	if tr := e.Trials[2]; tr.State != catalog.TrialStopped || !strings.Contains(tr.Error, "the experiment failed") {
+		t.Errorf("running trial: %s (%s), want stopped because the experiment failed", tr.State, tr.Error)
+	}
+	if _, err := cat.Policies.Get(policy.KindTrainingJob + "/tune-trial-3"); err == nil {
+		t.Error("the running trial's policy is still applied: its job goes on")
+	}
+}
+
+// TestNaNObjectiveSaysSo: a trial whose objective came out NaN fails
+// saying so, not as if it reported none.
+func TestNaNObjectiveSaysSo(t *testing.T) {
+	t.Parallel()
+	cat := catalog.New(catalogtest.NewStore(), nil)
+	c := New(Config{Mesh: &fakeMesh{nodes: []mesh.Node{controllerNode("ctl")}}, Catalog: cat})
+	p := catalog.Policy{Kind: policy.KindTrainingJob, Name: "tune", Source: sweepSource, Generation: 1}
+	doc, err := p.Document()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := cat.Jobs.Put(catalog.Job{Name: "tune-trial-1", State: catalog.JobSucceeded, Metrics: map[string]float64{"loss": 1}, Invalid: map[string]string{"score": "NaN"}}); err != nil {
+		t.Fatal(err)
+	}
+	e := catalog.Experiment{Name: "tune", Key: p.Key(), Generation: 1, Metric: "score", Goal: policy.GoalMaximize, State: catalog.ExperimentRunning, Best: -1,
+		Trials: []catalog.Trial{{Job: "tune-trial-1", State: catalog.JobPending}}}
+	if err := c.advanceExperiment(p, doc, &e); err != nil {
+		t.Fatal(err)
+	}
+	if tr := e.Trials[0]; tr.State != catalog.JobFailed || tr.HasValue || !strings.Contains(tr.Error, "score = NaN") {
+		t.Errorf("NaN trial: %s (%s), want failed saying score = NaN", tr.State, tr.Error)
 	}
 }

@@ -226,12 +226,12 @@ func (s *Server) handleApply(w http.ResponseWriter, r *http.Request) {
 	}
 	var out []ApplyResult
 	for i, p := range recs {
-		res := ApplyResult{Policy: p.Key(), Changed: true, Generation: 1, Warnings: warnings[i]}
-		if old, err := s.cfg.Catalog.Policies.Value(p.Key()); err == nil {
-			res.Generation = old.Generation + 1
-			if old.Source == p.Source {
-				res.Generation, res.Changed = old.Generation, false
-			}
+		// A policy applied anew after a delete does not start again at
+		// generation 1: the deleted one's jobs and trials would read as
+		// its own.
+		res := ApplyResult{Policy: p.Key(), Changed: true, Generation: s.cfg.Catalog.NextGeneration(p.Key()), Warnings: warnings[i]}
+		if old, err := s.cfg.Catalog.Policies.Value(p.Key()); err == nil && old.Source == p.Source {
+			res.Generation, res.Changed = old.Generation, false
 		}
 		if res.Changed {
 			p.Generation, p.Applied, p.AppliedAt = res.Generation, time.Now().UTC(), s.cfg.Mesh.Name()
@@ -332,6 +332,10 @@ func (s *Server) handlePlacements(w http.ResponseWriter, r *http.Request) {
 				replicaStates(&rec, byName)
 			}
 			st.Placement, st.PlacedGeneration = rec, rec.Generation
+		} else if controller.IsSweep(p) {
+			// A sweep is never placed itself (its trials are): its
+			// experiment says where it stands.
+			st.Placement = sweepPlacement(p, s.cfg.Catalog, nodes)
 		} else {
 			st.Placement = catalog.Placement{Key: p.Key(), Kind: p.Kind, Name: p.Name, State: catalog.StatePending, Message: unplaced(p.Kind, nodes)}
 		}
@@ -405,6 +409,43 @@ func replicaStates(rec *catalog.Placement, byName map[string]mesh.Node) {
 // unplaced says why a policy of kind has no placement yet, as this agent
 // sees the mesh: a training job waits while no controller-capable agent
 // is reachable (see controller.UnreachableControllers).
+// sweepPlacement is what GET /v1/placements says of a sweep: its
+// experiment's state (running, training, succeeded, failed) and a line
+// on its trials, or pending until its owner starts the experiment of
+// this generation.
+func sweepPlacement(p catalog.Policy, cat *catalog.Catalog, nodes []mesh.Node) catalog.Placement {
+	rec := catalog.Placement{Key: p.Key(), Kind: p.Kind, Name: p.Name, Generation: p.Generation, State: catalog.StatePending}
+	e, err := cat.Experiments.Value(p.Name)
+	if err != nil || e.Generation != p.Generation || e.Key != p.Key() {
+		rec.Message = unplaced(p.Kind, nodes)
+		return rec
+	}
+	rec.State, rec.Updated = e.State, e.Started
+	if !e.Finished.IsZero() {
+		rec.Updated = e.Finished
+	}
+	rec.Message = trialSummary(e)
+	if e.Message != "" {
+		rec.Message += "; " + e.Message
+	}
+	return rec
+}
+
+// trialSummary counts an experiment's trials by state, in a line.
+func trialSummary(e catalog.Experiment) string {
+	n := map[string]int{}
+	for _, tr := range e.Trials {
+		n[tr.State]++
+	}
+	out := fmt.Sprintf("experiment: %d trials", len(e.Trials))
+	for _, st := range []string{catalog.JobPending, catalog.JobRunning, catalog.JobSucceeded, catalog.JobFailed, catalog.TrialStopped} {
+		if n[st] > 0 {
+			out += fmt.Sprintf(", %d %s", n[st], st)
+		}
+	}
+	return out
+}
+
 func unplaced(kind string, nodes []mesh.Node) string {
 	if away := controller.UnreachableControllers(nodes); kind == policy.KindTrainingJob && len(away) > 0 {
 		return fmt.Sprintf("waiting for a controller-capable agent (%s: none reachable); only they place training jobs, so that no job is placed on both sides of a cut", strings.Join(away, ", "))

@@ -12,6 +12,7 @@
 package jobs
 
 import (
+	"bytes"
 	"cmp"
 	"context"
 	"encoding/json"
@@ -19,7 +20,6 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
-	"math"
 	"os"
 	"path/filepath"
 	"slices"
@@ -588,7 +588,7 @@ func (j *Runner) fetchData(ctx context.Context, d policy.DataRef, dir string) er
 // register publishes the model a finished job left in out, when the job's
 // labels name the output model.
 func (j *Runner) register(ctx context.Context, jr *catalog.Job, doc *policy.Document, out string) error {
-	jr.Metrics = readMetrics(filepath.Join(out, trainer.MetricsFile))
+	jr.Metrics, jr.Invalid = readMetrics(filepath.Join(out, trainer.MetricsFile))
 	if a, ok := jr.Metrics["accuracy"]; ok {
 		jr.Accuracy = a
 	}
@@ -634,23 +634,79 @@ func (j *Runner) register(ctx context.Context, jr *catalog.Job, doc *policy.Docu
 
 // readMetrics reads the top-level numbers of a job's metrics.json (the
 // builtin trainer's, or one an exec script wrote); nil when there is none.
-func readMetrics(path string) map[string]float64 {
+// Numbers that are not finite (Python's json writes NaN, Infinity and
+// -Infinity, which JSON lacks) come back in invalid, by name, spelled as
+// written.
+func readMetrics(path string) (metrics map[string]float64, invalid map[string]string) {
 	b, err := os.ReadFile(path)
 	if err != nil || len(b) > 1<<20 {
-		return nil
+		return nil, nil
 	}
 	var raw map[string]any
-	if json.Unmarshal(b, &raw) != nil {
-		return nil
+	if json.Unmarshal(quoteNonFinite(b), &raw) != nil {
+		return nil, nil
 	}
-	out := map[string]float64{}
+	metrics, invalid = map[string]float64{}, map[string]string{}
 	for k, v := range raw {
-		if f, ok := v.(float64); ok && !math.IsNaN(f) && !math.IsInf(f, 0) {
-			out[k] = f
+		switch f := v.(type) {
+		case float64:
+			metrics[k] = f
+		case string:
+			if nonFinite[f] {
+				invalid[k] = f
+			}
 		}
 	}
-	if len(out) == 0 {
-		return nil
+	if len(metrics) == 0 {
+		metrics = nil
+	}
+	if len(invalid) == 0 {
+		invalid = nil
+	}
+	return metrics, invalid
+}
+
+// nonFinite are the spellings of non-finite numbers Python's json writes.
+var nonFinite = map[string]bool{"NaN": true, "Infinity": true, "-Infinity": true}
+
+// quoteNonFinite quotes the bare NaN, Infinity and -Infinity tokens
+// outside strings in b, so that encoding/json reads them (as strings).
+func quoteNonFinite(b []byte) []byte {
+	var out []byte
+	in, esc := false, false
+	for i := 0; i < len(b); i++ {
+		ch := b[i]
+		if in {
+			switch {
+			case esc:
+				esc = false
+			case ch == '\\':
+				esc = true
+			case ch == '"':
+				in = false
+			}
+			out = append(out, ch)
+			continue
+		}
+		if ch == '"' {
+			in = true
+			out = append(out, ch)
+			continue
+		}
+		matched := false
+		for _, tok := range []string{"-Infinity", "Infinity", "NaN"} {
+			if bytes.HasPrefix(b[i:], []byte(tok)) {
+				out = append(out, '"')
+				out = append(out, tok...)
+				out = append(out, '"')
+				i += len(tok) - 1
+				matched = true
+				break
+			}
+		}
+		if !matched {
+			out = append(out, ch)
+		}
 	}
 	return out
 }

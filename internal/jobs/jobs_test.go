@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"path/filepath"
 	"slices"
 	"strings"
 	"sync/atomic"
@@ -460,4 +461,27 @@ func TestRunStopsForAnotherOwnersPlacement(t *testing.T) {
 	rec.Nodes, rec.Message = []catalog.PlacedNode{{Name: "n1", Rank: 0, Admitted: true}}, "placed anew"
 	pj.place(t, ctx, r, rec, pol)
 	pj.wantSucceeded(t)
+}
+
+// TestReadMetricsNonFinite: NaN and infinities as Python's json writes
+// them do not lose the whole file, and come back named, not as missing.
+func TestReadMetricsNonFinite(t *testing.T) {
+	t.Parallel()
+	path := filepath.Join(t.TempDir(), "metrics.json")
+	if err := os.WriteFile(path, []byte(`{"loss": NaN, "acc": 0.5, "gain": -Infinity, "note": "NaN in a string stays", "n": Infinity}`), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	metrics, invalid := readMetrics(path)
+	if len(metrics) != 1 || metrics["acc"] != 0.5 {
+		t.Errorf("metrics %v, want acc 0.5 only", metrics)
+	}
+	want := map[string]string{"loss": "NaN", "gain": "-Infinity", "n": "Infinity"}
+	if len(invalid) != len(want) {
+		t.Errorf("invalid %v, want %v", invalid, want)
+	}
+	for k, v := range want {
+		if invalid[k] != v {
+			t.Errorf("invalid[%s] = %q, want %q", k, invalid[k], v)
+		}
+	}
 }
