@@ -17,10 +17,10 @@ import (
 // 8 jobs and 8 rolled-back canaries of one digest in 75 s. The next
 // retrain of the same version waits retrainBackoffBase after the first
 // ended, doubling after each, at most retrainBackoffMax: under sustained
-// drift, retrains start at most at 0, 1, 3, 7, 15, 31 and 63 minutes,
-// then once an hour.
+// drift, retrains start at most at 0, 15 and 45 minutes, then once an
+// hour (3 in any hour).
 const (
-	retrainBackoffBase = time.Minute
+	retrainBackoffBase = 15 * time.Minute
 	retrainBackoffMax  = time.Hour
 )
 

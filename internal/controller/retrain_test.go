@@ -30,7 +30,7 @@ func TestRetrainBackoff(t *testing.T) {
 	for _, tc := range []struct {
 		attempt int
 		want    time.Duration
-	}{{0, time.Minute}, {1, time.Minute}, {2, 2 * time.Minute}, {3, 4 * time.Minute}, {6, 32 * time.Minute}, {7, time.Hour}, {1000, time.Hour}} {
+	}{{0, 15 * time.Minute}, {1, 15 * time.Minute}, {2, 30 * time.Minute}, {3, time.Hour}, {4, time.Hour}, {1000, time.Hour}} {
 		if got := retrainBackoff(tc.attempt); got != tc.want {
 			t.Errorf("retrainBackoff(%d) = %s, want %s", tc.attempt, got, tc.want)
 		}
@@ -137,7 +137,7 @@ func TestRetrainLoopEnds(t *testing.T) {
 	if r.Stage != catalog.StageRolledBack {
 		t.Fatalf("canary drifted: %s (%s), want rolled back", r.Stage, r.Message)
 	}
-	backoff(r, time.Minute)
+	backoff(r, 15*time.Minute)
 
 	// m@1's monitor restarts on the canary node and alarms again at once:
 	// that waits.
@@ -157,7 +157,7 @@ func TestRetrainLoopEnds(t *testing.T) {
 	if r.Stage != catalog.StageUnchanged || len(r.CanaryNodes) != 0 || !strings.Contains(r.Message, "is m@2 again (rolled-back") {
 		t.Fatalf("m@2's bytes again: %s on %v (%s), want unchanged, no canary", r.Stage, r.CanaryNodes, r.Message)
 	}
-	backoff(r, 2*time.Minute)
+	backoff(r, 30*time.Minute)
 
 	// Once more: the served model's bytes, unchanged, and the wait doubles.
 	waited()
@@ -170,7 +170,7 @@ func TestRetrainLoopEnds(t *testing.T) {
 	if r.Stage != catalog.StageUnchanged || !strings.Contains(r.Message, "already served") {
 		t.Fatalf("m@1's bytes again: %s (%s), want unchanged", r.Stage, r.Message)
 	}
-	backoff(r, 4*time.Minute)
+	backoff(r, time.Hour)
 	var tried []string
 	for _, m := range r.Tried {
 		tried = append(tried, m.Version+"="+m.Outcome)
