@@ -380,6 +380,9 @@ func (c *Controller) reconcile() {
 			}
 			c.write(rec)
 		}
+		if have && p.Kind == policy.KindInferenceService && rec.State == catalog.StatePlaced && noteReplicas(&rec, byName) {
+			c.write(rec)
+		}
 		need, why := c.needsPlacement(p, rec, have, byName, cut)
 		if !need {
 			continue
@@ -507,6 +510,31 @@ func (c *Controller) needsPlacement(p catalog.Policy, rec catalog.Placement, hav
 		}
 	}
 	return false, ""
+}
+
+// noteReplicas records in rec what each of its nodes that this agent sees
+// reports of the service's replica (loading, serving, failed and why),
+// and says whether that changed. The record travels to every site: an
+// agent of another site, which sees none of these nodes, tells from it
+// whether the service serves (GET /v1/placements), as this site's do.
+func noteReplicas(rec *catalog.Placement, byName map[string]mesh.Node) bool {
+	changed := false
+	for i, pn := range rec.Nodes {
+		n, ok := byName[pn.Name]
+		if !ok {
+			continue
+		}
+		for _, r := range n.Replicas {
+			if r.Policy == rec.Key && (pn.Replica != r.State || pn.Reason != r.Reason) {
+				rec.Nodes[i].Replica, rec.Nodes[i].Reason = r.State, r.Reason
+				changed = true
+			}
+		}
+	}
+	if changed {
+		rec.Updated = time.Now().UTC()
+	}
+	return changed
 }
 
 // staleRefusal says whether as refused its epoch only because the node

@@ -661,3 +661,43 @@ func TestSiteBeingCutKeepsItsReplicas(t *testing.T) {
 		t.Error("not placed again though b1 failed and b2 answers")
 	}
 }
+
+// TestReplicaStatesTravel: the owner of a placed service records in its
+// placement what each node reports of its replica, once per change, so an
+// agent of another site (which sees none of the nodes) can tell whether
+// the service serves.
+func TestReplicaStatesTravel(t *testing.T) {
+	t.Parallel()
+	const key = "InferenceService/web"
+	cat := catalog.New(catalogtest.NewStore(), nil)
+	pol, err := cat.Policies.Put(catalog.Policy{Kind: policy.KindInferenceService, Name: "web", Source: webSource, Generation: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	m := &fakeMesh{nodes: []mesh.Node{controllerNode("c1"), node("e1", "edge", mesh.StatusAlive, key, 2)}}
+	if _, err := cat.Placements.Put(catalog.Placement{Key: key, Kind: policy.KindInferenceService, Name: "web", Owner: "c1", Epoch: 2, Generation: 1, Wanted: 1,
+		State: catalog.StatePlaced, Nodes: []catalog.PlacedNode{{Name: "e1", Site: "edge"}}}, pol.Ref()); err != nil {
+		t.Fatal(err)
+	}
+	c := New(Config{Mesh: m, Catalog: cat, Compile: Compile})
+	version := func() uint64 {
+		r, err := cat.Placements.Get(key)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return r.Version
+	}
+	for _, st := range []string{mesh.ReplicaLoading, mesh.ReplicaServing} {
+		m.nodes[1].Replicas = []mesh.Replica{{Policy: key, Model: "m@1", State: st}}
+		c.reconcile()
+		rec, _ := cat.Placements.Value(key)
+		if rec.Nodes[0].Replica != st || rec.Epoch != 2 {
+			t.Fatalf("replica %q at epoch %d; want %q at epoch 2", rec.Nodes[0].Replica, rec.Epoch, st)
+		}
+	}
+	before := version()
+	c.reconcile()
+	if version() != before {
+		t.Error("written again though no replica changed")
+	}
+}
