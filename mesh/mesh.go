@@ -217,14 +217,21 @@ func New(cfg Config) (*Mesh, error) {
 
 	mlc := memberlist.DefaultLANConfig()
 	mlc.Name = cfg.Name
-	// Failure detection within a site's pool: probe twice as often as
-	// memberlist's LAN default, with a probe timeout of 250ms (a LAN round
-	// trip is well under 1ms). Suspicion keeps the defaults (Lifeguard:
-	// SuspicionMult 4, shrinking from 6× as peers confirm). At 64 agents a
-	// killed agent is failed everywhere in about 4.5s median instead of
-	// 9.2s; BenchmarkFailureDetection measures it, and agents stalled for
-	// 2s falsely failed, beside memberlist's defaults.
-	mlc.ProbeInterval, mlc.ProbeTimeout = 500*time.Millisecond, 250*time.Millisecond
+	// Failure detection within a site's pool, for hosts that are busy by
+	// design: probe every second with a 500ms timeout (memberlist's LAN
+	// defaults; a peer that answers any time within the second is alive),
+	// Lifeguard on (awareness backs a struggling prober off to 8s; nacks
+	// tell a slow prober from a dead target), and SuspicionMult 3 instead
+	// of 4: a suspect is failed after 3s at the soonest (one independent
+	// confirmation), 18s when unconfirmed, which keeps a killed agent
+	// failed everywhere in about 5s. TCPTimeout stays memberlist's 10s; a
+	// TCP ping's ack that misses the probe deadline is a timeout, not bad
+	// input (see dropTimeout). Probing every 500ms with a 250ms timeout
+	// detected a kill in 3.6s but, at 8 agents among 12 busy loops per
+	// core, had live peers suspect 9 times in 20s. BenchmarkBusyHosts
+	// measures both beside memberlist's defaults.
+	mlc.ProbeInterval, mlc.ProbeTimeout = time.Second, 500*time.Millisecond
+	mlc.SuspicionMult = 3
 	host, port, _ := splitHostPort(cfg.BindAddr)
 	mlc.BindAddr, mlc.BindPort = host, port
 	mlc.AdvertisePort = port
