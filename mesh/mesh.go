@@ -107,6 +107,7 @@ type Mesh struct {
 	log     *slog.Logger
 	ml      *memberlist.Memberlist
 	coord   *coordinate.Client
+	rtt     *rttFilter
 	bq      *memberlist.TransmitLimitedQueue
 	metrics *metrics
 	id      string
@@ -189,6 +190,7 @@ func New(cfg Config) (*Mesh, error) {
 		return nil, fmt.Errorf("mesh: coordinate client: %w", err)
 	}
 	m.coord = coord
+	m.rtt = newRTTFilter(cfg.rttWindow)
 	if cfg.Trust != nil {
 		if m.trust, err = newTrust(*cfg.Trust, cfg.Identity, cfg.Name); err != nil {
 			return nil, err
