@@ -220,19 +220,20 @@ func New(cfg Config) (*Mesh, error) {
 	mlc := memberlist.DefaultLANConfig()
 	mlc.Name = cfg.Name
 	// Failure detection within a site's pool, for hosts that are busy by
-	// design: probe every second with a 500ms timeout (memberlist's LAN
-	// defaults; a peer that answers any time within the second is alive),
-	// Lifeguard on (awareness backs a struggling prober off to 8s; nacks
-	// tell a slow prober from a dead target), and SuspicionMult 3 instead
-	// of 4: a suspect is failed after 3s at the soonest (one independent
-	// confirmation), 18s when unconfirmed, which keeps a killed agent
-	// failed everywhere in about 5s. TCPTimeout stays memberlist's 10s; a
+	// design: probe every 800ms with a 400ms timeout (memberlist's LAN
+	// defaults are 1s and 500ms; a peer that answers any time within the
+	// interval is alive), Lifeguard on (awareness backs a struggling
+	// prober off to 8× the interval; nacks tell a slow prober from a dead
+	// target), and SuspicionMult 3 instead of 4: a suspect is failed after
+	// 3 × log10(N) × 800ms at the soonest, once one other member confirms
+	// it, and 6× that unconfirmed. TCPTimeout stays memberlist's 10s; a
 	// TCP ping's ack that misses the probe deadline is a timeout, not bad
-	// input (see dropTimeout). Probing every 500ms with a 250ms timeout
-	// detected a kill in 3.6s but, at 8 agents among 12 busy loops per
-	// core, had live peers suspect 9 times in 20s. BenchmarkBusyHosts
-	// measures both beside memberlist's defaults.
-	mlc.ProbeInterval, mlc.ProbeTimeout = time.Second, 500*time.Millisecond
+	// input (see dropTimeout). On 2 cores, 8 agents among 12 busy loops
+	// per core saw no live peer suspect in 60s (probing every 500ms with a
+	// 250ms timeout: 9 times in 20s) and a killed agent failed everywhere
+	// in 4.3s median (BenchmarkBusyHosts); at 64 agents in 6.0s against
+	// memberlist's 10.0s (BenchmarkFailureDetection).
+	mlc.ProbeInterval, mlc.ProbeTimeout = 800*time.Millisecond, 400*time.Millisecond
 	mlc.SuspicionMult = 3
 	host, port, _ := splitHostPort(cfg.BindAddr)
 	mlc.BindAddr, mlc.BindPort = host, port
