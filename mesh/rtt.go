@@ -7,8 +7,8 @@ import (
 )
 
 // defaultRTTWindow is how many of a peer's latest RTT samples the filter
-// keeps by default (about 35s of probes of one peer in a site of 8, probed
-// every second); see rttFilter.
+// keeps by default (about half a minute of one peer's probes in a site of
+// 8, each agent probing one peer every 800ms); see rttFilter.
 const defaultRTTWindow = 5
 
 // maxRTTSample bounds an RTT sample fed to Vivaldi: no round trip within a
