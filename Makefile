@@ -4,6 +4,8 @@
 #   make test    set up, then run every test (race detector on the concurrent
 #                packages), then build the release and test it (test-release)
 #   make bench   run the benchmarks and print a table with ratios
+#                (STRATA_BUSY_FOR=5m: BenchmarkBusyHosts watches each level
+#                for 5 minutes instead of 30s)
 #   make battery hostile gossip and API load against real agents: a table
 #   make release build the linux/amd64 and linux/arm64 tarballs and .debs
 #                into bin/release (VERSION=, ARCHES= override)

@@ -69,7 +69,8 @@ type Config struct {
 	// call. Serving spreads concurrent requests (and batches) over cores,
 	// and ONNX Runtime's spinning worker threads would compete with them,
 	// so the default is 1; raise it for large models served at low
-	// concurrency. Default: 1.
+	// concurrency. It is bounded to one less than the host's cores, so
+	// that a session never takes every core from the agent. Default: 1.
 	IntraOpThreads int
 
 	// SampleFraction is the fraction of inference requests, in [0, 1], whose

@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"runtime"
 	"slices"
 	"sync"
 	"sync/atomic"
@@ -91,6 +92,14 @@ func infoFrom(ios []ort.InputOutputInfo, what string) ([]TensorInfo, error) {
 	return out, nil
 }
 
+// intraOpThreads bounds the intra-op threads a session asks for below the
+// host's cores, so that ONNX Runtime's spinning workers always leave a core
+// to the agent (which must answer its peers' probes to stay alive in the
+// mesh) and to the requests themselves; one core or none left means 1.
+func intraOpThreads(want, cores int) int {
+	return max(1, min(want, cores-1))
+}
+
 func newVersion(name, ver string, model []byte, cfg *Config) (*version, error) {
 	ins, outs, err := ort.GetInputOutputInfoWithONNXData(model)
 	if err != nil {
@@ -112,7 +121,7 @@ func newVersion(name, ver string, model []byte, cfg *Config) (*version, error) {
 	}
 	defer opts.Destroy()
 	if cfg.IntraOpThreads > 0 {
-		if err := opts.SetIntraOpNumThreads(cfg.IntraOpThreads); err != nil {
+		if err := opts.SetIntraOpNumThreads(intraOpThreads(cfg.IntraOpThreads, runtime.NumCPU())); err != nil {
 			return nil, fmt.Errorf("infer: session options: %w", err)
 		}
 	}

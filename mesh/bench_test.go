@@ -162,8 +162,10 @@ func BenchmarkConvergence(b *testing.B) {
 // worst of 5 kills), and how many members are seen failed by an agent that
 // is not stalled itself while 3 agents (5%) stall for 2 s, as SIGSTOP or a
 // long GC pause would (false positives, over 3 rounds; see
-// meshtest.Network.Stall): with strata's timings (probes every 500ms) and
-// with memberlist's LAN defaults (every 1s), both with Lifeguard on.
+// meshtest.Network.Stall): with strata's timings (probes every 800ms,
+// SuspicionMult 3) and with memberlist's LAN defaults (every 1s,
+// SuspicionMult 4), both with Lifeguard on. BenchmarkBusyHosts measures
+// the same on loaded hosts.
 func BenchmarkFailureDetection(b *testing.B) {
 	const n = 64
 	for _, impl := range []struct {

@@ -105,6 +105,11 @@ type Config struct {
 	// reach of later writes. Default DefaultMaxClockSkew (2m); hosts whose
 	// clocks drift further apart need NTP.
 	MaxClockSkew time.Duration
+
+	// rttWindow is how many RTT samples per peer the filter keeps (see
+	// rttFilter); 0 means defaultRTTWindow, 1 feeds every sample as it
+	// is. Only the benchmarks change it (export_test.go).
+	rttWindow int
 }
 
 // DecodeGossipKey parses a base64 gossip key as `strata keygen` prints it.
@@ -147,6 +152,9 @@ func (c *Config) ensureDefaults() {
 	}
 	if c.TombstoneTTL == 0 {
 		c.TombstoneTTL = 10 * time.Minute
+	}
+	if c.rttWindow == 0 {
+		c.rttWindow = defaultRTTWindow
 	}
 	if c.MaxClockSkew == 0 {
 		c.MaxClockSkew = DefaultMaxClockSkew

@@ -182,7 +182,8 @@ func (d *delegate) AckPayload() []byte {
 	return b
 }
 
-// NotifyPingComplete feeds a measured RTT and the peer's coordinate to Vivaldi.
+// NotifyPingComplete feeds a measured RTT, filtered (see rttFilter), and
+// the peer's coordinate to Vivaldi.
 func (d *delegate) NotifyPingComplete(other *memberlist.Node, rtt time.Duration, payload []byte) {
 	if len(payload) == 0 {
 		return
@@ -203,9 +204,12 @@ func (d *delegate) NotifyPingComplete(other *memberlist.Node, rtt time.Duration,
 		d.m.metrics.malformed.WithLabelValues("coordinate").Inc()
 		return
 	}
-	if _, err := d.m.coord.Update(other.Name, c, rtt); err != nil {
-		d.m.metrics.malformed.WithLabelValues("coordinate").Inc()
-		return
+	// An absurd RTT teaches Vivaldi nothing; the peer still answered.
+	if sample, ok := d.m.rtt.add(other.Name, rtt); ok {
+		if _, err := d.m.coord.Update(other.Name, c, sample); err != nil {
+			d.m.metrics.malformed.WithLabelValues("coordinate").Inc()
+			return
+		}
 	}
 	d.m.mu.Lock()
 	d.m.peerCoords[other.Name] = c

@@ -78,7 +78,10 @@ func (w *logWriter) Write(p []byte) (int, error) {
 		level = slog.LevelWarn
 	}
 	// A name conflict is reported by conflictDelegate, with the node IDs.
-	if strings.Contains(msg, "use of closed network connection") || strings.HasPrefix(msg, "Conflicting address for ") {
+	// A TCP ping that timed out is a peer slower than the probe interval
+	// (a busy host): memberlist's suspicion, logged at info, is the news.
+	if strings.Contains(msg, "use of closed network connection") || strings.HasPrefix(msg, "Conflicting address for ") ||
+		strings.HasPrefix(msg, "Failed fallback TCP ping: timeout") {
 		level = slog.LevelDebug
 	}
 	if src := logSource(msg); src != "" && level >= slog.LevelWarn {
@@ -125,6 +128,12 @@ func (w *logWriter) drop(path, reason string, from net.Addr) {
 		return
 	}
 	w.metrics.invalid.WithLabelValues(path, reason).Inc()
+	if reason == dropTimeout {
+		// A busy peer answering late is what a loaded host looks like,
+		// not a fault of the peer: lifeguard's suspicion handles it.
+		w.log.Debug("gossip stream timed out before its first frame", "path", path, "peer", src)
+		return
+	}
 	w.metrics.peerWarnings.Inc()
 	ok, n := w.sources.allow(sourceKey(src), w.clock())
 	if !ok {

@@ -32,13 +32,17 @@ const (
 // reason label of strata_gossip_invalid_total, or "key" and "unencrypted"
 // for strata_gossip_refused_total.
 const (
-	dropEmpty       = "empty"       // no bytes, or nothing after decryption
-	dropLabel       = "label"       // label header missing, malformed or not ours
-	dropVersion     = "version"     // encryption version byte other than the one we send
-	dropShort       = "short"       // shorter than version, nonce and tag
-	dropOversize    = "oversize"    // stream frame over memberlist's limit
-	dropPadding     = "padding"     // bad PKCS7 padding (encryption version 0 only)
-	dropTruncated   = "truncated"   // stream ended or stalled inside its first frame
+	dropEmpty     = "empty"     // no bytes, or nothing after decryption
+	dropLabel     = "label"     // label header missing, malformed or not ours
+	dropVersion   = "version"   // encryption version byte other than the one we send
+	dropShort     = "short"     // shorter than version, nonce and tag
+	dropOversize  = "oversize"  // stream frame over memberlist's limit
+	dropPadding   = "padding"   // bad PKCS7 padding (encryption version 0 only)
+	dropTruncated = "truncated" // stream ended inside its first frame
+	// dropTimeout: the first frame was not whole by the deadline. A busy
+	// peer, not bad input (a TCP ping's ack past the probe deadline): it is
+	// counted but logged at debug level only.
+	dropTimeout     = "timeout"
 	dropKey         = "key"         // does not decrypt under any gossip key
 	dropUnencrypted = "unencrypted" // plaintext stream while a key is set
 )
@@ -201,7 +205,7 @@ func (t *guardTransport) pumpStreams() {
 func (t *guardTransport) admit(c net.Conn) {
 	if len(t.keys()) > 0 {
 		_ = c.SetReadDeadline(time.Now().Add(t.timeout))
-		head, reason := t.readFrame(c, true)
+		head, reason, _ := t.readFrame(c, true)
 		_ = c.SetReadDeadline(time.Time{})
 		if reason != "" {
 			t.drop("stream", reason, c.RemoteAddr())
@@ -306,61 +310,73 @@ func open(keys [][]byte, msg, ad []byte) ([]byte, bool) {
 }
 
 // readFrame reads and checks a stream's first frame ([label header] when
-// inbound, then [10][len][payload]); it returns the bytes read.
-func (t *guardTransport) readFrame(r io.Reader, inbound bool) ([]byte, string) {
+// inbound, then [10][len][payload]); it returns the bytes read, or why the
+// stream is dropped and, for dropTimeout, the read's timeout error.
+func (t *guardTransport) readFrame(r io.Reader, inbound bool) ([]byte, string, error) {
+	head, reason, err := t.readFrameBytes(r, inbound)
+	var ne net.Error
+	if reason != "" && errors.As(err, &ne) && ne.Timeout() {
+		return nil, dropTimeout, err
+	}
+	return head, reason, nil
+}
+
+// readFrameBytes is readFrame without telling a timeout from a truncated
+// or malformed frame; err is the error of the read that failed, if any.
+func (t *guardTransport) readFrameBytes(r io.Reader, inbound bool) (_ []byte, _ string, err error) {
 	var head bytes.Buffer
 	read := func(n int) ([]byte, bool) {
 		off := head.Len()
-		if _, err := io.CopyN(&head, r, int64(n)); err != nil {
+		if _, err = io.CopyN(&head, r, int64(n)); err != nil {
 			return nil, false
 		}
 		return head.Bytes()[off:], true
 	}
 	b, ok := read(1)
 	if !ok {
-		return nil, dropTruncated
+		return nil, dropTruncated, err
 	}
 	typ := b[0]
 	if inbound {
 		if typ == mlHasLabelMsg {
 			b, ok := read(1)
 			if !ok || b[0] == 0 {
-				return nil, dropLabel
+				return nil, dropLabel, err
 			}
 			lb, ok := read(int(b[0]))
 			if !ok || string(lb) != t.label {
-				return nil, dropLabel
+				return nil, dropLabel, err
 			}
 			b, ok = read(1)
 			if !ok {
-				return nil, dropTruncated
+				return nil, dropTruncated, err
 			}
 			typ = b[0]
 		} else if t.label != "" {
-			return nil, dropLabel
+			return nil, dropLabel, err
 		}
 	}
 	if typ != mlEncryptMsg {
-		return nil, dropUnencrypted
+		return nil, dropUnencrypted, err
 	}
 	lenb, ok := read(4)
 	if !ok {
-		return nil, dropTruncated
+		return nil, dropTruncated, err
 	}
 	n := binary.BigEndian.Uint32(lenb)
 	if n > mlMaxPushState {
-		return nil, dropOversize
+		return nil, dropOversize, err
 	}
 	ad := append([]byte{mlEncryptMsg}, lenb...)
 	ad = append(ad, t.label...)
 	payload, ok := read(int(n))
 	if !ok {
-		return nil, dropTruncated
+		return nil, dropTruncated, err
 	}
 	if reason := t.checkSealed(t.keys(), payload, ad); reason != "" {
-		return nil, reason
+		return nil, reason, nil
 	}
-	return head.Bytes(), ""
+	return head.Bytes(), "", nil
 }
 
 // prefixConn replays the bytes the guard read before the rest of the stream.
@@ -384,8 +400,15 @@ type replyConn struct {
 
 func (c *replyConn) Read(p []byte) (int, error) {
 	c.once.Do(func() {
-		head, reason := c.t.readFrame(c.Conn, false)
-		if reason != "" {
+		head, reason, err := c.t.readFrame(c.Conn, false)
+		switch {
+		case reason == dropTimeout:
+			// The peer did not answer in time: memberlist is told so by
+			// the read's own timeout error, as without the guard.
+			c.t.drop("stream", reason, c.Conn.RemoteAddr())
+			c.err = err
+			return
+		case reason != "":
 			c.t.drop("stream", reason, c.Conn.RemoteAddr())
 			c.err = fmt.Errorf("%w (%s)", errDropped, reason)
 			return

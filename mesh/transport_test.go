@@ -326,3 +326,73 @@ func TestDialedStreamReplyIsChecked(t *testing.T) {
 		})
 	}
 }
+
+// TestSlowReplyIsATimeoutNotInvalidGossip: a peer that has not sent its
+// whole reply by the deadline (a TCP ping to a busy host) fails the read
+// with a timeout, as it would without the guard, and is counted as a
+// timeout, not as truncated gossip; on a loaded host these were hundreds
+// of warnings an hour about healthy peers.
+func TestSlowReplyIsATimeoutNotInvalidGossip(t *testing.T) {
+	var drops []string
+	g := newGuardTransport(&chanTransport{packets: make(chan *memberlist.Packet), streams: make(chan net.Conn)},
+		&memberlist.Config{SecretKey: fuzzKey, TCPTimeout: time.Second},
+		func(path, reason string, _ net.Addr) { drops = append(drops, path+"/"+reason) })
+	defer g.Shutdown()
+	full := streamFrame(t, fuzzKey, 1, ackPacket)
+	for _, tc := range []struct {
+		name string
+		sent []byte // what the peer sends before it stalls
+	}{
+		{"nothing", nil},
+		{"half a frame", full[:len(full)/2]},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			drops = nil
+			ours, peer := net.Pipe()
+			defer ours.Close()
+			defer peer.Close()
+			go func() {
+				// A pipe's Write returns once the reader has read it all:
+				// the deadline passes with the reader waiting for more.
+				if len(tc.sent) > 0 {
+					_, _ = peer.Write(tc.sent)
+				}
+				_ = ours.SetReadDeadline(time.Now())
+			}()
+			rc := &replyConn{Conn: ours, t: g}
+			_, err := rc.Read(make([]byte, 64))
+			var ne net.Error
+			if !errors.As(err, &ne) || !ne.Timeout() || errors.Is(err, errDropped) {
+				t.Fatalf("read error %v, want a net.Error timeout, not errDropped", err)
+			}
+			if len(drops) != 1 || drops[0] != "stream/"+dropTimeout {
+				t.Fatalf("drops = %v, want [stream/%s]", drops, dropTimeout)
+			}
+		})
+	}
+}
+
+// TestTimeoutsAreCountedNotWarned: a stream timing out and memberlist's
+// failed TCP ping after it are counted and logged at debug level only;
+// a truncated stream is still a warning.
+func TestTimeoutsAreCountedNotWarned(t *testing.T) {
+	var buf bytes.Buffer
+	reg := prometheus.NewRegistry()
+	w := &logWriter{log: slog.New(slog.NewTextHandler(&buf, &slog.HandlerOptions{Level: slog.LevelInfo})), metrics: newMetrics(reg)}
+	from := &net.TCPAddr{IP: net.IPv4(10, 0, 0, 9), Port: 7946}
+	w.drop("stream", dropTimeout, from)
+	log.New(w, "", 0).Printf("[ERR] memberlist: Failed fallback TCP ping: timeout 1s: read tcp 10.0.0.8:41234->10.0.0.9:7946: i/o timeout")
+	if buf.Len() != 0 {
+		t.Errorf("timeouts logged above debug level:\n%s", buf.String())
+	}
+	if got := counter(t, reg, "strata_gossip_invalid_total"); got != 1 {
+		t.Errorf("invalid_total = %v, want 1 (the timeout)", got)
+	}
+	if got := counter(t, reg, "strata_gossip_peer_warnings_total"); got != 0 {
+		t.Errorf("peer warnings = %v, want 0", got)
+	}
+	w.drop("stream", dropTruncated, from)
+	if !strings.Contains(buf.String(), "level=WARN") || !strings.Contains(buf.String(), "reason=truncated") {
+		t.Errorf("a truncated stream is not a warning:\n%s", buf.String())
+	}
+}

@@ -32,6 +32,11 @@ const (
 	DefaultKillGrace = 5 * time.Second
 )
 
+// workNice is the niceness job members run at (the agent runs at 0), so
+// that a busy host still gives the agent the CPU it needs to answer its
+// peers; see lowerPriority.
+const workNice = 10
+
 // Reasons a member or run fails, as they appear in errors and statuses.
 const (
 	// ReasonExited: the member's process exited non-zero.
@@ -164,6 +169,13 @@ func (e *Exec) attempt(ctx context.Context, r *Run, attempt int) error {
 			startErr = fmt.Errorf("rank %d on %s: %s: %w", rank, job.Members[rank].Node, ReasonStart, err)
 			r.setMember(rank, StateFailed, -1, startErr)
 			break
+		}
+		// The member gets the CPU only when the agent does not need it:
+		// an agent starved by its own work stops answering its peers'
+		// probes and looks dead to the mesh. (The member runs at the
+		// agent's priority for the moment between its start and this.)
+		if err := lowerPriority(cmd.Process.Pid); err != nil {
+			e.log.Debug("cannot lower the priority of a job member", "job", job.ID, "rank", rank, "error", err)
 		}
 		cmds[rank] = cmd
 		started++

@@ -21,3 +21,10 @@ func terminateGroup(pid int) { _ = syscall.Kill(-pid, syscall.SIGTERM) }
 
 // killGroup sends SIGKILL to the process group led by pid.
 func killGroup(pid int) { _ = syscall.Kill(-pid, syscall.SIGKILL) }
+
+// lowerPriority sets the niceness of every process in the group led by
+// pid, and of each of their threads (Linux keeps a niceness per thread;
+// PRIO_PGRP reaches them all), to workNice; what they start later
+// inherits it. It fails, and the group keeps the agent's niceness, when
+// the agent runs nicer than workNice itself.
+func lowerPriority(pid int) error { return syscall.Setpriority(syscall.PRIO_PGRP, pid, workNice) }

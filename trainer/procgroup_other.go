@@ -20,3 +20,6 @@ func killGroup(pid int) {
 		_ = p.Kill()
 	}
 }
+
+// lowerPriority does nothing: there is no niceness to set.
+func lowerPriority(pid int) error { return nil }

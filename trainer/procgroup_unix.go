@@ -19,3 +19,7 @@ func terminateGroup(pid int) { _ = syscall.Kill(-pid, syscall.SIGTERM) }
 
 // killGroup sends SIGKILL to the process group led by pid.
 func killGroup(pid int) { _ = syscall.Kill(-pid, syscall.SIGKILL) }
+
+// lowerPriority sets the niceness of every process in the group led by
+// pid to workNice; what they start later inherits it.
+func lowerPriority(pid int) error { return syscall.Setpriority(syscall.PRIO_PGRP, pid, workNice) }
