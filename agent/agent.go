@@ -292,6 +292,17 @@ func New(cfg Config) (*Agent, error) {
 	if a.dp != nil {
 		fc.DataPlane = a.dp.node
 	}
+	if a.fed != nil {
+		fc.Remote = func(model, version string) []mesh.Node {
+			var out []mesh.Node
+			for _, r := range federation.RemoteServers(a.mesh, model, version, time.Now()) {
+				n := mesh.Node{NodeState: mesh.NodeState{Name: r.Name, Site: r.Site}, Status: mesh.StatusAlive}
+				n.Addrs.Data = r.Data
+				out = append(out, n)
+			}
+			return out
+		}
+	}
 	a.fwd = serving.NewForwarder(fc)
 	a.jobRunner = jobs.New(jobs.Config{Name: cfg.Name, DataDir: cfg.DataDir, Mesh: a.mesh, Catalog: a.cat, Artifacts: a.art, Logger: a.log, Guard: a.guard})
 	ac2 := httpapi.Config{

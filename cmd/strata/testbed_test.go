@@ -19,6 +19,7 @@ import (
 	"time"
 
 	"github.com/strata-mesh/strata/api"
+	"github.com/strata-mesh/strata/infer"
 	"github.com/strata-mesh/strata/internal/testbed"
 	"github.com/strata-mesh/strata/mesh/meshtest"
 	"github.com/strata-mesh/strata/trainer/onnx"
@@ -636,6 +637,10 @@ func TestFederatedSites(t *testing.T) {
 	}, func() { t.Logf("last seen in edge-a: %q", last); dump() })
 	t.Logf("latency-bound services placed across sites %s after the applies: %q", time.Since(latency).Round(100*time.Millisecond), last)
 
+	if os.Getenv("STRATA_ORT_LIB") != "" {
+		serveAcrossSites(t, ea, eb2, bed.Host("edge-b", 1), dump)
+	}
+
 	for _, s := range []string{"edge-a", "cloud", "edge-c", "edge-d"} {
 		bed.Cut("edge-b", s)
 	}
@@ -661,6 +666,61 @@ func TestFederatedSites(t *testing.T) {
 		return placedBy(eb2, "svc-cut") == ch.Name && s["edge-a"].Status == api.SiteReachable && s["cloud"].Status == api.SiteReachable
 	}, dump)
 	t.Logf("edge-b caught up %s after the heal", time.Since(healed).Round(100*time.Millisecond))
+}
+
+// serveAcrossSites serves a model in site edge-a only (pushed and applied
+// at agent ea) and checks, at agent eb of edge-b (in host hb): an
+// inference request there is answered by edge-a's replica, forwarded
+// across the sites; and eb shows the service placed with its replica
+// serving, as edge-a does, though it sees none of edge-a's nodes.
+func serveAcrossSites(t *testing.T, ea, eb *nsAgent, hb testbed.Host, dump func()) {
+	t.Helper()
+	b, layers, err := onnx.RandomMLP(7, 4, 8, 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	model := filepath.Join(t.TempDir(), "xs.onnx")
+	os.WriteFile(model, b, 0o600)
+	if out, err := ea.run("push", model, "--name", "xs", "--version", "1"); err != nil {
+		t.Fatalf("push at %s: %v\n%s", ea.name, err, out)
+	}
+	applyService(t, ea, "svc-xs", "xs", "  constraints: ['node.site == \"edge-a\"']\n")
+	x := []float32{1, -0.5, 0.25, 2}
+	want := onnx.Predict(layers, x, 1)[0]
+	req, _ := json.Marshal(map[string]any{"inputs": []map[string]any{{"name": "input", "shape": []int{1, 4}, "datatype": "FP32", "data": x}}})
+	var last string
+	start := time.Now()
+	meshtest.Poll(t, 90*time.Second, 500*time.Millisecond, "an inference request at edge-b answered by edge-a's replica", func() bool {
+		resp, err := inHost(hb).Post("http://127.0.0.1:7470/v2/models/xs/infer", "application/json", bytes.NewReader(req))
+		if err != nil {
+			last = err.Error()
+			return false
+		}
+		defer resp.Body.Close()
+		body, _ := io.ReadAll(resp.Body)
+		last = fmt.Sprintf("%d by %q: %s", resp.StatusCode, resp.Header.Get(infer.HeaderServedBy), body)
+		var out struct {
+			Outputs []struct {
+				Data []float64 `json:"data"`
+			} `json:"outputs"`
+		}
+		return resp.StatusCode == http.StatusOK && strings.HasPrefix(resp.Header.Get(infer.HeaderServedBy), "edge-a-") &&
+			json.Unmarshal(body, &out) == nil && len(out.Outputs) == 1 && len(out.Outputs[0].Data) == 1 && math.Abs(out.Outputs[0].Data[0]-float64(want)) < 1e-4
+	}, func() { t.Logf("last answer at edge-b: %s", last); dump() })
+	t.Logf("edge-b's agent forwards to edge-a's replica %s after the apply: %s", time.Since(start).Round(100*time.Millisecond), last)
+	meshtest.Poll(t, 60*time.Second, 500*time.Millisecond, "edge-b to show svc-xs placed, its replica serving", func() bool {
+		var ps []api.PlacementStatus
+		if eb.get(t, &ps, "placements") != nil {
+			return false
+		}
+		for _, p := range ps {
+			if p.Name == "svc-xs" {
+				last = fmt.Sprintf("%s %+v: %s", p.State, p.Nodes, p.Message)
+				return p.State == "placed" && len(p.Nodes) == 1 && p.Nodes[0].Replica == "serving"
+			}
+		}
+		return false
+	}, func() { t.Logf("last seen at edge-b: %s", last); dump() })
 }
 
 // hostMetrics returns the /metrics page of the agent in host h.

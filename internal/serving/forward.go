@@ -41,6 +41,11 @@ type RoundTripper interface {
 type ForwarderConfig struct {
 	Mesh      Peers
 	DataPlane RoundTripper
+	// Remote, when set (a federated mesh), lists nodes of other sites that
+	// serve model (at version, or any when ""), nearest first, with their
+	// name, site and data-plane address: a model served in no node of
+	// this agent's pool is forwarded to one of them.
+	Remote func(model, version string) []mesh.Node
 }
 
 // Forwarder sends requests to other agents over the data plane (QUIC,
@@ -73,6 +78,9 @@ func (f *Forwarder) Forward(w http.ResponseWriter, r *http.Request, model, versi
 		return fmt.Errorf("%w: %s (forwarded here by %s)", infer.ErrModelNotFound, model, by)
 	}
 	targets := f.ServingNodes(model, version)
+	if len(targets) == 0 && f.cfg.Remote != nil {
+		targets = f.cfg.Remote(model, version)
+	}
 	if len(targets) == 0 {
 		return f.whyNot(model, version)
 	}

@@ -202,3 +202,32 @@ func TestSendDropsBrowserHeaders(t *testing.T) {
 		}
 	}
 }
+
+// TestForwardToAnotherSite: a model served by no node of this agent's pool
+// is forwarded to a node of another site that serves it (from that site's
+// summary), by its certificate's name; one served here is not.
+func TestForwardToAnotherSite(t *testing.T) {
+	t.Parallel()
+	remote := mesh.Node{NodeState: mesh.NodeState{Name: "b-edge-1", Site: "edge-b"}, Status: mesh.StatusAlive}
+	remote.Addrs.Data = "10.2.0.1:7471"
+	var asked []string
+	dp := &recorder{}
+	f := NewForwarder(ForwarderConfig{Mesh: peers{}, DataPlane: dp, Remote: func(model, version string) []mesh.Node {
+		asked = append(asked, model+"@"+version)
+		if model == "fraud" {
+			return []mesh.Node{remote}
+		}
+		return nil
+	}})
+	r := httptest.NewRequest(http.MethodPost, "/v2/models/fraud/infer", strings.NewReader(`{"inputs":[]}`))
+	if err := f.Forward(httptest.NewRecorder(), r, "fraud", "2"); err != nil {
+		t.Fatal(err)
+	}
+	if len(dp.to) != 1 || dp.to[0] != (dataplane.Peer{Addr: "10.2.0.1:7471", Name: "b-edge-1"}) || asked[0] != "fraud@2" {
+		t.Errorf("sent to %+v (asked %v), want b-edge-1 of edge-b", dp.to, asked)
+	}
+	err := f.Forward(httptest.NewRecorder(), httptest.NewRequest(http.MethodPost, "/v2/models/other/infer", nil), "other", "")
+	if !errors.Is(err, infer.ErrModelNotFound) || !strings.Contains(err.Error(), "served nowhere") {
+		t.Errorf("a model no site serves: %v", err)
+	}
+}

@@ -1,10 +1,13 @@
 package federation
 
 import (
+	"cmp"
 	"context"
 	"crypto/ed25519"
 	"errors"
 	"fmt"
+	"slices"
+	"strings"
 	"time"
 
 	"github.com/libp2p/go-libp2p/core/crypto"
@@ -50,6 +53,61 @@ func RemoteHolders(m *mesh.Mesh, digest string, now time.Time) []dataplane.Holde
 			}
 		}
 	}
+	return out
+}
+
+// RemoteServer is a node of another site that serves a model, as its
+// site's summary says.
+type RemoteServer struct {
+	// Site is its site, RTT the estimated round trip from this agent's
+	// site to it (0 when not known yet).
+	Site string
+	RTT  time.Duration
+	// Name is its node name (its data-plane certificate's), Data its
+	// data-plane address.
+	Name, Data string
+}
+
+// RemoteServers lists the nodes of other sites, reachable now, that serve
+// model (at version, or any version when ""), nearest site first (sites of
+// unknown distance last).
+func RemoteServers(m *mesh.Mesh, model, version string, now time.Time) []RemoteServer {
+	rtts := map[string]time.Duration{}
+	for _, s := range Sites(m, now) {
+		if s.RTTMillis != nil && *s.RTTMillis > 0 {
+			rtts[s.Name] = time.Duration(*s.RTTMillis * float64(time.Millisecond))
+		}
+	}
+	var out []RemoteServer
+	for _, r := range Remotes(m, now) {
+		if r.Status != mesh.SiteReachable {
+			continue
+		}
+		rtt := rtts[r.Summary.Site]
+		for ref, names := range r.Summary.Serving {
+			name, ver, _ := strings.Cut(ref, "@")
+			if name != model || (version != "" && ver != version) {
+				continue
+			}
+			for _, n := range names {
+				if c, ok := r.Summary.Contacts[n]; ok && c.Data != "" {
+					out = append(out, RemoteServer{Site: r.Summary.Site, RTT: rtt, Name: n, Data: c.Data})
+				}
+			}
+		}
+	}
+	slices.SortStableFunc(out, func(a, b RemoteServer) int {
+		switch {
+		case (a.RTT == 0) != (b.RTT == 0):
+			if a.RTT == 0 {
+				return 1
+			}
+			return -1
+		case a.RTT != b.RTT:
+			return cmp.Compare(a.RTT, b.RTT)
+		}
+		return strings.Compare(a.Name, b.Name)
+	})
 	return out
 }
 

@@ -36,6 +36,13 @@ type Summary struct {
 	// pulls it from them (see RemoteHolders). Contacts says where each is.
 	Holders  map[string][]string `json:"holders,omitempty"`
 	Contacts map[string]Contact  `json:"contacts,omitempty"`
+	// Serving names, for each model version served in the site
+	// ("name@version"), up to HoldersPerBlob of its live nodes that serve
+	// it and take forwarded requests (a data-plane address outside a
+	// NAT): an agent of another site that serves it not forwards an
+	// inference request to one of them (see RemoteServers). Contacts says
+	// where each is.
+	Serving map[string][]string `json:"serving,omitempty"`
 	// Gateways are the site's gateways, best first, with the libp2p
 	// addresses another site dials them at.
 	Gateways []Gateway `json:"gateways"`
@@ -135,7 +142,7 @@ func Summarize(site string, nodes []mesh.Node, gateways []string) Summary {
 	s := Summary{Site: site, Seq: uint64(time.Now().UnixMicro()), Tiers: map[string]Capacity{}, Fabrics: map[string]int{}}
 	models, datasets := map[string]bool{}, map[string]bool{}
 	addrs := map[string][]string{}
-	holders := map[string][]string{}
+	holders, serving := map[string][]string{}, map[string][]string{}
 	contacts := map[string]Contact{}
 	// By name, so that the same few nodes are named for every blob.
 	nodes = slices.SortedFunc(slices.Values(nodes), func(a, b mesh.Node) int { return strings.Compare(a.Name, b.Name) })
@@ -165,10 +172,14 @@ func Summarize(site string, nodes []mesh.Node, gateways []string) Summary {
 		if f := n.Capabilities.Fabric; f != "" {
 			s.Fabrics[f] += len(n.Capabilities.GPUs)
 		}
+		reachable := n.Status == mesh.StatusAlive && (n.Addrs.Data != "" || len(n.Addrs.Federation) > 0)
 		for _, m := range n.Models {
 			models[m] = true
+			if n.Status == mesh.StatusAlive && n.Addrs.Data != "" && !behindNAT(n.Addrs.Federation) && len(serving[m]) < HoldersPerBlob {
+				serving[m] = append(serving[m], n.Name)
+				contacts[n.Name] = Contact{Data: n.Addrs.Data, Federation: n.Addrs.Federation}
+			}
 		}
-		reachable := n.Status == mesh.StatusAlive && (n.Addrs.Data != "" || len(n.Addrs.Federation) > 0)
 		for _, a := range n.Locality.Artifacts {
 			if reachable && len(holders[a]) < HoldersPerBlob {
 				holders[a] = append(holders[a], n.Name)
@@ -189,7 +200,13 @@ func Summarize(site string, nodes []mesh.Node, gateways []string) Summary {
 	}
 	s.Models = slices.Sorted(maps.Keys(models))
 	if len(holders) > 0 {
-		s.Holders, s.Contacts = holders, contacts
+		s.Holders = holders
+	}
+	if len(serving) > 0 {
+		s.Serving = serving
+	}
+	if len(contacts) > 0 {
+		s.Contacts = contacts
 	}
 	s.Datasets = slices.Sorted(maps.Keys(datasets))
 	for _, g := range gateways {

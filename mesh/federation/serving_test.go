@@ -1,0 +1,38 @@
+package federation
+
+import (
+	"slices"
+	"testing"
+
+	"github.com/strata-mesh/strata/mesh"
+)
+
+// TestSummaryNamesServers: a site's summary names, per model version it
+// serves, live nodes with a data-plane address that take forwarded
+// requests (not one behind a NAT, whose address others cannot dial), with
+// their contacts.
+func TestSummaryNamesServers(t *testing.T) {
+	t.Parallel()
+	n := func(name string, st mesh.Status, data string, fed []string, models ...string) mesh.Node {
+		x := mesh.Node{NodeState: mesh.NodeState{Name: name, Site: "edge-b", Tier: "edge", Models: models}, Status: st}
+		x.Addrs.Data, x.Addrs.Federation = data, fed
+		return x
+	}
+	nat := []string{"/ip4/1.2.3.4/tcp/4001/p2p/12D3KooWRelay/p2p-circuit/p2p/12D3KooWMe"}
+	s := Summarize("edge-b", []mesh.Node{
+		n("b1", mesh.StatusAlive, "10.2.0.1:7471", nil, "fraud@2"),
+		n("b2", mesh.StatusFailed, "10.2.0.2:7471", nil, "fraud@2"),
+		n("b3", mesh.StatusAlive, "", nil, "fraud@2"),
+		n("b4", mesh.StatusAlive, "10.2.0.4:7471", nat, "fraud@2"),
+		n("b5", mesh.StatusAlive, "10.2.0.5:7471", nil, "fraud@1", "fraud@2"),
+	}, nil)
+	if got := s.Serving["fraud@2"]; !slices.Equal(got, []string{"b1", "b5"}) {
+		t.Errorf("serving fraud@2: %v, want b1 and b5", got)
+	}
+	if got := s.Serving["fraud@1"]; !slices.Equal(got, []string{"b5"}) {
+		t.Errorf("serving fraud@1: %v, want b5", got)
+	}
+	if c := s.Contacts["b1"]; c.Data != "10.2.0.1:7471" {
+		t.Errorf("b1's contact %+v", c)
+	}
+}
