@@ -401,6 +401,10 @@ func replicaStates(rec *catalog.Placement, byName map[string]mesh.Node) {
 	case loading > 0:
 		rec.State = catalog.StateLoading
 		rec.Message = fmt.Sprintf("admitted; loading the model: %d of %d replicas serving", serving, len(rec.Nodes))
+	case len(rec.Nodes) < rec.Wanted:
+		// Placed in part: what it serves, and why no more (the owner's
+		// "placed 1 of 2: ..." message).
+		rec.Message = "serving; " + rec.Message
 	default:
 		rec.Message = "serving on every node"
 	}

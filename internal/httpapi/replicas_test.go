@@ -36,4 +36,13 @@ func TestReplicaStates(t *testing.T) {
 			t.Errorf("%s: %s %q; want %s with %q", c.name, rec.State, rec.Message, c.state, c.msg)
 		}
 	}
+	// Placed in part, serving what it placed: it says why no more. A node
+	// of another site (not seen here) reads from the record its owner
+	// wrote.
+	rec := catalog.Placement{Key: key, State: catalog.StatePlaced, Wanted: 2, Message: "placed 1 of 2: 7 latency_slo",
+		Nodes: []catalog.PlacedNode{{Name: "far", Replica: mesh.ReplicaServing}}}
+	replicaStates(&rec, map[string]mesh.Node{})
+	if rec.State != catalog.StatePlaced || rec.Message != "serving; placed 1 of 2: 7 latency_slo" {
+		t.Errorf("placed in part, served in another site: %s %q", rec.State, rec.Message)
+	}
 }
