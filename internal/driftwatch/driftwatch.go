@@ -251,7 +251,7 @@ func (d *Watch) startFromFirst(w *watched) error {
 
 func (d *Watch) monitorConfig(w *watched) drift.Config {
 	c := drift.Config{Model: w.model, Version: w.version, Site: d.cfg.Site, Detector: drift.Detector(w.rec.Detector), Window: w.rec.Window, Prediction: w.pred}
-	c.Every = max(1, c.Window/5)
+	c.Every = policy.DriftEvery(c.Window)
 	if st := w.spec.Stream; st.On() {
 		c.Stream = &drift.StreamConfig{ARL: float64(st.FalseAlarmEvery), Shift: st.Shift}
 	}
