@@ -136,8 +136,10 @@ type Job struct {
 	Version  string  `json:"version,omitempty"`
 	Digest   string  `json:"digest,omitempty"`
 	Accuracy float64 `json:"accuracy,omitempty"`
-	// Metrics are the numbers the job reported in its metrics.json.
+	// Metrics are the numbers the job reported in its metrics.json;
+	// Invalid those that were not finite (NaN, Infinity), by name.
 	Metrics map[string]float64 `json:"metrics,omitempty"`
+	Invalid map[string]string  `json:"invalid_metrics,omitempty"`
 	// Steps are the metrics rank 0 reported per step
 	// ($STRATA_METRICS_FILE), as the job went.
 	Steps []JobStep `json:"steps,omitempty"`

@@ -257,6 +257,23 @@ type Rollout struct {
 	Started        time.Time     `json:"started"`
 	Updated        time.Time     `json:"updated"`
 	Steps          []RolloutStep `json:"steps"`
+	// Attempt counts the retrains of From in a row, this one included.
+	Attempt int `json:"attempt,omitempty"`
+	// NextRetrainAfter, set when the rollout ended without promoting, is
+	// when an alarm on From may start the next retrain.
+	NextRetrainAfter time.Time `json:"next_retrain_after,omitzero"`
+	// Tried are the versions served, canaried or rolled back lately: a
+	// retrain that yields one of their digests ends unchanged.
+	Tried []TriedModel `json:"tried,omitempty"`
+}
+
+// TriedModel is a model version a service served or tried, with its
+// digest and how it went.
+type TriedModel struct {
+	Version string    `json:"version"`
+	Digest  string    `json:"digest,omitempty"`
+	Outcome string    `json:"outcome"`
+	At      time.Time `json:"at"`
 }
 
 // Ended says the rollout is over: promoted, rolled back, failed or
