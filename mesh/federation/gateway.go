@@ -137,14 +137,16 @@ type pingSample struct {
 	relayed bool
 }
 
-// Measured round trips: the median of the last pingsKept pings to a site,
-// of those within measuredFor.
+// Measured round trips: the least of the last pingsKept pings to a site,
+// of those within measuredFor. A ping is never faster than the path, but
+// is slower by however long either gateway took to answer it: on a busy
+// host the median read 30 ms for a 20 ms path, and the least does not.
 const (
 	pingsKept   = 5
 	measuredFor = 2 * time.Minute
 )
 
-// measured returns the median of the recent pings to each site, in
+// measured returns the least of the recent pings to each site, in
 // milliseconds, and the sites whose last ping went through a relay.
 func (g *gateway) measured(now time.Time) (out map[string]float64, relayed map[string]bool) {
 	g.mu.Lock()
@@ -164,12 +166,7 @@ func (g *gateway) measured(now time.Time) (out map[string]float64, relayed map[s
 		if ps[len(ps)-1].relayed {
 			relayed[site] = true
 		}
-		slices.Sort(rtts)
-		med := rtts[len(rtts)/2]
-		if len(rtts)%2 == 0 {
-			med = (rtts[len(rtts)/2-1] + med) / 2
-		}
-		out[site] = float64(med) / float64(time.Millisecond)
+		out[site] = float64(slices.Min(rtts)) / float64(time.Millisecond)
 	}
 	return out, relayed
 }
@@ -561,8 +558,14 @@ func (g *gateway) probeWAN(ctx context.Context) {
 		if n := len(g.pings[site]); n > pingsKept {
 			g.pings[site] = g.pings[site][n-pingsKept:]
 		}
+		// The WAN coordinates learn from the least recent ping too, as a
+		// site's pool does from its members' (see mesh's RTT filter).
+		least := rtt
+		for _, s := range g.pings[site] {
+			least = min(least, s.rtt)
+		}
 		g.mu.Unlock()
-		if _, err := g.wan.Update(site, sites[p].coord, rtt); err != nil {
+		if _, err := g.wan.Update(site, sites[p].coord, least); err != nil {
 			g.f.metrics.malformed.Inc()
 		}
 	}

@@ -3,6 +3,7 @@ package federation
 import (
 	"slices"
 	"testing"
+	"time"
 
 	"github.com/strata-mesh/strata/mesh"
 )
@@ -34,5 +35,21 @@ func TestSummaryNamesServers(t *testing.T) {
 	}
 	if c := s.Contacts["b1"]; c.Data != "10.2.0.1:7471" {
 		t.Errorf("b1's contact %+v", c)
+	}
+}
+
+// TestMeasuredIsTheLeastRecentPing: a site's measured round trip is the
+// least of its recent pings, not their median: a busy gateway adds its
+// delay to some pings, never takes it from the path.
+func TestMeasuredIsTheLeastRecentPing(t *testing.T) {
+	t.Parallel()
+	now := time.Now()
+	g := &gateway{pings: map[string][]pingSample{"edge-b": {
+		{now.Add(-3 * time.Minute), 5 * time.Millisecond, false}, // too old to count
+		{now, 31 * time.Millisecond, false}, {now, 20 * time.Millisecond, false}, {now, 29 * time.Millisecond, false},
+	}}}
+	got, _ := g.measured(now)
+	if got["edge-b"] != 20 {
+		t.Errorf("measured %v ms, want 20: the least recent ping", got["edge-b"])
 	}
 }
