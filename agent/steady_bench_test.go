@@ -1,7 +1,7 @@
 package agent
 
 import (
-	"context"
+	"fmt"
 	"net/http"
 	"os"
 	"os/exec"
@@ -28,24 +28,25 @@ spec:
   latency: {p99: 15ms, clients: [edge-b]}
 `
 
-// busyLoops starts perCore busy loops per core beside the agents, each
-// ending by itself after d (timeout(1)) and killed at the benchmark's end.
+// busyLoops starts perCore busy loops per core beside the agents: shell
+// loops that stop at the benchmark's end, after d, or when this process is
+// gone, whichever comes first (a loop killed through a wrapper would leave
+// the loop running).
 func busyLoops(b *testing.B, perCore int, d time.Duration) {
-	ctx, cancel := context.WithCancel(context.Background())
-	var cmds []*exec.Cmd
+	script := fmt.Sprintf(`end=$(( $(date +%%s) + %d )); p=%d
+while [ "$(date +%%s)" -lt "$end" ] && kill -0 "$p" 2>/dev/null; do
+  i=0; while [ "$i" -lt 20000 ]; do i=$((i+1)); done
+done`, int(d.Seconds())+1, os.Getpid())
 	for range perCore * runtime.NumCPU() {
-		c := exec.CommandContext(ctx, "timeout", strconv.Itoa(int(d.Seconds())+1), "sh", "-c", "while :; do :; done")
+		c := exec.Command("sh", "-c", script)
 		if err := c.Start(); err != nil {
 			b.Skipf("cannot start a busy loop: %v", err)
 		}
-		cmds = append(cmds, c)
-	}
-	b.Cleanup(func() {
-		cancel()
-		for _, c := range cmds {
+		b.Cleanup(func() {
+			_ = c.Process.Kill()
 			_ = c.Wait()
-		}
-	})
+		})
+	}
 }
 
 // BenchmarkPartlyPlacedUnderLoad applies a service that only edge-b-1 can
