@@ -39,9 +39,9 @@ func runSim(args []string, stdout, stderr io.Writer) error {
 	genTrace := fs.String("gen-trace", "", "write the generated trace to `FILE` (CSV) and exit")
 	strategies := fs.String("strategies", strings.Join(sim.Strategies, ","), "strategies to compare, comma-separated")
 	live := fs.Bool("live", false, "replay over the live mesh's nodes, as its placement engine sees them now, instead of a generated estate (RTT is then the coordinates' estimate)")
-	plots := fs.String("plots", ".", "write strata-sim-strategies.svg and strata-sim-map.svg to `DIR` (\"\": none)")
+	plots := fs.String("plots", "", "write strata-sim-strategies.svg and strata-sim-map.svg to `DIR` (default: no plots)")
 	var whatIf stringList
-	fs.Var(&whatIf, "what-if", "plan the live mesh's policies with this `CHANGE` (repeatable): 'site NAME down', 'node NAME down', 'add N nodes like NODE [in rack R] [in site S]', 'policy NAME latency.p99=10ms [replicas=N]'")
+	fs.Var(&whatIf, "what-if", "plan the live mesh's policies with this `CHANGE` (repeatable): 'site NAME down', 'node NAME down', 'add N nodes like NODE [in rack R] [in site S]' (in another site: placed at that site, whose clients stay put), 'policy NAME latency.p99=10ms [replicas=N]'")
 	pos, err := parseArgs(fs, args)
 	if err != nil {
 		return err
