@@ -114,7 +114,7 @@ func runDev(args []string, stdout, stderr io.Writer) error {
 	if err != nil {
 		return fmt.Errorf("asking %s for the nodes: %w", agents[0].Name(), err)
 	}
-	printNodes(stdout, nodes, apiAddrs(agents))
+	printNodes(stdout, nodes, apiAddrs(agents), false)
 	fmt.Fprintf(stdout, "\nDashboard: http://%s/ui/   (watch the story below as it happens)\n", agents[0].APIAddr())
 	if !*noModel {
 		fmt.Fprintln(stdout)

@@ -14,7 +14,7 @@ import (
 )
 
 func runDrift(args []string, stdout, stderr io.Writer) error {
-	fs := newFlags("drift", "[MODEL] [-o json]", stderr)
+	fs := newFlags("drift", "[MODEL] [-o json|yaml]", stderr)
 	c := addClientFlags(fs)
 	pos, err := parseArgs(fs, args)
 	if err != nil {
@@ -37,8 +37,8 @@ func runDrift(args []string, stdout, stderr io.Writer) error {
 	if err != nil {
 		return c.explain(err)
 	}
-	if c.output == "json" {
-		return write(stdout, raw)
+	if c.structured() {
+		return c.emit(stdout, raw)
 	}
 	if len(recs) == 0 {
 		fmt.Fprintln(stdout, "no drift monitors (a served InferenceService with drift: starts one per node)")
@@ -88,7 +88,7 @@ func sparkline(d api.Drift) string {
 }
 
 func runJobs(args []string, stdout, stderr io.Writer) error {
-	fs := newFlags("jobs", "[-o json]", stderr)
+	fs := newFlags("jobs", "[-o json|yaml]", stderr)
 	c := addClientFlags(fs)
 	if err := fs.Parse(args); err != nil {
 		return err
@@ -103,8 +103,8 @@ func runJobs(args []string, stdout, stderr io.Writer) error {
 	if err != nil {
 		return c.explain(err)
 	}
-	if c.output == "json" {
-		return write(stdout, raw)
+	if c.structured() {
+		return c.emit(stdout, raw)
 	}
 	if len(jobs) == 0 {
 		fmt.Fprintln(stdout, "no training jobs")
@@ -190,7 +190,7 @@ func write(w io.Writer, b []byte) error {
 }
 
 func runEvents(args []string, stdout, stderr io.Writer) error {
-	fs := newFlags("events", "[-since SEQ] [-o json]", stderr)
+	fs := newFlags("events", "[-since SEQ] [-o json|yaml]", stderr)
 	c := addClientFlags(fs)
 	since := fs.Int64("since", -1, "replay the kept events after this sequence number (0: all kept)")
 	if err := fs.Parse(args); err != nil {
@@ -201,8 +201,10 @@ func runEvents(args []string, stdout, stderr io.Writer) error {
 	}
 	show := newEventPrinter(stdout, time.Local)
 	return c.explain(followEvents(context.Background(), c.client(), *since, func(ev api.Event, raw []byte) bool {
-		if c.output == "json" {
-			fmt.Fprintln(stdout, string(raw))
+		if c.structured() {
+			if err := c.emitStreamed(stdout, raw); err != nil {
+				return false
+			}
 		} else {
 			show(ev)
 		}

@@ -10,6 +10,7 @@ import (
 	"text/tabwriter"
 	"time"
 
+	"github.com/strata-mesh/strata/api"
 	"github.com/strata-mesh/strata/api/client"
 )
 
@@ -26,7 +27,7 @@ func readPolicyFile(path string) ([]byte, string, error) {
 }
 
 func runPlan(args []string, stdout, stderr io.Writer) error {
-	fs := newFlags("plan", "-f FILE [--why NODE] [-o json]", stderr)
+	fs := newFlags("plan", "-f FILE [--why NODE] [-o json|yaml]", stderr)
 	c := addClientFlags(fs)
 	file := fs.String("f", "", "policy `file` (YAML, several documents allowed; - for stdin)")
 	why := fs.String("why", "", "also explain why `NODE` was or was not chosen")
@@ -53,8 +54,10 @@ func runPlan(args []string, stdout, stderr io.Writer) error {
 			fmt.Fprintf(stderr, "warning: %s\n", w)
 		}
 	}
-	if c.output == "json" {
-		stdout.Write(raw)
+	if c.structured() {
+		if err := c.emit(stdout, raw); err != nil {
+			return err
+		}
 	} else {
 		for i, r := range results {
 			if i > 0 {
@@ -74,7 +77,7 @@ func runPlan(args []string, stdout, stderr io.Writer) error {
 }
 
 func runApply(args []string, stdout, stderr io.Writer) error {
-	fs := newFlags("apply", "-f FILE [--wait [--timeout 5m]] [-o json]", stderr)
+	fs := newFlags("apply", "-f FILE [--wait [--timeout 5m]] [-o json|yaml]", stderr)
 	c := addClientFlags(fs)
 	file := fs.String("f", "", "policy `file` (YAML, several documents allowed; - for stdin)")
 	wait := fs.Bool("wait", false, "wait until every policy is placed and serving (a training job running or done, a sweep running); exit 2 if one fails or at the timeout")
@@ -95,7 +98,7 @@ func runApply(args []string, stdout, stderr io.Writer) error {
 		return c.explain(err)
 	}
 	for _, r := range results {
-		if c.output != "json" {
+		if !c.structured() {
 			verb := "applied"
 			if !r.Changed {
 				verb = "unchanged"
@@ -106,8 +109,8 @@ func runApply(args []string, stdout, stderr io.Writer) error {
 			fmt.Fprintf(stderr, "warning: %s\n", w)
 		}
 	}
-	if c.output == "json" {
-		if err := write(stdout, raw); err != nil {
+	if c.structured() {
+		if err := c.emit(stdout, raw); err != nil {
 			return err
 		}
 	}
@@ -138,7 +141,7 @@ func runDelete(args []string, stdout, stderr io.Writer) error {
 }
 
 func runPlacements(args []string, stdout, stderr io.Writer) error {
-	fs := newFlags("placements", "[-o json]", stderr)
+	fs := newFlags("placements", "[-o wide|json|yaml]", stderr)
 	c := addClientFlags(fs)
 	if err := fs.Parse(args); err != nil {
 		return err
@@ -153,11 +156,22 @@ func runPlacements(args []string, stdout, stderr io.Writer) error {
 	if err != nil {
 		return c.explain(err)
 	}
-	if c.output == "json" {
-		return write(stdout, raw)
+	if c.structured() {
+		return c.emit(stdout, raw)
 	}
-	tw := tabwriter.NewWriter(stdout, 0, 4, 2, ' ', 0)
-	fmt.Fprintln(tw, "POLICY\tSTATE\tNODES\tOWNER\tEPOCH\tMESSAGE")
+	return printPlacements(stdout, ps, c.wide())
+}
+
+// printPlacements prints the placements table; wide adds each policy's
+// generation (applied and placed), the replicas wanted and the time of the
+// last change.
+func printPlacements(w io.Writer, ps []api.PlacementStatus, wide bool) error {
+	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+	hdr, extra := "POLICY\tSTATE\tNODES\tOWNER\tEPOCH\tMESSAGE", ""
+	if wide {
+		hdr, extra = "POLICY\tSTATE\tNODES\tOWNER\tEPOCH\tGENERATION\tWANTED\tUPDATED\tMESSAGE", "\t\t\t"
+	}
+	fmt.Fprintln(tw, hdr)
 	for _, p := range ps {
 		var names []string
 		for _, n := range p.Nodes {
@@ -167,13 +181,25 @@ func runPlacements(args []string, stdout, stderr io.Writer) error {
 			}
 			names = append(names, name)
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%d\t%s\n", p.Policy, p.State, dash(strings.Join(names, ",")), dash(p.Owner), p.Epoch, p.Message)
+		cols := fmt.Sprintf("%s\t%s\t%s\t%s\t%d", p.Policy, p.State, dash(strings.Join(names, ",")), dash(p.Owner), p.Epoch)
+		if wide {
+			gen := fmt.Sprint(p.Generation)
+			if p.PlacedGeneration != 0 && p.PlacedGeneration != p.Generation {
+				gen += fmt.Sprintf(" (placed %d)", p.PlacedGeneration)
+			}
+			updated := "-"
+			if !p.Updated.IsZero() {
+				updated = p.Updated.Local().Format(time.DateTime)
+			}
+			cols += fmt.Sprintf("\t%s\t%d\t%s", gen, p.Wanted, updated)
+		}
+		fmt.Fprintf(tw, "%s\t%s\n", cols, p.Message)
 		if r := p.Rollout; r != nil {
 			ver := r.From
 			if r.To != "" {
 				ver += "→" + r.To
 			}
-			fmt.Fprintf(tw, "  rollout %d\t%s\t%s\t\t\t%s\n", r.Seq, r.Stage, r.Model+"@"+ver, r.Message)
+			fmt.Fprintf(tw, "  rollout %d\t%s\t%s\t\t%s\t%s\n", r.Seq, r.Stage, r.Model+"@"+ver, extra, r.Message)
 		}
 	}
 	return tw.Flush()
