@@ -190,9 +190,10 @@ func write(w io.Writer, b []byte) error {
 }
 
 func runEvents(args []string, stdout, stderr io.Writer) error {
-	fs := newFlags("events", "[-since SEQ] [-o json|yaml]", stderr)
+	fs := newFlags("events", "[-since SEQ] [-follow=false] [-o json|yaml]", stderr)
 	c := addClientFlags(fs)
 	since := fs.Int64("since", -1, "replay the kept events after this sequence number (0: all kept)")
+	follow := fs.Bool("follow", true, "keep printing events as they happen; -follow=false prints the kept ones (after -since, default all) and exits")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
@@ -200,7 +201,11 @@ func runEvents(args []string, stdout, stderr io.Writer) error {
 		return err
 	}
 	show := newEventPrinter(stdout, time.Local)
-	return c.explain(followEvents(context.Background(), c.client(), *since, func(ev api.Event, raw []byte) bool {
+	read := followEvents
+	if !*follow {
+		read = keptEvents
+	}
+	return c.explain(read(context.Background(), c.client(), *since, func(ev api.Event, raw []byte) bool {
 		if c.structured() {
 			if err := c.emitStreamed(stdout, raw); err != nil {
 				return false
@@ -245,6 +250,20 @@ func followEvents(ctx context.Context, c *client.Client, since int64, fn func(ev
 	if err != nil {
 		return err
 	}
+	return readEvents(s, fn)
+}
+
+// keptEvents reads the events an agent kept after since (all for a
+// since below 1) and returns at their end (see client.KeptEvents).
+func keptEvents(ctx context.Context, c *client.Client, since int64, fn func(ev api.Event, raw []byte) bool) error {
+	s, err := c.KeptEvents(ctx, since)
+	if err != nil {
+		return err
+	}
+	return readEvents(s, fn)
+}
+
+func readEvents(s *client.EventStream, fn func(ev api.Event, raw []byte) bool) error {
 	defer s.Close()
 	for s.Next() {
 		if !fn(s.Event(), s.Raw()) {

@@ -49,7 +49,7 @@ func commands() []command {
 		{"jobs", "[-o json|yaml]", "list training jobs", runJobs},
 		{"experiments", "[NAME] [-o json|yaml]", "list hyperparameter searches, or one with its trials (best marked *)", runExperiments},
 		{"logs", "JOB [-rank N] [-f]", "print a training job's output (-f: follow it until the job ends)", runLogs},
-		{"events", "[-since SEQ] [-o json|yaml]", "follow the mesh's placements, drift, jobs and rollouts as they happen", runEvents},
+		{"events", "[-since SEQ] [-follow=false] [-o json|yaml]", "follow the mesh's placements, drift, jobs and rollouts as they happen (-follow=false: print the kept ones and exit)", runEvents},
 		{"push", "FILE|DIR --name N --version V [--kind dataset|code] [--reference FILE]", "publish a signed model, dataset or training code version", runPush},
 		{"models", "[NAME] [-o json|yaml]", "list model versions and the nodes that hold them; with NAME, each version's inputs, outputs, operator sets and producer", runModels},
 		{"pull", "NAME[:VERSION]", "fetch an artifact to the agent from the nearest holders", runPull},
