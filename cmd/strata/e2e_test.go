@@ -28,6 +28,9 @@ import (
 var strataBin string
 
 func TestMain(m *testing.M) {
+	// Golden files print times in the local zone: pin it, before any
+	// test runs, so they read the same on every machine.
+	time.Local = time.UTC
 	dir, err := os.MkdirTemp("", "strata-e2e-")
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)

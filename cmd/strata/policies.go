@@ -6,6 +6,7 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"text/tabwriter"
 	"time"
@@ -122,28 +123,11 @@ func runApply(args []string, stdout, stderr io.Writer) error {
 	return c.explain(waitApplied(ctx, c.client(), results, stderr, applyWaitEvery, *timeout))
 }
 
-func runDelete(args []string, stdout, stderr io.Writer) error {
-	fs := newFlags("delete", "KIND NAME", stderr)
+func runPlacements(args []string, stdout, stderr io.Writer) error {
+	fs := newFlags("placements", "[POLICY ...] [-o wide|json|yaml]", stderr)
 	c := addClientFlags(fs)
 	pos, err := parseArgs(fs, args)
 	if err != nil {
-		return err
-	}
-	if len(pos) != 2 {
-		fs.Usage()
-		return &exitError{code: 1, err: fmt.Errorf("give KIND and NAME, e.g. strata delete InferenceService fraud-scorer")}
-	}
-	if err := c.client().DeletePolicy(context.Background(), pos[0], pos[1]); err != nil {
-		return c.explain(err)
-	}
-	fmt.Fprintf(stdout, "%s/%s deleted\n", pos[0], pos[1])
-	return nil
-}
-
-func runPlacements(args []string, stdout, stderr io.Writer) error {
-	fs := newFlags("placements", "[-o wide|json|yaml]", stderr)
-	c := addClientFlags(fs)
-	if err := fs.Parse(args); err != nil {
 		return err
 	}
 	if err := c.check(); err != nil {
@@ -155,6 +139,17 @@ func runPlacements(args []string, stdout, stderr io.Writer) error {
 	ps, err := c.client().Placements(ctx, client.Body(&raw))
 	if err != nil {
 		return c.explain(err)
+	}
+	if len(pos) > 0 {
+		ps = slices.DeleteFunc(ps, func(p api.PlacementStatus) bool {
+			return !slices.ContainsFunc(pos, func(named string) bool { return matchPolicy(p.Policy, named) })
+		})
+		if len(ps) == 0 {
+			return fmt.Errorf("no placement of %s", strings.Join(pos, ", "))
+		}
+		if c.structured() {
+			return c.emitValue(stdout, ps)
+		}
 	}
 	if c.structured() {
 		return c.emit(stdout, raw)
