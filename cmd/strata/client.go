@@ -63,6 +63,11 @@ func readCtx() (context.Context, context.CancelFunc) {
 // explain turns a call's error into what the CLI prints: the API's errors
 // as they are, an agent that cannot be reached with a hint.
 func (c *clientFlags) explain(err error) error {
+	var nae *client.NotAgentError
+	if errors.As(err, &nae) {
+		ct := cmp.Or(nae.ContentType, "an answer of no content type")
+		return fmt.Errorf("%s answered with %s: is it a strata agent's API address? set STRATA_ADDR or -address", nae.URL, ct)
+	}
 	var ue *url.Error
 	if err != nil && errors.As(err, &ue) {
 		return fmt.Errorf("cannot reach the agent at %s: %w (is one running? set -address or STRATA_ADDR)", c.client().Addr(), err)

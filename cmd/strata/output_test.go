@@ -96,3 +96,22 @@ func TestOutputFormats(t *testing.T) {
 		t.Errorf("-o xml: %v", err)
 	}
 }
+
+// TestNotAnAgentNamed: a web page at -address is named as such, with what
+// to change, instead of being printed.
+func TestNotAnAgentNamed(t *testing.T) {
+	t.Parallel()
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "text/html")
+		io.WriteString(w, "<!doctype html><h1>Welcome to nginx!</h1>")
+	}))
+	t.Cleanup(srv.Close)
+	for _, args := range [][]string{{"members"}, {"get", "nodes", "-o", "yaml"}, {"events", "-follow=false"}} {
+		var out, errb bytes.Buffer
+		code := run(append(args, "-address", srv.URL), &out, &errb)
+		want := srv.URL + " answered with text/html: is it a strata agent's API address? set STRATA_ADDR or -address"
+		if code != 1 || out.Len() > 0 || !strings.Contains(errb.String(), want) {
+			t.Errorf("%q: exit %d, stdout %q, stderr %q; want exit 1 and %q", args, code, out.String(), errb.String(), want)
+		}
+	}
+}
