@@ -61,6 +61,7 @@ func commands() []command {
 		{"token", "new | hash TOKEN", "make an API token, or hash one for acl_tokens in the agent's config", runToken},
 		{"keyring", "[install|use|remove KEY]", "list the agent's gossip keys, or install, use or remove one (key rotation: each step on every agent)", runKeyring},
 		{"keygen", "[-pki DIR]", "print a new gossip key; with -pki also make the mesh CA and a signing key", runKeygen},
+		{"completion", "bash|zsh|fish", "print a shell's completion script (bash: source <(strata completion bash))", runCompletion},
 		{"version", "[-o json|yaml]", "print the version, the commit built from and the Go version", runVersion},
 	}
 }
