@@ -128,9 +128,9 @@ func New(cfg Config) (*Agent, error) {
 		lvl, _ := parseLevel(cfg.LogLevel)
 		a.level = new(slog.LevelVar)
 		a.level.Set(lvl)
-		a.log = slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: a.level}))
+		a.log, _ = NewLogger(os.Stderr, cfg.LogFormat, a.level) // validated
 	}
-	a.log = a.log.With("node", cfg.Name)
+	a.log = a.log.With(logKeyAgent, cfg.Name)
 	a.reg = cfg.Registry
 	if a.reg == nil {
 		a.reg = prometheus.NewRegistry()

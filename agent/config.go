@@ -91,6 +91,9 @@ type Config struct {
 	APIAnonymous []string `yaml:"api_anonymous"`
 	// LogLevel is debug, info, warn or error. Default info.
 	LogLevel string `yaml:"log_level"`
+	// LogFormat is logfmt (key=value lines) or json (one JSON object a
+	// line, for log shippers). Default logfmt. Ignored when Logger is set.
+	LogFormat string `yaml:"log_format"`
 	// GPUs declares GPUs where NVML cannot see them. Declared GPUs are used
 	// only when NVML finds none.
 	GPUs []DeclaredGPU `yaml:"gpus"`
@@ -181,7 +184,8 @@ type Config struct {
 
 	// Hooks; nil means production. Not settable from YAML.
 
-	// Logger receives the agent's logs. Default: text to stderr at LogLevel.
+	// Logger receives the agent's logs. Default: LogFormat to stderr at
+	// LogLevel.
 	Logger *slog.Logger `yaml:"-"`
 	// Registry receives metrics. Default: a registry of the agent's own,
 	// served on /metrics.
@@ -312,6 +316,7 @@ func DefaultConfig() Config {
 		API:          "127.0.0.1:7470",
 		DataAddr:     "0.0.0.0:7471",
 		LogLevel:     "info",
+		LogFormat:    LogFormatLogfmt,
 		LoadInterval: 10 * time.Second,
 		ProcRoot:     "/proc",
 		SysRoot:      "/sys",
@@ -335,6 +340,7 @@ func (c *Config) EnsureDefaults() {
 	set(&c.API, d.API)
 	set(&c.DataAddr, d.DataAddr)
 	set(&c.LogLevel, d.LogLevel)
+	set(&c.LogFormat, d.LogFormat)
 	set(&c.ProcRoot, d.ProcRoot)
 	set(&c.SysRoot, d.SysRoot)
 	if c.LoadInterval == 0 {
@@ -428,6 +434,9 @@ func (c *Config) Validate() error {
 	}
 	if _, err := parseLevel(c.LogLevel); err != nil {
 		bad("log_level", "%v", err)
+	}
+	if _, err := NewLogger(io.Discard, c.LogFormat, nil); err != nil {
+		bad("log_format", "%v", err)
 	}
 	if !c.Insecure && !loopbackBind(c.Bind) {
 		hasKey := c.GossipKey != "" || c.GossipKeyFile != "" || os.Getenv("STRATA_GOSSIP_KEY") != ""
@@ -610,6 +619,7 @@ func Flags(fs *flag.FlagSet) func() (Config, error) {
 	str("api-token", "API `token` with every scope; then calls need Authorization: Bearer (default: none; a loopback API answers everything)", func(c *Config, v string) { c.APIToken = v })
 	str("api-token-file", "`file` holding the API token (or set $STRATA_API_TOKEN)", func(c *Config, v string) { c.APIToken = ""; c.APITokenFile = v })
 	str("log-level", "log `level`: debug, info, warn, error (default info)", func(c *Config, v string) { c.LogLevel = v })
+	str("log-format", "log `format`: logfmt or json (default logfmt)", func(c *Config, v string) { c.LogFormat = v })
 	str("data-addr", "data plane `HOST:PORT` (UDP, QUIC; default 0.0.0.0:7471)", func(c *Config, v string) { c.DataAddr = v })
 	str("ca-cert", "mesh CA certificate `file` (PEM) from `strata keygen -pki`", func(c *Config, v string) { c.CACertFile = v })
 	str("ca-key", "mesh CA key `file`: the agent issues its own certificate", func(c *Config, v string) { c.CAKeyFile = v })

@@ -69,14 +69,14 @@ func TestParseConfigErrorsNameLineAndKey(t *testing.T) {
 }
 
 func TestValidateGathersAllProblems(t *testing.T) {
-	c := Config{Name: "x", Tier: "fog", LogLevel: "loud", GossipKey: "short", API: "nohostport", Advertise: "0.0.0.0:7946", AdvertiseAPI: "[::]:7470",
+	c := Config{Name: "x", Tier: "fog", LogLevel: "loud", LogFormat: "xml", GossipKey: "short", API: "nohostport", Advertise: "0.0.0.0:7946", AdvertiseAPI: "[::]:7470",
 		MaxConnectionsPerClient: -1, APIAllowedHosts: []string{"http://node1:7470"}}
 	c.EnsureDefaults()
 	err := c.Validate()
 	if err == nil {
 		t.Fatal("accepted")
 	}
-	for _, w := range []string{"tier: \"fog\" is not a tier", "log_level:", "gossip_key:", "api: \"nohostport\"",
+	for _, w := range []string{"tier: \"fog\" is not a tier", "log_level:", `log_format: "xml" is not a log format`, "gossip_key:", "api: \"nohostport\"",
 		"advertise: \"0.0.0.0:7946\" cannot be dialled", "(-advertise)", "advertise_api: \"[::]:7470\" cannot be dialled", "(-advertise-api)",
 		"max_connections_per_client: must not be negative", `api_allowed_hosts: "http://node1:7470": want a host name`} {
 		if !strings.Contains(err.Error(), w) {

@@ -21,7 +21,10 @@ type Change struct {
 	// Target is the site, node, node to copy (add-nodes) or policy.
 	Target string
 	// Count, Rack and Site shape add-nodes: Count copies of Target, in
-	// Rack and Site when given (else the original's).
+	// Rack and Site when given (else the original's). A copy placed in
+	// another site than the original's is put where that site is: its
+	// coordinate, tier and region are the site's (see Apply), not the
+	// original's.
 	Count      int
 	Rack, Site string
 	// P99 and Replicas, when set, replace a policy's.
@@ -174,7 +177,7 @@ func WhatIf(mesh *placement.Snapshot, pols []PolicyRequest, changes []Change) (*
 			rep.Outcomes = append(rep.Outcomes, Outcome{Policy: p.Key, Status: "unchanged", Before: p.Placed, After: p.Placed})
 			continue
 		}
-		snap, err := applyChanges(p.Snapshot, changes)
+		snap, err := Apply(p.Snapshot, changes)
 		if err != nil {
 			return nil, err
 		}
@@ -229,8 +232,24 @@ func checkChanges(s *placement.Snapshot, pols []PolicyRequest, changes []Change)
 	return nil
 }
 
-// applyChanges returns s with the node changes made.
-func applyChanges(s *placement.Snapshot, changes []Change) (*placement.Snapshot, error) {
+// addedHeight is the height (access-link latency) a node added to a site
+// has above the site's own coordinate: a new host in a site is close to
+// its clients, not on top of them. Small next to any SLO, so that only
+// the site's position decides what the new node can serve.
+const addedHeight = 100 * time.Microsecond
+
+// Apply returns s with the changes' node edits made: nodes of a site or
+// a node marked down, nodes added. Policy changes leave the snapshot as
+// it is (s itself is returned when no change edits a node).
+//
+// Client sites and regions keep the coordinates they have in s: a node
+// going down or being added does not move the clients it serves (a site's
+// client coordinate is otherwise the median of its nodes', which a few
+// added nodes would drag). A node added "like X in site S", S not X's
+// site, is placed at S's client coordinate plus addedHeight, and takes
+// S's tier and region; a node added in X's own site, or in a site s does
+// not know, keeps X's coordinate.
+func Apply(s *placement.Snapshot, changes []Change) (*placement.Snapshot, error) {
 	touched := false
 	nodes := s.Nodes()
 	for _, c := range changes {
@@ -244,12 +263,27 @@ func applyChanges(s *placement.Snapshot, changes []Change) (*placement.Snapshot,
 			}
 		case "add-nodes":
 			touched = true
-			like, _ := s.Node(c.Target)
+			like, ok := s.Node(c.Target)
+			if !ok {
+				return nil, fmt.Errorf("what-if %q: node %q: %w", c.Text, c.Target, ErrUnknown)
+			}
+			coord := like.Coord
+			tier, region := like.Tier, like.Region
+			if c.Site != "" && c.Site != like.Site {
+				if at, ok := s.Client(c.Site); ok {
+					at.Height += addedHeight.Seconds()
+					coord = at
+				}
+				if peer, ok := siteNode(nodes, c.Site); ok {
+					tier, region = peer.Tier, peer.Region
+				}
+			}
 			for k := range c.Count {
 				n := like
 				n.Name = fmt.Sprintf("%s-whatif-%d", like.Name, k+1)
 				n.ID = n.Name
 				n.Alive = true
+				n.Tier, n.Region = tier, region
 				n.FreeCPU, n.FreeMemory = n.CPU, n.Memory
 				n.GPUs = slices.Clone(like.GPUs)
 				for j := range n.GPUs {
@@ -262,8 +296,8 @@ func applyChanges(s *placement.Snapshot, changes []Change) (*placement.Snapshot,
 				if c.Site != "" {
 					n.Site = c.Site
 				}
-				if n.Coord != nil {
-					n.Coord = n.Coord.Clone()
+				if coord != nil {
+					n.Coord = coord.Clone()
 				}
 				nodes = append(nodes, n)
 			}
@@ -274,7 +308,21 @@ func applyChanges(s *placement.Snapshot, changes []Change) (*placement.Snapshot,
 	}
 	var b placement.Builder
 	b.Add(nodes...)
+	for _, name := range s.Clients() {
+		at, _ := s.Client(name)
+		b.SetClient(name, at)
+	}
 	return b.Build()
+}
+
+// siteNode returns the first node of site, with its tier and region.
+func siteNode(nodes []placement.Node, site string) (placement.Node, bool) {
+	for _, n := range nodes {
+		if n.Site == site {
+			return n, true
+		}
+	}
+	return placement.Node{}, false
 }
 
 // outcome compares the nodes a policy is on (or planned on) now with the

@@ -2,9 +2,12 @@ package sim_test
 
 import (
 	"errors"
+	"slices"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/hashicorp/serf/coordinate"
 
 	"github.com/strata-mesh/strata/placement"
 	"github.com/strata-mesh/strata/sim"
@@ -117,6 +120,158 @@ func TestWhatIf(t *testing.T) {
 		}
 		if _, err := sim.WhatIf(topo.Snapshot, pols, []sim.Change{ch}); !errors.Is(err, sim.ErrUnknown) {
 			t.Errorf("%s: err = %v, want ErrUnknown", bad, err)
+		}
+	}
+}
+
+// estate is a small mesh for the what-if verbs: two edge sites 46 ms
+// apart, with an on-prem GPU site between them. Vectors are in seconds
+// along one axis.
+func estate(t *testing.T) *placement.Snapshot {
+	t.Helper()
+	node := func(name, site, tier string, x float64, gpus int) placement.Node {
+		c := coordinate.NewCoordinate(coordinate.DefaultConfig())
+		c.Vec[0], c.Height = x, 50e-6
+		n := placement.Node{
+			ID: name, Name: name, Site: site, Region: "eu", Tier: tier, Alive: true,
+			CPU: 8000, FreeCPU: 8000, Memory: 32 << 30, FreeMemory: 32 << 30, Coord: c,
+		}
+		for range gpus {
+			n.GPUs = append(n.GPUs, placement.GPU{Model: "NVIDIA L4", Memory: 24 << 30, Healthy: true, Free: true})
+		}
+		return n
+	}
+	var b placement.Builder
+	b.Add(
+		node("edge-a-1", "edge-a", placement.TierEdge, 0, 0),
+		node("edge-a-2", "edge-a", placement.TierEdge, 0.001, 0),
+		node("edge-b-1", "edge-b", placement.TierEdge, 0.046, 0),
+		node("gpu-1", "dc", placement.TierOnprem, 0.020, 2),
+		node("gpu-2", "dc", placement.TierOnprem, 0.021, 2),
+	)
+	s, err := b.Build()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return s
+}
+
+// TestApplyKeepsClients checks, for each what-if verb, the RTT from a
+// client site to a node after the change: clients never move, and a node
+// added in another site than its original's is as close to that site's
+// clients as the site's own nodes, not where the original is.
+func TestApplyKeepsClients(t *testing.T) {
+	t.Parallel()
+	s := estate(t)
+	rtt := func(s *placement.Snapshot, client, node string) time.Duration {
+		t.Helper()
+		d, err := s.RTT(client, node)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return d
+	}
+	for _, c := range []struct {
+		change, client, node string
+		// near: the node is within 1ms of the client; else its RTT is
+		// the same as like's before the change.
+		near bool
+		like string
+		// slack is how far the RTT may differ from like's.
+		slack time.Duration
+	}{
+		{change: "site edge-a down", client: "edge-b", node: "edge-b-1", like: "edge-b-1"},
+		{change: "site edge-a down", client: "edge-a", node: "edge-a-1", like: "edge-a-1"},
+		{change: "node edge-b-1 down", client: "edge-b", node: "edge-b-1", like: "edge-b-1"},
+		{change: "node edge-b-1 down", client: "edge-b", node: "gpu-1", like: "gpu-1"},
+		{change: "add 2 nodes like gpu-1 in site edge-b", client: "edge-b", node: "gpu-1-whatif-2", near: true},
+		{change: "add 2 nodes like gpu-1 in site edge-b", client: "edge-b", node: "edge-b-1", like: "edge-b-1"},
+		{change: "add 2 nodes like gpu-1 in site edge-b", client: "edge-b", node: "edge-a-1", like: "edge-a-1"},
+		{change: "add 1 nodes like edge-a-1 in site edge-b", client: "edge-b", node: "edge-b-1", like: "edge-b-1"},
+		{change: "add 1 nodes like edge-a-1 in site edge-b", client: "edge-b", node: "edge-a-1-whatif-1", near: true},
+		{change: "add 1 nodes like edge-a-1 in site edge-b", client: "edge-a", node: "edge-a-1-whatif-1", like: "edge-b-1", slack: 200 * time.Microsecond},
+		{change: "add 3 nodes like gpu-1", client: "edge-b", node: "gpu-1-whatif-3", like: "gpu-1"},
+		{change: "add 3 nodes like gpu-1 in rack r9", client: "dc", node: "gpu-2", like: "gpu-2"},
+		{change: "add 1 node like gpu-1 in site new-site", client: "edge-a", node: "gpu-1-whatif-1", like: "gpu-1"},
+		{change: "policy scorer latency.p99=1ms", client: "edge-b", node: "edge-b-1", like: "edge-b-1"},
+	} {
+		ch, err := sim.ParseChange(c.change)
+		if err != nil {
+			t.Fatal(err)
+		}
+		after, err := sim.Apply(s, []sim.Change{ch})
+		if err != nil {
+			t.Fatalf("%s: %v", c.change, err)
+		}
+		got := rtt(after, c.client, c.node)
+		if c.near {
+			if got > time.Millisecond {
+				t.Errorf("%s: RTT %s→%s = %s, want under 1ms", c.change, c.client, c.node, got)
+			}
+			continue
+		}
+		if want := rtt(s, c.client, c.like); got < want-c.slack || got > want+c.slack {
+			t.Errorf("%s: RTT %s→%s = %s, want %s (as %s before)", c.change, c.client, c.node, got, want, c.like)
+		}
+	}
+	ch, _ := sim.ParseChange("add 1 node like gpu-1 in site edge-b")
+	after, err := sim.Apply(s, []sim.Change{ch})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n, _ := after.Node("gpu-1-whatif-1"); n.Tier != placement.TierEdge || n.Site != "edge-b" || len(n.GPUs) != 2 {
+		t.Errorf("added node: tier %s site %s, %d GPUs; want edge, edge-b, 2", n.Tier, n.Site, len(n.GPUs))
+	}
+}
+
+// TestWhatIfAddNodesInSite is the report that came in: GPU nodes added
+// like gpu-1 in site edge-b make the edge-b service feasible on them, not
+// on edge-a's nodes; a node added like edge-a-1 in edge-b leaves edge-b's
+// own node within the SLO, so two replicas fit there.
+func TestWhatIfAddNodesInSite(t *testing.T) {
+	t.Parallel()
+	s := estate(t)
+	gpu := &placement.Request{
+		Kind: placement.Inference, Key: "InferenceService/vision", Replicas: 1,
+		Resources: placement.Resources{CPU: 500, Memory: 1 << 30, GPUs: 1},
+		Latency:   placement.Latency{P99: 15 * time.Millisecond, Clients: []string{"edge-b"}},
+		Tiers:     []string{placement.TierEdge},
+	}
+	cpu := &placement.Request{
+		Kind: placement.Inference, Key: "InferenceService/scorer", Replicas: 1,
+		Resources: placement.Resources{CPU: 500, Memory: 1 << 30},
+		Latency:   placement.Latency{P99: 15 * time.Millisecond, Clients: []string{"edge-b"}},
+		Tiers:     []string{placement.TierEdge},
+	}
+	two := *cpu
+	two.Replicas = 2
+	for _, c := range []struct {
+		change string
+		req    *placement.Request
+		placed []string
+		status string
+		after  []string
+	}{
+		{"add 2 nodes like gpu-1 in site edge-b", gpu, nil, "becomes feasible", []string{"gpu-1-whatif-"}},
+		{"add 1 nodes like edge-a-1 in site edge-b", &two, nil, "becomes feasible", []string{"edge-b-1", "edge-a-1-whatif-1"}},
+		{"node edge-b-1 down", cpu, []string{"edge-b-1"}, "becomes infeasible", nil},
+	} {
+		ch, err := sim.ParseChange(c.change)
+		if err != nil {
+			t.Fatal(err)
+		}
+		pols := []sim.PolicyRequest{{Key: c.req.Key, Request: c.req, Snapshot: s, Placed: c.placed}}
+		rep, err := sim.WhatIf(s, pols, []sim.Change{ch})
+		if err != nil {
+			t.Fatalf("%s: %v", c.change, err)
+		}
+		o := rep.Outcomes[0]
+		onto := len(o.After) == len(c.after)
+		for _, prefix := range c.after {
+			onto = onto && slices.ContainsFunc(o.After, func(n string) bool { return strings.HasPrefix(n, prefix) })
+		}
+		if o.Status != c.status || !onto {
+			t.Errorf("%s: %+v; want %s on %v", c.change, o, c.status, c.after)
 		}
 	}
 }

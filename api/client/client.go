@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"mime"
 	"net/http"
 	"net/url"
 	"strings"
@@ -120,6 +121,14 @@ func (c *Client) send(ctx context.Context, r request) (*http.Response, error) {
 	if err != nil {
 		return nil, err
 	}
+	// No API path answers HTML: below 500 a web server, a router's page
+	// or a proxy's login is at the address, not an agent. A 5xx page is a
+	// gateway's in front of an agent that did not answer: an *Error with
+	// its text, as before.
+	if mediaType(resp) == "text/html" && resp.StatusCode < 500 {
+		resp.Body.Close()
+		return nil, &NotAgentError{URL: c.base, ContentType: "text/html", Status: resp.StatusCode}
+	}
 	if resp.StatusCode >= 300 {
 		defer resp.Body.Close()
 		b, err := io.ReadAll(io.LimitReader(resp.Body, maxErrorBody))
@@ -156,9 +165,40 @@ func (c *Client) do(ctx context.Context, r request, v any, opts []CallOption) er
 		return nil
 	}
 	if err := json.Unmarshal(b, v); err != nil {
+		if mt := mediaType(resp); mt != "application/json" {
+			return &NotAgentError{URL: c.base, ContentType: mt, Status: resp.StatusCode}
+		}
 		return fmt.Errorf("client: decoding the answer of %s %s: %w", r.method, r.path, err)
 	}
 	return nil
+}
+
+// mediaType is the response's Content-Type without parameters, lower
+// case; "" when it has none or it does not parse.
+func mediaType(resp *http.Response) string {
+	mt, _, _ := mime.ParseMediaType(resp.Header.Get("Content-Type"))
+	return mt
+}
+
+// NotAgentError is an answer that did not come from a strata agent's
+// API: an HTML page, or a body that is neither the JSON a call expects
+// nor labelled as JSON. Another service listens at the address, or a
+// proxy answered for it.
+type NotAgentError struct {
+	// URL is the address the client was made with.
+	URL string
+	// ContentType is the answer's media type, "" when it named none.
+	ContentType string
+	// Status is the answer's HTTP status code.
+	Status int
+}
+
+func (e *NotAgentError) Error() string {
+	ct := e.ContentType
+	if ct == "" {
+		ct = "no content type"
+	}
+	return fmt.Sprintf("%s answered with %s (HTTP %d): not a strata agent's API", e.URL, ct, e.Status)
 }
 
 // get is a GET of path with query, decoded into v.

@@ -332,3 +332,42 @@ func TestEventsError(t *testing.T) {
 		t.Fatalf("err = %v, want a 400 about since", err)
 	}
 }
+
+// TestNotAnAgent: an address where something else answers (a web page, a
+// service that is not strata's) is a *NotAgentError naming the address
+// and what answered, for a plain call and for the event stream; a
+// gateway's 5xx page stays an *Error.
+func TestNotAnAgent(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		name string
+		h    http.HandlerFunc
+		ct   string
+	}{
+		{"web page", answer(http.StatusOK, "text/html; charset=utf-8", "<!doctype html><title>router</title>"), "text/html"},
+		{"404 page", answer(http.StatusNotFound, "text/html", "<html>not found</html>"), "text/html"},
+		{"plain text", answer(http.StatusOK, "text/plain", "hello"), "text/plain"},
+		{"no content type", func(w http.ResponseWriter, r *http.Request) {
+			w.Header()["Content-Type"] = nil
+			io.WriteString(w, "SSH-2.0-OpenSSH\r\n")
+		}, ""},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			c := serve(t, tc.h)
+			_, err := c.Nodes(context.Background(), client.NodeFilter{})
+			var nae *client.NotAgentError
+			if !errors.As(err, &nae) || nae.ContentType != tc.ct || nae.URL != c.Addr() {
+				t.Fatalf("err = %v (%T), want a *NotAgentError for %s at %s", err, err, tc.ct, c.Addr())
+			}
+			if !strings.Contains(err.Error(), "not a strata agent's API") {
+				t.Errorf("error %q does not say what is wrong", err)
+			}
+		})
+	}
+	c := serve(t, answer(http.StatusOK, "text/html", "<html></html>"))
+	var nae *client.NotAgentError
+	if _, err := c.Events(context.Background(), 0); !errors.As(err, &nae) {
+		t.Errorf("events from a web page: err = %v, want a *NotAgentError", err)
+	}
+}

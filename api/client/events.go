@@ -27,9 +27,22 @@ import (
 //	}
 //	return s.Err()
 func (c *Client) Events(ctx context.Context, since int64) (*EventStream, error) {
+	return c.events(ctx, since, true)
+}
+
+// KeptEvents is Events without following: the stream ends after the
+// events the agent kept (those after since; 0 for all of them).
+func (c *Client) KeptEvents(ctx context.Context, since int64) (*EventStream, error) {
+	return c.events(ctx, max(since, 0), false)
+}
+
+func (c *Client) events(ctx context.Context, since int64, follow bool) (*EventStream, error) {
 	q := url.Values{}
 	if since >= 0 {
 		q.Set("since", strconv.FormatInt(since, 10))
+	}
+	if !follow {
+		q.Set("follow", "false")
 	}
 	resp, err := c.send(ctx, request{method: http.MethodGet, path: "/v1/events", query: q, size: -1})
 	if err != nil {

@@ -118,8 +118,8 @@ func runPush(args []string, stdout, stderr io.Writer) error {
 	if w := hdr.Get("Strata-Warning"); w != "" {
 		fmt.Fprintf(stderr, "warning: %s\n", w)
 	}
-	if c.output == "json" {
-		return write(stdout, raw)
+	if c.structured() {
+		return c.emit(stdout, raw)
 	}
 	fmt.Fprintf(stdout, "%s pushed: sha256:%s, %s, signed by %s\n", ref, m.Digest, dataplane.HumanBytes(m.Size), m.Signer)
 	return nil
@@ -165,7 +165,7 @@ func referenceFromCSV(path, label string) ([]byte, error) {
 }
 
 func runModels(args []string, stdout, stderr io.Writer) error {
-	fs := newFlags("models", "[NAME] [-o json]", stderr)
+	fs := newFlags("models", "[NAME] [-o json|yaml]", stderr)
 	c := addClientFlags(fs)
 	pos, err := parseArgs(fs, args)
 	if err != nil {
@@ -186,8 +186,8 @@ func runModels(args []string, stdout, stderr io.Writer) error {
 		if err != nil {
 			return c.explain(err)
 		}
-		if c.output == "json" {
-			return write(stdout, raw)
+		if c.structured() {
+			return c.emit(stdout, raw)
 		}
 		writeModel(stdout, m)
 		return nil
@@ -196,8 +196,8 @@ func runModels(args []string, stdout, stderr io.Writer) error {
 	if err != nil {
 		return c.explain(err)
 	}
-	if c.output == "json" {
-		return write(stdout, raw)
+	if c.structured() {
+		return c.emit(stdout, raw)
 	}
 	tw := tabwriter.NewWriter(stdout, 0, 4, 2, ' ', 0)
 	fmt.Fprintln(tw, "MODEL\tVERSION\tDIGEST\tSIZE\tCREATED\tHOLDERS")
@@ -306,8 +306,8 @@ func runPull(args []string, stdout, stderr io.Writer) error {
 			return nil
 		}
 	}
-	if c.output == "json" {
-		return write(stdout, raw)
+	if c.structured() {
+		return c.emit(stdout, raw)
 	}
 	fmt.Fprintf(stdout, "%s held here (sha256:%.12s, fetched %s, %s resumed)\n", st.Ref, st.Digest, dataplane.HumanBytes(st.Fetched), dataplane.HumanBytes(st.Resumed))
 	return nil

@@ -33,14 +33,14 @@ func addClientFlags(fs *flag.FlagSet) *clientFlags {
 		def = client.DefaultAddr
 	}
 	fs.StringVar(&c.address, "address", def, "agent API `URL` (env STRATA_ADDR)")
-	fs.StringVar(&c.output, "o", "table", "output `format`: table or json")
+	fs.StringVar(&c.output, "o", outTable, "output `format`: "+strings.Join(outputFormats, ", "))
 	fs.StringVar(&c.token, "token", "", "API `token` (default $STRATA_TOKEN, else $STRATA_API_TOKEN)")
 	return c
 }
 
 func (c *clientFlags) check() error {
-	if c.output != "table" && c.output != "json" {
-		return fmt.Errorf("-o %q: use table or json", c.output)
+	if !slices.Contains(outputFormats, c.output) {
+		return fmt.Errorf("-o %q: use %s", c.output, strings.Join(outputFormats, ", "))
 	}
 	return nil
 }
@@ -63,6 +63,11 @@ func readCtx() (context.Context, context.CancelFunc) {
 // explain turns a call's error into what the CLI prints: the API's errors
 // as they are, an agent that cannot be reached with a hint.
 func (c *clientFlags) explain(err error) error {
+	var nae *client.NotAgentError
+	if errors.As(err, &nae) {
+		ct := cmp.Or(nae.ContentType, "an answer of no content type")
+		return fmt.Errorf("%s answered with %s: is it a strata agent's API address? set STRATA_ADDR or -address", nae.URL, ct)
+	}
 	var ue *url.Error
 	if err != nil && errors.As(err, &ue) {
 		return fmt.Errorf("cannot reach the agent at %s: %w (is one running? set -address or STRATA_ADDR)", c.client().Addr(), err)
@@ -71,7 +76,7 @@ func (c *clientFlags) explain(err error) error {
 }
 
 func runMembers(args []string, stdout, stderr io.Writer) error {
-	fs := newFlags("members", "[-o json]", stderr)
+	fs := newFlags("members", "[-o json|yaml]", stderr)
 	c := addClientFlags(fs)
 	if err := fs.Parse(args); err != nil {
 		return err
@@ -86,8 +91,8 @@ func runMembers(args []string, stdout, stderr io.Writer) error {
 	if err != nil {
 		return c.explain(err)
 	}
-	if c.output == "json" {
-		return write(stdout, raw)
+	if c.structured() {
+		return c.emit(stdout, raw)
 	}
 	sites, err := c.client().Sites(ctx)
 	if err != nil {
@@ -126,7 +131,7 @@ func printSites(w io.Writer, sites []api.Site) error {
 }
 
 func runHealth(args []string, stdout, stderr io.Writer) error {
-	fs := newFlags("health", "[-o json]", stderr)
+	fs := newFlags("health", "[-o json|yaml]", stderr)
 	c := addClientFlags(fs)
 	if err := fs.Parse(args); err != nil {
 		return err
@@ -141,8 +146,8 @@ func runHealth(args []string, stdout, stderr io.Writer) error {
 	if err != nil {
 		return c.explain(err)
 	}
-	if c.output == "json" {
-		if err := write(stdout, raw); err != nil {
+	if c.structured() {
+		if err := c.emit(stdout, raw); err != nil {
 			return err
 		}
 	} else {
@@ -158,7 +163,7 @@ func runHealth(args []string, stdout, stderr io.Writer) error {
 }
 
 func runSites(args []string, stdout, stderr io.Writer) error {
-	fs := newFlags("sites", "[-o json]", stderr)
+	fs := newFlags("sites", "[-o json|yaml]", stderr)
 	c := addClientFlags(fs)
 	if err := fs.Parse(args); err != nil {
 		return err
@@ -173,14 +178,14 @@ func runSites(args []string, stdout, stderr io.Writer) error {
 	if err != nil {
 		return c.explain(err)
 	}
-	if c.output == "json" {
-		return write(stdout, raw)
+	if c.structured() {
+		return c.emit(stdout, raw)
 	}
 	return printSites(stdout, sites)
 }
 
 func runNodes(args []string, stdout, stderr io.Writer) error {
-	fs := newFlags("nodes", "[-tier T] [-site S] [-label k=v] [-o json]", stderr)
+	fs := newFlags("nodes", "[-tier T] [-site S] [-label k=v] [-o wide|json|yaml]", stderr)
 	c := addClientFlags(fs)
 	tier := fs.String("tier", "", "only nodes of this tier")
 	site := fs.String("site", "", "only nodes of this site")
@@ -199,26 +204,42 @@ func runNodes(args []string, stdout, stderr io.Writer) error {
 	if err != nil {
 		return c.explain(err)
 	}
-	if c.output == "json" {
-		return write(stdout, raw)
+	if c.structured() {
+		return c.emit(stdout, raw)
 	}
-	printNodes(stdout, nodes, nil)
+	printNodes(stdout, nodes, nil, c.wide())
 	return nil
 }
 
-// printNodes prints the nodes table; apis, when given, adds an API column.
-func printNodes(w io.Writer, nodes []api.Node, apis map[string]string) {
+// printNodes prints the nodes table; apis, when given, adds an API
+// column. wide adds the architecture, what is free, the labels and the
+// advertised API address (unless apis gives one).
+func printNodes(w io.Writer, nodes []api.Node, apis map[string]string, wide bool) {
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
 	hdr := "NAME\tSTATUS\tTIER\tSITE\tREGION\tCPU\tMEMORY\tGPUS\tFABRIC"
-	if apis != nil {
+	if wide {
+		hdr += "\tARCH\tFREE CPU\tFREE MEMORY\tFREE GPUS\tLABELS"
+	}
+	if apis != nil || wide {
 		hdr += "\tAPI"
 	}
 	fmt.Fprintln(tw, hdr)
 	for _, n := range nodes {
 		line := fmt.Sprintf("%s\t%s\t%s\t%s\t%s\t%d\t%s\t%s\t%s", n.Name, n.Status, n.Tier, n.Site, n.Region,
 			n.Capabilities.CPU.Cores, policy.FormatBytes(n.Capabilities.Memory.Total), gpuSummary(n.Capabilities), dash(n.Capabilities.Fabric))
-		if apis != nil {
+		if wide {
+			var labels []string
+			for _, k := range sortedKeys(n.Labels) {
+				labels = append(labels, k+"="+n.Labels[k])
+			}
+			line += fmt.Sprintf("\t%s\t%dm\t%s\t%d\t%s", dash(n.Capabilities.CPU.Arch), n.Load.FreeCPU, policy.FormatBytes(n.Load.FreeMemory),
+				n.Load.FreeGPUs, dash(strings.Join(labels, ",")))
+		}
+		switch {
+		case apis != nil:
 			line += "\t" + apis[n.Name]
+		case wide:
+			line += "\t" + dash(n.Addrs.API)
 		}
 		fmt.Fprintln(tw, line)
 	}
@@ -253,7 +274,7 @@ func dash(s string) string {
 }
 
 func runNode(args []string, stdout, stderr io.Writer) error {
-	fs := newFlags("node", "NAME|ID [-o json]", stderr)
+	fs := newFlags("node", "NAME|ID [-o json|yaml]", stderr)
 	c := addClientFlags(fs)
 	pos, err := parseArgs(fs, args)
 	if err != nil {
@@ -273,8 +294,8 @@ func runNode(args []string, stdout, stderr io.Writer) error {
 	if err != nil {
 		return c.explain(err)
 	}
-	if c.output == "json" {
-		return write(stdout, raw)
+	if c.structured() {
+		return c.emit(stdout, raw)
 	}
 	tw := tabwriter.NewWriter(stdout, 0, 4, 2, ' ', 0)
 	row := func(k, v string) { fmt.Fprintf(tw, "%s\t%s\n", k, v) }
@@ -331,8 +352,8 @@ func runRTT(args []string, stdout, stderr io.Writer) error {
 	if err != nil {
 		return c.explain(err)
 	}
-	if c.output == "json" {
-		return write(stdout, raw)
+	if c.structured() {
+		return c.emit(stdout, raw)
 	}
 	fmt.Fprintf(stdout, "Estimated RTT %s ↔ %s: %.3f ms\n", r.From, r.To, r.Millis)
 	return nil

@@ -26,6 +26,7 @@ func runDev(args []string, stdout, stderr io.Writer) error {
 	api := fs.String("api", "127.0.0.1:7470", "API address of the first agent")
 	once := fs.Bool("once", false, "exit once the demo story has run (exit 1 if a step failed)")
 	level := fs.String("log-level", "warn", "log `level` of the agents")
+	format := fs.String("log-format", agent.LogFormatLogfmt, "log `format` of the agents: logfmt or json")
 	flat := fs.Bool("no-wan", false, "do not emulate WAN latency between sites (all agents 0 RTT apart)")
 	noModel := fs.Bool("no-model", false, "do not run the demo story (train, serve, drift, retrain, roll out)")
 	defData := os.Getenv("STRATA_DEMO_DATA")
@@ -55,7 +56,10 @@ func runDev(args []string, stdout, stderr io.Writer) error {
 	if _, err := rand.Read(key); err != nil {
 		return err
 	}
-	logger := slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: lvl}))
+	logger, err := agent.NewLogger(stderr, *format, lvl)
+	if err != nil {
+		return fmt.Errorf("--log-format: %w", err)
+	}
 	keys, err := agent.NewDevPKI()
 	if err != nil {
 		return err
@@ -110,7 +114,7 @@ func runDev(args []string, stdout, stderr io.Writer) error {
 	if err != nil {
 		return fmt.Errorf("asking %s for the nodes: %w", agents[0].Name(), err)
 	}
-	printNodes(stdout, nodes, apiAddrs(agents))
+	printNodes(stdout, nodes, apiAddrs(agents), false)
 	fmt.Fprintf(stdout, "\nDashboard: http://%s/ui/   (watch the story below as it happens)\n", agents[0].APIAddr())
 	if !*noModel {
 		fmt.Fprintln(stdout)

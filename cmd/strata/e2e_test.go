@@ -28,6 +28,9 @@ import (
 var strataBin string
 
 func TestMain(m *testing.M) {
+	// Golden files print times in the local zone: pin it, before any
+	// test runs, so they read the same on every machine.
+	time.Local = time.UTC
 	dir, err := os.MkdirTemp("", "strata-e2e-")
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
@@ -236,7 +239,7 @@ func TestCLIErrors(t *testing.T) {
 	if _, err := cli(t, api, "members"); err == nil || !strings.Contains(err.Error(), "cannot reach the agent") {
 		t.Errorf("members with no agent: err = %v", err)
 	}
-	if _, err := cli(t, api, "nodes", "-o", "yaml"); err == nil || !strings.Contains(err.Error(), "use table or json") {
+	if _, err := cli(t, api, "nodes", "-o", "xml"); err == nil || !strings.Contains(err.Error(), "use table, wide, json, yaml") {
 		t.Errorf("bad -o: err = %v", err)
 	}
 	if _, err := cli(t, api, "frobnicate"); err == nil || !strings.Contains(err.Error(), "unknown command") {

@@ -14,7 +14,7 @@ import (
 )
 
 func runExperiments(args []string, stdout, stderr io.Writer) error {
-	fs := newFlags("experiments", "[NAME] [-o json]", stderr)
+	fs := newFlags("experiments", "[NAME] [-o json|yaml]", stderr)
 	c := addClientFlags(fs)
 	pos, err := parseArgs(fs, args)
 	if err != nil {
@@ -35,8 +35,8 @@ func runExperiments(args []string, stdout, stderr io.Writer) error {
 		if err != nil {
 			return c.explain(err)
 		}
-		if c.output == "json" {
-			return write(stdout, raw)
+		if c.structured() {
+			return c.emit(stdout, raw)
 		}
 		writeExperiment(stdout, e)
 		return nil
@@ -45,8 +45,8 @@ func runExperiments(args []string, stdout, stderr io.Writer) error {
 	if err != nil {
 		return c.explain(err)
 	}
-	if c.output == "json" {
-		return write(stdout, raw)
+	if c.structured() {
+		return c.emit(stdout, raw)
 	}
 	if len(es) == 0 {
 		fmt.Fprintln(stdout, "no experiments (a TrainingJob with a sweep: block starts one)")

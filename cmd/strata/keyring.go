@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 	"io"
 	"strings"
@@ -21,7 +20,7 @@ import (
 // Rotation runs each step on every agent before the next
 // (docs/security.md).
 func runKeyring(args []string, stdout, stderr io.Writer) error {
-	fs := newFlags("keyring", "[install|use|remove KEY] [-o json]", stderr)
+	fs := newFlags("keyring", "[install|use|remove KEY] [-o json|yaml]", stderr)
 	c := addClientFlags(fs)
 	pos, err := parseArgs(fs, args)
 	if err != nil {
@@ -44,9 +43,8 @@ func runKeyring(args []string, stdout, stderr io.Writer) error {
 	if err != nil {
 		return c.explain(err)
 	}
-	if c.output == "json" {
-		b, _ := json.MarshalIndent(k, "", "  ")
-		return write(stdout, append(b, '\n'))
+	if c.structured() {
+		return c.emitValue(stdout, k)
 	}
 	for _, key := range k.Keys {
 		mark := " "

@@ -13,7 +13,7 @@ import (
 )
 
 func runLineage(args []string, stdout, stderr io.Writer) error {
-	fs := newFlags("lineage", "MODEL[:VERSION] [-o json]", stderr)
+	fs := newFlags("lineage", "MODEL[:VERSION] [-o json|yaml]", stderr)
 	c := addClientFlags(fs)
 	pos, err := parseArgs(fs, args)
 	if err != nil {
@@ -34,8 +34,8 @@ func runLineage(args []string, stdout, stderr io.Writer) error {
 	if err != nil {
 		return c.explain(err)
 	}
-	if c.output == "json" {
-		return write(stdout, raw)
+	if c.structured() {
+		return c.emit(stdout, raw)
 	}
 	writeLineage(stdout, chain, time.Local)
 	return nil

@@ -14,7 +14,7 @@ import (
 )
 
 func runDrift(args []string, stdout, stderr io.Writer) error {
-	fs := newFlags("drift", "[MODEL] [-o json]", stderr)
+	fs := newFlags("drift", "[MODEL] [-o json|yaml]", stderr)
 	c := addClientFlags(fs)
 	pos, err := parseArgs(fs, args)
 	if err != nil {
@@ -37,8 +37,8 @@ func runDrift(args []string, stdout, stderr io.Writer) error {
 	if err != nil {
 		return c.explain(err)
 	}
-	if c.output == "json" {
-		return write(stdout, raw)
+	if c.structured() {
+		return c.emit(stdout, raw)
 	}
 	if len(recs) == 0 {
 		fmt.Fprintln(stdout, "no drift monitors (a served InferenceService with drift: starts one per node)")
@@ -88,7 +88,7 @@ func sparkline(d api.Drift) string {
 }
 
 func runJobs(args []string, stdout, stderr io.Writer) error {
-	fs := newFlags("jobs", "[-o json]", stderr)
+	fs := newFlags("jobs", "[-o json|yaml]", stderr)
 	c := addClientFlags(fs)
 	if err := fs.Parse(args); err != nil {
 		return err
@@ -103,8 +103,8 @@ func runJobs(args []string, stdout, stderr io.Writer) error {
 	if err != nil {
 		return c.explain(err)
 	}
-	if c.output == "json" {
-		return write(stdout, raw)
+	if c.structured() {
+		return c.emit(stdout, raw)
 	}
 	if len(jobs) == 0 {
 		fmt.Fprintln(stdout, "no training jobs")
@@ -190,9 +190,10 @@ func write(w io.Writer, b []byte) error {
 }
 
 func runEvents(args []string, stdout, stderr io.Writer) error {
-	fs := newFlags("events", "[-since SEQ] [-o json]", stderr)
+	fs := newFlags("events", "[-since SEQ] [-follow=false] [-o json|yaml]", stderr)
 	c := addClientFlags(fs)
 	since := fs.Int64("since", -1, "replay the kept events after this sequence number (0: all kept)")
+	follow := fs.Bool("follow", true, "keep printing events as they happen; -follow=false prints the kept ones (after -since, default all) and exits")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
@@ -200,9 +201,15 @@ func runEvents(args []string, stdout, stderr io.Writer) error {
 		return err
 	}
 	show := newEventPrinter(stdout, time.Local)
-	return c.explain(followEvents(context.Background(), c.client(), *since, func(ev api.Event, raw []byte) bool {
-		if c.output == "json" {
-			fmt.Fprintln(stdout, string(raw))
+	read := followEvents
+	if !*follow {
+		read = keptEvents
+	}
+	return c.explain(read(context.Background(), c.client(), *since, func(ev api.Event, raw []byte) bool {
+		if c.structured() {
+			if err := c.emitStreamed(stdout, raw); err != nil {
+				return false
+			}
 		} else {
 			show(ev)
 		}
@@ -243,6 +250,20 @@ func followEvents(ctx context.Context, c *client.Client, since int64, fn func(ev
 	if err != nil {
 		return err
 	}
+	return readEvents(s, fn)
+}
+
+// keptEvents reads the events an agent kept after since (all for a
+// since below 1) and returns at their end (see client.KeptEvents).
+func keptEvents(ctx context.Context, c *client.Client, since int64, fn func(ev api.Event, raw []byte) bool) error {
+	s, err := c.KeptEvents(ctx, since)
+	if err != nil {
+		return err
+	}
+	return readEvents(s, fn)
+}
+
+func readEvents(s *client.EventStream, fn func(ev api.Event, raw []byte) bool) error {
 	defer s.Close()
 	for s.Next() {
 		if !fn(s.Event(), s.Raw()) {

@@ -6,10 +6,12 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"text/tabwriter"
 	"time"
 
+	"github.com/strata-mesh/strata/api"
 	"github.com/strata-mesh/strata/api/client"
 )
 
@@ -26,7 +28,7 @@ func readPolicyFile(path string) ([]byte, string, error) {
 }
 
 func runPlan(args []string, stdout, stderr io.Writer) error {
-	fs := newFlags("plan", "-f FILE [--why NODE] [-o json]", stderr)
+	fs := newFlags("plan", "-f FILE [--why NODE] [-o json|yaml]", stderr)
 	c := addClientFlags(fs)
 	file := fs.String("f", "", "policy `file` (YAML, several documents allowed; - for stdin)")
 	why := fs.String("why", "", "also explain why `NODE` was or was not chosen")
@@ -53,8 +55,10 @@ func runPlan(args []string, stdout, stderr io.Writer) error {
 			fmt.Fprintf(stderr, "warning: %s\n", w)
 		}
 	}
-	if c.output == "json" {
-		stdout.Write(raw)
+	if c.structured() {
+		if err := c.emit(stdout, raw); err != nil {
+			return err
+		}
 	} else {
 		for i, r := range results {
 			if i > 0 {
@@ -74,7 +78,7 @@ func runPlan(args []string, stdout, stderr io.Writer) error {
 }
 
 func runApply(args []string, stdout, stderr io.Writer) error {
-	fs := newFlags("apply", "-f FILE [--wait [--timeout 5m]] [-o json]", stderr)
+	fs := newFlags("apply", "-f FILE [--wait [--timeout 5m]] [-o json|yaml]", stderr)
 	c := addClientFlags(fs)
 	file := fs.String("f", "", "policy `file` (YAML, several documents allowed; - for stdin)")
 	wait := fs.Bool("wait", false, "wait until every policy is placed and serving (a training job running or done, a sweep running); exit 2 if one fails or at the timeout")
@@ -95,7 +99,7 @@ func runApply(args []string, stdout, stderr io.Writer) error {
 		return c.explain(err)
 	}
 	for _, r := range results {
-		if c.output != "json" {
+		if !c.structured() {
 			verb := "applied"
 			if !r.Changed {
 				verb = "unchanged"
@@ -106,8 +110,8 @@ func runApply(args []string, stdout, stderr io.Writer) error {
 			fmt.Fprintf(stderr, "warning: %s\n", w)
 		}
 	}
-	if c.output == "json" {
-		if err := write(stdout, raw); err != nil {
+	if c.structured() {
+		if err := c.emit(stdout, raw); err != nil {
 			return err
 		}
 	}
@@ -119,28 +123,11 @@ func runApply(args []string, stdout, stderr io.Writer) error {
 	return c.explain(waitApplied(ctx, c.client(), results, stderr, applyWaitEvery, *timeout))
 }
 
-func runDelete(args []string, stdout, stderr io.Writer) error {
-	fs := newFlags("delete", "KIND NAME", stderr)
+func runPlacements(args []string, stdout, stderr io.Writer) error {
+	fs := newFlags("placements", "[POLICY ...] [-o wide|json|yaml]", stderr)
 	c := addClientFlags(fs)
 	pos, err := parseArgs(fs, args)
 	if err != nil {
-		return err
-	}
-	if len(pos) != 2 {
-		fs.Usage()
-		return &exitError{code: 1, err: fmt.Errorf("give KIND and NAME, e.g. strata delete InferenceService fraud-scorer")}
-	}
-	if err := c.client().DeletePolicy(context.Background(), pos[0], pos[1]); err != nil {
-		return c.explain(err)
-	}
-	fmt.Fprintf(stdout, "%s/%s deleted\n", pos[0], pos[1])
-	return nil
-}
-
-func runPlacements(args []string, stdout, stderr io.Writer) error {
-	fs := newFlags("placements", "[-o json]", stderr)
-	c := addClientFlags(fs)
-	if err := fs.Parse(args); err != nil {
 		return err
 	}
 	if err := c.check(); err != nil {
@@ -153,11 +140,33 @@ func runPlacements(args []string, stdout, stderr io.Writer) error {
 	if err != nil {
 		return c.explain(err)
 	}
-	if c.output == "json" {
-		return write(stdout, raw)
+	if len(pos) > 0 {
+		ps = slices.DeleteFunc(ps, func(p api.PlacementStatus) bool {
+			return !slices.ContainsFunc(pos, func(named string) bool { return matchPolicy(p.Policy, named) })
+		})
+		if len(ps) == 0 {
+			return fmt.Errorf("no placement of %s", strings.Join(pos, ", "))
+		}
+		if c.structured() {
+			return c.emitValue(stdout, ps)
+		}
 	}
-	tw := tabwriter.NewWriter(stdout, 0, 4, 2, ' ', 0)
-	fmt.Fprintln(tw, "POLICY\tSTATE\tNODES\tOWNER\tEPOCH\tMESSAGE")
+	if c.structured() {
+		return c.emit(stdout, raw)
+	}
+	return printPlacements(stdout, ps, c.wide())
+}
+
+// printPlacements prints the placements table; wide adds each policy's
+// generation (applied and placed), the replicas wanted and the time of the
+// last change.
+func printPlacements(w io.Writer, ps []api.PlacementStatus, wide bool) error {
+	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+	hdr, extra := "POLICY\tSTATE\tNODES\tOWNER\tEPOCH\tMESSAGE", ""
+	if wide {
+		hdr, extra = "POLICY\tSTATE\tNODES\tOWNER\tEPOCH\tGENERATION\tWANTED\tUPDATED\tMESSAGE", "\t\t\t"
+	}
+	fmt.Fprintln(tw, hdr)
 	for _, p := range ps {
 		var names []string
 		for _, n := range p.Nodes {
@@ -167,13 +176,25 @@ func runPlacements(args []string, stdout, stderr io.Writer) error {
 			}
 			names = append(names, name)
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%d\t%s\n", p.Policy, p.State, dash(strings.Join(names, ",")), dash(p.Owner), p.Epoch, p.Message)
+		cols := fmt.Sprintf("%s\t%s\t%s\t%s\t%d", p.Policy, p.State, dash(strings.Join(names, ",")), dash(p.Owner), p.Epoch)
+		if wide {
+			gen := fmt.Sprint(p.Generation)
+			if p.PlacedGeneration != 0 && p.PlacedGeneration != p.Generation {
+				gen += fmt.Sprintf(" (placed %d)", p.PlacedGeneration)
+			}
+			updated := "-"
+			if !p.Updated.IsZero() {
+				updated = p.Updated.Local().Format(time.DateTime)
+			}
+			cols += fmt.Sprintf("\t%s\t%d\t%s", gen, p.Wanted, updated)
+		}
+		fmt.Fprintf(tw, "%s\t%s\n", cols, p.Message)
 		if r := p.Rollout; r != nil {
 			ver := r.From
 			if r.To != "" {
 				ver += "→" + r.To
 			}
-			fmt.Fprintf(tw, "  rollout %d\t%s\t%s\t\t\t%s\n", r.Seq, r.Stage, r.Model+"@"+ver, r.Message)
+			fmt.Fprintf(tw, "  rollout %d\t%s\t%s\t\t%s\t%s\n", r.Seq, r.Stage, r.Model+"@"+ver, extra, r.Message)
 		}
 	}
 	return tw.Flush()

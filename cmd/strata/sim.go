@@ -28,7 +28,7 @@ func (l *stringList) Set(v string) error { *l = append(*l, v); return nil }
 var _ flag.Value = (*stringList)(nil)
 
 func runSim(args []string, stdout, stderr io.Writer) error {
-	fs := newFlags("sim", "[-nodes N] [-sites N | -live] [-policies N | -trace FILE] [-plots DIR] [-o json] | -what-if CHANGE ...", stderr)
+	fs := newFlags("sim", "[-nodes N] [-sites N | -live] [-policies N | -trace FILE] [-plots DIR] [-o json|yaml] | -what-if CHANGE ...", stderr)
 	c := addClientFlags(fs)
 	nodes := fs.Int("nodes", 10000, "nodes in the generated estate")
 	sites := fs.Int("sites", 0, "sites in the generated estate (0: edge sites of 4–24 nodes)")
@@ -39,9 +39,9 @@ func runSim(args []string, stdout, stderr io.Writer) error {
 	genTrace := fs.String("gen-trace", "", "write the generated trace to `FILE` (CSV) and exit")
 	strategies := fs.String("strategies", strings.Join(sim.Strategies, ","), "strategies to compare, comma-separated")
 	live := fs.Bool("live", false, "replay over the live mesh's nodes, as its placement engine sees them now, instead of a generated estate (RTT is then the coordinates' estimate)")
-	plots := fs.String("plots", ".", "write strata-sim-strategies.svg and strata-sim-map.svg to `DIR` (\"\": none)")
+	plots := fs.String("plots", "", "write strata-sim-strategies.svg and strata-sim-map.svg to `DIR` (default: no plots)")
 	var whatIf stringList
-	fs.Var(&whatIf, "what-if", "plan the live mesh's policies with this `CHANGE` (repeatable): 'site NAME down', 'node NAME down', 'add N nodes like NODE [in rack R] [in site S]', 'policy NAME latency.p99=10ms [replicas=N]'")
+	fs.Var(&whatIf, "what-if", "plan the live mesh's policies with this `CHANGE` (repeatable): 'site NAME down', 'node NAME down', 'add N nodes like NODE [in rack R] [in site S]' (in another site: placed at that site, whose clients stay put), 'policy NAME latency.p99=10ms [replicas=N]'")
 	pos, err := parseArgs(fs, args)
 	if err != nil {
 		return err
@@ -119,10 +119,8 @@ func runSim(args []string, stdout, stderr io.Writer) error {
 			fmt.Fprintf(stderr, "wrote %s\n", f)
 		}
 	}
-	if c.output == "json" {
-		enc := json.NewEncoder(stdout)
-		enc.SetIndent("", "  ")
-		return enc.Encode(rep)
+	if c.structured() {
+		return c.emitValue(stdout, rep)
 	}
 	return rep.WriteTable(stdout)
 }
@@ -190,8 +188,8 @@ func runWhatIf(c *clientFlags, changes []string, stdout io.Writer) error {
 	if err != nil {
 		return c.explain(err)
 	}
-	if c.output == "json" {
-		if err := write(stdout, raw); err != nil {
+	if c.structured() {
+		if err := c.emit(stdout, raw); err != nil {
 			return err
 		}
 	} else {

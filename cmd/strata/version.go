@@ -1,7 +1,6 @@
 package main
 
 import (
-	"encoding/json"
 	"fmt"
 	"io"
 	"runtime"
@@ -79,8 +78,8 @@ func (v buildVersion) Short() string {
 }
 
 func runVersion(args []string, stdout, stderr io.Writer) error {
-	fs := newFlags("version", "[-o json]", stderr)
-	output := fs.String("o", "text", "output `format`: text or json")
+	fs := newFlags("version", "[-o json|yaml]", stderr)
+	output := fs.String("o", "text", "output `format`: text, json or yaml")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
@@ -89,12 +88,8 @@ func runVersion(args []string, stdout, stderr io.Writer) error {
 	}
 	v := readVersion()
 	switch *output {
-	case "json":
-		b, err := json.MarshalIndent(v, "", "  ")
-		if err != nil {
-			return err
-		}
-		return write(stdout, append(b, '\n'))
+	case outJSON, outYAML:
+		return (&clientFlags{output: *output}).emitValue(stdout, v)
 	case "text", "table":
 		commit := v.Commit
 		switch {
@@ -106,5 +101,5 @@ func runVersion(args []string, stdout, stderr io.Writer) error {
 		_, err := fmt.Fprintf(stdout, "strata %s\ncommit: %s\ngo:     %s %s\n", v.Version, commit, v.Go, v.Platform)
 		return err
 	}
-	return fmt.Errorf("-o %q: use text or json", *output)
+	return fmt.Errorf("-o %q: use text, json or yaml", *output)
 }

@@ -250,13 +250,23 @@ func (e *Stream) Subscribe(since uint64) ([]Event, chan Event, func()) {
 }
 
 // ServeHTTP streams events as server-sent events: GET /v1/events
-// [?since=SEQ] (since=0 replays the events this agent kept). A repeat
+// [?since=SEQ][&follow=false] (since=0 replays the events this agent
+// kept; follow=false ends the stream after them). A repeat
 // comes again as an update: the same event with a new id, Count one
 // more and Replaces naming the id it had (see Event.Count).
 func (e *Stream) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	q := r.URL.Query()
-	if !httpjson.CheckParams(w, q, "since") {
+	if !httpjson.CheckParams(w, q, "since", "follow") {
 		return
+	}
+	follow := true
+	if s := q.Get("follow"); s != "" {
+		b, err := strconv.ParseBool(s)
+		if err != nil {
+			httpjson.Error(w, http.StatusBadRequest, "follow", "follow=%q: want true or false", s)
+			return
+		}
+		follow = b
 	}
 	since := ^uint64(0)
 	if s := q.Get("since"); s != "" {
@@ -293,6 +303,9 @@ func (e *Stream) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		}
 	}
 	fl.Flush()
+	if !follow {
+		return
+	}
 	beat := time.NewTicker(15 * time.Second)
 	defer beat.Stop()
 	for {

@@ -3,12 +3,15 @@ package events
 import (
 	"context"
 	"fmt"
+	"net/http"
+	"net/http/httptest"
 	"slices"
 	"testing"
 	"time"
 
 	"github.com/google/go-cmp/cmp"
 
+	"github.com/strata-mesh/strata/api/client"
 	"github.com/strata-mesh/strata/internal/catalog"
 	"github.com/strata-mesh/strata/internal/catalog/catalogtest"
 )
@@ -182,5 +185,42 @@ func TestRingIsBounded(t *testing.T) {
 	defer done()
 	if len(kept) != eventRing || kept[0].Seq != 11 {
 		t.Errorf("kept %d events from seq %d, want %d from 11", len(kept), kept[0].Seq, eventRing)
+	}
+}
+
+// TestServeKeptEventsEnds reads the stream with follow=false: it holds
+// the kept events and then ends, where a following read would wait.
+func TestServeKeptEventsEnds(t *testing.T) {
+	t.Parallel()
+	st := New(catalog.New(catalogtest.NewStore(), nil), nil)
+	for i := range 3 {
+		st.Publish(Event{Type: "job.running", Policy: fmt.Sprintf("TrainingJob/j%d", i), Message: "running"})
+	}
+	srv := httptest.NewServer(st)
+	defer srv.Close()
+	c := client.New(srv.URL)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	for since, want := range map[int64]int{0: 3, 1: 2, 3: 0} {
+		s, err := c.KeptEvents(ctx, since)
+		if err != nil {
+			t.Fatal(err)
+		}
+		n := 0
+		for s.Next() {
+			n++
+		}
+		s.Close()
+		if s.Err() != nil || n != want {
+			t.Errorf("since %d: %d events, err %v; want %d and the end of the stream", since, n, s.Err(), want)
+		}
+	}
+	resp, err := http.Get(srv.URL + "?follow=maybe")
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusBadRequest {
+		t.Errorf("follow=maybe: HTTP %d, want 400", resp.StatusCode)
 	}
 }
