@@ -10,12 +10,12 @@ package arch
 // belongs, here and in docs/architecture.md.
 var Layers = []Layer{
 	{"pure: no project imports", []string{
-		"internal/arch",
+		"internal/arch", "internal/clidoc",
 		"policy", "infer/drift", "trainer/onnx", "storage", "mesh/pki", "api", "sweep",
 		"internal/safe", "internal/httpjson", "internal/ui", "internal/testbed",
-		"mesh/meshtest", "cmd/benchtable", "packaging/gendocs", "packaging/releasetest", "trainer/internal/orttest",
+		"mesh/meshtest", "cmd/benchtable", "packaging/releasetest", "trainer/internal/orttest",
 	}},
-	{"engines and transports", []string{"placement", "infer", "trainer", "mesh/dataplane", "api/client"}},
+	{"engines and transports", []string{"placement", "infer", "trainer", "mesh/dataplane", "api/client", "packaging/gendocs"}},
 	{"gossip, simulation", []string{"mesh", "sim"}},
 	{"over the mesh", []string{"mesh/federation", "internal/catalog", "internal/catalog/catalogtest", "agent/discover"}},
 	{"components over the catalog", []string{"internal/artifacts", "internal/events", "internal/driftwatch"}},
