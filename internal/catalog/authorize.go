@@ -72,7 +72,17 @@ func (a Authorizer) Authorize(r mesh.Reader, w mesh.Writer, e mesh.Entry) error 
 		if err != nil {
 			return err
 		}
-		return placedOn(r, policyKey, w)
+		var epoch uint64 // of a job's run: jobs are ordered by it (see Prefer)
+		if table == "jobs" && !e.Deleted {
+			var j struct {
+				Epoch uint64 `json:"epoch"`
+			}
+			if json.Unmarshal(e.Value, &j) != nil {
+				return fmt.Errorf("%w: %s does not decode", ErrNotAssigned, e.Key)
+			}
+			epoch = j.Epoch
+		}
+		return placedOn(r, policyKey, w, epoch)
 	case "gang-members", "drift":
 		if i := strings.LastIndexByte(key, '/'); i < 0 || key[i+1:] != w.Name {
 			return fmt.Errorf("%w: %s is another node's record (%s)", ErrNotAssigned, e.Key, w.Name)
@@ -181,17 +191,24 @@ func policyOf(r mesh.Reader, e mesh.Entry) (string, error) {
 	return rec.Key, nil
 }
 
-// placedOn says whether the placement of policyKey names w.
-func placedOn(r mesh.Reader, policyKey string, w mesh.Writer) error {
+// placedOn says whether the placement of policyKey names w, at an epoch
+// not before epoch: a node records runs of the placements it was given,
+// never of a later epoch, which would outrank (see Prefer) the record of
+// every run placed after it.
+func placedOn(r mesh.Reader, policyKey string, w mesh.Writer, epoch uint64) error {
 	held, ok := r.Lookup("placements/" + policyKey)
 	if !ok || held.Deleted {
 		return fmt.Errorf("%w: no placement of %s is held here", ErrNotAssigned, policyKey)
 	}
 	var p struct {
+		Epoch uint64       `json:"epoch"`
 		Nodes []PlacedNode `json:"nodes"`
 	}
 	if err := json.Unmarshal(held.Value, &p); err != nil {
 		return fmt.Errorf("%w: the placement of %s does not decode", ErrNotAssigned, policyKey)
+	}
+	if epoch > p.Epoch {
+		return fmt.Errorf("%w: a run of %s at epoch %d, after the placement's %d", ErrNotAssigned, policyKey, epoch, p.Epoch)
 	}
 	for _, n := range p.Nodes {
 		if n.ID == w.ID || (n.ID == "" && n.Name == w.Name) {

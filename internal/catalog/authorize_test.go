@@ -42,7 +42,7 @@ func TestAuthorize(t *testing.T) {
 		return string(b)
 	}
 	h := held{
-		"placements/TrainingJob/train": {Key: "placements/TrainingJob/train", Value: value(t, catalog.Placement{Key: "TrainingJob/train",
+		"placements/TrainingJob/train": {Key: "placements/TrainingJob/train", Value: value(t, catalog.Placement{Key: "TrainingJob/train", Epoch: 3,
 			Nodes: []catalog.PlacedNode{{Name: "edge-a-1", ID: "e1"}}})},
 		"artifacts/model/fraud/3": {Key: "artifacts/model/fraud/3", Value: value(t, storage.Manifest{Name: "fraud", Version: "3", Digest: digest('c'), Created: t0})},
 		"jobs/train":              {Key: "jobs/train", Value: value(t, catalog.Job{Name: "train", Key: "TrainingJob/train"})},
@@ -65,6 +65,8 @@ func TestAuthorize(t *testing.T) {
 		{"edge writes an experiment", edge, mesh.Entry{Key: "experiments/sweep"}, catalog.ErrNotController},
 		{"the placed node records its job", edge, mesh.Entry{Key: "jobs/train", Value: job}, nil},
 		{"another node records that job", other, mesh.Entry{Key: "jobs/train", Value: job}, catalog.ErrNotAssigned},
+		{"the placed node records a run of its epoch", edge, mesh.Entry{Key: "jobs/train", Value: value(t, catalog.Job{Name: "train", Key: "TrainingJob/train", Epoch: 3})}, nil},
+		{"the placed node records a run of a later epoch", edge, mesh.Entry{Key: "jobs/train", Value: value(t, catalog.Job{Name: "train", Key: "TrainingJob/train", Epoch: 1 << 62, State: catalog.JobSucceeded})}, catalog.ErrNotAssigned},
 		{"a node records a job never placed", edge, mesh.Entry{Key: "jobs/ghost", Value: value(t, catalog.Job{Name: "ghost", Key: "TrainingJob/ghost"})}, catalog.ErrNotAssigned},
 		{"the placed node deletes its job record", edge, mesh.Entry{Key: "jobs/train", Deleted: true}, nil},
 		{"another node deletes it", other, mesh.Entry{Key: "jobs/train", Deleted: true}, catalog.ErrNotAssigned},
