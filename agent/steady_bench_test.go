@@ -1,10 +1,8 @@
 package agent
 
 import (
-	"fmt"
 	"net/http"
 	"os"
-	"os/exec"
 	"runtime"
 	"slices"
 	"strconv"
@@ -27,27 +25,6 @@ spec:
   resources: {cpu: 100m, memory: 64Mi}
   latency: {p99: 15ms, clients: [edge-b]}
 `
-
-// busyLoops starts perCore busy loops per core beside the agents: shell
-// loops that stop at the benchmark's end, after d, or when this process is
-// gone, whichever comes first (a loop killed through a wrapper would leave
-// the loop running).
-func busyLoops(b *testing.B, perCore int, d time.Duration) {
-	script := fmt.Sprintf(`end=$(( $(date +%%s) + %d )); p=%d
-while [ "$(date +%%s)" -lt "$end" ] && kill -0 "$p" 2>/dev/null; do
-  i=0; while [ "$i" -lt 20000 ]; do i=$((i+1)); done
-done`, int(d.Seconds())+1, os.Getpid())
-	for range perCore * runtime.NumCPU() {
-		c := exec.Command("sh", "-c", script)
-		if err := c.Start(); err != nil {
-			b.Skipf("cannot start a busy loop: %v", err)
-		}
-		b.Cleanup(func() {
-			_ = c.Process.Kill()
-			_ = c.Wait()
-		})
-	}
-}
 
 // BenchmarkPartlyPlacedUnderLoad applies a service that only edge-b-1 can
 // take of the two replicas it asks for, on the 8-agent dev mesh (WAN
@@ -88,7 +65,7 @@ func BenchmarkPartlyPlacedUnderLoad(b *testing.B) {
 				code, _ := post(b, agents[1].Handler(), http.MethodPost, "/v1/policies", []byte(partlyPolicy))
 				return code == http.StatusOK
 			})
-			busyLoops(b, busy, time.Duration(secs)*time.Second+3*time.Minute)
+			meshtest.BusyLoops(b, busy*runtime.NumCPU(), time.Duration(secs)*time.Second+3*time.Minute)
 			meshtest.WaitFor(b, 120*time.Second, "it serves on edge-b-1", func() bool {
 				rec, ok := placementOf(agents[0], key)
 				return ok && rec.State == StatePlaced && servingOnB()

@@ -5,10 +5,8 @@ import (
 	"context"
 	"fmt"
 	"os"
-	"os/exec"
 	"runtime"
 	"slices"
-	"strconv"
 	"testing"
 	"time"
 
@@ -19,11 +17,8 @@ import (
 )
 
 // busyForEnv sets how long BenchmarkBusyHosts watches each level (a Go
-// duration); busyLoopEnv marks the benchmark's own busy-loop children.
-const (
-	busyForEnv  = "STRATA_BUSY_FOR"
-	busyLoopEnv = "STRATA_BUSY_LOOP_UNTIL"
-)
+// duration).
+const busyForEnv = "STRATA_BUSY_FOR"
 
 // BenchmarkBusyHosts runs 8 agents in this process on loopback sockets
 // (encrypted gossip) while 0, 1, 3 and 12 (the 24 on 2 cores)
@@ -45,10 +40,6 @@ const (
 //
 //	STRATA_BUSY_FOR=5m go test -run '^$' -bench BusyHosts -benchtime 1x -timeout 2h ./mesh/
 func BenchmarkBusyHosts(b *testing.B) {
-	if until := os.Getenv(busyLoopEnv); until != "" {
-		spin(until)
-		return
-	}
 	watch := 30 * time.Second
 	if s := os.Getenv(busyForEnv); s != "" {
 		d, err := time.ParseDuration(s)
@@ -111,7 +102,7 @@ func busyHosts(b *testing.B, loops int, watch time.Duration, tune func(*mesh.Con
 	meshtest.Poll(b, time.Minute, 100*time.Millisecond, "8 agents to see each other alive",
 		func() bool { return formed(nodes, n) }, func() { b.Log(poolCounts(nodes)) })
 
-	startBusyLoops(b, loops*runtime.NumCPU(), watch+3*time.Minute)
+	meshtest.BusyLoops(b, loops*runtime.NumCPU(), watch+3*time.Minute)
 
 	// Watch every agent's view of every peer; count turns to suspect and
 	// to failed. A killed agent's turn to failed is not counted.
@@ -184,41 +175,4 @@ func busyHosts(b *testing.B, loops int, watch time.Duration, tune func(*mesh.Con
 	b.ReportMetric(slices.Max(times), "detect-max-s")
 	b.ReportMetric(median(errs), "rtt-err-ms")
 	b.ReportMetric(slices.Max(errs), "rtt-err-max-ms")
-}
-
-// startBusyLoops starts k processes (this test binary again) that each
-// spin one core until the benchmark stops them, for at most limit, or
-// until this process is gone.
-func startBusyLoops(b *testing.B, k int, limit time.Duration) {
-	b.Helper()
-	until := strconv.FormatInt(time.Now().Add(limit).Unix(), 10)
-	for range k {
-		cmd := exec.Command(os.Args[0], "-test.run=^$", "-test.bench=^BenchmarkBusyHosts$", "-test.benchtime=1x")
-		cmd.Env = append(os.Environ(), busyLoopEnv+"="+until)
-		if err := cmd.Start(); err != nil {
-			b.Fatalf("start a busy loop: %v", err)
-		}
-		b.Cleanup(func() {
-			_ = cmd.Process.Kill()
-			_ = cmd.Wait()
-		})
-	}
-}
-
-// spin keeps one core busy until the Unix time until, or until its parent
-// (the benchmark) is gone.
-func spin(until string) {
-	sec, err := strconv.ParseInt(until, 10, 64)
-	if err != nil {
-		return
-	}
-	runtime.GOMAXPROCS(1)
-	end, parent := time.Unix(sec, 0), os.Getppid()
-	x := 0
-	for time.Now().Before(end) && os.Getppid() == parent {
-		for i := range 1 << 22 {
-			x += i
-		}
-	}
-	_ = x
 }
