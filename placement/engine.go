@@ -212,6 +212,9 @@ func (e *Engine) newCtx(s *Snapshot, req *Request, excl []int32, clients []strin
 	c.gang = req.Kind == Training && req.Gang.SameFabric
 	for _, name := range clients {
 		cc, ok := ix.clients[name]
+		if ix.unreachable[name] {
+			return nil, fmt.Errorf("%w: %q has no RTT while it is cut off", ErrClientUnreachable, name)
+		}
 		if !ok && ix.sites[name] {
 			return nil, fmt.Errorf("%w %q: its nodes have published no coordinate yet (they do within seconds of starting); try again", ErrClientNotMeasured, name)
 		}

@@ -46,7 +46,7 @@ type Live struct {
 // more than CoordSlack.
 func (l *Live) SetRemoteClients(rs []RemoteClient) {
 	if !slices.EqualFunc(l.remote, rs, func(a, b RemoteClient) bool {
-		return a.Name == b.Name && a.Via == b.Via && (a.RTT-b.RTT).Abs() <= l.CoordSlack
+		return a.Name == b.Name && a.Via == b.Via && a.Unreachable == b.Unreachable && (a.RTT-b.RTT).Abs() <= l.CoordSlack
 	}) {
 		l.remote = slices.Clone(rs)
 		l.moved = true

@@ -117,6 +117,10 @@ var (
 	// whose nodes have no coordinate yet: an agent publishes its first
 	// within seconds of starting, so the request can be tried again.
 	ErrClientNotMeasured = errors.New("placement: no RTT estimate yet for client site")
+	// ErrClientUnreachable is returned when a request names a client site
+	// of another pool that is unreachable (RemoteClient.Unreachable): cut
+	// off, it has no distance to place by until it is back.
+	ErrClientUnreachable = errors.New("placement: client site is unreachable")
 )
 
 // Builder collects nodes and client coordinates for a Snapshot. The zero
@@ -134,11 +138,13 @@ type Builder struct {
 // Vivaldi coordinates do not reach across sites. Its clients are RTT
 // further away than site Via, one of the snapshot's sites: the RTT
 // estimated from them to a node is RTT plus the node's distance from the
-// middle of Via (its client coordinate).
+// middle of Via (its client coordinate). An Unreachable one has no RTT:
+// a request naming it fails with ErrClientUnreachable.
 type RemoteClient struct {
-	Name string        `json:"name"`
-	Via  string        `json:"via"`
-	RTT  time.Duration `json:"rtt"`
+	Name        string        `json:"name"`
+	Via         string        `json:"via"`
+	RTT         time.Duration `json:"rtt"`
+	Unreachable bool          `json:"unreachable,omitempty"`
 }
 
 // AddRemoteClient adds a client site that no node is in (RemoteClient).
@@ -278,6 +284,7 @@ type index struct {
 	sigs        [][]int32 // signature → sorted model IDs; sig 0 is "no GPU"
 	clients     map[string]*coordinate.Coordinate
 	sites       map[string]bool
+	unreachable map[string]bool  // remote client sites cut off
 	siteIDs     map[string]int32 // site name → dense site ID
 	holders     map[string]*holding
 	bw          Bandwidth
@@ -479,7 +486,7 @@ func (b *Builder) Build() (*Snapshot, error) {
 	}
 
 	siteIDs, regionIDs := map[string]int32{}, map[string]int32{}
-	ix.sites = map[string]bool{}
+	ix.sites, ix.unreachable = map[string]bool{}, map[string]bool{}
 	for i := range ix.nodes {
 		n := &ix.nodes[i]
 		if _, ok := siteIDs[n.Site]; !ok {
@@ -513,6 +520,8 @@ func (b *Builder) Build() (*Snapshot, error) {
 	for _, rc := range b.remote {
 		via := ix.clients[rc.Via]
 		switch {
+		case rc.Name != "" && rc.Unreachable && !ix.sites[rc.Name]:
+			ix.unreachable[rc.Name] = true
 		case rc.Name == "" || rc.RTT < 0:
 			bad("remote client %q: a name and an RTT not below zero are required", rc.Name)
 		case siteCoords[rc.Via] == nil || ix.sites[rc.Name]:

@@ -157,6 +157,32 @@ func TestRemoteClients(t *testing.T) {
 	}
 }
 
+// TestClientUnreachable: a remote client site that is cut off has no
+// distance: a request naming it fails with ErrClientUnreachable, never
+// with the RTT it had before the cut, and the site's own name still
+// wins over a remote client of the same name.
+func TestClientUnreachable(t *testing.T) {
+	t.Parallel()
+	var b placement.Builder
+	b.Add(box("a1", placement.TierEdge, "edge-a", "east", 4, 8, at(0, 0)))
+	b.AddRemoteClient(placement.RemoteClient{Name: "edge-b", Via: "edge-a", RTT: 20 * time.Millisecond, Unreachable: true})
+	b.AddRemoteClient(placement.RemoteClient{Name: "edge-a", Via: "edge-a", Unreachable: true}) // a site of the nodes: ignored
+	s, err := b.Build()
+	if err != nil {
+		t.Fatal(err)
+	}
+	req := func(client string) *placement.Request {
+		return &placement.Request{Kind: placement.Inference, Replicas: 1, Resources: placement.Resources{CPU: 100},
+			Latency: placement.Latency{P99: 50 * time.Millisecond, Clients: []string{client}}}
+	}
+	if _, err := placement.Place(s, req("edge-b")); !errors.Is(err, placement.ErrClientUnreachable) {
+		t.Errorf("clients in a cut-off site: %v, want ErrClientUnreachable", err)
+	}
+	if d, err := placement.Place(s, req("edge-a")); err != nil || !d.Feasible {
+		t.Errorf("clients in the nodes' own site: %v, %v; want placed", d, err)
+	}
+}
+
 // TestClientNotMeasured: a client site whose nodes have published no
 // coordinate yet (agents just started) is told apart from a site nobody
 // knows: the first can be asked again in a few seconds.

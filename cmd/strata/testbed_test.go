@@ -150,11 +150,14 @@ func inHost(h testbed.Host) *http.Client {
 }
 
 // TestCutSiteKeepsServing: a site cut off from the rest of the mesh for 2
-// minutes keeps serving the model placed on it, also after its agent
-// restarts while cut off (offline autonomy), and places within itself what
-// is applied to it meanwhile, as the rest of the mesh does; after the heal
-// the mesh is whole again and every agent sees the same placements, each
-// serving.
+// minutes (STRATA_CUT_FOR) keeps serving the model placed on it, also
+// after its agent restarts while cut off (offline autonomy), and places
+// within itself what is applied to it meanwhile, as the rest of the mesh
+// does. Seen from the other side, the site is unreachable with no RTT,
+// plan refuses an SLO for its clients that only its nodes met, and its
+// replica stays where it is (no constraint holds it). After the heal the
+// mesh is whole again, every agent sees the same placements, each
+// serving, and a request at any site's agent is answered.
 func TestCutSiteKeepsServing(t *testing.T) {
 	if testing.Short() {
 		t.Skip("three minutes of real time")
@@ -215,9 +218,8 @@ func TestCutSiteKeepsServing(t *testing.T) {
 	x := []float32{0.5, -1, 2, 0.25}
 	want := onnx.Predict(layers, x, 1)[0]
 	req, _ := json.Marshal(map[string]any{"inputs": []map[string]any{{"name": "input", "shape": []int{1, 4}, "datatype": "FP32", "data": x}}})
-	client := inHost(bed.Host("edge-b", 0))
-	served := func() bool {
-		resp, err := client.Post("http://127.0.0.1:7470/v2/models/local/infer", "application/json", bytes.NewReader(req))
+	servedAt := func(h testbed.Host) bool {
+		resp, err := inHost(h).Post("http://127.0.0.1:7470/v2/models/local/infer", "application/json", bytes.NewReader(req))
 		if err != nil {
 			return false
 		}
@@ -230,7 +232,58 @@ func TestCutSiteKeepsServing(t *testing.T) {
 		return resp.StatusCode == http.StatusOK && json.NewDecoder(resp.Body).Decode(&out) == nil &&
 			len(out.Outputs) == 1 && len(out.Outputs[0].Data) == 1 && math.Abs(out.Outputs[0].Data[0]-float64(want)) < 1e-4
 	}
+	served := func() bool { return servedAt(bed.Host("edge-b", 0)) }
 	meshtest.Poll(t, 60*time.Second, 250*time.Millisecond, "the model served at edge-b", served, dump)
+
+	placements := func(a *nsAgent) map[string]string {
+		var ps []api.PlacementStatus
+		if a.get(t, &ps, "placements") != nil {
+			return nil
+		}
+		out := map[string]string{}
+		for _, p := range ps {
+			var nodes []string
+			for _, n := range p.Nodes {
+				nodes = append(nodes, n.Name+":"+n.Replica)
+			}
+			out[p.Name] = fmt.Sprintf("%s %s e%d %v", p.State, p.Owner, p.Epoch, nodes)
+		}
+		return out
+	}
+	serving := func(a *nsAgent, name string) bool {
+		p := placements(a)[name]
+		return strings.HasPrefix(p, "placed ") && strings.Contains(p, ":serving") && !strings.Contains(p, ":loading") && !strings.Contains(p, ":failed")
+	}
+	// where says where a sees name placed: its owner, epoch and nodes.
+	where := func(a *nsAgent, name string) string {
+		var ps []api.PlacementStatus
+		if a.get(t, &ps, "placements") != nil {
+			return "(no answer)"
+		}
+		for _, p := range ps {
+			if p.Name == name {
+				var nodes []string
+				for _, n := range p.Nodes {
+					nodes = append(nodes, n.Name)
+				}
+				return fmt.Sprintf("%s e%d %v", p.Owner, p.Epoch, nodes)
+			}
+		}
+		return "(none)"
+	}
+	// Only edge-b's node is within 3 ms of edge-b's clients; nothing else
+	// holds the replica there.
+	nearB := "  latency: {p99: 3ms, clients: [edge-b]}\n"
+	applyService(t, cloud, "svc-near-b", "local", nearB)
+	var before string
+	meshtest.Poll(t, 60*time.Second, 250*time.Millisecond, "svc-near-b serving in edge-b", func() bool {
+		before = where(cloud, "svc-near-b")
+		return serving(cloud, "svc-near-b") && strings.HasSuffix(before, "["+eb.name+"]")
+	}, func() {
+		out, _ := cloud.run("placements", "-o", "wide")
+		t.Logf("svc-near-b: %s; placements:\n%s", before, out)
+		dump()
+	})
 
 	bed.Cut("edge-b", "edge-a")
 	bed.Cut("edge-b", "cloud")
@@ -251,6 +304,25 @@ func TestCutSiteKeepsServing(t *testing.T) {
 	if !served() {
 		t.Error("edge-b stopped serving when it was cut off")
 	}
+	// The other side tells the cut as it is: edge-b unreachable, no
+	// distance, and an SLO only its nodes met cannot be met (plan exits 2).
+	meshtest.Poll(t, 60*time.Second, 250*time.Millisecond, "the cloud to see edge-b unreachable, with no RTT", func() bool {
+		var sites []api.Site
+		if cloud.get(t, &sites, "sites") != nil {
+			return false
+		}
+		for _, s := range sites {
+			if s.Name == "edge-b" {
+				return s.Status == api.SiteUnreachable && s.RTTMillis == nil
+			}
+		}
+		return false
+	}, dump)
+	out, err := cloud.run("plan", "-f", serviceFile(t, "plan-near-b", "local", nearB))
+	if code := exitCode(err); code != 2 {
+		t.Errorf("plan at the cloud for edge-b's clients during the cut: exit %d (%v), want 2\n%s", code, err, out)
+	}
+	t.Logf("plan at the cloud for edge-b's clients during the cut:\n%s", out)
 	// Restarted while cut off: it serves from what it holds.
 	eb.proc.cmd.Process.Signal(syscall.SIGTERM)
 	eb.proc.cmd.Wait()
@@ -262,25 +334,6 @@ func TestCutSiteKeepsServing(t *testing.T) {
 
 	// Each side places what is applied to it while the cut lasts: edge-b a
 	// service pinned to edge-b, the rest a service that may run anywhere.
-	placements := func(a *nsAgent) map[string]string {
-		var ps []api.PlacementStatus
-		if a.get(t, &ps, "placements") != nil {
-			return nil
-		}
-		out := map[string]string{}
-		for _, p := range ps {
-			var nodes []string
-			for _, n := range p.Nodes {
-				nodes = append(nodes, n.Name+":"+n.Replica)
-			}
-			out[p.Name] = fmt.Sprintf("%s %s e%d %v", p.State, p.Owner, p.Epoch, nodes)
-		}
-		return out
-	}
-	serving := func(a *nsAgent, name string) bool {
-		p := placements(a)[name]
-		return strings.HasPrefix(p, "placed ") && strings.Contains(p, ":serving") && !strings.Contains(p, ":loading") && !strings.Contains(p, ":failed")
-	}
 	applyService(t, eb, "svc-island", "local", "  constraints: ['node.site == \"edge-b\"']\n")
 	applyService(t, cloud, "svc-main", "local", "  constraints: ['node.site != \"edge-b\"']\n")
 	meshtest.Poll(t, 60*time.Second, 250*time.Millisecond, "svc-island serving in edge-b and svc-main on the other side, during the cut", func() bool {
@@ -291,7 +344,12 @@ func TestCutSiteKeepsServing(t *testing.T) {
 	}
 	// Hold the cut for 2 minutes: well past memberlist's 30s of gossip to
 	// the dead, so only the reconnect loop can merge the two sides again.
-	time.Sleep(time.Until(cutAt.Add(2 * time.Minute)))
+	// Every 5 s, svc-near-b is where it was on both sides.
+	for hold := cutFor(2 * time.Minute); time.Since(cutAt) < hold; time.Sleep(min(5*time.Second, time.Until(cutAt.Add(hold)))) {
+		if got, gotB := where(cloud, "svc-near-b"), where(eb, "svc-near-b"); got != before || gotB != before {
+			t.Fatalf("%s into the cut, svc-near-b is at %q seen from the cloud and %q from edge-b; before the cut %q", time.Since(cutAt).Round(time.Second), got, gotB, before)
+		}
+	}
 
 	bed.Heal("edge-b", "edge-a")
 	bed.Heal("edge-b", "cloud")
@@ -312,8 +370,16 @@ func TestCutSiteKeepsServing(t *testing.T) {
 				return false
 			}
 		}
-		return len(last[0]) == 3 && serving(eb, "local") && serving(eb, "svc-island") && serving(eb, "svc-main")
+		return len(last[0]) == 4 && serving(eb, "local") && serving(eb, "svc-island") && serving(eb, "svc-main") && serving(eb, "svc-near-b")
 	}, func() { t.Logf("placements per agent: %v", last); dump() })
+	if got := where(cloud, "svc-near-b"); got != before {
+		t.Errorf("svc-near-b moved to %q after the heal, from %q", got, before)
+	}
+	for _, site := range []string{"cloud", "edge-a", "edge-b"} {
+		if !servedAt(bed.Host(site, 0)) {
+			t.Errorf("a request at %s's agent after the heal was not answered", site)
+		}
+	}
 	t.Logf("after a %s cut: one mesh %s after the heal, placements reconciled %s after it: %v", healed.Sub(cutAt).Round(time.Second),
 		merged.Round(100*time.Millisecond), time.Since(healed).Round(100*time.Millisecond), last[0])
 }
@@ -330,8 +396,11 @@ func TestCutSiteKeepsServing(t *testing.T) {
 // gateways punched (again, after their first punches failed); the
 // gateways' pings measure the router's round trips, over direct paths
 // only; a site cut off is unreachable to the others (and
-// its agents say they are degraded), and a policy applied meanwhile
-// reaches it after the heal.
+// its agents say they are degraded) with no RTT, plan refuses what only
+// it could serve, its replica stays where it is through a 60 s cut
+// (STRATA_CUT_FOR), a policy applied meanwhile reaches it after the heal,
+// every agent then shows the same placement states, and a request at any
+// site's agent is answered.
 func TestFederatedSites(t *testing.T) {
 	if testing.Short() {
 		t.Skip("a minute or two of real time")
@@ -637,25 +706,59 @@ func TestFederatedSites(t *testing.T) {
 	}, func() { t.Logf("last seen in edge-a: %q", last); dump() })
 	t.Logf("latency-bound services placed across sites %s after the applies: %q", time.Since(latency).Round(100*time.Millisecond), last)
 
+	var ask func(testbed.Host) (bool, string)
 	if os.Getenv("STRATA_ORT_LIB") != "" {
-		serveAcrossSites(t, ea, eb2, bed.Host("edge-b", 1), dump)
+		ask = serveAcrossSites(t, ea, eb2, bed.Host("edge-b", 1), dump)
 	}
+	// where says where a sees name placed: its owner, epoch and nodes.
+	where := func(a *nsAgent, name string) string {
+		var ps []api.PlacementStatus
+		if a.get(t, &ps, "placements") != nil {
+			return "(no answer)"
+		}
+		for _, p := range ps {
+			if p.Name == name {
+				var nodes []string
+				for _, n := range p.Nodes {
+					nodes = append(nodes, n.Name)
+				}
+				return fmt.Sprintf("%s e%d %v", p.Owner, p.Epoch, nodes)
+			}
+		}
+		return "(none)"
+	}
+	before := where(ea, "svc-for-b-close")
 
 	for _, s := range []string{"edge-a", "cloud", "edge-c", "edge-d"} {
 		bed.Cut("edge-b", s)
 	}
-	meshtest.Poll(t, 90*time.Second, 250*time.Millisecond, "edge-b unreachable from edge-a, and the others from edge-b", func() bool {
+	cutAt := time.Now()
+	meshtest.Poll(t, 90*time.Second, 250*time.Millisecond, "edge-b unreachable with no RTT from edge-a, and the others from edge-b", func() bool {
 		var h api.Health
 		_ = eb2.get(t, &h, "health") // exit 2 when degraded
-		return sitesOf(ea)["edge-b"].Status == api.SiteUnreachable && sitesOf(eb2)["edge-a"].Status == api.SiteUnreachable &&
+		b := sitesOf(ea)["edge-b"]
+		return b.Status == api.SiteUnreachable && b.RTTMillis == nil && sitesOf(eb2)["edge-a"].Status == api.SiteUnreachable &&
 			sitesOf(eb2)["cloud"].Status == api.SiteUnreachable && h.Status == "degraded"
 	}, dump)
+	t.Logf("edge-b unreachable %s after the cut", time.Since(cutAt).Round(100*time.Millisecond))
+	// The SLO for edge-b's clients that was handed to edge-b cannot be
+	// met now: plan says so (exit 2) rather than hand it over the cut.
+	if out, err := cloud.run("plan", "-f", serviceFile(t, "svc-for-b-close-2", "m", closeSpec)); exitCode(err) != 2 || !strings.Contains(string(out), "unreachable") {
+		t.Errorf("plan at the cloud for edge-b's clients during the cut: exit %d, want 2 naming edge-b unreachable\n%s", exitCode(err), out)
+	}
 	applyService(t, cloud, "svc-cut", "m", "")
 	meshtest.Poll(t, 30*time.Second, 250*time.Millisecond, "svc-cut placed by cloud, seen in edge-a", func() bool {
 		return placedBy(ea, "svc-cut") == ch.Name
 	}, dump)
 	if placedBy(eb2, "svc-cut") != "" {
 		t.Fatal("edge-b got a record across the cut")
+	}
+	// Hold the cut for 60 s (STRATA_CUT_FOR): every 5 s, edge-b's
+	// replica is where it was, seen from both sides.
+	for hold := cutFor(time.Minute); time.Since(cutAt) < hold; time.Sleep(min(5*time.Second, time.Until(cutAt.Add(hold)))) {
+		if got, gotB := where(ea, "svc-for-b-close"), where(eb2, "svc-for-b-close"); got != before || gotB != before {
+			t.Fatalf("%s into the cut, svc-for-b-close is at %q seen from edge-a and %q from edge-b; before the cut %q", time.Since(cutAt).Round(time.Second), got, gotB, before)
+		}
 	}
 	for _, s := range []string{"edge-a", "cloud", "edge-c", "edge-d"} {
 		bed.Heal("edge-b", s)
@@ -666,14 +769,64 @@ func TestFederatedSites(t *testing.T) {
 		return placedBy(eb2, "svc-cut") == ch.Name && s["edge-a"].Status == api.SiteReachable && s["cloud"].Status == api.SiteReachable
 	}, dump)
 	t.Logf("edge-b caught up %s after the heal", time.Since(healed).Round(100*time.Millisecond))
+	if got := where(ea, "svc-for-b-close"); got != before {
+		t.Errorf("svc-for-b-close moved to %q after the heal, from %q", got, before)
+	}
+	// Every agent of every site shows the same placement states, and a
+	// request at any site's agent is answered by the site that serves.
+	states := func(a *nsAgent) map[string]string {
+		var ps []api.PlacementStatus
+		if a.get(t, &ps, "placements") != nil {
+			return nil
+		}
+		out := map[string]string{}
+		for _, p := range ps {
+			var nodes []string
+			for _, n := range p.Nodes {
+				nodes = append(nodes, n.Name+":"+n.Replica)
+			}
+			out[p.Name] = fmt.Sprintf("%s e%d %v", p.State, p.Epoch, nodes)
+		}
+		return out
+	}
+	var seen []map[string]string
+	meshtest.Poll(t, 60*time.Second, 500*time.Millisecond, "the same placement states at every agent of every site", func() bool {
+		seen = seen[:0]
+		for _, a := range agents {
+			seen = append(seen, states(a))
+		}
+		for _, p := range seen[1:] {
+			if !maps.Equal(p, seen[0]) {
+				return false
+			}
+		}
+		return len(seen[0]) > 0
+	}, func() {
+		for i, a := range agents {
+			t.Logf("%s sees %v", a.name, seen[i])
+		}
+	})
+	t.Logf("every agent shows the same placement states %s after the heal: %v", time.Since(healed).Round(100*time.Millisecond), seen[0])
+	if ask != nil {
+		for _, site := range []string{"edge-a", "edge-b", "cloud", "edge-c", "edge-d"} {
+			var last string
+			meshtest.Poll(t, 30*time.Second, 500*time.Millisecond, "a request at "+site+"'s agent answered by edge-a's replica", func() bool {
+				ok, got := ask(bed.Host(site, 0))
+				last = got
+				return ok
+			}, func() { t.Logf("last answer at %s: %s", site, last) })
+		}
+	}
 }
 
 // serveAcrossSites serves a model in site edge-a only (pushed and applied
 // at agent ea) and checks, at agent eb of edge-b (in host hb): an
 // inference request there is answered by edge-a's replica, forwarded
 // across the sites; and eb shows the service placed with its replica
-// serving, as edge-a does, though it sees none of edge-a's nodes.
-func serveAcrossSites(t *testing.T, ea, eb *nsAgent, hb testbed.Host, dump func()) {
+// serving, as edge-a does, though it sees none of edge-a's nodes. It
+// returns ask, which sends the request to the agent of host h and says
+// whether edge-a's replica answered it right, and what came back.
+func serveAcrossSites(t *testing.T, ea, eb *nsAgent, hb testbed.Host, dump func()) (ask func(h testbed.Host) (bool, string)) {
 	t.Helper()
 	b, layers, err := onnx.RandomMLP(7, 4, 8, 1)
 	if err != nil {
@@ -688,24 +841,28 @@ func serveAcrossSites(t *testing.T, ea, eb *nsAgent, hb testbed.Host, dump func(
 	x := []float32{1, -0.5, 0.25, 2}
 	want := onnx.Predict(layers, x, 1)[0]
 	req, _ := json.Marshal(map[string]any{"inputs": []map[string]any{{"name": "input", "shape": []int{1, 4}, "datatype": "FP32", "data": x}}})
-	var last string
-	start := time.Now()
-	meshtest.Poll(t, 90*time.Second, 500*time.Millisecond, "an inference request at edge-b answered by edge-a's replica", func() bool {
-		resp, err := inHost(hb).Post("http://127.0.0.1:7470/v2/models/xs/infer", "application/json", bytes.NewReader(req))
+	ask = func(h testbed.Host) (bool, string) {
+		resp, err := inHost(h).Post("http://127.0.0.1:7470/v2/models/xs/infer", "application/json", bytes.NewReader(req))
 		if err != nil {
-			last = err.Error()
-			return false
+			return false, err.Error()
 		}
 		defer resp.Body.Close()
 		body, _ := io.ReadAll(resp.Body)
-		last = fmt.Sprintf("%d by %q: %s", resp.StatusCode, resp.Header.Get(infer.HeaderServedBy), body)
 		var out struct {
 			Outputs []struct {
 				Data []float64 `json:"data"`
 			} `json:"outputs"`
 		}
 		return resp.StatusCode == http.StatusOK && strings.HasPrefix(resp.Header.Get(infer.HeaderServedBy), "edge-a-") &&
-			json.Unmarshal(body, &out) == nil && len(out.Outputs) == 1 && len(out.Outputs[0].Data) == 1 && math.Abs(out.Outputs[0].Data[0]-float64(want)) < 1e-4
+				json.Unmarshal(body, &out) == nil && len(out.Outputs) == 1 && len(out.Outputs[0].Data) == 1 && math.Abs(out.Outputs[0].Data[0]-float64(want)) < 1e-4,
+			fmt.Sprintf("%d by %q: %s", resp.StatusCode, resp.Header.Get(infer.HeaderServedBy), body)
+	}
+	var last string
+	start := time.Now()
+	meshtest.Poll(t, 90*time.Second, 500*time.Millisecond, "an inference request at edge-b answered by edge-a's replica", func() bool {
+		ok, got := ask(hb)
+		last = got
+		return ok
 	}, func() { t.Logf("last answer at edge-b: %s", last); dump() })
 	t.Logf("edge-b's agent forwards to edge-a's replica %s after the apply: %s", time.Since(start).Round(100*time.Millisecond), last)
 	meshtest.Poll(t, 60*time.Second, 500*time.Millisecond, "edge-b to show svc-xs placed, its replica serving", func() bool {
@@ -721,6 +878,7 @@ func serveAcrossSites(t *testing.T, ea, eb *nsAgent, hb testbed.Host, dump func(
 		}
 		return false
 	}, func() { t.Logf("last seen at edge-b: %s", last); dump() })
+	return ask
 }
 
 // hostMetrics returns the /metrics page of the agent in host h.
@@ -733,6 +891,15 @@ func hostMetrics(t *testing.T, h testbed.Host) []byte {
 	defer resp.Body.Close()
 	b, _ := io.ReadAll(resp.Body)
 	return b
+}
+
+// cutFor is how long the testbed tests hold a site's cut: def, or
+// STRATA_CUT_FOR (a duration) where set.
+func cutFor(def time.Duration) time.Duration {
+	if d, err := time.ParseDuration(os.Getenv("STRATA_CUT_FOR")); err == nil && d > 0 {
+		return d
+	}
+	return def
 }
 
 // applyService applies, through agent a, a one-replica InferenceService

@@ -501,7 +501,7 @@ func (c *Controller) needsPlacement(p catalog.Policy, rec catalog.Placement, hav
 			return true, fmt.Sprintf("node %s refused: %s", pn.Name, as.Reason)
 		}
 	}
-	if rec.State == catalog.StateFailed || len(rec.Nodes) < rec.Wanted {
+	if rec.State == catalog.StateFailed || len(rec.Nodes) < rec.Wanted || rec.State == catalog.StatePending && len(rec.Nodes) == 0 {
 		c.mu.Lock()
 		due := time.Since(c.lastTry[rec.Key]) > retryDelay(c.tries[rec.Key])
 		c.mu.Unlock()
@@ -558,6 +558,12 @@ func AssignmentOf(n mesh.Node, key string) (mesh.Assignment, bool) {
 		}
 	}
 	return mesh.Assignment{}, false
+}
+
+// waiting says whether err of placement.Place is the mesh's state rather
+// than the policy's fault: a client site unreachable or not measured yet.
+func waiting(err error) bool {
+	return errors.Is(err, placement.ErrClientUnreachable) || errors.Is(err, placement.ErrClientNotMeasured)
 }
 
 // allAdmitted says whether every node of rec is live and admitted rec's
@@ -621,6 +627,22 @@ func (c *Controller) place(p catalog.Policy, old catalog.Placement, have bool, v
 	snap := base.Clone()
 	releaseHeld(snap, nodes, rec.Key)
 	dec, err := placement.Place(snap, req)
+	if waiting(err) {
+		// A client site cut off, or not measured yet: no distance to
+		// place by. What is placed stays as it is, unseen (an owner
+		// does not rewrite a placement for clients it cannot reach);
+		// a new policy waits.
+		if have && old.Generation == p.Generation && len(old.Nodes) > 0 {
+			c.log.Debug("keeping placement: a client site has no distance", "policy", rec.Key, "err", err)
+			return
+		}
+		rec.State, rec.Message = catalog.StatePending, err.Error()
+		if c.unchanged(old, have, rec) {
+			return
+		}
+		c.write(rec)
+		return
+	}
 	if err != nil {
 		rec.State, rec.Message = catalog.StateFailed, err.Error()
 		c.write(rec)
@@ -1398,12 +1420,20 @@ type Config struct {
 // RemoteClients turns the other sites of a federated mesh, as seen from
 // site here, into the placement engine's client sites: each is its RTT
 // from here (mesh.Site.RTTMillis: measured by the sites' gateways, or
-// estimated from their WAN coordinates) further than here. A site without
-// one yet stays an unknown client.
+// estimated from their WAN coordinates) further than here. An
+// unreachable site is an unreachable client, with no distance; a site
+// without an RTT yet stays an unknown client.
 func RemoteClients(here string, sites []mesh.Site) []placement.RemoteClient {
 	var out []placement.RemoteClient
 	for _, s := range sites {
-		if s.Name == here || s.RTTMillis == nil || *s.RTTMillis < 0 {
+		if s.Name == here {
+			continue
+		}
+		if s.Status == mesh.SiteUnreachable {
+			out = append(out, placement.RemoteClient{Name: s.Name, Via: here, Unreachable: true})
+			continue
+		}
+		if s.RTTMillis == nil || *s.RTTMillis < 0 {
 			continue
 		}
 		out = append(out, placement.RemoteClient{Name: s.Name, Via: here, RTT: time.Duration(*s.RTTMillis * float64(time.Millisecond))})

@@ -262,27 +262,49 @@ func TestRemoteClientSites(t *testing.T) {
 	for i := range m.nodes {
 		m.nodes[i].Coord = &coordinate.Coordinate{Vec: []float64{float64(i) / 1e3, 0}}
 	}
+	m.nodes[1].Controller = false // dc-1 owns every policy
 	rtt := 20.0
 	var offered []string
 	c := New(Config{Mesh: m, Catalog: cat, Federated: true,
-		RemoteSites: func() []mesh.Site { return []mesh.Site{{Name: "edge-b", RTTMillis: &rtt}, {Name: "edge-c"}} },
+		RemoteSites: func() []mesh.Site {
+			return []mesh.Site{{Name: "edge-b", RTTMillis: &rtt}, {Name: "edge-c"}, {Name: "edge-d", Status: mesh.SiteUnreachable}}
+		},
 		HandOff: func(p catalog.Policy, req *placement.Request) (string, string) {
 			offered = append(offered, p.Name)
 			return "", ""
 		},
 		Compile: func(p catalog.Policy) (*placement.Request, error) {
 			p99 := map[string]time.Duration{"near": 30 * time.Millisecond, "far": 10 * time.Millisecond, "unknown": time.Second}[p.Name]
-			client := map[string]string{"unknown": "edge-c"}[p.Name]
+			client := map[string]string{"unknown": "edge-c", "cut": "edge-d", "held": "edge-d"}[p.Name]
 			return &placement.Request{Kind: placement.Inference, Key: p.Key(), Replicas: 1, Resources: placement.Resources{CPU: 100},
 				Latency: placement.Latency{P99: p99, Clients: []string{cmp.Or(client, "edge-b")}}}, nil
 		}})
-	for _, name := range []string{"near", "far", "unknown"} {
+	for _, name := range []string{"near", "far", "unknown", "cut"} {
 		if _, err := cat.Policies.Put(catalog.Policy{Kind: policy.KindInferenceService, Name: name, Generation: 1, Site: "dc"}); err != nil {
 			t.Fatal(err)
 		}
 	}
 	c.reconcile()
 	recs := c.placements()
+	if r := recs["InferenceService/cut"]; r.State != catalog.StatePending || len(r.Nodes) != 0 || !strings.Contains(r.Message, "unreachable") || slices.Contains(offered, "cut") {
+		t.Errorf("cut: %s %q on %v, offered to HandOff: %v; want pending, nowhere: its client site edge-d is cut off", r.State, r.Message, r.NodeNames(), offered)
+	}
+	// It is tried again, as anything placed in part is.
+	c.lastTry["InferenceService/cut"] = time.Now().Add(-time.Hour)
+	if need, why := c.needsPlacement(catalog.Policy{Kind: policy.KindInferenceService, Name: "cut", Generation: 1}, recs["InferenceService/cut"], true, nil, nil); !need {
+		t.Error("cut: not tried again while it waits for its client site")
+	} else {
+		t.Logf("cut: placed again: %s", why)
+	}
+	// One placed before the cut stays as it is: its owner does not
+	// rewrite a placement for clients it cannot see.
+	held := catalog.Policy{Kind: policy.KindInferenceService, Name: "held", Generation: 1, Site: "dc"}
+	old := catalog.Placement{Key: held.Key(), Kind: held.Kind, Name: "held", Generation: 1, Epoch: 4, Wanted: 1, State: catalog.StatePlaced,
+		Nodes: []catalog.PlacedNode{{Name: "dc-2", Site: "dc"}}}
+	c.place(held, old, true, &round{c: c, nodes: m.nodes, byName: map[string]mesh.Node{}}, nil, "test")
+	if r, ok := c.placements()[held.Key()]; ok {
+		t.Errorf("held: rewritten as %s e%d %v %q while its client site is cut off", r.State, r.Epoch, r.NodeNames(), r.Message)
+	}
 	if r := recs["InferenceService/near"]; r.State != catalog.StatePending || len(r.Nodes) != 1 {
 		t.Errorf("near: %s %q, want placed here within 30ms of edge-b (20ms away)", r.State, r.Message)
 	}

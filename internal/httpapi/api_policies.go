@@ -126,6 +126,13 @@ func (s *Server) handlePlan(w http.ResponseWriter, r *http.Request) {
 			f.write(w)
 			return
 		}
+		if errors.Is(ev.unmeasured, placement.ErrClientUnreachable) {
+			// The mesh's state, and an answer: nothing meets the SLO
+			// of clients it cannot reach (the CLI exits 2).
+			out = append(out, PlanResult{Policy: p.Key(), Warnings: ev.warnings,
+				Explanation: fmt.Sprintf("Not placed: %v; it is placed once the site is back.\n", ev.unmeasured)})
+			continue
+		}
 		if ev.unmeasured != nil {
 			// Right after the agents start: not the request's fault.
 			w.Header().Set("Retry-After", "5")

@@ -20,7 +20,8 @@ import (
 type evaluation struct {
 	req *placement.Request
 	// dec is the dry-run decision; nil while a client site of the
-	// policy has no RTT estimate yet (unmeasured says which).
+	// policy has no RTT estimate yet or is unreachable (unmeasured says
+	// which).
 	dec        *placement.Decision
 	unmeasured error
 	// handOff is the site an apply would hand the policy to (federated):
@@ -80,9 +81,14 @@ func (s *Server) evaluate(p catalog.Policy, nodes []mesh.Node, remote []placemen
 		return nil, f
 	}
 	if err != nil {
-		// Right after the agents start: not the policy's fault.
+		// Right after the agents start, or while a client site is
+		// cut off: not the policy's fault.
 		ev.unmeasured = fmt.Errorf("%s: %w", p.Key(), err)
-		ev.warnings = append(ev.warnings, fmt.Sprintf("%v: it is placed once they have", ev.unmeasured))
+		then := "it is placed once they have"
+		if errors.Is(err, placement.ErrClientUnreachable) {
+			then = "it is placed once the site is back"
+		}
+		ev.warnings = append(ev.warnings, fmt.Sprintf("%v: %s", ev.unmeasured, then))
 	}
 	if err == nil {
 		ev.dec = dec
@@ -111,7 +117,7 @@ func (s *Server) evaluate(p catalog.Policy, nodes []mesh.Node, remote []placemen
 // rather than the policy's fault.
 func placeRefusal(key string, err error) *refusal {
 	switch {
-	case err == nil, errors.Is(err, placement.ErrClientNotMeasured):
+	case err == nil, errors.Is(err, placement.ErrClientNotMeasured), errors.Is(err, placement.ErrClientUnreachable):
 		return nil
 	case errors.Is(err, placement.ErrUnknownClient):
 		return &refusal{code: http.StatusBadRequest, field: "spec.latency.clients", err: fmt.Errorf("%s: %w: name a site or region of the mesh (strata sites)", key, err)}

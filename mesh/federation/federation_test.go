@@ -220,6 +220,14 @@ func TestSitesFederate(t *testing.T) {
 		return true
 	})
 
+	// A site not heard from within UnreachableAfter is unreachable, and
+	// has no distance: neither the pings from before nor an estimate.
+	for _, s := range federation.Sites(a[0].m, time.Now().Add(federation.UnreachableAfter+time.Minute)) {
+		if s.Status != mesh.SiteUnreachable || s.RTTMillis != nil || s.Path != "" {
+			t.Errorf("site %s unheard for a minute: status %s, rtt %v, path %q; want unreachable, no RTT, no path", s.Name, s.Status, s.RTTMillis, s.Path)
+		}
+	}
+
 	// The publisher's measured round trips (the medians of its pings)
 	// reach its site's other agents with its coordinate.
 	meshtest.WaitFor(t, 30*time.Second, "site a's measured round trips to b and c, at a's other agent", func() bool {

@@ -282,7 +282,8 @@ func Remotes(m *mesh.Mesh, now time.Time) []Remote {
 // API's site list. A site's RTT is the median of this site's publisher's
 // last pings to it where it pinged it lately (measured beats estimated
 // when there are few sites to ping), else the estimate from the two
-// sites' WAN coordinates; its Path is that of the last ping.
+// sites' WAN coordinates; its Path is that of the last ping. An
+// unreachable site has neither.
 func Sites(m *mesh.Mesh, now time.Time) []mesh.Site {
 	var out []mesh.Site
 	own := siteWAN(m)
@@ -290,7 +291,10 @@ func Sites(m *mesh.Mesh, now time.Time) []mesh.Site {
 		heard := r.Heard
 		s := mesh.Site{Name: r.Summary.Site, Region: r.Summary.Region, Nodes: r.Summary.Nodes, Alive: r.Summary.Alive,
 			Status: r.Status, Via: mesh.ViaFederation, Heard: &heard}
-		if ms, ok := own.Measured[s.Name]; ok && ms >= 0 {
+		if r.Status == mesh.SiteUnreachable {
+			// Cut off (or down): it has no distance now, measured or
+			// estimated.
+		} else if ms, ok := own.Measured[s.Name]; ok && ms >= 0 {
 			s.RTTMillis = &ms
 			s.Path = mesh.PathDirect
 			if own.Relayed[s.Name] {
