@@ -79,6 +79,8 @@ type Controller struct {
 		run  func()
 	}
 	passSeconds *prometheus.HistogramVec
+	// pauses counts the waits between passes longer than pauseGap.
+	pauses prometheus.Counter
 }
 
 // coordSlack is how far a node's coordinate may move before the
@@ -134,7 +136,9 @@ func New(cfg Config) *Controller {
 		c.passSeconds = prometheus.NewHistogramVec(prometheus.HistogramOpts{Name: "strata_controller_pass_seconds",
 			Help:    "How long each step of a controller pass took: reconcile (place owned policies), admit (answer this node's assignments), rollouts, experiments.",
 			Buckets: []float64{.001, .005, .01, .05, .1, .25, .5, 1, 2.5, 5, 10, 30}}, []string{"step"})
-		cfg.Registerer.MustRegister(c.passSeconds)
+		c.pauses = prometheus.NewCounter(prometheus.CounterOpts{Name: "strata_controller_pauses_total",
+			Help: "Times the controller resumed after a pause (stopped, frozen or starved for over 4s between passes) and placed nothing for 5s while its view of the mesh caught up."})
+		cfg.Registerer.MustRegister(c.passSeconds, c.pauses)
 	}
 	return c
 }
@@ -185,8 +189,12 @@ func (r *round) snapshot() (*placement.Snapshot, error) {
 // owner placed meanwhile.
 const settle = 5 * time.Second
 
-// pauseGap is how late a pass may be before the controller counts itself
-// paused (stopped, frozen, starved): passes run at least every second.
+// pauseGap is how long the wait between two passes may last before the
+// controller counts itself paused (stopped, frozen, starved): it waits at
+// most a second. A slow pass is not a pause: its view of the mesh is read
+// as it starts. (Counting the pass in made a controller whose passes took
+// over 4 s, thousands of records on a busy host, settle after every pass
+// and place nothing: sweeps stopped with their trials never placed.)
 const pauseGap = 4 * time.Second
 
 // Run places, admits and drives rollouts until ctx ends.
@@ -198,13 +206,15 @@ func (c *Controller) Run(ctx context.Context) {
 		// agent learns them all from its join, current.)
 		c.settleUntil = time.Now().Add(settle)
 	}
-	last := time.Now()
+	waited := time.Now()
 	for {
-		if now := time.Now(); now.Sub(last) > pauseGap {
+		if now := time.Now(); now.Sub(waited) > pauseGap {
 			c.settleUntil = now.Add(settle)
-			c.log.Info("controller resumed after a pause: placing nothing until its view of the mesh is current", "pause", now.Sub(last).Round(time.Millisecond), "settle", settle)
+			if c.pauses != nil {
+				c.pauses.Inc()
+			}
+			c.log.Info("controller resumed after a pause: placing nothing until its view of the mesh is current", "pause", now.Sub(waited).Round(time.Millisecond), "settle", settle)
 		}
-		last = time.Now()
 		changed := c.cfg.Mesh.Changed()
 		// Each step reads peers' documents and records: one that panics
 		// costs its pass, not the others' nor the agent.
@@ -224,6 +234,7 @@ func (c *Controller) Run(ctx context.Context) {
 			}
 			continue // the pass again, after the pause
 		}
+		waited = time.Now()
 		select {
 		case <-ctx.Done():
 			return

@@ -2,6 +2,7 @@ package controller
 
 import (
 	"cmp"
+	"context"
 	"encoding/json"
 	"fmt"
 	"math/rand/v2"
@@ -11,6 +12,8 @@ import (
 	"time"
 
 	"github.com/hashicorp/serf/coordinate"
+	"github.com/prometheus/client_golang/prometheus"
+	dto "github.com/prometheus/client_model/go"
 
 	"github.com/strata-mesh/strata/internal/catalog"
 	"github.com/strata-mesh/strata/internal/catalog/catalogtest"
@@ -721,5 +724,40 @@ func TestReplicaStatesTravel(t *testing.T) {
 	c.reconcile()
 	if version() != before {
 		t.Error("written again though no replica changed")
+	}
+}
+
+// TestSlowPassIsNoPause: a pass that takes longer than pauseGap (thousands
+// of records on a busy host) is not a pause: the controller does not
+// settle after it, which would stop it placing anything while its passes
+// stay that slow.
+func TestSlowPassIsNoPause(t *testing.T) {
+	t.Parallel()
+	c := New(Config{Mesh: &fakeMesh{nodes: []mesh.Node{gpuNode("a", 1000), gpuNode("b", 1000)}}, Catalog: catalog.New(catalogtest.NewStore(), nil), Registerer: prometheus.NewRegistry()})
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	passes := 0
+	c.steps = c.steps[:0]
+	c.steps = append(c.steps, struct {
+		name string
+		run  func()
+	}{"slow", func() {
+		passes++
+		switch passes {
+		case 1:
+			time.Sleep(pauseGap + 500*time.Millisecond) // one slow pass
+		case 2:
+			cancel()
+		}
+	}})
+	start := time.Now()
+	c.Run(ctx)
+	var m dto.Metric
+	if err := c.pauses.Write(&m); err != nil {
+		t.Fatal(err)
+	}
+	// Only the settle of its start (a mesh of two nodes it knew).
+	if n := m.GetCounter().GetValue(); n != 0 || c.settleUntil.After(start.Add(settle+time.Second)) {
+		t.Errorf("after a pass of %v: %v pauses counted, settling %v after the start; want none, and only the start's %v", pauseGap+500*time.Millisecond, n, c.settleUntil.Sub(start), settle)
 	}
 }
