@@ -78,6 +78,9 @@ type Controller struct {
 		name string
 		run  func()
 	}
+	// docs are the facts of each policy's document (see facts).
+	docs map[string]docFacts
+
 	passSeconds *prometheus.HistogramVec
 	// pauses counts the waits between passes longer than pauseGap.
 	pauses prometheus.Counter
@@ -126,7 +129,7 @@ func New(cfg Config) *Controller {
 	if cfg.Guard == nil {
 		cfg.Guard = safe.New(safe.Config{Logger: cfg.Logger})
 	}
-	c := &Controller{cfg: cfg, log: cfg.Logger, held: map[string]mesh.Assignment{}, lastTry: map[string]time.Time{}, tries: map[string]int{}, failedSince: map[string]time.Time{}, holding: map[string]string{},
+	c := &Controller{cfg: cfg, log: cfg.Logger, held: map[string]mesh.Assignment{}, lastTry: map[string]time.Time{}, tries: map[string]int{}, failedSince: map[string]time.Time{}, holding: map[string]string{}, docs: map[string]docFacts{},
 		live: placement.Live{CoordSlack: coordSlack}}
 	c.steps = []struct {
 		name string
@@ -371,7 +374,7 @@ func (c *Controller) reconcile() {
 			continue
 		}
 		rec, have := recs[key]
-		if IsSweep(p) {
+		if p.Kind == policy.KindTrainingJob && c.facts(p).sweep {
 			continue // its trials are placed, not it
 		}
 		if p.Kind == policy.KindTrainingJob {

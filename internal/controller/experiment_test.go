@@ -309,3 +309,23 @@ func TestNaNObjectiveSaysSo(t *testing.T) {
 		t.Errorf("NaN trial: %s (%s), want failed saying score = NaN", tr.State, tr.Error)
 	}
 }
+
+// TestFactsFollowTheSource: a policy's document is parsed once per source,
+// and read again when its source changes under the same key.
+func TestFactsFollowTheSource(t *testing.T) {
+	t.Parallel()
+	c := New(Config{})
+	sweepSrc := "apiVersion: strata/v1\nkind: TrainingJob\nmetadata: {name: s}\nspec:\n  command: [\"true\"]\n  sweep:\n    maxTrials: 2\n    objective: {metric: score}\n    parameters:\n      - {name: q, min: 0, max: 1}\n"
+	p := catalog.Policy{Kind: policy.KindTrainingJob, Name: "s", Generation: 1, Source: sweepSrc}
+	if !c.facts(p).sweep {
+		t.Fatal("a sweep not read as one")
+	}
+	p.Source = "apiVersion: strata/v1\nkind: TrainingJob\nmetadata: {name: s, labels: {" + catalog.LabelTrialOf + ": other}}\nspec:\n  command: [\"true\"]\n"
+	if f := c.facts(p); f.sweep || f.trialOf != "other" {
+		t.Errorf("the same key with a new source: %+v, want no sweep, a trial of other", f)
+	}
+	c.forgetFacts(nil)
+	if len(c.docs) != 0 {
+		t.Errorf("%d facts kept for no policy", len(c.docs))
+	}
+}
