@@ -53,3 +53,32 @@ func TestCachedValuesAreCopies(t *testing.T) {
 		t.Errorf("second read sees %q: the first reader's change reached the cache", again.Nodes[0].Name)
 	}
 }
+
+// TestChangedDecodesWhatChanged: Changed hands back only the records whose
+// version moved since the versions it was given, and every live version.
+func TestChangedDecodesWhatChanged(t *testing.T) {
+	t.Parallel()
+	c := New(catalogtest.NewStore(), nil)
+	for _, name := range []string{"a", "b"} {
+		if _, err := c.Jobs.Put(Job{Name: name, State: JobRunning}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	changed, now := c.Jobs.Changed(nil)
+	if len(changed) != 2 || len(now) != 2 {
+		t.Fatalf("first look: %d changed, %d versions; want 2 and 2", len(changed), len(now))
+	}
+	if changed, _ := c.Jobs.Changed(now); len(changed) != 0 {
+		t.Errorf("nothing written: %d changed", len(changed))
+	}
+	if _, err := c.Jobs.Put(Job{Name: "b", State: JobSucceeded}); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.Jobs.Delete("a"); err != nil {
+		t.Fatal(err)
+	}
+	changed, now = c.Jobs.Changed(now)
+	if len(changed) != 1 || changed[0].Value.State != JobSucceeded || len(now) != 1 {
+		t.Errorf("b rewritten, a deleted: changed %+v, versions %v; want b alone", changed, now)
+	}
+}

@@ -266,6 +266,27 @@ func (t *Table[T]) List() ([]Record[T], error) {
 	return out, errors.Join(errs...)
 }
 
+// Changed returns the live records whose version is not the one seen
+// maps their key to, decoded, and the version of every live record now.
+// A reader that keeps now and passes it back next time decodes only what
+// changed in between; records that do not decode are left out of changed
+// (and counted, as List does).
+func (t *Table[T]) Changed(seen map[string]uint64) (changed []Record[T], now map[string]uint64) {
+	entries := t.c.store.List(t.prefix())
+	now = make(map[string]uint64, len(entries))
+	for _, e := range entries {
+		key := strings.TrimPrefix(e.Key, t.prefix())
+		now[key] = e.Version
+		if v, ok := seen[key]; ok && v == e.Version {
+			continue
+		}
+		if r, err := t.decode(e); err == nil {
+			changed = append(changed, r)
+		}
+	}
+	return changed, now
+}
+
 // forget drops the decoded values of keys no longer live, now that recs
 // lists every live one that decodes.
 func (t *Table[T]) forget(recs []Record[T]) {
