@@ -304,7 +304,8 @@ func New(cfg Config) (*Agent, error) {
 		}
 	}
 	a.fwd = serving.NewForwarder(fc)
-	a.jobRunner = jobs.New(jobs.Config{Name: cfg.Name, DataDir: cfg.DataDir, Mesh: a.mesh, Catalog: a.cat, Artifacts: a.art, Logger: a.log, Guard: a.guard})
+	a.jobRunner = jobs.New(jobs.Config{Name: cfg.Name, DataDir: cfg.DataDir, Mesh: a.mesh, Catalog: a.cat, Artifacts: a.art, Logger: a.log, Guard: a.guard,
+		StartQuiet: jobs.DefaultStartQuiet})
 	ac2 := httpapi.Config{
 		Mesh: a.mesh, Catalog: a.cat, Artifacts: a.art, Jobs: a.jobRunner, Forwarder: a.fwd, Events: a.events,
 		InferenceErr: a.infErr, Registry: a.reg, Registerer: a.reg, Tokens: tokens, Anonymous: cfg.APIAnonymous, Addr: a.APIAddr, Logger: a.log,

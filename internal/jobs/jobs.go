@@ -85,6 +85,9 @@ type Config struct {
 	// its site (see lease.go). Default DefaultLease; a controller places a
 	// job again only after its node has been failed for longer.
 	Lease time.Duration
+	// StartQuiet is how long a job placed here waits before it starts
+	// (see DefaultStartQuiet); 0 starts it at once.
+	StartQuiet time.Duration
 }
 
 // Runner starts the training jobs whose rank 0 this node admitted and
@@ -97,7 +100,23 @@ type Runner struct {
 	mu     sync.Mutex
 	// runs are the jobs started here, by policy key.
 	runs map[string]*localJob
+	// placedAt is when this runner first saw each job placed here (by
+	// "key@epoch"), reconcile's goroutine only: a job starts
+	// Config.StartQuiet after that.
+	placedAt map[string]time.Time
+	// again is how soon reconcile wants to look again (0: on the next
+	// change, or in 2s); reconcile's goroutine only.
+	again time.Duration
 }
+
+// DefaultStartQuiet is how long an agent's training job placed on its
+// node waits before it starts (Config.StartQuiet): long enough for a rival placement of it (two owners that
+// each thought the policy theirs while members flapped on a busy host,
+// each placing it at the same epoch on another node) to reach this node
+// and win or lose, so that the job starts once, not twice with the loser
+// stopped. With 1000 sweep trials on a dev mesh with 3 busy loops per core
+// (BenchmarkSweepTrialsUnderLoad), 10 trials ran twice without it.
+const DefaultStartQuiet = 1500 * time.Millisecond
 
 type localJob struct {
 	epoch   uint64
@@ -131,7 +150,7 @@ func New(cfg Config) *Runner {
 	if cfg.Lease <= 0 {
 		cfg.Lease = DefaultLease
 	}
-	return &Runner{cfg: cfg, log: cfg.Logger, runs: map[string]*localJob{}, lease: lease{every: cfg.Lease}}
+	return &Runner{cfg: cfg, log: cfg.Logger, runs: map[string]*localJob{}, placedAt: map[string]time.Time{}, lease: lease{every: cfg.Lease}}
 }
 
 // SetPaused stops (true) or resumes starting jobs; runs under way go on.
@@ -159,11 +178,15 @@ func (j *Runner) Run(ctx context.Context) {
 			}
 			continue // the pass again, after the pause
 		}
+		wait := 2 * time.Second
+		if j.again > 0 {
+			wait = min(wait, j.again)
+		}
 		select {
 		case <-ctx.Done():
 			return
 		case <-changed:
-		case <-time.After(2 * time.Second):
+		case <-time.After(wait):
 		}
 	}
 }
@@ -255,6 +278,14 @@ func (j *Runner) reconcile(ctx context.Context) {
 		// node sees are surely current.
 		return
 	}
+	now := time.Now()
+	placedAt := make(map[string]time.Time, len(mine))
+	for key, rec := range mine {
+		at := fmt.Sprintf("%s@%d", key, rec.Epoch)
+		placedAt[at] = cmp.Or(j.placedAt[at], now)
+	}
+	j.placedAt = placedAt
+	j.again = 0
 	for key, rec := range mine {
 		if lj, ok := j.runs[key]; ok && lj.epoch == rec.Epoch && (lj.stopped == "" || lj.live > 0) {
 			// Runs or ran, or a run this agent stopped has not ended yet.
@@ -266,6 +297,11 @@ func (j *Runner) reconcile(ctx context.Context) {
 		}
 		if prev, err := j.cfg.Catalog.Jobs.Value(rec.Name); err == nil && prev.Over(rec.Generation, rec.Epoch) {
 			continue // ran to its end already; a new generation runs again
+		}
+		if wait := j.cfg.StartQuiet - now.Sub(placedAt[fmt.Sprintf("%s@%d", key, rec.Epoch)]); wait > 0 {
+			// See DefaultStartQuiet; look again when it has passed.
+			j.again = cmp.Or(min(j.again, wait), wait)
+			continue
 		}
 		jctx, cancel := context.WithCancel(ctx)
 		lj := &localJob{epoch: rec.Epoch, cancel: cancel, started: time.Now()}

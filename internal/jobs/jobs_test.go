@@ -485,3 +485,44 @@ func TestReadMetricsNonFinite(t *testing.T) {
 		}
 	}
 }
+
+// TestRivalPlacementInTheQuietStartsNothing: a job placed here waits
+// StartQuiet before it starts. A rival placement of it at the same epoch
+// on another node (a second owner's, while members flapped) that wins
+// within that time means the job never starts here, rather than starting
+// and being stopped; without one it starts once the quiet has passed.
+func TestRivalPlacementInTheQuietStartsNothing(t *testing.T) {
+	t.Parallel()
+	for _, rival := range []bool{true, false} {
+		cat := catalog.New(catalogtest.NewStore(), nil)
+		src := "apiVersion: strata/v1\nkind: TrainingJob\nmetadata: {name: q}\nspec:\n  resources: {cpu: 100m, memory: 64Mi}\n  command: [\"true\"]\n"
+		pol, err := cat.Policies.Put(catalog.Policy{Kind: "TrainingJob", Name: "q", Source: src, Generation: 1})
+		if err != nil {
+			t.Fatal(err)
+		}
+		rec := catalog.Placement{Key: "TrainingJob/q", Kind: "TrainingJob", Name: "q", Epoch: 1, Generation: 1, Owner: "a",
+			State: catalog.StatePlaced, Nodes: []catalog.PlacedNode{{Name: "n1", Rank: 0, Admitted: true}}}
+		if _, err := cat.Placements.Put(rec, pol.Ref()); err != nil {
+			t.Fatal(err)
+		}
+		r := New(Config{Name: "n1", DataDir: t.TempDir(), Catalog: cat, Artifacts: noArtifacts{}, StartQuiet: 300 * time.Millisecond,
+			Mesh: fakeMesh{local: mesh.NodeState{Assignments: []mesh.Assignment{{Key: "TrainingJob/q", Epoch: 1, Accepted: true}}}}})
+		ctx, cancel := context.WithCancel(context.Background())
+		r.reconcile(ctx)
+		if _, ok := r.running("TrainingJob/q"); ok {
+			t.Fatal("started before its quiet passed")
+		}
+		if rival {
+			rec.Owner, rec.Nodes = "b", []catalog.PlacedNode{{Name: "n2", Rank: 0, Admitted: true}}
+			if _, err := cat.Placements.Put(rec, pol.Ref()); err != nil {
+				t.Fatal(err)
+			}
+		}
+		time.Sleep(350 * time.Millisecond) // the quiet passes
+		r.reconcile(ctx)
+		if _, ok := r.running("TrainingJob/q"); ok == rival {
+			t.Errorf("rival placement %v: started here %v", rival, ok)
+		}
+		cancel()
+	}
+}
