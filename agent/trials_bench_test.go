@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/strata-mesh/strata/internal/catalog"
+	"github.com/strata-mesh/strata/mesh"
 	"github.com/strata-mesh/strata/mesh/meshtest"
 )
 
@@ -45,7 +46,7 @@ spec:
 // was seen written by two owners (each agent's view, looked at twice a
 // second), trials that ran twice, and experiments that did not end within
 // STRATA_BENCH_SECONDS (default 1800) of the applies; and reports trials
-// per second.
+// per second and how often a member was seen failed.
 func BenchmarkSweepTrialsUnderLoad(b *testing.B) {
 	trials, busy, secs := 200, 3, 1800
 	if v, err := strconv.Atoi(os.Getenv("STRATA_BENCH_TRIALS")); err == nil && v > 0 {
@@ -79,7 +80,7 @@ func BenchmarkSweepTrialsUnderLoad(b *testing.B) {
 			}
 			owners := map[string]map[string]bool{}
 			deadline := start.Add(time.Duration(secs) * time.Second)
-			var ended int
+			var ended, failedSeen int
 			lastRuns, lastMoved := 0, time.Now()
 			for time.Now().Before(deadline) {
 				// Two minutes with no trial run: stuck; say where.
@@ -90,6 +91,11 @@ func BenchmarkSweepTrialsUnderLoad(b *testing.B) {
 					break
 				}
 				for _, a := range agents {
+					for _, m := range a.Mesh().Members() {
+						if m.Status == mesh.StatusFailed {
+							failedSeen++
+						}
+					}
 					recs, _ := a.cat.Placements.Values()
 					for _, r := range recs {
 						if owners[r.Key] == nil {
@@ -152,8 +158,8 @@ func BenchmarkSweepTrialsUnderLoad(b *testing.B) {
 			}
 			b.Logf("%d trials in %d sweeps with %d busy loops per core: %s; %d trial runs, %d trials run twice, %d placed by two owners, experiments %v",
 				trials, sweeps, busy, wall.Round(time.Second), ran, twice, twoOwners, states)
-			b.Logf("controller pass p99 (histogram bucket): reconcile %gs, experiments %gs; pauses %g",
-				passP99(b, agents, "reconcile"), passP99(b, agents, "experiments"), sumCounter(b, agents, "strata_controller_pauses_total"))
+			b.Logf("controller pass p99 (histogram bucket): reconcile %gs, experiments %gs; pauses %g; members seen failed %d times",
+				passP99(b, agents, "reconcile"), passP99(b, agents, "experiments"), sumCounter(b, agents, "strata_controller_pauses_total"), failedSeen)
 			b.ReportMetric(0, "ns/op")
 			b.ReportMetric(float64(twoOwners), "two-owners")
 			b.ReportMetric(float64(twice), "run-twice")

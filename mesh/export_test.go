@@ -47,7 +47,7 @@ func BenchMerge(m *Mesh, msg []byte) {
 		panic(err)
 	}
 	m.mu.Lock()
-	delete(m.kv, e.Key)
+	m.deleteEntryLocked(e.Key)
 	m.mu.Unlock()
 	(&delegate{m: m}).NotifyMsg(msg)
 	if _, ok := m.Lookup(e.Key); !ok {

@@ -259,7 +259,7 @@ func TestTombstoneCannotOverflow(t *testing.T) {
 	}
 	defer m.Close()
 	m.mu.Lock()
-	m.kv["policies/x"] = &Entry{Key: "policies/x", Version: math.MaxUint64, Origin: "old"}
+	m.setEntryLocked(&Entry{Key: "policies/x", Version: math.MaxUint64, Origin: "old"})
 	m.mu.Unlock()
 	if err := m.Delete("policies/x"); err == nil {
 		t.Fatal("deleting a key at the highest version succeeded")

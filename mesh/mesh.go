@@ -128,9 +128,12 @@ type Mesh struct {
 	peerCoords map[string]*coordinate.Coordinate
 	dirty      map[string]bool
 	kv         map[string]*Entry // the replicated catalog, by key
-	dirtyKV    map[string]bool
-	deleted    map[string]bool
-	fetching   map[string]time.Time // name → when its document was asked for
+	// kvTables holds kv's entries again by table, the key up to its
+	// first "/" (see setEntry): List scans one table, not the catalog.
+	kvTables map[string]map[string]*Entry
+	dirtyKV  map[string]bool
+	deleted  map[string]bool
+	fetching map[string]time.Time // name → when its document was asked for
 	// coordPublished is when the coordinate was last put in the document.
 	coordPublished time.Time
 	// lastCatalogSync is when compareCatalog last asked for a sync; syncs
@@ -174,6 +177,7 @@ func New(cfg Config) (*Mesh, error) {
 		peerCoords: map[string]*coordinate.Coordinate{},
 		dirty:      map[string]bool{},
 		kv:         map[string]*Entry{},
+		kvTables:   map[string]map[string]*Entry{},
 		dirtyKV:    map[string]bool{},
 		deleted:    map[string]bool{},
 		fetching:   map[string]time.Time{},

@@ -57,7 +57,7 @@ func (m *Mesh) load(local *NodeState) error {
 			return nil
 		}
 		e.stamp(time.Now())
-		m.kv[e.Key] = e
+		m.setEntryLocked(e)
 		return nil
 	})
 	if err != nil {
