@@ -62,12 +62,7 @@ func BenchmarkSweepTrialsUnderLoad(b *testing.B) {
 	sweeps := (trials + perSweep - 1) / perSweep
 	b.Run("impl=strata", func(b *testing.B) {
 		for range b.N {
-			keys, err := NewDevPKI()
-			if err != nil {
-				b.Fatal(err)
-			}
-			agents := devMeshWAN(b, 8, true, func(c *Config) { c.PKI, c.MeshTimings = keys, nil })
-			runs := filepath.Join(b.TempDir(), "runs")
+			agents, runs := trialsMesh(b)
 			meshtest.BusyLoops(b, busy*runtime.NumCPU(), time.Duration(secs)*time.Second+time.Minute)
 			start := time.Now()
 			for i := range sweeps {
@@ -220,12 +215,7 @@ func countRuns(b *testing.B, path string) (runs, twice int) {
 func BenchmarkTrialOverhead(b *testing.B) {
 	b.Run("impl=strata", func(b *testing.B) {
 		for range b.N {
-			keys, err := NewDevPKI()
-			if err != nil {
-				b.Fatal(err)
-			}
-			agents := devMeshWAN(b, 8, true, func(c *Config) { c.PKI, c.MeshTimings = keys, nil })
-			runs := filepath.Join(b.TempDir(), "runs")
+			agents, runs := trialsMesh(b)
 			pol := fmt.Sprintf(trialsPolicy, "overhead", runs, 32, 1)
 			start := time.Now()
 			meshtest.WaitFor(b, 120*time.Second, "sweep applied", func() bool {
@@ -278,4 +268,16 @@ func sumCounter(b *testing.B, agents []*Agent, name string) float64 {
 		}
 	}
 	return sum
+}
+
+// trialsMesh starts the 8-agent dev mesh of the trial benchmarks (WAN
+// delays between sites, the agent's own gossip timings) and names the
+// file its trials list their runs in.
+func trialsMesh(b *testing.B) ([]*Agent, string) {
+	keys, err := NewDevPKI()
+	if err != nil {
+		b.Fatal(err)
+	}
+	agents := devMeshWAN(b, 8, true, func(c *Config) { c.PKI, c.MeshTimings = keys, nil })
+	return agents, filepath.Join(b.TempDir(), "runs")
 }

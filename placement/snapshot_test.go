@@ -157,6 +157,12 @@ func TestRemoteClients(t *testing.T) {
 	}
 }
 
+// clientReq asks one replica within 50 ms of client's clients.
+func clientReq(client string) *placement.Request {
+	return &placement.Request{Kind: placement.Inference, Replicas: 1, Resources: placement.Resources{CPU: 100},
+		Latency: placement.Latency{P99: 50 * time.Millisecond, Clients: []string{client}}}
+}
+
 // TestClientUnreachable: a remote client site that is cut off has no
 // distance: a request naming it fails with ErrClientUnreachable, never
 // with the RTT it had before the cut, and the site's own name still
@@ -171,14 +177,10 @@ func TestClientUnreachable(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	req := func(client string) *placement.Request {
-		return &placement.Request{Kind: placement.Inference, Replicas: 1, Resources: placement.Resources{CPU: 100},
-			Latency: placement.Latency{P99: 50 * time.Millisecond, Clients: []string{client}}}
-	}
-	if _, err := placement.Place(s, req("edge-b")); !errors.Is(err, placement.ErrClientUnreachable) {
+	if _, err := placement.Place(s, clientReq("edge-b")); !errors.Is(err, placement.ErrClientUnreachable) {
 		t.Errorf("clients in a cut-off site: %v, want ErrClientUnreachable", err)
 	}
-	if d, err := placement.Place(s, req("edge-a")); err != nil || !d.Feasible {
+	if d, err := placement.Place(s, clientReq("edge-a")); err != nil || !d.Feasible {
 		t.Errorf("clients in the nodes' own site: %v, %v; want placed", d, err)
 	}
 }
@@ -195,14 +197,10 @@ func TestClientNotMeasured(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	req := func(client string) *placement.Request {
-		return &placement.Request{Kind: placement.Inference, Replicas: 1, Resources: placement.Resources{CPU: 100},
-			Latency: placement.Latency{P99: 50 * time.Millisecond, Clients: []string{client}}}
-	}
-	if _, err := placement.Place(s, req("edge-b")); !errors.Is(err, placement.ErrClientNotMeasured) {
+	if _, err := placement.Place(s, clientReq("edge-b")); !errors.Is(err, placement.ErrClientNotMeasured) {
 		t.Errorf("a site without coordinates yet: %v, want ErrClientNotMeasured", err)
 	}
-	if _, err := placement.Place(s, req("mars")); !errors.Is(err, placement.ErrUnknownClient) || errors.Is(err, placement.ErrClientNotMeasured) {
+	if _, err := placement.Place(s, clientReq("mars")); !errors.Is(err, placement.ErrUnknownClient) || errors.Is(err, placement.ErrClientNotMeasured) {
 		t.Errorf("an unknown site: %v, want ErrUnknownClient only", err)
 	}
 }

@@ -235,42 +235,12 @@ func TestCutSiteKeepsServing(t *testing.T) {
 	served := func() bool { return servedAt(bed.Host("edge-b", 0)) }
 	meshtest.Poll(t, 60*time.Second, 250*time.Millisecond, "the model served at edge-b", served, dump)
 
-	placements := func(a *nsAgent) map[string]string {
-		var ps []api.PlacementStatus
-		if a.get(t, &ps, "placements") != nil {
-			return nil
-		}
-		out := map[string]string{}
-		for _, p := range ps {
-			var nodes []string
-			for _, n := range p.Nodes {
-				nodes = append(nodes, n.Name+":"+n.Replica)
-			}
-			out[p.Name] = fmt.Sprintf("%s %s e%d %v", p.State, p.Owner, p.Epoch, nodes)
-		}
-		return out
-	}
+	placements := func(a *nsAgent) map[string]string { return placementStates(t, a) }
 	serving := func(a *nsAgent, name string) bool {
 		p := placements(a)[name]
 		return strings.HasPrefix(p, "placed ") && strings.Contains(p, ":serving") && !strings.Contains(p, ":loading") && !strings.Contains(p, ":failed")
 	}
-	// where says where a sees name placed: its owner, epoch and nodes.
-	where := func(a *nsAgent, name string) string {
-		var ps []api.PlacementStatus
-		if a.get(t, &ps, "placements") != nil {
-			return "(no answer)"
-		}
-		for _, p := range ps {
-			if p.Name == name {
-				var nodes []string
-				for _, n := range p.Nodes {
-					nodes = append(nodes, n.Name)
-				}
-				return fmt.Sprintf("%s e%d %v", p.Owner, p.Epoch, nodes)
-			}
-		}
-		return "(none)"
-	}
+	where := func(a *nsAgent, name string) string { return placedWhere(t, a, name) }
 	// Only edge-b's node is within 3 ms of edge-b's clients; nothing else
 	// holds the replica there.
 	nearB := "  latency: {p99: 3ms, clients: [edge-b]}\n"
@@ -710,23 +680,7 @@ func TestFederatedSites(t *testing.T) {
 	if os.Getenv("STRATA_ORT_LIB") != "" {
 		ask = serveAcrossSites(t, ea, eb2, bed.Host("edge-b", 1), dump)
 	}
-	// where says where a sees name placed: its owner, epoch and nodes.
-	where := func(a *nsAgent, name string) string {
-		var ps []api.PlacementStatus
-		if a.get(t, &ps, "placements") != nil {
-			return "(no answer)"
-		}
-		for _, p := range ps {
-			if p.Name == name {
-				var nodes []string
-				for _, n := range p.Nodes {
-					nodes = append(nodes, n.Name)
-				}
-				return fmt.Sprintf("%s e%d %v", p.Owner, p.Epoch, nodes)
-			}
-		}
-		return "(none)"
-	}
+	where := func(a *nsAgent, name string) string { return placedWhere(t, a, name) }
 	before := where(ea, "svc-for-b-close")
 
 	for _, s := range []string{"edge-a", "cloud", "edge-c", "edge-d"} {
@@ -774,21 +728,7 @@ func TestFederatedSites(t *testing.T) {
 	}
 	// Every agent of every site shows the same placement states, and a
 	// request at any site's agent is answered by the site that serves.
-	states := func(a *nsAgent) map[string]string {
-		var ps []api.PlacementStatus
-		if a.get(t, &ps, "placements") != nil {
-			return nil
-		}
-		out := map[string]string{}
-		for _, p := range ps {
-			var nodes []string
-			for _, n := range p.Nodes {
-				nodes = append(nodes, n.Name+":"+n.Replica)
-			}
-			out[p.Name] = fmt.Sprintf("%s e%d %v", p.State, p.Epoch, nodes)
-		}
-		return out
-	}
+	states := func(a *nsAgent) map[string]string { return placementStates(t, a) }
 	var seen []map[string]string
 	meshtest.Poll(t, 60*time.Second, 500*time.Millisecond, "the same placement states at every agent of every site", func() bool {
 		seen = seen[:0]
@@ -891,6 +831,46 @@ func hostMetrics(t *testing.T, h testbed.Host) []byte {
 	defer resp.Body.Close()
 	b, _ := io.ReadAll(resp.Body)
 	return b
+}
+
+// placementStates is each placement as agent a sees it, by policy name:
+// its state, owner, epoch, and each node with its replica's state; nil
+// when a does not answer.
+func placementStates(t *testing.T, a *nsAgent) map[string]string {
+	t.Helper()
+	var ps []api.PlacementStatus
+	if a.get(t, &ps, "placements") != nil {
+		return nil
+	}
+	out := map[string]string{}
+	for _, p := range ps {
+		var nodes []string
+		for _, n := range p.Nodes {
+			nodes = append(nodes, n.Name+":"+n.Replica)
+		}
+		out[p.Name] = fmt.Sprintf("%s %s e%d %v", p.State, p.Owner, p.Epoch, nodes)
+	}
+	return out
+}
+
+// placedWhere says where agent a sees policy name placed: its owner,
+// epoch and nodes.
+func placedWhere(t *testing.T, a *nsAgent, name string) string {
+	t.Helper()
+	var ps []api.PlacementStatus
+	if a.get(t, &ps, "placements") != nil {
+		return "(no answer)"
+	}
+	for _, p := range ps {
+		if p.Name == name {
+			var nodes []string
+			for _, n := range p.Nodes {
+				nodes = append(nodes, n.Name)
+			}
+			return fmt.Sprintf("%s e%d %v", p.Owner, p.Epoch, nodes)
+		}
+	}
+	return "(none)"
 }
 
 // cutFor is how long the testbed tests hold a site's cut: def, or
