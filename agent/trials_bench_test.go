@@ -108,7 +108,9 @@ func BenchmarkSweepTrialsUnderLoad(b *testing.B) {
 				if ended == sweeps {
 					break
 				}
-				time.Sleep(500 * time.Millisecond) // two looks a second
+				// The cadence of the looks, as a user polling would; the loop
+				// ends at the deadline or when every experiment ended.
+				time.Sleep(500 * time.Millisecond)
 			}
 			wall := time.Since(start)
 			twoOwners := 0

@@ -314,7 +314,8 @@ func TestCutSiteKeepsServing(t *testing.T) {
 	}
 	// Hold the cut for 2 minutes: well past memberlist's 30s of gossip to
 	// the dead, so only the reconnect loop can merge the two sides again.
-	// Every 5 s, svc-near-b is where it was on both sides.
+	// Every 5 s, svc-near-b is where it was on both sides. The sleep is
+	// the cut's length, which is what is under test.
 	for hold := cutFor(2 * time.Minute); time.Since(cutAt) < hold; time.Sleep(min(5*time.Second, time.Until(cutAt.Add(hold)))) {
 		if got, gotB := where(cloud, "svc-near-b"), where(eb, "svc-near-b"); got != before || gotB != before {
 			t.Fatalf("%s into the cut, svc-near-b is at %q seen from the cloud and %q from edge-b; before the cut %q", time.Since(cutAt).Round(time.Second), got, gotB, before)
@@ -708,7 +709,8 @@ func TestFederatedSites(t *testing.T) {
 		t.Fatal("edge-b got a record across the cut")
 	}
 	// Hold the cut for 60 s (STRATA_CUT_FOR): every 5 s, edge-b's
-	// replica is where it was, seen from both sides.
+	// replica is where it was, seen from both sides. The sleep is the
+	// cut's length, which is what is under test.
 	for hold := cutFor(time.Minute); time.Since(cutAt) < hold; time.Sleep(min(5*time.Second, time.Until(cutAt.Add(hold)))) {
 		if got, gotB := where(ea, "svc-for-b-close"), where(eb2, "svc-for-b-close"); got != before || gotB != before {
 			t.Fatalf("%s into the cut, svc-for-b-close is at %q seen from edge-a and %q from edge-b; before the cut %q", time.Since(cutAt).Round(time.Second), got, gotB, before)

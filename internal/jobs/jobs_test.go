@@ -518,7 +518,9 @@ func TestRivalPlacementInTheQuietStartsNothing(t *testing.T) {
 				t.Fatal(err)
 			}
 		}
-		time.Sleep(350 * time.Millisecond) // the quiet passes
+		// StartQuiet is wall time since the job was first seen placed:
+		// letting it pass is what is under test, not a wait for a state.
+		time.Sleep(350 * time.Millisecond)
 		r.reconcile(ctx)
 		if _, ok := r.running("TrainingJob/q"); ok == rival {
 			t.Errorf("rival placement %v: started here %v", rival, ok)
