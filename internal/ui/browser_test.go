@@ -452,7 +452,9 @@ func TestDashboard(t *testing.T) {
 				t.Errorf("the node table lacks %s", a.Name())
 			}
 		}
-		// The sites table lists every site of the pool, as /v1/sites does.
+		// The sites table lists every site of the pool, as /v1/sites does,
+		// with the RTT estimated to each reachable one and when it was
+		// heard from (not the dash of an unknown).
 		var sites []struct{ Name, Status string }
 		if err := json.Unmarshal(apiCall(t, "GET", api+"/v1/sites", "", nil), &sites); err != nil || len(sites) == 0 {
 			t.Fatalf("GET /v1/sites: %v (%d sites)", err, len(sites))
@@ -462,6 +464,18 @@ func TestDashboard(t *testing.T) {
 			row := eval(t, fmt.Sprintf(`(document.querySelector('.page-mesh table.sites-table tr[data-site=%q]') || {}).textContent || ''`, st.Name))
 			if !strings.Contains(row, st.Status) || !strings.Contains(row, "this pool") {
 				t.Errorf("site %s: row %q, want its status %s, seen through this pool", st.Name, row, st.Status)
+			}
+			if st.Status != "reachable" {
+				continue
+			}
+			cell := func(class string) string {
+				return eval(t, fmt.Sprintf(`(document.querySelector('.page-mesh table.sites-table tr[data-site=%q] td.%s') || {}).textContent || ''`, st.Name, class))
+			}
+			if rtt := cell("rtt"); !strings.HasSuffix(rtt, " ms") {
+				t.Errorf("site %s: RTT %q, want the estimate in ms", st.Name, rtt)
+			}
+			if heard := cell("heard"); heard != "just now" && !strings.HasSuffix(heard, " ago") {
+				t.Errorf("site %s: heard %q, want when", st.Name, heard)
 			}
 		}
 		if n := eval(t, `String(document.querySelectorAll('.page-mesh .mapsvg a.node-link').length)`); n != fmt.Sprint(len(agents)) {
