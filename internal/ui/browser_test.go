@@ -681,13 +681,25 @@ func TestDashboard(t *testing.T) {
 		if got := eval(t, `(document.querySelector('.stages li[aria-current="step"]') || {}).textContent || ''`); got != "promoted" {
 			t.Errorf("the rollout's current stage shows %q, want promoted", got)
 		}
+		// A training job's placement is done whatever became of the job:
+		// the badge is coloured by the outcome its message tells.
+		if got := eval(t, `(() => { const b = document.querySelector('[data-policy="TrainingJob/screening-sweep-trial-3"] .policy-head .badge'); return b ? b.className + ' ' + b.textContent : ''; })()`); got != "badge st-failed done" {
+			t.Errorf("the failed trial's placement badge is %q, want done, coloured as failed (badge st-failed done)", got)
+		}
 		shot(t, "recorded-placements")
 		clean(t, "recorded placements")
 
 		open(t, "events")
-		// 16 recorded, the last a repeat of the 15th: one row, counted.
-		if n := eval(t, `String(document.querySelectorAll('.events tbody tr').length)`); n != "15" {
-			t.Errorf("%s events listed, want the 15 recorded (one repeated)", n)
+		// 18 recorded, the 16th a repeat of the 15th: one row, counted.
+		if n := eval(t, `String(document.querySelectorAll('.events tbody tr').length)`); n != "17" {
+			t.Errorf("%s events listed, want the 17 recorded (one repeated)", n)
+		}
+		// placement.done is a failure where the job failed (seq 18, a sweep
+		// trial), a success where it succeeded (seq 11, the retrain).
+		for seq, want := range map[string]string{"11": "badge st-done done", "18": "badge st-failed done"} {
+			if got := eval(t, `(() => { const b = document.querySelector('.events tr[data-seq="`+seq+`"] .badge'); return b ? b.className + ' ' + b.textContent : ''; })()`); got != want {
+				t.Errorf("event %s's badge is %q, want %q", seq, got, want)
+			}
 		}
 		if got := eval(t, `[...document.querySelectorAll('.events tbody tr')].filter((r) => r.querySelector('.count')).map((r) => r.dataset.seq + r.querySelector('.count').textContent).join(',')`); got != "16 ×2" {
 			t.Errorf("counted rows %q, want the repeat, seq 16, counted ×2", got)

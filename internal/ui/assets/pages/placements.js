@@ -1,7 +1,7 @@
 // Placements: every policy with its state per replica, owner, epoch,
 // fallbacks, the rejected counts by reason and the rollout stage; and a plan
 // box that explains where pasted YAML would go (POST /v1/plan).
-import { h, swap, get, post, poll, onEvents, badge, failure, empty, section, table, bytes, millicores, ago, when, APIError } from '../lib.js';
+import { h, swap, get, post, poll, onEvents, badge, doneBadge, failure, empty, section, table, bytes, millicores, ago, when, APIError } from '../lib.js';
 
 export const title = 'Placements';
 
@@ -37,7 +37,7 @@ function card(p) {
   const nodes = p.nodes || [];
   const refused = p.refused || {};
   return h('article', { class: 'card policy', 'data-policy': p.policy },
-    h('div', { class: 'policy-head' }, h('h2', {}, p.policy), badge(p.state)),
+    h('div', { class: 'policy-head' }, h('h2', {}, p.policy), doneBadge(p.state, p.message)),
     p.message ? h('p', { class: 'small' }, p.message) : null,
     h('dl', { class: 'kv' },
       h('dt', {}, 'owner'), h('dd', {}, p.owner || '–'),
