@@ -686,6 +686,11 @@ func TestDashboard(t *testing.T) {
 		if got := eval(t, `(() => { const b = document.querySelector('[data-policy="TrainingJob/screening-sweep-trial-3"] .policy-head .badge'); return b ? b.className + ' ' + b.textContent : ''; })()`); got != "badge st-failed done" {
 			t.Errorf("the failed trial's placement badge is %q, want done, coloured as failed (badge st-failed done)", got)
 		}
+		// A fallback names its tier once, though its message begins with it.
+		wantFallbacks := "edge (constraint): 0 of 2 nodes feasible (most rejected: constraint ×2)|cloud (no_gpu): 0 of 2 nodes feasible (most rejected: no_gpu ×2)"
+		if got := eval(t, `[...document.querySelectorAll('[data-policy="TrainingJob/screening-big"] ul.small li')].map((li) => li.textContent).join('|')`); got != wantFallbacks {
+			t.Errorf("screening-big's fallbacks read %q, want %q", got, wantFallbacks)
+		}
 		shot(t, "recorded-placements")
 		clean(t, "recorded placements")
 
