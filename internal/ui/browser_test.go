@@ -645,6 +645,20 @@ func TestDashboard(t *testing.T) {
 		if n := eval(t, `String(document.querySelectorAll('.monitor[data-node="edge-a-1"] .alarm-mark').length)`); n != "1" {
 			t.Errorf("edge-a-1: %s alarms marked, want the one of the story", n)
 		}
+		// KS scores are p-values, and a p-value alarms below its threshold:
+		// the page says so wherever it shows the threshold or a score, so
+		// that p = 0.998 beside 0.001 does not read as an alarm.
+		for sel, want := range map[string]string{
+			"p.small.muted":     "ks over 300 samples, alarm below p = 0.001, reference training; 526 samples seen, 527 served, 0 failed",
+			".threshold-label":  "alarm below p = 0.001",
+			"> h3":              "Latest p-value per feature (alarm below p = 0.001)",
+			".features li .num": "p = 0.998",
+			"circle.pt title":   " after 300 samples: mean_radius p = 0.839 (alarm below p = 0.001)", // after the local time
+		} {
+			if got := eval(t, `(document.querySelector('.monitor[data-node="edge-b-1"] `+sel+`') || {}).textContent || ''`); !strings.HasSuffix(got, want) {
+				t.Errorf("edge-b-1's %s reads %q, want %q", sel, got, want)
+			}
+		}
 		shot(t, "recorded-drift")
 		clean(t, "recorded drift")
 
