@@ -76,14 +76,19 @@ type Site struct {
 	Status string `json:"status"`
 	// Via is "pool" (this agent sees the site's nodes) or "federation"
 	// (it knows the site from its gateways' summaries, last at Heard).
+	// A pool site with an alive node has Heard too: the time of the
+	// answer, since membership hears from its alive nodes all the time.
 	Via   string     `json:"via"`
 	Heard *time.Time `json:"heard,omitempty"`
 	// RTTMillis is the round trip in milliseconds from the answering
-	// agent's site to this one: the median of its site's publishing
-	// gateway's last pings to it, where it pinged it in the last 2
-	// minutes, else the estimate from the sites' WAN coordinates (Vivaldi,
-	// from those pings). Absent for the agent's own pool and until either
-	// is known.
+	// agent's site to this one. For a federation site: the median of its
+	// site's publishing gateway's last pings to it, where it pinged it in
+	// the last 2 minutes, else the estimate from the sites' WAN
+	// coordinates (Vivaldi, from those pings); absent until either is
+	// known. For a pool site: the estimate from the answering agent's
+	// Vivaldi coordinate to that of the site's nearest alive node (0 for
+	// its own site); absent until one has a coordinate. Absent while the
+	// site is unreachable.
 	RTTMillis *float64 `json:"rtt_ms,omitempty"`
 	// Path is how the answering agent's site's publishing gateway last
 	// reached this site's gateways, where it pinged them in the last 2

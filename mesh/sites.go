@@ -32,12 +32,17 @@ type Site struct {
 	Status SiteStatus `json:"status"`
 	// Via is "pool" for a site whose nodes this agent sees (its own, or
 	// every site where one pool holds them all), "federation" for a site
-	// known from its summaries; Heard is when such a summary last came.
+	// known from its summaries. Heard is when such a summary last came;
+	// the API sets it for a pool site with an alive node too (to the time
+	// of the answer: membership hears from its alive members).
 	Via   string     `json:"via"`
 	Heard *time.Time `json:"heard,omitempty"`
 	// RTTMillis estimates the round trip from this agent's site to this
-	// one, from the sites' WAN coordinates (federation only; absent until
-	// both have one).
+	// one: for a federation site, from its gateways' pings or the sites'
+	// WAN coordinates (absent until one is known); for a pool site, which
+	// the API fills in, from this agent's Vivaldi coordinate to that of
+	// the site's nearest alive node (0 for the agent's own site). Absent
+	// while the site is unreachable.
 	RTTMillis *float64 `json:"rtt_ms,omitempty"`
 	// Path is how this agent's site's publishing gateway last reached the
 	// site's gateways, where it pinged them lately: "direct" (hole

@@ -8,6 +8,7 @@ import (
 	"net/url"
 	"slices"
 	"strings"
+	"time"
 
 	"github.com/strata-mesh/strata/api"
 	"github.com/strata-mesh/strata/internal/httpjson"
@@ -192,11 +193,52 @@ func (s *Server) handleSites(w http.ResponseWriter, r *http.Request) {
 	if !httpjson.CheckParams(w, r.URL.Query()) {
 		return
 	}
-	sites := mesh.Sites(s.cfg.Mesh.Nodes())
+	sites := poolSites(s.cfg.Mesh, time.Now())
 	if s.cfg.RemoteSites != nil {
 		sites = append(sites, s.cfg.RemoteSites()...)
 	}
 	httpjson.Write(w, http.StatusOK, sites)
+}
+
+// poolSites summarizes the sites whose nodes this agent sees (mesh.Sites)
+// with what its membership and the nodes' Vivaldi coordinates tell of each.
+// A site with an alive node was heard from at now: membership hears from
+// its alive members all the time. Its RTT is this agent's estimated round
+// trip to the site's nearest alive node with a coordinate (0 for this
+// agent's own site: the agent is that node). A site with no alive node has
+// neither, as a remote site cut off has none.
+func poolSites(m Mesh, now time.Time) []mesh.Site {
+	nodes := m.Nodes()
+	sites := mesh.Sites(nodes)
+	self := m.ID()
+	alive := map[string]bool{}
+	nearest := map[string]float64{}
+	for _, n := range nodes {
+		if n.Status != mesh.StatusAlive {
+			continue
+		}
+		alive[n.Site] = true
+		d, err := m.RTT(self, n.ID)
+		if err != nil {
+			continue // no coordinate yet
+		}
+		ms := float64(d) / float64(time.Millisecond)
+		if best, ok := nearest[n.Site]; !ok || ms < best {
+			nearest[n.Site] = ms
+		}
+	}
+	for i := range sites {
+		st := &sites[i]
+		if !alive[st.Name] {
+			continue
+		}
+		heard := now
+		st.Heard = &heard
+		if ms, ok := nearest[st.Name]; ok {
+			st.RTTMillis = &ms
+		}
+	}
+	return sites
 }
 
 // nodeFilter selects nodes by tier, site and labels (all must match).

@@ -452,7 +452,9 @@ func TestDashboard(t *testing.T) {
 				t.Errorf("the node table lacks %s", a.Name())
 			}
 		}
-		// The sites table lists every site of the pool, as /v1/sites does.
+		// The sites table lists every site of the pool, as /v1/sites does,
+		// with the RTT estimated to each reachable one and when it was
+		// heard from (not the dash of an unknown).
 		var sites []struct{ Name, Status string }
 		if err := json.Unmarshal(apiCall(t, "GET", api+"/v1/sites", "", nil), &sites); err != nil || len(sites) == 0 {
 			t.Fatalf("GET /v1/sites: %v (%d sites)", err, len(sites))
@@ -462,6 +464,18 @@ func TestDashboard(t *testing.T) {
 			row := eval(t, fmt.Sprintf(`(document.querySelector('.page-mesh table.sites-table tr[data-site=%q]') || {}).textContent || ''`, st.Name))
 			if !strings.Contains(row, st.Status) || !strings.Contains(row, "this pool") {
 				t.Errorf("site %s: row %q, want its status %s, seen through this pool", st.Name, row, st.Status)
+			}
+			if st.Status != "reachable" {
+				continue
+			}
+			cell := func(class string) string {
+				return eval(t, fmt.Sprintf(`(document.querySelector('.page-mesh table.sites-table tr[data-site=%q] td.%s') || {}).textContent || ''`, st.Name, class))
+			}
+			if rtt := cell("rtt"); !strings.HasSuffix(rtt, " ms") {
+				t.Errorf("site %s: RTT %q, want the estimate in ms", st.Name, rtt)
+			}
+			if heard := cell("heard"); heard != "just now" && !strings.HasSuffix(heard, " ago") {
+				t.Errorf("site %s: heard %q, want when", st.Name, heard)
 			}
 		}
 		if n := eval(t, `String(document.querySelectorAll('.page-mesh .mapsvg a.node-link').length)`); n != fmt.Sprint(len(agents)) {
@@ -631,6 +645,20 @@ func TestDashboard(t *testing.T) {
 		if n := eval(t, `String(document.querySelectorAll('.monitor[data-node="edge-a-1"] .alarm-mark').length)`); n != "1" {
 			t.Errorf("edge-a-1: %s alarms marked, want the one of the story", n)
 		}
+		// KS scores are p-values, and a p-value alarms below its threshold:
+		// the page says so wherever it shows the threshold or a score, so
+		// that p = 0.998 beside 0.001 does not read as an alarm.
+		for sel, want := range map[string]string{
+			"p.small.muted":     "ks over 300 samples, alarm below p = 0.001, reference training; 526 samples seen, 527 served, 0 failed",
+			".threshold-label":  "alarm below p = 0.001",
+			"> h3":              "Latest p-value per feature (alarm below p = 0.001)",
+			".features li .num": "p = 0.998",
+			"circle.pt title":   " after 300 samples: mean_radius p = 0.839 (alarm below p = 0.001)", // after the local time
+		} {
+			if got := eval(t, `(document.querySelector('.monitor[data-node="edge-b-1"] `+sel+`') || {}).textContent || ''`); !strings.HasSuffix(got, want) {
+				t.Errorf("edge-b-1's %s reads %q, want %q", sel, got, want)
+			}
+		}
 		shot(t, "recorded-drift")
 		clean(t, "recorded drift")
 
@@ -667,13 +695,30 @@ func TestDashboard(t *testing.T) {
 		if got := eval(t, `(document.querySelector('.stages li[aria-current="step"]') || {}).textContent || ''`); got != "promoted" {
 			t.Errorf("the rollout's current stage shows %q, want promoted", got)
 		}
+		// A training job's placement is done whatever became of the job:
+		// the badge is coloured by the outcome its message tells.
+		if got := eval(t, `(() => { const b = document.querySelector('[data-policy="TrainingJob/screening-sweep-trial-3"] .policy-head .badge'); return b ? b.className + ' ' + b.textContent : ''; })()`); got != "badge st-failed done" {
+			t.Errorf("the failed trial's placement badge is %q, want done, coloured as failed (badge st-failed done)", got)
+		}
+		// A fallback names its tier once, though its message begins with it.
+		wantFallbacks := "edge (constraint): 0 of 2 nodes feasible (most rejected: constraint ×2)|cloud (no_gpu): 0 of 2 nodes feasible (most rejected: no_gpu ×2)"
+		if got := eval(t, `[...document.querySelectorAll('[data-policy="TrainingJob/screening-big"] ul.small li')].map((li) => li.textContent).join('|')`); got != wantFallbacks {
+			t.Errorf("screening-big's fallbacks read %q, want %q", got, wantFallbacks)
+		}
 		shot(t, "recorded-placements")
 		clean(t, "recorded placements")
 
 		open(t, "events")
-		// 16 recorded, the last a repeat of the 15th: one row, counted.
-		if n := eval(t, `String(document.querySelectorAll('.events tbody tr').length)`); n != "15" {
-			t.Errorf("%s events listed, want the 15 recorded (one repeated)", n)
+		// 18 recorded, the 16th a repeat of the 15th: one row, counted.
+		if n := eval(t, `String(document.querySelectorAll('.events tbody tr').length)`); n != "17" {
+			t.Errorf("%s events listed, want the 17 recorded (one repeated)", n)
+		}
+		// placement.done is a failure where the job failed (seq 18, a sweep
+		// trial), a success where it succeeded (seq 11, the retrain).
+		for seq, want := range map[string]string{"11": "badge st-done done", "18": "badge st-failed done"} {
+			if got := eval(t, `(() => { const b = document.querySelector('.events tr[data-seq="`+seq+`"] .badge'); return b ? b.className + ' ' + b.textContent : ''; })()`); got != want {
+				t.Errorf("event %s's badge is %q, want %q", seq, got, want)
+			}
 		}
 		if got := eval(t, `[...document.querySelectorAll('.events tbody tr')].filter((r) => r.querySelector('.count')).map((r) => r.dataset.seq + r.querySelector('.count').textContent).join(',')`); got != "16 ×2" {
 			t.Errorf("counted rows %q, want the repeat, seq 16, counted ×2", got)

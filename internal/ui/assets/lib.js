@@ -281,9 +281,24 @@ export function short(digest, n = 12) {
   return String(digest).replace(/^sha256:/, '').slice(0, n);
 }
 
-// badge is a small label whose class carries the state (CSS colours it).
-export function badge(state, text) {
-  return h('span', { class: `badge st-${String(state || 'unknown').replace(/[^a-z0-9-]/gi, '-')}` }, text || state || 'unknown');
+// badge is a small label whose class carries the state (CSS colours it);
+// title, if given, says more on hover.
+export function badge(state, text, title) {
+  return h('span', { class: `badge st-${String(state || 'unknown').replace(/[^a-z0-9-]/gi, '-')}`, title }, text || state || 'unknown');
+}
+
+// jobFailed says whether a placement's message, or that of its
+// placement.done event, tells that the training job it placed failed: a
+// job's placement is done whatever the job's outcome, and the controller
+// says which ("job failed on NODE; its nodes are released").
+export function jobFailed(message) {
+  return /(^|: )job failed\b/.test(message || '');
+}
+
+// doneBadge is the badge of a placement state: done, but coloured as a
+// failure where the job failed.
+export function doneBadge(state, message) {
+  return state === 'done' && jobFailed(message) ? badge('failed', state, 'the job failed') : badge(state);
 }
 
 // json renders a value as indented JSON text.

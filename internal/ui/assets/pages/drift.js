@@ -9,6 +9,14 @@ export const title = 'Drift';
 // falls below the threshold) rather than a distance (drift above it).
 const pValue = (d) => !d.detector || d.detector === 'ks';
 
+// alarmAt says which side of the threshold alarms: a p-value at or below
+// it, a distance at or above it. A bare "threshold 0.001" beside a p-value
+// of 0.99 reads like an alarm.
+const alarmAt = (d) => pValue(d) ? `alarm below p = ${d.threshold}` : `alarm above ${d.threshold}`;
+
+// score formats a feature's score, naming a p-value as one.
+const score = (d, v) => pValue(d) ? `p = ${fmt(v)}` : fmt(v);
+
 export function mount(el) {
   const body = h('div', { 'aria-live': 'polite' });
   el.append(h('h1', {}, 'Drift'),
@@ -49,13 +57,13 @@ function monitor(d, ro) {
     h('div', { class: 'policy-head' },
       h('h3', {}, `${d.model}@${d.version} at ${d.site}/${d.node}`),
       badge(d.error ? 'error' : d.alarmed ? 'alarm' : 'clear', d.error ? 'error' : d.alarmed ? 'drifting' : 'clear')),
-    h('p', { class: 'small muted' }, `${d.detector} over ${d.window} samples, threshold ${d.threshold}, reference ${d.reference}${d.ready ? '' : ' (collecting)'}; ${d.seen} samples seen, ${d.served} served, ${d.failed} failed${d.dropped ? `, ${d.dropped} dropped` : ''}`),
+    h('p', { class: 'small muted settings' }, `${d.detector} over ${d.window} samples, ${alarmAt(d)}, reference ${d.reference}${d.ready ? '' : ' (collecting)'}; ${d.seen} samples seen, ${d.served} served, ${d.failed} failed${d.dropped ? `, ${d.dropped} dropped` : ''}`),
     d.error ? h('p', { class: 'error' }, d.error) : null,
     chart(d, alarms, ro),
-    (d.scores || []).length ? [h('h3', {}, 'Latest score per feature'),
+    (d.scores || []).length ? [h('h3', {}, `Latest ${pValue(d) ? 'p-value' : 'score'} per feature (${alarmAt(d)})`),
       h('ul', { class: 'features' }, d.scores.map((sc) => {
         const v = pValue(d) ? sc.p_value : sc.statistic;
-        return h('li', { class: sc.drifted ? 'drifted' : '' }, h('span', {}, sc.name), h('span', { class: 'num mono' }, fmt(v)));
+        return h('li', { class: sc.drifted ? 'drifted' : '' }, h('span', {}, sc.name), h('span', { class: 'num mono' }, score(d, v)));
       }))] : null);
 }
 
@@ -91,7 +99,7 @@ function chart(d, alarms, ro) {
     ticks = [0, 0.25, 0.5, 0.75, 1].map((f) => [f * hi, fmt(f * hi)]);
   }
   const svg = s('svg', { viewBox: `0 0 ${W} ${H}`, class: 'chart', role: 'img',
-    'aria-label': `${d.detector} score history of ${d.model} at ${d.node}: ${hist.length} evaluations, ${hist.filter((p) => p.drifted).length} over the threshold, ${alarms.length} alarms` });
+    'aria-label': `${d.detector} score history of ${d.model} at ${d.node}: ${hist.length} evaluations, ${hist.filter((p) => p.drifted).length} past the alarm threshold, ${alarms.length} alarms` });
   const axis = s('g', { class: 'axis' });
   for (const [v, label] of ticks) {
     axis.append(s('line', { x1: L, x2: W - R, y1: y(v), y2: y(v) }), s('text', { x: L - 6, y: y(v) + 3.5, 'text-anchor': 'end' }, label));
@@ -116,13 +124,13 @@ function chart(d, alarms, ro) {
   if (d.threshold) {
     const ty = y(d.threshold);
     svg.append(s('line', { class: 'threshold', x1: L, x2: W - R, y1: ty, y2: ty }),
-      s('text', { class: 'mark', x: W - R - 4, y: ty - 4, 'text-anchor': 'end' }, `threshold ${d.threshold}`));
+      s('text', { class: 'mark threshold-label', x: W - R - 4, y: ty - 4, 'text-anchor': 'end' }, alarmAt(d)));
   }
   if (hist.length) {
     svg.append(s('polyline', { class: 'series', points: hist.map((p) => `${x(p.time).toFixed(1)},${y(p.statistic).toFixed(1)}`).join(' ') }));
     for (const p of hist) {
       svg.append(s('circle', { class: `pt${p.drifted ? ' drifted' : ''}`, cx: x(p.time), cy: y(p.statistic), r: p.drifted ? 4 : 2.5 },
-        s('title', {}, `${when(p.time)} after ${p.seen} samples: ${p.feature} ${fmt(p.statistic)}${p.drifted ? ' (drifted)' : ''}`)));
+        s('title', {}, `${when(p.time)} after ${p.seen} samples: ${p.feature} ${score(d, p.statistic)}${p.drifted ? ' (drifted)' : ` (${alarmAt(d)})`}`)));
     }
   }
   return svg;

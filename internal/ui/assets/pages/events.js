@@ -1,5 +1,5 @@
 // Events: the live stream (/v1/events), newest first, filterable by type.
-import { h, swap, events, when, badge, empty, debounce } from '../lib.js';
+import { h, swap, events, when, badge, doneBadge, empty, debounce } from '../lib.js';
 
 export const title = 'Events';
 
@@ -40,7 +40,7 @@ export function mount(el) {
     return h('tr', { 'data-type': ev.type, 'data-seq': String(ev.seq ?? '') },
       h('td', { class: 'num' }, String(ev.seq ?? '')),
       h('td', { class: 'time' }, when(ev.time)),
-      h('td', {}, h('span', { class: 'mono' }, `${kind}.`), badge(state || kind, state || kind)),
+      h('td', {}, h('span', { class: 'mono' }, `${kind}.`), kind === 'placement' ? doneBadge(state || kind, ev.message) : badge(state || kind, state || kind)),
       h('td', {}, ev.policy || ''),
       h('td', {}, ev.node ? h('a', { href: `#/mesh/${encodeURIComponent(ev.node)}` }, ev.node) : ''),
       h('td', { class: 'msg' }, ev.message || '',

@@ -278,9 +278,11 @@ export function mount(el, route) {
 
 // siteTable lists the sites this agent knows: those of its own pool, whose
 // nodes it sees, and those it knows through federation (their gateways'
-// summaries), with the round trip (measured by the gateways' pings, else
-// estimated from the sites' WAN coordinates), whether the gateways reach
-// the site only through a relay, and when the site was last heard from.
+// summaries), with the round trip (to a pool site: estimated from the
+// agent's Vivaldi coordinate to the site's nearest alive node; to another
+// pool's: measured by the gateways' pings, else estimated from the sites'
+// WAN coordinates), whether the gateways reach the site only through a
+// relay, and when the site was last heard from.
 function siteTable(sites) {
   const rows = [...sites].sort((a, b) => (a.via === b.via ? 0 : a.via === 'pool' ? -1 : 1) || a.name.localeCompare(b.name)).map((st) =>
     h('tr', { 'data-site': st.name },
@@ -289,10 +291,10 @@ function siteTable(sites) {
       h('td', {}, badge(st.status)),
       h('td', {}, st.via === 'pool' ? 'this pool' : st.path === 'relayed' ? 'federation, through a relay' : 'federation'),
       h('td', { class: 'num' }, `${st.alive}/${st.nodes}`),
-      h('td', { class: 'num' }, st.rtt_ms != null ? ms(st.rtt_ms) : '–'),
-      h('td', {}, st.heard ? ago(st.heard) : '–')));
+      h('td', { class: 'num rtt' }, st.rtt_ms != null ? ms(st.rtt_ms) : '–'),
+      h('td', { class: 'heard' }, st.heard ? ago(st.heard) : '–')));
   return [table(['Site', 'Region', 'Status', 'Seen through', 'Nodes alive', 'RTT', 'Heard'], rows, { class: 'sites-table' }),
-    h('p', { class: 'muted small' }, 'Sites of other pools are known from their gateways’ summaries; their RTT is measured by the gateways’ pings, or estimated from the sites’ WAN coordinates, and a site not heard from for 30 s is unreachable.')];
+    h('p', { class: 'muted small' }, 'The RTT to a site of this pool is estimated from Vivaldi coordinates, to its nearest alive node; membership hears from its alive nodes all the time. Sites of other pools are known from their gateways’ summaries; their RTT is measured by the gateways’ pings, or estimated from the sites’ WAN coordinates, and a site not heard from for 30 s is unreachable.')];
 }
 
 // tierSummary lists the sites of each tier with their nodes, GPUs and

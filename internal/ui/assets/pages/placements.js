@@ -1,7 +1,7 @@
 // Placements: every policy with its state per replica, owner, epoch,
 // fallbacks, the rejected counts by reason and the rollout stage; and a plan
 // box that explains where pasted YAML would go (POST /v1/plan).
-import { h, swap, get, post, poll, onEvents, badge, failure, empty, section, table, bytes, millicores, ago, when, APIError } from '../lib.js';
+import { h, swap, get, post, poll, onEvents, badge, doneBadge, failure, empty, section, table, bytes, millicores, ago, when, APIError } from '../lib.js';
 
 export const title = 'Placements';
 
@@ -37,7 +37,7 @@ function card(p) {
   const nodes = p.nodes || [];
   const refused = p.refused || {};
   return h('article', { class: 'card policy', 'data-policy': p.policy },
-    h('div', { class: 'policy-head' }, h('h2', {}, p.policy), badge(p.state)),
+    h('div', { class: 'policy-head' }, h('h2', {}, p.policy), doneBadge(p.state, p.message)),
     p.message ? h('p', { class: 'small' }, p.message) : null,
     h('dl', { class: 'kv' },
       h('dt', {}, 'owner'), h('dd', {}, p.owner || '–'),
@@ -50,9 +50,19 @@ function card(p) {
       h('td', {}, n.tier), h('td', {}, n.site), h('td', { class: 'num' }, String(n.rank ?? 0)),
       h('td', {}, n.admitted ? badge('admitted') : badge('pending', 'not admitted yet'))))) : null,
     Object.keys(refused).length ? [h('h3', {}, 'Refused earlier'), h('ul', { class: 'small' }, Object.entries(refused).map(([n, why]) => h('li', {}, `${n}: ${why}`)))] : null,
-    (p.fallbacks || []).length ? [h('h3', {}, 'Fallbacks'), h('ul', { class: 'small' }, p.fallbacks.map((f) => h('li', {}, h('strong', {}, `${f.tier}`), ` ${f.reason ? `(${f.reason}) ` : ''}${f.message || ''}`)))] : null,
+    (p.fallbacks || []).length ? [h('h3', {}, 'Fallbacks'), h('ul', { class: 'small fallbacks' }, p.fallbacks.map(fallback))] : null,
     rejected(p.rejected),
     p.rollout ? rollout(p.rollout) : null);
+}
+
+// fallback says why a tier was passed over: the tier, the main reason,
+// then the message, which begins with the tier's name too ("edge: 0 of 2
+// nodes feasible…"): it is shown once.
+function fallback(f) {
+  const tier = f.tier || '';
+  let msg = f.message || '';
+  if (tier && msg.startsWith(`${tier}: `)) msg = msg.slice(tier.length + 2);
+  return h('li', {}, h('strong', {}, tier), f.reason ? ` (${f.reason})` : '', msg ? `: ${msg}` : '');
 }
 
 function rejected(counts) {
