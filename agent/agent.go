@@ -242,7 +242,7 @@ func New(cfg Config) (*Agent, error) {
 		ac.Remote = func(digest string) []dataplane.Holder { return federation.RemoteHolders(a.mesh, digest, time.Now()) }
 	}
 	a.art = artifacts.New(ac)
-	dc := driftwatch.Config{Name: cfg.Name, Site: cfg.Site, Catalog: a.cat, Artifacts: a.art, Logger: a.log, Guard: a.guard}
+	dc := driftwatch.Config{Name: cfg.Name, Site: cfg.Site, Catalog: a.cat, Artifacts: a.art, Logger: a.log, Guard: a.guard, Registerer: a.reg}
 	if a.inf != nil {
 		dc.Stats = a.inf.Stats
 	}

@@ -10,6 +10,7 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -218,6 +219,27 @@ func TestDriftRetrainRollout(t *testing.T) {
 	if !ok || !slices.Equal(stages, []string{StageRetraining, StageCanary, StagePromoted}) || !slices.Equal(rr.CanaryNodes, []string{edgeA.Name()}) || rr.Served < 40 {
 		t.Errorf("rollout = %+v (stages %v); want retraining, canary on %s for 40 requests, promoted", rr, stages, edgeA.Name())
 	}
+	// The same story on /metrics: edge-a counted its alarm on scorer@1
+	// (kept after it moved to scorer@2), and the owner one retrain that
+	// succeeded and one rollout promoted.
+	sum := func(series string) float64 {
+		var n float64
+		for _, a := range agents {
+			_, b := get(t, a.Handler(), "/metrics")
+			n += metricValue(b, series)
+		}
+		return n
+	}
+	_, edgeMetrics := get(t, edgeA.Handler(), "/metrics")
+	if metricValue(edgeMetrics, `strata_drift_alarms_total{model="scorer",`) < 1 || metricValue(edgeMetrics, `strata_drift_rows_total{model="scorer",version="1"}`) <= 400 {
+		t.Errorf("%s /metrics lacks its alarm on scorer@1 and the rows before it:\n%s", edgeA.Name(), grepLines(edgeMetrics, "strata_drift_"))
+	}
+	meshtest.WaitFor(t, 5*time.Second, "the owner's rollout counters", func() bool {
+		return sum(`strata_rollouts_total{outcome="promoted",service="scorer"}`) == 1
+	})
+	if n, ok := sum(`strata_retrains_started_total{service="scorer"}`), sum(`strata_retrains_total{outcome="succeeded",service="scorer"}`); n != 1 || ok != 1 {
+		t.Errorf("retrains started %v, succeeded %v across the agents; want 1 and 1", n, ok)
+	}
 	m, err := agents[0].art.Lookup(storage.KindModel, "scorer", "2")
 	if err != nil || m.Metadata[MetaReference] == "" || m.Metadata[MetaJob] != jobs[0].Name || m.Signer == "" {
 		t.Errorf("scorer@2 manifest = %+v, %v; want a signed manifest with the job's name and a drift reference", m.Metadata, err)
@@ -314,6 +336,22 @@ func TestRetrainFailureKeepsServing(t *testing.T) {
 	meshtest.WaitFor(t, 15*time.Second, "the GPU released", func() bool {
 		return len(run.gpu.mesh.Local().Assignments) == 0
 	})
+}
+
+// metricValue sums the values of the lines of a /metrics text that start
+// with series (a name, or a name and its first labels).
+func metricValue(b []byte, series string) float64 {
+	var n float64
+	for line := range strings.Lines(string(b)) {
+		if !strings.HasPrefix(line, series) {
+			continue
+		}
+		fs := strings.Fields(line)
+		if v, err := strconv.ParseFloat(fs[len(fs)-1], 64); err == nil {
+			n += v
+		}
+	}
+	return n
 }
 
 func dumpLoop(t testing.TB, a *Agent) {

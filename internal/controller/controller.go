@@ -84,6 +84,10 @@ type Controller struct {
 	passSeconds *prometheus.HistogramVec
 	// pauses counts the waits between passes longer than pauseGap.
 	pauses prometheus.Counter
+	// retrainStarts, retrainEnds and rolloutEnds count the retrain and
+	// rollout decisions this controller wrote (see countRollout).
+	retrainStarts            *prometheus.CounterVec
+	retrainEnds, rolloutEnds *prometheus.CounterVec
 }
 
 // coordSlack is how far a node's coordinate may move before the
@@ -141,7 +145,13 @@ func New(cfg Config) *Controller {
 			Buckets: []float64{.001, .005, .01, .05, .1, .25, .5, 1, 2.5, 5, 10, 30}}, []string{"step"})
 		c.pauses = prometheus.NewCounter(prometheus.CounterOpts{Name: "strata_controller_pauses_total",
 			Help: "Times the controller resumed after a pause (stopped, frozen or starved for over 4s between passes) and placed nothing for 5s while its view of the mesh caught up."})
-		cfg.Registerer.MustRegister(c.passSeconds, c.pauses)
+		c.retrainStarts = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "strata_retrains_started_total",
+			Help: "Retrains this controller started for a drift alarm on the version served by a service it owns."}, []string{"service"})
+		c.retrainEnds = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "strata_retrains_total",
+			Help: "Retrains of a service this controller owns that ended, by outcome: succeeded (the job registered a model version) or failed (the job failed or registered no model, or the retrain template did not apply)."}, []string{"service", "outcome"})
+		c.rolloutEnds = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "strata_rollouts_total",
+			Help: "Rollouts of a service this controller owns that ended, by outcome: promoted (the new version serves everywhere), rolled_back (its canary drifted, failed requests or timed out), unchanged (the retrain gave a model already served or tried) or failed (the retrain failed). All but promoted leave the old version serving."}, []string{"service", "outcome"})
+		cfg.Registerer.MustRegister(c.passSeconds, c.pauses, c.retrainStarts, c.retrainEnds, c.rolloutEnds)
 	}
 	return c
 }
@@ -1097,6 +1107,7 @@ func (c *Controller) rollouts() {
 			}
 		}
 		r, have := c.cfg.Catalog.ActiveRollout(p)
+		was := r
 		before, _ := json.Marshal(r)
 		if err := c.advance(p, doc, &r, have, mine); err != nil {
 			c.log.Warn("rollout", "policy", p.Key(), "err", err)
@@ -1108,6 +1119,8 @@ func (c *Controller) rollouts() {
 			}
 			if _, err := c.cfg.Catalog.Rollouts.Put(r, deps...); err != nil {
 				c.log.Warn("writing rollout", "policy", p.Key(), "err", err)
+			} else {
+				c.countRollout(p.Name, was, r)
 			}
 		}
 	}
@@ -1423,7 +1436,11 @@ type Config struct {
 	RemoteSites func() []mesh.Site
 	Logger      *slog.Logger
 	// Registerer, when set, takes the controller's metrics: how long each
-	// step of a pass takes (strata_controller_pass_seconds{step}).
+	// step of a pass takes (strata_controller_pass_seconds{step}), its
+	// pauses, and the retrains and rollouts of the services it owns
+	// (strata_retrains_started_total{service},
+	// strata_retrains_total{service,outcome},
+	// strata_rollouts_total{service,outcome}).
 	Registerer prometheus.Registerer
 	// Guard recovers panics of the component's background work (logged,
 	// counted). Nil: a guard of its own that logs to Logger and exports

@@ -3,6 +3,7 @@ package controller
 import (
 	"fmt"
 	"slices"
+	"strings"
 	"time"
 
 	"github.com/strata-mesh/strata/internal/catalog"
@@ -107,3 +108,50 @@ func (c *Controller) triedBefore(r *catalog.Rollout, version string) (catalog.Tr
 	}
 	return catalog.TriedModel{}, false
 }
+
+// countRollout counts what one pass decided for a service's rollout, was
+// before it and now after, once the record is written (a write that fails
+// is decided again, and counted, in a later pass): a retrain started
+// (strata_retrains_started_total), a retrain ended
+// (strata_retrains_total) and a rollout ended (strata_rollouts_total).
+// A pass may do several: a retrain whose template does not apply starts,
+// fails and ends its rollout at once. Each counts on the controller that
+// decided it; after the service's owner changes mid-rollout, the new
+// owner counts the end.
+func (c *Controller) countRollout(service string, was, now catalog.Rollout) {
+	if c.rolloutEnds == nil {
+		return
+	}
+	started := now.Seq != was.Seq
+	if started {
+		c.retrainStarts.WithLabelValues(service).Inc()
+		// Every outcome is exported from the first retrain on, at 0
+		// until it happens, so that increase() sees its first one.
+		for _, o := range []string{"succeeded", "failed"} {
+			c.retrainEnds.WithLabelValues(service, o)
+		}
+		for _, o := range rolloutOutcomes {
+			c.rolloutEnds.WithLabelValues(service, o)
+		}
+	}
+	if (started || was.Stage == catalog.StageRetraining) && now.Stage != catalog.StageRetraining {
+		outcome := "succeeded"
+		if now.Stage == catalog.StageFailed {
+			outcome = "failed"
+		}
+		c.retrainEnds.WithLabelValues(service, outcome).Inc()
+	}
+	if !now.Active() && (started || was.Active()) {
+		c.rolloutEnds.WithLabelValues(service, rolloutOutcome(now.Stage)).Inc()
+	}
+}
+
+// rolloutOutcomes are the outcome labels of strata_rollouts_total: the
+// stages a rollout ends in, as Prometheus label values (rolled_back for
+// the stage rolled-back).
+var rolloutOutcomes = []string{
+	rolloutOutcome(catalog.StagePromoted), rolloutOutcome(catalog.StageRolledBack),
+	rolloutOutcome(catalog.StageUnchanged), rolloutOutcome(catalog.StageFailed),
+}
+
+func rolloutOutcome(stage string) string { return strings.ReplaceAll(stage, "-", "_") }

@@ -1,10 +1,15 @@
 package controller
 
 import (
+	"maps"
+	"net/http/httptest"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"github.com/strata-mesh/strata/internal/catalog"
 	"github.com/strata-mesh/strata/internal/catalog/catalogtest"
 	"github.com/strata-mesh/strata/mesh"
@@ -178,4 +183,151 @@ func TestRetrainLoopEnds(t *testing.T) {
 	if got, want := strings.Join(tried, " "), "2=rolled-back 1=served"; got != want {
 		t.Errorf("tried %s, want %s", got, want)
 	}
+}
+
+// scrape serves reg's /metrics text and returns each sample line's value
+// by its name and labels, as written (labels in name order).
+func scrape(t *testing.T, reg *prometheus.Registry) map[string]float64 {
+	t.Helper()
+	rec := httptest.NewRecorder()
+	promhttp.HandlerFor(reg, promhttp.HandlerOpts{}).ServeHTTP(rec, httptest.NewRequest("GET", "/metrics", nil))
+	out := map[string]float64{}
+	for line := range strings.Lines(rec.Body.String()) {
+		line = strings.TrimSpace(line)
+		if line == "" || strings.HasPrefix(line, "#") {
+			continue
+		}
+		i := strings.LastIndexByte(line, ' ')
+		v, err := strconv.ParseFloat(line[i+1:], 64)
+		if err != nil {
+			t.Fatalf("metrics line %q: %v", line, err)
+		}
+		out[line[:i]] = v
+	}
+	return out
+}
+
+// TestRolloutMetrics drives one service's rollouts through every ending
+// (rolled back, failed, unchanged, promoted) and scrapes the counters
+// after each pass; a pass that decides nothing new counts nothing.
+func TestRolloutMetrics(t *testing.T) {
+	t.Parallel()
+	const key = "InferenceService/s"
+	reg := prometheus.NewRegistry()
+	cat := catalog.New(catalogtest.NewStore(), nil)
+	c := New(Config{Mesh: &fakeMesh{nodes: []mesh.Node{controllerNode("ctl")}}, Catalog: cat, Registerer: reg, Artifacts: fakeArtifacts{
+		"m@1": {Name: "m", Version: "1", Digest: "aaaa1111aaaa1111"},
+		"m@2": {Name: "m", Version: "2", Digest: "bbbb2222bbbb2222"},
+		"m@3": {Name: "m", Version: "3", Digest: "aaaa1111aaaa1111"}, // m@1's bytes again
+		"m@4": {Name: "m", Version: "4", Digest: "cccc3333cccc3333"},
+	}})
+	put := func(put func() error) {
+		t.Helper()
+		if err := put(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	put(func() error {
+		_, err := cat.Policies.Put(catalog.Policy{Kind: policy.KindInferenceService, Name: "s", Source: retrainSvcSource, Generation: 1})
+		return err
+	})
+	put(func() error {
+		_, err := cat.Placements.Put(catalog.Placement{Key: key, Kind: policy.KindInferenceService, Name: "s", Generation: 1, State: catalog.StatePlaced,
+			Nodes: []catalog.PlacedNode{{Name: "edge-1", Site: "edge"}}})
+		return err
+	})
+	drift := func(version string, alarmed bool, served uint64) {
+		t.Helper()
+		put(func() error {
+			_, err := cat.Drift.Put(catalog.Drift{Policy: key, Model: "m", Version: version, Site: "edge", Node: "edge-1",
+				Alarmed: alarmed, AlarmAt: time.Now().Add(time.Second).UTC(), Served: served})
+			return err
+		})
+	}
+	job := func(name, state, version string) {
+		t.Helper()
+		put(func() error {
+			_, err := cat.Jobs.Put(catalog.Job{Name: name, State: state, Model: "m", Version: version, Node: "gpu-1"})
+			return err
+		})
+	}
+	waited := func() {
+		t.Helper()
+		r, err := cat.Rollouts.Value(key)
+		if err != nil {
+			t.Fatal(err)
+		}
+		r.NextRetrainAfter = time.Now().Add(-time.Second).UTC()
+		put(func() error { _, err := cat.Rollouts.Put(r); return err })
+	}
+	// pass runs one rollouts pass, checks the stage it left and that
+	// another pass counts nothing more, and returns the counters.
+	var m map[string]float64
+	pass := func(stage string) {
+		t.Helper()
+		c.rollouts()
+		if r, err := cat.Rollouts.Value(key); err != nil || r.Stage != stage {
+			t.Fatalf("rollout %s (%s, %v), want %s", r.Stage, r.Message, err, stage)
+		}
+		m = scrape(t, reg)
+		c.rollouts()
+		if again := scrape(t, reg); !maps.Equal(again, m) {
+			t.Fatalf("a pass that decided nothing counted:\n%v\nafter\n%v", again, m)
+		}
+	}
+	const (
+		started    = `strata_retrains_started_total{service="s"}`
+		succeeded  = `strata_retrains_total{outcome="succeeded",service="s"}`
+		failed     = `strata_retrains_total{outcome="failed",service="s"}`
+		promoted   = `strata_rollouts_total{outcome="promoted",service="s"}`
+		rolledBack = `strata_rollouts_total{outcome="rolled_back",service="s"}`
+		unchanged  = `strata_rollouts_total{outcome="unchanged",service="s"}`
+		ended      = `strata_rollouts_total{outcome="failed",service="s"}`
+	)
+	want := func(when string, counts map[string]float64) {
+		t.Helper()
+		for _, k := range []string{started, succeeded, failed, promoted, rolledBack, unchanged, ended} {
+			v, ok := m[k]
+			if !ok || v != counts[k] {
+				t.Errorf("%s: %s = %v (exported %v), want %v", when, k, v, ok, counts[k])
+			}
+		}
+	}
+
+	// Drift on m@1: retrain; m@2 canaried; it drifts too: rolled back.
+	drift("1", true, 0)
+	pass(catalog.StageRetraining)
+	want("retrain started", map[string]float64{started: 1})
+	job("s-retrain-1", catalog.JobSucceeded, "2")
+	pass(catalog.StageCanary)
+	want("canary", map[string]float64{started: 1, succeeded: 1})
+	drift("2", true, 3)
+	pass(catalog.StageRolledBack)
+	want("canary drifted", map[string]float64{started: 1, succeeded: 1, rolledBack: 1})
+
+	// The next retrain's job fails.
+	waited()
+	drift("1", true, 0)
+	pass(catalog.StageRetraining)
+	job("s-retrain-2", catalog.JobFailed, "")
+	pass(catalog.StageFailed)
+	want("job failed", map[string]float64{started: 2, succeeded: 1, failed: 1, rolledBack: 1, ended: 1})
+
+	// The next gives the served model's bytes: unchanged.
+	waited()
+	drift("1", true, 0)
+	pass(catalog.StageRetraining)
+	job("s-retrain-3", catalog.JobSucceeded, "3")
+	pass(catalog.StageUnchanged)
+	want("same bytes", map[string]float64{started: 3, succeeded: 2, failed: 1, rolledBack: 1, ended: 1, unchanged: 1})
+
+	// The next canary serves its 10 requests without drift: promoted.
+	waited()
+	drift("1", true, 0)
+	pass(catalog.StageRetraining)
+	job("s-retrain-4", catalog.JobSucceeded, "4")
+	pass(catalog.StageCanary)
+	drift("4", false, 10)
+	pass(catalog.StagePromoted)
+	want("promoted", map[string]float64{started: 4, succeeded: 3, failed: 1, rolledBack: 1, ended: 1, unchanged: 1, promoted: 1})
 }

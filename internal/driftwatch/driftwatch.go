@@ -22,6 +22,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/strata-mesh/strata/internal/catalog"
 	"github.com/strata-mesh/strata/internal/safe"
 
@@ -57,6 +58,7 @@ type watched struct {
 	rec            catalog.Drift
 	lastPub        time.Time
 	dirty          bool
+	rows           prometheus.Counter // strata_drift_rows_total
 }
 
 type driftRow struct {
@@ -87,6 +89,13 @@ type Config struct {
 	// counted). Nil: a guard of its own that logs to Logger and exports
 	// no metric.
 	Guard *safe.Guard
+	// Registerer, when set, receives the drift series: per model version
+	// served here, rows checked (strata_drift_rows_total), alarms raised
+	// (strata_drift_alarms_total) and the alarm state (strata_drift_alarm);
+	// per watched feature and detector, the latest statistic and its
+	// threshold (strata_drift_statistic, strata_drift_threshold); and rows
+	// dropped before the monitors (strata_drift_rows_dropped_total).
+	Registerer prometheus.Registerer
 }
 
 // Watch is the drift component. Safe for concurrent use.
@@ -95,6 +104,7 @@ type Watch struct {
 	log     *slog.Logger
 	rows    chan driftRow
 	dropped atomic.Uint64
+	metrics *metrics
 
 	mu  sync.Mutex
 	mon map[string]*watched // by model name: one version serves per name
@@ -108,7 +118,12 @@ func New(cfg Config) *Watch {
 	if cfg.Guard == nil {
 		cfg.Guard = safe.New(safe.Config{Logger: cfg.Logger})
 	}
-	return &Watch{cfg: cfg, log: cfg.Logger, rows: make(chan driftRow, driftRows), mon: map[string]*watched{}}
+	d := &Watch{cfg: cfg, log: cfg.Logger, rows: make(chan driftRow, driftRows), mon: map[string]*watched{}}
+	d.metrics = newMetrics(d)
+	if cfg.Registerer != nil {
+		d.metrics.register(cfg.Registerer, d)
+	}
+	return d
 }
 
 // Observe is the inference server's Observer: it queues rows and never
@@ -182,11 +197,16 @@ func (d *Watch) observe(r driftRow) (publish bool) {
 	}
 	if err != nil {
 		w.rec.Error = err.Error()
+	} else {
+		w.rows.Inc()
 	}
 	alarmed := false
 	if ev != nil {
 		w.rec.Alarmed = ev.Kind == drift.EventAlarm
 		if w.rec.Alarmed {
+			// Counted here, as it fires: an alarm that clears before the
+			// next publish or scrape still counts.
+			d.metrics.alarms.WithLabelValues(w.model, w.version, string(ev.Source)).Inc()
 			w.rec.AlarmSeen, w.rec.AlarmAt = ev.Samples, time.Now().UTC()
 			w.rec.AlarmSource, w.rec.AlarmFeature, w.rec.AlarmStatistic, w.rec.AlarmDrifted = string(ev.Source), "", 0, nil
 			for _, s := range ev.Stream {
@@ -338,7 +358,9 @@ func (d *Watch) newWatched(key string, sm Model, spec policy.Drift) *watched {
 	if spec.Window == 0 {
 		spec.Window = drift.DefaultWindow
 	}
-	w := &watched{key: key, model: sm.Name, version: sm.Version, spec: spec, applied: applied, dirty: true}
+	d.metrics.track(sm.Name, sm.Version)
+	w := &watched{key: key, model: sm.Name, version: sm.Version, spec: spec, applied: applied, dirty: true,
+		rows: d.metrics.rows.WithLabelValues(sm.Name, sm.Version)}
 	w.rec = catalog.Drift{
 		Policy: key, Model: sm.Name, Version: sm.Version, Site: d.cfg.Site, Node: d.cfg.Name,
 		Detector: spec.Detector, Window: spec.Window, Reference: spec.Reference,
