@@ -33,6 +33,7 @@ import (
 	"github.com/strata-mesh/strata/internal/events"
 	"github.com/strata-mesh/strata/internal/httpapi"
 	"github.com/strata-mesh/strata/internal/jobs"
+	"github.com/strata-mesh/strata/internal/meshview"
 	"github.com/strata-mesh/strata/internal/safe"
 	"github.com/strata-mesh/strata/internal/serving"
 	"go.yaml.in/yaml/v3"
@@ -79,7 +80,7 @@ type Agent struct {
 	started time.Time
 
 	// compile turns an applied policy into a placement request;
-	// controller.Compile in production, a stand-in in tests of the controller.
+	// meshview.Compile in production, a stand-in in tests of the controller.
 	compile func(PolicyRecord) (*placement.Request, error)
 	dp      *dataPlane // nil without a mesh CA
 	art     *artifacts.Service
@@ -122,7 +123,7 @@ func New(cfg Config) (*Agent, error) {
 		return nil, err
 	}
 	tokens, _ := cfg.apiTokens() // validated
-	a := &Agent{cfg: cfg, started: time.Now(), compile: controller.Compile}
+	a := &Agent{cfg: cfg, started: time.Now(), compile: meshview.Compile}
 	a.log = cfg.Logger
 	if a.log == nil {
 		lvl, _ := parseLevel(cfg.LogLevel)

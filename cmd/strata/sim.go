@@ -14,7 +14,7 @@ import (
 
 	"github.com/strata-mesh/strata/api"
 	"github.com/strata-mesh/strata/api/client"
-	"github.com/strata-mesh/strata/internal/controller"
+	"github.com/strata-mesh/strata/internal/meshview"
 	"github.com/strata-mesh/strata/mesh"
 	"github.com/strata-mesh/strata/sim"
 )
@@ -173,7 +173,7 @@ func liveTopology(c *clientFlags) (*sim.Topology, error) {
 	if err := json.Unmarshal(raw, &nodes); err != nil {
 		return nil, fmt.Errorf("reading the mesh's nodes: %w", err)
 	}
-	snap, err := controller.Snapshot(nodes, "")
+	snap, err := meshview.Snapshot(nodes, "")
 	if err != nil {
 		return nil, err
 	}

@@ -18,7 +18,7 @@ var Layers = []Layer{
 	{"engines and transports", []string{"placement", "infer", "trainer", "mesh/dataplane", "api/client", "packaging/gendocs"}},
 	{"gossip, simulation", []string{"mesh", "sim"}},
 	{"over the mesh", []string{"mesh/federation", "internal/catalog", "internal/catalog/catalogtest", "agent/discover"}},
-	{"components over the catalog", []string{"internal/artifacts", "internal/events", "internal/driftwatch"}},
+	{"components over the catalog", []string{"internal/artifacts", "internal/events", "internal/driftwatch", "internal/meshview"}},
 	{"components over artifacts", []string{"internal/serving", "internal/jobs"}},
 	{"the controller", []string{"internal/controller"}},
 	{"the HTTP API", []string{"internal/httpapi"}},

@@ -13,6 +13,7 @@ import (
 	"go.yaml.in/yaml/v3"
 
 	"github.com/strata-mesh/strata/internal/catalog"
+	"github.com/strata-mesh/strata/internal/meshview"
 	"github.com/strata-mesh/strata/mesh"
 	"github.com/strata-mesh/strata/placement"
 	"github.com/strata-mesh/strata/policy"
@@ -20,18 +21,6 @@ import (
 	"github.com/strata-mesh/strata/sweep"
 	"github.com/strata-mesh/strata/trainer"
 )
-
-// isSweep says p is a TrainingJob with a sweep: its trials are placed,
-// not it.
-// IsSweep says whether p is a TrainingJob with a sweep: its trials are
-// placed, not it.
-func IsSweep(p catalog.Policy) bool {
-	if p.Kind != policy.KindTrainingJob || !strings.Contains(p.Source, "sweep") {
-		return false
-	}
-	doc, err := p.Document()
-	return err == nil && doc.TrainingJob != nil && doc.TrainingJob.Sweep != nil
-}
 
 // docFacts is what every pass reads of a policy's document: parsing YAML
 // for each policy on each pass cost 43% of the agents' CPU with 300 sweep
@@ -85,7 +74,7 @@ func (c *Controller) forgetFacts(ps []catalog.Policy) {
 // and finally trains the registered model with the best trial's
 // parameters.
 func (c *Controller) experiments() {
-	owners := controllers(c.cfg.Mesh.Nodes())
+	owners := meshview.Owners(c.cfg.Mesh.Nodes())
 	c.collectDeletedSweeps(owners)
 	ps := c.policies()
 	defer c.forgetFacts(ps)
@@ -454,14 +443,7 @@ func trialSource(p catalog.Policy, name string, params map[string]string, final 
 		}
 		setKey(ensureMap(spec, "env"), "STRATA_PARAM_"+strings.ToUpper(k), str(params[k]))
 	}
-	b, err := yaml.Marshal(doc)
-	if err != nil {
-		return "", err
-	}
-	if _, err := policy.Parse(p.File, b); err != nil {
-		return "", err
-	}
-	return string(b), nil
+	return render(p.File, doc)
 }
 
 func ensureMap(n *yaml.Node, key string) *yaml.Node {

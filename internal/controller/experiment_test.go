@@ -8,6 +8,7 @@ import (
 
 	"github.com/strata-mesh/strata/internal/catalog"
 	"github.com/strata-mesh/strata/internal/catalog/catalogtest"
+	"github.com/strata-mesh/strata/internal/meshview"
 	"github.com/strata-mesh/strata/mesh"
 	"github.com/strata-mesh/strata/policy"
 	"github.com/strata-mesh/strata/trainer"
@@ -55,7 +56,7 @@ spec:
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			p := catalog.Policy{Kind: "TrainingJob", Name: "tune", Source: c.src, Generation: 1}
-			if !IsSweep(p) {
+			if !meshview.IsSweep(p) {
 				t.Fatal("not seen as a sweep")
 			}
 			src, err := trialSource(p, "tune-trial-1", c.params, c.final)
@@ -72,7 +73,7 @@ spec:
 					t.Errorf("source has %q:\n%s", n, src)
 				}
 			}
-			if IsSweep(catalog.Policy{Kind: "TrainingJob", Name: "tune-trial-1", Source: src}) {
+			if meshview.IsSweep(catalog.Policy{Kind: "TrainingJob", Name: "tune-trial-1", Source: src}) {
 				t.Error("a trial is itself a sweep")
 			}
 		})

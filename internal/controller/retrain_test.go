@@ -331,3 +331,41 @@ func TestRolloutMetrics(t *testing.T) {
 	pass(catalog.StagePromoted)
 	want("promoted", map[string]float64{started: 4, succeeded: 3, failed: 1, rolledBack: 1, ended: 1, unchanged: 1, promoted: 1})
 }
+
+// TestRolloutsEnd: a retrain that yields the served model's bytes ends the
+// rollout unchanged; a canary that does not serve its requests within the
+// canary timeout is rolled back, saying so.
+func TestRolloutsEnd(t *testing.T) {
+	t.Parallel()
+	cat := catalog.New(catalogtest.NewStore(), nil)
+	c := New(Config{Catalog: cat, Artifacts: fakeArtifacts{
+		"m@1": {Name: "m", Version: "1", Digest: "aaaa1111bbbb2222"},
+		"m@2": {Name: "m", Version: "2", Digest: "aaaa1111bbbb2222"},
+		"m@3": {Name: "m", Version: "3", Digest: "cccc3333dddd4444"},
+	}})
+	p := catalog.Policy{Kind: policy.KindInferenceService, Name: "s", Generation: 1}
+	doc := &policy.Document{InferenceService: &policy.InferenceServiceSpec{Model: policy.ModelRef{Name: "m"},
+		Rollout: &policy.Rollout{Strategy: policy.RolloutCanary, CanaryRequests: 100, CanaryTimeout: policy.Duration(time.Minute)}}}
+
+	if _, err := cat.Jobs.Put(catalog.Job{Name: "s-retrain-1", State: catalog.JobSucceeded, Version: "2", Node: "gpu-1"}); err != nil {
+		t.Fatal(err)
+	}
+	r := catalog.Rollout{Policy: p.Key(), Stage: catalog.StageRetraining, Model: "m", From: "1", Job: "s-retrain-1"}
+	if err := c.advance(p, doc, &r, true, nil); err != nil {
+		t.Fatal(err)
+	}
+	if r.Stage != catalog.StageUnchanged || !strings.Contains(r.Message, "already served") {
+		t.Errorf("same bytes: stage %s (%s), want unchanged", r.Stage, r.Message)
+	}
+
+	started := time.Now().Add(-2 * time.Minute)
+	r = catalog.Rollout{Policy: p.Key(), Stage: catalog.StageCanary, Model: "m", From: "1", To: "3", CanaryNodes: []string{"edge-a-1"}, CanaryRequests: 100,
+		Steps: []catalog.RolloutStep{{Time: started, Stage: catalog.StageCanary}}}
+	drifts := []catalog.Drift{{Policy: p.Key(), Version: "3", Node: "edge-a-1", Served: 7}}
+	if err := c.advance(p, doc, &r, true, drifts); err != nil {
+		t.Fatal(err)
+	}
+	if r.Stage != catalog.StageRolledBack || !strings.Contains(r.Message, "served 7 of 100 requests in 1m0s (rollout.canaryTimeout)") {
+		t.Errorf("slow canary: stage %s (%s), want rolled back for the timeout", r.Stage, r.Message)
+	}
+}

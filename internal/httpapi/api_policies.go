@@ -12,8 +12,8 @@ import (
 	"time"
 
 	"github.com/strata-mesh/strata/api"
-	"github.com/strata-mesh/strata/internal/controller"
 	"github.com/strata-mesh/strata/internal/httpjson"
+	"github.com/strata-mesh/strata/internal/meshview"
 	"github.com/strata-mesh/strata/internal/serving"
 	"github.com/strata-mesh/strata/policy"
 	"github.com/strata-mesh/strata/storage"
@@ -86,7 +86,7 @@ type PlanResult struct {
 }
 
 // remoteClients are the other sites of a federated mesh as client sites
-// of this one's (controller.RemoteClients); none otherwise.
+// of this one's (meshview.RemoteClients); none otherwise.
 func (s *Server) remoteClients() []placement.RemoteClient {
 	if s.cfg.RemoteSites == nil {
 		return nil
@@ -95,7 +95,7 @@ func (s *Server) remoteClients() []placement.RemoteClient {
 	if err != nil {
 		return nil
 	}
-	return controller.RemoteClients(me.Site, s.cfg.RemoteSites())
+	return meshview.RemoteClients(me.Site, s.cfg.RemoteSites())
 }
 
 func (s *Server) handlePlan(w http.ResponseWriter, r *http.Request) {
@@ -332,14 +332,14 @@ func (s *Server) handlePlacements(w http.ResponseWriter, r *http.Request) {
 		st := PlacementStatus{Policy: p.Key(), Generation: p.Generation}
 		if rec, ok := recs[p.Key()]; ok {
 			for i, pn := range rec.Nodes {
-				as, ok := controller.AssignmentOf(byName[pn.Name], rec.Key)
+				as, ok := meshview.AssignmentOf(byName[pn.Name], rec.Key)
 				rec.Nodes[i].Admitted = ok && as.Accepted && as.Epoch == rec.Epoch
 			}
 			if p.Kind == policy.KindInferenceService {
 				replicaStates(&rec, byName)
 			}
 			st.Placement, st.PlacedGeneration = rec, rec.Generation
-		} else if controller.IsSweep(p) {
+		} else if meshview.IsSweep(p) {
 			// A sweep is never placed itself (its trials are): its
 			// experiment says where it stands.
 			st.Placement = sweepPlacement(p, s.cfg.Catalog, nodes)
@@ -419,7 +419,7 @@ func replicaStates(rec *catalog.Placement, byName map[string]mesh.Node) {
 
 // unplaced says why a policy of kind has no placement yet, as this agent
 // sees the mesh: a training job waits while no controller-capable agent
-// is reachable (see controller.UnreachableControllers).
+// is reachable (see meshview.UnreachableControllers).
 // sweepPlacement is what GET /v1/placements says of a sweep: its
 // experiment's state (running, training, succeeded, failed) and a line
 // on its trials, or pending until its owner starts the experiment of
@@ -458,7 +458,7 @@ func trialSummary(e catalog.Experiment) string {
 }
 
 func unplaced(kind string, nodes []mesh.Node) string {
-	if away := controller.UnreachableControllers(nodes); kind == policy.KindTrainingJob && len(away) > 0 {
+	if away := meshview.UnreachableControllers(nodes); kind == policy.KindTrainingJob && len(away) > 0 {
 		return fmt.Sprintf("waiting for a controller-capable agent (%s: none reachable); only they place training jobs, so that no job is placed on both sides of a cut", strings.Join(away, ", "))
 	}
 	return "waiting for its owner to place it"

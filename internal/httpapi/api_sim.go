@@ -7,8 +7,8 @@ import (
 	"net/http"
 
 	"github.com/strata-mesh/strata/internal/catalog"
-	"github.com/strata-mesh/strata/internal/controller"
 	"github.com/strata-mesh/strata/internal/httpjson"
+	"github.com/strata-mesh/strata/internal/meshview"
 	"github.com/strata-mesh/strata/policy"
 	"github.com/strata-mesh/strata/sim"
 )
@@ -67,7 +67,7 @@ func (s *Server) handleSim(w http.ResponseWriter, r *http.Request) {
 		if err != nil {
 			continue // its placement says why; a what-if cannot plan it either
 		}
-		snap, err := controller.Snapshot(nodes, p.Key(), remote...)
+		snap, err := meshview.Snapshot(nodes, p.Key(), remote...)
 		if err != nil {
 			httpjson.Error(w, http.StatusInternalServerError, "", "%v", err)
 			return
@@ -82,7 +82,7 @@ func (s *Server) handleSim(w http.ResponseWriter, r *http.Request) {
 		}
 		pols = append(pols, pr)
 	}
-	mesh, err := controller.Snapshot(nodes, "", remote...)
+	mesh, err := meshview.Snapshot(nodes, "", remote...)
 	if err != nil {
 		httpjson.Error(w, http.StatusInternalServerError, "", "%v", err)
 		return
@@ -105,7 +105,7 @@ func (s *Server) placeable(p catalog.Policy) bool {
 	switch {
 	case p.Kind == policy.KindInferenceService:
 		return true
-	case p.Kind != policy.KindTrainingJob || controller.IsSweep(p):
+	case p.Kind != policy.KindTrainingJob || meshview.IsSweep(p):
 		return false
 	}
 	j, err := s.cfg.Catalog.Jobs.Value(p.Name)

@@ -8,8 +8,8 @@ import (
 
 	"github.com/strata-mesh/strata/api"
 	"github.com/strata-mesh/strata/internal/catalog"
-	"github.com/strata-mesh/strata/internal/controller"
 	"github.com/strata-mesh/strata/internal/httpjson"
+	"github.com/strata-mesh/strata/internal/meshview"
 	"github.com/strata-mesh/strata/mesh"
 	"github.com/strata-mesh/strata/placement"
 )
@@ -71,7 +71,7 @@ func (s *Server) evaluate(p catalog.Policy, nodes []mesh.Node, remote []placemen
 	if err := policyGate(doc, nodes); errors.As(err, &ge) {
 		return nil, &refusal{code: http.StatusConflict, field: ge.Field, err: fmt.Errorf("%s: %w", p.Key(), err)}
 	}
-	snap, err := controller.Snapshot(nodes, p.Key(), remote...)
+	snap, err := meshview.Snapshot(nodes, p.Key(), remote...)
 	if err != nil {
 		return nil, &refusal{code: http.StatusInternalServerError, err: err}
 	}
@@ -129,7 +129,7 @@ func placeRefusal(key string, err error) *refusal {
 // infeasible warns that dec places less than req wants, as the controller
 // would find it now: "" when it places everything.
 func infeasible(key string, req *placement.Request, dec *placement.Decision) string {
-	why := controller.SummarizeRejections(dec.Rejected, dec.Fallbacks)
+	why := meshview.SummarizeRejections(dec.Rejected, dec.Fallbacks)
 	switch {
 	case dec.Feasible:
 		return ""

@@ -1,0 +1,80 @@
+package controller
+
+import (
+	"fmt"
+	"slices"
+	"strings"
+
+	"github.com/strata-mesh/strata/internal/catalog"
+	"github.com/strata-mesh/strata/mesh"
+	"github.com/strata-mesh/strata/placement"
+)
+
+// admit answers every placement that names this node: admitted against
+// the node's ledger, or refused; and releases what no placement names any
+// more. The answers are published in the node's document.
+func (c *Controller) admit() {
+	self := c.cfg.Mesh.Local()
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.ledger == nil {
+		var gpus []placement.GPU
+		for _, g := range self.Capabilities.GPUs {
+			gpus = append(gpus, placement.GPU{Model: g.Model, Memory: g.Memory, Healthy: g.Healthy, Free: true})
+		}
+		c.ledger = placement.NewLedger(self.Capabilities.CPU.Millicores, self.Capabilities.Memory.Total, gpus)
+	}
+	changed := false
+	wanted := map[string]catalog.Placement{}
+	for key, rec := range c.readyPlacements() {
+		for _, pn := range rec.Nodes {
+			if pn.Name == c.cfg.Mesh.Name() {
+				wanted[key] = rec
+			}
+		}
+	}
+	// Release what is no longer ours, or was placed again at a newer
+	// epoch. A record of an older epoch than the one held (a lagging
+	// owner's, or a copy that arrived late) changes nothing here: the
+	// node goes on serving the newer one.
+	for key, as := range c.held {
+		rec, ok := wanted[key]
+		if ok && (rec.Epoch == as.Epoch || rec.Epoch < as.Epoch && as.Accepted) {
+			continue
+		}
+		if as.Accepted {
+			c.ledger.Release(assignmentID(key, as.Epoch))
+		}
+		delete(c.held, key)
+		changed = true
+	}
+	for key, rec := range wanted {
+		if _, ok := c.held[key]; ok {
+			continue
+		}
+		as := mesh.Assignment{Key: key, Epoch: rec.Epoch}
+		grant, err := c.ledger.Admit(placement.Assignment{ID: assignmentID(key, rec.Epoch), Key: key, Epoch: rec.Epoch, Resources: rec.Resources})
+		if err != nil {
+			as.Reason = strings.TrimPrefix(err.Error(), "placement: refused: ")
+			c.log.Info("refused assignment", "policy", key, "epoch", rec.Epoch, "reason", as.Reason)
+		} else {
+			as.Accepted, as.CPU, as.Memory, as.GPUs = true, rec.Resources.CPU, rec.Resources.Memory, grant.GPUs
+			c.log.Info("admitted assignment", "policy", key, "epoch", rec.Epoch)
+		}
+		c.held[key] = as
+		changed = true
+	}
+	if !changed {
+		return
+	}
+	var list []mesh.Assignment
+	for _, as := range c.held {
+		list = append(list, as)
+	}
+	slices.SortFunc(list, func(x, y mesh.Assignment) int { return strings.Compare(x.Key, y.Key) })
+	if err := c.cfg.Mesh.Update(func(s *mesh.NodeState) { s.Assignments, s.Load = list, c.cfg.Load(s.Capabilities, list) }); err != nil {
+		c.log.Warn("publishing assignments", "err", err)
+	}
+}
+
+func assignmentID(key string, epoch uint64) string { return fmt.Sprintf("%s@%d", key, epoch) }

@@ -1,0 +1,301 @@
+package controller
+
+import (
+	"cmp"
+	"errors"
+	"fmt"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/strata-mesh/strata/internal/catalog"
+	"github.com/strata-mesh/strata/internal/meshview"
+	"github.com/strata-mesh/strata/mesh"
+	"github.com/strata-mesh/strata/placement"
+	"github.com/strata-mesh/strata/policy"
+)
+
+// holdJob says why training job key, which needs placing, must wait, or
+// "" when it may be placed now. A training job runs to completion at most
+// once, so it is not placed
+//   - by an agent that owns it only because no controller-capable agent
+//     is reachable (see UnreachableControllers), nor
+//   - while a node that may still run it (alive, in an unreachable site,
+//     or failed for less than JobGrace) has admitted an epoch of it newer
+//     than the placement held here: the placement was made by an owner
+//     whose record has not reached this agent yet (it wrote it and failed
+//     before it spread, or it was cut off).
+func (c *Controller) holdJob(key string, rec catalog.Placement, have bool, nodes []mesh.Node, cut map[string]bool) string {
+	if away := meshview.UnreachableControllers(nodes); len(away) > 0 {
+		return fmt.Sprintf("no controller-capable agent is reachable (%s): only they place training jobs, so that no job is placed on both sides of a cut", strings.Join(away, ", "))
+	}
+	for _, n := range nodes {
+		as, ok := meshview.AssignmentOf(n, key)
+		if !ok || !as.Accepted || (have && as.Epoch <= rec.Epoch) {
+			continue
+		}
+		switch {
+		case n.Status == mesh.StatusAlive, n.Status == mesh.StatusSuspect, n.Status == mesh.StatusUnreachable,
+			n.Status == mesh.StatusFailed && (cut[n.Site] || time.Since(c.failedSince[n.Name]) < JobGrace):
+			return fmt.Sprintf("node %s admitted epoch %d of it, whose placement has not reached this agent yet", n.Name, as.Epoch)
+		}
+	}
+	return ""
+}
+
+// lastEpoch returns the newest epoch of policy key that any node has
+// answered: a new placement takes a later one, even where the record of
+// that epoch never reached this agent.
+func lastEpoch(nodes []mesh.Node, key string) uint64 {
+	var e uint64
+	for _, n := range nodes {
+		if as, ok := meshview.AssignmentOf(n, key); ok {
+			e = max(e, as.Epoch)
+		}
+	}
+	return e
+}
+
+// reconcile places every policy this agent owns whose placement is
+// missing, stale, or lost a node.
+func (c *Controller) reconcile() {
+	nodes := c.cfg.Mesh.Nodes()
+	if len(nodes) > 1 && time.Now().Before(c.settleUntil) {
+		return // see settle
+	}
+	owners := meshview.Owners(nodes)
+	c.noteOwners(owners)
+	byName := map[string]mesh.Node{}
+	for _, n := range nodes {
+		byName[n.Name] = n
+	}
+	cut := cutOrCutting(nodes)
+	if live := liveNames(nodes); live != c.liveNodes {
+		c.liveNodes = live
+		c.mu.Lock()
+		clear(c.tries) // retry what was placed in part soon
+		c.mu.Unlock()
+	}
+	since := map[string]time.Time{}
+	for _, n := range nodes {
+		if n.Status == mesh.StatusFailed {
+			since[n.Name] = cmp.Or(c.failedSince[n.Name], time.Now())
+		}
+	}
+	c.failedSince = since
+	recs := c.placements()
+	view := &round{c: c, nodes: nodes, byName: byName}
+	for _, p := range c.policies() {
+		key := p.Key()
+		if !c.owns(key, owners) {
+			continue
+		}
+		rec, have := recs[key]
+		if p.Kind == policy.KindTrainingJob && c.facts(p).sweep {
+			continue // its trials are placed, not it
+		}
+		if p.Kind == policy.KindTrainingJob {
+			if j, err := c.cfg.Catalog.Jobs.Value(p.Name); err == nil && j.Over(p.Generation, rec.Epoch) {
+				if !have || rec.State != catalog.StateDone {
+					rec = catalog.Placement{Key: key, Kind: p.Kind, Name: p.Name, Owner: c.cfg.Mesh.Name(), Epoch: rec.Epoch + 1, Generation: p.Generation,
+						State: catalog.StateDone, Message: fmt.Sprintf("job %s on %s; its nodes are released", j.State, j.Node), Updated: time.Now().UTC()}
+					c.write(rec)
+				}
+				continue
+			}
+		}
+		if have && rec.State == catalog.StatePending && rec.Generation == p.Generation && allAdmitted(rec, byName) {
+			rec.State, rec.Message, rec.Updated = catalog.StatePlaced, "every node admitted the work", time.Now().UTC()
+			if len(rec.Nodes) < rec.Wanted {
+				rec.Message = partly(rec)
+			}
+			c.write(rec)
+		}
+		if have && p.Kind == policy.KindInferenceService && rec.State == catalog.StatePlaced && noteReplicas(&rec, byName) {
+			c.write(rec)
+		}
+		need, why := c.needsPlacement(p, rec, have, byName, cut)
+		if !need {
+			continue
+		}
+		if p.Kind == policy.KindTrainingJob {
+			if wait := c.holdJob(key, rec, have, nodes, cut); wait != "" {
+				if c.holding[key] != wait {
+					c.log.Info("not placing training job yet", "policy", key, "why", why, "waiting", wait)
+				}
+				c.holding[key] = wait
+				continue
+			}
+			delete(c.holding, key)
+		}
+		c.place(p, rec, have, view, cut, why)
+	}
+	// Placements of deleted policies: the owner of the key removes them.
+	// Only ready ones: a placement that reached this agent before its
+	// policy (a sync after a cut) waits for it, and deleting it would
+	// delete it everywhere, stopping the job or service it placed.
+	for key := range c.readyPlacements() {
+		if _, err := c.cfg.Catalog.Policies.Get(key); errors.Is(err, catalog.ErrNotFound) && placement.Owner(key, owners) == c.cfg.Mesh.Name() {
+			_ = c.cfg.Catalog.Placements.Delete(key)
+		}
+	}
+}
+
+// cutOrCutting returns the unreachable sites among nodes, and the sites
+// being cut: no node alive, some suspect. A site cut off by the network
+// stops answering as a whole, but its nodes are declared failed one by
+// one; until the last is, the first failed one looks like a node failure,
+// and its replicas would move away from the site's clients, then move
+// again after the heal with no node at fault. Seen so, a node failure in
+// a site whose other nodes answer is still one.
+func cutOrCutting(nodes []mesh.Node) map[string]bool {
+	cut := mesh.UnreachableSites(nodes)
+	alive, suspect := map[string]bool{}, map[string]bool{}
+	for _, n := range nodes {
+		switch n.Status {
+		case mesh.StatusAlive:
+			alive[n.Site] = true
+		case mesh.StatusSuspect:
+			suspect[n.Site] = true
+		}
+	}
+	for site := range suspect {
+		if !alive[site] {
+			cut[site] = true
+		}
+	}
+	return cut
+}
+
+// liveNames lists the alive or suspect nodes' names in one string.
+func liveNames(nodes []mesh.Node) string {
+	var b strings.Builder
+	for _, n := range nodes {
+		if n.Status == mesh.StatusAlive || n.Status == mesh.StatusSuspect {
+			b.WriteString(n.Name)
+			b.WriteByte(0)
+		}
+	}
+	return b.String()
+}
+
+// noteOwners records the set of owners of this pass (see ownerSettle).
+func (c *Controller) noteOwners(owners []string) {
+	sorted := slices.Sorted(slices.Values(owners))
+	if slices.Equal(sorted, c.owners) {
+		return
+	}
+	if c.owners != nil {
+		c.prevOwners, c.ownersChanged = c.owners, time.Now()
+	}
+	c.owners = sorted
+}
+
+// owns says whether this agent owns policy key among owners and may act on
+// it now. Within ownerSettle of a change of
+// that set it leaves alone a policy that the previous set gave to another
+// agent: that agent may not be gone (a busy host declared failed refutes
+// it within seconds), and may not have seen the change yet.
+func (c *Controller) owns(key string, owners []string) bool {
+	if placement.Owner(key, owners) != c.cfg.Mesh.Name() {
+		return false
+	}
+	return time.Since(c.ownersChanged) >= ownerSettle || placement.Owner(key, c.prevOwners) == c.cfg.Mesh.Name()
+}
+
+// needsPlacement says whether p must be placed (again), and why. A failed
+// node of an unreachable site (cut, every node gone) is not a reason: the
+// replica there serves that site's clients, who are cut off with it.
+func (c *Controller) needsPlacement(p catalog.Policy, rec catalog.Placement, have bool, byName map[string]mesh.Node, cut map[string]bool) (bool, string) {
+	switch {
+	case !have:
+		return true, "new policy"
+	case rec.Generation != p.Generation:
+		return true, "policy changed"
+	}
+	for _, pn := range rec.Nodes {
+		n, ok := byName[pn.Name]
+		if ok && (n.Status == mesh.StatusUnreachable || n.Status == mesh.StatusFailed && cut[n.Site]) {
+			continue
+		}
+		if ok && n.Status == mesh.StatusFailed && p.Kind == policy.KindTrainingJob && time.Since(c.failedSince[n.Name]) < JobGrace {
+			// The node may be cut off or paused with the job running: it
+			// stops the run (or will not record it) once its lease lapses.
+			continue
+		}
+		if !ok || n.Status == mesh.StatusFailed || n.Status == mesh.StatusLeft {
+			return true, fmt.Sprintf("node %s is %s", pn.Name, statusOr(n.Status, "gone"))
+		}
+		if as, ok := meshview.AssignmentOf(n, rec.Key); ok && as.Epoch == rec.Epoch && !as.Accepted {
+			// A stale-epoch refusal says a newer placement exists: placed
+			// again, the policy takes an epoch after it, on the same node.
+			return true, fmt.Sprintf("node %s refused: %s", pn.Name, as.Reason)
+		}
+	}
+	if rec.State == catalog.StateFailed || len(rec.Nodes) < rec.Wanted || rec.State == catalog.StatePending && len(rec.Nodes) == 0 {
+		c.mu.Lock()
+		due := time.Since(c.lastTry[rec.Key]) > retryDelay(c.tries[rec.Key])
+		c.mu.Unlock()
+		if due {
+			return true, "retrying an incomplete placement"
+		}
+	}
+	return false, ""
+}
+
+// noteReplicas records in rec what each of its nodes that this agent sees
+// reports of the service's replica (loading, serving, failed and why),
+// and says whether that changed. The record travels to every site: an
+// agent of another site, which sees none of these nodes, tells from it
+// whether the service serves (GET /v1/placements), as this site's do.
+func noteReplicas(rec *catalog.Placement, byName map[string]mesh.Node) bool {
+	changed := false
+	for i, pn := range rec.Nodes {
+		n, ok := byName[pn.Name]
+		if !ok {
+			continue
+		}
+		for _, r := range n.Replicas {
+			if r.Policy == rec.Key && (pn.Replica != r.State || pn.Reason != r.Reason) {
+				rec.Nodes[i].Replica, rec.Nodes[i].Reason = r.State, r.Reason
+				changed = true
+			}
+		}
+	}
+	if changed {
+		rec.Updated = time.Now().UTC()
+	}
+	return changed
+}
+
+// staleRefusal says whether as refused its epoch only because the node
+// had seen a newer one: no reason to keep the policy off that node.
+func staleRefusal(as mesh.Assignment) bool {
+	return strings.HasPrefix(as.Reason, string(placement.ReasonStaleEpoch))
+}
+
+func statusOr(s mesh.Status, def string) string {
+	if s == "" {
+		return def
+	}
+	return string(s)
+}
+
+// waiting says whether err of placement.Place is the mesh's state rather
+// than the policy's fault: a client site unreachable or not measured yet.
+func waiting(err error) bool {
+	return errors.Is(err, placement.ErrClientUnreachable) || errors.Is(err, placement.ErrClientNotMeasured)
+}
+
+// allAdmitted says whether every node of rec is live and admitted rec's
+// epoch.
+func allAdmitted(rec catalog.Placement, byName map[string]mesh.Node) bool {
+	for _, pn := range rec.Nodes {
+		n := byName[pn.Name]
+		as, ok := meshview.AssignmentOf(n, rec.Key)
+		if !ok || as.Epoch != rec.Epoch || !as.Accepted || n.Status != mesh.StatusAlive && n.Status != mesh.StatusSuspect {
+			return false
+		}
+	}
+	return len(rec.Nodes) > 0
+}

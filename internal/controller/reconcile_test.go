@@ -1,0 +1,250 @@
+package controller
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"math/rand/v2"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	dto "github.com/prometheus/client_model/go"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/strata-mesh/strata/internal/catalog"
+	"github.com/strata-mesh/strata/internal/catalog/catalogtest"
+	"github.com/strata-mesh/strata/internal/meshview"
+	"github.com/strata-mesh/strata/mesh"
+	"github.com/strata-mesh/strata/placement"
+	"github.com/strata-mesh/strata/policy"
+)
+
+// TestTrainingJobWaits: a training job is not placed by an agent that owns
+// it only because every controller-capable agent is unreachable, nor while
+// a node that may still run it admitted an epoch of it that this agent has
+// no record of; a new placement takes an epoch after every answered one.
+func TestTrainingJobWaits(t *testing.T) {
+	t.Parallel()
+	const key = "TrainingJob/train"
+	c := New(Config{})
+	held := catalog.Placement{Key: key, Epoch: 1, Nodes: []catalog.PlacedNode{{Name: "e1"}}}
+
+	// The controllers are cut off: the edge agents own the job in their
+	// stead, and do not place it.
+	nodes := []mesh.Node{controllerNode("c1"), node("e1", "edge", mesh.StatusAlive, key, 0), node("e2", "edge", mesh.StatusAlive, key, 0)}
+	nodes[0].Status = mesh.StatusFailed
+	if owners := meshview.Owners(nodes); !slices.Equal(owners, []string{"e1", "e2"}) {
+		t.Fatalf("owners %v, want the live edge agents in the controller's stead", owners)
+	}
+	if why := c.holdJob(key, catalog.Placement{}, false, nodes, nil); !strings.Contains(why, "(c1)") {
+		t.Errorf("placed by a stand-in owner (%q); want it held, naming c1", why)
+	}
+	// One that left does not count: none is known any more.
+	nodes[0].Status = mesh.StatusLeft
+	if why := c.holdJob(key, catalog.Placement{}, false, nodes, nil); why != "" {
+		t.Errorf("held (%q) though no controller-capable agent is known", why)
+	}
+
+	// A controller is back; e2 admitted epoch 2, which this agent never
+	// received: the job waits while e2 may run it.
+	nodes[0].Status = mesh.StatusAlive
+	nodes[2] = node("e2", "edge", mesh.StatusAlive, key, 2)
+	for _, st := range []mesh.Status{mesh.StatusAlive, mesh.StatusSuspect, mesh.StatusUnreachable} {
+		nodes[2].Status = st
+		if why := c.holdJob(key, held, true, nodes, nil); !strings.Contains(why, "e2 admitted epoch 2") {
+			t.Errorf("e2 %s: placed (%q) while it may run epoch 2", st, why)
+		}
+	}
+	nodes[2].Status = mesh.StatusFailed
+	c.failedSince["e2"] = time.Now()
+	if why := c.holdJob(key, held, true, nodes, nil); why == "" {
+		t.Error("placed while e2 failed within its job grace")
+	}
+	c.failedSince["e2"] = time.Now().Add(-JobGrace - time.Second)
+	if why := c.holdJob(key, held, true, nodes, nil); why != "" {
+		t.Errorf("held (%q) though e2 failed longer ago than its lease", why)
+	}
+	if e := lastEpoch(nodes, key); e != 2 {
+		t.Errorf("last epoch %d, want 2: a new placement must not reuse e2's", e)
+	}
+	// The record of epoch 2 arrived: nothing waits for it.
+	nodes[2].Status = mesh.StatusAlive
+	held.Epoch = 2
+	if why := c.holdJob(key, held, true, nodes, nil); why != "" {
+		t.Errorf("held (%q) by the epoch this agent holds", why)
+	}
+}
+
+// TestSettlingPlacesNothing: a controller that has just started or resumed
+// from a pause, and knows other nodes, places nothing until its view of
+// the mesh is current; then it places.
+func TestSettlingPlacesNothing(t *testing.T) {
+	t.Parallel()
+	cat := catalog.New(catalogtest.NewStore(), nil)
+	if _, err := cat.Policies.Put(catalog.Policy{Kind: policy.KindInferenceService, Name: "web", Source: webSource, Generation: 1}); err != nil {
+		t.Fatal(err)
+	}
+	c := New(Config{Mesh: &fakeMesh{nodes: []mesh.Node{controllerNode("c1"), node("e1", "edge", mesh.StatusFailed, "", 0)}}, Catalog: cat, Compile: meshview.Compile})
+	c.settleUntil = time.Now().Add(time.Hour)
+	c.reconcile()
+	if _, err := cat.Placements.Get("InferenceService/web"); err == nil {
+		t.Fatal("placed while settling")
+	}
+	c.settleUntil = time.Now()
+	c.reconcile()
+	if _, err := cat.Placements.Value("InferenceService/web"); err != nil {
+		t.Fatalf("not placed once settled: %v", err)
+	}
+}
+
+// TestNewOwnerWaits: when the set of owners changes (a controller is
+// declared failed), the agent that now owns its policies waits
+// ownerSettle before it places them: the other may be a busy host that
+// refutes its failure within seconds, and has placed them meanwhile. A
+// suspect controller is still an owner.
+func TestNewOwnerWaits(t *testing.T) {
+	t.Parallel()
+	cat := catalog.New(catalogtest.NewStore(), nil)
+	m := &fakeMesh{nodes: []mesh.Node{controllerNode("c1"), controllerNode("c2")}}
+	// A policy that c2 owns while both are live.
+	name := ""
+	for i := 0; name == ""; i++ {
+		if n := fmt.Sprintf("web-%d", i); placement.Owner(policy.KindInferenceService+"/"+n, []string{"c1", "c2"}) == "c2" {
+			name = n
+		}
+	}
+	key := policy.KindInferenceService + "/" + name
+	src := strings.Replace(webSource, "{name: web}", "{name: "+name+"}", 1)
+	if _, err := cat.Policies.Put(catalog.Policy{Kind: policy.KindInferenceService, Name: name, Source: src, Generation: 1}); err != nil {
+		t.Fatal(err)
+	}
+	c := New(Config{Mesh: m, Catalog: cat, Compile: meshview.Compile})
+	c.reconcile()
+	m.nodes[1].Status = mesh.StatusSuspect
+	c.reconcile()
+	if _, err := cat.Placements.Get(key); err == nil {
+		t.Fatal("placed by c1 although its owner c2 is only suspect")
+	}
+	m.nodes[1].Status = mesh.StatusFailed
+	c.reconcile()
+	if _, err := cat.Placements.Get(key); err == nil {
+		t.Fatal("placed by c1 at once when c2 was declared failed")
+	}
+	c.ownersChanged = time.Now().Add(-ownerSettle)
+	c.reconcile()
+	if _, err := cat.Placements.Value(key); err != nil {
+		t.Fatalf("not placed by c1 once owners settled: %v", err)
+	}
+}
+
+// TestFlappingMembersPlaceOnce: two controllers whose views of each other
+// flap (each sees the other failed in some passes, as a busy host's
+// probes time out) while 300 policies are applied in batches. No policy
+// is placed by both: a controller that sees the other fail waits
+// ownerSettle before it takes the other's policies, and the flaps are
+// shorter than that.
+func TestFlappingMembersPlaceOnce(t *testing.T) {
+	t.Parallel()
+	stores := []*catalogtest.Store{catalogtest.NewStore(), catalogtest.NewStore()}
+	workers := []mesh.Node{gpuNode("w1", 64000), gpuNode("w2", 64000), gpuNode("w3", 64000)}
+	for i := range workers {
+		workers[i].Controller = false
+	}
+	var ctls []*Controller
+	var views []*fakeMesh
+	for i, name := range []string{"c1", "c2"} {
+		other := map[string]string{"c1": "c2", "c2": "c1"}[name]
+		v := &fakeMesh{nodes: append([]mesh.Node{controllerNode(name), controllerNode(other)}, workers...)}
+		views = append(views, v)
+		ctls = append(ctls, New(Config{Mesh: v, Catalog: catalog.New(stores[i], nil), Compile: meshview.Compile}))
+	}
+	rng := rand.New(rand.NewPCG(1, 2))
+	placedBy := map[string]map[string]bool{}
+	for round := range 30 {
+		for j := range 10 {
+			name := fmt.Sprintf("svc-%d-%d", round, j)
+			src := strings.Replace(webSource, "{name: web}", "{name: "+name+"}", 1)
+			for _, s := range stores {
+				if _, err := catalog.New(s, nil).Policies.Put(catalog.Policy{Kind: policy.KindInferenceService, Name: name, Source: src, Generation: 1}); err != nil {
+					t.Fatal(err)
+				}
+			}
+		}
+		for i, c := range ctls {
+			// In about one pass in three, this controller sees the other
+			// failed.
+			views[i].nodes[1].Status = mesh.StatusAlive
+			if rng.IntN(3) == 0 {
+				views[i].nodes[1].Status = mesh.StatusFailed
+			}
+			c.reconcile()
+			for _, e := range stores[i].List("placements/") {
+				var rec catalog.Placement
+				if err := json.Unmarshal(e.Value, &rec); err != nil {
+					t.Fatal(err)
+				}
+				if placedBy[rec.Key] == nil {
+					placedBy[rec.Key] = map[string]bool{}
+				}
+				placedBy[rec.Key][rec.Owner] = true
+			}
+		}
+		// Replication: each placement reaches the other controller.
+		for i, s := range stores {
+			for _, e := range s.List("placements/") {
+				if _, ok := stores[1-i].Lookup(e.Key); !ok {
+					s.Deliver(stores[1-i], e.Key)
+				}
+			}
+		}
+	}
+	twice := 0
+	for key, by := range placedBy {
+		if len(by) > 1 {
+			twice++
+			t.Errorf("%s placed by %d owners", key, len(by))
+		}
+	}
+	if len(placedBy) != 300 || twice > 0 {
+		t.Errorf("%d of 300 policies placed, %d by two owners", len(placedBy), twice)
+	}
+}
+
+// TestSlowPassIsNoPause: a pass that takes longer than pauseGap (thousands
+// of records on a busy host) is not a pause: the controller does not
+// settle after it, which would stop it placing anything while its passes
+// stay that slow.
+func TestSlowPassIsNoPause(t *testing.T) {
+	t.Parallel()
+	c := New(Config{Mesh: &fakeMesh{nodes: []mesh.Node{gpuNode("a", 1000), gpuNode("b", 1000)}}, Catalog: catalog.New(catalogtest.NewStore(), nil), Registerer: prometheus.NewRegistry()})
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	passes := 0
+	c.steps = c.steps[:0]
+	c.steps = append(c.steps, struct {
+		name string
+		run  func()
+	}{"slow", func() {
+		passes++
+		switch passes {
+		case 1:
+			// The behaviour under test is a pass that takes wall time:
+			// this sleep is that pass, not a wait for something.
+			time.Sleep(pauseGap + 500*time.Millisecond)
+		case 2:
+			cancel()
+		}
+	}})
+	start := time.Now()
+	c.Run(ctx)
+	var m dto.Metric
+	if err := c.pauses.Write(&m); err != nil {
+		t.Fatal(err)
+	}
+	// Only the settle of its start (a mesh of two nodes it knew).
+	if n := m.GetCounter().GetValue(); n != 0 || c.settleUntil.After(start.Add(settle+time.Second)) {
+		t.Errorf("after a pass of %v: %v pauses counted, settling %v after the start; want none, and only the start's %v", pauseGap+500*time.Millisecond, n, c.settleUntil.Sub(start), settle)
+	}
+}

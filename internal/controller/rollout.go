@@ -1,0 +1,353 @@
+package controller
+
+import (
+	"cmp"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/strata-mesh/strata/internal/catalog"
+	"github.com/strata-mesh/strata/internal/meshview"
+	"github.com/strata-mesh/strata/internal/serving"
+	"github.com/strata-mesh/strata/mesh"
+	"github.com/strata-mesh/strata/policy"
+	"github.com/strata-mesh/strata/storage"
+	"go.yaml.in/yaml/v3"
+)
+
+// canaryMinRequests is how many requests a canary serves before its error
+// rate can roll it back.
+const canaryMinRequests = 20
+
+// step moves r to stage, saying why, and records the step in its history.
+func step(r *catalog.Rollout, stage, format string, args ...any) {
+	r.Stage, r.Message, r.Updated = stage, fmt.Sprintf(format, args...), time.Now().UTC()
+	r.Steps = append(r.Steps, catalog.RolloutStep{Time: r.Updated, Stage: stage, Message: r.Message})
+}
+
+// rollouts drives the retrain-and-rollout of every service this agent owns:
+// a drift alarm on the served version starts a TrainingJob; its model
+// becomes a canary at the drifted site; the canary is promoted after its
+// requests without regression, or rolled back.
+func (c *Controller) rollouts() {
+	owners := meshview.Owners(c.cfg.Mesh.Nodes())
+	var drifts []catalog.Drift
+	for _, p := range c.policies() {
+		if p.Kind != policy.KindInferenceService || !c.owns(p.Key(), owners) {
+			continue
+		}
+		doc, err := p.Document()
+		if err != nil || doc.InferenceService == nil || doc.InferenceService.Retrain == nil {
+			continue
+		}
+		if drifts == nil {
+			drifts = c.drifts()
+		}
+		var mine []catalog.Drift
+		for _, d := range drifts {
+			if d.Policy == p.Key() {
+				mine = append(mine, d)
+			}
+		}
+		r, have := c.cfg.Catalog.ActiveRollout(p)
+		was := r
+		before, _ := json.Marshal(r)
+		if err := c.advance(p, doc, &r, have, mine); err != nil {
+			c.log.Warn("rollout", "policy", p.Key(), "err", err)
+		}
+		if after, _ := json.Marshal(r); r.Stage != "" && string(after) != string(before) {
+			var deps []mesh.Dep
+			if ref, ok := c.cfg.Catalog.Policies.Ref(p.Key()); ok {
+				deps = append(deps, ref)
+			}
+			if _, err := c.cfg.Catalog.Rollouts.Put(r, deps...); err != nil {
+				c.log.Warn("writing rollout", "policy", p.Key(), "err", err)
+			} else {
+				c.countRollout(p.Name, was, r)
+			}
+		}
+	}
+}
+
+func (c *Controller) advance(p catalog.Policy, doc *policy.Document, r *catalog.Rollout, have bool, drifts []catalog.Drift) error {
+	svc := doc.InferenceService
+	switch {
+	case !have || !r.Active():
+		cur := svc.Model.Version
+		if have {
+			cur = r.From
+			if r.Stage == catalog.StagePromoted {
+				cur = r.To
+			}
+		} else if m, err := serving.ModelManifest(c.cfg.Artifacts, svc.Model); err == nil {
+			cur = m.Version
+		}
+		var trig *catalog.Drift
+		for i, d := range drifts {
+			if d.Alarmed && d.Version == cur && (!have || d.AlarmAt.After(r.Updated)) {
+				trig = &drifts[i]
+				break
+			}
+		}
+		if trig == nil {
+			return nil
+		}
+		if have && cur == r.From && time.Now().Before(r.NextRetrainAfter) {
+			// Backing off: the alarm waits (r.Updated stays, so it still
+			// counts once the wait is over if it has not cleared).
+			r.Message = fmt.Sprintf("drift at %s/%s on %s@%s waits: %s of it ended without a new version; next retrain not before %s",
+				trig.Site, trig.Node, r.Model, cur, retrains(r.Attempt), r.NextRetrainAfter.Format(time.RFC3339))
+			return nil
+		}
+		return c.startRetrain(p, svc, r, cur, *trig)
+	case r.Stage == catalog.StageRetraining:
+		j, err := c.cfg.Catalog.Jobs.Value(r.Job)
+		if err != nil {
+			if rec, ok := c.placements()[policy.KindTrainingJob+"/"+r.Job]; ok && rec.State == catalog.StateFailed && r.Message != rec.Message {
+				r.Message, r.Updated = "waiting for a place to train: "+rec.Message, time.Now().UTC()
+			}
+			return nil
+		}
+		if !j.Terminal() {
+			return nil
+		}
+		// The job's placement is done with: free its nodes.
+		_ = c.cfg.Catalog.Policies.Delete(policy.KindTrainingJob + "/" + r.Job)
+		if j.State == catalog.JobFailed || j.Version == "" {
+			endUnpromoted(r, catalog.StageFailed, "training job %s failed: %s; %s@%s keeps serving", j.Name, cmp.Or(j.Error, "it registered no model"), r.Model, r.From)
+			return nil
+		}
+		r.To = j.Version
+		if same, digest := c.sameModel(r.Model, r.From, r.To); same {
+			endUnpromoted(r, catalog.StageUnchanged, "%s@%s trained by %s is the model already served (%s@%s, sha256:%.12s); nothing to roll out", r.Model, r.To, j.Name, r.Model, r.From, digest)
+			return nil
+		}
+		if t, ok := c.triedBefore(r, r.To); ok {
+			// The same data gave the same bytes: a model rolled back is
+			// not canaried again.
+			endUnpromoted(r, catalog.StageUnchanged, "%s@%s trained by %s is %s@%s again (%s at %s, sha256:%.12s); nothing to roll out",
+				r.Model, r.To, j.Name, r.Model, t.Version, t.Outcome, t.At.Format(time.RFC3339), t.Digest)
+			return nil
+		}
+		if s := svc.Rollout; s != nil && s.Strategy == policy.RolloutAll {
+			c.remember(r, r.To, catalog.StagePromoted)
+			step(r, catalog.StagePromoted, "%s@%s trained by %s on %s; rolling out everywhere at once (strategy all)", r.Model, r.To, j.Name, j.Node)
+			return nil
+		}
+		r.CanaryNodes = canaryNodes(c.placements()[p.Key()], r.CanarySite)
+		if len(r.CanaryNodes) == 0 {
+			c.remember(r, r.To, catalog.StagePromoted)
+			step(r, catalog.StagePromoted, "%s@%s trained by %s; no replica to canary on, promoted everywhere", r.Model, r.To, j.Name)
+			return nil
+		}
+		c.remember(r, r.To, catalog.StageCanary)
+		step(r, catalog.StageCanary, "%s@%s trained by %s on %s (accuracy %.3f); canary on %s for %d requests", r.Model, r.To, j.Name, j.Node, j.Accuracy, strings.Join(r.CanaryNodes, ","), r.CanaryRequests)
+	case r.Stage == catalog.StageCanary:
+		var served, failed uint64
+		for _, d := range drifts {
+			if d.Version != r.To || !slices.Contains(r.CanaryNodes, d.Node) {
+				continue
+			}
+			served, failed = served+d.Served, failed+d.Failed
+			if d.Alarmed {
+				r.Served, r.Failed = served, failed
+				c.remember(r, r.To, catalog.StageRolledBack)
+				endUnpromoted(r, catalog.StageRolledBack, "canary %s@%s drifted at %s too (%s); back to %s", r.Model, r.To, d.Node, alarmFeature(d), r.From)
+				return nil
+			}
+		}
+		if limit := canaryTimeout(svc); served < uint64(r.CanaryRequests) && time.Since(canaryStart(r)) > limit {
+			r.Served, r.Failed = served, failed
+			c.remember(r, r.To, catalog.StageRolledBack)
+			endUnpromoted(r, catalog.StageRolledBack, "canary %s@%s served %d of %d requests in %s (rollout.canaryTimeout); back to %s", r.Model, r.To, served, r.CanaryRequests, limit, r.From)
+			return nil
+		}
+		if served == r.Served && failed == r.Failed {
+			return nil
+		}
+		r.Served, r.Failed, r.Updated = served, failed, time.Now().UTC()
+		rate := float64(failed) / float64(max(served, 1))
+		switch {
+		case served >= canaryMinRequests && rate > r.MaxErrorRate:
+			c.remember(r, r.To, catalog.StageRolledBack)
+			endUnpromoted(r, catalog.StageRolledBack, "canary %s@%s failed %d of %d requests (%.1f%% > %.1f%%); back to %s", r.Model, r.To, failed, served, 100*rate, 100*r.MaxErrorRate, r.From)
+		case served >= uint64(r.CanaryRequests):
+			c.remember(r, r.To, catalog.StagePromoted)
+			step(r, catalog.StagePromoted, "canary %s@%s served %d requests, %d failed, no drift; promoted everywhere", r.Model, r.To, served, failed)
+		default:
+			r.Message = fmt.Sprintf("canary %s@%s on %s: %d of %d requests, %d failed", r.Model, r.To, strings.Join(r.CanaryNodes, ","), served, r.CanaryRequests, failed)
+		}
+	}
+	return nil
+}
+
+// sameModel reports whether two versions of a model have the same bytes,
+// and their digest.
+func (c *Controller) sameModel(model, a, b string) (bool, string) {
+	ma, err := c.cfg.Artifacts.Lookup(storage.KindModel, model, a)
+	if err != nil {
+		return false, ""
+	}
+	mb, err := c.cfg.Artifacts.Lookup(storage.KindModel, model, b)
+	if err != nil {
+		return false, ""
+	}
+	return ma.Digest == mb.Digest, ma.Digest
+}
+
+// canaryTimeout is how long a canary may take to serve its requests.
+func canaryTimeout(svc *policy.InferenceServiceSpec) time.Duration {
+	if r := svc.Rollout; r != nil && r.CanaryTimeout > 0 {
+		return time.Duration(r.CanaryTimeout)
+	}
+	return policy.DefaultCanaryTimeout
+}
+
+// canaryStart is when the rollout entered its canary stage.
+func canaryStart(r *catalog.Rollout) time.Time {
+	for i := len(r.Steps) - 1; i >= 0; i-- {
+		if r.Steps[i].Stage == catalog.StageCanary {
+			return r.Steps[i].Time
+		}
+	}
+	return r.Updated
+}
+
+// canaryNodes are the placed replicas in the drifted site, else the first.
+func canaryNodes(rec catalog.Placement, site string) []string {
+	var out []string
+	for _, n := range rec.Nodes {
+		if n.Site == site {
+			out = append(out, n.Name)
+		}
+	}
+	if len(out) == 0 && len(rec.Nodes) > 0 {
+		out = []string{rec.Nodes[0].Name}
+	}
+	return out
+}
+
+// startRetrain applies the service's retrain template as a TrainingJob
+// whose output becomes the model's next version.
+func (c *Controller) startRetrain(p catalog.Policy, svc *policy.InferenceServiceSpec, r *catalog.Rollout, cur string, d catalog.Drift) error {
+	seq := r.Seq + 1
+	steps, tried := r.Steps, r.Tried
+	attempt := 1
+	if r.From == cur {
+		// The last rollout left cur serving: this retrain counts on.
+		attempt = r.Attempt + 1
+	}
+	*r = catalog.Rollout{Policy: p.Key(), Generation: p.Generation, Seq: seq, Model: svc.Model.Name, From: cur, CanarySite: d.Site, Started: time.Now().UTC(), Steps: steps, Attempt: attempt, Tried: tried}
+	c.remember(r, cur, catalog.OutcomeServed)
+	if len(r.Steps) > 20 {
+		r.Steps = slices.Delete(r.Steps, 0, len(r.Steps)-20)
+	}
+	r.CanaryRequests, r.MaxErrorRate = 100, 0.01
+	if s := svc.Rollout; s != nil {
+		if s.CanaryRequests > 0 {
+			r.CanaryRequests = s.CanaryRequests
+		}
+		if s.MaxErrorRate > 0 {
+			r.MaxErrorRate = s.MaxErrorRate
+		}
+	}
+	feature, det, stat := d.AlarmCause()
+	r.Trigger = &catalog.DriftTrigger{Site: d.Site, Node: d.Node, Version: d.Version, Samples: d.AlarmSeen, At: d.AlarmAt, Feature: feature, Statistic: stat, Detector: det}
+	for _, s := range d.Scores {
+		if s.Drifted {
+			r.Trigger.Drifted = append(r.Trigger.Drifted, s.Name)
+		}
+	}
+	for _, name := range d.AlarmDrifted {
+		if !slices.Contains(r.Trigger.Drifted, name) {
+			r.Trigger.Drifted = append(r.Trigger.Drifted, name)
+		}
+	}
+	r.To = c.cfg.Artifacts.NextVersion(svc.Model.Name, cur)
+	r.Job = fmt.Sprintf("%s-retrain-%d", p.Name, seq)
+	for {
+		// A job name left by an earlier generation is not reused.
+		if _, err := c.cfg.Catalog.Jobs.Value(r.Job); errors.Is(err, mesh.ErrNotFound) {
+			break
+		}
+		seq++
+		r.Seq, r.Job = seq, fmt.Sprintf("%s-retrain-%d", p.Name, seq)
+	}
+	src, err := retrainSource(p, r.Job, svc.Model.Name, cur, r.To)
+	if err != nil {
+		endUnpromoted(r, catalog.StageFailed, "retrain template: %v", err)
+		return err
+	}
+	job := catalog.Policy{Kind: policy.KindTrainingJob, Name: r.Job, Source: src, File: p.File, Generation: 1, Applied: time.Now().UTC(), AppliedAt: c.cfg.Mesh.Name(), Site: p.Site}
+	if _, err := c.cfg.Catalog.Policies.Put(job); err != nil {
+		return err
+	}
+	step(r, catalog.StageRetraining, "drift at %s/%s on %s@%s (%s %s=%.4g after %d samples); training %s@%s as job %s",
+		d.Site, d.Node, r.Model, cur, det, feature, stat, d.AlarmSeen, r.Model, r.To, r.Job)
+	c.log.Info("drift detected: retraining", "policy", p.Key(), "site", d.Site, "job", r.Job, "to", r.To)
+	return nil
+}
+
+// retrainSource writes the TrainingJob document for a service's retrain:
+// its spec is the service's retrain: block as written; labels name the
+// service, the version it retrains (when known) and the model version the
+// job registers.
+func retrainSource(p catalog.Policy, job, model, from, version string) (string, error) {
+	var root yaml.Node
+	if err := yaml.Unmarshal([]byte(p.Source), &root); err != nil {
+		return "", err
+	}
+	spec := mapValue(mapValue(root.Content[0], "spec"), "retrain")
+	if spec == nil {
+		return "", fmt.Errorf("%s has no spec.retrain", p.Key())
+	}
+	str := func(s string) *yaml.Node { return &yaml.Node{Kind: yaml.ScalarNode, Value: s, Tag: "!!str"} }
+	labels := &yaml.Node{Kind: yaml.MappingNode, Content: []*yaml.Node{
+		str(catalog.LabelRetrainOf), str(p.Name), str(catalog.LabelOutputModel), str(model), str(catalog.LabelOutputVersion), str(version),
+	}}
+	if from != "" {
+		labels.Content = append(labels.Content, str(catalog.LabelRetrainFrom), str(from))
+	}
+	doc := &yaml.Node{Kind: yaml.MappingNode, Content: []*yaml.Node{
+		str("apiVersion"), str("strata/v1"),
+		str("kind"), str(policy.KindTrainingJob),
+		str("metadata"), {Kind: yaml.MappingNode, Content: []*yaml.Node{str("name"), str(job), str("labels"), labels}},
+		str("spec"), spec,
+	}}
+	return render(p.File, doc)
+}
+
+// render writes doc as YAML that parses as a policy of file, as the
+// policies a user applies do.
+func render(file string, doc *yaml.Node) (string, error) {
+	b, err := yaml.Marshal(doc)
+	if err != nil {
+		return "", err
+	}
+	if _, err := policy.Parse(file, b); err != nil {
+		return "", err
+	}
+	return string(b), nil
+}
+
+// mapValue is the value of key in mapping n, or nil.
+func mapValue(n *yaml.Node, key string) *yaml.Node {
+	if n == nil || n.Kind != yaml.MappingNode {
+		return nil
+	}
+	for i := 0; i+1 < len(n.Content); i += 2 {
+		if n.Content[i].Value == key {
+			return n.Content[i+1]
+		}
+	}
+	return nil
+}
+
+// alarmFeature names the feature a drift alarm is about.
+func alarmFeature(d catalog.Drift) string {
+	f, _, _ := d.AlarmCause()
+	return f
+}
