@@ -233,6 +233,7 @@ func (m *Mesh) List(prefix string) []Entry {
 func (m *Mesh) setEntryLocked(e *Entry) {
 	m.kv[e.Key] = e
 	t := tableOf(e.Key)
+	m.tableVersions[t]++
 	if m.kvTables[t] == nil {
 		m.kvTables[t] = map[string]*Entry{}
 	}
@@ -243,10 +244,20 @@ func (m *Mesh) setEntryLocked(e *Entry) {
 func (m *Mesh) deleteEntryLocked(key string) {
 	delete(m.kv, key)
 	t := tableOf(key)
+	m.tableVersions[t]++
 	delete(m.kvTables[t], key)
 	if len(m.kvTables[t]) == 0 {
 		delete(m.kvTables, t)
 	}
+}
+
+// TableVersion counts the changes to the entries of table (the keys up to
+// their first "/") held here: equal counts mean the table is as it was,
+// so a reader may keep what it derived from it.
+func (m *Mesh) TableVersion(table string) uint64 {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return m.tableVersions[table]
 }
 
 // tableOf is the table of a catalog key: up to its first "/", or the

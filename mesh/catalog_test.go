@@ -38,6 +38,16 @@ func TestCatalogReplicates(t *testing.T) {
 	if got := nodes[2].m.List("policies/"); len(got) != 2 || got[0].Key != "policies/a" {
 		t.Errorf("List = %v", got)
 	}
+	// A write counts as a change of its table, here and where it
+	// replicates, and of no other table.
+	pol, other := nodes[2].m.TableVersion("policies"), nodes[2].m.TableVersion("jobs")
+	if _, err := nodes[0].m.Put("policies/d", small); err != nil {
+		t.Fatal(err)
+	}
+	meshtest.WaitFor(t, 10*time.Second, "a third node to count the write", func() bool { return nodes[2].m.TableVersion("policies") > pol })
+	if got := nodes[2].m.TableVersion("jobs"); got != other {
+		t.Errorf("jobs changed %d times by a write of a policy", got-other)
+	}
 
 	// Concurrent writes of one key converge on one value everywhere.
 	for i, n := range nodes {

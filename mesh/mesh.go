@@ -131,9 +131,11 @@ type Mesh struct {
 	// kvTables holds kv's entries again by table, the key up to its
 	// first "/" (see setEntry): List scans one table, not the catalog.
 	kvTables map[string]map[string]*Entry
-	dirtyKV  map[string]bool
-	deleted  map[string]bool
-	fetching map[string]time.Time // name → when its document was asked for
+	// tableVersions counts each table's changes (TableVersion).
+	tableVersions map[string]uint64
+	dirtyKV       map[string]bool
+	deleted       map[string]bool
+	fetching      map[string]time.Time // name → when its document was asked for
 	// coordPublished is when the coordinate was last put in the document.
 	coordPublished time.Time
 	// lastCatalogSync is when compareCatalog last asked for a sync; syncs
@@ -168,26 +170,27 @@ func New(cfg Config) (*Mesh, error) {
 		return nil, err
 	}
 	m := &Mesh{
-		cfg:        cfg,
-		log:        cfg.Logger.With("component", "mesh"),
-		id:         cfg.Identity.ID(),
-		started:    time.Now(),
-		docs:       map[string]*NodeState{},
-		members:    map[string]*memberInfo{},
-		peerCoords: map[string]*coordinate.Coordinate{},
-		dirty:      map[string]bool{},
-		kv:         map[string]*Entry{},
-		kvTables:   map[string]map[string]*Entry{},
-		dirtyKV:    map[string]bool{},
-		deleted:    map[string]bool{},
-		fetching:   map[string]time.Time{},
-		changed:    make(chan struct{}),
-		work:       make(chan job, 1024),
-		metaDirty:  make(chan struct{}, 1),
-		syncs:      make(chan string, 1),
-		stop:       make(chan struct{}),
-		fatal:      make(chan error, 1),
-		metrics:    newMetrics(cfg.Registerer),
+		cfg:           cfg,
+		log:           cfg.Logger.With("component", "mesh"),
+		id:            cfg.Identity.ID(),
+		started:       time.Now(),
+		docs:          map[string]*NodeState{},
+		members:       map[string]*memberInfo{},
+		peerCoords:    map[string]*coordinate.Coordinate{},
+		dirty:         map[string]bool{},
+		kv:            map[string]*Entry{},
+		kvTables:      map[string]map[string]*Entry{},
+		tableVersions: map[string]uint64{},
+		dirtyKV:       map[string]bool{},
+		deleted:       map[string]bool{},
+		fetching:      map[string]time.Time{},
+		changed:       make(chan struct{}),
+		work:          make(chan job, 1024),
+		metaDirty:     make(chan struct{}, 1),
+		syncs:         make(chan string, 1),
+		stop:          make(chan struct{}),
+		fatal:         make(chan error, 1),
+		metrics:       newMetrics(cfg.Registerer),
 	}
 	coord, err := coordinate.NewClient(coordinate.DefaultConfig())
 	if err != nil {

@@ -82,3 +82,82 @@ func TestChangedDecodesWhatChanged(t *testing.T) {
 		t.Errorf("b rewritten, a deleted: changed %+v, versions %v; want b alone", changed, now)
 	}
 }
+
+// TestSelectCopiesWhatItKeeps: Select hands back the records keep chose,
+// as copies a caller may change, and Keys lists every live key.
+func TestSelectCopiesWhatItKeeps(t *testing.T) {
+	t.Parallel()
+	cat := New(catalogtest.NewStore(), nil)
+	for _, k := range []string{"K/a", "K/b", "J/c"} {
+		if _, err := cat.Placements.Put(Placement{Key: k, Nodes: []PlacedNode{{Name: "n"}}}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := cat.Placements.Delete("K/b"); err != nil {
+		t.Fatal(err)
+	}
+	var shown []string
+	got, err := cat.Placements.Select(func(key string, p Placement) bool {
+		shown = append(shown, key)
+		return key[0] == 'K'
+	})
+	if err != nil || len(got) != 1 || got[0].Key != "K/a" || !reflect.DeepEqual(shown, []string{"J/c", "K/a"}) {
+		t.Fatalf("Select: %v %v after showing %v; want K/a alone, after showing the live J/c and K/a", got, err, shown)
+	}
+	got[0].Value.Nodes[0].Name = "changed"
+	if again, _ := cat.Placements.Value("K/a"); again.Nodes[0].Name != "n" {
+		t.Errorf("a change to Select's copy reached the table: %q", again.Nodes[0].Name)
+	}
+	if keys := cat.Placements.Keys(); !reflect.DeepEqual(keys, []string{"J/c", "K/a"}) {
+		t.Errorf("Keys = %v, want [J/c K/a]", keys)
+	}
+}
+
+// TestListKeptUntilTheTableChanges: a table with a clone keeps its last
+// list while the store's count of its changes stands, and lists afresh
+// after any write to it, over the mesh's own store as over the test's.
+func TestListKeptUntilTheTableChanges(t *testing.T) {
+	t.Parallel()
+	store := catalogtest.NewStore()
+	cat := New(store, nil)
+	put := func(name string) {
+		t.Helper()
+		if _, err := cat.Policies.Put(Policy{Kind: "K", Name: name, Generation: 1}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	names := func() []string {
+		t.Helper()
+		ps, err := cat.Policies.Values()
+		if err != nil {
+			t.Fatal(err)
+		}
+		var out []string
+		for _, p := range ps {
+			out = append(out, p.Name)
+		}
+		return out
+	}
+	put("a")
+	if got := names(); !reflect.DeepEqual(got, []string{"a"}) {
+		t.Fatalf("listed %v, want [a]", got)
+	}
+	kept := cat.Policies.listed.recs
+	if got := names(); !reflect.DeepEqual(got, []string{"a"}) || &cat.Policies.listed.recs[0] != &kept[0] {
+		t.Fatalf("listed %v again, or listed afresh with nothing changed", got)
+	}
+	put("b")
+	if got := names(); !reflect.DeepEqual(got, []string{"a", "b"}) {
+		t.Errorf("after a write: listed %v, want [a b]", got)
+	}
+	if err := cat.Policies.Delete("K/a"); err != nil {
+		t.Fatal(err)
+	}
+	if got := names(); !reflect.DeepEqual(got, []string{"b"}) {
+		t.Errorf("after a delete: listed %v, want [b]", got)
+	}
+	store.PutAt("policies/K/c", []byte(`{"kind":"K","name":"c","generation":1}`), "9.0")
+	if got, err := cat.Policies.List(); len(got) != 1 || err == nil {
+		t.Errorf("after a write of another major: %d records, error %v; want b alone and a decode error", len(got), err)
+	}
+}

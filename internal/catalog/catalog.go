@@ -166,6 +166,20 @@ type Table[T any] struct {
 	// thousands of policies decoding them again was most of its time.
 	decoded map[string]decodedValue[T]
 	clone   func(T) T
+	// listed is the last List of a table with a clone, kept while the
+	// store's count of the table's changes stays the same: a controller
+	// pass lists the policies in each of its steps.
+	listed listing[T]
+}
+
+// listing is one List's records and errors, at the table's version. Its
+// values are the decoded ones the table keeps, shared: List hands out
+// copies.
+type listing[T any] struct {
+	valid   bool
+	version uint64
+	recs    []Record[T]
+	err     error
 }
 
 // decodedValue is one write of a key, decoded: a write is its version
@@ -200,13 +214,23 @@ func (t *Table[T]) Key(v T) string { return t.key(v) }
 func (t *Table[T]) prefix() string { return t.name + "/" }
 
 func (t *Table[T]) decode(e mesh.Entry) (Record[T], error) {
+	r, err := t.decodeShared(e)
+	if err == nil && t.clone != nil {
+		r.Value = t.clone(r.Value)
+	}
+	return r, err
+}
+
+// decodeShared decodes e; for a table with a clone (see cached) the value
+// is the one the table keeps, shared: the caller must not change it.
+func (t *Table[T]) decodeShared(e mesh.Entry) (Record[T], error) {
 	r := Record[T]{Key: strings.TrimPrefix(e.Key, t.prefix()), Version: e.Version, Writer: e.Origin, Written: e.Written, Deps: e.Deps, fullKey: e.Key}
 	if t.clone != nil {
 		t.mu.Lock()
 		d, ok := t.decoded[r.Key]
 		t.mu.Unlock()
 		if ok && d.version == e.Version && d.writer == e.Origin {
-			r.Value = t.clone(d.value)
+			r.Value = d.value
 			return r, nil
 		}
 	}
@@ -218,7 +242,6 @@ func (t *Table[T]) decode(e mesh.Entry) (Record[T], error) {
 		t.mu.Lock()
 		t.decoded[r.Key] = decodedValue[T]{version: e.Version, writer: e.Origin, value: r.Value}
 		t.mu.Unlock()
-		r.Value = t.clone(r.Value)
 	}
 	if err != nil {
 		t.mu.Lock()
@@ -251,19 +274,93 @@ func (t *Table[T]) Value(key string) (T, error) {
 // List returns every live record that decodes, sorted by key, and the
 // decode errors of those that do not (joined).
 func (t *Table[T]) List() ([]Record[T], error) {
+	recs, err := t.sharedList()
+	if t.clone == nil {
+		return recs, err // decoded for this call alone
+	}
+	out := make([]Record[T], len(recs))
+	for i, r := range recs {
+		r.Value = t.clone(r.Value)
+		out[i] = r
+	}
+	return out, err
+}
+
+// sharedList is List before the copies: for a table with a clone, the
+// values are the ones it keeps, and the caller must not change them. The
+// list is kept while the store's count of the table's changes stays the
+// same (see TableVersion), so that the steps of a controller pass that
+// each list the policies sort and decode them once.
+func (t *Table[T]) sharedList() ([]Record[T], error) {
+	v, versioned := t.version()
+	versioned = versioned && t.clone != nil
+	if versioned {
+		t.mu.Lock()
+		l := t.listed
+		t.mu.Unlock()
+		if l.valid && l.version == v {
+			return l.recs, l.err
+		}
+	}
 	entries := t.c.store.List(t.prefix())
-	out := make([]Record[T], 0, len(entries))
+	recs := make([]Record[T], 0, len(entries))
 	var errs []error
 	for _, e := range entries {
-		r, err := t.decode(e)
+		r, err := t.decodeShared(e)
 		if err != nil {
 			errs = append(errs, err)
 			continue
 		}
+		recs = append(recs, r)
+	}
+	t.forget(recs)
+	err := errors.Join(errs...)
+	if versioned {
+		t.mu.Lock()
+		t.listed = listing[T]{valid: true, version: v, recs: recs, err: err}
+		t.mu.Unlock()
+	}
+	return recs, err
+}
+
+// version is the store's count of this table's changes, where the store
+// keeps one (TableVersion).
+func (t *Table[T]) version() (uint64, bool) {
+	s, ok := t.c.store.(interface{ TableVersion(table string) uint64 })
+	if !ok {
+		return 0, false
+	}
+	return s.TableVersion(t.name), true
+}
+
+// Select returns the live records that decode and that keep keeps, sorted
+// by key, and the decode errors of those that do not decode (joined).
+// keep sees each value before it is copied for the caller, so a pass that
+// wants a few records of thousands copies only those; it must not change
+// the value it is shown.
+func (t *Table[T]) Select(keep func(key string, v T) bool) ([]Record[T], error) {
+	recs, err := t.sharedList()
+	var out []Record[T]
+	for _, r := range recs {
+		if !keep(r.Key, r.Value) {
+			continue
+		}
+		if t.clone != nil {
+			r.Value = t.clone(r.Value)
+		}
 		out = append(out, r)
 	}
-	t.forget(out)
-	return out, errors.Join(errs...)
+	return out, err
+}
+
+// Keys returns the keys of every live record that decodes, sorted.
+func (t *Table[T]) Keys() []string {
+	recs, _ := t.sharedList()
+	out := make([]string, len(recs))
+	for i, r := range recs {
+		out[i] = r.Key
+	}
+	return out
 }
 
 // Changed returns the live records whose version is not the one seen

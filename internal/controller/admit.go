@@ -26,11 +26,12 @@ func (c *Controller) admit() {
 	}
 	changed := false
 	wanted := map[string]catalog.Placement{}
-	for key, rec := range c.readyPlacements() {
-		for _, pn := range rec.Nodes {
-			if pn.Name == c.cfg.Mesh.Name() {
-				wanted[key] = rec
-			}
+	here, _ := c.cfg.Catalog.Placements.Select(func(_ string, rec catalog.Placement) bool {
+		return slices.ContainsFunc(rec.Nodes, func(pn catalog.PlacedNode) bool { return pn.Name == self.Name })
+	})
+	for _, r := range here {
+		if len(c.cfg.Catalog.Placements.Pending(r)) == 0 { // its policy has replicated here
+			wanted[r.Key] = r.Value
 		}
 	}
 	// Release what is no longer ours, or was placed again at a newer

@@ -320,21 +320,6 @@ func (c *Controller) policies() []catalog.Policy {
 	return out
 }
 
-// placements returns every placement record, by key.
-func (c *Controller) placements() map[string]catalog.Placement {
-	out, _ := c.cfg.Catalog.Placements.Map()
-	return out
-}
-
-// readyPlacements returns the placement records whose dependencies (the
-// policy version they placed) have replicated here, by key. A record that
-// arrived before its policy waits for the next change: replication lag is
-// not an error.
-func (c *Controller) readyPlacements() map[string]catalog.Placement {
-	out, _ := c.cfg.Catalog.Placements.ReadyMap()
-	return out
-}
-
 // drifts returns every node's drift records.
 func (c *Controller) drifts() []catalog.Drift {
 	out, _ := c.cfg.Catalog.Drift.Values()

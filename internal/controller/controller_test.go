@@ -455,3 +455,9 @@ func TestReplicaStatesTravel(t *testing.T) {
 		t.Error("written again though no replica changed")
 	}
 }
+
+// placements returns every placement record c's catalog holds, by key.
+func (c *Controller) placements() map[string]catalog.Placement {
+	out, _ := c.cfg.Catalog.Placements.Map()
+	return out
+}

@@ -29,6 +29,7 @@ import (
 type docFacts struct {
 	source  uint64 // FNV-1a of the policy's Source
 	sweep   bool   // a TrainingJob with a sweep (IsSweep)
+	retrain bool   // an InferenceService with a retrain block
 	trialOf string // the sweep it is a trial of (LabelTrialOf)
 }
 
@@ -46,6 +47,7 @@ func (c *Controller) facts(p catalog.Policy) docFacts {
 	f = docFacts{source: sum}
 	if doc, err := p.Document(); err == nil {
 		f.sweep = doc.TrainingJob != nil && doc.TrainingJob.Sweep != nil
+		f.retrain = doc.InferenceService != nil && doc.InferenceService.Retrain != nil
 		f.trialOf = doc.Metadata.Labels[catalog.LabelTrialOf]
 	}
 	c.mu.Lock()

@@ -83,14 +83,19 @@ func (c *Controller) reconcile() {
 		}
 	}
 	c.failedSince = since
-	recs := c.placements()
 	view := &round{c: c, nodes: nodes, byName: byName}
-	for _, p := range c.policies() {
+	ps := c.policies()
+	applied := make(map[string]bool, len(ps))
+	for _, p := range ps {
 		key := p.Key()
+		applied[key] = true
 		if !c.owns(key, owners) {
 			continue
 		}
-		rec, have := recs[key]
+		// Only the placements of owned policies are read: with thousands
+		// of policies, copying every record each pass was most of it.
+		rec, err := c.cfg.Catalog.Placements.Value(key)
+		have := err == nil
 		if p.Kind == policy.KindTrainingJob && c.facts(p).sweep {
 			continue // its trials are placed, not it
 		}
@@ -134,8 +139,15 @@ func (c *Controller) reconcile() {
 	// Only ready ones: a placement that reached this agent before its
 	// policy (a sync after a cut) waits for it, and deleting it would
 	// delete it everywhere, stopping the job or service it placed.
-	for key := range c.readyPlacements() {
-		if _, err := c.cfg.Catalog.Policies.Get(key); errors.Is(err, catalog.ErrNotFound) && placement.Owner(key, owners) == c.cfg.Mesh.Name() {
+	for _, key := range c.cfg.Catalog.Placements.Keys() {
+		if applied[key] || placement.Owner(key, owners) != c.cfg.Mesh.Name() {
+			continue
+		}
+		r, err := c.cfg.Catalog.Placements.Get(key)
+		if err != nil || len(c.cfg.Catalog.Placements.Pending(r)) > 0 {
+			continue
+		}
+		if _, err := c.cfg.Catalog.Policies.Get(key); errors.Is(err, catalog.ErrNotFound) {
 			_ = c.cfg.Catalog.Placements.Delete(key)
 		}
 	}

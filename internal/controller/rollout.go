@@ -36,7 +36,7 @@ func (c *Controller) rollouts() {
 	owners := meshview.Owners(c.cfg.Mesh.Nodes())
 	var drifts []catalog.Drift
 	for _, p := range c.policies() {
-		if p.Kind != policy.KindInferenceService || !c.owns(p.Key(), owners) {
+		if p.Kind != policy.KindInferenceService || !c.facts(p).retrain || !c.owns(p.Key(), owners) {
 			continue
 		}
 		doc, err := p.Document()
@@ -106,7 +106,7 @@ func (c *Controller) advance(p catalog.Policy, doc *policy.Document, r *catalog.
 	case r.Stage == catalog.StageRetraining:
 		j, err := c.cfg.Catalog.Jobs.Value(r.Job)
 		if err != nil {
-			if rec, ok := c.placements()[policy.KindTrainingJob+"/"+r.Job]; ok && rec.State == catalog.StateFailed && r.Message != rec.Message {
+			if rec, err := c.cfg.Catalog.Placements.Value(policy.KindTrainingJob + "/" + r.Job); err == nil && rec.State == catalog.StateFailed && r.Message != rec.Message {
 				r.Message, r.Updated = "waiting for a place to train: "+rec.Message, time.Now().UTC()
 			}
 			return nil
@@ -137,7 +137,8 @@ func (c *Controller) advance(p catalog.Policy, doc *policy.Document, r *catalog.
 			step(r, catalog.StagePromoted, "%s@%s trained by %s on %s; rolling out everywhere at once (strategy all)", r.Model, r.To, j.Name, j.Node)
 			return nil
 		}
-		r.CanaryNodes = canaryNodes(c.placements()[p.Key()], r.CanarySite)
+		rec, _ := c.cfg.Catalog.Placements.Value(p.Key())
+		r.CanaryNodes = canaryNodes(rec, r.CanarySite)
 		if len(r.CanaryNodes) == 0 {
 			c.remember(r, r.To, catalog.StagePromoted)
 			step(r, catalog.StagePromoted, "%s@%s trained by %s; no replica to canary on, promoted everywhere", r.Model, r.To, j.Name)

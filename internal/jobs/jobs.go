@@ -194,12 +194,12 @@ func (j *Runner) Run(ctx context.Context) {
 // placedBefore returns the training jobs the stored catalog places on this
 // node that have not run to their end.
 func (j *Runner) placedBefore() []string {
-	recs, _ := j.cfg.Catalog.Placements.Values()
+	recs, _ := j.cfg.Catalog.Placements.Select(func(_ string, rec catalog.Placement) bool {
+		return rec.Kind == policy.KindTrainingJob && slices.ContainsFunc(rec.Nodes, func(n catalog.PlacedNode) bool { return n.Name == j.cfg.Name })
+	})
 	var out []string
-	for _, rec := range recs {
-		if rec.Kind != policy.KindTrainingJob || !slices.ContainsFunc(rec.Nodes, func(n catalog.PlacedNode) bool { return n.Name == j.cfg.Name }) {
-			continue
-		}
+	for _, r := range recs {
+		rec := r.Value
 		if prev, err := j.cfg.Catalog.Jobs.Value(rec.Name); err == nil && prev.Over(rec.Generation, rec.Epoch) {
 			continue
 		}
@@ -213,7 +213,12 @@ func (j *Runner) reconcile(ctx context.Context) {
 		return
 	}
 	// Placements whose policy has not replicated here yet wait.
-	held, _ := j.cfg.Catalog.Placements.List() // undecodable ones are counted by the catalog
+	// Training jobs only: with thousands of services placed, copying
+	// every placement on every pass was most of this loop's time.
+	// Undecodable records are counted by the catalog.
+	held, _ := j.cfg.Catalog.Placements.Select(func(key string, _ catalog.Placement) bool {
+		return strings.HasPrefix(key, policy.KindTrainingJob+"/")
+	})
 	recs := make(map[string]catalog.Placement, len(held))
 	all := make(map[string]catalog.Placement, len(held)) // ready or not
 	for _, r := range held {

@@ -24,6 +24,7 @@ type Store struct {
 	mu      sync.Mutex
 	kv      map[string]mesh.Entry
 	ver     uint64
+	changes uint64 // writes of any kind (TableVersion)
 	changed chan struct{}
 }
 
@@ -32,7 +33,16 @@ func NewStore() *Store {
 	return &Store{kv: map[string]mesh.Entry{}, changed: make(chan struct{})}
 }
 
-func (s *Store) notifyLocked() { close(s.changed); s.changed = make(chan struct{}) }
+func (s *Store) notifyLocked() { s.changes++; close(s.changed); s.changed = make(chan struct{}) }
+
+// TableVersion counts the store's writes: it changes whenever any table
+// does (the mesh counts each table's own), which is all a reader that
+// keeps what it derived from a table needs.
+func (s *Store) TableVersion(table string) uint64 {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.changes
+}
 
 // Put writes key=v at the next version.
 func (s *Store) Put(key string, v json.RawMessage, opts ...mesh.PutOptions) (mesh.Entry, error) {
@@ -55,6 +65,7 @@ func (s *Store) PutAt(key string, v json.RawMessage, schema string) mesh.Entry {
 	defer s.mu.Unlock()
 	e.Schema = schema
 	s.kv[key] = e
+	s.changes++
 	return e
 }
 
