@@ -68,6 +68,7 @@ func TestDebContents(t *testing.T) {
 		"./usr/lib/strata/libonnxruntime.so.1",
 		"./usr/lib/systemd/system/strata.service",
 		"./etc/strata/agent.yaml",
+		"./usr/share/doc/strata/agent.yaml.example",
 		"./usr/share/bash-completion/completions/strata",
 		"./usr/share/zsh/vendor-completions/_strata",
 		"./usr/share/fish/vendor_completions.d/strata.fish",
