@@ -188,6 +188,10 @@ type Drift struct {
 	// still collecting.
 	Reference string `json:"reference"`
 	Ready     bool   `json:"ready"`
+	// State is warming (not yet enough rows to judge: no alarm does not
+	// mean no drift), ok, alarm or error; empty from agents before it
+	// (see Status).
+	State string `json:"state,omitempty"`
 	// Seen counts the samples observed by this version's monitor.
 	Seen int64 `json:"seen"`
 	// Alarmed is the hysteresis state; AlarmSeen and AlarmAt say when the
@@ -196,9 +200,11 @@ type Drift struct {
 	AlarmSeen int64     `json:"alarm_seen,omitempty"`
 	AlarmAt   time.Time `json:"alarm_at,omitzero"`
 	// AlarmSource is the detector that raised the current alarm: "stream"
-	// (per row) or "window". For a streaming alarm, AlarmFeature is the
-	// feature it fired on, AlarmStatistic its statistic over its threshold
-	// and AlarmDrifted every feature that alarmed with it.
+	// (per row) or "window"; only it clears the alarm. AlarmFeature is the
+	// feature it fired on and AlarmStatistic its statistic as it crossed
+	// (for a streaming alarm over its threshold, above 1; for a windowed
+	// one the detector's figure); AlarmDrifted every feature that alarmed
+	// with it.
 	AlarmSource    string   `json:"alarm_source,omitempty"`
 	AlarmFeature   string   `json:"alarm_feature,omitempty"`
 	AlarmStatistic float64  `json:"alarm_statistic,omitempty"`
@@ -214,6 +220,9 @@ type Drift struct {
 	Failed uint64 `json:"failed"`
 	// Dropped counts sampled rows the monitor could not keep up with.
 	Dropped uint64 `json:"dropped,omitempty"`
+	// Invalid counts the version's rows dropped because a watched value
+	// was NaN or infinite (the monitor goes on).
+	Invalid uint64 `json:"invalid,omitempty"`
 	// Error says why the monitor cannot run.
 	Error   string    `json:"error,omitempty"`
 	Updated time.Time `json:"updated"`
@@ -236,6 +245,12 @@ type DriftStream struct {
 	Alarms    int64  `json:"alarms,omitempty"`
 	LastAlarm int64  `json:"last_alarm,omitempty"`
 	Side      string `json:"side,omitempty"`
+	// AlarmStatistic is the latest alarm's statistic over its threshold
+	// as it crossed (the side restarts from 0 then).
+	AlarmStatistic float64 `json:"alarm_statistic,omitempty"`
+	// Holding says a side that alarmed has not yet decayed back to 0:
+	// the streaming alarm holds.
+	Holding bool `json:"holding,omitempty"`
 	// Drifted says it alarmed since the last windowed evaluation.
 	Drifted bool `json:"drifted"`
 }
@@ -272,7 +287,9 @@ type Event struct {
 	// wrote it.
 	Time time.Time `json:"time"`
 	// Type is "placement", "drift", "job" or "rollout", a dot and the new
-	// state ("rollout.canary", "drift.alarm").
+	// state ("rollout.canary", "drift.alarm"). Drift events are
+	// drift.warming, drift.ok, drift.alarm, drift.clear and drift.error,
+	// one per transition of a node's monitor.
 	Type    string `json:"type"`
 	Policy  string `json:"policy,omitempty"`
 	Node    string `json:"node,omitempty"`
@@ -289,6 +306,20 @@ type Event struct {
 	// a stream sends each repeat again as an update, with a new Seq, and
 	// a follower replaces the event it showed as Replaces with this one.
 	Replaces uint64 `json:"replaces,omitempty"`
+}
+
+// Status is the monitor's state, also for a record of an agent that
+// wrote none: error, alarm, else ok.
+func (d Drift) Status() string {
+	switch {
+	case d.State != "":
+		return d.State
+	case d.Error != "":
+		return "error"
+	case d.Alarmed:
+		return "alarm"
+	}
+	return "ok"
 }
 
 // Times is how many times the event happened, at least 1.

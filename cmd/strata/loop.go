@@ -55,6 +55,14 @@ func runDrift(args []string, stdout, stderr io.Writer) error {
 			state = fmt.Sprintf("collecting reference (%d/%d)", d.Seen, d.Window)
 		case d.Alarmed:
 			state = fmt.Sprintf("DRIFT (at %d)", d.AlarmSeen)
+		case d.Status() == "warming" && d.Seen < int64(d.Window):
+			state = fmt.Sprintf("warming (%d/%d)", d.Seen, d.Window)
+		case d.Status() == "warming":
+			// Evaluations over the threshold, not yet enough for an alarm.
+			state = "warming (drifted, not yet an alarm)"
+		}
+		if d.Invalid > 0 {
+			state += fmt.Sprintf(", %d invalid rows dropped", d.Invalid)
 		}
 		feat, score := "-", "-"
 		if n := len(d.History); n > 0 {

@@ -38,9 +38,11 @@
 // minority of rows from another class mixed in is caught too. It catches
 // an abrupt 2σ shift in about a dozen rows and a 1σ shift in a few dozen,
 // at O(log n) per row and feature. A streaming alarm raises the
-// Monitor's alarm at once (Event.Source == SourceStream); the alarm clears
-// by the windowed rule, at an evaluation with no streaming alarm since the
-// previous one. Monitor.Stream returns each feature's CUSUM statistics.
+// Monitor's alarm at once (Event.Source == SourceStream). An alarm is
+// cleared only by the detector that raised it: a streaming alarm once the
+// evidence of every side that alarmed has decayed (see CUSUM.Holding), a
+// windowed one by the windowed rule below. Monitor.Stream returns each
+// feature's CUSUM statistics and the statistic each alarm crossed with.
 //
 // # Monitor
 //
@@ -50,7 +52,9 @@
 // it raises an alarm after Config.Consecutive evaluations in a row in which
 // some feature crossed Config.Alarm, and clears it at the first evaluation
 // where every feature is back on the safe side of Config.Clear. Each
-// transition returns an Event.
+// transition returns an Event. Until its first evaluation that is not
+// over, or its first alarm, a monitor has not judged (Monitor.Judged): it
+// is warming up, and no alarm does not yet mean no drift.
 //
 //	m, err := drift.New(ref, drift.Config{
 //		Model: "fraud", Version: "v3", Detector: drift.DetectorKS,

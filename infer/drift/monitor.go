@@ -52,9 +52,17 @@ type Config struct {
 	// Stream, when set, also runs the streaming detector (a two-sided
 	// CUSUM per feature and the prediction, see CUSUM) on every row: a
 	// streaming alarm on any feature raises the monitor's alarm at once,
-	// with an Event whose Source is SourceStream, and an alarm clears only
-	// at an evaluation that is Under with no streaming alarm since the
-	// previous one. Nil: the windowed detector alone.
+	// with an Event whose Source is SourceStream.
+	//
+	// An alarm is cleared only by the detector that raised it, and not
+	// while the other still sees drift: a streaming alarm at the first
+	// row where no feature's CUSUM is Holding (the evidence of every side
+	// that alarmed has decayed back to 0) and the latest evaluation, if
+	// any, is not Over; a windowed alarm at an evaluation that is Under
+	// with no streaming alarm since the previous one and none Holding. A
+	// drift the window cannot see (a minority of rows from another class)
+	// so holds the streaming alarm instead of the window clearing it at
+	// its next evaluation. Nil: the windowed detector alone.
 	Stream *StreamConfig `json:"stream,omitempty"`
 }
 
@@ -182,10 +190,11 @@ type Source string
 // Sources.
 const (
 	// SourceWindow is the windowed detector (Config.Detector) after
-	// Config.Consecutive evaluations over the alarm threshold; every
-	// EventClear has it.
+	// Config.Consecutive evaluations over the alarm threshold, and the
+	// clear of an alarm it raised.
 	SourceWindow Source = "window"
-	// SourceStream is the streaming detector (Config.Stream) on one row.
+	// SourceStream is the streaming detector (Config.Stream) on one row,
+	// and the clear of an alarm it raised.
 	SourceStream Source = "stream"
 )
 
@@ -193,7 +202,8 @@ const (
 type Event struct {
 	// Kind is EventAlarm or EventClear.
 	Kind EventKind `json:"kind"`
-	// Source says which detector raised it.
+	// Source says which detector raised it: for EventClear, the one that
+	// raised the alarm it clears (no other clears it).
 	Source Source `json:"source,omitempty"`
 	// Model, Version and Site are copied from the Config.
 	Model   string `json:"model,omitempty"`
@@ -228,6 +238,8 @@ type Monitor struct {
 	since       int
 	consecutive int
 	alarmed     bool
+	source      Source // of the alarm, while alarmed
+	judged      bool
 	last        *Evaluation
 
 	cusum      []*CUSUM // per column; nil without Config.Stream
@@ -308,6 +320,22 @@ func (m *Monitor) Seen() int64 { return m.seen }
 // Alarmed says whether the monitor is in the alarm state.
 func (m *Monitor) Alarmed() bool { return m.alarmed }
 
+// Source says which detector raised the current alarm ("" when not
+// alarmed): only it clears the alarm.
+func (m *Monitor) Source() Source {
+	if !m.alarmed {
+		return ""
+	}
+	return m.source
+}
+
+// Judged says whether the monitor has seen enough rows to judge: it has
+// alarmed, or an evaluation of a full window found no feature drifted.
+// Before that a monitor is warming up: no alarm does not yet mean no drift
+// (the windowed detector needs Config.Consecutive drifted evaluations to
+// alarm, the first after Config.Window rows).
+func (m *Monitor) Judged() bool { return m.judged }
+
 // Last returns a copy of the latest evaluation, if any.
 func (m *Monitor) Last() (Evaluation, bool) {
 	if m.last == nil {
@@ -331,6 +359,7 @@ func (m *Monitor) Stream() []StreamScore {
 			Name: m.cols[c].Name, Upper: d.upper, Lower: d.lower, Threshold: d.h,
 			Spread: d.spread, SpreadThreshold: d.hs,
 			Alarms: d.alarms, LastAlarm: d.lastAlarm, Side: d.side, Drifted: m.streamHit[c],
+			AlarmStatistic: d.crossed, Holding: d.Holding(),
 		}
 	}
 	return out
@@ -380,9 +409,13 @@ func observe[T float32 | float64](m *Monitor, row []T) (*Event, error) {
 				m.streamHits++
 			}
 		}
-		if hit && !m.alarmed {
-			m.alarmed = true
+		switch {
+		case hit && !m.alarmed:
+			m.alarmed, m.source, m.judged = true, SourceStream, true
 			out = m.event(EventAlarm, SourceStream, m.last)
+		case m.alarmed && m.source == SourceStream && !m.holding() && (m.last == nil || !m.last.Over):
+			m.alarmed, m.consecutive = false, 0
+			out = m.event(EventClear, SourceStream, m.last)
 		}
 	}
 	if m.filled < w || m.since < m.cfg.Every {
@@ -403,15 +436,19 @@ func (m *Monitor) step(ev Evaluation) *Event {
 	} else {
 		m.consecutive = 0
 	}
-	// Streaming alarms since the previous evaluation hold the alarm (and
-	// are forgotten once this evaluation has seen them).
-	quiet := m.streamHits == 0
+	// Streaming alarms since the previous evaluation, and sides still
+	// held, hold the alarm (the alarms are forgotten once this evaluation
+	// has seen them).
+	quiet := m.streamHits == 0 && !m.holding()
+	if !ev.Over {
+		m.judged = true
+	}
 	var out *Event
 	switch {
 	case !m.alarmed && m.consecutive >= m.cfg.Consecutive:
-		m.alarmed = true
+		m.alarmed, m.source, m.judged = true, SourceWindow, true
 		out = m.event(EventAlarm, SourceWindow, &ev)
-	case m.alarmed && ev.Under && quiet:
+	case m.alarmed && m.source == SourceWindow && ev.Under && quiet:
 		m.alarmed = false
 		m.consecutive = 0
 		out = m.event(EventClear, SourceWindow, &ev)
@@ -419,6 +456,16 @@ func (m *Monitor) step(ev Evaluation) *Event {
 	m.streamHits = 0
 	clear(m.streamHit)
 	return out
+}
+
+// holding says whether a streaming detector holds an alarm it raised.
+func (m *Monitor) holding() bool {
+	for _, d := range m.cusum {
+		if d.Holding() {
+			return true
+		}
+	}
+	return false
 }
 
 // event builds an Event from ev (nil: no evaluation yet) and the streaming
@@ -489,8 +536,14 @@ type State struct {
 	SinceEval int `json:"since_eval"`
 	// Consecutive counts evaluations in a row with a drifted feature.
 	Consecutive int `json:"consecutive"`
-	// Alarmed is the hysteresis state.
-	Alarmed bool `json:"alarmed"`
+	// Alarmed is the hysteresis state; Source the detector that raised
+	// the alarm (absent in states saved before it was kept: taken as
+	// SourceWindow).
+	Alarmed bool   `json:"alarmed"`
+	Source  Source `json:"source,omitempty"`
+	// Judged says the monitor has seen enough rows to judge (see
+	// Monitor.Judged).
+	Judged bool `json:"judged,omitempty"`
 	// Last is the latest evaluation, if any.
 	Last *Evaluation `json:"last,omitempty"`
 	// Stream holds each column's streaming detector state; nil without
@@ -506,6 +559,7 @@ func (m *Monitor) State() State {
 	st := State{
 		Config: m.cfg, Window: make([][]float64, len(m.cols)), Seen: m.seen,
 		SinceEval: m.since, Consecutive: m.consecutive, Alarmed: m.alarmed,
+		Source: m.Source(), Judged: m.judged,
 	}
 	start := 0
 	if m.filled == w {
@@ -527,7 +581,10 @@ func (m *Monitor) State() State {
 		for c, d := range m.cusum {
 			st.Stream[c] = StreamState{
 				Upper: d.upper, Lower: d.lower, Alarms: d.alarms, LastAlarm: d.lastAlarm,
-				Spread: d.spread, Side: d.side, Drifted: m.streamHit[c],
+				Spread: d.spread, Side: d.side, Drifted: m.streamHit[c], Crossed: d.crossed,
+			}
+			if d.Holding() {
+				st.Stream[c].Hold = d.hold[:]
 			}
 		}
 	}
@@ -556,6 +613,13 @@ func Restore(ref Reference, st State) (*Monitor, error) {
 	}
 	m.filled, m.next = n, n%w
 	m.seen, m.since, m.consecutive, m.alarmed = st.Seen, st.SinceEval, st.Consecutive, st.Alarmed
+	m.source = st.Source
+	if m.alarmed && m.source == "" {
+		m.source = SourceWindow
+	}
+	// A state saved before Judged was kept judged at its first
+	// evaluation that was not over, or its alarm.
+	m.judged = st.Judged || st.Alarmed || st.Last != nil && !st.Last.Over
 	if st.Last != nil {
 		l := *st.Last
 		l.Scores = slices.Clone(l.Scores)
@@ -572,6 +636,18 @@ func Restore(ref Reference, st State) (*Monitor, error) {
 			}
 			d := m.cusum[c]
 			d.upper, d.lower, d.spread, d.alarms, d.lastAlarm, d.side = s.Upper, s.Lower, s.Spread, s.Alarms, s.LastAlarm, s.Side
+			d.crossed = s.Crossed
+			if s.Hold != nil {
+				if len(s.Hold) != len(d.hold) {
+					return nil, fmt.Errorf("%w: streaming detector %d holds %d sides, want %d", ErrInvalid, c, len(s.Hold), len(d.hold))
+				}
+				for i, v := range s.Hold {
+					if !(v >= 0) || math.IsInf(v, 0) {
+						return nil, fmt.Errorf("%w: streaming detector %d held statistic %v", ErrInvalid, c, v)
+					}
+					d.hold[i] = v
+				}
+			}
 			m.streamHit[c] = s.Drifted
 		}
 		m.streamHits = st.StreamHits

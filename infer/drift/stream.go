@@ -133,6 +133,16 @@ const momentsClip = 10
 // from 0, so alarms under no drift form a renewal process whose mean gap is
 // the configured run length.
 //
+// A side that alarmed is also held: a copy of its statistic that does not
+// restart, starts at its threshold (capped at twice it, see holdCap),
+// follows the same recursion until it falls back to 0; the feature's other
+// sides are held from their statistics at the alarm. Under no drift that
+// takes about h/k rows for a mean side and h/(½ ln v − ½(1 − 1/v)) for the
+// spread side from the threshold (tens and a couple of hundred rows at the
+// defaults), twice that from the cap; while the drift lasts the held
+// statistic stays high. Holding says whether any side is
+// still held: a streaming alarm clears only when none is (see Config.Stream).
+//
 // A third, spread side (unless StreamConfig.Spread is 1) is the CUSUM of
 // the log-likelihood ratio of N(0, v) against N(0, 1) (Page 1954; Lorden
 // 1971, "Procedures for Reacting to a Change in Distribution", Ann. Math.
@@ -164,6 +174,12 @@ type CUSUM struct {
 	lastAlarm int64
 	side      Side
 	seen      int64
+	// crossed is the statistic over its threshold of the side that
+	// raised the latest alarm, as it crossed (before the restart).
+	crossed float64
+	// hold is each side's held statistic (up, down, spread); 0 when the
+	// side is not held.
+	hold [3]float64
 
 	spread float64 // G
 	hs     float64 // the spread side's threshold; 0: off
@@ -261,38 +277,73 @@ func (c *CUSUM) Standardize(x float64) float64 {
 }
 
 // Observe adds one value and reports whether it raised an alarm (on
-// either side); the side that alarmed restarts from 0.
+// either side); the side that alarmed restarts from 0 and is held (see
+// Holding).
 func (c *CUSUM) Observe(x float64) bool {
 	z := c.Standardize(x)
 	c.seen++
 	c.upper = math.Max(0, c.upper+z-c.k)
 	c.lower = math.Max(0, c.lower-z-c.k)
-	alarm := false
+	c.holdStep(0, z-c.k, c.h)
+	c.holdStep(1, -z-c.k, c.h)
+	alarm, crossed := false, 0.0
 	if c.upper > c.h {
-		c.upper, c.side, alarm = 0, SideUp, true
+		crossed = c.upper / c.h
+		c.upper, c.side, alarm, c.hold[0] = 0, SideUp, true, c.h
 	}
 	if c.lower > c.h {
-		c.lower, c.side, alarm = 0, SideDown, true
+		crossed = math.Max(crossed, c.lower/c.h)
+		c.lower, c.side, alarm, c.hold[1] = 0, SideDown, true, c.h
 	}
 	if c.hs > 0 {
-		c.spread = math.Max(0, c.spread+c.sa+c.sb*z*z)
+		inc := c.sa + c.sb*z*z
+		c.spread = math.Max(0, c.spread+inc)
+		c.holdStep(2, inc, c.hs)
 		if c.spread > c.hs {
-			c.spread, alarm = 0, true
-			if c.side = SideSpread; c.upper > c.h/2 || c.lower > c.h/2 {
-				// Well on the way on a mean side too: say which.
-				c.side = SideUp
-				if c.lower > c.upper {
-					c.side = SideDown
+			// A mean side that crossed on this row too names the alarm.
+			if !alarm {
+				crossed = c.spread / c.hs
+				if c.side = SideSpread; c.upper > c.h/2 || c.lower > c.h/2 {
+					// Well on the way on a mean side too: say which.
+					c.side = SideUp
+					if c.lower > c.upper {
+						c.side = SideDown
+					}
 				}
 			}
+			c.spread, alarm, c.hold[2] = 0, true, c.hs
 		}
 	}
 	if alarm {
 		c.alarms++
 		c.lastAlarm = c.seen
+		c.crossed = crossed
+		// The sides that did not cross are held from where they are: a
+		// mixture can raise the mean side first while the spread side,
+		// on its way up, is the one that sees it lasting.
+		for i, v := range [3]float64{c.upper, c.lower, c.spread} {
+			c.hold[i] = math.Max(c.hold[i], v)
+		}
 	}
 	return alarm
 }
+
+// holdStep moves side i's held statistic by inc, within [0, h]; a side
+// not held stays so.
+func (c *CUSUM) holdStep(i int, inc, h float64) {
+	if c.hold[i] > 0 {
+		c.hold[i] = math.Min(holdCap*h, math.Max(0, c.hold[i]+inc))
+	}
+}
+
+// Holding says whether a side that alarmed is still held: its statistic,
+// without the restart, has not yet fallen back to 0.
+func (c *CUSUM) Holding() bool { return c.hold != [3]float64{} }
+
+// Crossed is the statistic over its threshold of the side that raised the
+// latest alarm, as it crossed (above 1; 0 before any alarm). The side
+// itself restarted from 0 at that row, so Statistics no longer shows it.
+func (c *CUSUM) Crossed() float64 { return c.crossed }
 
 // Threshold is h, in standardized units.
 func (c *CUSUM) Threshold() float64 { return c.h }
@@ -335,6 +386,14 @@ type StreamScore struct {
 	LastAlarm int64 `json:"last_alarm,omitempty"`
 	// Side says which side raised the latest alarm; "" before any.
 	Side Side `json:"side,omitempty"`
+	// AlarmStatistic is the statistic that raised the latest alarm over
+	// its threshold, as it crossed (above 1; 0 before any alarm): the
+	// side restarts from 0 at once, so Upper, Lower and Spread no longer
+	// show it.
+	AlarmStatistic float64 `json:"alarm_statistic,omitempty"`
+	// Holding says a side that alarmed is still held (see CUSUM): its
+	// evidence has not decayed back to 0, so a streaming alarm holds.
+	Holding bool `json:"holding,omitempty"`
 	// Drifted says the feature alarmed since the Monitor's last windowed
 	// evaluation (or since it started, before the first).
 	Drifted bool `json:"drifted"`
@@ -363,6 +422,11 @@ type StreamState struct {
 	Spread    float64 `json:"spread,omitempty"`
 	Side      Side    `json:"side,omitempty"`
 	Drifted   bool    `json:"drifted,omitempty"`
+	// Crossed is the latest alarm's statistic over its threshold (see
+	// CUSUM.Crossed); Hold the held statistics of the up, down and spread
+	// sides (see CUSUM.Holding), nil when none is held.
+	Crossed float64   `json:"crossed,omitempty"`
+	Hold    []float64 `json:"hold,omitempty"`
 }
 
 // CUSUMARL is Siegmund's approximation of the average run length of a
@@ -409,3 +473,11 @@ func CUSUMThreshold(arl, k float64) float64 {
 	}
 	return hi
 }
+
+// holdCap bounds a held statistic, in multiples of its threshold: a drift
+// that lasts builds up to twice the evidence that raised the alarm, so a
+// weak one (10% of rows from another class, whose spread statistic climbs
+// by a few hundredths a row) is not cleared by a quiet spell, and the clear
+// after a drift ends comes after at most twice the rows that
+// a side needs to fall from its threshold to 0.
+const holdCap = 2

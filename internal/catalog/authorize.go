@@ -33,7 +33,10 @@ var (
 //     nodes only (the owner places; the API of a controller applies);
 //   - jobs and gangs: a controller, or a node the job's placement names
 //     (rank 0 records its run);
-//   - gang-members/JOB/NODE and drift/POLICY/NODE: node NODE only;
+//   - gang-members/JOB/NODE, drift/POLICY/NODE and drift-log/POLICY/NODE:
+//     node NODE only (controllers too); a drift log must also name its
+//     writer as its node and the writer's site as its site, since the
+//     events every agent shows are told from it;
 //   - artifacts: any node may publish a version, and its digest never
 //     changes: a manifest of another digest replaces the one held only if
 //     it was signed first (earlier created, then the lower digest), so
@@ -83,9 +86,18 @@ func (a Authorizer) Authorize(r mesh.Reader, w mesh.Writer, e mesh.Entry) error 
 			epoch = j.Epoch
 		}
 		return placedOn(r, policyKey, w, epoch)
-	case "gang-members", "drift":
+	case "gang-members", "drift", "drift-log":
 		if i := strings.LastIndexByte(key, '/'); i < 0 || key[i+1:] != w.Name {
 			return fmt.Errorf("%w: %s is another node's record (%s)", ErrNotAssigned, e.Key, w.Name)
+		}
+		if table == "drift-log" && !e.Deleted {
+			var l struct {
+				Node string `json:"node"`
+				Site string `json:"site"`
+			}
+			if json.Unmarshal(e.Value, &l) != nil || l.Node != w.Name || w.Site != "" && l.Site != w.Site {
+				return fmt.Errorf("%w: %s names node %q of site %q, not its writer %s of %s", ErrNotAssigned, e.Key, l.Node, l.Site, w.Name, w.Site)
+			}
 		}
 	case "artifacts":
 		if e.Deleted {

@@ -91,6 +91,8 @@ type Catalog struct {
 	Rollouts   *Table[Rollout]
 	Drift      *Table[Drift]
 	Manifests  *Table[storage.Manifest]
+	// DriftLogs are each node's drift monitor transitions, per policy.
+	DriftLogs *Table[DriftLog]
 	// Gangs and GangMembers coordinate exec training gangs that span
 	// several nodes.
 	Gangs       *Table[Gang]
@@ -116,6 +118,7 @@ func New(store Store, reg prometheus.Registerer) *Catalog {
 	c.Jobs = newTable(c, "jobs", mesh.ScopeGlobal, func(j Job) string { return j.Name })
 	c.Rollouts = newTable(c, "rollouts", mesh.ScopeGlobal, func(r Rollout) string { return r.Policy })
 	c.Drift = newTable(c, "drift", mesh.ScopeSite, func(d Drift) string { return d.Policy + "/" + d.Node })
+	c.DriftLogs = newTable(c, "drift-log", mesh.ScopeSite, DriftLog.Key)
 	c.Gangs = newTable(c, "gangs", mesh.ScopeGlobal, func(g Gang) string { return g.Job })
 	c.GangMembers = newTable(c, "gang-members", mesh.ScopeGlobal, GangMember.Key)
 	c.Experiments = newTable(c, "experiments", mesh.ScopeGlobal, func(e Experiment) string { return e.Name })

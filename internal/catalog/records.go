@@ -275,21 +275,29 @@ type Drift struct {
 	// live samples); Ready is false while "first" is still collecting.
 	Reference string `json:"reference"`
 	Ready     bool   `json:"ready"`
+	// State is the monitor's state: DriftWarming, DriftOK, DriftAlarm or
+	// DriftError (see Status; agents before it wrote none).
+	State string `json:"state,omitempty"`
 	// Seen counts the samples observed by this version's monitor here.
 	Seen int64 `json:"seen"`
 	// Alarmed is the hysteresis state; AlarmSeen and AlarmAt say when the
-	// current alarm fired.
+	// current alarm fired. The alarms and clears themselves, also one that
+	// cleared before this record was next written, are in DriftLog.
 	Alarmed   bool      `json:"alarmed"`
 	AlarmSeen int64     `json:"alarm_seen,omitempty"`
 	AlarmAt   time.Time `json:"alarm_at,omitzero"`
 	// AlarmSource says which detector raised the current alarm: "stream"
-	// (the per-row CUSUM) or "window"; AlarmFeature names the feature the
-	// streaming detector alarmed on.
+	// (the per-row CUSUM) or "window"; AlarmFeature names the feature it
+	// alarmed on (for a windowed alarm, the worst feature of the
+	// evaluation that raised it; records of agents before that leave it
+	// empty).
 	AlarmSource  string `json:"alarm_source,omitempty"`
 	AlarmFeature string `json:"alarm_feature,omitempty"`
-	// AlarmStatistic is the streaming alarm's statistic over its
-	// threshold when it fired (above 1), and AlarmDrifted the features
-	// that alarmed with it.
+	// AlarmStatistic is the alarm's statistic as it crossed: for the
+	// streaming detector over its threshold (above 1), for the windowed
+	// one the detector's figure (the corrected p-value for ks). Taken at
+	// the crossing, not after the side restarted. AlarmDrifted names the
+	// features that alarmed with it.
 	AlarmStatistic float64  `json:"alarm_statistic,omitempty"`
 	AlarmDrifted   []string `json:"alarm_drifted,omitempty"`
 	// Stream is the streaming detector's state per feature.
@@ -303,10 +311,118 @@ type Drift struct {
 	Failed uint64 `json:"failed"`
 	// Dropped counts sampled rows the monitor could not keep up with.
 	Dropped uint64 `json:"dropped,omitempty"`
+	// Invalid counts this version's rows dropped here because a watched
+	// value (or the prediction) was NaN or infinite; the monitor goes on
+	// with the next row.
+	Invalid uint64 `json:"invalid,omitempty"`
 	// Error says why the monitor cannot run (no reference, unknown
 	// feature).
 	Error   string    `json:"error,omitempty"`
 	Updated time.Time `json:"updated"`
+}
+
+// Drift monitor states (Drift.State) and the kinds of DriftLog entries.
+const (
+	// DriftWarming: the monitor has not yet seen enough rows to judge
+	// (collecting a "first" reference, or before its first evaluation
+	// that is not over or its first alarm); no alarm does not mean no
+	// drift yet.
+	DriftWarming = "warming"
+	// DriftOK: judged, no alarm. As an entry: the warm-up ended with no
+	// alarm.
+	DriftOK = "ok"
+	// DriftAlarm: alarmed.
+	DriftAlarm = "alarm"
+	// DriftClear is an entry only: an alarm cleared, by the detector
+	// that raised it (the state is DriftOK again).
+	DriftClear = "clear"
+	// DriftError: the monitor cannot run.
+	DriftError = "error"
+)
+
+// Status is the monitor's state, for records of agents that wrote no
+// State too: error, alarm, else ok.
+func (d Drift) Status() string {
+	switch {
+	case d.State != "":
+		return d.State
+	case d.Error != "":
+		return DriftError
+	case d.Alarmed:
+		return DriftAlarm
+	}
+	return DriftOK
+}
+
+// DriftLogKeep bounds DriftLog.Entries: the latest entries of a policy's
+// monitor on a node, across its versions. A reader that sees the record
+// at least once every DriftLogKeep transitions misses none.
+const DriftLogKeep = 64
+
+// DriftLog is one node's log of a policy's drift monitor transitions:
+// each warm-up, alarm, clear and error is an entry with its own sequence
+// number, written as it happens, so that an alarm that clears before the
+// next look at the Drift record is still seen (GET /v1/events derives the
+// drift events from it). Written only by that node, kept until the
+// policy is no longer served there.
+type DriftLog struct {
+	Policy string `json:"policy"`
+	Model  string `json:"model"`
+	Site   string `json:"site"`
+	Node   string `json:"node"`
+	// Since is when this log began: sequence numbers count from 1 within
+	// one log, and a log deleted and begun again starts over.
+	Since time.Time `json:"since"`
+	// Entries are the latest DriftLogKeep transitions, oldest first, Seq
+	// increasing by one.
+	Entries []DriftEntry `json:"entries"`
+}
+
+// DriftEntry is one transition of a drift monitor.
+type DriftEntry struct {
+	// Seq numbers the log's entries from 1.
+	Seq uint64 `json:"seq"`
+	// Kind is DriftWarming (a monitor started), DriftOK (it judged, no
+	// drift), DriftAlarm, DriftClear or DriftError.
+	Kind string    `json:"kind"`
+	At   time.Time `json:"at"`
+	// Version is the model version monitored; Samples the rows it had
+	// seen.
+	Version string `json:"version"`
+	Samples int64  `json:"samples"`
+	// Source is the detector that raised the alarm (for a clear: that
+	// raised the alarm it clears): "stream" or "window".
+	Source string `json:"source,omitempty"`
+	// Detector ("cusum" for the streaming detector, else the windowed
+	// one), Feature and Statistic say what crossed, as it crossed (see
+	// Drift.AlarmStatistic); Drifted names every feature past its
+	// threshold then. Alarms only.
+	Detector  string   `json:"detector,omitempty"`
+	Feature   string   `json:"feature,omitempty"`
+	Statistic float64  `json:"statistic,omitempty"`
+	Drifted   []string `json:"drifted,omitempty"`
+	// Window is the rows a warming monitor needs before its first
+	// evaluation (warming only).
+	Window int `json:"window,omitempty"`
+	// Error says why the monitor cannot run (errors only).
+	Error string `json:"error,omitempty"`
+}
+
+// Key is the log's key, "policy/node".
+func (l DriftLog) Key() string { return l.Policy + "/" + l.Node }
+
+// Append adds e with the next sequence number, dropping the oldest
+// entries past DriftLogKeep, and returns the entry as stored.
+func (l *DriftLog) Append(e DriftEntry) DriftEntry {
+	e.Seq = 1
+	if n := len(l.Entries); n > 0 {
+		e.Seq = l.Entries[n-1].Seq + 1
+	}
+	l.Entries = append(l.Entries, e)
+	if n := len(l.Entries); n > DriftLogKeep {
+		l.Entries = slices.Delete(l.Entries, 0, n-DriftLogKeep)
+	}
+	return e
 }
 
 // DriftPoint is one evaluation in a Drift's history.
@@ -397,10 +513,15 @@ func (c *Catalog) ModelFor(p Policy, svc *policy.InferenceServiceSpec, node stri
 
 // AlarmCause names what raised the current alarm: the feature, the
 // detector ("cusum" for the streaming detector, else the windowed one) and
-// its statistic (for the CUSUM, the largest side over its threshold).
+// its statistic as it crossed (for the CUSUM, the side over its
+// threshold). For a windowed alarm of a record that kept no feature, the
+// worst of the latest scores.
 func (d Drift) AlarmCause() (feature, detector string, stat float64) {
 	if d.AlarmSource == string(drift.SourceStream) {
 		return d.AlarmFeature, "cusum", d.AlarmStatistic
+	}
+	if d.AlarmFeature != "" {
+		return d.AlarmFeature, d.Detector, d.AlarmStatistic
 	}
 	ws := WorstScore(d.Scores, d.Detector)
 	return ws.Name, d.Detector, ScoreStat(ws, d.Detector)

@@ -1,7 +1,9 @@
 // Package driftwatch runs a drift monitor for every model served on this
 // node whose policy declares drift:, fed by the inference server's sampled
 // rows, and publishes each monitor's state to the catalog's drift table
-// (where the service's owner reads it to start a retrain).
+// (where the service's owner reads it to start a retrain) and each of its
+// transitions (warming, ok, alarm, clear, error) to the drift-log table as
+// it happens (where the event stream reads them).
 //
 //	w := driftwatch.New(driftwatch.Config{Name: "edge-a-1", Site: "edge-a", Catalog: cat, Artifacts: svc})
 //	go w.Run(ctx)
@@ -13,8 +15,10 @@ import (
 	"cmp"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"log/slog"
+	"math"
 	"reflect"
 	"slices"
 	"strings"
@@ -56,6 +60,7 @@ type watched struct {
 	mon            *drift.Monitor
 	first          [][]float64 // rows collected for a "first" reference
 	rec            catalog.Drift
+	row            []float64 // reused for each observed row
 	lastPub        time.Time
 	dirty          bool
 	rows           prometheus.Counter // strata_drift_rows_total
@@ -94,7 +99,8 @@ type Config struct {
 	// (strata_drift_alarms_total) and the alarm state (strata_drift_alarm);
 	// per watched feature and detector, the latest statistic and its
 	// threshold (strata_drift_statistic, strata_drift_threshold); and rows
-	// dropped before the monitors (strata_drift_rows_dropped_total).
+	// dropped before the monitors, for a full queue or a NaN or infinite
+	// value (strata_drift_rows_dropped_total).
 	Registerer prometheus.Registerer
 }
 
@@ -103,11 +109,20 @@ type Watch struct {
 	cfg     Config
 	log     *slog.Logger
 	rows    chan driftRow
-	dropped atomic.Uint64
+	dropped atomic.Uint64 // rows the queue had no room for
+	invalid atomic.Uint64 // rows with a NaN or infinite value
 	metrics *metrics
 
-	mu  sync.Mutex
-	mon map[string]*watched // by model name: one version serves per name
+	mu   sync.Mutex
+	mon  map[string]*watched // by model name: one version serves per name
+	logs map[string]*driftLog
+}
+
+// driftLog is a policy's drift log on this node (catalog.DriftLog): every
+// transition of its monitors, whichever version, published as it happens.
+type driftLog struct {
+	log   catalog.DriftLog
+	dirty bool
 }
 
 // New returns a watch; nothing is monitored until Sync and Run.
@@ -118,7 +133,7 @@ func New(cfg Config) *Watch {
 	if cfg.Guard == nil {
 		cfg.Guard = safe.New(safe.Config{Logger: cfg.Logger})
 	}
-	d := &Watch{cfg: cfg, log: cfg.Logger, rows: make(chan driftRow, driftRows), mon: map[string]*watched{}}
+	d := &Watch{cfg: cfg, log: cfg.Logger, rows: make(chan driftRow, driftRows), mon: map[string]*watched{}, logs: map[string]*driftLog{}}
 	d.metrics = newMetrics(d)
 	if cfg.Registerer != nil {
 		d.metrics.register(cfg.Registerer, d)
@@ -164,8 +179,10 @@ func (d *Watch) feed(r driftRow) {
 }
 
 // observe feeds r to its model's monitor and says whether the monitor
-// raised or cleared an alarm (to be published at once). The lock is
-// released by defer: a panic recovered in Run must not leave it held.
+// changed state (to be published at once). A row with a NaN or infinite
+// value is dropped and counted; the monitor goes on with the next. The
+// lock is released by defer: a panic recovered in Run must not leave it
+// held.
 func (d *Watch) observe(r driftRow) (publish bool) {
 	d.mu.Lock()
 	defer d.mu.Unlock()
@@ -173,7 +190,7 @@ func (d *Watch) observe(r driftRow) (publish bool) {
 	if w == nil || r.s.Version != w.version || w.rec.Error != "" {
 		return false
 	}
-	row := make([]float64, 0, len(w.cols)+1)
+	row := w.row[:0]
 	for _, c := range w.cols {
 		if c >= len(r.s.Inputs) {
 			return false
@@ -183,53 +200,47 @@ func (d *Watch) observe(r driftRow) (publish bool) {
 	if w.pred {
 		row = append(row, score(r.s.Outputs))
 	}
+	w.row = row
+	for _, v := range row {
+		if math.IsNaN(v) || math.IsInf(v, 0) {
+			d.dropInvalid(w)
+			return false
+		}
+	}
 	var ev *drift.Event
 	var err error
 	if w.mon == nil {
-		w.first = append(w.first, row)
+		w.first = append(w.first, slices.Clone(row))
 		w.rec.Seen++
 		if len(w.first) >= w.rec.Window {
 			err = d.startFromFirst(w)
 		}
 	} else {
 		ev, err = w.mon.Observe(row)
+		if errors.Is(err, drift.ErrInvalid) {
+			// Rejected as a row (its width, a value): dropped, not the
+			// end of the monitor.
+			d.dropInvalid(w)
+			return false
+		}
 		w.rec.Seen = w.mon.Seen()
 	}
+	w.dirty = true
 	if err != nil {
-		w.rec.Error = err.Error()
-	} else {
-		w.rows.Inc()
+		w.rec.Error, w.rec.State = err.Error(), catalog.DriftError
+		d.note(w, catalog.DriftEntry{Kind: catalog.DriftError, Samples: w.rec.Seen, Error: w.rec.Error})
+		d.log.Warn("drift monitor stopped", "policy", w.key, "model", w.model, "version", w.version, "err", err)
+		return true
 	}
-	alarmed := false
+	w.rows.Inc()
+	changed := false
 	if ev != nil {
-		w.rec.Alarmed = ev.Kind == drift.EventAlarm
-		if w.rec.Alarmed {
-			// Counted here, as it fires: an alarm that clears before the
-			// next publish or scrape still counts.
-			d.metrics.alarms.WithLabelValues(w.model, w.version, string(ev.Source)).Inc()
-			w.rec.AlarmSeen, w.rec.AlarmAt = ev.Samples, time.Now().UTC()
-			w.rec.AlarmSource, w.rec.AlarmFeature, w.rec.AlarmStatistic, w.rec.AlarmDrifted = string(ev.Source), "", 0, nil
-			for _, s := range ev.Stream {
-				if !s.Drifted {
-					continue
-				}
-				w.rec.AlarmDrifted = append(w.rec.AlarmDrifted, s.Name)
-				if s.Threshold <= 0 {
-					continue
-				}
-				stat := max(s.Upper, s.Lower) / s.Threshold
-				if s.SpreadThreshold > 0 {
-					stat = max(stat, s.Spread/s.SpreadThreshold)
-				}
-				if w.rec.AlarmFeature == "" || stat > w.rec.AlarmStatistic {
-					w.rec.AlarmFeature, w.rec.AlarmStatistic = s.Name, stat
-				}
-			}
-			alarmed = true
-		}
-		w.rec.Stream = ev.Stream
-		feature, det, _ := w.rec.AlarmCause()
-		d.log.Info("drift "+string(ev.Kind), "policy", w.key, "model", w.model, "version", w.version, "samples", ev.Samples, "detector", det, "feature", feature)
+		d.transition(w, ev)
+		changed = true
+	} else if w.rec.State == catalog.DriftWarming && w.mon != nil && w.mon.Judged() {
+		w.rec.State = catalog.DriftOK
+		d.note(w, catalog.DriftEntry{Kind: catalog.DriftOK, Samples: w.rec.Seen})
+		changed = true
 	}
 	if w.mon != nil {
 		if ev, ok := w.mon.Last(); ok && (len(w.rec.History) == 0 || w.rec.History[len(w.rec.History)-1].Seen != ev.Seen) {
@@ -241,8 +252,86 @@ func (d *Watch) observe(r driftRow) (publish bool) {
 			}
 		}
 	}
+	return changed
+}
+
+// dropInvalid counts a row of w's version dropped before its monitor.
+func (d *Watch) dropInvalid(w *watched) {
+	d.invalid.Add(1)
+	w.rec.Invalid++
 	w.dirty = true
-	return ev != nil || alarmed
+}
+
+// transition records an alarm or clear of w's monitor in its record and
+// its policy's drift log: what crossed is taken from the event, as it
+// fired (a streaming side restarts from 0 on the row it alarms).
+func (d *Watch) transition(w *watched, ev *drift.Event) {
+	now := time.Now().UTC()
+	e := catalog.DriftEntry{Kind: catalog.DriftClear, Samples: ev.Samples, Source: string(ev.Source)}
+	w.rec.Alarmed = ev.Kind == drift.EventAlarm
+	w.rec.Stream = ev.Stream
+	w.rec.State = catalog.DriftOK
+	if w.rec.Alarmed {
+		w.rec.State = catalog.DriftAlarm
+		e.Kind = catalog.DriftAlarm
+		e.Feature, e.Detector, e.Statistic, e.Drifted = crossing(ev)
+		// Counted here, as it fires: an alarm that clears before the
+		// next publish or scrape still counts.
+		d.metrics.alarms.WithLabelValues(w.model, w.version, string(ev.Source)).Inc()
+		w.rec.AlarmSeen, w.rec.AlarmAt, w.rec.AlarmSource = ev.Samples, now, string(ev.Source)
+		w.rec.AlarmFeature, w.rec.AlarmStatistic, w.rec.AlarmDrifted = e.Feature, e.Statistic, e.Drifted
+	}
+	d.note(w, e)
+	d.log.Info("drift "+string(ev.Kind), "policy", w.key, "model", w.model, "version", w.version, "samples", ev.Samples,
+		"source", ev.Source, "detector", e.Detector, "feature", e.Feature, "statistic", e.Statistic)
+}
+
+// crossing names what raised an alarm, as it crossed: for the streaming
+// detector the feature whose alarm's statistic was furthest over its
+// threshold (the ratio), for the windowed one the worst feature of the
+// evaluation that raised it (its figure: the corrected p-value for ks);
+// and every feature past its threshold then.
+func crossing(ev *drift.Event) (feature, detector string, stat float64, drifted []string) {
+	if ev.Source == drift.SourceStream {
+		detector = "cusum"
+		for _, s := range ev.Stream {
+			if !s.Drifted {
+				continue
+			}
+			drifted = append(drifted, s.Name)
+			if feature == "" || s.AlarmStatistic > stat {
+				feature, stat = s.Name, s.AlarmStatistic
+			}
+		}
+		return feature, detector, stat, drifted
+	}
+	detector = string(ev.Detector)
+	for _, s := range ev.Scores {
+		if s.Drifted {
+			drifted = append(drifted, s.Name)
+		}
+	}
+	ws := catalog.WorstScore(ev.Scores, detector)
+	return ws.Name, detector, catalog.ScoreStat(ws, detector), drifted
+}
+
+// note appends e (stamped now, with w's version) to the drift log of w's
+// policy. Called with d.mu held.
+func (d *Watch) note(w *watched, e catalog.DriftEntry) {
+	l := d.logs[w.key]
+	if l == nil {
+		l = &driftLog{log: catalog.DriftLog{Policy: w.key, Node: d.cfg.Name, Since: time.Now().UTC()}}
+		// Carry on the log this node wrote before it restarted: its
+		// entries keep their sequence numbers.
+		if old, err := d.cfg.Catalog.DriftLogs.Value(w.key + "/" + d.cfg.Name); err == nil && old.Node == d.cfg.Name && !old.Since.IsZero() {
+			l.log = old
+		}
+		d.logs[w.key] = l
+	}
+	l.log.Model, l.log.Site = w.model, d.cfg.Site
+	e.At, e.Version = time.Now().UTC(), w.version
+	l.log.Append(e)
+	l.dirty = true
 }
 
 // startFromFirst builds the reference from the first Window live rows.
@@ -264,8 +353,12 @@ func (d *Watch) startFromFirst(w *watched) error {
 		ref.Features, ref.Prediction = ref.Features[:len(ref.Features)-1], &p
 	}
 	w.first = nil
-	w.mon, err = drift.New(ref, d.monitorConfig(w))
+	cfg := d.monitorConfig(w)
+	w.mon, err = drift.New(ref, cfg)
 	w.rec.Ready = err == nil
+	if err == nil {
+		w.rec.Threshold = w.mon.Config().Alarm
+	}
 	return err
 }
 
@@ -349,6 +442,17 @@ func (d *Watch) Sync(loaded map[string]Model) {
 			_ = d.cfg.Catalog.Drift.Delete(w.key + "/" + d.cfg.Name)
 		}
 	}
+	// A policy no longer watched here takes its log with it.
+	watched := map[string]bool{}
+	for _, w := range d.mon {
+		watched[w.key] = true
+	}
+	for key := range d.logs {
+		if !watched[key] {
+			delete(d.logs, key)
+			_ = d.cfg.Catalog.DriftLogs.Delete(key + "/" + d.cfg.Name)
+		}
+	}
 }
 
 func (d *Watch) newWatched(key string, sm Model, spec policy.Drift) *watched {
@@ -363,10 +467,11 @@ func (d *Watch) newWatched(key string, sm Model, spec policy.Drift) *watched {
 		rows: d.metrics.rows.WithLabelValues(sm.Name, sm.Version)}
 	w.rec = catalog.Drift{
 		Policy: key, Model: sm.Name, Version: sm.Version, Site: d.cfg.Site, Node: d.cfg.Name,
-		Detector: spec.Detector, Window: spec.Window, Reference: spec.Reference,
+		Detector: spec.Detector, Window: spec.Window, Reference: spec.Reference, State: catalog.DriftWarming,
 	}
 	fail := func(format string, args ...any) *watched {
-		w.rec.Error = fmt.Sprintf(format, args...)
+		w.rec.Error, w.rec.State = fmt.Sprintf(format, args...), catalog.DriftError
+		d.note(w, catalog.DriftEntry{Kind: catalog.DriftError, Error: w.rec.Error})
 		d.log.Warn("drift monitor not started", "policy", key, "model", sm.Name, "version", sm.Version, "reason", w.rec.Error)
 		return w
 	}
@@ -405,6 +510,9 @@ func (d *Watch) newWatched(key string, sm Model, spec policy.Drift) *watched {
 	}
 	w.names = want
 	if spec.Reference == "first" {
+		// Warming while the reference is collected, and after until the
+		// monitor has judged.
+		d.note(w, catalog.DriftEntry{Kind: catalog.DriftWarming, Window: 2 * spec.Window})
 		return w
 	}
 	sub := drift.Reference{Prediction: ref.Prediction}
@@ -418,12 +526,19 @@ func (d *Watch) newWatched(key string, sm Model, spec policy.Drift) *watched {
 		return fail("%v", err)
 	}
 	w.mon, w.rec.Ready, w.rec.Threshold = mon, true, cfg.Alarm
+	d.note(w, catalog.DriftEntry{Kind: catalog.DriftWarming, Window: spec.Window})
 	return w
 }
 
-// publish writes the records of monitors that changed (all when force).
+// publish writes the drift logs that changed, then the records of
+// monitors that changed (all when force).
 func (d *Watch) publish(force bool) {
 	now := time.Now()
+	for _, l := range d.changedLogs() {
+		if _, err := d.cfg.Catalog.DriftLogs.Put(l); err != nil {
+			d.log.Warn("publishing drift log", "policy", l.Policy, "err", err)
+		}
+	}
 	for _, r := range d.changed(now, force) {
 		var deps []mesh.Dep
 		if ref, ok := d.cfg.Catalog.Manifests.Ref(string(storage.KindModel) + "/" + r.Model + "/" + r.Version); ok {
@@ -433,6 +548,23 @@ func (d *Watch) publish(force bool) {
 			d.log.Warn("publishing drift state", "policy", r.Policy, "err", err)
 		}
 	}
+}
+
+// changedLogs returns copies of the drift logs with entries not yet
+// published and marks them published.
+func (d *Watch) changedLogs() []catalog.DriftLog {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	var out []catalog.DriftLog
+	for _, l := range d.logs {
+		if l.dirty {
+			l.dirty = false
+			c := l.log
+			c.Entries = slices.Clone(l.log.Entries)
+			out = append(out, c)
+		}
+	}
+	return out
 }
 
 // changed returns the records of monitors that changed (all when force)

@@ -1,6 +1,7 @@
 // Package events derives the mesh's control-loop events (placements, drift
-// alarms, training jobs, rollout stages) from changes to the catalog, keeps
-// the latest for late subscribers, and streams them as server-sent events:
+// monitors' transitions, training jobs, rollout stages) from changes to the
+// catalog, keeps the latest for late subscribers, and streams them as
+// server-sent events:
 //
 //	st := events.New(cat, guard)
 //	go st.Run(ctx)
@@ -35,7 +36,11 @@ type Event struct {
 	// wrote it.
 	Time time.Time `json:"time"`
 	// Type is "placement", "drift", "job" or "rollout", then a dot and
-	// the new state ("rollout.canary", "drift.alarm").
+	// the new state ("rollout.canary", "drift.alarm"). The drift ones are
+	// drift.warming (a monitor started), drift.ok (it judged: no drift),
+	// drift.alarm, drift.clear and drift.error, one per entry of the
+	// node's drift log: every alarm and clear, also one that cleared
+	// before the next look.
 	Type    string `json:"type"`
 	Policy  string `json:"policy,omitempty"`
 	Node    string `json:"node,omitempty"`
@@ -74,6 +79,14 @@ type Stream struct {
 	// a scan decodes only the records that changed since.
 	of       map[string]string
 	versions map[string]map[string]uint64
+	// logs is how far the stream has told each drift log (by key).
+	logs map[string]logMark
+}
+
+// logMark is the latest entry told of a drift log.
+type logMark struct {
+	since time.Time
+	seq   uint64
 }
 
 // New returns a stream over cat's records. Nothing is derived until Run.
@@ -83,7 +96,8 @@ func New(cat *catalog.Catalog, guard *safe.Guard) *Stream {
 	if guard == nil {
 		guard = safe.New(safe.Config{})
 	}
-	return &Stream{cat: cat, guard: guard, subs: map[chan Event]struct{}{}, last: map[string]string{}, of: map[string]string{}, versions: map[string]map[string]uint64{}}
+	return &Stream{cat: cat, guard: guard, subs: map[chan Event]struct{}{}, last: map[string]string{}, of: map[string]string{},
+		versions: map[string]map[string]uint64{}, logs: map[string]logMark{}}
 }
 
 // Run derives events until ctx ends. What the catalog holds when Run
@@ -150,10 +164,36 @@ func (e *Stream) derive(emit bool) []Event {
 		note("p/"+r.Key, "p/"+key, fmt.Sprintf("%d/%s", p.Epoch, p.State), Event{Time: p.Updated, Type: "placement." + p.State, Policy: key, Node: p.Owner,
 			Message: fmt.Sprintf("%s %s on [%s]: %s", key, p.State, p.NodeNames(), p.Message)})
 	}
+	logs, now := e.cat.DriftLogs.Changed(e.versions["l"])
+	track("l", now)
+	for _, r := range logs {
+		l := r.Value
+		mark, had := e.logs[r.Key]
+		if had && !mark.since.Equal(l.Since) {
+			had = false // a new log: its sequence numbers start over
+		}
+		for _, en := range l.Entries {
+			if had && en.Seq <= mark.seq {
+				continue
+			}
+			if emit {
+				out = append(out, driftEvent(l, en))
+			}
+		}
+		mark.since = l.Since
+		if n := len(l.Entries); n > 0 {
+			mark.seq = l.Entries[n-1].Seq
+		}
+		e.logs[r.Key] = mark
+	}
 	drifts, now := e.cat.Drift.Changed(e.versions["d"])
 	track("d", now)
 	for _, r := range drifts {
 		d := r.Value
+		if d.State != "" {
+			// Its agent writes a drift log: the events come from there.
+			continue
+		}
 		state := "clear"
 		if d.Alarmed {
 			state = "alarm"
@@ -214,7 +254,33 @@ func (e *Stream) derive(emit bool) []Event {
 			delete(e.of, subject)
 		}
 	}
+	for key := range e.logs {
+		if !held["l/"+key] {
+			delete(e.logs, key)
+		}
+	}
 	return out
+}
+
+// driftEvent tells one entry of a drift log.
+func driftEvent(l catalog.DriftLog, en catalog.DriftEntry) Event {
+	at := fmt.Sprintf("%s@%s at %s/%s", l.Model, en.Version, l.Site, l.Node)
+	var msg string
+	switch en.Kind {
+	case catalog.DriftWarming:
+		msg = fmt.Sprintf("%s: warming up (judges after %d samples)", at, en.Window)
+	case catalog.DriftOK:
+		msg = fmt.Sprintf("%s: no drift after %d samples", at, en.Samples)
+	case catalog.DriftAlarm:
+		msg = fmt.Sprintf("drift on %s after %d samples: %s %s=%.4g", at, en.Samples, en.Detector, en.Feature, en.Statistic)
+	case catalog.DriftClear:
+		msg = fmt.Sprintf("%s: clear after %d samples (by the %s detector, which raised the alarm)", at, en.Samples, en.Source)
+	case catalog.DriftError:
+		msg = fmt.Sprintf("%s: error: %s", at, en.Error)
+	default:
+		msg = fmt.Sprintf("%s: %s after %d samples", at, en.Kind, en.Samples)
+	}
+	return Event{Time: en.At, Type: "drift." + en.Kind, Policy: l.Policy, Node: l.Node, Message: msg}
 }
 
 // Publish tells subscribers of an event this agent saw itself rather than

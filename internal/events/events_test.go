@@ -6,6 +6,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -222,5 +223,75 @@ func TestServeKeptEventsEnds(t *testing.T) {
 	resp.Body.Close()
 	if resp.StatusCode != http.StatusBadRequest {
 		t.Errorf("follow=maybe: HTTP %d, want 400", resp.StatusCode)
+	}
+}
+
+// TestDriftLogEvents: every entry of a drift log written after the
+// baseline is one event, also an alarm and its clear written between two
+// scans; a log begun again (after its policy left the node) starts its
+// sequence over and is news again. A drift record that carries a state
+// (its agent writes a log) makes no event of its own; one of an agent
+// before logs still does.
+func TestDriftLogEvents(t *testing.T) {
+	t.Parallel()
+	cat := catalog.New(catalogtest.NewStore(), nil)
+	t0 := time.Date(2026, 1, 1, 12, 0, 0, 0, time.UTC)
+	l := catalog.DriftLog{Policy: "InferenceService/s", Model: "m", Site: "edge-a", Node: "edge-a-1", Since: t0}
+	put := func(e catalog.DriftEntry) {
+		t.Helper()
+		e.Version = "1"
+		l.Append(e)
+		if _, err := cat.DriftLogs.Put(l); err != nil {
+			t.Fatal(err)
+		}
+	}
+	put(catalog.DriftEntry{Kind: catalog.DriftWarming, At: t0, Window: 500})
+	cat.Drift.Put(catalog.Drift{Policy: "InferenceService/s", Node: "edge-a-1", Model: "m", Version: "1", State: catalog.DriftWarming})
+	st := New(cat, nil)
+	past, ch, done := st.Subscribe(0)
+	defer done()
+	if len(past) != 0 {
+		t.Fatalf("events before a scan: %v", past)
+	}
+	st.scan(false) // the baseline
+	scan := func() []string {
+		t.Helper()
+		st.scan(true)
+		var types []string
+		for {
+			select {
+			case ev := <-ch:
+				types = append(types, ev.Type+": "+ev.Message)
+			default:
+				return types
+			}
+		}
+	}
+	put(catalog.DriftEntry{Kind: catalog.DriftOK, At: t0.Add(time.Second), Samples: 500})
+	put(catalog.DriftEntry{Kind: catalog.DriftAlarm, At: t0.Add(2 * time.Second), Samples: 612, Source: "stream", Detector: "cusum", Feature: "x", Statistic: 1.04})
+	put(catalog.DriftEntry{Kind: catalog.DriftClear, At: t0.Add(3 * time.Second), Samples: 700, Source: "stream"})
+	// The drift record moved from warming to ok: no event of its own.
+	cat.Drift.Put(catalog.Drift{Policy: "InferenceService/s", Node: "edge-a-1", Model: "m", Version: "1", State: catalog.DriftOK})
+	want := []string{
+		"drift.ok: m@1 at edge-a/edge-a-1: no drift after 500 samples",
+		"drift.alarm: drift on m@1 at edge-a/edge-a-1 after 612 samples: cusum x=1.04",
+		"drift.clear: m@1 at edge-a/edge-a-1: clear after 700 samples (by the stream detector, which raised the alarm)",
+	}
+	if diff := cmp.Diff(want, scan()); diff != "" {
+		t.Fatalf("events (-want +got):\n%s", diff)
+	}
+	if got := scan(); len(got) != 0 {
+		t.Fatalf("nothing new, but events %v", got)
+	}
+	// The policy left the node and came back between two scans: a new log.
+	l = catalog.DriftLog{Policy: "InferenceService/s", Model: "m", Site: "edge-a", Node: "edge-a-1", Since: t0.Add(time.Hour)}
+	put(catalog.DriftEntry{Kind: catalog.DriftWarming, At: t0.Add(time.Hour), Window: 500})
+	if diff := cmp.Diff([]string{"drift.warming: m@1 at edge-a/edge-a-1: warming up (judges after 500 samples)"}, scan()); diff != "" {
+		t.Fatalf("a new log's events (-want +got):\n%s", diff)
+	}
+	// An agent before drift logs: its record's changes are the events.
+	cat.Drift.Put(catalog.Drift{Policy: "InferenceService/s", Node: "edge-b-1", Site: "edge-b", Model: "m", Version: "1", Alarmed: true, AlarmAt: t0, AlarmSeen: 900, Detector: "psi"})
+	if got := scan(); len(got) != 1 || !strings.HasPrefix(got[0], "drift.alarm: drift on m@1 at edge-b/edge-b-1 after 900 samples") {
+		t.Fatalf("an older agent's alarm: events %v", got)
 	}
 }

@@ -56,8 +56,8 @@ function monitor(d, ro) {
   return h('div', { class: 'card monitor', 'data-node': d.node },
     h('div', { class: 'policy-head' },
       h('h3', {}, `${d.model}@${d.version} at ${d.site}/${d.node}`),
-      badge(d.error ? 'error' : d.alarmed ? 'alarm' : 'clear', d.error ? 'error' : d.alarmed ? 'drifting' : 'clear')),
-    h('p', { class: 'small muted settings' }, `${d.detector} over ${d.window} samples, ${alarmAt(d)}, reference ${d.reference}${d.ready ? '' : ' (collecting)'}; ${d.seen} samples seen, ${d.served} served, ${d.failed} failed${d.dropped ? `, ${d.dropped} dropped` : ''}`),
+      stateBadge(d)),
+    h('p', { class: 'small muted settings' }, `${d.detector} over ${d.window} samples, ${alarmAt(d)}, reference ${d.reference}${d.ready ? '' : ' (collecting)'}; ${d.seen} samples seen, ${d.served} served, ${d.failed} failed${d.dropped ? `, ${d.dropped} dropped` : ''}${d.invalid ? `, ${d.invalid} invalid (NaN or infinite) dropped` : ''}`),
     d.error ? h('p', { class: 'error' }, d.error) : null,
     chart(d, alarms, ro),
     (d.scores || []).length ? [h('h3', {}, `Latest ${pValue(d) ? 'p-value' : 'score'} per feature (${alarmAt(d)})`),
@@ -65,6 +65,16 @@ function monitor(d, ro) {
         const v = pValue(d) ? sc.p_value : sc.statistic;
         return h('li', { class: sc.drifted ? 'drifted' : '' }, h('span', {}, sc.name), h('span', { class: 'num mono' }, score(d, v)));
       }))] : null);
+}
+
+// stateBadge shows the monitor's state: a fresh monitor is warming up (no
+// alarm does not yet mean no drift) until it has rows enough to judge.
+// Agents before the state field send none: error, alarm, else clear.
+function stateBadge(d) {
+  const st = d.state || (d.error ? 'error' : d.alarmed ? 'alarm' : 'ok');
+  const text = { error: 'error', alarm: 'drifting', warming: 'warming up', ok: 'clear' }[st] || st;
+  const title = st === 'warming' ? 'Not yet enough rows to judge: no alarm does not mean no drift yet.' : undefined;
+  return badge(st === 'ok' ? 'clear' : st, text, title);
 }
 
 function fmt(v) {
