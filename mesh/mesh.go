@@ -141,8 +141,11 @@ type Mesh struct {
 	// lastCatalogSync is when compareCatalog last asked for a sync; syncs
 	// carries the peer's address to syncCatalogs.
 	lastCatalogSync time.Time
-	syncs           chan string
-	changed         chan struct{}
+	// lastSyncTook is how long the last of those syncs took: the next
+	// waits longer after a long one (syncCostShare).
+	lastSyncTook time.Duration
+	syncs        chan string
+	changed      chan struct{}
 
 	seeds []string // join addresses, this node's own left out (under mu)
 	fatal chan error

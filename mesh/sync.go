@@ -28,6 +28,14 @@ const catalogSettle = 2 * time.Second
 // sync: a difference seen once may be an entry just settling.
 const catalogSyncAfter = time.Second
 
+// syncCostShare bounds the time this node spends in the syncs it starts:
+// after one that took d, the next waits at least d*syncCostShare (and
+// Config.CatalogSyncInterval). A sync exchanges the whole catalog, so its
+// cost grows with it: with 10,000 policies held, syncs every 5s were the
+// largest share of the agents' CPU (BenchmarkManyPolicies), while the
+// broadcasts they repair were still arriving.
+const syncCostShare = 20
+
 // ackPayload is what every probe ack carries: the Vivaldi coordinate
 // (its fields at the top level, as agents before the digest sent it,
 // and read it) and the catalog digest.
@@ -88,7 +96,8 @@ func (m *Mesh) compareCatalog(peer string, theirs uint64) {
 	if mi.catalogDiffers.IsZero() {
 		mi.catalogDiffers = now
 	}
-	if now.Sub(mi.catalogDiffers) < catalogSyncAfter || now.Sub(m.lastCatalogSync) < m.cfg.CatalogSyncInterval {
+	gap := max(m.cfg.CatalogSyncInterval, m.lastSyncTook*syncCostShare)
+	if now.Sub(mi.catalogDiffers) < catalogSyncAfter || now.Sub(m.lastCatalogSync) < gap {
 		m.mu.Unlock()
 		return
 	}
@@ -112,7 +121,14 @@ func (m *Mesh) syncCatalogs() {
 		case addr := <-m.syncs:
 			// Join with a member is a push/pull with it: both sides merge
 			// what the other holds.
-			if _, err := m.ml.Join([]string{addr}); err != nil {
+			start := time.Now()
+			_, err := m.ml.Join([]string{addr})
+			took := time.Since(start)
+			m.mu.Lock()
+			m.lastSyncTook = took
+			m.mu.Unlock()
+			m.metrics.catalogSyncSeconds.Observe(took.Seconds())
+			if err != nil {
 				m.log.Debug("catalog sync failed", "peer", addr, "err", err)
 				continue
 			}
