@@ -369,3 +369,51 @@ func TestRolloutsEnd(t *testing.T) {
 		t.Errorf("slow canary: stage %s (%s), want rolled back for the timeout", r.Stage, r.Message)
 	}
 }
+
+// TestShortAlarmStartsARetrain: an alarm that cleared before the owner
+// read the node's drift record is in the node's drift log, and starts the
+// retrain the record no longer shows; an alarm logged for another version
+// starts nothing.
+func TestShortAlarmStartsARetrain(t *testing.T) {
+	t.Parallel()
+	const key = "InferenceService/s"
+	cat := catalog.New(catalogtest.NewStore(), nil)
+	c := New(Config{Mesh: &fakeMesh{nodes: []mesh.Node{controllerNode("ctl")}}, Catalog: cat, Artifacts: fakeArtifacts{
+		"m@1": {Name: "m", Version: "1", Digest: "aaaa1111aaaa1111"},
+	}})
+	put := func(put func() error) {
+		t.Helper()
+		if err := put(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	put(func() error {
+		_, err := cat.Policies.Put(catalog.Policy{Kind: policy.KindInferenceService, Name: "s", Source: retrainSvcSource, Generation: 1})
+		return err
+	})
+	// The record says the monitor is fine again: the alarm has cleared.
+	put(func() error {
+		_, err := cat.Drift.Put(catalog.Drift{Policy: key, Model: "m", Version: "1", Site: "edge", Node: "edge-1", State: catalog.DriftOK})
+		return err
+	})
+	log := catalog.DriftLog{Policy: key, Model: "m", Site: "edge", Node: "edge-1"}
+	at := time.Now().UTC()
+	log.Append(catalog.DriftEntry{Kind: catalog.DriftAlarm, At: at, Version: "0", Samples: 50, Source: "stream", Feature: "x", Statistic: 9})
+	put(func() error { _, err := cat.DriftLogs.Put(log); return err })
+	c.rollouts()
+	if r, err := cat.Rollouts.Value(key); err == nil {
+		t.Fatalf("an alarm on version 0, not served, started %s: %s", r.Stage, r.Message)
+	}
+
+	log.Append(catalog.DriftEntry{Kind: catalog.DriftAlarm, At: at.Add(time.Second), Version: "1", Samples: 80, Source: "stream", Feature: "x", Statistic: 7.5})
+	log.Append(catalog.DriftEntry{Kind: catalog.DriftClear, At: at.Add(2 * time.Second), Version: "1", Samples: 120, Source: "stream"})
+	put(func() error { _, err := cat.DriftLogs.Put(log); return err })
+	c.rollouts()
+	r, err := cat.Rollouts.Value(key)
+	if err != nil || r.Stage != catalog.StageRetraining {
+		t.Fatalf("after a short alarm on the served version: %v %+v; want a retrain", err, r)
+	}
+	if tr := r.Trigger; tr == nil || tr.Node != "edge-1" || tr.Samples != 80 || tr.Feature != "x" || tr.Statistic != 7.5 || tr.Detector != "cusum" {
+		t.Errorf("trigger %+v; want edge-1's alarm at 80 rows, x crossing at 7.5 (cusum)", r.Trigger)
+	}
+}

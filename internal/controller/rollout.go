@@ -22,6 +22,27 @@ import (
 // rate can roll it back.
 const canaryMinRequests = 20
 
+// loggedAlarms are the alarms of every node's drift log, each as the
+// drift record that would have shown it: an alarm that cleared before
+// this agent read the node's record (a short one) still starts a retrain
+// or rolls a canary back. They come after the records, so a live alarm's
+// record is the trigger where there is one.
+func (c *Controller) loggedAlarms() []catalog.Drift {
+	logs, _ := c.cfg.Catalog.DriftLogs.Values()
+	var out []catalog.Drift
+	for _, l := range logs {
+		for _, e := range l.Entries {
+			if e.Kind != catalog.DriftAlarm {
+				continue
+			}
+			out = append(out, catalog.Drift{Policy: l.Policy, Model: l.Model, Version: e.Version, Site: l.Site, Node: l.Node, Detector: e.Detector,
+				State: catalog.DriftAlarm, Alarmed: true, AlarmSeen: e.Samples, AlarmAt: e.At, AlarmSource: e.Source,
+				AlarmFeature: e.Feature, AlarmStatistic: e.Statistic, AlarmDrifted: e.Drifted})
+		}
+	}
+	return out
+}
+
 // step moves r to stage, saying why, and records the step in its history.
 func step(r *catalog.Rollout, stage, format string, args ...any) {
 	r.Stage, r.Message, r.Updated = stage, fmt.Sprintf(format, args...), time.Now().UTC()
@@ -45,6 +66,7 @@ func (c *Controller) rollouts() {
 		}
 		if drifts == nil {
 			drifts = c.drifts()
+			drifts = append(drifts, c.loggedAlarms()...)
 		}
 		var mine []catalog.Drift
 		for _, d := range drifts {
