@@ -417,3 +417,67 @@ func TestShortAlarmStartsARetrain(t *testing.T) {
 		t.Errorf("trigger %+v; want edge-1's alarm at 80 rows, x crossing at 7.5 (cusum)", r.Trigger)
 	}
 }
+
+// TestCanaryWaitsForItsMonitor: a canary is promoted only once its own
+// drift monitor has judged, however fast its requests came: the requests
+// alone (100 here) say nothing of drift while a window of 500 warms up.
+// The promotion names what was judged; a monitor that never judges
+// within the canary timeout rolls the canary back, saying so.
+func TestCanaryWaitsForItsMonitor(t *testing.T) {
+	t.Parallel()
+	cat := catalog.New(catalogtest.NewStore(), nil)
+	c := New(Config{Catalog: cat, Artifacts: fakeArtifacts{
+		"m@1": {Name: "m", Version: "1", Digest: "aaaa1111aaaa1111"},
+		"m@2": {Name: "m", Version: "2", Digest: "bbbb2222bbbb2222"},
+	}})
+	p := catalog.Policy{Kind: policy.KindInferenceService, Name: "s", Generation: 1}
+	doc := &policy.Document{InferenceService: &policy.InferenceServiceSpec{Model: policy.ModelRef{Name: "m"}, Drift: &policy.Drift{},
+		Rollout: &policy.Rollout{Strategy: policy.RolloutCanary, CanaryRequests: 100}}}
+	canary := func(started time.Time) catalog.Rollout {
+		return catalog.Rollout{Policy: p.Key(), Stage: catalog.StageCanary, Model: "m", From: "1", To: "2", CanaryNodes: []string{"edge-a-1"}, CanaryRequests: 100,
+			MaxErrorRate: 0.01, Steps: []catalog.RolloutStep{{Time: started, Stage: catalog.StageCanary}}}
+	}
+	rec := func(state string, seen int64, alarmed bool) []catalog.Drift {
+		return []catalog.Drift{{Policy: p.Key(), Version: "2", Node: "edge-a-1", Detector: "ks", Window: 500, Ready: true,
+			State: state, Seen: seen, Served: uint64(seen), Alarmed: alarmed}}
+	}
+	advance := func(r *catalog.Rollout, drifts []catalog.Drift) {
+		t.Helper()
+		if err := c.advance(p, doc, r, true, drifts); err != nil {
+			t.Fatal(err)
+		}
+	}
+
+	// 150 requests, enough by count, but the monitor still warms up.
+	r := canary(time.Now())
+	advance(&r, rec(catalog.DriftWarming, 150, false))
+	if r.Stage != catalog.StageCanary || !strings.Contains(r.Message, "waiting for the drift monitor on edge-a-1 to judge (edge-a-1: warming, 150 of 500 rows)") {
+		t.Fatalf("warming canary: %s %q; want it waiting for its monitor", r.Stage, r.Message)
+	}
+	// It judges: no drift, promoted, saying on what evidence.
+	advance(&r, rec(catalog.DriftOK, 600, false))
+	if r.Stage != catalog.StagePromoted || !strings.Contains(r.Message, "no drift on edge-a-1 after 600 rows") {
+		t.Errorf("judged canary: %s %q; want promoted on its monitor's judgement", r.Stage, r.Message)
+	}
+	// At 3,000 requests, the same: drift rolls it back, none promotes it.
+	r = canary(time.Now())
+	advance(&r, rec(catalog.DriftAlarm, 3000, true))
+	if r.Stage != catalog.StageRolledBack {
+		t.Errorf("drifting canary: %s %q; want rolled back", r.Stage, r.Message)
+	}
+	// A monitor that never judges within the canary timeout.
+	r = canary(time.Now().Add(-policy.DefaultCanaryTimeout - time.Minute))
+	advance(&r, rec(catalog.DriftWarming, 300, false))
+	if r.Stage != catalog.StageRolledBack || !strings.Contains(r.Message, "had not judged") {
+		t.Errorf("canary never judged: %s %q; want rolled back, saying its monitor had not judged", r.Stage, r.Message)
+	}
+	// A service without drift monitoring is promoted on its requests.
+	plain := &policy.Document{InferenceService: &policy.InferenceServiceSpec{Model: policy.ModelRef{Name: "m"}}}
+	r = canary(time.Now())
+	if err := c.advance(p, plain, &r, true, []catalog.Drift{{Policy: p.Key(), Version: "2", Node: "edge-a-1", Served: 120}}); err != nil {
+		t.Fatal(err)
+	}
+	if r.Stage != catalog.StagePromoted {
+		t.Errorf("unmonitored canary: %s %q; want promoted", r.Stage, r.Message)
+	}
+}

@@ -170,6 +170,7 @@ func (c *Controller) advance(p catalog.Policy, doc *policy.Document, r *catalog.
 		step(r, catalog.StageCanary, "%s@%s trained by %s on %s (accuracy %.3f); canary on %s for %d requests", r.Model, r.To, j.Name, j.Node, j.Accuracy, strings.Join(r.CanaryNodes, ","), r.CanaryRequests)
 	case r.Stage == catalog.StageCanary:
 		var served, failed uint64
+		judged := map[string]catalog.Drift{} // canary node → its monitor's record, once it judged
 		for _, d := range drifts {
 			if d.Version != r.To || !slices.Contains(r.CanaryNodes, d.Node) {
 				continue
@@ -181,27 +182,53 @@ func (c *Controller) advance(p catalog.Policy, doc *policy.Document, r *catalog.
 				endUnpromoted(r, catalog.StageRolledBack, "canary %s@%s drifted at %s too (%s); back to %s", r.Model, r.To, d.Node, alarmFeature(d), r.From)
 				return nil
 			}
+			if d.State == catalog.DriftOK || d.State == "" && d.Ready { // "": an agent that reports no state
+				judged[d.Node] = d
+			}
 		}
-		if limit := canaryTimeout(svc); served < uint64(r.CanaryRequests) && time.Since(canaryStart(r)) > limit {
+		limit := canaryTimeout(svc)
+		if served < uint64(r.CanaryRequests) && time.Since(canaryStart(r)) > limit {
 			r.Served, r.Failed = served, failed
 			c.remember(r, r.To, catalog.StageRolledBack)
 			endUnpromoted(r, catalog.StageRolledBack, "canary %s@%s served %d of %d requests in %s (rollout.canaryTimeout); back to %s", r.Model, r.To, served, r.CanaryRequests, limit, r.From)
 			return nil
 		}
-		if served == r.Served && failed == r.Failed {
-			return nil
+		// The drift gate judges once each canary's own monitor has: the
+		// requests served alone say nothing of drift while it warms up
+		// (a window of 500 rows judges after 700), so the verdict does
+		// not depend on how fast requests come.
+		var unjudged []string
+		if svc.Drift != nil {
+			for _, n := range r.CanaryNodes {
+				if _, ok := judged[n]; !ok {
+					unjudged = append(unjudged, n)
+				}
+			}
 		}
-		r.Served, r.Failed, r.Updated = served, failed, time.Now().UTC()
 		rate := float64(failed) / float64(max(served, 1))
 		switch {
 		case served >= canaryMinRequests && rate > r.MaxErrorRate:
+			r.Served, r.Failed = served, failed
 			c.remember(r, r.To, catalog.StageRolledBack)
 			endUnpromoted(r, catalog.StageRolledBack, "canary %s@%s failed %d of %d requests (%.1f%% > %.1f%%); back to %s", r.Model, r.To, failed, served, 100*rate, 100*r.MaxErrorRate, r.From)
-		case served >= uint64(r.CanaryRequests):
+		case served >= uint64(r.CanaryRequests) && len(unjudged) > 0 && time.Since(canaryStart(r)) > limit:
+			r.Served, r.Failed = served, failed
+			c.remember(r, r.To, catalog.StageRolledBack)
+			endUnpromoted(r, catalog.StageRolledBack, "canary %s@%s served %d requests, but its drift monitor on %s had not judged in %s (rollout.canaryTimeout; %s); back to %s",
+				r.Model, r.To, served, strings.Join(unjudged, ","), limit, c.warming(drifts, r.To, unjudged), r.From)
+		case served >= uint64(r.CanaryRequests) && len(unjudged) == 0:
+			r.Served, r.Failed = served, failed
 			c.remember(r, r.To, catalog.StagePromoted)
-			step(r, catalog.StagePromoted, "canary %s@%s served %d requests, %d failed, no drift; promoted everywhere", r.Model, r.To, served, failed)
+			step(r, catalog.StagePromoted, "canary %s@%s served %d requests, %d failed; %s; promoted everywhere", r.Model, r.To, served, failed, judgedNoDrift(judged, r.CanaryNodes))
 		default:
-			r.Message = fmt.Sprintf("canary %s@%s on %s: %d of %d requests, %d failed", r.Model, r.To, strings.Join(r.CanaryNodes, ","), served, r.CanaryRequests, failed)
+			msg := fmt.Sprintf("canary %s@%s on %s: %d of %d requests, %d failed", r.Model, r.To, strings.Join(r.CanaryNodes, ","), served, r.CanaryRequests, failed)
+			if served >= uint64(r.CanaryRequests) {
+				msg += fmt.Sprintf("; waiting for the drift monitor on %s to judge (%s)", strings.Join(unjudged, ","), c.warming(drifts, r.To, unjudged))
+			}
+			if served == r.Served && failed == r.Failed && msg == r.Message {
+				return nil
+			}
+			r.Served, r.Failed, r.Updated, r.Message = served, failed, time.Now().UTC(), msg
 		}
 	}
 	return nil
@@ -227,6 +254,53 @@ func canaryTimeout(svc *policy.InferenceServiceSpec) time.Duration {
 		return time.Duration(r.CanaryTimeout)
 	}
 	return policy.DefaultCanaryTimeout
+}
+
+// warming says how far the monitors of version on nodes are from
+// judging: rows seen of the rows they need.
+func (c *Controller) warming(drifts []catalog.Drift, version string, nodes []string) string {
+	var parts []string
+	for _, n := range nodes {
+		part := n + ": no monitor reported yet"
+		for _, d := range drifts {
+			if d.Version == version && d.Node == n && !d.Alarmed {
+				part = fmt.Sprintf("%s: warming, %d of %d rows", n, d.Seen, judgeRows(d))
+			}
+		}
+		parts = append(parts, part)
+	}
+	return strings.Join(parts, "; ")
+}
+
+// judgeRows is how many rows a monitor sees before it first judges: its
+// window, after as many again to collect a reference taken from the first
+// rows (reference: first).
+func judgeRows(d catalog.Drift) int64 {
+	if d.Reference == "first" {
+		return 2 * int64(d.Window)
+	}
+	return int64(d.Window)
+}
+
+// judgedNoDrift says what the canaries' monitors judged: the rows each
+// saw and its worst feature, the evidence for a promotion.
+func judgedNoDrift(judged map[string]catalog.Drift, nodes []string) string {
+	var parts []string
+	for _, n := range nodes {
+		d, ok := judged[n]
+		if !ok {
+			continue
+		}
+		part := fmt.Sprintf("no drift on %s after %d rows", n, d.Seen)
+		if ws := catalog.WorstScore(d.Scores, d.Detector); ws.Name != "" {
+			part += fmt.Sprintf(" (worst %s %s %.3g)", ws.Name, d.Detector, catalog.ScoreStat(ws, d.Detector))
+		}
+		parts = append(parts, part)
+	}
+	if len(parts) == 0 {
+		return "no drift monitor"
+	}
+	return strings.Join(parts, ", ")
 }
 
 // canaryStart is when the rollout entered its canary stage.

@@ -94,7 +94,6 @@ func (s *Server) evaluate(p catalog.Policy, nodes []mesh.Node, remote []placemen
 		ev.dec = dec
 	}
 	ev.warnings = append(ev.warnings, s.missing(p)...)
-	ev.warnings = append(ev.warnings, doc.Warnings()...)
 	if ev.dec == nil {
 		return ev, nil
 	}
