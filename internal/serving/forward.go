@@ -81,8 +81,16 @@ func (f *Forwarder) Forward(w http.ResponseWriter, r *http.Request, model, versi
 	if len(targets) == 0 && f.cfg.Remote != nil {
 		targets = f.cfg.Remote(model, version)
 	}
+	// The last resort: nodes that serve it but this agent believes
+	// failed. On a starved host the failure detector can be wrong about
+	// every peer at once (a member that answers within a second after
+	// all), and a request it would fail with 404 may still be answered.
+	lastResort := false
 	if len(targets) == 0 {
-		return f.whyNot(model, version)
+		if targets = f.believedFailed(model, version); len(targets) == 0 {
+			return f.whyNot(model, version)
+		}
+		lastResort = true
 	}
 	if f.cfg.DataPlane == nil {
 		return fmt.Errorf("%w: %s is served on %s, and this agent has no data plane (set ca_cert, and ca_key or node_cert: strata keygen -pki DIR makes them)", ErrNoDataPlane, model, targets[0].Name)
@@ -98,11 +106,21 @@ func (f *Forwarder) Forward(w http.ResponseWriter, r *http.Request, model, versi
 	// that just stopped serving answers 404, and the next nearest is tried.
 	var lastErr error
 	for _, n := range targets[:min(len(targets), 3)] {
-		resp, err := f.Send(r.Context(), n, r.Method, r.URL.RequestURI(), r.Header, body)
+		ctx, cancel := context.WithCancel(r.Context())
+		var answer *time.Timer // bounds the wait for a node believed failed to answer
+		if lastResort {
+			answer = time.AfterFunc(lastResortTimeout, cancel)
+		}
+		resp, err := f.Send(ctx, n, r.Method, r.URL.RequestURI(), r.Header, body)
+		if answer != nil {
+			answer.Stop()
+		}
 		if err != nil {
+			cancel()
 			lastErr = err
 			continue
 		}
+		resp.Body = cancelOnClose{resp.Body, cancel}
 		if resp.StatusCode == http.StatusNotFound {
 			resp.Body.Close()
 			lastErr = fmt.Errorf("%w: %s no longer serves %s", infer.ErrModelNotFound, n.Name, model)
@@ -112,7 +130,57 @@ func (f *Forwarder) Forward(w http.ResponseWriter, r *http.Request, model, versi
 		CopyResponse(w, resp)
 		return nil
 	}
+	if lastResort {
+		var names []string
+		for _, n := range targets {
+			names = append(names, n.Name)
+		}
+		return fmt.Errorf("%w: %s is served on %s, which this agent believes failed, and none answered (%v)", infer.ErrModelNotReady, model, strings.Join(names, ", "), lastErr)
+	}
 	return lastErr
+}
+
+// lastResortTimeout bounds a request to a node believed failed: a dead
+// one never answers, and the caller should hear so soon.
+const lastResortTimeout = 2 * time.Second
+
+// believedFailed lists the nodes other than this one, failed or in a site
+// cut off, whose last document says they serve model (at version, or any
+// when empty), nearest first. A node that left is not listed: it said
+// goodbye.
+func (f *Forwarder) believedFailed(model, version string) []mesh.Node {
+	var out []mesh.Node
+	for _, n := range f.cfg.Mesh.Nodes() {
+		if (n.Status != mesh.StatusFailed && n.Status != mesh.StatusUnreachable) || n.ID == f.cfg.Mesh.ID() || n.Addrs.Data == "" || !serves(n, model, version) {
+			continue
+		}
+		out = append(out, n)
+	}
+	f.nearestFirst(out)
+	return out
+}
+
+// serves says whether n's document lists model (at version, or any when
+// empty) among the models it serves.
+func serves(n mesh.Node, model, version string) bool {
+	return slices.ContainsFunc(n.Models, func(m string) bool {
+		name, ver, _ := strings.Cut(m, "@")
+		return name == model && (version == "" || ver == version)
+	})
+}
+
+// nearestFirst sorts ns by this agent's estimated RTT to each, those of
+// unknown distance last.
+func (f *Forwarder) nearestFirst(ns []mesh.Node) {
+	rtt := make(map[string]time.Duration, len(ns))
+	for _, n := range ns {
+		d, err := safe.RTT(f.cfg.Mesh, f.cfg.Mesh.Name(), n.Name)
+		if err != nil {
+			d = time.Hour // unknown distance (or a coordinate that cannot be compared): last
+		}
+		rtt[n.Name] = d
+	}
+	sort.SliceStable(ns, func(i, j int) bool { return rtt[ns[i].Name] < rtt[ns[j].Name] })
 }
 
 // whyNot says why no agent serves model (at version, when given): it is
@@ -254,10 +322,7 @@ func (f *Forwarder) ServingNodes(model, version string) []mesh.Node {
 		if !live(n) || n.ID == self || n.Addrs.Data == "" {
 			continue
 		}
-		if !slices.ContainsFunc(n.Models, func(m string) bool {
-			name, ver, _ := strings.Cut(m, "@")
-			return name == model && (version == "" || ver == version)
-		}) {
+		if !serves(n, model, version) {
 			continue
 		}
 		rtt, err := safe.RTT(f.cfg.Mesh, f.cfg.Mesh.Name(), n.Name)

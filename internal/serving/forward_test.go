@@ -231,3 +231,48 @@ func TestForwardToAnotherSite(t *testing.T) {
 		t.Errorf("a model no site serves: %v", err)
 	}
 }
+
+// stalled is a data plane whose peers never answer: each round trip
+// waits until its context ends.
+type stalled struct{ tried []string }
+
+func (s *stalled) RoundTrip(ctx context.Context, to dataplane.Peer, _ *http.Request) (*http.Response, error) {
+	s.tried = append(s.tried, to.Name)
+	<-ctx.Done()
+	return nil, ctx.Err()
+}
+
+// TestForwardToNodesBelievedFailed: when every node that serves a model is
+// believed failed (a starved agent's failure detector can be wrong about
+// all its peers at once), the request is still tried on them, as a last
+// resort: answered when one answers; otherwise a 503 error (not ready)
+// naming them, after a bounded wait, instead of a 404 "served nowhere".
+// A node that left is not tried.
+func TestForwardToNodesBelievedFailed(t *testing.T) {
+	t.Parallel()
+	node := func(name string, st mesh.Status) mesh.Node {
+		n := mesh.Node{Status: st}
+		n.ID, n.Name, n.Models, n.Addrs.Data = "id-"+name, name, []string{"fraud@1"}, name+":7471"
+		return n
+	}
+	mesh3 := peers{node("gpu-1", mesh.StatusFailed), node("gone", mesh.StatusLeft), node("cloud-1", mesh.StatusUnreachable)}
+
+	dp := &recorder{}
+	f := NewForwarder(ForwarderConfig{Mesh: mesh3, DataPlane: dp})
+	w := httptest.NewRecorder()
+	if err := f.Forward(w, httptest.NewRequest(http.MethodPost, "/v2/models/fraud/infer", strings.NewReader(`{}`)), "fraud", ""); err != nil || w.Code != http.StatusOK {
+		t.Fatalf("forward to nodes believed failed that answer: %v (HTTP %d)", err, w.Code)
+	}
+	if len(dp.to) != 1 || dp.to[0].Name == "gone" {
+		t.Errorf("sent to %v; want one node believed failed, never the one that left", dp.to)
+	}
+
+	// Peers that never answer: without the bound on each try, Forward
+	// would wait here until the test times out.
+	dead := &stalled{}
+	f = NewForwarder(ForwarderConfig{Mesh: mesh3, DataPlane: dead})
+	err := f.Forward(httptest.NewRecorder(), httptest.NewRequest(http.MethodPost, "/v2/models/fraud/infer", strings.NewReader(`{}`)), "fraud", "")
+	if !errors.Is(err, infer.ErrModelNotReady) || !strings.Contains(err.Error(), "believes failed") || len(dead.tried) != 2 {
+		t.Errorf("forward to dead nodes: %v after trying %v; want not ready, naming the nodes believed failed, after trying both", err, dead.tried)
+	}
+}
