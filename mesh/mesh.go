@@ -999,12 +999,17 @@ type conflictDelegate struct {
 
 var _ memberlist.ConflictDelegate = (*conflictDelegate)(nil)
 
-// NotifyConflict logs and counts the conflict. memberlist calls it with its
-// node table locked: it must not call back into memberlist.
+// NotifyConflict logs and counts the conflict (and the other node's meta
+// when it does not decode). memberlist calls it with its node table
+// locked: it must not call back into memberlist.
 func (c *conflictDelegate) NotifyConflict(existing, other *memberlist.Node) {
 	c.m.metrics.conflicts.Inc()
 	var meta metaDigest
-	_ = json.Unmarshal(other.Meta, &meta)
+	if len(other.Meta) > 0 && json.Unmarshal(other.Meta, &meta) != nil {
+		// Counted as observe counts it; the conflict is still handled,
+		// as one with a node of no known ID.
+		c.m.metrics.malformed.WithLabelValues("meta").Inc()
+	}
 	otherAddr := net.JoinHostPort(other.Addr.String(), strconv.Itoa(int(other.Port)))
 	if existing.Name == c.m.cfg.Name && meta.ID != c.m.id {
 		c.m.nameTaken(meta.ID, otherAddr, meta.Started)
