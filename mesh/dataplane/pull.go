@@ -12,6 +12,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/strata-mesh/strata/internal/backoff"
 	"github.com/strata-mesh/strata/storage"
 )
 
@@ -594,9 +595,7 @@ func (t *transfer) worker(k int) {
 // backoff waits 50ms doubling to 2s after consecutive failures; false if
 // the pull ended meanwhile.
 func (t *transfer) backoff(failures int) bool {
-	d := 50 * time.Millisecond << min(failures-1, 6)
-	d = min(d, 2*time.Second)
-	timer := time.NewTimer(d)
+	timer := time.NewTimer(backoff.Exp(50*time.Millisecond, 2*time.Second, failures))
 	defer timer.Stop()
 	select {
 	case <-timer.C:
