@@ -326,18 +326,15 @@ func (t *transfer) run(ctx context.Context, holders []Holder) (TransferStatus, e
 			t.finish(ErrNoHolders)
 		}
 		for _, hs := range t.holders {
-			wg.Add(1)
-			go func() { defer wg.Done(); t.pollHave(hs) }()
+			wg.Go(func() { t.pollHave(hs) })
 		}
 		for k := 0; k < t.maxIn; k++ {
-			wg.Add(1)
-			go func() { defer wg.Done(); t.worker(k % n.cfg.ConnsPerHolder) }()
+			wg.Go(func() { t.worker(k % n.cfg.ConnsPerHolder) })
 		}
 	} else {
 		t.finish(nil)
 	}
-	wg.Add(1)
-	go func() { defer wg.Done(); t.watch() }()
+	wg.Go(func() { t.watch() })
 	wg.Wait()
 	t.cancel()
 
@@ -809,16 +806,14 @@ func (t *transfer) tellDone() {
 	t.mu.Unlock()
 	var wg sync.WaitGroup
 	for _, hs := range used {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
+		wg.Go(func() {
 			s, err := t.n.request(ctx, hs.h, 0, req)
 			if err != nil {
 				return
 			}
 			readHeader(s)
 			s.done()
-		}()
+		})
 	}
 	wg.Wait()
 }
