@@ -400,22 +400,17 @@ func (a *Agent) Run(ctx context.Context) error {
 		loops["federation"] = a.fed.Run
 	}
 	for component, run := range loops {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
+		wg.Go(func() {
 			a.guard.Loop(runCtx, component, run)
-		}()
+		})
 	}
-	wg.Add(2)
-	go func() {
-		defer wg.Done()
+	wg.Go(func() {
 		defer a.guard.Recover("join")
 		if err := a.mesh.Join(runCtx, a.cfg.Join); err != nil && !errors.Is(err, context.Canceled) && !errors.Is(err, mesh.ErrClosed) {
 			a.log.Warn("join gave up", "err", err)
 		}
-	}()
-	go func() {
-		defer wg.Done()
+	})
+	wg.Go(func() {
 		defer a.guard.Recover("scrub")
 		// Blobs corrupted while the agent was down are found before
 		// anything serves them (Bytes checks each load as well).
@@ -426,7 +421,7 @@ func (a *Agent) Run(ctx context.Context) error {
 		if checked > 0 {
 			a.log.Info("blob scrub done", "checked", checked, "corrupt", bad)
 		}
-	}()
+	})
 	var err error
 	select {
 	case <-ctx.Done():
@@ -440,13 +435,11 @@ func (a *Agent) Run(ctx context.Context) error {
 	cancel()
 	a.cancelBase()
 	var shut sync.WaitGroup
-	shut.Add(1)
-	go func() {
-		defer shut.Done()
+	shut.Go(func() {
 		shutCtx, done := context.WithTimeout(context.Background(), shutdownGrace)
 		defer done()
 		_ = a.srv.Shutdown(shutCtx)
-	}()
+	})
 	if lerr := a.mesh.Leave(shutdownGrace * 7 / 8); lerr != nil {
 		// Typical when the whole mesh stops at once: nobody is left to
 		// hear the goodbye.

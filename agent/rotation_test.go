@@ -76,9 +76,7 @@ func TestRotationWhileServing(t *testing.T) {
 	stop := make(chan struct{})
 	var wg sync.WaitGroup
 	for i, a := range agents {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
+		wg.Go(func() {
 			for {
 				select {
 				case <-stop:
@@ -98,7 +96,7 @@ func TestRotationWhileServing(t *testing.T) {
 					}
 				}
 			}
-		}()
+		})
 	}
 
 	// flowing waits until the clients have sent n more requests: the

@@ -2,7 +2,6 @@ package agent
 
 import (
 	"net/http"
-	"os"
 
 	"github.com/strata-mesh/strata/infer"
 )
@@ -10,13 +9,9 @@ import (
 // openInference starts the ONNX Runtime server; without the library it
 // returns nil and the reason, which /v2 then answers with.
 func (a *Agent) openInference() (*infer.Server, error) {
-	lib := a.cfg.ORTLibrary
-	if lib == "" {
-		lib = os.Getenv("STRATA_ORT_LIB")
-	}
 	return infer.New(infer.Config{
 		NodeName:       a.cfg.Name,
-		LibraryPath:    lib,
+		LibraryPath:    infer.ConfiguredLibrary(a.cfg.ORTLibrary),
 		SampleFraction: a.cfg.SampleFraction,
 		Observer:       func(model string, rows []infer.Sample) { a.drift.Observe(model, rows) }, // a.drift is set before Run
 		Forwarder:      forwarderOf{a},

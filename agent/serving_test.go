@@ -142,9 +142,7 @@ func TestServeAtTheEdgeForwardAndSwap(t *testing.T) {
 	stop := make(chan struct{})
 	var wg sync.WaitGroup
 	for _, a := range []*Agent{agents[0], agents[2]} {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
+		wg.Go(func() {
 			for {
 				select {
 				case <-stop:
@@ -158,7 +156,7 @@ func TestServeAtTheEdgeForwardAndSwap(t *testing.T) {
 					t.Logf("failed during swap: %d %s", code, body)
 				}
 			}
-		}()
+		})
 	}
 	push("2", 2)
 	apply("2")

@@ -305,9 +305,7 @@ func openLoop(b *testing.B, impls []namedFunc, rate float64, n, rounds int) map[
 			start := time.Now().Add(time.Millisecond)
 			var wg sync.WaitGroup
 			for range 128 {
-				wg.Add(1)
-				go func() {
-					defer wg.Done()
+				wg.Go(func() {
 					for {
 						i := next.Add(1) - 1
 						if i >= int64(n) {
@@ -326,7 +324,7 @@ func openLoop(b *testing.B, impls []namedFunc, rate float64, n, rounds int) map[
 						}
 						lat[i] = time.Since(due)
 					}
-				}()
+				})
 			}
 			wg.Wait()
 			if err, _ := failed.Load().(error); err != nil {

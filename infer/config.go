@@ -123,9 +123,7 @@ func (c *Config) EnsureDefaults() {
 	if c.NodeName == "" {
 		c.NodeName, _ = os.Hostname()
 	}
-	if c.LibraryPath == "" {
-		c.LibraryPath = os.Getenv(EnvLibraryPath)
-	}
+	c.LibraryPath = ConfiguredLibrary(c.LibraryPath)
 	if c.MaxRequestBytes == 0 {
 		c.MaxRequestBytes = 64 << 20
 	}

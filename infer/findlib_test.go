@@ -26,3 +26,24 @@ func TestFindLibrary(t *testing.T) {
 		t.Errorf("FindLibrary = %q, want %q", got, lib)
 	}
 }
+
+// TestConfiguredLibrary: a configured path wins over $STRATA_ORT_LIB, which
+// is the default; with neither, nothing is configured.
+func TestConfiguredLibrary(t *testing.T) {
+	t.Setenv(EnvLibraryPath, "/from/env.so")
+	if got := ConfiguredLibrary("/configured.so"); got != "/configured.so" {
+		t.Errorf("ConfiguredLibrary with a path = %q, want the path", got)
+	}
+	if got := ConfiguredLibrary(""); got != "/from/env.so" {
+		t.Errorf("ConfiguredLibrary without a path = %q, want $%s", got, EnvLibraryPath)
+	}
+	var c Config
+	c.EnsureDefaults()
+	if c.LibraryPath != "/from/env.so" {
+		t.Errorf("Config.LibraryPath default = %q, want $%s", c.LibraryPath, EnvLibraryPath)
+	}
+	t.Setenv(EnvLibraryPath, "")
+	if got := ConfiguredLibrary(""); got != "" {
+		t.Errorf("ConfiguredLibrary with neither = %q, want none", got)
+	}
+}

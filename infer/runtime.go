@@ -15,6 +15,17 @@ import (
 // ONNX Runtime shared library when Config.LibraryPath is empty.
 const EnvLibraryPath = "STRATA_ORT_LIB"
 
+// ConfiguredLibrary is the ONNX Runtime shared library a configuration
+// names: path when it is set, else $STRATA_ORT_LIB; "" when neither is
+// (InitRuntime then tries LibraryCandidates). Every reader of the
+// environment variable goes through it.
+func ConfiguredLibrary(path string) string {
+	if path != "" {
+		return path
+	}
+	return os.Getenv(EnvLibraryPath)
+}
+
 // ErrRuntimeUnavailable is returned (wrapped, with the path tried and how to
 // fix it) when the ONNX Runtime shared library cannot be found or loaded.
 var ErrRuntimeUnavailable = errors.New("infer: ONNX Runtime unavailable")
@@ -35,9 +46,7 @@ var ortEnv struct {
 // up once, and later calls return the first call's result. A failure to find
 // the library is not remembered, so a later call with a valid path succeeds.
 func InitRuntime(path string) error {
-	if path == "" {
-		path = os.Getenv(EnvLibraryPath)
-	}
+	path = ConfiguredLibrary(path)
 	if path == "" {
 		path = FindLibrary()
 	}

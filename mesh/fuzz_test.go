@@ -360,6 +360,32 @@ func TestMalformedDocumentsAreDroppedAndCounted(t *testing.T) {
 	}
 }
 
+// TestConflictWithMalformedMetaIsCounted: a name conflict whose other node
+// sends a meta that does not decode is still handled, and the meta is
+// counted as malformed.
+func TestConflictWithMalformedMetaIsCounted(t *testing.T) {
+	tg := newTarget(t, "conflicts", nil, 17952)
+	c := &conflictDelegate{m: tg.m}
+	node := func(meta string) *memberlist.Node {
+		return &memberlist.Node{Name: "elsewhere", Addr: net.IPv4(127, 0, 0, 1), Port: 7946, Meta: []byte(meta)}
+	}
+	for _, tc := range []struct {
+		meta string
+		want float64
+	}{
+		{`{"id":`, 1},
+		{`[1]`, 1},
+		{`{"id":"abc","started":1}`, 0},
+		{``, 0},
+	} {
+		before := metricTotal(t, tg.reg, "strata_gossip_malformed_total")
+		c.NotifyConflict(node(`{}`), node(tc.meta))
+		if got := metricTotal(t, tg.reg, "strata_gossip_malformed_total") - before; got != tc.want {
+			t.Errorf("meta %q: malformed +%v, want +%v", tc.meta, got, tc.want)
+		}
+	}
+}
+
 // invalidCount reads strata_gossip_invalid_total{path, reason}.
 func invalidCount(tb testing.TB, reg *prometheus.Registry, path, reason string) float64 {
 	tb.Helper()

@@ -20,6 +20,8 @@ import (
 
 	"github.com/hashicorp/memberlist"
 	"github.com/hashicorp/serf/coordinate"
+
+	"github.com/strata-mesh/strata/internal/backoff"
 )
 
 // Status is a member's liveness as this agent sees it.
@@ -382,15 +384,15 @@ func (m *Mesh) Join(ctx context.Context, addrs []string) error {
 	if len(seeds) == 0 {
 		return nil
 	}
-	backoff := time.Second
 	for attempt := 1; ; attempt++ {
 		n, err := m.ml.Join(seeds)
 		if n > 0 {
 			m.log.Info("joined mesh", "contacted", n, "attempt", attempt)
 			return nil
 		}
-		m.log.Warn("join failed; retrying", "seeds", seeds, "attempt", attempt, "retry_in", backoff, "err", err)
-		t := time.NewTimer(backoff + rand.N(backoff/4+1))
+		wait := backoff.Exp(time.Second, 30*time.Second, attempt)
+		m.log.Warn("join failed; retrying", "seeds", seeds, "attempt", attempt, "retry_in", wait, "err", err)
+		t := time.NewTimer(wait + rand.N(wait/4+1))
 		select {
 		case <-ctx.Done():
 			t.Stop()
@@ -400,7 +402,6 @@ func (m *Mesh) Join(ctx context.Context, addrs []string) error {
 			return ErrClosed
 		case <-t.C:
 		}
-		backoff = min(2*backoff, 30*time.Second)
 	}
 }
 
@@ -999,12 +1000,17 @@ type conflictDelegate struct {
 
 var _ memberlist.ConflictDelegate = (*conflictDelegate)(nil)
 
-// NotifyConflict logs and counts the conflict. memberlist calls it with its
-// node table locked: it must not call back into memberlist.
+// NotifyConflict logs and counts the conflict (and the other node's meta
+// when it does not decode). memberlist calls it with its node table
+// locked: it must not call back into memberlist.
 func (c *conflictDelegate) NotifyConflict(existing, other *memberlist.Node) {
 	c.m.metrics.conflicts.Inc()
 	var meta metaDigest
-	_ = json.Unmarshal(other.Meta, &meta)
+	if len(other.Meta) > 0 && json.Unmarshal(other.Meta, &meta) != nil {
+		// Counted as observe counts it; the conflict is still handled,
+		// as one with a node of no known ID.
+		c.m.metrics.malformed.WithLabelValues("meta").Inc()
+	}
 	otherAddr := net.JoinHostPort(other.Addr.String(), strconv.Itoa(int(other.Port)))
 	if existing.Name == c.m.cfg.Name && meta.ID != c.m.id {
 		c.m.nameTaken(meta.ID, otherAddr, meta.Started)

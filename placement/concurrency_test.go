@@ -21,9 +21,7 @@ func TestConcurrentUse(t *testing.T) {
 	want := d.Rejections()
 	var wg sync.WaitGroup
 	for g := range 4 {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
+		wg.Go(func() {
 			for k := range 20 {
 				if _, err := placement.Place(topo.Snapshot, topo.InferenceRequest(uint64(g*100+k))); err != nil {
 					t.Error(err)
@@ -40,7 +38,7 @@ func TestConcurrentUse(t *testing.T) {
 				}
 				_ = d.Explain(n.Name)
 			}
-		}()
+		})
 	}
 	wg.Wait()
 }

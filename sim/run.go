@@ -158,9 +158,7 @@ func Run(t *Topology, evs []Event, o RunOptions) (*Report, error) {
 	var mu sync.Mutex
 	var errs []error
 	for k, name := range o.Strategies {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
+		wg.Go(func() {
 			sem <- struct{}{}
 			defer func() { <-sem }()
 			r := newRunner(t, ix, eng, name, o.Seed)
@@ -175,7 +173,7 @@ func Run(t *Topology, evs []Event, o RunOptions) (*Report, error) {
 			if o.Progress != nil {
 				o.Progress(res)
 			}
-		}()
+		})
 	}
 	wg.Wait()
 	if err := errors.Join(errs...); err != nil {

@@ -8,6 +8,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"hash/fnv"
 	"io"
 	"log/slog"
 	"os"
@@ -95,6 +96,29 @@ type Store struct {
 	mu       sync.Mutex
 	closed   bool
 	partials map[string]*Partial // open downloads by digest
+
+	// badMu guards bad: the DB records that did not decode, by key, each
+	// with a hash of the value logged (see undecodable).
+	badMu sync.Mutex
+	bad   map[string]uint64
+}
+
+// undecodable logs that the DB record under key does not decode, once per
+// key and value: a scan meets the same record at every call.
+func (s *Store) undecodable(key, value []byte, err error) {
+	h := fnv.New64a()
+	h.Write(value)
+	sum := h.Sum64()
+	s.badMu.Lock()
+	defer s.badMu.Unlock()
+	if v, ok := s.bad[string(key)]; ok && v == sum {
+		return
+	}
+	if s.bad == nil {
+		s.bad = map[string]uint64{}
+	}
+	s.bad[string(key)] = sum
+	s.log.Warn("storage: ignoring a record that does not decode", "key", string(key), "err", err)
 }
 
 // Key prefixes in the DB.
@@ -446,7 +470,10 @@ func (s *Store) addManifest(m Manifest) error {
 	}
 	if old, err := s.db.Get(k); err == nil {
 		var om Manifest
-		if json.Unmarshal(old, &om) == nil {
+		if err := json.Unmarshal(old, &om); err != nil {
+			// The new manifest replaces it.
+			s.undecodable(k, old, err)
+		} else {
 			if om.Digest != m.Digest {
 				return fmt.Errorf("%s: %w (held %s, new %s)", m.Ref(), ErrExists, om.Digest, m.Digest)
 			}
@@ -501,9 +528,10 @@ func (s *Store) Manifests(kind Kind) ([]Manifest, error) {
 
 func (s *Store) scanManifests(prefix string) ([]Manifest, error) {
 	var out []Manifest
-	err := s.db.Scan([]byte(prefix), func(_, v []byte) error {
+	err := s.db.Scan([]byte(prefix), func(k, v []byte) error {
 		var m Manifest
 		if err := json.Unmarshal(v, &m); err != nil {
+			s.undecodable(k, v, err)
 			return nil
 		}
 		if s.keyring.Verify(m) != nil {
@@ -664,7 +692,11 @@ func (s *Store) Blobs() ([]BlobInfo, error) {
 	var out []BlobInfo
 	err = s.db.Scan([]byte(keyBlob), func(k, v []byte) error {
 		var r blobRecord
-		_ = json.Unmarshal(v, &r)
+		if err := json.Unmarshal(v, &r); err != nil {
+			// Listed all the same, of unknown size and age: the
+			// blob is held.
+			s.undecodable(k, v, err)
+		}
 		d := string(k[len(keyBlob):])
 		out = append(out, BlobInfo{Digest: d, Size: r.Size, Added: r.Added, Refs: refs[d], Pins: pins[d]})
 		return nil

@@ -6,9 +6,11 @@ import (
 	"crypto/ed25519"
 	"errors"
 	"io"
+	"log/slog"
 	"math/rand"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
@@ -333,6 +335,53 @@ func TestGC(t *testing.T) {
 	res, _ = s.GC(context.Background())
 	if diff := cmp.Diff([]string{pinned.Digest}, res.Removed); diff != "" {
 		t.Errorf("GC after Unpin (-want +got):\n%s", diff)
+	}
+}
+
+// TestUndecodableRecordsAreLogged: a manifest or blob record that does not
+// decode is left out of the manifests (listed, of unknown size, among the
+// blobs; replaced by AddManifest) as before, and logged once per key and
+// value however often it is read.
+func TestUndecodableRecordsAreLogged(t *testing.T) {
+	key := testKey(1)
+	env := openTestStore(t, "", nil, key.Public().(ed25519.PublicKey))
+	var buf bytes.Buffer
+	env.store.log = slog.New(slog.NewTextHandler(&buf, nil))
+	m := publish(t, env.store, "scorer", "v1", randomBytes(100, 1), key)
+	mk, bk := manifestKey(m.Kind, m.Name, m.Version), []byte(keyBlob+m.Digest)
+	for _, k := range [][]byte{mk, bk} {
+		if err := env.db.Put(k, []byte(`{"digest":`)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	logged := func(k []byte) int { return strings.Count(buf.String(), "key="+string(k)+" ") }
+	for range 3 {
+		if ms, err := env.store.Manifests(""); err != nil || len(ms) != 0 {
+			t.Fatalf("Manifests = %v, %v; want none", ms, err)
+		}
+		bs, err := env.store.Blobs()
+		if err != nil || len(bs) != 1 || bs[0].Digest != m.Digest || bs[0].Size != 0 {
+			t.Fatalf("Blobs = %+v, %v; want the blob, of unknown size", bs, err)
+		}
+	}
+	if n, b := logged(mk), logged(bk); n != 1 || b != 1 {
+		t.Errorf("logged the manifest %d times and the blob record %d times, want once each:\n%s", n, b, buf.String())
+	}
+	if err := env.store.AddManifest(m); err != nil {
+		t.Fatalf("AddManifest over an undecodable one: %v", err)
+	}
+	if ms, err := env.store.Manifests(""); err != nil || len(ms) != 1 {
+		t.Errorf("Manifests after AddManifest = %v, %v; want the manifest", ms, err)
+	}
+	// Another bad value under the same key is logged again.
+	if err := env.db.Put(mk, []byte(`[]`)); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := env.store.Manifests(""); err != nil {
+		t.Fatal(err)
+	}
+	if n := logged(mk); n != 2 {
+		t.Errorf("logged the manifest %d times after another bad value, want 2", n)
 	}
 }
 

@@ -324,6 +324,36 @@ func TestEvents(t *testing.T) {
 	}
 }
 
+// TestEventsCountsUndecoded: data lines that are not an event are skipped
+// and counted; comments and keep-alives are not counted.
+func TestEventsCountsUndecoded(t *testing.T) {
+	c := serve(t, func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "text/event-stream")
+		io.WriteString(w, ": keep-alive\n\ndata: not json\n\ndata: {\"seq\":1,\"type\":\"x\"}\n\ndata: {\"seq\":\"two\"}\n\nevent: ping\n\n")
+	})
+	s, err := c.Events(context.Background(), 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	var got []uint64
+	for s.Next() {
+		if n := s.Undecoded(); n != 1 {
+			t.Errorf("Undecoded() at event %d = %d, want 1", s.Event().Seq, n)
+		}
+		got = append(got, s.Event().Seq)
+	}
+	if err := s.Err(); err != nil {
+		t.Fatal(err)
+	}
+	if diff := cmp.Diff([]uint64{1}, got); diff != "" {
+		t.Errorf("events (-want +got):\n%s", diff)
+	}
+	if n := s.Undecoded(); n != 2 {
+		t.Errorf("Undecoded() = %d, want 2", n)
+	}
+}
+
 func TestEventsError(t *testing.T) {
 	c := serve(t, answer(http.StatusBadRequest, "application/json", `{"error":"since=\"x\": want an event sequence number","field":"since"}`))
 	_, err := c.Events(context.Background(), 5)

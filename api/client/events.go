@@ -65,12 +65,14 @@ type EventStream struct {
 	ev   api.Event
 	raw  []byte
 	err  error
+	// undecoded counts the data lines skipped (see Undecoded).
+	undecoded int
 }
 
 // Next waits for the next event and reports whether there is one. It
 // returns false when the stream ends; Err then says why. Lines that are
 // not an event's JSON (comments, keep-alives, an unknown shape) are
-// skipped.
+// skipped; Undecoded counts the data lines among them.
 func (s *EventStream) Next() bool {
 	for s.sc.Scan() {
 		data, ok := strings.CutPrefix(s.sc.Text(), "data: ")
@@ -79,6 +81,7 @@ func (s *EventStream) Next() bool {
 		}
 		var ev api.Event
 		if json.Unmarshal([]byte(data), &ev) != nil {
+			s.undecoded++
 			continue
 		}
 		s.ev, s.raw = ev, []byte(data)
@@ -97,6 +100,11 @@ func (s *EventStream) Event() api.Event { return s.ev }
 // Raw is the event's JSON as the agent sent it. It is valid until the
 // next call of Next.
 func (s *EventStream) Raw() []byte { return s.raw }
+
+// Undecoded is how many data lines Next skipped so far because they did
+// not decode as an event: not JSON, or of a shape this client does not
+// know (an agent of another version).
+func (s *EventStream) Undecoded() int { return s.undecoded }
 
 // Err is why the stream ended: nil when the agent ended it, ctx's error
 // when the context did, or the read error.

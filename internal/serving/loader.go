@@ -20,6 +20,7 @@ import (
 
 	"github.com/strata-mesh/strata/infer"
 	"github.com/strata-mesh/strata/internal/artifacts"
+	"github.com/strata-mesh/strata/internal/backoff"
 	"github.com/strata-mesh/strata/internal/catalog"
 	"github.com/strata-mesh/strata/internal/safe"
 	"github.com/strata-mesh/strata/mesh"
@@ -180,13 +181,7 @@ func refString(r policy.ModelRef) string {
 // tried again: 5s, doubling, at most 5 minutes. A permanent error (an
 // operator ONNX Runtime lacks) is not retried in a loop.
 func loadBackoff(attempts int) time.Duration {
-	d := 5 * time.Second
-	for range max(0, attempts-1) {
-		if d *= 2; d >= 5*time.Minute {
-			return 5 * time.Minute
-		}
-	}
-	return d
+	return backoff.Exp(5*time.Second, 5*time.Minute, attempts)
 }
 
 // setReplica records a policy's replica state here; s.mu is held.

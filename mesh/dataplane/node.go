@@ -219,16 +219,14 @@ func (n *Node) serveConn(c *quic.Conn) {
 		// QUIC configuration (MaxIncomingStreams); chunk bodies, the
 		// expensive part, are bounded by serveSem in serveChunk, so that
 		// long-polled "have" requests never hold a serving slot.
-		n.wg.Add(1)
-		go func() {
-			defer n.wg.Done()
+		n.wg.Go(func() {
 			if err := n.serveStream(s, s.Context(), peer); err != nil {
 				s.CancelWrite(codeCanceled)
 			} else {
 				s.Close()
 			}
 			s.CancelRead(codeNone)
-		}()
+		})
 	}
 }
 

@@ -12,6 +12,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/strata-mesh/strata/internal/backoff"
 	"github.com/strata-mesh/strata/storage"
 )
 
@@ -325,18 +326,15 @@ func (t *transfer) run(ctx context.Context, holders []Holder) (TransferStatus, e
 			t.finish(ErrNoHolders)
 		}
 		for _, hs := range t.holders {
-			wg.Add(1)
-			go func() { defer wg.Done(); t.pollHave(hs) }()
+			wg.Go(func() { t.pollHave(hs) })
 		}
 		for k := 0; k < t.maxIn; k++ {
-			wg.Add(1)
-			go func() { defer wg.Done(); t.worker(k % n.cfg.ConnsPerHolder) }()
+			wg.Go(func() { t.worker(k % n.cfg.ConnsPerHolder) })
 		}
 	} else {
 		t.finish(nil)
 	}
-	wg.Add(1)
-	go func() { defer wg.Done(); t.watch() }()
+	wg.Go(func() { t.watch() })
 	wg.Wait()
 	t.cancel()
 
@@ -594,9 +592,7 @@ func (t *transfer) worker(k int) {
 // backoff waits 50ms doubling to 2s after consecutive failures; false if
 // the pull ended meanwhile.
 func (t *transfer) backoff(failures int) bool {
-	d := 50 * time.Millisecond << min(failures-1, 6)
-	d = min(d, 2*time.Second)
-	timer := time.NewTimer(d)
+	timer := time.NewTimer(backoff.Exp(50*time.Millisecond, 2*time.Second, failures))
 	defer timer.Stop()
 	select {
 	case <-timer.C:
@@ -810,16 +806,14 @@ func (t *transfer) tellDone() {
 	t.mu.Unlock()
 	var wg sync.WaitGroup
 	for _, hs := range used {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
+		wg.Go(func() {
 			s, err := t.n.request(ctx, hs.h, 0, req)
 			if err != nil {
 				return
 			}
 			readHeader(s)
 			s.done()
-		}()
+		})
 	}
 	wg.Wait()
 }

@@ -376,9 +376,7 @@ func (f *Federation) startHost(ctx context.Context) error {
 	f.h = h
 	f.mu.Unlock()
 	f.cfg.Logger.Info("federation host started", "addrs", addrs)
-	f.wg.Add(1)
-	go func() {
-		defer f.wg.Done()
+	f.wg.Go(func() {
 		defer sub.Close()
 		for {
 			select {
@@ -392,7 +390,7 @@ func (f *Federation) startHost(ctx context.Context) error {
 				addrs = now
 			}
 		}
-	}()
+	})
 	return nil
 }
 

@@ -209,10 +209,9 @@ func (f *Federation) startGateway(ctx context.Context) (*gateway, error) {
 	f.mu.Lock()
 	f.gw = g
 	f.mu.Unlock()
-	g.wg.Add(3)
-	go func() { defer g.wg.Done(); g.probeWAN(ctx) }()
-	go func() { defer g.wg.Done(); g.watchJoins(ctx, joins) }()
-	go func() { defer g.wg.Done(); g.loop(ctx) }()
+	g.wg.Go(func() { g.probeWAN(ctx) })
+	g.wg.Go(func() { g.watchJoins(ctx, joins) })
+	g.wg.Go(func() { g.loop(ctx) })
 	return g, nil
 }
 
@@ -237,9 +236,8 @@ func (g *gateway) subscribe() {
 	}
 	ctx, cancel := context.WithCancel(g.ctx)
 	g.unsubscribe = cancel
-	g.wg.Add(2)
-	go func() { defer g.wg.Done(); g.readRecords(ctx, recs) }()
-	go func() { defer g.wg.Done(); g.readSummaries(ctx, sums) }()
+	g.wg.Go(func() { g.readRecords(ctx, recs) })
+	g.wg.Go(func() { g.readSummaries(ctx, sums) })
 }
 
 // watchJoins makes the publisher send its summary at each of its next
@@ -768,16 +766,14 @@ func (g *gateway) alone(key string, f func()) {
 	}
 	g.running[key] = true
 	g.mu.Unlock()
-	g.wg.Add(1)
-	go func() {
-		defer g.wg.Done()
+	g.wg.Go(func() {
 		defer func() {
 			g.mu.Lock()
 			delete(g.running, key)
 			g.mu.Unlock()
 		}()
 		f()
-	}()
+	})
 }
 
 // dialSite dials, in the background, site's gateways in turn until one
@@ -877,9 +873,7 @@ func (g *gateway) direct(ctx context.Context, site []peer.AddrInfo, now time.Tim
 		}
 		direct := peer.AddrInfo{ID: ai.ID, Addrs: slices.DeleteFunc(slices.Clone(ai.Addrs), isCircuit)}
 		circuit := peer.AddrInfo{ID: ai.ID, Addrs: slices.DeleteFunc(slices.Clone(ai.Addrs), func(a ma.Multiaddr) bool { return !isCircuit(a) })}
-		g.wg.Add(1)
-		go func() {
-			defer g.wg.Done()
+		g.wg.Go(func() {
 			if len(direct.Addrs) > 0 && g.dial(network.WithForceDirectDial(ctx, "a direct path to a gateway reached through a relay"), direct) {
 				g.f.metrics.direct.WithLabelValues("dialed").Inc()
 				g.f.cfg.Logger.Info("dialed another site's gateway directly, which was reached through a relay", "peer", ai.ID)
@@ -904,7 +898,7 @@ func (g *gateway) direct(ctx context.Context, site []peer.AddrInfo, now time.Tim
 				g.f.metrics.direct.WithLabelValues("repunched").Inc()
 				g.f.cfg.Logger.Info("reconnected through a relay to another site's gateway behind a NAT, for it to punch a hole", "peer", ai.ID)
 			}
-		}()
+		})
 	}
 }
 

@@ -3,9 +3,11 @@ package federation
 import (
 	"cmp"
 	"encoding/json"
+	"log/slog"
 	"maps"
 	"slices"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/hashicorp/serf/coordinate"
@@ -266,7 +268,11 @@ func Remotes(m *mesh.Mesh, now time.Time) []Remote {
 	var out []Remote
 	for _, e := range m.List(SitePrefix) {
 		var r Remote
-		if err := json.Unmarshal(e.Value, &r); err != nil || r.Summary.Site != strings.TrimPrefix(e.Key, SitePrefix) {
+		if err := json.Unmarshal(e.Value, &r); err != nil {
+			undecodable.note(e, err)
+			continue
+		}
+		if r.Summary.Site != strings.TrimPrefix(e.Key, SitePrefix) {
 			continue
 		}
 		r.Status = mesh.SiteReachable
@@ -322,10 +328,47 @@ func SiteCoordinate(m *mesh.Mesh) *coordinate.Coordinate {
 // siteWAN reads wanKey; zero before the publisher wrote it.
 func siteWAN(m *mesh.Mesh) wanRecord {
 	var w wanRecord
-	if e, err := m.Get(wanKey); err == nil && json.Unmarshal(e.Value, &w) != nil {
-		return wanRecord{}
+	if e, err := m.Get(wanKey); err == nil {
+		if err := json.Unmarshal(e.Value, &w); err != nil {
+			undecodable.note(e, err)
+			return wanRecord{}
+		}
 	}
 	return w
+}
+
+// undecodable logs the federation records of the site's catalog that do
+// not decode (and are read as absent). Remotes and siteWAN, which have no
+// Federation and so no metrics of one, read them at every call: each is
+// logged once per key and version.
+var undecodable = &badRecords{}
+
+// badRecords logs records that do not decode, once per key and version.
+type badRecords struct {
+	mu     sync.Mutex
+	logged map[string]uint64 // key -> version last logged
+	// log receives the lines; nil means slog.Default().
+	log *slog.Logger
+}
+
+// note logs that e does not decode, unless this version of its key was
+// logged already.
+func (b *badRecords) note(e mesh.Entry, err error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if v, ok := b.logged[e.Key]; ok && v == e.Version {
+		return
+	}
+	if b.logged == nil {
+		b.logged = map[string]uint64{}
+	}
+	b.logged[e.Key] = e.Version
+	log := b.log
+	if log == nil {
+		log = slog.Default()
+	}
+	log.Warn("federation: ignoring a catalog record that does not decode",
+		"key", e.Key, "version", e.Version, "origin", e.Origin, "err", err)
 }
 
 // behindNAT reports whether a node advertises a circuit relay address:

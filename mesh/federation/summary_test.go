@@ -1,11 +1,17 @@
 package federation
 
 import (
+	"bytes"
+	"encoding/json"
 	"fmt"
+	"log/slog"
 	"reflect"
+	"strings"
 	"testing"
+	"time"
 
 	"github.com/strata-mesh/strata/mesh"
+	"github.com/strata-mesh/strata/mesh/meshtest"
 )
 
 // TestSummaryNamesFewHolders: a summary names up to HoldersPerBlob live
@@ -67,5 +73,63 @@ func TestSummaryShapes(t *testing.T) {
 	got = Summarize("s", nodes, nil).Tiers["edge"].Shapes
 	if len(got) != MaxShapes || got[0].FreeCPU != 2*MaxShapes*1000 || got[MaxShapes-1].FreeCPU != (MaxShapes+1)*1000 {
 		t.Errorf("%d shapes from %d kinds of node, largest first: %+v", len(got), 2*MaxShapes, got)
+	}
+}
+
+// TestUndecodableRecordsAreLoggedOnce: a site record or WAN coordinate that
+// does not decode is read as absent, and logged once per version however
+// often it is read.
+func TestUndecodableRecordsAreLoggedOnce(t *testing.T) {
+	id, err := mesh.NewIdentity()
+	if err != nil {
+		t.Fatal(err)
+	}
+	m, err := mesh.New(mesh.Config{Name: "a-1", Identity: id, Transport: (&meshtest.Network{}).NewTransport("a-1"),
+		Local: mesh.NodeState{Tier: mesh.TierEdge, Site: "a"}, Logger: slog.New(slog.DiscardHandler)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { m.Close() })
+	var buf bytes.Buffer
+	undecodable.mu.Lock()
+	old := undecodable.log
+	undecodable.log = slog.New(slog.NewTextHandler(&buf, nil))
+	undecodable.mu.Unlock()
+	t.Cleanup(func() {
+		undecodable.mu.Lock()
+		undecodable.log = old
+		undecodable.mu.Unlock()
+	})
+	logged := func(key string) int {
+		undecodable.mu.Lock()
+		defer undecodable.mu.Unlock()
+		return strings.Count(buf.String(), "key="+key+" ")
+	}
+	bad := json.RawMessage(`"not a record"`)
+	site := SitePrefix + "zz"
+	for _, key := range []string{site, wanKey} {
+		if _, err := m.Put(key, bad, mesh.PutOptions{Scope: mesh.ScopeSite}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for range 3 {
+		if r := Remotes(m, time.Now()); len(r) != 0 {
+			t.Fatalf("Remotes = %v, want none", r)
+		}
+		if c := SiteCoordinate(m); c != nil {
+			t.Fatalf("SiteCoordinate = %v, want nil", c)
+		}
+	}
+	if n, w := logged(site), logged(wanKey); n != 1 || w != 1 {
+		t.Errorf("logged the site record %d times and the WAN record %d times, want once each:\n%s", n, w, buf.String())
+	}
+	// A new version of the record is logged again.
+	if _, err := m.Put(site, json.RawMessage(`[1]`), mesh.PutOptions{Scope: mesh.ScopeSite}); err != nil {
+		t.Fatal(err)
+	}
+	Remotes(m, time.Now())
+	Remotes(m, time.Now())
+	if n := logged(site); n != 2 {
+		t.Errorf("logged the site record %d times after a new version, want 2", n)
 	}
 }

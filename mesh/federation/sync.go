@@ -103,14 +103,12 @@ type catalog interface {
 }
 
 func (f *Federation) goSync(ctx context.Context, p peer.ID) {
-	f.wg.Add(1)
-	go func() {
-		defer f.wg.Done()
+	f.wg.Go(func() {
 		if err := f.sync(ctx, p); err != nil && ctx.Err() == nil {
 			f.metrics.errors.WithLabelValues("sync").Inc()
 			f.cfg.Logger.Debug("federation sync failed", "peer", p, "err", err)
 		}
-	}()
+	})
 }
 
 // sync exchanges global catalogs with p (the dialer's side).
