@@ -8,7 +8,6 @@ import (
 	"time"
 
 	"github.com/strata-mesh/strata/infer/drift"
-	"github.com/strata-mesh/strata/placement"
 	"github.com/strata-mesh/strata/policy"
 	"github.com/strata-mesh/strata/trainer"
 )
@@ -75,12 +74,12 @@ type Placement struct {
 	Nodes  []PlacedNode `json:"nodes"`
 	Wanted int          `json:"wanted"`
 	// Message says what happened in a line; Fallbacks and Rejected say why.
-	Message   string                   `json:"message,omitempty"`
-	Fallbacks []placement.Fallback     `json:"fallbacks,omitempty"`
-	Rejected  map[placement.Reason]int `json:"rejected,omitempty"`
-	Refused   map[string]string        `json:"refused,omitempty"` // node → reason, nodes that refused earlier epochs
-	Resources placement.Resources      `json:"resources"`
-	Updated   time.Time                `json:"updated"`
+	Message   string            `json:"message,omitempty"`
+	Fallbacks []Fallback        `json:"fallbacks,omitempty"`
+	Rejected  map[Reason]int    `json:"rejected,omitempty"`
+	Refused   map[string]string `json:"refused,omitempty"` // node → reason, nodes that refused earlier epochs
+	Resources Resources         `json:"resources"`
+	Updated   time.Time         `json:"updated"`
 }
 
 // clone is p with its own slices and maps.
