@@ -7,7 +7,6 @@ import (
 	"strings"
 	"time"
 
-	"github.com/strata-mesh/strata/infer/drift"
 	"github.com/strata-mesh/strata/policy"
 	"github.com/strata-mesh/strata/trainer"
 )
@@ -300,9 +299,9 @@ type Drift struct {
 	AlarmStatistic float64  `json:"alarm_statistic,omitempty"`
 	AlarmDrifted   []string `json:"alarm_drifted,omitempty"`
 	// Stream is the streaming detector's state per feature.
-	Stream []drift.StreamScore `json:"stream,omitempty"`
+	Stream []StreamScore `json:"stream,omitempty"`
 	// Scores are the latest evaluation's, per feature then the prediction.
-	Scores []drift.Score `json:"scores,omitempty"`
+	Scores []Score `json:"scores,omitempty"`
 	// History is the worst score of recent evaluations, oldest first.
 	History []DriftPoint `json:"history,omitempty"`
 	// Served and Failed count the version's requests here (for canaries).
@@ -446,11 +445,11 @@ func (p Placement) NodeNames() string {
 
 // WorstScore returns the score most past its threshold's side: the
 // smallest p-value for KS, the largest statistic otherwise.
-func WorstScore(ss []drift.Score, det string) drift.Score {
-	var w drift.Score
+func WorstScore(ss []Score, det string) Score {
+	var w Score
 	for i, s := range ss {
 		a, b := ScoreStat(s, det), ScoreStat(w, det)
-		if det == string(drift.DetectorKS) {
+		if det == detectorKS {
 			a, b = -a, -b
 		}
 		if i == 0 || a > b {
@@ -462,8 +461,8 @@ func WorstScore(ss []drift.Score, det string) drift.Score {
 
 // ScoreStat is the figure a detector is judged by: the corrected p-value
 // for KS (smaller is worse), the statistic otherwise.
-func ScoreStat(s drift.Score, det string) float64 {
-	if det == string(drift.DetectorKS) {
+func ScoreStat(s Score, det string) float64 {
+	if det == detectorKS {
 		return s.PValue
 	}
 	return s.Statistic
@@ -516,7 +515,7 @@ func (c *Catalog) ModelFor(p Policy, svc *policy.InferenceServiceSpec, node stri
 // threshold). For a windowed alarm of a record that kept no feature, the
 // worst of the latest scores.
 func (d Drift) AlarmCause() (feature, detector string, stat float64) {
-	if d.AlarmSource == string(drift.SourceStream) {
+	if d.AlarmSource == sourceStream {
 		return d.AlarmFeature, "cusum", d.AlarmStatistic
 	}
 	if d.AlarmFeature != "" {

@@ -3,7 +3,8 @@ package catalog
 // The types below are parts of records that other packages compute: the
 // catalog owns their JSON (testdata/wire.golden pins it), so that a change
 // to a domain type does not change what agents of other versions read.
-// The packages that write them convert (meshview for placement).
+// The packages that write them convert (meshview for placement,
+// driftwatch for infer/drift).
 
 // Reason is why the placement engine filtered a node out
 // (placement.Reason's values: "insufficient_cpu", "latency_slo", …).
@@ -37,3 +38,58 @@ type Resources struct {
 	// GPUMemory is the least memory in bytes each GPU must have.
 	GPUMemory int64 `json:"gpu_memory,omitempty"`
 }
+
+// Score is one feature's (or the prediction's) score in a drift
+// monitor's latest windowed evaluation (drift.Score).
+type Score struct {
+	// Name is the feature's name ("prediction" for the score).
+	Name string `json:"name"`
+	// Statistic is PSI, the KS D, or the Wasserstein-1 distance in
+	// reference standard deviations, per the detector.
+	Statistic float64 `json:"statistic"`
+	// PValue is the corrected KS p-value (KS only; 1 otherwise).
+	PValue float64 `json:"p_value"`
+	// Drifted says the feature crossed the alarm threshold.
+	Drifted bool `json:"drifted"`
+}
+
+// StreamScore is one feature's streaming (CUSUM) detector state
+// (drift.StreamScore).
+type StreamScore struct {
+	// Name is the feature's name ("prediction" for the score).
+	Name string `json:"name"`
+	// Upper and Lower are the CUSUM statistics S⁺ and S⁻, in
+	// standardized units; an alarm fires when one exceeds Threshold.
+	Upper     float64 `json:"upper"`
+	Lower     float64 `json:"lower"`
+	Threshold float64 `json:"threshold"`
+	// Spread is the spread side's statistic and SpreadThreshold its
+	// threshold; both 0 when the side is off.
+	Spread          float64 `json:"spread,omitempty"`
+	SpreadThreshold float64 `json:"spread_threshold,omitempty"`
+	// Alarms counts the feature's streaming alarms so far; LastAlarm is
+	// the monitor's Seen count at the latest, 0 if none.
+	Alarms    int64 `json:"alarms,omitempty"`
+	LastAlarm int64 `json:"last_alarm,omitempty"`
+	// Side says which side raised the latest alarm (drift.Side's
+	// values); "" before any.
+	Side string `json:"side,omitempty"`
+	// AlarmStatistic is the statistic that raised the latest alarm over
+	// its threshold, as it crossed (above 1; 0 before any alarm).
+	AlarmStatistic float64 `json:"alarm_statistic,omitempty"`
+	// Holding says a side that alarmed is still held.
+	Holding bool `json:"holding,omitempty"`
+	// Drifted says the feature alarmed since the monitor's last windowed
+	// evaluation (or since it started, before the first).
+	Drifted bool `json:"drifted"`
+}
+
+// Values of the drift monitor's vocabulary that the catalog's own
+// methods judge by (infer/drift's DetectorKS and SourceStream).
+const (
+	// detectorKS is Drift.Detector for the Kolmogorov–Smirnov test,
+	// whose scores are judged by their p-value.
+	detectorKS = "ks"
+	// sourceStream is Drift.AlarmSource of the streaming detector.
+	sourceStream = "stream"
+)
