@@ -8,7 +8,6 @@ import (
 	"time"
 
 	"github.com/strata-mesh/strata/policy"
-	"github.com/strata-mesh/strata/trainer"
 )
 
 // Placement states.
@@ -108,12 +107,13 @@ type PlacedNode struct {
 	Reason  string `json:"reason,omitempty"`
 }
 
-// Job states, as trainer states them.
+// Job states: trainer.State's values, which a Job's State and a rank's
+// MemberStatus.State take.
 const (
-	JobPending   = string(trainer.StatePending)
-	JobRunning   = string(trainer.StateRunning)
-	JobSucceeded = string(trainer.StateSucceeded)
-	JobFailed    = string(trainer.StateFailed)
+	JobPending   = "pending"
+	JobRunning   = "running"
+	JobSucceeded = "succeeded"
+	JobFailed    = "failed"
 )
 
 // Job is one training job's run, as the catalog holds it (GET
@@ -148,19 +148,19 @@ type Job struct {
 	Invalid map[string]string `json:"invalid_metrics,omitempty"`
 	// Steps are the metrics rank 0 reported per step
 	// ($STRATA_METRICS_FILE), read while the job runs.
-	Steps []trainer.Step `json:"steps,omitempty"`
+	Steps []Step `json:"steps,omitempty"`
 	// Data are the dataset versions the job reads, resolved when it
 	// started.
 	Data []ArtifactRef `json:"data,omitempty"`
 	// Code is the code artifact the job runs, resolved when it started.
 	Code *ArtifactRef `json:"code,omitempty"`
 	// Members are the launcher's per-rank states.
-	Members  []trainer.MemberStatus `json:"members,omitempty"`
-	Attempt  int                    `json:"attempt,omitempty"`
-	Error    string                 `json:"error,omitempty"`
-	Created  time.Time              `json:"created"`
-	Started  time.Time              `json:"started,omitzero"`
-	Finished time.Time              `json:"finished,omitzero"`
+	Members  []MemberStatus `json:"members,omitempty"`
+	Attempt  int            `json:"attempt,omitempty"`
+	Error    string         `json:"error,omitempty"`
+	Created  time.Time      `json:"created"`
+	Started  time.Time      `json:"started,omitzero"`
+	Finished time.Time      `json:"finished,omitzero"`
 }
 
 // Terminal says the job has ended.
@@ -567,9 +567,9 @@ type Gang struct {
 	MasterAddr string `json:"master_addr"`
 	MasterPort int    `json:"master_port"`
 	// Ranks are the gang's ranks in order: rank i runs on Ranks[i].Node.
-	Ranks   []trainer.Member `json:"ranks"`
-	Message string           `json:"message,omitempty"`
-	Updated time.Time        `json:"updated"`
+	Ranks   []Rank    `json:"ranks"`
+	Message string    `json:"message,omitempty"`
+	Updated time.Time `json:"updated"`
 }
 
 // GangMember is one member node's answer to a gang attempt, written by
@@ -582,7 +582,7 @@ type GangMember struct {
 	Attempt int    `json:"attempt"`
 	State   string `json:"state"`
 	// Ranks are the states of the ranks this node runs.
-	Ranks []trainer.MemberStatus `json:"ranks,omitempty"`
+	Ranks []MemberStatus `json:"ranks,omitempty"`
 	// Error says why the member failed (its data, a rank's exit).
 	Error   string    `json:"error,omitempty"`
 	Updated time.Time `json:"updated"`

@@ -4,7 +4,7 @@ package catalog
 // catalog owns their JSON (testdata/wire.golden pins it), so that a change
 // to a domain type does not change what agents of other versions read.
 // The packages that write them convert (meshview for placement,
-// driftwatch for infer/drift).
+// driftwatch for infer/drift, jobs for trainer).
 
 // Reason is why the placement engine filtered a node out
 // (placement.Reason's values: "insufficient_cpu", "latency_slo", …).
@@ -93,3 +93,37 @@ const (
 	// sourceStream is Drift.AlarmSource of the streaming detector.
 	sourceStream = "stream"
 )
+
+// Step is the metrics a training job's rank 0 reported for one step
+// (trainer.Step, which converts to and from it).
+type Step struct {
+	Step    int                `json:"step"`
+	Metrics map[string]float64 `json:"metrics"`
+}
+
+// MemberStatus is one rank's state in a training job's current attempt
+// (trainer.MemberStatus).
+type MemberStatus struct {
+	// Rank is the member's index in the gang.
+	Rank int `json:"rank"`
+	// Node is the member's node.
+	Node string `json:"node"`
+	// State is JobPending, JobRunning, JobSucceeded or JobFailed.
+	State string `json:"state"`
+	// ExitCode is the process's exit status; -1 while running, when it
+	// was killed by a signal, or when it never started.
+	ExitCode int `json:"exit_code"`
+	// Error says why the member failed, empty otherwise.
+	Error string `json:"error,omitempty"`
+}
+
+// Rank is one rank of a training gang and where it runs (trainer.Member,
+// which converts to and from it).
+type Rank struct {
+	// Node is the ID of the node the rank runs on.
+	Node string `json:"node"`
+	// Addr is the node's address, MASTER_ADDR for rank 0.
+	Addr string `json:"addr,omitempty"`
+	// GPUs are the GPU indices on the node it is given.
+	GPUs []int `json:"gpus,omitempty"`
+}
