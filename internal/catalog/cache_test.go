@@ -5,7 +5,6 @@ import (
 	"testing"
 
 	"github.com/strata-mesh/strata/internal/catalog/catalogtest"
-	"github.com/strata-mesh/strata/placement"
 )
 
 // TestCachedValuesAreCopies: the tables that keep decoded values hand each
@@ -24,7 +23,7 @@ func TestCachedValuesAreCopies(t *testing.T) {
 			}
 		}
 	}
-	p := Placement{Nodes: []PlacedNode{{Name: "a"}}, Fallbacks: make([]placement.Fallback, 1), Rejected: map[placement.Reason]int{"x": 1}, Refused: map[string]string{"a": "b"}}
+	p := Placement{Nodes: []PlacedNode{{Name: "a"}}, Fallbacks: make([]Fallback, 1), Rejected: map[Reason]int{"x": 1}, Refused: map[string]string{"a": "b"}}
 	c := p.clone()
 	v, w := reflect.ValueOf(p), reflect.ValueOf(c)
 	for i := range v.NumField() {

@@ -7,10 +7,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/strata-mesh/strata/infer/drift"
-	"github.com/strata-mesh/strata/placement"
 	"github.com/strata-mesh/strata/policy"
-	"github.com/strata-mesh/strata/trainer"
 )
 
 // Placement states.
@@ -75,12 +72,12 @@ type Placement struct {
 	Nodes  []PlacedNode `json:"nodes"`
 	Wanted int          `json:"wanted"`
 	// Message says what happened in a line; Fallbacks and Rejected say why.
-	Message   string                   `json:"message,omitempty"`
-	Fallbacks []placement.Fallback     `json:"fallbacks,omitempty"`
-	Rejected  map[placement.Reason]int `json:"rejected,omitempty"`
-	Refused   map[string]string        `json:"refused,omitempty"` // node → reason, nodes that refused earlier epochs
-	Resources placement.Resources      `json:"resources"`
-	Updated   time.Time                `json:"updated"`
+	Message   string            `json:"message,omitempty"`
+	Fallbacks []Fallback        `json:"fallbacks,omitempty"`
+	Rejected  map[Reason]int    `json:"rejected,omitempty"`
+	Refused   map[string]string `json:"refused,omitempty"` // node → reason, nodes that refused earlier epochs
+	Resources Resources         `json:"resources"`
+	Updated   time.Time         `json:"updated"`
 }
 
 // clone is p with its own slices and maps.
@@ -110,12 +107,13 @@ type PlacedNode struct {
 	Reason  string `json:"reason,omitempty"`
 }
 
-// Job states, as trainer states them.
+// Job states: trainer.State's values, which a Job's State and a rank's
+// MemberStatus.State take.
 const (
-	JobPending   = string(trainer.StatePending)
-	JobRunning   = string(trainer.StateRunning)
-	JobSucceeded = string(trainer.StateSucceeded)
-	JobFailed    = string(trainer.StateFailed)
+	JobPending   = "pending"
+	JobRunning   = "running"
+	JobSucceeded = "succeeded"
+	JobFailed    = "failed"
 )
 
 // Job is one training job's run, as the catalog holds it (GET
@@ -150,19 +148,19 @@ type Job struct {
 	Invalid map[string]string `json:"invalid_metrics,omitempty"`
 	// Steps are the metrics rank 0 reported per step
 	// ($STRATA_METRICS_FILE), read while the job runs.
-	Steps []trainer.Step `json:"steps,omitempty"`
+	Steps []Step `json:"steps,omitempty"`
 	// Data are the dataset versions the job reads, resolved when it
 	// started.
 	Data []ArtifactRef `json:"data,omitempty"`
 	// Code is the code artifact the job runs, resolved when it started.
 	Code *ArtifactRef `json:"code,omitempty"`
 	// Members are the launcher's per-rank states.
-	Members  []trainer.MemberStatus `json:"members,omitempty"`
-	Attempt  int                    `json:"attempt,omitempty"`
-	Error    string                 `json:"error,omitempty"`
-	Created  time.Time              `json:"created"`
-	Started  time.Time              `json:"started,omitzero"`
-	Finished time.Time              `json:"finished,omitzero"`
+	Members  []MemberStatus `json:"members,omitempty"`
+	Attempt  int            `json:"attempt,omitempty"`
+	Error    string         `json:"error,omitempty"`
+	Created  time.Time      `json:"created"`
+	Started  time.Time      `json:"started,omitzero"`
+	Finished time.Time      `json:"finished,omitzero"`
 }
 
 // Terminal says the job has ended.
@@ -301,9 +299,9 @@ type Drift struct {
 	AlarmStatistic float64  `json:"alarm_statistic,omitempty"`
 	AlarmDrifted   []string `json:"alarm_drifted,omitempty"`
 	// Stream is the streaming detector's state per feature.
-	Stream []drift.StreamScore `json:"stream,omitempty"`
+	Stream []StreamScore `json:"stream,omitempty"`
 	// Scores are the latest evaluation's, per feature then the prediction.
-	Scores []drift.Score `json:"scores,omitempty"`
+	Scores []Score `json:"scores,omitempty"`
 	// History is the worst score of recent evaluations, oldest first.
 	History []DriftPoint `json:"history,omitempty"`
 	// Served and Failed count the version's requests here (for canaries).
@@ -447,11 +445,11 @@ func (p Placement) NodeNames() string {
 
 // WorstScore returns the score most past its threshold's side: the
 // smallest p-value for KS, the largest statistic otherwise.
-func WorstScore(ss []drift.Score, det string) drift.Score {
-	var w drift.Score
+func WorstScore(ss []Score, det string) Score {
+	var w Score
 	for i, s := range ss {
 		a, b := ScoreStat(s, det), ScoreStat(w, det)
-		if det == string(drift.DetectorKS) {
+		if det == detectorKS {
 			a, b = -a, -b
 		}
 		if i == 0 || a > b {
@@ -463,8 +461,8 @@ func WorstScore(ss []drift.Score, det string) drift.Score {
 
 // ScoreStat is the figure a detector is judged by: the corrected p-value
 // for KS (smaller is worse), the statistic otherwise.
-func ScoreStat(s drift.Score, det string) float64 {
-	if det == string(drift.DetectorKS) {
+func ScoreStat(s Score, det string) float64 {
+	if det == detectorKS {
 		return s.PValue
 	}
 	return s.Statistic
@@ -517,7 +515,7 @@ func (c *Catalog) ModelFor(p Policy, svc *policy.InferenceServiceSpec, node stri
 // threshold). For a windowed alarm of a record that kept no feature, the
 // worst of the latest scores.
 func (d Drift) AlarmCause() (feature, detector string, stat float64) {
-	if d.AlarmSource == string(drift.SourceStream) {
+	if d.AlarmSource == sourceStream {
 		return d.AlarmFeature, "cusum", d.AlarmStatistic
 	}
 	if d.AlarmFeature != "" {
@@ -569,9 +567,9 @@ type Gang struct {
 	MasterAddr string `json:"master_addr"`
 	MasterPort int    `json:"master_port"`
 	// Ranks are the gang's ranks in order: rank i runs on Ranks[i].Node.
-	Ranks   []trainer.Member `json:"ranks"`
-	Message string           `json:"message,omitempty"`
-	Updated time.Time        `json:"updated"`
+	Ranks   []Rank    `json:"ranks"`
+	Message string    `json:"message,omitempty"`
+	Updated time.Time `json:"updated"`
 }
 
 // GangMember is one member node's answer to a gang attempt, written by
@@ -584,7 +582,7 @@ type GangMember struct {
 	Attempt int    `json:"attempt"`
 	State   string `json:"state"`
 	// Ranks are the states of the ranks this node runs.
-	Ranks []trainer.MemberStatus `json:"ranks,omitempty"`
+	Ranks []MemberStatus `json:"ranks,omitempty"`
 	// Error says why the member failed (its data, a rank's exit).
 	Error   string    `json:"error,omitempty"`
 	Updated time.Time `json:"updated"`

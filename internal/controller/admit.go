@@ -54,7 +54,7 @@ func (c *Controller) admit() {
 			continue
 		}
 		as := mesh.Assignment{Key: key, Epoch: rec.Epoch}
-		grant, err := c.ledger.Admit(placement.Assignment{ID: assignmentID(key, rec.Epoch), Key: key, Epoch: rec.Epoch, Resources: rec.Resources})
+		grant, err := c.ledger.Admit(placement.Assignment{ID: assignmentID(key, rec.Epoch), Key: key, Epoch: rec.Epoch, Resources: placement.Resources(rec.Resources)})
 		if err != nil {
 			as.Reason = strings.TrimPrefix(err.Error(), "placement: refused: ")
 			c.log.Info("refused assignment", "policy", key, "epoch", rec.Epoch, "reason", as.Reason)

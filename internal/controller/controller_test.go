@@ -364,7 +364,7 @@ func TestOlderRecordKeepsServing(t *testing.T) {
 	put := func(epoch uint64) {
 		t.Helper()
 		if _, err := cat.Placements.Put(catalog.Placement{Key: key, Kind: policy.KindInferenceService, Name: "web", Epoch: epoch, Generation: 1,
-			State: catalog.StatePending, Nodes: []catalog.PlacedNode{{Name: "e1"}}, Resources: placement.Resources{CPU: 100}}); err != nil {
+			State: catalog.StatePending, Nodes: []catalog.PlacedNode{{Name: "e1"}}, Resources: catalog.Resources{CPU: 100}}); err != nil {
 			t.Fatal(err)
 		}
 	}

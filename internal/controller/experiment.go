@@ -19,7 +19,6 @@ import (
 	"github.com/strata-mesh/strata/policy"
 	"github.com/strata-mesh/strata/storage"
 	"github.com/strata-mesh/strata/sweep"
-	"github.com/strata-mesh/strata/trainer"
 )
 
 // docFacts is what every pass reads of a policy's document: parsing YAML
@@ -305,7 +304,7 @@ func trialEnded(state string) bool {
 }
 
 // curveOf is metric's value at every step that reported it.
-func curveOf(steps []trainer.Step, metric string) []float64 {
+func curveOf(steps []catalog.Step, metric string) []float64 {
 	var out []float64
 	for _, s := range steps {
 		if v, ok := s.Metrics[metric]; ok {

@@ -11,7 +11,6 @@ import (
 	"github.com/strata-mesh/strata/internal/meshview"
 	"github.com/strata-mesh/strata/mesh"
 	"github.com/strata-mesh/strata/policy"
-	"github.com/strata-mesh/strata/trainer"
 )
 
 // TestTrialSource: a trial is the sweep's job without its sweep, with the
@@ -113,10 +112,10 @@ spec:
 		if err != nil {
 			t.Fatal(err)
 		}
-		steps := func(vs ...float64) []trainer.Step {
-			var out []trainer.Step
+		steps := func(vs ...float64) []catalog.Step {
+			var out []catalog.Step
 			for i, v := range vs {
-				out = append(out, trainer.Step{Step: i + 1, Metrics: map[string]float64{"score": v, "loss": 1}})
+				out = append(out, catalog.Step{Step: i + 1, Metrics: map[string]float64{"score": v, "loss": 1}})
 			}
 			return out
 		}

@@ -84,8 +84,8 @@ func (c *Controller) place(p catalog.Policy, old catalog.Placement, have bool, v
 		c.write(rec)
 		return
 	}
-	rec.Resources, rec.Wanted = req.Resources, dec.Wanted
-	rec.Fallbacks, rec.Rejected = dec.Fallbacks, dec.Rejected
+	rec.Resources, rec.Wanted = catalog.Resources(req.Resources), dec.Wanted
+	rec.Fallbacks, rec.Rejected = meshview.Fallbacks(dec.Fallbacks), meshview.Rejections(dec.Rejected)
 	var fresh []catalog.PlacedNode
 	for _, pl := range dec.Placements {
 		fresh = append(fresh, catalog.PlacedNode{Name: pl.Node, ID: pl.NodeID, Tier: pl.Tier, Site: pl.Site, Rank: pl.Rank, Client: pl.Client})
@@ -95,7 +95,7 @@ func (c *Controller) place(p catalog.Policy, old catalog.Placement, have bool, v
 	switch {
 	case len(rec.Nodes) == 0 || (req.Kind == placement.Training && !dec.Feasible):
 		rec.State, rec.Nodes = catalog.StateFailed, nil
-		rec.Message = "no feasible placement: " + meshview.SummarizeRejections(dec.Rejected, dec.Fallbacks)
+		rec.Message = "no feasible placement: " + meshview.SummarizeRejections(rec.Rejected, rec.Fallbacks)
 		if c.unchanged(old, have, rec) {
 			return
 		}

@@ -244,8 +244,8 @@ func (d *Watch) observe(r driftRow) (publish bool) {
 	}
 	if w.mon != nil {
 		if ev, ok := w.mon.Last(); ok && (len(w.rec.History) == 0 || w.rec.History[len(w.rec.History)-1].Seen != ev.Seen) {
-			w.rec.Scores = ev.Scores
-			ws := catalog.WorstScore(ev.Scores, w.rec.Detector)
+			w.rec.Scores = scoresOf(ev.Scores)
+			ws := catalog.WorstScore(w.rec.Scores, w.rec.Detector)
 			w.rec.History = append(w.rec.History, catalog.DriftPoint{Time: time.Now().UTC(), Seen: ev.Seen, Feature: ws.Name, Statistic: catalog.ScoreStat(ws, w.rec.Detector), Drifted: ev.Over})
 			if len(w.rec.History) > driftHistory {
 				w.rec.History = slices.Delete(w.rec.History, 0, len(w.rec.History)-driftHistory)
@@ -269,7 +269,7 @@ func (d *Watch) transition(w *watched, ev *drift.Event) {
 	now := time.Now().UTC()
 	e := catalog.DriftEntry{Kind: catalog.DriftClear, Samples: ev.Samples, Source: string(ev.Source)}
 	w.rec.Alarmed = ev.Kind == drift.EventAlarm
-	w.rec.Stream = ev.Stream
+	w.rec.Stream = streamOf(ev.Stream)
 	w.rec.State = catalog.DriftOK
 	if w.rec.Alarmed {
 		w.rec.State = catalog.DriftAlarm
@@ -311,7 +311,7 @@ func crossing(ev *drift.Event) (feature, detector string, stat float64, drifted 
 			drifted = append(drifted, s.Name)
 		}
 	}
-	ws := catalog.WorstScore(ev.Scores, detector)
+	ws := catalog.WorstScore(scoresOf(ev.Scores), detector)
 	return ws.Name, detector, catalog.ScoreStat(ws, detector), drifted
 }
 
@@ -588,7 +588,7 @@ func (d *Watch) changed(now time.Time, force bool) []catalog.Drift {
 		}
 		if w.mon != nil {
 			w.rec.Threshold = w.mon.Config().Alarm
-			w.rec.Stream = w.mon.Stream()
+			w.rec.Stream = streamOf(w.mon.Stream())
 		}
 		w.rec.Updated = now.UTC()
 		w.lastPub, w.dirty = now, false

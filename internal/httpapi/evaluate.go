@@ -128,7 +128,7 @@ func placeRefusal(key string, err error) *refusal {
 // infeasible warns that dec places less than req wants, as the controller
 // would find it now: "" when it places everything.
 func infeasible(key string, req *placement.Request, dec *placement.Decision) string {
-	why := meshview.SummarizeRejections(dec.Rejected, dec.Fallbacks)
+	why := meshview.SummarizeRejections(meshview.Rejections(dec.Rejected), meshview.Fallbacks(dec.Fallbacks))
 	switch {
 	case dec.Feasible:
 		return ""

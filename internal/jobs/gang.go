@@ -229,7 +229,7 @@ func (j *Runner) leadGang(parent, ctx context.Context, rec catalog.Placement, do
 	}
 	g := catalog.Gang{
 		Job: rec.Name, Key: rec.Key, Run: newRunID(), Generation: rec.Generation, Epoch: rec.Epoch,
-		MasterAddr: ranks[0].Addr, Ranks: ranks,
+		MasterAddr: ranks[0].Addr, Ranks: gangRanks(ranks),
 	}
 	data := j.dataDeps(spec)
 	for attempt := 1; attempt <= spec.Retries+1; attempt++ {
@@ -288,16 +288,16 @@ func (j *Runner) awaitGang(ctx context.Context, g *catalog.Gang, jr *catalog.Job
 		}
 	}
 	asked := time.Now()
-	var last []trainer.MemberStatus
+	var last []catalog.MemberStatus
 	// Rank 0 runs on this node: its per-step metrics are read as it goes,
 	// so that a sweep can stop a poor gang trial early.
 	stepsPath := filepath.Join(j.cfg.DataDir, "jobs", fmt.Sprintf("%s-%d", g.Job, g.Epoch), "out", trainer.StepsFile)
 	for {
 		changed, meshChanged := j.cfg.Catalog.Changed(), j.cfg.Mesh.Changed()
 		ready, succeeded := 0, 0
-		statuses := make([]trainer.MemberStatus, len(g.Ranks))
+		statuses := make([]catalog.MemberStatus, len(g.Ranks))
 		for i, r := range g.Ranks {
-			statuses[i] = trainer.MemberStatus{Rank: i, Node: r.Node, State: trainer.StatePending, ExitCode: -1}
+			statuses[i] = catalog.MemberStatus{Rank: i, Node: r.Node, State: catalog.JobPending, ExitCode: -1}
 		}
 		for _, node := range nodes {
 			// A node gone while the gang runs fails the attempt; before it
@@ -495,7 +495,7 @@ type gangMember struct {
 	reported bool
 	gangRec  catalog.Gang
 	// sent is the rank statuses last recorded.
-	sent []trainer.MemberStatus
+	sent []catalog.MemberStatus
 }
 
 // putProgress records this node's ranks again while they run, once their
@@ -547,7 +547,7 @@ func (m *gangMember) step(ctx context.Context, g catalog.Gang) bool {
 	case g.Run == m.runID && g.Attempt == m.attempt && g.State == catalog.GangRunning && !m.launched && m.prepErr == nil:
 		m.launched, m.gangRec = true, g
 		job := m.base
-		job.Members, job.MasterPort, job.Node, job.Retries = slices.Clone(g.Ranks), g.MasterPort, m.j.cfg.Name, 0
+		job.Members, job.MasterPort, job.Node, job.Retries = gangMembers(g.Ranks), g.MasterPort, m.j.cfg.Name, 0
 		shareGPUs(job.Members, m.j.cfg.Name, m.j.assignedGPUs(m.rec.Key))
 		rctx, cancel := context.WithCancel(ctx)
 		run, err := trainer.NewExec(trainer.ExecOptions{Logger: m.j.log}).Launch(rctx, job)
@@ -637,12 +637,12 @@ func (m *gangMember) saveLogs() {
 	}
 }
 
-func (m *gangMember) localStatuses() []trainer.MemberStatus {
+func (m *gangMember) localStatuses() []catalog.MemberStatus {
 	if m.run == nil {
 		return nil
 	}
-	var out []trainer.MemberStatus
-	for _, st := range m.run.Status().Members {
+	var out []catalog.MemberStatus
+	for _, st := range statusesOf(m.run.Status().Members) {
 		if st.Node == m.j.cfg.Name {
 			out = append(out, st)
 		}
@@ -650,7 +650,7 @@ func (m *gangMember) localStatuses() []trainer.MemberStatus {
 	return out
 }
 
-func (m *gangMember) put(state string, ranks []trainer.MemberStatus, err error) {
+func (m *gangMember) put(state string, ranks []catalog.MemberStatus, err error) {
 	m.sent = ranks
 	rec := catalog.GangMember{Job: m.rec.Name, Node: m.j.cfg.Name, Run: m.runID, Epoch: m.rec.Epoch, Attempt: m.attempt,
 		State: state, Ranks: ranks, Updated: time.Now().UTC()}

@@ -399,7 +399,7 @@ func (j *Runner) start(ctx context.Context, rec catalog.Placement, lj *localJob)
 	lj.run = run
 	j.mu.Unlock()
 	jr.State, jr.Started = catalog.JobRunning, time.Now().UTC()
-	jr.Members = run.Status().Members
+	jr.Members = statusesOf(run.Status().Members)
 	j.write(jr)
 	j.log.Info("training job running", "job", jr.Name, "launcher", jr.Launcher, "nodes", strings.Join(jr.Nodes, ","))
 	stopWatch := j.watchSteps(jr, filepath.Join(job.OutputDir, trainer.StepsFile))
@@ -407,7 +407,7 @@ func (j *Runner) start(ctx context.Context, rec catalog.Placement, lj *localJob)
 	stopWatch()
 	jr.Steps = readSteps(filepath.Join(job.OutputDir, trainer.StepsFile))
 	st := run.Status()
-	jr.Members, jr.Attempt = st.Members, st.Attempt
+	jr.Members, jr.Attempt = statusesOf(st.Members), st.Attempt
 	for rank := range run.Job().Members {
 		if logs := run.Log(rank); logs != "" {
 			_ = os.WriteFile(filepath.Join(dir, fmt.Sprintf("rank-%d.log", rank)), []byte(logs), 0o600)
@@ -864,9 +864,9 @@ func (j *Runner) watchSteps(jr catalog.Job, path string) (stop func()) {
 
 // readSteps reads a job's per-step metrics; a file that cannot be read is
 // no steps (the job's own output says why).
-func readSteps(path string) []trainer.Step {
+func readSteps(path string) []catalog.Step {
 	steps, _, _ := trainer.ReadSteps(path)
-	return steps
+	return stepsOf(steps)
 }
 
 func (j *Runner) write(jr catalog.Job) {

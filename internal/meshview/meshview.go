@@ -5,7 +5,8 @@
 // RequestFor), the client sites of other pools (RemoteClients), which
 // agents own policies (Owners, UnreachableControllers), a node's answer to
 // a placement (AssignmentOf), and why nodes were not chosen
-// (SummarizeRejections). It holds no state.
+// (SummarizeRejections, over a decision's Rejections and Fallbacks as a
+// placement record holds them). It holds no state.
 package meshview
 
 import (
@@ -78,10 +79,12 @@ func AssignmentOf(n mesh.Node, key string) (mesh.Assignment, bool) {
 }
 
 // SummarizeRejections says in a line why nodes were not chosen: each
-// reason with its count, most common first, then the last fallback.
-func SummarizeRejections(rejected map[placement.Reason]int, fallbacks []placement.Fallback) string {
+// reason with its count, most common first, then the last fallback. It
+// reads a placement record's Rejected and Fallbacks (a decision's through
+// Rejections and Fallbacks).
+func SummarizeRejections(rejected map[catalog.Reason]int, fallbacks []catalog.Fallback) string {
 	type kv struct {
-		r placement.Reason
+		r catalog.Reason
 		n int
 	}
 	var rs []kv
@@ -102,6 +105,32 @@ func SummarizeRejections(rejected map[placement.Reason]int, fallbacks []placemen
 		parts = append(parts, fallbacks[len(fallbacks)-1].Message)
 	}
 	return strings.Join(parts, "; ")
+}
+
+// Rejections is a decision's count of nodes filtered out per reason, as
+// a placement record holds it (nil for nil).
+func Rejections(rejected map[placement.Reason]int) map[catalog.Reason]int {
+	if rejected == nil {
+		return nil
+	}
+	out := make(map[catalog.Reason]int, len(rejected))
+	for r, n := range rejected {
+		out[catalog.Reason(r)] = n
+	}
+	return out
+}
+
+// Fallbacks is a decision's fallbacks as a placement record holds them
+// (nil for nil).
+func Fallbacks(fbs []placement.Fallback) []catalog.Fallback {
+	if fbs == nil {
+		return nil
+	}
+	out := make([]catalog.Fallback, len(fbs))
+	for i, f := range fbs {
+		out[i] = catalog.Fallback{Client: f.Client, Tier: f.Tier, Reason: catalog.Reason(f.Reason), Message: f.Message}
+	}
+	return out
 }
 
 // Snapshot builds the engine's view of the mesh for placing policy key
