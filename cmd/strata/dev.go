@@ -108,6 +108,11 @@ func runDev(args []string, stdout, stderr io.Writer) error {
 	if err := waitFormed(ctx, agents, 30*time.Second); err != nil {
 		return err
 	}
+	// Plans with a latency bound need every client site's coordinates:
+	// the mesh is ready to use once every agent has them.
+	if err := waitMeasured(ctx, agents, 30*time.Second); err != nil {
+		return err
+	}
 	fmt.Fprintf(stdout, "strata dev: %d agents formed a mesh in %s (data in %s)\n\n", len(agents), time.Since(start).Round(time.Millisecond), *dir)
 	cl := client.New(agents[0].APIAddr())
 	nodes, err := cl.Nodes(ctx, client.NodeFilter{})
@@ -116,6 +121,12 @@ func runDev(args []string, stdout, stderr io.Writer) error {
 	}
 	printNodes(stdout, nodes, apiAddrs(agents), false)
 	fmt.Fprintf(stdout, "\nDashboard: http://%s/ui/   (watch the story below as it happens)\n", agents[0].APIAddr())
+	if err := publishExamples(ctx, stdout, cl); err != nil {
+		if *once {
+			return fmt.Errorf("examples: %w", err)
+		}
+		fmt.Fprintf(stdout, "examples: %v\n", err)
+	}
 	if !*noModel {
 		fmt.Fprintln(stdout)
 		if err := runStory(ctx, stdout, cl, agents, *data); err != nil {
@@ -172,6 +183,32 @@ func waitFormed(ctx context.Context, agents []*agent.Agent, timeout time.Duratio
 			return ctx.Err()
 		case <-deadline:
 			return fmt.Errorf("the dev mesh did not form within %s", timeout)
+		case <-time.After(50 * time.Millisecond):
+		}
+	}
+}
+
+// waitMeasured waits until every agent knows every node's Vivaldi
+// coordinate (each publishes its first within seconds of starting).
+func waitMeasured(ctx context.Context, agents []*agent.Agent, timeout time.Duration) error {
+	deadline := time.After(timeout)
+	for {
+		measured := true
+		for _, a := range agents {
+			for _, n := range a.Mesh().Nodes() {
+				if n.Coord == nil {
+					measured = false
+				}
+			}
+		}
+		if measured {
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-deadline:
+			return fmt.Errorf("the dev mesh's agents had no coordinates for each other within %s", timeout)
 		case <-time.After(50 * time.Millisecond):
 		}
 	}

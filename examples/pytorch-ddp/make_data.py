@@ -9,7 +9,11 @@ table is learnable but not separable. Seeded: the same rows every run.
 
 import sys
 
-import numpy as np
+try:
+    import numpy as np
+except ImportError:
+    sys.exit("make_data.py needs NumPy: apt-get install python3-numpy (Debian), "
+             "or pip install numpy")
 
 
 def main():
