@@ -30,7 +30,7 @@ type metrics struct {
 	// catalogSyncs counts push/pulls run because a peer's catalog digest
 	// differed from ours.
 	catalogSyncs prometheus.Counter
-	// catalogSyncSeconds is how long each of those took, failed ones too.
+	// catalogSyncSeconds is how long each of those that succeeded took.
 	catalogSyncSeconds prometheus.Histogram
 }
 
@@ -86,7 +86,7 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 		}),
 		catalogSyncSeconds: prometheus.NewHistogram(prometheus.HistogramOpts{
 			Name:    "strata_catalog_sync_seconds",
-			Help:    "How long each catalog sync this node started took (a whole-state exchange with one peer). The next waits at least 20 times as long, so syncs take at most a twentieth of the node's time.",
+			Help:    "How long each catalog sync this node started and completed took (a whole-state exchange with one peer). The next waits at least 20 times as long, so syncs take at most a twentieth of the node's time.",
 			Buckets: []float64{.005, .01, .05, .1, .25, .5, 1, 2.5, 5, 10},
 		}),
 		catalogSyncs: prometheus.NewCounter(prometheus.CounterOpts{

@@ -122,16 +122,17 @@ func (m *Mesh) syncCatalogs() {
 			// Join with a member is a push/pull with it: both sides merge
 			// what the other holds.
 			start := time.Now()
-			_, err := m.ml.Join([]string{addr})
+			if _, err := m.ml.Join([]string{addr}); err != nil {
+				// A failed sync's time is a timeout, not the catalog's
+				// cost: it does not space the next one.
+				m.log.Debug("catalog sync failed", "peer", addr, "err", err)
+				continue
+			}
 			took := time.Since(start)
 			m.mu.Lock()
 			m.lastSyncTook = took
 			m.mu.Unlock()
 			m.metrics.catalogSyncSeconds.Observe(took.Seconds())
-			if err != nil {
-				m.log.Debug("catalog sync failed", "peer", addr, "err", err)
-				continue
-			}
 			m.metrics.catalogSyncs.Inc()
 		}
 	}

@@ -235,6 +235,8 @@ func runDocCommand(c docCommand, dir string, env []string, api string) (string, 
 			if time.Now().After(deadline) {
 				return out, fmt.Errorf("output lacks %q after %s of tries (last: %v)", c.eventually, eventuallyLimit, err)
 			}
+			// The cadence of a "# eventually:" retry, as a user running the
+			// command again would; bounded by the deadline above.
 			time.Sleep(time.Second)
 			continue
 		}

@@ -2,17 +2,15 @@ package controller
 
 import (
 	"maps"
-	"net/http/httptest"
-	"strconv"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
-	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"github.com/strata-mesh/strata/internal/catalog"
 	"github.com/strata-mesh/strata/internal/catalog/catalogtest"
 	"github.com/strata-mesh/strata/mesh"
+	"github.com/strata-mesh/strata/mesh/meshtest"
 	"github.com/strata-mesh/strata/policy"
 )
 
@@ -29,6 +27,31 @@ spec:
     resources: {cpu: "1", memory: 1Gi}
     builtin: {algorithm: logreg, label: y, epochs: 1}
 `
+
+// mustPut fails t when put does.
+func mustPut(t *testing.T, put func() error) {
+	t.Helper()
+	if err := put(); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// putService applies retrainSvcSource as service s and, when placed,
+// its placement on edge-1.
+func putService(t *testing.T, cat *catalog.Catalog, placed bool) {
+	t.Helper()
+	mustPut(t, func() error {
+		_, err := cat.Policies.Put(catalog.Policy{Kind: policy.KindInferenceService, Name: "s", Source: retrainSvcSource, Generation: 1})
+		return err
+	})
+	if placed {
+		mustPut(t, func() error {
+			_, err := cat.Placements.Put(catalog.Placement{Key: "InferenceService/s", Kind: policy.KindInferenceService, Name: "s", Generation: 1,
+				State: catalog.StatePlaced, Nodes: []catalog.PlacedNode{{Name: "edge-1", Site: "edge"}}})
+			return err
+		})
+	}
+}
 
 func TestRetrainBackoff(t *testing.T) {
 	t.Parallel()
@@ -58,24 +81,10 @@ func TestRetrainLoopEnds(t *testing.T) {
 		"m@3": {Name: "m", Version: "3", Digest: "bbbb2222bbbb2222"}, // m@2's bytes again
 		"m@4": {Name: "m", Version: "4", Digest: "aaaa1111aaaa1111"}, // m@1's bytes again
 	}})
-	put := func(put func() error) {
-		t.Helper()
-		if err := put(); err != nil {
-			t.Fatal(err)
-		}
-	}
-	put(func() error {
-		_, err := cat.Policies.Put(catalog.Policy{Kind: policy.KindInferenceService, Name: "s", Source: retrainSvcSource, Generation: 1})
-		return err
-	})
-	put(func() error {
-		_, err := cat.Placements.Put(catalog.Placement{Key: key, Kind: policy.KindInferenceService, Name: "s", Generation: 1, State: catalog.StatePlaced,
-			Nodes: []catalog.PlacedNode{{Name: "edge-1", Site: "edge"}}})
-		return err
-	})
+	putService(t, cat, true)
 	alarm := func(version string, served uint64) {
 		t.Helper()
-		put(func() error {
+		mustPut(t, func() error {
 			_, err := cat.Drift.Put(catalog.Drift{Policy: key, Model: "m", Version: version, Site: "edge", Node: "edge-1",
 				Alarmed: true, AlarmAt: time.Now().Add(time.Second).UTC(), Served: served})
 			return err
@@ -83,7 +92,7 @@ func TestRetrainLoopEnds(t *testing.T) {
 	}
 	trained := func(job, version string) {
 		t.Helper()
-		put(func() error {
+		mustPut(t, func() error {
 			_, err := cat.Jobs.Put(catalog.Job{Name: job, State: catalog.JobSucceeded, Model: "m", Version: version, Node: "gpu-1"})
 			return err
 		})
@@ -105,7 +114,7 @@ func TestRetrainLoopEnds(t *testing.T) {
 			t.Fatal(err)
 		}
 		r.NextRetrainAfter = time.Now().Add(-time.Second).UTC()
-		put(func() error { _, err := cat.Rollouts.Put(r); return err })
+		mustPut(t, func() error { _, err := cat.Rollouts.Put(r); return err })
 	}
 	jobs := func() int {
 		t.Helper()
@@ -185,28 +194,6 @@ func TestRetrainLoopEnds(t *testing.T) {
 	}
 }
 
-// scrape serves reg's /metrics text and returns each sample line's value
-// by its name and labels, as written (labels in name order).
-func scrape(t *testing.T, reg *prometheus.Registry) map[string]float64 {
-	t.Helper()
-	rec := httptest.NewRecorder()
-	promhttp.HandlerFor(reg, promhttp.HandlerOpts{}).ServeHTTP(rec, httptest.NewRequest("GET", "/metrics", nil))
-	out := map[string]float64{}
-	for line := range strings.Lines(rec.Body.String()) {
-		line = strings.TrimSpace(line)
-		if line == "" || strings.HasPrefix(line, "#") {
-			continue
-		}
-		i := strings.LastIndexByte(line, ' ')
-		v, err := strconv.ParseFloat(line[i+1:], 64)
-		if err != nil {
-			t.Fatalf("metrics line %q: %v", line, err)
-		}
-		out[line[:i]] = v
-	}
-	return out
-}
-
 // TestRolloutMetrics drives one service's rollouts through every ending
 // (rolled back, failed, unchanged, promoted) and scrapes the counters
 // after each pass; a pass that decides nothing new counts nothing.
@@ -221,24 +208,10 @@ func TestRolloutMetrics(t *testing.T) {
 		"m@3": {Name: "m", Version: "3", Digest: "aaaa1111aaaa1111"}, // m@1's bytes again
 		"m@4": {Name: "m", Version: "4", Digest: "cccc3333cccc3333"},
 	}})
-	put := func(put func() error) {
-		t.Helper()
-		if err := put(); err != nil {
-			t.Fatal(err)
-		}
-	}
-	put(func() error {
-		_, err := cat.Policies.Put(catalog.Policy{Kind: policy.KindInferenceService, Name: "s", Source: retrainSvcSource, Generation: 1})
-		return err
-	})
-	put(func() error {
-		_, err := cat.Placements.Put(catalog.Placement{Key: key, Kind: policy.KindInferenceService, Name: "s", Generation: 1, State: catalog.StatePlaced,
-			Nodes: []catalog.PlacedNode{{Name: "edge-1", Site: "edge"}}})
-		return err
-	})
+	putService(t, cat, true)
 	drift := func(version string, alarmed bool, served uint64) {
 		t.Helper()
-		put(func() error {
+		mustPut(t, func() error {
 			_, err := cat.Drift.Put(catalog.Drift{Policy: key, Model: "m", Version: version, Site: "edge", Node: "edge-1",
 				Alarmed: alarmed, AlarmAt: time.Now().Add(time.Second).UTC(), Served: served})
 			return err
@@ -246,7 +219,7 @@ func TestRolloutMetrics(t *testing.T) {
 	}
 	job := func(name, state, version string) {
 		t.Helper()
-		put(func() error {
+		mustPut(t, func() error {
 			_, err := cat.Jobs.Put(catalog.Job{Name: name, State: state, Model: "m", Version: version, Node: "gpu-1"})
 			return err
 		})
@@ -258,7 +231,7 @@ func TestRolloutMetrics(t *testing.T) {
 			t.Fatal(err)
 		}
 		r.NextRetrainAfter = time.Now().Add(-time.Second).UTC()
-		put(func() error { _, err := cat.Rollouts.Put(r); return err })
+		mustPut(t, func() error { _, err := cat.Rollouts.Put(r); return err })
 	}
 	// pass runs one rollouts pass, checks the stage it left and that
 	// another pass counts nothing more, and returns the counters.
@@ -269,9 +242,9 @@ func TestRolloutMetrics(t *testing.T) {
 		if r, err := cat.Rollouts.Value(key); err != nil || r.Stage != stage {
 			t.Fatalf("rollout %s (%s, %v), want %s", r.Stage, r.Message, err, stage)
 		}
-		m = scrape(t, reg)
+		m = meshtest.Scrape(t, reg)
 		c.rollouts()
-		if again := scrape(t, reg); !maps.Equal(again, m) {
+		if again := meshtest.Scrape(t, reg); !maps.Equal(again, m) {
 			t.Fatalf("a pass that decided nothing counted:\n%v\nafter\n%v", again, m)
 		}
 	}
@@ -381,25 +354,16 @@ func TestShortAlarmStartsARetrain(t *testing.T) {
 	c := New(Config{Mesh: &fakeMesh{nodes: []mesh.Node{controllerNode("ctl")}}, Catalog: cat, Artifacts: fakeArtifacts{
 		"m@1": {Name: "m", Version: "1", Digest: "aaaa1111aaaa1111"},
 	}})
-	put := func(put func() error) {
-		t.Helper()
-		if err := put(); err != nil {
-			t.Fatal(err)
-		}
-	}
-	put(func() error {
-		_, err := cat.Policies.Put(catalog.Policy{Kind: policy.KindInferenceService, Name: "s", Source: retrainSvcSource, Generation: 1})
-		return err
-	})
+	putService(t, cat, false)
 	// The record says the monitor is fine again: the alarm has cleared.
-	put(func() error {
+	mustPut(t, func() error {
 		_, err := cat.Drift.Put(catalog.Drift{Policy: key, Model: "m", Version: "1", Site: "edge", Node: "edge-1", State: catalog.DriftOK})
 		return err
 	})
 	log := catalog.DriftLog{Policy: key, Model: "m", Site: "edge", Node: "edge-1"}
 	at := time.Now().UTC()
 	log.Append(catalog.DriftEntry{Kind: catalog.DriftAlarm, At: at, Version: "0", Samples: 50, Source: "stream", Feature: "x", Statistic: 9})
-	put(func() error { _, err := cat.DriftLogs.Put(log); return err })
+	mustPut(t, func() error { _, err := cat.DriftLogs.Put(log); return err })
 	c.rollouts()
 	if r, err := cat.Rollouts.Value(key); err == nil {
 		t.Fatalf("an alarm on version 0, not served, started %s: %s", r.Stage, r.Message)
@@ -407,7 +371,7 @@ func TestShortAlarmStartsARetrain(t *testing.T) {
 
 	log.Append(catalog.DriftEntry{Kind: catalog.DriftAlarm, At: at.Add(time.Second), Version: "1", Samples: 80, Source: "stream", Feature: "x", Statistic: 7.5})
 	log.Append(catalog.DriftEntry{Kind: catalog.DriftClear, At: at.Add(2 * time.Second), Version: "1", Samples: 120, Source: "stream"})
-	put(func() error { _, err := cat.DriftLogs.Put(log); return err })
+	mustPut(t, func() error { _, err := cat.DriftLogs.Put(log); return err })
 	c.rollouts()
 	r, err := cat.Rollouts.Value(key)
 	if err != nil || r.Stage != catalog.StageRetraining {
@@ -470,6 +434,14 @@ func TestCanaryWaitsForItsMonitor(t *testing.T) {
 	advance(&r, rec(catalog.DriftWarming, 300, false))
 	if r.Stage != catalog.StageRolledBack || !strings.Contains(r.Message, "had not judged") {
 		t.Errorf("canary never judged: %s %q; want rolled back, saying its monitor had not judged", r.Stage, r.Message)
+	}
+	// A monitor that cannot run is named as such, not as warming.
+	r = canary(time.Now())
+	broken := rec(catalog.DriftError, 0, false)
+	broken[0].Served, broken[0].Error = 150, "feature \"x\" is not an input"
+	advance(&r, broken)
+	if r.Stage != catalog.StageCanary || !strings.Contains(r.Message, `edge-a-1: its monitor cannot run: feature "x" is not an input`) {
+		t.Errorf("canary with a broken monitor: %s %q; want it waiting, naming the monitor's error", r.Stage, r.Message)
 	}
 	// A service without drift monitoring is promoted on its requests.
 	plain := &policy.Document{InferenceService: &policy.InferenceServiceSpec{Model: policy.ModelRef{Name: "m"}}}

@@ -263,7 +263,11 @@ func (c *Controller) warming(drifts []catalog.Drift, version string, nodes []str
 	for _, n := range nodes {
 		part := n + ": no monitor reported yet"
 		for _, d := range drifts {
-			if d.Version == version && d.Node == n && !d.Alarmed {
+			switch {
+			case d.Version != version || d.Node != n || d.Alarmed:
+			case d.State == catalog.DriftError:
+				part = fmt.Sprintf("%s: its monitor cannot run: %s", n, d.Error)
+			default:
 				part = fmt.Sprintf("%s: warming, %d of %d rows", n, d.Seen, judgeRows(d))
 			}
 		}

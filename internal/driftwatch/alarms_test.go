@@ -18,6 +18,7 @@ import (
 	"github.com/strata-mesh/strata/internal/catalog/catalogtest"
 	"github.com/strata-mesh/strata/internal/events"
 	"github.com/strata-mesh/strata/mesh"
+	"github.com/strata-mesh/strata/mesh/meshtest"
 	"github.com/strata-mesh/strata/policy"
 	"github.com/strata-mesh/strata/storage"
 )
@@ -276,7 +277,7 @@ func TestInvalidRowsDropped(t *testing.T) {
 		if n := rows(d, rng, 2000, 2, func(w *watched) bool { return w.rec.Alarmed }); n == 2000 {
 			t.Fatalf("%s: no alarm on drifted rows after the bad ones (seen %d, error %q)", spec, d.mon["m"].rec.Seen, d.mon["m"].rec.Error)
 		}
-		if got := scrape(t, reg)["strata_drift_rows_dropped_total"]; got != 3 {
+		if got := meshtest.Scrape(t, reg)["strata_drift_rows_dropped_total"]; got != 3 {
 			t.Errorf("%s: strata_drift_rows_dropped_total %v, want 3", spec, got)
 		}
 		d.publish(true)

@@ -2,41 +2,17 @@ package driftwatch
 
 import (
 	"math/rand/v2"
-	"net/http/httptest"
-	"strconv"
 	"strings"
 	"testing"
 
 	"github.com/prometheus/client_golang/prometheus"
-	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"github.com/strata-mesh/strata/infer"
 	"github.com/strata-mesh/strata/internal/catalog"
 	"github.com/strata-mesh/strata/internal/catalog/catalogtest"
+	"github.com/strata-mesh/strata/mesh/meshtest"
 	"github.com/strata-mesh/strata/policy"
 	"github.com/strata-mesh/strata/storage"
 )
-
-// scrape serves reg's /metrics text and returns each sample line's value
-// by its name and labels, as written (labels in name order).
-func scrape(t *testing.T, reg *prometheus.Registry) map[string]float64 {
-	t.Helper()
-	rec := httptest.NewRecorder()
-	promhttp.HandlerFor(reg, promhttp.HandlerOpts{}).ServeHTTP(rec, httptest.NewRequest("GET", "/metrics", nil))
-	out := map[string]float64{}
-	for line := range strings.Lines(rec.Body.String()) {
-		line = strings.TrimSpace(line)
-		if line == "" || strings.HasPrefix(line, "#") {
-			continue
-		}
-		i := strings.LastIndexByte(line, ' ')
-		v, err := strconv.ParseFloat(line[i+1:], 64)
-		if err != nil {
-			t.Fatalf("metrics line %q: %v", line, err)
-		}
-		out[line[:i]] = v
-	}
-	return out
-}
 
 // TestDriftMetrics drives a KS monitor with the streaming detector on, by
 // reference: first, through a shift of one feature and back, twice, and
@@ -96,7 +72,7 @@ func TestDriftMetrics(t *testing.T) {
 	if ev := feed("1", 400, 0); len(ev) != 0 {
 		t.Fatalf("unshifted rows raised %v", ev)
 	}
-	m := scrape(t, reg)
+	m := meshtest.Scrape(t, reg)
 	if m[rows] != 400 || m[alarm] != 0 || m[stream]+m[window] != 0 || m[dropped] != 0 {
 		t.Errorf("unshifted: rows %v, alarm %v, alarms %v+%v, dropped %v; want 400, 0, 0, 0", m[rows], m[alarm], m[stream], m[window], m[dropped])
 	}
@@ -117,7 +93,7 @@ func TestDriftMetrics(t *testing.T) {
 	if ev := feed("1", 200, 3); len(ev) != 1 || ev[0] != "alarm" {
 		t.Fatalf("shifted rows raised %v, want one alarm", ev)
 	}
-	m = scrape(t, reg)
+	m = meshtest.Scrape(t, reg)
 	if m[alarm] != 1 || m[stream] != 1 || m[window] != 0 {
 		t.Errorf("shifted: alarm %v, alarms stream %v window %v; want 1, 1, 0", m[alarm], m[stream], m[window])
 	}
@@ -136,7 +112,7 @@ func TestDriftMetrics(t *testing.T) {
 	if strings.Join(ev, " ") != "clear alarm clear" {
 		t.Fatalf("back, shifted, back raised %v, want clear alarm clear", ev)
 	}
-	m = scrape(t, reg)
+	m = meshtest.Scrape(t, reg)
 	if m[rows] != float64(fed) || m[alarm] != 0 || m[stream]+m[window] != 2 {
 		t.Errorf("after two alarms: rows %v (fed %d), alarm %v, alarms %v+%v; want every row, 0, 2", m[rows], fed, m[alarm], m[stream], m[window])
 	}
@@ -146,7 +122,7 @@ func TestDriftMetrics(t *testing.T) {
 	for _, v := range []string{"2", "3", "4"} {
 		d.Sync(map[string]Model{"InferenceService/s": {Name: "m", Version: v}})
 	}
-	m = scrape(t, reg)
+	m = meshtest.Scrape(t, reg)
 	if _, ok := m[alarm]; ok {
 		t.Errorf("m@1 no longer watched, but %s is exported", alarm)
 	}
@@ -160,7 +136,7 @@ func TestDriftMetrics(t *testing.T) {
 		t.Errorf("m@4 watched, but no strata_drift_alarm for it")
 	}
 	d.Sync(map[string]Model{"InferenceService/s": {Name: "m", Version: "5"}})
-	m = scrape(t, reg)
+	m = meshtest.Scrape(t, reg)
 	if _, ok := m[rows]; ok {
 		t.Errorf("m@1 is %d versions back, but %s is exported", keepVersions, rows)
 	}

@@ -1,5 +1,6 @@
 // Package meshtest holds helpers for tests that run several mesh nodes in one
-// process: fast memberlist timings and waiting on a condition with a deadline.
+// process: fast memberlist timings, waiting on a condition with a deadline,
+// busy loops beside the agents, and reading a component's metrics.
 package meshtest
 
 import (
