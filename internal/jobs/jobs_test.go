@@ -526,5 +526,14 @@ func TestRivalPlacementInTheQuietStartsNothing(t *testing.T) {
 			t.Errorf("rival placement %v: started here %v", rival, ok)
 		}
 		cancel()
+		// A run started writes into the data dir until it ends: the
+		// test's cleanup removes that dir (a race run once found it not
+		// empty).
+		meshtest.WaitFor(t, 10*time.Second, "the run started here to end", func() bool {
+			r.mu.Lock()
+			defer r.mu.Unlock()
+			lj := r.runs["TrainingJob/q"]
+			return lj == nil || lj.live == 0
+		})
 	}
 }
