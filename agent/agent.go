@@ -396,6 +396,9 @@ func (a *Agent) Run(ctx context.Context) error {
 	if a.dp != nil {
 		loops["cert-renewal"] = a.renewLoop
 	}
+	if a.inf != nil {
+		loops["traffic"] = serving.NewTrafficReporter(a.mesh, a.inf.Traffic, a.log).Run
+	}
 	if a.fed != nil {
 		loops["federation"] = a.fed.Run
 	}
@@ -635,12 +638,17 @@ func (a *Agent) loadLoop(ctx context.Context) {
 			}
 		}
 		load := a.loadFrom(caps, local.Assignments)
+		load.QPS = local.Load.QPS // the traffic reporter's
 		if load == local.Load && !gpusChanged {
 			continue
 		}
 		// Recompute inside Update: the controller may have changed the
 		// assignments since Local was read.
-		if err := a.mesh.Update(func(s *mesh.NodeState) { s.Capabilities, s.Load = caps, a.loadFrom(caps, s.Assignments) }); err != nil {
+		if err := a.mesh.Update(func(s *mesh.NodeState) {
+			qps := s.Load.QPS
+			s.Capabilities, s.Load = caps, a.loadFrom(caps, s.Assignments)
+			s.Load.QPS = qps
+		}); err != nil {
 			a.log.Warn("publishing load", "err", err)
 		}
 	}

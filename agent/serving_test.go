@@ -169,6 +169,17 @@ func TestServeAtTheEdgeForwardAndSwap(t *testing.T) {
 				t.Logf("%s %s models=%v assignments=%+v", n.Name, n.Status, n.Models, n.Assignments)
 			}
 		})
+	// The replicas under traffic report it, and the cloud agent hears.
+	meshtest.WaitFor(t, 30*time.Second, "a replica's traffic report at "+agents[5].Name(), func() bool {
+		for _, n := range agents[5].Mesh().Nodes() {
+			for _, tr := range n.Traffic {
+				if strings.HasPrefix(tr.Model, "scorer@") && tr.RPS > 0 && tr.P99 > 0 && n.Load.QPS > 0 {
+					return true
+				}
+			}
+		}
+		return false
+	})
 	close(stop)
 	wg.Wait()
 	if failed.Load() != 0 || ok.Load() == 0 {

@@ -148,6 +148,9 @@ type Node struct {
 	// Replicas say, per inference policy assigned to the node, whether its
 	// model is loading, serving or failed to load (and why).
 	Replicas []Replica `json:"replicas,omitempty"`
+	// Traffic is how busy each model served on the node is, as last
+	// reported (every few seconds while it changes).
+	Traffic []ModelTraffic `json:"traffic,omitempty"`
 	// Assignments are the placements this node has admitted or refused.
 	Assignments []Assignment `json:"assignments,omitempty"`
 	// Leaving is set in the last document a node writes before it leaves.
@@ -257,6 +260,20 @@ type Load struct {
 	Workloads int `json:"workloads"`
 	// QPS is the inference requests per second served, averaged.
 	QPS float64 `json:"qps"`
+}
+
+// ModelTraffic is how busy one model version served on a node is.
+type ModelTraffic struct {
+	// Model is "name@version".
+	Model string `json:"model"`
+	// RPS is the requests per second answered since the last report.
+	RPS float64 `json:"rps"`
+	// Inflight is the requests being handled when the report was written.
+	Inflight int64 `json:"inflight"`
+	// P50 and P99 are the handling times, in milliseconds, of the requests
+	// answered in the last 30 seconds; zero when none were.
+	P50 float64 `json:"p50_ms"`
+	P99 float64 `json:"p99_ms"`
 }
 
 // Assignment is a node's answer to a placement that names it.

@@ -210,8 +210,9 @@ func (s *Server) serveInfer(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	defer v.release()
+	done := s.statsOf(v.info.Name, v.info.Version).begin()
 	code := s.inferHTTP(w, r, v)
-	s.count(v.info.Name, v.info.Version, code)
+	done(code)
 	s.metrics.requests.WithLabelValues(v.info.Name, v.info.Version, strconv.Itoa(code)).Inc()
 	s.metrics.latency.WithLabelValues(v.info.Name, v.info.Version).Observe(time.Since(start).Seconds())
 }

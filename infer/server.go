@@ -236,39 +236,6 @@ func (s *Server) Samples(name string) []Sample {
 	return sm.snapshot()
 }
 
-// Stats counts the HTTP inference requests a model version answered since
-// the server started: Served in all, Failed of them with a server error
-// (5xx). A client's bad request is not the version's failure.
-type Stats struct {
-	Served uint64 `json:"served"`
-	Failed uint64 `json:"failed"`
-}
-
-type versionStats struct{ served, failed atomic.Uint64 }
-
-// Stats returns the request counts of name at version (zero when it never
-// served here). Counts outlive Unload.
-func (s *Server) Stats(name, ver string) Stats {
-	v, ok := s.stats.Load(name + "@" + ver)
-	if !ok {
-		return Stats{}
-	}
-	st := v.(*versionStats)
-	return Stats{Served: st.served.Load(), Failed: st.failed.Load()}
-}
-
-func (s *Server) count(name, ver string, code int) {
-	v, ok := s.stats.Load(name + "@" + ver)
-	if !ok {
-		v, _ = s.stats.LoadOrStore(name+"@"+ver, &versionStats{})
-	}
-	st := v.(*versionStats)
-	st.served.Add(1)
-	if code >= 500 {
-		st.failed.Add(1)
-	}
-}
-
 // Close unloads every model; in-flight requests finish first. It is
 // idempotent.
 func (s *Server) Close() error {

@@ -168,6 +168,11 @@ func TestForgedRecordsAreRefused(t *testing.T) {
 			b := edge.sign(t, s)
 			return b
 		}},
+		{"the edge node's document with negative traffic", refuseInvalid, func() []byte {
+			s := edgeDoc.Clone()
+			s.Version, s.Traffic = uint64(time.Now().UnixMicro()), []ModelTraffic{{Model: "m@1", RPS: 3, Inflight: -40}}
+			return edge.sign(t, s)
+		}},
 		{"the edge node's document from the future", refuseFuture, func() []byte {
 			s := edgeDoc.Clone()
 			s.Version = future

@@ -23,9 +23,10 @@ type Schema struct {
 //	1.0  every agent before schemas were recorded (no "schema" field)
 //	1.1  code artifacts (kind code); TrainingJob code, launcher torchrun,
 //	     gang.ranksPerNode
+//	1.2  node documents carry traffic (each served model's load)
 var (
 	SchemaBase    = Schema{1, 0}
-	CurrentSchema = Schema{1, 1}
+	CurrentSchema = Schema{1, 2}
 )
 
 // ParseSchema reads "MAJOR.MINOR"; "" is SchemaBase (written before

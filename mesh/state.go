@@ -72,6 +72,10 @@ type NodeState struct {
 	// Replicas say, per inference policy assigned here, whether its model
 	// is loading, serving or failed to load (and why).
 	Replicas []Replica `json:"replicas,omitempty"`
+	// Traffic is how busy each model served here is, per model version,
+	// as last published: rate-limited, and empty while nothing is served.
+	// Forwarding reads it to spread requests by load.
+	Traffic []ModelTraffic `json:"traffic,omitempty"`
 	// Assignments are the placements this node has admitted or refused.
 	Assignments []Assignment `json:"assignments,omitempty"`
 	// Leaving is set in the last document a node writes before it leaves
@@ -115,6 +119,20 @@ type Replica struct {
 	// Attempts counts failed loads in a row; the next is tried after a
 	// backoff that doubles with each (5s to 5 minutes).
 	Attempts int `json:"attempts,omitempty"`
+}
+
+// ModelTraffic is how busy one model version served on a node is.
+type ModelTraffic struct {
+	// Model is "name@version".
+	Model string `json:"model"`
+	// RPS is the requests per second answered since the last report.
+	RPS float64 `json:"rps"`
+	// Inflight is the requests being handled when the report was written.
+	Inflight int64 `json:"inflight"`
+	// P50 and P99 are the handling times, in milliseconds, of the requests
+	// answered in the last 30 seconds; zero when none were.
+	P50 float64 `json:"p50_ms"`
+	P99 float64 `json:"p99_ms"`
 }
 
 // Addrs are the addresses a node advertises.
@@ -257,6 +275,7 @@ func (s NodeState) Clone() NodeState {
 	c.Addrs.Federation = slices.Clone(s.Addrs.Federation)
 	c.Models = slices.Clone(s.Models)
 	c.Replicas = slices.Clone(s.Replicas)
+	c.Traffic = slices.Clone(s.Traffic)
 	c.Assignments = slices.Clone(s.Assignments)
 	for i := range c.Assignments {
 		c.Assignments[i].GPUs = slices.Clone(s.Assignments[i].GPUs)

@@ -121,10 +121,17 @@ func (m *Mesh) validateState(s *NodeState, now time.Time) *refusal {
 				return fmt.Errorf("GPU %d: negative index or memory", g.Index)
 			}
 		}
-		for _, n := range []int{len(c.GPUs), len(c.RDMA), len(s.Models), len(s.Replicas), len(s.Assignments),
+		for _, n := range []int{len(c.GPUs), len(c.RDMA), len(s.Models), len(s.Replicas), len(s.Traffic), len(s.Assignments),
 			len(s.Locality.Artifacts), len(s.Locality.Datasets), len(s.Locality.Pulling), len(s.Labels), len(s.Addrs.Federation)} {
 			if n > maxListLen {
 				return fmt.Errorf("a list of %d items, over %d", n, maxListLen)
+			}
+		}
+		for _, t := range s.Traffic {
+			for _, v := range []float64{t.RPS, t.P50, t.P99, float64(t.Inflight)} {
+				if math.IsNaN(v) || math.IsInf(v, 0) || v < 0 {
+					return fmt.Errorf("traffic of %.64q: negative or non-finite figure", t.Model)
+				}
 			}
 		}
 		for _, a := range s.Assignments {

@@ -10,6 +10,7 @@ import (
 	"net/url"
 	"os"
 	"slices"
+	"strconv"
 	"strings"
 	"text/tabwriter"
 	"time"
@@ -212,13 +213,14 @@ func runNodes(args []string, stdout, stderr io.Writer) error {
 }
 
 // printNodes prints the nodes table; apis, when given, adds an API
-// column. wide adds the architecture, what is free, the labels and the
-// advertised API address (unless apis gives one).
+// column. wide adds the architecture, what is free, the inference
+// requests per second served, the labels and the advertised API address
+// (unless apis gives one).
 func printNodes(w io.Writer, nodes []api.Node, apis map[string]string, wide bool) {
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
 	hdr := "NAME\tSTATUS\tTIER\tSITE\tREGION\tCPU\tMEMORY\tGPUS\tFABRIC"
 	if wide {
-		hdr += "\tARCH\tFREE CPU\tFREE MEMORY\tFREE GPUS\tLABELS"
+		hdr += "\tARCH\tFREE CPU\tFREE MEMORY\tFREE GPUS\tREQ/S\tLABELS"
 	}
 	if apis != nil || wide {
 		hdr += "\tAPI"
@@ -232,8 +234,8 @@ func printNodes(w io.Writer, nodes []api.Node, apis map[string]string, wide bool
 			for _, k := range sortedKeys(n.Labels) {
 				labels = append(labels, k+"="+n.Labels[k])
 			}
-			line += fmt.Sprintf("\t%s\t%dm\t%s\t%d\t%s", dash(n.Capabilities.CPU.Arch), n.Load.FreeCPU, policy.FormatBytes(n.Load.FreeMemory),
-				n.Load.FreeGPUs, dash(strings.Join(labels, ",")))
+			line += fmt.Sprintf("\t%s\t%dm\t%s\t%d\t%s\t%s", dash(n.Capabilities.CPU.Arch), n.Load.FreeCPU, policy.FormatBytes(n.Load.FreeMemory),
+				n.Load.FreeGPUs, strconv.FormatFloat(n.Load.QPS, 'f', -1, 64), dash(strings.Join(labels, ",")))
 		}
 		switch {
 		case apis != nil:

@@ -32,7 +32,7 @@ var estateRoutes = map[string]string{
  {"id":"n1","name":"edge-a-1","version":7,"tier":"edge","site":"edge-a","region":"eu","labels":{"zone":"b","gpu":"true"},
   "addrs":{"gossip":"10.0.0.1:7946","api":"10.0.0.1:7470"},"status":"alive",
   "capabilities":{"cpu":{"cores":8,"millicores":8000,"arch":"arm64","source":"proc"},"memory":{"total":17179869184},"os":"linux","gpus":[],"gpu_source":"none","rdma":[]},
-  "load":{"free_cpu":6500,"free_memory":8589934592,"free_gpus":0,"workloads":1,"qps":0}},
+  "load":{"free_cpu":6500,"free_memory":8589934592,"free_gpus":0,"workloads":1,"qps":37.5}},
  {"id":"n2","name":"gpu-1","version":3,"tier":"onprem","site":"dc","region":"eu","labels":{},
   "addrs":{"gossip":"10.0.1.1:7946","api":""},"status":"alive",
   "capabilities":{"cpu":{"cores":64,"millicores":64000,"arch":"amd64","source":"proc"},"memory":{"total":549755813888},"os":"linux",

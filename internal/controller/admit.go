@@ -73,7 +73,11 @@ func (c *Controller) admit() {
 		list = append(list, as)
 	}
 	slices.SortFunc(list, func(x, y mesh.Assignment) int { return strings.Compare(x.Key, y.Key) })
-	if err := c.cfg.Mesh.Update(func(s *mesh.NodeState) { s.Assignments, s.Load = list, c.cfg.Load(s.Capabilities, list) }); err != nil {
+	if err := c.cfg.Mesh.Update(func(s *mesh.NodeState) {
+		qps := s.Load.QPS // the traffic report's
+		s.Assignments, s.Load = list, c.cfg.Load(s.Capabilities, list)
+		s.Load.QPS = qps
+	}); err != nil {
 		c.log.Warn("publishing assignments", "err", err)
 	}
 }

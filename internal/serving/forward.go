@@ -6,10 +6,13 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math/rand/v2"
 	"net/http"
 	"slices"
 	"sort"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/strata-mesh/strata/infer"
@@ -53,7 +56,15 @@ type ForwarderConfig struct {
 // served elsewhere, and anything the API proxies (a job's logs). The
 // caller's credentials stay here: the receiving agent serves a peer the
 // mesh CA vouches for, not a token. Safe for concurrent use.
-type Forwarder struct{ cfg ForwarderConfig }
+type Forwarder struct {
+	cfg ForwarderConfig
+	// sent counts, per node name, the requests sent there and not yet
+	// answered: the part of its load this agent knows first hand.
+	sent sync.Map // name → *atomic.Int64
+	// draw returns a number in [0, 1) (math/rand/v2's Float64; tests fix
+	// it).
+	draw func() float64
+}
 
 // ErrNoDataPlane is returned (wrapped, saying which end lacks it) where a
 // request would have to be forwarded to another agent and this agent or
@@ -66,18 +77,18 @@ var ErrNoDataPlane = errors.New("forwarding needs the data plane (mesh CA)")
 var credentialHeaders = []string{"Authorization", "Proxy-Authorization", "Cookie"}
 
 // NewForwarder returns a forwarder.
-func NewForwarder(cfg ForwarderConfig) *Forwarder { return &Forwarder{cfg: cfg} }
+func NewForwarder(cfg ForwarderConfig) *Forwarder { return &Forwarder{cfg: cfg, draw: rand.Float64} }
 
 var _ infer.Forwarder = (*Forwarder)(nil)
 
-// Forward sends a request for a model this agent does not serve to the
-// nearest agent (by estimated RTT) that does; it implements
+// Forward sends a request for a model this agent does not serve to an
+// agent that does, near and not busy (see byLoad); it implements
 // infer.Forwarder.
 func (f *Forwarder) Forward(w http.ResponseWriter, r *http.Request, model, version string) error {
 	if by := r.Header.Get(HeaderForwarded); by != "" {
 		return fmt.Errorf("%w: %s (forwarded here by %s)", infer.ErrModelNotFound, model, by)
 	}
-	targets := f.ServingNodes(model, version)
+	targets := f.byLoad(f.servingNodes(model, version), model, version)
 	if len(targets) == 0 && f.cfg.Remote != nil {
 		targets = f.cfg.Remote(model, version)
 	}
@@ -111,23 +122,28 @@ func (f *Forwarder) Forward(w http.ResponseWriter, r *http.Request, model, versi
 		if lastResort {
 			answer = time.AfterFunc(lastResortTimeout, cancel)
 		}
+		out := f.outstanding(n.Name)
+		out.Add(1)
 		resp, err := f.Send(ctx, n, r.Method, r.URL.RequestURI(), r.Header, body)
 		if answer != nil {
 			answer.Stop()
 		}
 		if err != nil {
+			out.Add(-1)
 			cancel()
 			lastErr = err
 			continue
 		}
 		resp.Body = cancelOnClose{resp.Body, cancel}
 		if resp.StatusCode == http.StatusNotFound {
+			out.Add(-1)
 			resp.Body.Close()
 			lastErr = fmt.Errorf("%w: %s no longer serves %s", infer.ErrModelNotFound, n.Name, model)
 			continue
 		}
 		w.Header().Del(infer.HeaderServedBy) // the serving agent names itself
 		CopyResponse(w, resp)
+		out.Add(-1)
 		return nil
 	}
 	if lastResort {
@@ -312,10 +328,23 @@ func live(n mesh.Node) bool { return n.Status == mesh.StatusAlive || n.Status ==
 // a data-plane address): alive ones nearest first by estimated RTT, then
 // suspect ones.
 func (f *Forwarder) ServingNodes(model, version string) []mesh.Node {
-	type cand struct {
-		n   mesh.Node
-		rtt time.Duration
+	cs := f.servingNodes(model, version)
+	out := make([]mesh.Node, len(cs))
+	for i, c := range cs {
+		out[i] = c.n
 	}
+	return out
+}
+
+// cand is a node that serves a model, with this agent's estimated RTT to
+// it (an hour when unknown).
+type cand struct {
+	n   mesh.Node
+	rtt time.Duration
+}
+
+// servingNodes is ServingNodes with each node's RTT.
+func (f *Forwarder) servingNodes(model, version string) []cand {
 	var cs []cand
 	self := f.cfg.Mesh.ID()
 	for _, n := range f.cfg.Mesh.Nodes() {
@@ -338,9 +367,91 @@ func (f *Forwarder) ServingNodes(model, version string) []mesh.Node {
 		}
 		return cs[i].rtt < cs[j].rtt
 	})
+	return cs
+}
+
+// byLoad orders the nodes a request may go to: first the one chosen by
+// the power of two choices, then the rest nearest first (tried in turn
+// when one answers 404). Two alive nodes are drawn at random, each with a
+// weight of 1/(RTT + 1 ms), so near ones are drawn far more often; of the
+// two, the request goes to the one it would expect an answer from first:
+// RTT plus the node's reported median handling time for itself and each
+// request ahead of it (in flight there at its last traffic report, and
+// sent from here and not answered yet). With no load reported anywhere
+// this is the nearer of the two; a busy near node sheds requests to
+// idle ones a few milliseconds further away, and herds of agents reading
+// the same stale report spread over two nodes, not one.
+func (f *Forwarder) byLoad(cs []cand, model, version string) []mesh.Node {
 	out := make([]mesh.Node, len(cs))
 	for i, c := range cs {
 		out[i] = c.n
 	}
+	alive := 0
+	for alive < len(cs) && cs[alive].n.Status == mesh.StatusAlive {
+		alive++
+	}
+	if alive < 2 {
+		return out
+	}
+	weights := make([]float64, alive)
+	total := 0.0
+	for i := range weights {
+		weights[i] = 1 / (float64(cs[i].rtt)/float64(time.Millisecond) + 1)
+		total += weights[i]
+	}
+	a := f.drawWeighted(weights, total, -1)
+	b := f.drawWeighted(weights, total-weights[a], a)
+	pick := a
+	if ea, eb := f.expected(cs[a], model, version), f.expected(cs[b], model, version); eb < ea || (eb == ea && cs[b].rtt < cs[a].rtt) {
+		pick = b
+	}
+	chosen := out[pick]
+	copy(out[1:pick+1], out[:pick])
+	out[0] = chosen
 	return out
+}
+
+// drawWeighted draws an index of weights (summing to total, less the one
+// at skip, which is never drawn; -1 for none) with probability in
+// proportion to its weight.
+func (f *Forwarder) drawWeighted(weights []float64, total float64, skip int) int {
+	x := f.draw() * total
+	last := -1
+	for i, w := range weights {
+		if i == skip {
+			continue
+		}
+		last = i
+		if x < w {
+			return i
+		}
+		x -= w
+	}
+	return last // rounding
+}
+
+// expected is how long a request sent to c now would take to be answered,
+// by what this agent knows: the RTT, and the node's median handling time
+// for this request and each one ahead of it.
+func (f *Forwarder) expected(c cand, model, version string) time.Duration {
+	var p50 float64 // milliseconds
+	var ahead int64
+	for _, t := range c.n.Traffic {
+		if name, ver, _ := strings.Cut(t.Model, "@"); name == model && (version == "" || ver == version) {
+			p50 = max(p50, t.P50)
+			ahead += t.Inflight
+		}
+	}
+	ahead += f.outstanding(c.n.Name).Load()
+	return c.rtt + time.Duration(p50*float64(time.Millisecond))*time.Duration(1+ahead)
+}
+
+// outstanding is the counter of requests sent to the node named name and
+// not answered yet.
+func (f *Forwarder) outstanding(name string) *atomic.Int64 {
+	v, ok := f.sent.Load(name)
+	if !ok {
+		v, _ = f.sent.LoadOrStore(name, new(atomic.Int64))
+	}
+	return v.(*atomic.Int64)
 }

@@ -1,0 +1,131 @@
+package infer
+
+import (
+	"slices"
+	"sync"
+	"sync/atomic"
+	"time"
+)
+
+// Stats counts the HTTP inference requests a model version answered since
+// the server started: Served in all, Failed of them with a server error
+// (5xx). A client's bad request is not the version's failure.
+type Stats struct {
+	Served uint64 `json:"served"`
+	Failed uint64 `json:"failed"`
+}
+
+// Traffic is how busy a model version is here now: what the agent
+// gossips so that others forward by load, not only by distance.
+type Traffic struct {
+	// Served counts the requests answered since the server started.
+	Served uint64
+	// Inflight is the requests being handled now, those waiting for a
+	// batch or a runner included.
+	Inflight int64
+	// P50 and P99 are the handling times (body read to answer written)
+	// of the requests answered in the last TrafficWindow; zero when none
+	// were.
+	P50, P99 time.Duration
+	// Recent is how many requests P50 and P99 were taken over (at most
+	// recentRequests).
+	Recent int
+}
+
+// TrafficWindow is how far back Traffic's handling times look.
+const TrafficWindow = 30 * time.Second
+
+// recentRequests bounds the handling times kept per model version: enough
+// for a p99 that means something, small enough to sort every few seconds.
+const recentRequests = 512
+
+type versionStats struct {
+	served, failed atomic.Uint64
+	inflight       atomic.Int64
+
+	mu     sync.Mutex
+	took   [recentRequests]time.Duration // a ring of handling times
+	at     [recentRequests]time.Time     // when each request ended
+	next   int
+	filled bool
+}
+
+// statsOf returns name@ver's counters, made on first use. Counts outlive
+// Unload.
+func (s *Server) statsOf(name, ver string) *versionStats {
+	v, ok := s.stats.Load(name + "@" + ver)
+	if !ok {
+		v, _ = s.stats.LoadOrStore(name+"@"+ver, &versionStats{})
+	}
+	return v.(*versionStats)
+}
+
+// Stats returns the request counts of name at version (zero when it never
+// served here). Counts outlive Unload.
+func (s *Server) Stats(name, ver string) Stats {
+	v, ok := s.stats.Load(name + "@" + ver)
+	if !ok {
+		return Stats{}
+	}
+	st := v.(*versionStats)
+	return Stats{Served: st.served.Load(), Failed: st.failed.Load()}
+}
+
+// Traffic returns how busy name at version is here (zero when it never
+// served here).
+func (s *Server) Traffic(name, ver string) Traffic {
+	v, ok := s.stats.Load(name + "@" + ver)
+	if !ok {
+		return Traffic{}
+	}
+	return v.(*versionStats).traffic(time.Now())
+}
+
+// begin counts a request in flight; the returned func ends it with its
+// status code.
+func (st *versionStats) begin() func(code int) {
+	st.inflight.Add(1)
+	start := time.Now()
+	return func(code int) {
+		end := time.Now()
+		st.inflight.Add(-1)
+		st.served.Add(1)
+		if code >= 500 {
+			st.failed.Add(1)
+		}
+		st.record(end.Sub(start), end)
+	}
+}
+
+// record keeps a request's handling time, took, that ended at end.
+func (st *versionStats) record(took time.Duration, end time.Time) {
+	st.mu.Lock()
+	st.took[st.next], st.at[st.next] = took, end
+	st.next = (st.next + 1) % recentRequests
+	st.filled = st.filled || st.next == 0
+	st.mu.Unlock()
+}
+
+func (st *versionStats) traffic(now time.Time) Traffic {
+	t := Traffic{Served: st.served.Load(), Inflight: st.inflight.Load()}
+	st.mu.Lock()
+	n := st.next
+	if st.filled {
+		n = recentRequests
+	}
+	took := make([]time.Duration, 0, n)
+	for i := range n {
+		if now.Sub(st.at[i]) <= TrafficWindow {
+			took = append(took, st.took[i])
+		}
+	}
+	st.mu.Unlock()
+	if len(took) == 0 {
+		return t
+	}
+	slices.Sort(took)
+	t.Recent = len(took)
+	t.P50 = took[len(took)/2]
+	t.P99 = took[min(len(took)-1, len(took)*99/100)]
+	return t
+}

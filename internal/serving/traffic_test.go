@@ -1,0 +1,124 @@
+package serving
+
+import (
+	"math/rand/v2"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/strata-mesh/strata/infer"
+	"github.com/strata-mesh/strata/mesh"
+)
+
+// docMesh is a node's own document, for a TrafficReporter.
+type docMesh struct {
+	mu      sync.Mutex
+	s       mesh.NodeState
+	updates int
+}
+
+func (m *docMesh) Local() mesh.NodeState {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return m.s.Clone()
+}
+
+func (m *docMesh) Update(fn func(*mesh.NodeState)) error {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	fn(&m.s)
+	m.updates++
+	return nil
+}
+
+// TestTrafficReports: the reporter publishes requests/s over the time
+// since its last reading with the handling times, leaves idle models out,
+// and writes the document again only when a figure moved by more than
+// noise.
+func TestTrafficReports(t *testing.T) {
+	t.Parallel()
+	m := &docMesh{s: mesh.NodeState{Models: []string{"fraud@1", "idle@3"}}}
+	counters := map[string]infer.Traffic{}
+	r := NewTrafficReporter(m, func(name, ver string) infer.Traffic { return counters[name+"@"+ver] }, nil)
+	t0 := time.Now()
+	report := func(at time.Duration) []mesh.ModelTraffic {
+		t.Helper()
+		if err := r.Report(t0.Add(at)); err != nil {
+			t.Fatal(err)
+		}
+		return m.Local().Traffic
+	}
+	if got := report(0); len(got) != 0 || m.updates != 0 {
+		t.Fatalf("nothing served yet: %+v, %d updates", got, m.updates)
+	}
+	counters["fraud@1"] = infer.Traffic{Served: 200, Inflight: 3, P50: 4 * time.Millisecond, P99: 12500 * time.Microsecond, Recent: 200}
+	got := report(2 * time.Second)
+	want := []mesh.ModelTraffic{{Model: "fraud@1", RPS: 100, Inflight: 3, P50: 4, P99: 12.5}}
+	if len(got) != 1 || got[0] != want[0] || m.updates != 1 {
+		t.Fatalf("after 200 requests in 2s: %+v (%d updates), want %+v", got, m.updates, want)
+	}
+	if q := m.Local().Load.QPS; q != 100 {
+		t.Errorf("node QPS %v, want 100", q)
+	}
+	// 210 requests in the next 2s: 105/s, within a quarter of 100.
+	counters["fraud@1"] = infer.Traffic{Served: 410, Inflight: 4, P50: 4 * time.Millisecond, P99: 13 * time.Millisecond, Recent: 400}
+	if report(4 * time.Second); m.updates != 1 {
+		t.Errorf("a 5%% change was published (%d updates)", m.updates)
+	}
+	// Twice the rate: published.
+	counters["fraud@1"] = infer.Traffic{Served: 810, Inflight: 4, P50: 4 * time.Millisecond, P99: 13 * time.Millisecond, Recent: 512}
+	if got := report(6 * time.Second); m.updates != 2 || got[0].RPS != 200 {
+		t.Errorf("doubled rate: %+v (%d updates)", got, m.updates)
+	}
+	// Small drift is published once the report is trafficRefresh old.
+	counters["fraud@1"] = infer.Traffic{Served: 810 + 210*30, Inflight: 4, P50: 4 * time.Millisecond, P99: 13 * time.Millisecond, Recent: 512}
+	if got := report(6*time.Second + trafficRefresh); m.updates != 3 || got[0].RPS != 210 {
+		t.Errorf("after %s: %+v (%d updates)", trafficRefresh, got, m.updates)
+	}
+	// Idle: the model leaves the report.
+	counters["fraud@1"] = infer.Traffic{Served: 810 + 210*30}
+	if got := report(8*time.Second + trafficRefresh); len(got) != 0 || m.Local().Load.QPS != 0 {
+		t.Errorf("idle: %+v, QPS %v", got, m.Local().Load.QPS)
+	}
+}
+
+// TestForwardByLoad: with no load reported, requests go to the nearest
+// replica and rarely to one across the WAN; a near replica that reports
+// a queue sheds most requests to an idle one a little further away.
+func TestForwardByLoad(t *testing.T) {
+	t.Parallel()
+	rtts := map[string]time.Duration{"near": 500 * time.Microsecond, "next": 800 * time.Microsecond, "cloud": 40 * time.Millisecond}
+	node := func(name string, tr ...mesh.ModelTraffic) cand {
+		n := mesh.Node{Status: mesh.StatusAlive}
+		n.Name, n.Models, n.Traffic = name, []string{"fraud@1"}, tr
+		return cand{n, rtts[name]}
+	}
+	count := func(cs []cand) map[string]int {
+		f := NewForwarder(ForwarderConfig{})
+		rng := rand.New(rand.NewPCG(1, 2))
+		f.draw = rng.Float64
+		n := map[string]int{}
+		for range 10000 {
+			out := f.byLoad(cs, "fraud", "")
+			if len(out) != len(cs) {
+				t.Fatalf("%d nodes out of %d", len(out), len(cs))
+			}
+			n[out[0].Name]++
+		}
+		return n
+	}
+	idle := count([]cand{node("near"), node("next"), node("cloud")})
+	t.Logf("idle: %v", idle)
+	if idle["near"] < idle["next"] || idle["cloud"] > 100 {
+		t.Errorf("idle replicas: %v; want near first and cloud under 1%%", idle)
+	}
+	busy := count([]cand{node("near", mesh.ModelTraffic{Model: "fraud@1", RPS: 900, Inflight: 12, P50: 3}), node("next"), node("cloud")})
+	t.Logf("near one busy: %v", busy)
+	if busy["next"] < 2*busy["near"] || busy["cloud"] > 2000 {
+		t.Errorf("near replica with 12 in flight: %v; want most to next", busy)
+	}
+	// One alive node, or none: nearest-first order as it was.
+	if out := count([]cand{node("cloud")}); out["cloud"] != 10000 {
+		t.Errorf("one replica: %v", out)
+	}
+}
