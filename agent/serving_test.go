@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/strata-mesh/strata/infer"
+	"github.com/strata-mesh/strata/mesh"
 	"github.com/strata-mesh/strata/mesh/meshtest"
 	"github.com/strata-mesh/strata/trainer/onnx"
 )
@@ -243,4 +244,121 @@ func TestLoadFailureIsShownNotLooped(t *testing.T) {
 			t.Errorf("replica %+v: %d attempts in seconds, want backoff", r, r.Attempts)
 		}
 	}
+}
+
+// scaledPolicy is an autoscaled service of model scorer@1: 1 to 3
+// replicas of 20 requests/s each.
+const scaledPolicy = `apiVersion: strata/v1
+kind: InferenceService
+metadata: {name: scorer}
+spec:
+  model: {name: scorer, version: "1"}
+  resources: {cpu: 100m, memory: 64Mi}
+  autoscale: {max: 3, target: {rps: 20}}
+`
+
+// TestAutoscaleFollowsRequests: an autoscaled service starts on one
+// replica; requests forwarded to it by an agent that serves nothing are
+// reported in its node document, and the owner adds replicas until each
+// would carry its target, every one of them serving. The record and the
+// events say why.
+func TestAutoscaleFollowsRequests(t *testing.T) {
+	lib := ortLib(t)
+	keys, err := NewDevPKI()
+	if err != nil {
+		t.Fatal(err)
+	}
+	agents := devMesh(t, 7, func(c *Config) { c.PKI, c.ORTLibrary = keys, lib })
+	model, _, err := onnx.RandomMLP(1, 8, 16, 2)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if code, body := post(t, agents[0].Handler(), http.MethodPost, "/v1/artifacts?name=scorer&version=1", model); code != http.StatusCreated {
+		t.Fatalf("push = %d %s", code, body)
+	}
+	meshtest.WaitFor(t, 60*time.Second, "the apply", func() bool {
+		code, _ := post(t, agents[1].Handler(), http.MethodPost, "/v1/policies", []byte(scaledPolicy))
+		return code == http.StatusOK
+	})
+	const key = "InferenceService/scorer"
+	serving := func(rec PlacementRecord) int {
+		n := 0
+		for _, pn := range rec.Nodes {
+			if pn.Replica == mesh.ReplicaServing {
+				n++
+			}
+		}
+		return n
+	}
+	var rec PlacementRecord
+	meshtest.WaitFor(t, 60*time.Second, "one replica serving", func() bool {
+		rec, _ = placementOf(agents[0], key)
+		return rec.State == StatePlaced && serving(rec) == 1
+	})
+	if rec.Wanted != 1 {
+		t.Fatalf("started with %d replicas wanted, want min 1", rec.Wanted)
+	}
+	// Requests from an agent that serves nothing: forwarded.
+	var from *Agent
+	for _, a := range agents {
+		if !slices.Contains(strings.Split(rec.NodeNames(), ","), a.Name()) {
+			from = a
+			break
+		}
+	}
+	stop := make(chan struct{})
+	var wg sync.WaitGroup
+	var ok, failed atomic.Int64
+	for range 4 {
+		wg.Go(func() {
+			for {
+				select {
+				case <-stop:
+					return
+				default:
+				}
+				if code, _, body := infer1(t, from.Handler()); code == http.StatusOK {
+					ok.Add(1)
+				} else {
+					failed.Add(1)
+					t.Logf("request: %d %s", code, body)
+				}
+				// About 100 requests/s from the four: 5 replicas' worth,
+				// capped at 3.
+				time.Sleep(40 * time.Millisecond)
+			}
+		})
+	}
+	meshtest.Poll(t, 90*time.Second, 100*time.Millisecond, "3 replicas serving", func() bool {
+		rec, _ = placementOf(agents[0], key)
+		return rec.State == StatePlaced && rec.Wanted == 3 && serving(rec) == 3
+	}, func() {
+		t.Logf("placement: %s wanted %d, %q, scale %+v", rec.State, rec.Wanted, rec.Message, rec.Scale)
+		for _, n := range from.Mesh().Nodes() {
+			if len(n.Traffic) > 0 {
+				t.Logf("%s traffic %+v", n.Name, n.Traffic)
+			}
+		}
+	})
+	close(stop)
+	wg.Wait()
+	if rec.Scale == nil || rec.Scale.Replicas != 3 || !strings.Contains(rec.Scale.Reason, "target 20 a replica") {
+		t.Errorf("scale %+v: want 3 replicas with the load as the reason", rec.Scale)
+	}
+	if failed.Load() > 0 {
+		t.Errorf("%d of %d requests failed while the service scaled", failed.Load(), failed.Load()+ok.Load())
+	}
+	t.Logf("%d requests; %s", ok.Load(), rec.Message)
+	var scaled []string
+	past, _, done := agents[0].events.Subscribe(0)
+	done()
+	for _, ev := range past {
+		if ev.Type == "placement.scaled" && ev.Policy == key {
+			scaled = append(scaled, ev.Message)
+		}
+	}
+	if len(scaled) == 0 {
+		t.Error("no placement.scaled event")
+	}
+	t.Logf("scaled events: %q", scaled)
 }

@@ -198,9 +198,21 @@ type PlacementStatus struct {
 	// Refused maps nodes that refused earlier epochs to their reason.
 	Refused   map[string]string `json:"refused,omitempty"`
 	Resources Resources         `json:"resources"`
-	Updated   time.Time         `json:"updated"`
+	// Scale is an autoscaled service's replica count and the evidence
+	// for its last change; nil for a fixed count.
+	Scale   *Scale    `json:"scale,omitempty"`
+	Updated time.Time `json:"updated"`
 	// Rollout is the service's latest retrain and rollout, if any.
 	Rollout *Rollout `json:"rollout,omitempty"`
+}
+
+// Scale is an autoscaled service's replica count (Replicas) and its last
+// change: from From, at At, because of the load Reason tells.
+type Scale struct {
+	Replicas int       `json:"replicas"`
+	From     int       `json:"from"`
+	Reason   string    `json:"reason,omitempty"`
+	At       time.Time `json:"at"`
 }
 
 // PlacedNode is one chosen node and whether it has admitted the work.

@@ -168,6 +168,9 @@ type InferenceServiceSpec struct {
 	Constraints []*Expr `yaml:"constraints" json:"constraints,omitempty"`
 	// Affinities are weighted preferences.
 	Affinities []Affinity `yaml:"affinities" json:"affinities,omitempty"`
+	// Autoscale lets the number of replicas follow the load; Replicas is
+	// then where it starts (default Min).
+	Autoscale *Autoscale `yaml:"autoscale" json:"autoscale,omitempty"`
 	// Rollout says how a new model version replaces the old.
 	Rollout *Rollout `yaml:"rollout" json:"rollout,omitempty"`
 	// Drift says what to watch in the live inputs.
@@ -225,6 +228,35 @@ type Affinity struct {
 	// affinity off; never negative.
 	Weight float64 `yaml:"weight" json:"weight"`
 }
+
+// Autoscale bounds an InferenceService's replicas and says what load one
+// replica should carry. The policy's owner adds replicas when the
+// replicas' reported load asks for more, and removes them when it has
+// asked for fewer for ScaleDownAfter.
+type Autoscale struct {
+	// Min and Max bound the replicas: Min default 1, Max required.
+	Min int `yaml:"min" json:"min"`
+	Max int `yaml:"max" json:"max"`
+	// Target is the load one replica should carry: exactly one of its
+	// fields.
+	Target AutoscaleTarget `yaml:"target" json:"target"`
+	// ScaleDownAfter is how long the load must have asked for fewer
+	// replicas before any is removed. Default 5m (DefaultScaleDownAfter).
+	ScaleDownAfter Duration `yaml:"scaleDownAfter" json:"scaleDownAfter,omitempty"`
+}
+
+// AutoscaleTarget is the load per replica to scale to: requests per
+// second, requests in flight, or a p99 handling time (a replica is added
+// while the slowest replica's p99 is over it, and removed while every
+// replica's is under half of it).
+type AutoscaleTarget struct {
+	RPS      float64  `yaml:"rps" json:"rps,omitempty"`
+	Inflight float64  `yaml:"inflight" json:"inflight,omitempty"`
+	P99      Duration `yaml:"p99" json:"p99,omitempty"`
+}
+
+// DefaultScaleDownAfter is Autoscale.ScaleDownAfter's default.
+const DefaultScaleDownAfter = 5 * time.Minute
 
 // Rollout says how a new version replaces the old one.
 type Rollout struct {

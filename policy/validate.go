@@ -87,6 +87,17 @@ func (d *Document) SetDefaults() {
 }
 
 func (s *InferenceServiceSpec) setDefaults(p string, set func(string) bool) {
+	if a := s.Autoscale; a != nil {
+		if a.Min == 0 && !set(p+".autoscale.min") {
+			a.Min = 1
+		}
+		if a.ScaleDownAfter == 0 && !set(p+".autoscale.scaleDownAfter") {
+			a.ScaleDownAfter = Duration(DefaultScaleDownAfter)
+		}
+		if s.Replicas == 0 && !set(p+".replicas") {
+			s.Replicas = a.Min
+		}
+	}
 	if s.Replicas == 0 {
 		s.Replicas = 1
 	}
@@ -250,6 +261,60 @@ func (d *decoder) validate(doc *Document) {
 	}
 }
 
+// autoscale checks s.Autoscale: bounds that hold Replicas, one target.
+func (d *decoder) autoscale(s *InferenceServiceSpec, p string) {
+	a, q := s.Autoscale, p+".autoscale"
+	minOK := true
+	lo := a.Min
+	if lo == 0 && !d.isSet(q+".min") {
+		lo = 1 // the default
+	}
+	switch {
+	case lo < 1:
+		d.errField(q+".min", fmt.Sprintf("must be at least 1, got %d", a.Min))
+		minOK = false
+	case a.Min > MaxReplicas:
+		d.errField(q+".min", fmt.Sprintf("%d replicas is more than the %d supported", a.Min, MaxReplicas))
+		minOK = false
+	}
+	switch {
+	case a.Max == 0 && !d.isSet(q+".max"):
+		d.errField(q, "max is required: the most replicas the load may ask for")
+	case a.Max > MaxReplicas:
+		d.errField(q+".max", fmt.Sprintf("%d replicas is more than the %d supported", a.Max, MaxReplicas))
+	case minOK && a.Max < lo:
+		d.errField(q+".max", fmt.Sprintf("must be at least min (%d), got %d", lo, a.Max))
+	case minOK && s.Replicas > 0 && (s.Replicas < lo || s.Replicas > a.Max):
+		d.errField(p+".replicas", fmt.Sprintf("with autoscale it is where scaling starts: want %d to %d, got %d", lo, a.Max, s.Replicas))
+	}
+	t := a.Target
+	set := 0
+	for _, f := range []struct {
+		name string
+		v    float64
+	}{{"rps", t.RPS}, {"inflight", t.Inflight}, {"p99", float64(t.P99)}} {
+		switch {
+		case f.v < 0 || math.IsNaN(f.v) || math.IsInf(f.v, 0) || (f.v == 0 && d.isSet(q+".target."+f.name)):
+			d.errField(q+".target."+f.name, "must be positive")
+			set++ // one error is enough
+		case f.v > 0:
+			set++
+		}
+	}
+	switch {
+	case set == 0:
+		d.errField(q, "target is required: one of rps, inflight or p99, the load one replica should carry")
+	case set > 1:
+		d.errField(q+".target", "set one of rps, inflight or p99 (the load one replica should carry), not several")
+	}
+	if a.ScaleDownAfter < 0 || (a.ScaleDownAfter == 0 && d.isSet(q+".scaleDownAfter")) {
+		d.errField(q+".scaleDownAfter", fmt.Sprintf("must be positive, got %s", time.Duration(a.ScaleDownAfter)))
+	}
+	if s.PerClientSite {
+		d.errField(q, "not yet with perClientSite: autoscale counts replicas for the whole service")
+	}
+}
+
 func (d *decoder) inference(s *InferenceServiceSpec, p string) {
 	d.model(&s.Model, p+".model")
 	switch {
@@ -263,6 +328,9 @@ func (d *decoder) inference(s *InferenceServiceSpec, p string) {
 		d.errField(p+".replicas", msg)
 	case s.Replicas > MaxReplicas:
 		d.errField(p+".replicas", fmt.Sprintf("%d replicas is more than the %d supported", s.Replicas, MaxReplicas))
+	}
+	if a := s.Autoscale; a != nil {
+		d.autoscale(s, p)
 	}
 	d.resources(&s.Resources, p+".resources")
 	if l := s.Latency; l != nil {

@@ -264,6 +264,9 @@ func describePolicy(ctx context.Context, c *clientFlags, named string, w io.Writ
 		}
 		row("Placement", fmt.Sprintf("%s, owner %s, epoch %d", state, dash(pl.Owner), pl.Epoch))
 		row("Replicas", fmt.Sprintf("%d of %d wanted", len(pl.Nodes), pl.Wanted))
+		if sc := pl.Scale; sc != nil && sc.From != sc.Replicas {
+			row("Autoscaled", fmt.Sprintf("%d → %d at %s: %s", sc.From, sc.Replicas, sc.At.Local().Format(time.DateTime), sc.Reason))
+		}
 		if pl.Message != "" {
 			row("Message", pl.Message)
 		}

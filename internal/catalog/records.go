@@ -77,11 +77,30 @@ type Placement struct {
 	Rejected  map[Reason]int    `json:"rejected,omitempty"`
 	Refused   map[string]string `json:"refused,omitempty"` // node → reason, nodes that refused earlier epochs
 	Resources Resources         `json:"resources"`
-	Updated   time.Time         `json:"updated"`
+	// Scale is an autoscaled service's replica count as its owner last
+	// set it; nil for a fixed count.
+	Scale   *Scale    `json:"scale,omitempty"`
+	Updated time.Time `json:"updated"`
+}
+
+// Scale is an autoscaled service's replica count and the evidence for
+// its last change.
+type Scale struct {
+	// Replicas is the count placed; From the count before the last
+	// change (equal to it before any).
+	Replicas int `json:"replicas"`
+	From     int `json:"from"`
+	// Reason is the load that asked for the change; At is when.
+	Reason string    `json:"reason,omitempty"`
+	At     time.Time `json:"at"`
 }
 
 // clone is p with its own slices and maps.
 func (p Placement) clone() Placement {
+	if p.Scale != nil {
+		s := *p.Scale
+		p.Scale = &s
+	}
 	p.Nodes = slices.Clone(p.Nodes)
 	p.Fallbacks = slices.Clone(p.Fallbacks)
 	p.Rejected = maps.Clone(p.Rejected)

@@ -71,6 +71,9 @@ type Controller struct {
 	}
 	// docs are the facts of each policy's document (see facts).
 	docs map[string]docFacts
+	// scaleLow are the autoscaled services whose load asks for fewer
+	// replicas, since when (see autoscale); only reconcile uses it.
+	scaleLow map[string]scaleLow
 
 	passSeconds *prometheus.HistogramVec
 	// pauses counts the waits between passes longer than pauseGap.
@@ -124,7 +127,7 @@ func New(cfg Config) *Controller {
 	if cfg.Guard == nil {
 		cfg.Guard = safe.New(safe.Config{Logger: cfg.Logger})
 	}
-	c := &Controller{cfg: cfg, log: cfg.Logger, held: map[string]mesh.Assignment{}, lastTry: map[string]time.Time{}, tries: map[string]int{}, failedSince: map[string]time.Time{}, holding: map[string]string{}, docs: map[string]docFacts{},
+	c := &Controller{cfg: cfg, log: cfg.Logger, held: map[string]mesh.Assignment{}, lastTry: map[string]time.Time{}, tries: map[string]int{}, failedSince: map[string]time.Time{}, holding: map[string]string{}, docs: map[string]docFacts{}, scaleLow: map[string]scaleLow{},
 		live: placement.Live{CoordSlack: coordSlack}}
 	c.steps = []struct {
 		name string

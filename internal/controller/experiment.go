@@ -30,6 +30,10 @@ type docFacts struct {
 	sweep   bool   // a TrainingJob with a sweep (IsSweep)
 	retrain bool   // an InferenceService with a retrain block
 	trialOf string // the sweep it is a trial of (LabelTrialOf)
+	// autoscale and replicas are an autoscaled InferenceService's
+	// bounds and target, and its starting count.
+	autoscale *policy.Autoscale
+	replicas  int
 }
 
 // facts returns p's docFacts, parsing its source only when it changed.
@@ -48,6 +52,9 @@ func (c *Controller) facts(p catalog.Policy) docFacts {
 		f.sweep = doc.TrainingJob != nil && doc.TrainingJob.Sweep != nil
 		f.retrain = doc.InferenceService != nil && doc.InferenceService.Retrain != nil
 		f.trialOf = doc.Metadata.Labels[catalog.LabelTrialOf]
+		if s := doc.InferenceService; s != nil && s.Autoscale != nil {
+			f.autoscale, f.replicas = s.Autoscale, s.Replicas
+		}
 	}
 	c.mu.Lock()
 	c.docs[p.Key()] = f

@@ -43,6 +43,9 @@ func (c *Controller) place(p catalog.Policy, old catalog.Placement, have bool, v
 		c.write(rec)
 		return
 	}
+	if f := c.facts(p); f.autoscale != nil {
+		req.Replicas, rec.Scale = scaledReplicas(f.autoscale, req.Replicas, old, have)
+	}
 	// Nodes that refused this policy before are not asked again until
 	// their load changes; nodes that hold it keep their share.
 	for _, n := range nodes {
@@ -90,7 +93,7 @@ func (c *Controller) place(p catalog.Policy, old catalog.Placement, have bool, v
 	for _, pl := range dec.Placements {
 		fresh = append(fresh, catalog.PlacedNode{Name: pl.Node, ID: pl.NodeID, Tier: pl.Tier, Site: pl.Site, Rank: pl.Rank, Client: pl.Client})
 	}
-	keep := kept(p, old, have, nodes, cut)
+	keep := trimKept(kept(p, old, have, nodes, cut), fresh, dec.Wanted)
 	rec.Nodes = mergeKept(keep, fresh, dec.Wanted)
 	switch {
 	case len(rec.Nodes) == 0 || (req.Kind == placement.Training && !dec.Feasible):
@@ -111,6 +114,9 @@ func (c *Controller) place(p catalog.Policy, old catalog.Placement, have bool, v
 	default:
 		rec.State = catalog.StatePending
 		rec.Message = fmt.Sprintf("placed on %d node(s) (%s); waiting for admission", len(rec.Nodes), why)
+	}
+	if note := scaleNote(rec.Scale); note != "" && !strings.Contains(rec.Message, "autoscaled") {
+		rec.Message += "; " + note
 	}
 	if len(keep) > 0 {
 		rec.Message += fmt.Sprintf("; kept %d healthy replica(s) where they were", len(keep))
@@ -248,7 +254,8 @@ func cutSites(keep []catalog.PlacedNode, cut map[string]bool) []string {
 // epoch; the next retry waits longer (see retryDelay).
 func (c *Controller) unchanged(old catalog.Placement, have bool, rec catalog.Placement) bool {
 	if !have || old.Generation != rec.Generation || old.State == catalog.StateDone ||
-		(old.State == catalog.StateFailed) != (rec.State == catalog.StateFailed) || !sameNodes(old.Nodes, rec.Nodes) {
+		(old.State == catalog.StateFailed) != (rec.State == catalog.StateFailed) || !sameNodes(old.Nodes, rec.Nodes) ||
+		old.Scale != rec.Scale && (old.Scale == nil || rec.Scale == nil || *old.Scale != *rec.Scale) {
 		return false
 	}
 	c.mu.Lock()

@@ -114,10 +114,20 @@ func (c *Controller) reconcile() {
 			if len(rec.Nodes) < rec.Wanted {
 				rec.Message = partly(rec)
 			}
+			if note := scaleNote(rec.Scale); note != "" {
+				rec.Message += "; " + note
+			}
 			c.write(rec)
 		}
 		if have && p.Kind == policy.KindInferenceService && rec.State == catalog.StatePlaced && noteReplicas(&rec, byName) {
 			c.write(rec)
+		}
+		if a := c.facts(p).autoscale; a != nil && have && rec.State == catalog.StatePlaced && rec.Generation == p.Generation {
+			if scaled, why, ok := c.autoscale(a, rec, byName, time.Now()); ok {
+				c.log.Info("autoscaling", "policy", key, "from", scaled.Scale.From, "to", scaled.Scale.Replicas, "why", scaled.Scale.Reason)
+				c.place(p, scaled, true, view, cut, why)
+				continue
+			}
 		}
 		need, why := c.needsPlacement(p, rec, have, byName, cut)
 		if !need {

@@ -163,6 +163,10 @@ func (e *Stream) derive(emit bool) []Event {
 		key := p.Key
 		note("p/"+r.Key, "p/"+key, fmt.Sprintf("%d/%s", p.Epoch, p.State), Event{Time: p.Updated, Type: "placement." + p.State, Policy: key, Node: p.Owner,
 			Message: fmt.Sprintf("%s %s on [%s]: %s", key, p.State, p.NodeNames(), p.Message)})
+		if sc := p.Scale; sc != nil && sc.From != sc.Replicas {
+			note("p/"+r.Key, "s/"+key, sc.At.Format(time.RFC3339Nano), Event{Time: sc.At, Type: "placement.scaled", Policy: key, Node: p.Owner,
+				Message: fmt.Sprintf("%s autoscaled %d → %d: %s", key, sc.From, sc.Replicas, sc.Reason)})
+		}
 	}
 	logs, now := e.cat.DriftLogs.Changed(e.versions["l"])
 	track("l", now)

@@ -295,3 +295,39 @@ func TestDriftLogEvents(t *testing.T) {
 		t.Fatalf("an older agent's alarm: events %v", got)
 	}
 }
+
+// TestScaledEvents: each change of an autoscaled service's replica count
+// is one placement.scaled event with its evidence, beside the placement's
+// own state changes; the record written again unchanged is no news.
+func TestScaledEvents(t *testing.T) {
+	t.Parallel()
+	cat := catalog.New(catalogtest.NewStore(), nil)
+	t0 := time.Date(2026, 1, 1, 12, 0, 0, 0, time.UTC)
+	st := New(cat, nil)
+	st.scan(false)
+	_, ch, done := st.Subscribe(0)
+	defer done()
+	put := func(epoch uint64, state string, sc *catalog.Scale) {
+		cat.Placements.Put(catalog.Placement{Key: "InferenceService/web", Epoch: epoch, State: state, Updated: t0.Add(time.Duration(epoch) * time.Second), Scale: sc})
+		st.scan(true)
+	}
+	up := &catalog.Scale{Replicas: 3, From: 1, Reason: "120 req/s over 1 replica(s), target 50 a replica", At: t0.Add(time.Minute)}
+	put(1, catalog.StatePlaced, nil)
+	put(2, catalog.StatePending, up)
+	put(2, catalog.StatePending, up)
+	put(3, catalog.StatePlaced, up)
+	var got []string
+	for len(ch) > 0 {
+		ev := <-ch
+		got = append(got, ev.Type+": "+ev.Message)
+	}
+	want := []string{
+		"placement.placed: InferenceService/web placed on []: ",
+		"placement.pending: InferenceService/web pending on []: ",
+		"placement.scaled: InferenceService/web autoscaled 1 → 3: 120 req/s over 1 replica(s), target 50 a replica",
+		"placement.placed: InferenceService/web placed on []: ",
+	}
+	if diff := cmp.Diff(want, got); diff != "" {
+		t.Errorf("events (-want +got):\n%s", diff)
+	}
+}

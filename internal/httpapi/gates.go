@@ -39,10 +39,19 @@ func plural(n int, one, many string) string {
 // ranks per node.
 var schema11 = mesh.Schema{Major: 1, Minor: 1}
 
+// schema12 brought traffic reports and InferenceService autoscale.
+var schema12 = mesh.Schema{Major: 1, Minor: 2}
+
 // policyGate returns a *GateError when doc uses a field or value that not
 // every live node reads yet.
 func policyGate(doc *policy.Document, nodes []mesh.Node) error {
 	oldest, members := mesh.OldestSchema(nodes)
+	if !oldest.Less(schema12) {
+		return nil
+	}
+	if doc.InferenceService != nil && doc.Wrote("spec.autoscale") {
+		return &GateError{Field: "spec.autoscale", What: "autoscale", Need: schema12, Oldest: oldest, Members: members}
+	}
 	if !oldest.Less(schema11) {
 		return nil
 	}

@@ -9,9 +9,10 @@ import (
 	"github.com/strata-mesh/strata/storage"
 )
 
-// TestGates: a policy or push that uses what schema 1.1 brought is refused
-// while a live member runs an older schema (no schema recorded), with the
-// field and the members named; a failed member does not hold it back.
+// TestGates: a policy or push that uses what schema 1.1 or 1.2 brought
+// is refused while a live member runs an older schema (no schema
+// recorded), with the field and the members named; a failed member does
+// not hold it back.
 func TestGates(t *testing.T) {
 	t.Parallel()
 	node := func(name, schema string, st mesh.Status) mesh.Node {
@@ -19,10 +20,17 @@ func TestGates(t *testing.T) {
 		n.Name, n.Schema = name, schema
 		return n
 	}
-	upgraded := []mesh.Node{node("a", "1.1", mesh.StatusAlive), node("b", "1.1", mesh.StatusSuspect), node("c", "", mesh.StatusFailed)}
+	upgraded := []mesh.Node{node("a", "1.2", mesh.StatusAlive), node("b", "1.2", mesh.StatusSuspect), node("c", "", mesh.StatusFailed)}
 	mixed := []mesh.Node{node("a", "1.1", mesh.StatusAlive), node("b", "", mesh.StatusAlive), node("c", "", mesh.StatusSuspect)}
 	job := func(spec string) *policy.Document {
 		docs, err := policy.Parse("job.yaml", []byte("apiVersion: strata/v1\nkind: TrainingJob\nmetadata: {name: j}\nspec:\n"+spec))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return docs[0]
+	}
+	service := func(spec string) *policy.Document {
+		docs, err := policy.Parse("svc.yaml", []byte("apiVersion: strata/v1\nkind: InferenceService\nmetadata: {name: s}\nspec:\n  model: {name: m}\n"+spec))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -33,6 +41,9 @@ func TestGates(t *testing.T) {
 		doc  *policy.Document
 		want string
 	}{
+		{"fixed replicas", service("  replicas: 2\n"), ""},
+		{"autoscale", service("  autoscale: {max: 4, target: {rps: 50}}\n"),
+			"spec.autoscale: autoscale needs every agent at schema 1.2 or newer, and b, c run 1.0: finish upgrading the mesh first"},
 		{"exec", job("  command: [python3, train.py]\n"), ""},
 		{"code", job("  command: [python3, train.py]\n  code: ddp\n"),
 			"spec.code: a job's code artifact needs every agent at schema 1.1 or newer, and b, c run 1.0: finish upgrading the mesh first"},

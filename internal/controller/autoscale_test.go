@@ -1,0 +1,156 @@
+package controller
+
+import (
+	"slices"
+	"testing"
+	"time"
+
+	"github.com/strata-mesh/strata/internal/catalog"
+	"github.com/strata-mesh/strata/internal/catalog/catalogtest"
+	"github.com/strata-mesh/strata/internal/meshview"
+	"github.com/strata-mesh/strata/mesh"
+	"github.com/strata-mesh/strata/policy"
+)
+
+// TestScaleTo: the count each target asks for, within the bounds.
+func TestScaleTo(t *testing.T) {
+	t.Parallel()
+	rps := &policy.Autoscale{Min: 1, Max: 5, Target: policy.AutoscaleTarget{RPS: 50}}
+	inflight := &policy.Autoscale{Min: 2, Max: 5, Target: policy.AutoscaleTarget{Inflight: 4}}
+	p99 := &policy.Autoscale{Min: 1, Max: 3, Target: policy.AutoscaleTarget{P99: policy.Duration(20 * time.Millisecond)}}
+	for _, tc := range []struct {
+		name  string
+		a     *policy.Autoscale
+		cur   int
+		loads []replicaLoad
+		want  int
+	}{
+		{"idle", rps, 3, []replicaLoad{{}, {}, {}}, 1},
+		{"120 req/s", rps, 1, []replicaLoad{{rps: 120}}, 3},
+		{"exactly 100 req/s", rps, 1, []replicaLoad{{rps: 60}, {rps: 40}}, 2},
+		{"over the max", rps, 2, []replicaLoad{{rps: 500}, {rps: 500}}, 5},
+		{"in flight", inflight, 2, []replicaLoad{{inflight: 9}, {inflight: 8}}, 5},
+		{"in flight under min", inflight, 3, []replicaLoad{{inflight: 1}, {}, {}}, 2},
+		{"slow", p99, 1, []replicaLoad{{p99: 35}}, 2},
+		{"within", p99, 2, []replicaLoad{{p99: 12}, {p99: 15}}, 2},
+		{"fast", p99, 2, []replicaLoad{{p99: 4}, {p99: 9}}, 1},
+		{"slow at the max", p99, 3, []replicaLoad{{p99: 40}, {}, {}}, 3},
+	} {
+		if got, why := scaleTo(tc.a, tc.cur, tc.loads); got != tc.want {
+			t.Errorf("%s: %d (%s), want %d", tc.name, got, why, tc.want)
+		}
+	}
+}
+
+// scaledSource is an autoscaled service: 1 to 3 replicas of 50 req/s.
+const scaledSource = `apiVersion: strata/v1
+kind: InferenceService
+metadata: {name: web}
+spec:
+  model: {name: m, version: "1"}
+  resources: {cpu: 100m, memory: 16Mi}
+  autoscale: {max: 3, target: {rps: 50}, scaleDownAfter: 1m}
+`
+
+// TestAutoscaleFollowsLoad: an autoscaled service starts at min; the
+// load its replica reports adds replicas at once, keeping the one that
+// serves; a lower load removes them only after scaleDownAfter, and the
+// record says each change and why.
+func TestAutoscaleFollowsLoad(t *testing.T) {
+	t.Parallel()
+	const key = "InferenceService/web"
+	cat := catalog.New(catalogtest.NewStore(), nil)
+	m := &fakeMesh{nodes: []mesh.Node{gpuNode("w1", 8000), gpuNode("w2", 8000), gpuNode("w3", 8000), gpuNode("w4", 8000)}}
+	for i := 1; i < len(m.nodes); i++ {
+		m.nodes[i].Controller = false // w1 owns it
+	}
+	c := New(Config{Mesh: m, Catalog: cat, Compile: meshview.Compile})
+	if _, err := cat.Policies.Put(catalog.Policy{Kind: policy.KindInferenceService, Name: "web", Source: scaledSource, Generation: 1}); err != nil {
+		t.Fatal(err)
+	}
+	// serve admits the placement on its nodes, which serve m@1 with the
+	// traffic given per node, and runs a pass.
+	serve := func(rps map[string]float64) catalog.Placement {
+		t.Helper()
+		rec := c.placements()[key]
+		for i := range m.nodes {
+			n := &m.nodes[i]
+			n.Assignments, n.Replicas, n.Traffic = nil, nil, nil
+			if !slices.Contains(names(rec.Nodes), n.Name) {
+				continue
+			}
+			n.Assignments = []mesh.Assignment{{Key: key, Epoch: rec.Epoch, Accepted: true}}
+			n.Replicas = []mesh.Replica{{Policy: key, Model: "m@1", State: mesh.ReplicaServing}}
+			if r := rps[n.Name]; r > 0 {
+				n.Traffic = []mesh.ModelTraffic{{Model: "m@1", RPS: r, P50: 2, P99: 5}}
+			}
+		}
+		c.reconcile()
+		return c.placements()[key]
+	}
+	// settled moves the last scaling back by scaleSettle, as if it passed.
+	settled := func() {
+		t.Helper()
+		rec := c.placements()[key]
+		rec.Scale.At = rec.Scale.At.Add(-scaleSettle)
+		if _, err := cat.Placements.Put(rec); err != nil {
+			t.Fatal(err)
+		}
+	}
+
+	c.reconcile()
+	rec := serve(nil)
+	if rec.State != catalog.StatePlaced || len(rec.Nodes) != 1 || rec.Wanted != 1 || rec.Scale != nil {
+		t.Fatalf("first placement: %s %q on %v (wanted %d, scale %+v); want placed on 1", rec.State, rec.Message, names(rec.Nodes), rec.Wanted, rec.Scale)
+	}
+	first := rec.Nodes[0].Name
+	rec = serve(map[string]float64{first: 120})
+	if rec.Wanted != 3 || len(rec.Nodes) != 3 || rec.Scale == nil || rec.Scale.Replicas != 3 || rec.Scale.From != 1 {
+		t.Fatalf("at 120 req/s: wanted %d on %v, scale %+v; want 3", rec.Wanted, names(rec.Nodes), rec.Scale)
+	}
+	if !slices.Contains(names(rec.Nodes), first) {
+		t.Errorf("scaling up moved the serving replica off %s: %v", first, names(rec.Nodes))
+	}
+	t.Logf("scaled up: %s", rec.Message)
+	epoch := rec.Epoch
+	rec = serve(map[string]float64{first: 40, rec.Nodes[1].Name: 40, rec.Nodes[2].Name: 40})
+	if rec.Wanted != 3 || rec.Epoch != epoch || rec.State != catalog.StatePlaced {
+		t.Errorf("3 replicas at 120 req/s: wanted %d, epoch %d → %d, %s; want it left alone", rec.Wanted, epoch, rec.Epoch, rec.State)
+	}
+	// The load falls to 60 req/s: 2 replicas, once it has asked for
+	// fewer for scaleDownAfter.
+	settled()
+	ns := names(rec.Nodes)
+	low := map[string]float64{ns[0]: 20, ns[1]: 20, ns[2]: 20}
+	if rec = serve(low); rec.Wanted != 3 || rec.Epoch != epoch {
+		t.Fatalf("at once after the load fell: wanted %d, epoch %d; want 3 still", rec.Wanted, rec.Epoch)
+	}
+	byName := map[string]mesh.Node{}
+	for _, n := range m.nodes {
+		byName[n.Name] = n
+	}
+	a := c.facts(catalog.Policy{Kind: policy.KindInferenceService, Name: "web", Source: scaledSource, Generation: 1}).autoscale
+	if _, _, ok := c.autoscale(a, rec, byName, time.Now().Add(30*time.Second)); ok {
+		t.Errorf("scaled down after 30s of a 1m scaleDownAfter")
+	}
+	scaled, why, ok := c.autoscale(a, rec, byName, time.Now().Add(61*time.Second))
+	if !ok || scaled.Scale.Replicas != 2 || scaled.Scale.From != 3 {
+		t.Fatalf("after scaleDownAfter: %v %+v; want 3 → 2", ok, scaled.Scale)
+	}
+	want := "autoscaled 3 → 2: 60 req/s over 3 replica(s), target 50 a replica, for 1m0s"
+	if why != want {
+		t.Errorf("why:\n got %s\nwant %s", why, want)
+	}
+	c.place(catalog.Policy{Kind: policy.KindInferenceService, Name: "web", Source: scaledSource, Generation: 1}, scaled, true,
+		&round{c: c, nodes: m.nodes, byName: byName}, nil, why)
+	rec = c.placements()[key]
+	if rec.Wanted != 2 || len(rec.Nodes) != 2 || !slices.Contains(names(rec.Nodes), first) {
+		t.Errorf("scaled down: wanted %d on %v; want 2, %s among them", rec.Wanted, names(rec.Nodes), first)
+	}
+	t.Logf("scaled down: %s", rec.Message)
+	// While a replica loads, nothing scales.
+	rec.Nodes[1].Replica = mesh.ReplicaLoading
+	if _, _, ok := c.autoscale(a, rec, byName, time.Now().Add(time.Hour)); ok {
+		t.Error("scaled while a replica was loading")
+	}
+}
