@@ -1,13 +1,15 @@
 // Package testbed builds a network of several sites and hosts on one Linux
 // machine, for tests of the mesh across real sockets and real routes: each
 // host is a network namespace, each site a bridge its hosts plug into, and
-// a userspace router between the sites delays, drops and cuts packets per
-// pair of sites (this kernel has no netem). Root and iproute2 are needed;
-// New returns an error wrapping ErrUnsupported where namespaces or a TUN
-// device cannot be made, and Start skips the test with it.
+// a userspace router between the sites delays, drops, cuts and limits the
+// rate of packets per pair of sites (this kernel has no netem). Root and
+// iproute2 are needed; New returns an error wrapping ErrUnsupported where
+// namespaces or a TUN device cannot be made, and Start skips the test with
+// it.
 //
 //	bed := testbed.Start(t, testbed.Site{Name: "edge-a", Hosts: 2}, testbed.Site{Name: "cloud", Hosts: 1})
 //	bed.SetLink("edge-a", "cloud", 20*time.Millisecond, 0) // one way
+//	bed.SetRate("edge-a", "cloud", 40_000_000)             // bits/s, each way
 //	cmd := bed.Host("edge-a", 0).Command("strata", "agent", ...)
 //	bed.Cut("edge-a", "cloud") ... bed.Heal("edge-a", "cloud")
 //
@@ -102,7 +104,7 @@ func Start(t testing.TB, sites ...Site) *Bed {
 
 // New builds a testbed: a namespace per host and one for the router, a
 // bridge per site in the router's namespace, and the router running. Every
-// link starts with no delay and no loss.
+// link starts with no delay, no loss and no rate limit.
 func New(sites ...Site) (*Bed, error) {
 	if len(sites) == 0 || len(sites) > 200 {
 		return nil, fmt.Errorf("testbed: %d sites, want 1 to 200", len(sites))
@@ -246,9 +248,22 @@ func (b *Bed) Hosts(site string) []Host { return b.hosts[site] }
 func (b *Bed) Host(site string, i int) Host { return b.hosts[site][i] }
 
 // SetLink sets the one-way delay and the loss (0 to 1) of packets between
-// two sites, both ways.
+// two sites, both ways. Packets are not reordered: where the delay goes
+// down, those that come after wait for those already on their way.
 func (b *Bed) SetLink(a, c string, delay time.Duration, loss float64) {
 	b.r.setLink(a, c, func(l *link) { l.delay, l.loss = delay, loss })
+}
+
+// SetRate limits the link between two sites to bitsPerSecond each way
+// (0, as at first: unlimited), counting IPv4 packets whole, headers and
+// all. Each direction serialises its packets in the order they come: a
+// packet leaves when the packets before it have, plus its size × 8 / rate,
+// and then takes the link's delay. A direction holds at most
+// max(64 KiB, 100ms at the rate) waiting to be serialised (500 KB at
+// 40 Mbit/s) and drops what comes over that (drop-tail; see Stats).
+// Packets already queued keep their times when the rate changes.
+func (b *Bed) SetRate(a, c string, bitsPerSecond int64) {
+	b.r.setLink(a, c, func(l *link) { l.rate = max(0, bitsPerSecond) })
 }
 
 // Cut drops every packet between two sites, both ways, until Heal.
@@ -257,9 +272,21 @@ func (b *Bed) Cut(a, c string) { b.r.setLink(a, c, func(l *link) { l.cut = true 
 // Heal ends a Cut.
 func (b *Bed) Heal(a, c string) { b.r.setLink(a, c, func(l *link) { l.cut = false }) }
 
-// Stats returns how many packets the router forwarded and dropped (lost
-// or cut) between two sites, both ways.
-func (b *Bed) Stats(a, c string) (forwarded, dropped int64) { return b.r.stats(a, c) }
+// Stats returns how many packets the router forwarded and dropped (lost,
+// cut, or over a rate's buffer: see QueueDrops) between two sites, both
+// ways.
+func (b *Bed) Stats(a, c string) (forwarded, dropped int64) {
+	forwarded, dropped, _ = b.r.stats(a, c)
+	return forwarded, dropped
+}
+
+// QueueDrops returns how many of the packets Stats counts dropped between
+// two sites, both ways, came while their direction's buffer was full
+// (SetRate).
+func (b *Bed) QueueDrops(a, c string) int64 {
+	_, _, overflow := b.r.stats(a, c)
+	return overflow
+}
 
 // Close stops the router and deletes every namespace (and with them the
 // links and bridges). Calling it twice is safe.

@@ -22,29 +22,8 @@ func TestDelayLossCut(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer client.Close()
-	rtt := func(to net.IP) (time.Duration, bool) {
-		start := time.Now()
-		client.WriteTo([]byte("ping"), &net.UDPAddr{IP: to, Port: 9000})
-		client.SetReadDeadline(time.Now().Add(500 * time.Millisecond))
-		buf := make([]byte, 64)
-		if _, _, err := client.ReadFrom(buf); err != nil {
-			return 0, false
-		}
-		return time.Since(start), true
-	}
-	median := func(to net.IP) time.Duration {
-		var ds []time.Duration
-		for range 9 {
-			if d, ok := rtt(to); ok {
-				ds = append(ds, d)
-			}
-		}
-		if len(ds) < 5 {
-			t.Fatalf("%d of 9 echoes from %s answered", len(ds), to)
-		}
-		slices.Sort(ds)
-		return ds[len(ds)/2]
-	}
+	rtt := func(to net.IP) (time.Duration, bool) { return echoRTT(client, to) }
+	median := func(to net.IP) time.Duration { return medianRTT(t, client, to) }
 	b := bed.Host("b", 0).IP
 	d := median(b)
 	t.Logf("RTT across a 15ms link: median %s", d)
@@ -75,6 +54,36 @@ func TestDelayLossCut(t *testing.T) {
 	if d := median(bed.Host("a", 1).IP); d > 10*time.Millisecond {
 		t.Errorf("RTT within a site: median %s, want no delay", d)
 	}
+}
+
+// echoRTT sends a datagram from c to an echo server (serveEcho) at to,
+// port 9000, and returns how long the answer took, or false after 500ms.
+func echoRTT(c net.PacketConn, to net.IP) (time.Duration, bool) {
+	start := time.Now()
+	c.WriteTo([]byte("ping"), &net.UDPAddr{IP: to, Port: 9000})
+	c.SetReadDeadline(time.Now().Add(500 * time.Millisecond))
+	buf := make([]byte, 64)
+	if _, _, err := c.ReadFrom(buf); err != nil {
+		return 0, false
+	}
+	return time.Since(start), true
+}
+
+// medianRTT returns the median of 9 echoRTTs; it fails the test if fewer
+// than 5 answered.
+func medianRTT(t *testing.T, c net.PacketConn, to net.IP) time.Duration {
+	t.Helper()
+	var ds []time.Duration
+	for range 9 {
+		if d, ok := echoRTT(c, to); ok {
+			ds = append(ds, d)
+		}
+	}
+	if len(ds) < 5 {
+		t.Fatalf("%d of 9 echoes from %s answered", len(ds), to)
+	}
+	slices.Sort(ds)
+	return ds[len(ds)/2]
 }
 
 // serveEcho answers every datagram with itself until c is closed.
