@@ -258,6 +258,7 @@ func New(cfg Config) (*Agent, error) {
 	if a.inf != nil {
 		lc.Inference = a.inf
 	}
+	lc.PrestageBudget = int64(cfg.PrestageBudget)
 	a.srvg = serving.NewLoader(lc)
 	if cfg.Federation.Enabled() {
 		fc := federation.Config{Mesh: a.mesh, Identity: a.id, Listen: cfg.Federation.Listen, Peers: cfg.Federation.Peers,

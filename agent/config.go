@@ -24,6 +24,7 @@ import (
 	"go.yaml.in/yaml/v3"
 
 	"github.com/strata-mesh/strata/internal/httpapi"
+	"github.com/strata-mesh/strata/internal/serving"
 	"github.com/strata-mesh/strata/mesh"
 	"github.com/strata-mesh/strata/policy"
 )
@@ -149,6 +150,10 @@ type Config struct {
 	EgressLimit  ByteSize `yaml:"egress_limit"`
 	// MaxConcurrentPulls bounds the transfers running at once. Default 4.
 	MaxConcurrentPulls int `yaml:"max_concurrent_pulls"`
+	// PrestageBudget bounds the bytes of models this node pulls ahead of
+	// any failure as a replica's standby (InferenceService prestage).
+	// Default 8GiB.
+	PrestageBudget ByteSize `yaml:"prestage_budget"`
 	// ORTLibrary is the ONNX Runtime shared library. Default:
 	// $STRATA_ORT_LIB, else the first found of infer.LibraryCandidates
 	// (beside the binary, ../lib/strata, .deps/onnxruntime, /usr/lib/strata,
@@ -348,6 +353,9 @@ func (c *Config) EnsureDefaults() {
 	}
 	if c.SampleFraction == 0 {
 		c.SampleFraction = 0.1
+	}
+	if c.PrestageBudget == 0 {
+		c.PrestageBudget = serving.DefaultPrestageBudget
 	}
 	if c.MaxConnections == 0 {
 		c.MaxConnections = httpapi.DefaultMaxConns

@@ -362,3 +362,82 @@ func TestAutoscaleFollowsRequests(t *testing.T) {
 	}
 	t.Logf("scaled events: %q", scaled)
 }
+
+// prestagePolicy serves scorer@1 on one replica and prestages it.
+const prestagePolicy = `apiVersion: strata/v1
+kind: InferenceService
+metadata: {name: scorer}
+spec:
+  model: {name: scorer, version: "1"}
+  prestage: true
+  resources: {cpu: 100m, memory: 64Mi}
+`
+
+// TestPrestagedStandbyTakesOver: a service that prestages names its
+// replica's standby, which pulls the model ahead of time; when the
+// replica's agent stops, the replica moves to the standby, which loads the
+// model from its own disk: it fetches nothing after the stop.
+func TestPrestagedStandbyTakesOver(t *testing.T) {
+	lib := ortLib(t)
+	keys, err := NewDevPKI()
+	if err != nil {
+		t.Fatal(err)
+	}
+	agents := devMesh(t, 7, func(c *Config) { c.PKI, c.ORTLibrary = keys, lib })
+	byName := map[string]*Agent{}
+	for _, a := range agents {
+		byName[a.Name()] = a
+	}
+	model, _, err := onnx.RandomMLP(1, 8, 16, 2)
+	if err != nil {
+		t.Fatal(err)
+	}
+	code, body := post(t, agents[0].Handler(), http.MethodPost, "/v1/artifacts?name=scorer&version=1", model)
+	if code != http.StatusCreated {
+		t.Fatalf("push = %d %s", code, body)
+	}
+	var manifest struct{ Digest string }
+	if err := json.Unmarshal(body, &manifest); err != nil || manifest.Digest == "" {
+		t.Fatalf("push answer %s: %v", body, err)
+	}
+	meshtest.WaitFor(t, 60*time.Second, "the apply", func() bool {
+		code, _ := post(t, agents[1].Handler(), http.MethodPost, "/v1/policies", []byte(prestagePolicy))
+		return code == http.StatusOK
+	})
+	const key = "InferenceService/scorer"
+	var rec PlacementRecord
+	var replica, standby string
+	meshtest.WaitFor(t, 60*time.Second, "the replica serving and its standby holding the model", func() bool {
+		rec, _ = placementOf(agents[0], key)
+		if rec.State != StatePlaced || len(rec.Nodes) != 1 || rec.Nodes[0].Replica != mesh.ReplicaServing || rec.Nodes[0].Standby == "" {
+			return false
+		}
+		replica, standby = rec.Nodes[0].Name, rec.Nodes[0].Standby
+		n, err := agents[0].Mesh().Node(standby)
+		return err == nil && slices.Contains(n.Locality.Artifacts, manifest.Digest)
+	})
+	if standby == replica {
+		t.Fatalf("the standby is the replica's own node %s", replica)
+	}
+	var observer *Agent
+	for _, a := range agents {
+		if a.Name() != replica && a.Name() != standby {
+			observer = a
+			break
+		}
+	}
+	fetched := byName[standby].art.Node().Stats().ChunksFetched
+	stopped := time.Now()
+	byName[replica].Close()
+	meshtest.WaitFor(t, 60*time.Second, "the replica serving at the standby "+standby, func() bool {
+		rec, _ = placementOf(observer, key)
+		return rec.State == StatePlaced && len(rec.Nodes) == 1 && rec.Nodes[0].Name == standby && rec.Nodes[0].Replica == mesh.ReplicaServing
+	})
+	t.Logf("%s stopped; %s served %s after %s", replica, standby, key, time.Since(stopped).Round(time.Millisecond))
+	if got := byName[standby].art.Node().Stats().ChunksFetched; got != fetched {
+		t.Errorf("the standby fetched %d chunks after the replica's node stopped; want none: it held the model", got-fetched)
+	}
+	if code, by, body := infer1(t, observer.Handler()); code != http.StatusOK || by != standby {
+		t.Errorf("infer at %s = %d by %q: %s; want answered by %s", observer.Name(), code, by, body, standby)
+	}
+}

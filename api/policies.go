@@ -231,6 +231,10 @@ type PlacedNode struct {
 	// with Reason.
 	Replica string `json:"replica,omitempty"`
 	Reason  string `json:"reason,omitempty"`
+	// Standby is, for a service that prestages its model, the node the
+	// replica would move to if its node failed; it holds the model ahead
+	// of time.
+	Standby string `json:"standby,omitempty"`
 }
 
 // Rollout stages.

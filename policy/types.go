@@ -168,6 +168,10 @@ type InferenceServiceSpec struct {
 	Constraints []*Expr `yaml:"constraints" json:"constraints,omitempty"`
 	// Affinities are weighted preferences.
 	Affinities []Affinity `yaml:"affinities" json:"affinities,omitempty"`
+	// Prestage pulls the model, ahead of any failure, to each replica's
+	// standby: the node placement would move the replica to if its node
+	// failed. That node then loads it from its own disk.
+	Prestage bool `yaml:"prestage" json:"prestage,omitempty"`
 	// Autoscale lets the number of replicas follow the load; Replicas is
 	// then where it starts (default Min).
 	Autoscale *Autoscale `yaml:"autoscale" json:"autoscale,omitempty"`

@@ -106,7 +106,7 @@ type proc struct {
 // of one test (a restarted agent rejoins), another for every test, so that
 // agents of other tests (and other packages' tests) that reach a reused
 // port cannot gossip their way into this test's mesh.
-func gossipKey(t *testing.T) string {
+func gossipKey(t testing.TB) string {
 	sum := sha256.Sum256([]byte("strata-e2e/" + t.Name()))
 	return base64.StdEncoding.EncodeToString(sum[:])
 }
@@ -129,7 +129,7 @@ func startAgent(t *testing.T, p *proc) {
 }
 
 // cli runs the strata CLI against an agent and returns stdout.
-func cli(t *testing.T, api string, args ...string) (string, error) {
+func cli(t testing.TB, api string, args ...string) (string, error) {
 	t.Helper()
 	var out, errb bytes.Buffer
 	cmd := exec.Command(strataBin, args...)

@@ -80,7 +80,7 @@ type nsAgent struct {
 	proc              *proc
 }
 
-func (n *nsAgent) start(t *testing.T) {
+func (n *nsAgent) start(t testing.TB) {
 	t.Helper()
 	if n.dataDir == "" {
 		n.dataDir = t.TempDir()
@@ -120,7 +120,7 @@ func (n *nsAgent) run(args ...string) ([]byte, error) {
 
 // get runs the CLI in the agent's namespace against its API and decodes
 // its -o json output into v.
-func (n *nsAgent) get(t *testing.T, v any, args ...string) error {
+func (n *nsAgent) get(t testing.TB, v any, args ...string) error {
 	t.Helper()
 	cmd := exec.Command("ip", append([]string{"netns", "exec", n.ns.name, strataBin}, append(args, "-o", "json")...)...)
 	cmd.Env = append(os.Environ(), fmt.Sprintf("STRATA_ADDR=http://127.0.0.1:%d", n.api))
@@ -135,7 +135,7 @@ func (n *nsAgent) get(t *testing.T, v any, args ...string) error {
 	return err // exit 2: ran, but the answer is no (degraded)
 }
 
-func (n *nsAgent) members(t *testing.T) map[string]api.Member {
+func (n *nsAgent) members(t testing.TB) map[string]api.Member {
 	var ms []api.Member
 	if err := n.get(t, &ms, "members"); err != nil {
 		return nil
@@ -148,7 +148,7 @@ func (n *nsAgent) members(t *testing.T) map[string]api.Member {
 }
 
 // seesAlive says whether the agent sees exactly n members, every one alive.
-func (n *nsAgent) seesAlive(t *testing.T, count int) bool {
+func (n *nsAgent) seesAlive(t testing.TB, count int) bool {
 	ms := n.members(t)
 	if len(ms) != count {
 		return false

@@ -276,9 +276,18 @@ func describePolicy(ctx context.Context, c *clientFlags, named string, w io.Writ
 		tw.Flush()
 		if len(pl.Nodes) > 0 {
 			nw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
-			fmt.Fprintln(nw, "  NODE\tSITE\tTIER\tRANK\tADMITTED\tREPLICA")
+			standbys := slices.ContainsFunc(pl.Nodes, func(n api.PlacedNode) bool { return n.Standby != "" })
+			hdr := "  NODE\tSITE\tTIER\tRANK\tADMITTED\tREPLICA"
+			if standbys {
+				hdr += "\tSTANDBY"
+			}
+			fmt.Fprintln(nw, hdr)
 			for _, n := range pl.Nodes {
-				fmt.Fprintf(nw, "  %s\t%s\t%s\t%d\t%t\t%s\n", n.Name, n.Site, n.Tier, n.Rank, n.Admitted, dash(n.Replica))
+				line := fmt.Sprintf("  %s\t%s\t%s\t%d\t%t\t%s", n.Name, n.Site, n.Tier, n.Rank, n.Admitted, dash(n.Replica))
+				if standbys {
+					line += "\t" + dash(n.Standby)
+				}
+				fmt.Fprintln(nw, line)
 			}
 			nw.Flush()
 		}

@@ -838,7 +838,7 @@ func hostMetrics(t *testing.T, h testbed.Host) []byte {
 // placementStates is each placement as agent a sees it, by policy name:
 // its state, owner, epoch, and each node with its replica's state; nil
 // when a does not answer.
-func placementStates(t *testing.T, a *nsAgent) map[string]string {
+func placementStates(t testing.TB, a *nsAgent) map[string]string {
 	t.Helper()
 	var ps []api.PlacementStatus
 	if a.get(t, &ps, "placements") != nil {
@@ -857,7 +857,7 @@ func placementStates(t *testing.T, a *nsAgent) map[string]string {
 
 // placedWhere says where agent a sees policy name placed: its owner,
 // epoch and nodes.
-func placedWhere(t *testing.T, a *nsAgent, name string) string {
+func placedWhere(t testing.TB, a *nsAgent, name string) string {
 	t.Helper()
 	var ps []api.PlacementStatus
 	if a.get(t, &ps, "placements") != nil {
@@ -886,7 +886,7 @@ func cutFor(def time.Duration) time.Duration {
 
 // applyService applies, through agent a, a one-replica InferenceService
 // of model version 1 with more (YAML lines) added to its spec.
-func applyService(t *testing.T, a *nsAgent, name, model, more string) {
+func applyService(t testing.TB, a *nsAgent, name, model, more string) {
 	t.Helper()
 	if out, err := a.run("apply", "-f", serviceFile(t, name, model, more)); err != nil {
 		t.Fatalf("apply %s at %s: %v\n%s", name, a.name, err, out)
@@ -895,7 +895,7 @@ func applyService(t *testing.T, a *nsAgent, name, model, more string) {
 
 // serviceFile writes the policy applyService applies, and returns its
 // path.
-func serviceFile(t *testing.T, name, model, more string) string {
+func serviceFile(t testing.TB, name, model, more string) string {
 	t.Helper()
 	f := filepath.Join(t.TempDir(), name+".yaml")
 	os.WriteFile(f, []byte("apiVersion: strata/v1\nkind: InferenceService\nmetadata: {name: "+name+"}\nspec:\n  model: {name: "+model+", version: \"1\"}\n  replicas: 1\n  resources: {cpu: 10m, memory: 16Mi}\n"+more), 0o600)

@@ -9,7 +9,7 @@ import (
 
 // TestCachedValuesAreCopies: the tables that keep decoded values hand each
 // caller a copy it may change: every slice and map of a Placement is
-// cloned, and a Policy has none to share. A field added to either that a
+// cloned (its Scale too), and a Policy has none to share. A field added to either that a
 // caller could change in place fails here until clone copies it.
 func TestCachedValuesAreCopies(t *testing.T) {
 	t.Parallel()
@@ -23,19 +23,20 @@ func TestCachedValuesAreCopies(t *testing.T) {
 			}
 		}
 	}
-	p := Placement{Nodes: []PlacedNode{{Name: "a"}}, Fallbacks: make([]Fallback, 1), Rejected: map[Reason]int{"x": 1}, Refused: map[string]string{"a": "b"}}
+	p := Placement{Nodes: []PlacedNode{{Name: "a"}}, Fallbacks: make([]Fallback, 1), Rejected: map[Reason]int{"x": 1}, Refused: map[string]string{"a": "b"},
+		Scale: &Scale{Replicas: 2}}
 	c := p.clone()
 	v, w := reflect.ValueOf(p), reflect.ValueOf(c)
 	for i := range v.NumField() {
 		switch f := v.Field(i); f.Kind() {
-		case reflect.Slice, reflect.Map:
+		case reflect.Slice, reflect.Map, reflect.Pointer:
 			if f.IsNil() {
 				t.Fatalf("the test's Placement leaves %s nil: fill it in", v.Type().Field(i).Name)
 			}
 			if f.Pointer() == w.Field(i).Pointer() {
 				t.Errorf("Placement.clone shares %s", v.Type().Field(i).Name)
 			}
-		case reflect.Pointer, reflect.Interface:
+		case reflect.Interface:
 			t.Errorf("Placement.%s is a %s: clone must copy it", v.Type().Field(i).Name, f.Kind())
 		}
 	}

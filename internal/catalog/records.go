@@ -124,6 +124,10 @@ type PlacedNode struct {
 	// with Reason.
 	Replica string `json:"replica,omitempty"`
 	Reason  string `json:"reason,omitempty"`
+	// Standby is, for a service that prestages its model, the node
+	// placement would move this replica to if its node failed: it pulls
+	// the model ahead of time.
+	Standby string `json:"standby,omitempty"`
 }
 
 // Job states: trainer.State's values, which a Job's State and a rank's

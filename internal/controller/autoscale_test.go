@@ -2,6 +2,7 @@ package controller
 
 import (
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -10,6 +11,7 @@ import (
 	"github.com/strata-mesh/strata/internal/meshview"
 	"github.com/strata-mesh/strata/mesh"
 	"github.com/strata-mesh/strata/policy"
+	"github.com/strata-mesh/strata/storage"
 )
 
 // TestScaleTo: the count each target asks for, within the bounds.
@@ -152,5 +154,73 @@ func TestAutoscaleFollowsLoad(t *testing.T) {
 	rec.Nodes[1].Replica = mesh.ReplicaLoading
 	if _, _, ok := c.autoscale(a, rec, byName, time.Now().Add(time.Hour)); ok {
 		t.Error("scaled while a replica was loading")
+	}
+}
+
+// prestageSource is a two-replica service that prestages its model.
+const prestageSource = `apiVersion: strata/v1
+kind: InferenceService
+metadata: {name: web}
+spec:
+  model: {name: m, version: "1"}
+  replicas: 2
+  prestage: true
+  resources: {cpu: 100m, memory: 16Mi}
+`
+
+// TestPrestageStandbys: each replica of a service that prestages names a
+// standby that is not one of its replicas; when a replica's node fails,
+// the replacement is the standby that holds the model, even where another
+// node has since become the roomier choice.
+func TestPrestageStandbys(t *testing.T) {
+	t.Parallel()
+	const key = "InferenceService/web"
+	cat := catalog.New(catalogtest.NewStore(), nil)
+	m := &fakeMesh{nodes: []mesh.Node{gpuNode("w1", 8000), gpuNode("w2", 8000), gpuNode("w3", 8000), gpuNode("w4", 8000), gpuNode("w5", 8000)}}
+	for i := 1; i < len(m.nodes); i++ {
+		m.nodes[i].Controller = false
+	}
+	model := storage.Manifest{Name: "m", Version: "1", Digest: "sha256:" + strings.Repeat("ab", 32), Size: 200 << 20}
+	c := New(Config{Mesh: m, Catalog: cat, Compile: meshview.Compile, Artifacts: fakeArtifacts{"m@1": model}})
+	p := catalog.Policy{Kind: policy.KindInferenceService, Name: "web", Source: prestageSource, Generation: 1}
+	if _, err := cat.Policies.Put(p); err != nil {
+		t.Fatal(err)
+	}
+	c.reconcile()
+	rec := c.placements()[key]
+	if len(rec.Nodes) != 2 {
+		t.Fatalf("placed on %v, want 2 nodes", names(rec.Nodes))
+	}
+	replicas := names(rec.Nodes)
+	standby := map[string]string{}
+	for _, pn := range rec.Nodes {
+		if pn.Standby == "" || slices.Contains(replicas, pn.Standby) {
+			t.Fatalf("replica on %s has standby %q; want a node that is not a replica (replicas %v)", pn.Name, pn.Standby, replicas)
+		}
+		standby[pn.Name] = pn.Standby
+	}
+	// The standbys pull the model; the first replica's node fails; a node
+	// that is neither has more room now.
+	failed := replicas[0]
+	for i := range m.nodes {
+		n := &m.nodes[i]
+		switch {
+		case slices.Contains(replicas, n.Name):
+			n.Assignments = []mesh.Assignment{{Key: key, Epoch: rec.Epoch, Accepted: true, CPU: 100, Memory: 16 << 20}}
+			n.Load.FreeCPU -= 100
+		case n.Name == standby[failed]:
+			n.Locality.Artifacts = []string{model.Digest}
+			n.Load.FreeCPU = 1000 // busier than the rest
+		}
+		if n.Name == failed {
+			n.Status = mesh.StatusFailed
+		}
+	}
+	c.tries, c.lastTry = map[string]int{}, map[string]time.Time{}
+	c.reconcile()
+	rec = c.placements()[key]
+	got := names(rec.Nodes)
+	if !slices.Contains(got, standby[failed]) || slices.Contains(got, failed) {
+		t.Errorf("after %s failed: placed on %v; want its standby %s, which holds the model", failed, got, standby[failed])
 	}
 }

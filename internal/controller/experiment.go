@@ -34,6 +34,9 @@ type docFacts struct {
 	// bounds and target, and its starting count.
 	autoscale *policy.Autoscale
 	replicas  int
+	// prestage is set for an InferenceService that prestages model.
+	prestage bool
+	model    policy.ModelRef
 }
 
 // facts returns p's docFacts, parsing its source only when it changed.
@@ -52,8 +55,11 @@ func (c *Controller) facts(p catalog.Policy) docFacts {
 		f.sweep = doc.TrainingJob != nil && doc.TrainingJob.Sweep != nil
 		f.retrain = doc.InferenceService != nil && doc.InferenceService.Retrain != nil
 		f.trialOf = doc.Metadata.Labels[catalog.LabelTrialOf]
-		if s := doc.InferenceService; s != nil && s.Autoscale != nil {
-			f.autoscale, f.replicas = s.Autoscale, s.Replicas
+		if s := doc.InferenceService; s != nil {
+			if s.Autoscale != nil {
+				f.autoscale, f.replicas = s.Autoscale, s.Replicas
+			}
+			f.prestage, f.model = s.Prestage, s.Model
 		}
 	}
 	c.mu.Lock()

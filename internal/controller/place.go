@@ -43,8 +43,12 @@ func (c *Controller) place(p catalog.Policy, old catalog.Placement, have bool, v
 		c.write(rec)
 		return
 	}
-	if f := c.facts(p); f.autoscale != nil {
+	f := c.facts(p)
+	if f.autoscale != nil {
 		req.Replicas, rec.Scale = scaledReplicas(f.autoscale, req.Replicas, old, have)
+	}
+	if f.prestage {
+		c.modelData(req, f.model)
 	}
 	// Nodes that refused this policy before are not asked again until
 	// their load changes; nodes that hold it keep their share.
@@ -94,6 +98,9 @@ func (c *Controller) place(p catalog.Policy, old catalog.Placement, have bool, v
 		fresh = append(fresh, catalog.PlacedNode{Name: pl.Node, ID: pl.NodeID, Tier: pl.Tier, Site: pl.Site, Rank: pl.Rank, Client: pl.Client})
 	}
 	keep := trimKept(kept(p, old, have, nodes, cut), fresh, dec.Wanted)
+	if f.prestage && have && old.Generation == p.Generation {
+		keep = append(keep, takeStandbys(snap, req, old, keep, nodes)...)
+	}
 	rec.Nodes = mergeKept(keep, fresh, dec.Wanted)
 	switch {
 	case len(rec.Nodes) == 0 || (req.Kind == placement.Training && !dec.Feasible):
@@ -123,6 +130,9 @@ func (c *Controller) place(p catalog.Policy, old catalog.Placement, have bool, v
 	}
 	if names := cutSites(keep, cut); len(names) > 0 {
 		rec.Message += fmt.Sprintf("; site(s) %s unreachable: their replicas stay for their clients", strings.Join(names, ", "))
+	}
+	if rec.State != catalog.StateFailed && f.prestage {
+		standbys(snap, req, &rec)
 	}
 	if rec.State != catalog.StateFailed {
 		reserveNew(base, dec, rec, view.byName)

@@ -70,7 +70,11 @@ type LoaderConfig struct {
 	// after every change (the drift watch follows them). It is called
 	// with the loader's lock held and must not call back into it.
 	OnLoaded func(map[string]Model)
-	Logger   *slog.Logger
+	// PrestageBudget bounds the bytes of models this node pulls ahead of
+	// time as a standby (see prestage): 0 means DefaultPrestageBudget, a
+	// negative budget pulls nothing.
+	PrestageBudget int64
+	Logger         *slog.Logger
 	// Guard recovers panics of the component's background work (logged,
 	// counted). Nil: a guard of its own that logs to Logger and exports
 	// no metric.
@@ -95,6 +99,12 @@ type Loader struct {
 	// replicas is each assigned policy's state here, published in the
 	// node's document.
 	replicas map[string]mesh.Replica
+	// prestaging is the digest of the model being pulled as a standby;
+	// standbyBytes the size of those held; overBudget the models not
+	// pulled for the budget (logged once).
+	prestaging   string
+	standbyBytes int64
+	overBudget   map[string]bool
 }
 
 // NewLoader returns a loader; nothing loads until Run.
@@ -105,7 +115,7 @@ func NewLoader(cfg LoaderConfig) *Loader {
 	if cfg.Guard == nil {
 		cfg.Guard = safe.New(safe.Config{Logger: cfg.Logger})
 	}
-	return &Loader{cfg: cfg, log: cfg.Logger, loaded: map[string]servedModel{}, loading: map[string]bool{}, replicas: map[string]mesh.Replica{}}
+	return &Loader{cfg: cfg, log: cfg.Logger, loaded: map[string]servedModel{}, loading: map[string]bool{}, replicas: map[string]mesh.Replica{}, overBudget: map[string]bool{}}
 }
 
 // Serves says whether a blob is a model loaded here (kept through GC).
@@ -280,6 +290,7 @@ func (s *Loader) reconcile(ctx context.Context) {
 		delete(s.loaded, key)
 		s.log.Info("model unloaded", "policy", key, "model", cur.name, "version", cur.version)
 	}
+	s.prestage(ctx)
 	s.publishLocked()
 	s.synced()
 }
