@@ -609,6 +609,18 @@ func (r *serveRunner) add(p int32, n int, initial bool, f *failRec) int {
 			}
 		}
 		r.res.StandbyStarts += got
+		// A standby without room: another node of its site copies the
+		// model over the LAN.
+		for _, s := range r.pairs[p].standby {
+			for _, j := range r.ix.t.Sites[r.ix.siteOf[s]].Nodes {
+				if got == n {
+					break
+				}
+				if i := int32(j); r.alive[i] && !r.serves(p, i) && r.start(p, i, initial, f) {
+					got++
+				}
+			}
+		}
 	}
 	for _, tiers := range r.tiersFor() {
 		if got == n {
