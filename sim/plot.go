@@ -21,35 +21,41 @@ var (
 	tierColour = map[string]string{placement.TierEdge: "#10b981", placement.TierOnprem: "#2563eb", placement.TierCloud: "#9333ea"}
 )
 
-// panel is one bar chart of WriteStrategiesSVG.
-type panel struct {
+// panel is one bar chart of a strategies plot.
+type panel[R any] struct {
 	title string
 	unit  string
-	value func(Result) float64
+	value func(R) float64
 }
 
 // WriteStrategiesSVG draws the report's strategies side by side: SLO
 // attainment, cross-site bytes, GPU fragmentation and median decision
 // time, one bar chart each.
 func WriteStrategiesSVG(w io.Writer, rep *Report) error {
-	panels := []panel{
+	panels := []panel[Result]{
 		{"SLO attainment", "%", func(r Result) float64 { return 100 * r.SLOAttainment }},
 		{"Cross-site bytes", "TB", func(r Result) float64 { return float64(r.EgressBytes) / 1e12 }},
 		{"GPU fragmentation", "%", func(r Result) float64 { return 100 * r.GPUFragmentation }},
 		{"Decision time p50", "ms", func(r Result) float64 { return r.DecisionP50.Seconds() * 1e3 }},
 	}
+	title := fmt.Sprintf("strata sim: %d nodes, %d sites, %d events", rep.Nodes, rep.Sites, rep.Events)
+	return writeBars(w, title, panels, rep.Results, func(r Result) string { return r.Strategy }, strategyColour)
+}
+
+// writeBars draws one bar chart per panel, a bar per result in each.
+func writeBars[R any](w io.Writer, title string, panels []panel[R], results []R, name func(R) string, colour map[string]string) error {
 	const pw, ph, top, bottom = 260.0, 260.0, 56.0, 70.0
 	width, height := pw*float64(len(panels))+20, ph+top+bottom
 	b := bufio.NewWriter(w)
 	fmt.Fprintf(b, `<svg xmlns="http://www.w3.org/2000/svg" width="%.0f" height="%.0f" viewBox="0 0 %.0f %.0f" font-family="system-ui, sans-serif" font-size="12">`+"\n", width, height, width, height)
 	fmt.Fprintf(b, `<rect width="100%%" height="100%%" fill="#fff"/>`+"\n")
-	fmt.Fprintf(b, `<text x="16" y="24" font-size="16" font-weight="600">strata sim: %d nodes, %d sites, %d events</text>`+"\n", rep.Nodes, rep.Sites, rep.Events)
-	n := float64(len(rep.Results))
+	fmt.Fprintf(b, `<text x="16" y="24" font-size="16" font-weight="600">%s</text>`+"\n", html.EscapeString(title))
+	n := float64(len(results))
 	for k, p := range panels {
 		x0 := 20 + pw*float64(k)
 		top := top + 10
 		hi := 0.0
-		for _, r := range rep.Results {
+		for _, r := range results {
 			hi = math.Max(hi, p.value(r))
 		}
 		if hi <= 0 {
@@ -58,15 +64,15 @@ func WriteStrategiesSVG(w io.Writer, rep *Report) error {
 		fmt.Fprintf(b, `<text x="%.1f" y="%.1f" font-weight="600">%s (%s)</text>`+"\n", x0, top-8, html.EscapeString(p.title), p.unit)
 		fmt.Fprintf(b, `<line x1="%.1f" y1="%.1f" x2="%.1f" y2="%.1f" stroke="#888"/>`+"\n", x0, top+ph-20, x0+pw-30, top+ph-20)
 		bw := (pw - 40) / n
-		for j, r := range rep.Results {
+		for j, r := range results {
 			v := p.value(r)
 			h := (ph - 40) * v / hi
 			x := x0 + 5 + bw*float64(j)
 			y := top + ph - 20 - h
 			fmt.Fprintf(b, `<rect x="%.1f" y="%.1f" width="%.1f" height="%.1f" fill="%s"><title>%s: %.3g %s</title></rect>`+"\n",
-				x, y, bw*0.8, h, strategyColour[r.Strategy], r.Strategy, v, p.unit)
+				x, y, bw*0.8, h, colour[name(r)], html.EscapeString(name(r)), v, p.unit)
 			fmt.Fprintf(b, `<text x="%.1f" y="%.1f" text-anchor="middle" font-size="10">%s</text>`+"\n", x+bw*0.4, y-3, short(v))
-			fmt.Fprintf(b, `<text transform="translate(%.1f,%.1f) rotate(35)" font-size="10">%s</text>`+"\n", x+bw*0.2, top+ph-8, r.Strategy)
+			fmt.Fprintf(b, `<text transform="translate(%.1f,%.1f) rotate(35)" font-size="10">%s</text>`+"\n", x+bw*0.2, top+ph-8, html.EscapeString(name(r)))
 		}
 	}
 	fmt.Fprintln(b, "</svg>")
