@@ -172,6 +172,9 @@ type InferenceServiceSpec struct {
 	// standby: the node placement would move the replica to if its node
 	// failed. That node then loads it from its own disk.
 	Prestage bool `yaml:"prestage" json:"prestage,omitempty"`
+	// Burst lets replicas that no node of Tiers can hold within the SLO
+	// overflow to other tiers, a little further away.
+	Burst *Burst `yaml:"burst" json:"burst,omitempty"`
 	// Autoscale lets the number of replicas follow the load; Replicas is
 	// then where it starts (default Min).
 	Autoscale *Autoscale `yaml:"autoscale" json:"autoscale,omitempty"`
@@ -257,6 +260,21 @@ type AutoscaleTarget struct {
 	RPS      float64  `yaml:"rps" json:"rps,omitempty"`
 	Inflight float64  `yaml:"inflight" json:"inflight,omitempty"`
 	P99      Duration `yaml:"p99" json:"p99,omitempty"`
+}
+
+// Burst says where an InferenceService's overflow goes: replicas that no
+// node of the service's tiers can hold within its latency SLO are placed
+// on Tiers within the SLO plus MaxExtraLatency, and come back once the
+// service's own tiers have held room for them for ScaleDownAfter.
+type Burst struct {
+	// Tiers take the overflow, in preference order.
+	Tiers []string `yaml:"tiers" json:"tiers"`
+	// MaxExtraLatency is how much further than the SLO an overflow
+	// replica may be. Default 0: the SLO itself.
+	MaxExtraLatency Duration `yaml:"maxExtraLatency" json:"maxExtraLatency,omitempty"`
+	// ScaleDownAfter is how long the service's tiers must have had room
+	// before overflow replicas come back. Default 5m.
+	ScaleDownAfter Duration `yaml:"scaleDownAfter" json:"scaleDownAfter,omitempty"`
 }
 
 // DefaultScaleDownAfter is Autoscale.ScaleDownAfter's default.

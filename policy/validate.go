@@ -87,6 +87,9 @@ func (d *Document) SetDefaults() {
 }
 
 func (s *InferenceServiceSpec) setDefaults(p string, set func(string) bool) {
+	if b := s.Burst; b != nil && b.ScaleDownAfter == 0 && !set(p+".burst.scaleDownAfter") {
+		b.ScaleDownAfter = Duration(DefaultScaleDownAfter)
+	}
 	if a := s.Autoscale; a != nil {
 		if a.Min == 0 && !set(p+".autoscale.min") {
 			a.Min = 1
@@ -349,6 +352,24 @@ func (d *decoder) inference(s *InferenceServiceSpec, p string) {
 		d.errField(p+".perClientSite", "needs latency.clients: the client sites to serve")
 	}
 	d.tiers(s.Tiers, p+".tiers")
+	if b := s.Burst; b != nil {
+		q := p + ".burst"
+		switch {
+		case b.Tiers == nil:
+			d.errField(q, "tiers is required: the tiers that take the overflow")
+		default:
+			d.tiers(b.Tiers, q+".tiers")
+		}
+		if b.MaxExtraLatency < 0 {
+			d.errField(q+".maxExtraLatency", fmt.Sprintf("must not be negative, got %s", time.Duration(b.MaxExtraLatency)))
+		}
+		if b.ScaleDownAfter < 0 || (b.ScaleDownAfter == 0 && d.isSet(q+".scaleDownAfter")) {
+			d.errField(q+".scaleDownAfter", fmt.Sprintf("must be positive, got %s", time.Duration(b.ScaleDownAfter)))
+		}
+		if s.Latency == nil {
+			d.errField(q, "needs latency: without an SLO, tiers already take what the first cannot hold")
+		}
+	}
 	switch s.Spread {
 	case "", SpreadSite, SpreadRegion:
 	default:

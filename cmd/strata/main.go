@@ -56,7 +56,7 @@ func commands() []command {
 		{"push", "FILE|DIR --name N --version V [--kind dataset|code] [--reference FILE]", "publish a signed model, dataset or training code version", runPush},
 		{"models", "[NAME] [-o json|yaml]", "list model versions and the nodes that hold them; with NAME, each version's inputs, outputs, operator sets and producer", runModels},
 		{"pull", "NAME[:VERSION]", "fetch an artifact to the agent from the nearest holders", runPull},
-		{"sim", "[-nodes N] [-sites N] [-trace FILE] [-o json|yaml] | -what-if CHANGE", "compare placement strategies over a generated estate and workload, or ask what a change would do to the live mesh (exit 2: a policy becomes infeasible)", runSim},
+		{"sim", "[-nodes N] [-sites N] [-trace FILE | -load diurnal] [-o json|yaml] | -what-if CHANGE", "compare placement strategies over a generated estate and workload, or serving strategies over a day of load and failures (-load), or ask what a change would do to the live mesh (exit 2: a policy becomes infeasible)", runSim},
 		{"lineage", "MODEL[:VERSION] [-o json|yaml]", "show what made a model version (job, parameters, data, metrics, the version it retrained) back to the first, and where it is served", runLineage},
 		{"token", "new | hash TOKEN", "make an API token, or hash one for acl_tokens in the agent's config", runToken},
 		{"keyring", "[install|use|remove KEY]", "list the agent's gossip keys, or install, use or remove one (key rotation: each step on every agent)", runKeyring},

@@ -2,6 +2,7 @@ package main
 
 import (
 	"bytes"
+	"cmp"
 	"crypto/rand"
 	"encoding/hex"
 	"encoding/json"
@@ -69,7 +70,8 @@ func twoHosts(t *testing.T) (a, b netns, link string) {
 	return a, b, link
 }
 
-// nsAgent is a strata agent in a namespace, bound to every interface.
+// nsAgent is a strata agent in a namespace, bound to every interface. It
+// logs at warn, or at $STRATA_NS_LOG (debugging a test: info).
 type nsAgent struct {
 	ns                netns
 	name, site        string
@@ -88,7 +90,7 @@ func (n *nsAgent) start(t testing.TB) {
 	args := []string{"netns", "exec", n.ns.name, strataBin, "agent", "-name", n.name, "-site", n.site,
 		"-data-dir", n.dataDir, "-api", fmt.Sprintf("127.0.0.1:%d", n.api),
 		"-bind", fmt.Sprintf("0.0.0.0:%d", n.gossip), "-data-addr", fmt.Sprintf("0.0.0.0:%d", n.data),
-		"-gossip-key", gossipKey(t), "-disable-nvml", "-log-level", "warn",
+		"-gossip-key", gossipKey(t), "-disable-nvml", "-log-level", cmp.Or(os.Getenv("STRATA_NS_LOG"), "warn"),
 		// Bound off loopback: agents without a mesh CA need leave to start.
 		"-insecure"}
 	if n.join != "" {

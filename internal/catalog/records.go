@@ -128,6 +128,10 @@ type PlacedNode struct {
 	// placement would move this replica to if its node failed: it pulls
 	// the model ahead of time.
 	Standby string `json:"standby,omitempty"`
+	// Burst marks a replica placed on a burst tier, beyond the SLO by at
+	// most the policy's maxExtraLatency, because the service's own tiers
+	// had no room: it comes back when they have.
+	Burst bool `json:"burst,omitempty"`
 }
 
 // Job states: trainer.State's values, which a Job's State and a rank's

@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/hashicorp/serf/coordinate"
 	"github.com/strata-mesh/strata/internal/catalog"
 	"github.com/strata-mesh/strata/internal/catalog/catalogtest"
 	"github.com/strata-mesh/strata/internal/meshview"
@@ -223,4 +224,102 @@ func TestPrestageStandbys(t *testing.T) {
 	if !slices.Contains(got, standby[failed]) || slices.Contains(got, failed) {
 		t.Errorf("after %s failed: placed on %v; want its standby %s, which holds the model", failed, got, standby[failed])
 	}
+}
+
+// burstSource asks 3 replicas within 15ms of edge-a on the edge, and lets
+// what the edge cannot hold overflow to on-prem within 35ms.
+const burstSource = `apiVersion: strata/v1
+kind: InferenceService
+metadata: {name: web}
+spec:
+  model: {name: m, version: "1"}
+  replicas: 3
+  resources: {cpu: 600m, memory: 16Mi}
+  latency: {p99: 15ms, clients: [edge-a]}
+  tiers: [edge]
+  burst: {tiers: [onprem, cloud], maxExtraLatency: 20ms, scaleDownAfter: 1m}
+`
+
+// TestBurstOverflowsAndComesBack: what the edge cannot hold goes to the
+// nearest burst tier within the relaxed SLO, marked as burst, and not
+// further; once the edge has held room for scaleDownAfter, the burst
+// replica comes back to the edge.
+func TestBurstOverflowsAndComesBack(t *testing.T) {
+	t.Parallel()
+	const key = "InferenceService/web"
+	cat := catalog.New(catalogtest.NewStore(), nil)
+	at := func(n mesh.Node, tier, site string, ms float64) mesh.Node {
+		n.Tier, n.Site, n.Region = tier, site, "eu"
+		n.Coord = &coordinate.Coordinate{Vec: []float64{ms / 1e3 / 2, 0}}
+		return n
+	}
+	m := &fakeMesh{nodes: []mesh.Node{
+		at(gpuNode("dc-1", 8000), "onprem", "dc", 25), // 25ms from edge-a's nodes
+		at(gpuNode("e1", 1000), "edge", "edge-a", 0), at(gpuNode("e2", 1000), "edge", "edge-a", 0.5),
+		at(gpuNode("cloud-1", 64000), "cloud", "cloud", 80),
+	}}
+	for i := 1; i < len(m.nodes); i++ {
+		m.nodes[i].Controller = false
+	}
+	c := New(Config{Mesh: m, Catalog: cat, Compile: meshview.Compile})
+	p := catalog.Policy{Kind: policy.KindInferenceService, Name: "web", Source: burstSource, Generation: 1}
+	if _, err := cat.Policies.Put(p); err != nil {
+		t.Fatal(err)
+	}
+	c.reconcile()
+	rec := c.placements()[key]
+	var burst, regular []string
+	for _, pn := range rec.Nodes {
+		if pn.Burst {
+			burst = append(burst, pn.Name)
+		} else {
+			regular = append(regular, pn.Name)
+		}
+	}
+	slices.Sort(regular)
+	if len(rec.Nodes) != 3 || !slices.Equal(regular, []string{"e1", "e2"}) || !slices.Equal(burst, []string{"dc-1"}) {
+		t.Fatalf("placed %v (burst %v), %q; want e1 and e2, and dc-1 as burst", names(rec.Nodes), burst, rec.Message)
+	}
+	t.Logf("overflow: %s", rec.Message)
+	// Admitted and serving; then the edge gets a third node with room.
+	for i := range m.nodes {
+		n := &m.nodes[i]
+		if slices.Contains(names(rec.Nodes), n.Name) {
+			n.Assignments = []mesh.Assignment{{Key: key, Epoch: rec.Epoch, Accepted: true, CPU: 600}}
+			n.Load.FreeCPU -= 600
+			n.Replicas = []mesh.Replica{{Policy: key, Model: "m@1", State: mesh.ReplicaServing}}
+		}
+	}
+	c.reconcile()
+	rec = c.placements()[key]
+	if rec.State != catalog.StatePlaced {
+		t.Fatalf("state %s %q; want placed", rec.State, rec.Message)
+	}
+	m.nodes = append(m.nodes, at(gpuNode("e3", 1000), "edge", "edge-a", 0.3))
+	m.nodes[len(m.nodes)-1].Controller = false
+	byName := map[string]mesh.Node{}
+	for _, n := range m.nodes {
+		byName[n.Name] = n
+	}
+	view := &round{c: c, nodes: m.nodes, byName: byName}
+	b := c.facts(p).burst
+	now := time.Now()
+	for _, after := range []time.Duration{0, 30 * time.Second} {
+		if why, ok := c.burstBack(p, b, rec, view, now.Add(after)); ok {
+			t.Fatalf("came back %s after the edge had room (%s); want after 1m", after, why)
+		}
+	}
+	why, ok := c.burstBack(p, b, rec, view, now.Add(61*time.Second))
+	if !ok {
+		t.Fatal("the burst replica did not come back after the edge had room for 1m")
+	}
+	c.returning[key] = true
+	c.place(p, rec, true, view, nil, why)
+	rec = c.placements()[key]
+	got := names(rec.Nodes)
+	slices.Sort(got)
+	if !slices.Equal(got, []string{"e1", "e2", "e3"}) || slices.ContainsFunc(rec.Nodes, func(pn catalog.PlacedNode) bool { return pn.Burst }) {
+		t.Errorf("after coming back: %v, %q; want e1, e2, e3 and no burst", got, rec.Message)
+	}
+	t.Logf("came back: %s", rec.Message)
 }

@@ -74,6 +74,11 @@ type Controller struct {
 	// scaleLow are the autoscaled services whose load asks for fewer
 	// replicas, since when (see autoscale); only reconcile uses it.
 	scaleLow map[string]scaleLow
+	// roomSince is when the tiers of each service with burst replicas
+	// had room for them again; returning are the services placed again
+	// to bring them back (see burstBack).
+	roomSince map[string]time.Time
+	returning map[string]bool
 
 	passSeconds *prometheus.HistogramVec
 	// pauses counts the waits between passes longer than pauseGap.
@@ -127,7 +132,7 @@ func New(cfg Config) *Controller {
 	if cfg.Guard == nil {
 		cfg.Guard = safe.New(safe.Config{Logger: cfg.Logger})
 	}
-	c := &Controller{cfg: cfg, log: cfg.Logger, held: map[string]mesh.Assignment{}, lastTry: map[string]time.Time{}, tries: map[string]int{}, failedSince: map[string]time.Time{}, holding: map[string]string{}, docs: map[string]docFacts{}, scaleLow: map[string]scaleLow{},
+	c := &Controller{cfg: cfg, log: cfg.Logger, held: map[string]mesh.Assignment{}, lastTry: map[string]time.Time{}, tries: map[string]int{}, failedSince: map[string]time.Time{}, holding: map[string]string{}, docs: map[string]docFacts{}, scaleLow: map[string]scaleLow{}, roomSince: map[string]time.Time{}, returning: map[string]bool{},
 		live: placement.Live{CoordSlack: coordSlack}}
 	c.steps = []struct {
 		name string

@@ -37,6 +37,8 @@ type docFacts struct {
 	// prestage is set for an InferenceService that prestages model.
 	prestage bool
 	model    policy.ModelRef
+	// burst is an InferenceService's overflow tiers.
+	burst *policy.Burst
 }
 
 // facts returns p's docFacts, parsing its source only when it changed.
@@ -59,7 +61,7 @@ func (c *Controller) facts(p catalog.Policy) docFacts {
 			if s.Autoscale != nil {
 				f.autoscale, f.replicas = s.Autoscale, s.Replicas
 			}
-			f.prestage, f.model = s.Prestage, s.Model
+			f.prestage, f.model, f.burst = s.Prestage, s.Model, s.Burst
 		}
 	}
 	c.mu.Lock()

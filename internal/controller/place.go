@@ -97,7 +97,19 @@ func (c *Controller) place(p catalog.Policy, old catalog.Placement, have bool, v
 	for _, pl := range dec.Placements {
 		fresh = append(fresh, catalog.PlacedNode{Name: pl.Node, ID: pl.NodeID, Tier: pl.Tier, Site: pl.Site, Rank: pl.Rank, Client: pl.Client})
 	}
+	regular := len(fresh) // placed within the service's tiers and SLO
+	feasible := dec.Feasible
+	if f.burst != nil && len(fresh) < dec.Wanted {
+		for _, pl := range overflow(snap, req, dec, f.burst) {
+			fresh = append(fresh, catalog.PlacedNode{Name: pl.Node, ID: pl.NodeID, Tier: pl.Tier, Site: pl.Site, Client: pl.Client, Burst: true})
+		}
+		feasible = len(fresh) == dec.Wanted
+	}
 	keep := trimKept(kept(p, old, have, nodes, cut), fresh, dec.Wanted)
+	if c.returning[rec.Key] && regular == dec.Wanted {
+		keep = slices.DeleteFunc(keep, func(pn catalog.PlacedNode) bool { return pn.Burst })
+	}
+	delete(c.returning, rec.Key)
 	if f.prestage && have && old.Generation == p.Generation {
 		keep = append(keep, takeStandbys(snap, req, old, keep, nodes)...)
 	}
@@ -112,7 +124,7 @@ func (c *Controller) place(p catalog.Policy, old catalog.Placement, have bool, v
 		if c.handOff(p, req, &rec) {
 			return
 		}
-	case len(rec.Nodes) < dec.Wanted || (!dec.Feasible && len(keep) == 0):
+	case len(rec.Nodes) < dec.Wanted || (!feasible && len(keep) == 0):
 		rec.State = catalog.StatePending
 		rec.Message = partly(rec)
 		if c.unchanged(old, have, rec) {
@@ -121,6 +133,9 @@ func (c *Controller) place(p catalog.Policy, old catalog.Placement, have bool, v
 	default:
 		rec.State = catalog.StatePending
 		rec.Message = fmt.Sprintf("placed on %d node(s) (%s); waiting for admission", len(rec.Nodes), why)
+	}
+	if n := burstCount(rec.Nodes); n > 0 {
+		rec.Message += fmt.Sprintf("; %d on burst tiers: the service's tiers had no room within the SLO", n)
 	}
 	if note := scaleNote(rec.Scale); note != "" && !strings.Contains(rec.Message, "autoscaled") {
 		rec.Message += "; " + note

@@ -114,6 +114,9 @@ func (c *Controller) reconcile() {
 			if len(rec.Nodes) < rec.Wanted {
 				rec.Message = partly(rec)
 			}
+			if n := burstCount(rec.Nodes); n > 0 {
+				rec.Message += fmt.Sprintf("; %d on burst tiers: the service's tiers had no room within the SLO", n)
+			}
 			if note := scaleNote(rec.Scale); note != "" {
 				rec.Message += "; " + note
 			}
@@ -126,6 +129,14 @@ func (c *Controller) reconcile() {
 			if scaled, why, ok := c.autoscale(a, rec, byName, time.Now()); ok {
 				c.log.Info("autoscaling", "policy", key, "from", scaled.Scale.From, "to", scaled.Scale.Replicas, "why", scaled.Scale.Reason)
 				c.place(p, scaled, true, view, cut, why)
+				continue
+			}
+		}
+		if b := c.facts(p).burst; b != nil && have && rec.State == catalog.StatePlaced && rec.Generation == p.Generation && bursting(rec, byName) {
+			if why, ok := c.burstBack(p, b, rec, view, time.Now()); ok {
+				c.log.Info("bringing burst replicas back", "policy", key, "why", why)
+				c.returning[key] = true
+				c.place(p, rec, true, view, cut, why)
 				continue
 			}
 		}

@@ -39,8 +39,8 @@ func plural(n int, one, many string) string {
 // ranks per node.
 var schema11 = mesh.Schema{Major: 1, Minor: 1}
 
-// schema12 brought traffic reports, InferenceService autoscale and
-// prestage (standbys in placement records).
+// schema12 brought traffic reports, InferenceService autoscale, burst
+// and prestage (standbys in placement records).
 var schema12 = mesh.Schema{Major: 1, Minor: 2}
 
 // policyGate returns a *GateError when doc uses a field or value that not
@@ -52,6 +52,9 @@ func policyGate(doc *policy.Document, nodes []mesh.Node) error {
 	}
 	if doc.InferenceService != nil && doc.Wrote("spec.autoscale") {
 		return &GateError{Field: "spec.autoscale", What: "autoscale", Need: schema12, Oldest: oldest, Members: members}
+	}
+	if doc.InferenceService != nil && doc.Wrote("spec.burst") {
+		return &GateError{Field: "spec.burst", What: "burst", Need: schema12, Oldest: oldest, Members: members}
 	}
 	if doc.InferenceService != nil && doc.Wrote("spec.prestage") {
 		return &GateError{Field: "spec.prestage", What: "prestage", Need: schema12, Oldest: oldest, Members: members}

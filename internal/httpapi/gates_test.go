@@ -44,6 +44,8 @@ func TestGates(t *testing.T) {
 		{"fixed replicas", service("  replicas: 2\n"), ""},
 		{"autoscale", service("  autoscale: {max: 4, target: {rps: 50}}\n"),
 			"spec.autoscale: autoscale needs every agent at schema 1.2 or newer, and b, c run 1.0: finish upgrading the mesh first"},
+		{"burst", service("  latency: {p99: 20ms, clients: [a]}\n  burst: {tiers: [cloud]}\n"),
+			"spec.burst: burst needs every agent at schema 1.2 or newer, and b, c run 1.0: finish upgrading the mesh first"},
 		{"prestage", service("  prestage: true\n"),
 			"spec.prestage: prestage needs every agent at schema 1.2 or newer, and b, c run 1.0: finish upgrading the mesh first"},
 		{"exec", job("  command: [python3, train.py]\n"), ""},

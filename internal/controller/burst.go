@@ -1,0 +1,118 @@
+package controller
+
+import (
+	"fmt"
+	"slices"
+	"time"
+
+	"github.com/strata-mesh/strata/internal/catalog"
+	"github.com/strata-mesh/strata/internal/meshview"
+	"github.com/strata-mesh/strata/mesh"
+	"github.com/strata-mesh/strata/placement"
+	"github.com/strata-mesh/strata/policy"
+)
+
+// overflow places what dec left unplaced of req on the burst tiers,
+// within the SLO plus the burst's MaxExtraLatency: per client site for a
+// service placed per site, else in all. Nodes dec chose are not chosen
+// again.
+func overflow(snap *placement.Snapshot, req *placement.Request, dec *placement.Decision, b *policy.Burst) []placement.Placement {
+	exclude := slices.Clone(req.Exclude)
+	placed := map[string]int{}
+	for _, pl := range dec.Placements {
+		exclude = append(exclude, pl.Node)
+		placed[pl.Client]++
+	}
+	type group struct {
+		client  string
+		missing int
+	}
+	var groups []group
+	if req.PerClientSite {
+		for _, cl := range req.Latency.Clients {
+			if n := max(1, req.Replicas) - placed[cl]; n > 0 {
+				groups = append(groups, group{cl, n})
+			}
+		}
+	} else {
+		groups = []group{{"", dec.Wanted - len(dec.Placements)}}
+	}
+	var out []placement.Placement
+	for _, g := range groups {
+		r := *req
+		r.Tiers, r.Replicas, r.Exclude = b.Tiers, g.missing, slices.Clone(exclude)
+		r.Latency.P99 += time.Duration(b.MaxExtraLatency)
+		if g.client != "" {
+			r.PerClientSite, r.Latency.Clients = false, []string{g.client}
+		}
+		d, err := placement.Place(snap, &r)
+		if err != nil {
+			continue
+		}
+		for _, pl := range d.Placements {
+			pl.Client = g.client
+			out = append(out, pl)
+			exclude = append(exclude, pl.Node)
+		}
+	}
+	return out
+}
+
+// burstBack says whether a service with burst replicas should be placed
+// again to bring them back: its own tiers have had room for them, within
+// the SLO, for the burst's ScaleDownAfter (measured here, so a new owner
+// starts the wait again), and why.
+func (c *Controller) burstBack(p catalog.Policy, b *policy.Burst, rec catalog.Placement, view *round, now time.Time) (string, bool) {
+	bursting := burstCount(rec.Nodes)
+	if bursting == 0 {
+		delete(c.roomSince, rec.Key)
+		return "", false
+	}
+	req, err := c.cfg.Compile(p)
+	if err != nil {
+		return "", false
+	}
+	if f := c.facts(p); f.autoscale != nil {
+		req.Replicas, _ = scaledReplicas(f.autoscale, req.Replicas, rec, true)
+	}
+	base, err := view.snapshot()
+	if err != nil {
+		return "", false
+	}
+	snap := base.Clone()
+	meshview.ReleaseHeld(snap, view.nodes, rec.Key)
+	dec, err := placement.Place(snap, req)
+	if err != nil || len(dec.Placements) < dec.Wanted {
+		delete(c.roomSince, rec.Key)
+		return "", false
+	}
+	since, ok := c.roomSince[rec.Key]
+	if !ok {
+		c.roomSince[rec.Key] = now
+		return "", false
+	}
+	if now.Sub(since) < time.Duration(b.ScaleDownAfter) {
+		return "", false
+	}
+	delete(c.roomSince, rec.Key)
+	return fmt.Sprintf("%d burst replica(s) come back: the service's tiers have had room for %s", bursting, time.Duration(b.ScaleDownAfter)), true
+}
+
+// bursting says whether a placement has replicas on burst tiers whose
+// nodes are alive.
+func bursting(rec catalog.Placement, byName map[string]mesh.Node) bool {
+	return slices.ContainsFunc(rec.Nodes, func(pn catalog.PlacedNode) bool {
+		return pn.Burst && byName[pn.Name].Status == mesh.StatusAlive
+	})
+}
+
+// burstCount counts the replicas on burst tiers.
+func burstCount(ns []catalog.PlacedNode) int {
+	n := 0
+	for _, pn := range ns {
+		if pn.Burst {
+			n++
+		}
+	}
+	return n
+}
