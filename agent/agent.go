@@ -79,17 +79,14 @@ type Agent struct {
 	srv     *http.Server
 	started time.Time
 
-	// compile turns an applied policy into a placement request;
-	// meshview.Compile in production, a stand-in in tests of the controller.
-	compile func(PolicyRecord) (*placement.Request, error)
-	dp      *dataPlane // nil without a mesh CA
-	art     *artifacts.Service
-	inf     *infer.Server
-	infErr  error // why inf is nil
-	srvg    *serving.Loader
-	fwd     *serving.Forwarder
-	ctrl    *controller.Controller
-	drift   *driftwatch.Watch
+	dp     *dataPlane // nil without a mesh CA
+	art    *artifacts.Service
+	inf    *infer.Server
+	infErr error // why inf is nil
+	srvg   *serving.Loader
+	fwd    *serving.Forwarder
+	ctrl   *controller.Controller
+	drift  *driftwatch.Watch
 	// jobRunner runs the training jobs placed here; events derives the
 	// /v1/events stream.
 	jobRunner *jobs.Runner
@@ -123,7 +120,7 @@ func New(cfg Config) (*Agent, error) {
 		return nil, err
 	}
 	tokens, _ := cfg.apiTokens() // validated
-	a := &Agent{cfg: cfg, started: time.Now(), compile: meshview.Compile}
+	a := &Agent{cfg: cfg, started: time.Now()}
 	a.log = cfg.Logger
 	if a.log == nil {
 		lvl, _ := parseLevel(cfg.LogLevel)
@@ -272,7 +269,7 @@ func New(cfg Config) (*Agent, error) {
 		}
 	}
 	cc := controller.Config{Mesh: a.mesh, Catalog: a.cat, Artifacts: a.art, Logger: a.log, Guard: a.guard, Federated: a.fed != nil, Registerer: a.reg,
-		Compile: func(p PolicyRecord) (*placement.Request, error) { return a.compile(p) }, Load: a.loadFrom}
+		Compile: meshview.Compile, Load: a.loadFrom}
 	var handOff func(PolicyRecord, *placement.Request) (string, string)
 	if a.fed != nil {
 		handOff = func(_ PolicyRecord, req *placement.Request) (string, string) {
@@ -323,7 +320,7 @@ func New(cfg Config) (*Agent, error) {
 			}
 			return federation.Sites(a.mesh, time.Now())
 		},
-		Compile: func(p PolicyRecord) (*placement.Request, error) { return a.compile(p) },
+		Compile: meshview.Compile,
 		HandOff: handOff,
 	}
 	if a.inf != nil {

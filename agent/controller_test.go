@@ -1,7 +1,6 @@
 package agent
 
 import (
-	"encoding/json"
 	"fmt"
 	"slices"
 	"testing"
@@ -9,38 +8,17 @@ import (
 
 	"github.com/strata-mesh/strata/mesh"
 	"github.com/strata-mesh/strata/mesh/meshtest"
-	"github.com/strata-mesh/strata/placement"
 )
 
-// stubPolicy is the stand-in policy source these tests put in the catalog,
-// so the controller is tested apart from the policy language.
-type stubPolicy struct {
-	Training bool     `json:"training"`
-	Replicas int      `json:"replicas"`
-	CPU      int64    `json:"cpu"`
-	GPUs     int      `json:"gpus"`
-	Tiers    []string `json:"tiers"`
-}
-
-func stubCompile(p PolicyRecord) (*placement.Request, error) {
-	var s stubPolicy
-	if err := json.Unmarshal([]byte(p.Source), &s); err != nil {
-		return nil, err
-	}
-	req := &placement.Request{Kind: placement.Inference, Key: p.Key(), Replicas: s.Replicas, Tiers: s.Tiers,
-		Resources: placement.Resources{CPU: s.CPU}}
-	if s.Training {
-		req.Kind = placement.Training
-		req.Resources.GPUs = s.GPUs
-		req.Gang = placement.Gang{Nodes: s.Replicas, GPUsPerNode: s.GPUs, SameFabric: true}
-	}
-	return req, nil
-}
-
-func putPolicy(t *testing.T, a *Agent, kind, name string, s stubPolicy) {
+// putPolicy stores a policy document (YAML) in the catalog, as an apply
+// at a would, without the apply's checks.
+func putPolicy(t *testing.T, a *Agent, kind, name, spec string) {
 	t.Helper()
-	src, _ := json.Marshal(s)
-	rec := PolicyRecord{Kind: kind, Name: name, Source: string(src), Generation: 1, Applied: time.Now()}
+	src := fmt.Sprintf("apiVersion: strata/v1\nkind: %s\nmetadata: {name: %s}\nspec:\n%s", kind, name, spec)
+	rec := PolicyRecord{Kind: kind, Name: name, Source: src, Generation: 1, Applied: time.Now()}
+	if _, err := rec.Document(); err != nil {
+		t.Fatalf("policy %s/%s: %v", kind, name, err)
+	}
 	if _, err := a.cat.Policies.Put(rec); err != nil {
 		t.Fatal(err)
 	}
@@ -53,10 +31,7 @@ func placementOf(a *Agent, key string) (PlacementRecord, bool) {
 
 func TestControllerPlacesAndReplacesAfterFailure(t *testing.T) {
 	agents := devMesh(t, 7, func(c *Config) {})
-	for _, a := range agents {
-		a.compile = stubCompile
-	}
-	putPolicy(t, agents[0], "InferenceService", "web", stubPolicy{Replicas: 2, CPU: 500, Tiers: []string{"edge"}})
+	putPolicy(t, agents[0], "InferenceService", "web", "  model: {name: m, version: \"1\"}\n  replicas: 2\n  resources: {cpu: 500m}\n  tiers: [edge]\n")
 	key := "InferenceService/web"
 	var placed PlacementRecord
 	meshtest.WaitFor(t, 20*time.Second, "web placed on two edge nodes, the same on every agent", func() bool {
@@ -142,11 +117,10 @@ func TestControllerPlacesAndReplacesAfterFailure(t *testing.T) {
 func TestNoOverCommitWhenOwnersRace(t *testing.T) {
 	agents := devMesh(t, 7, func(c *Config) {})
 	for _, a := range agents {
-		a.compile = stubCompile
-		a.jobRunner.SetPaused(true) // placement alone: the stub jobs are not runnable
+		a.jobRunner.SetPaused(true) // placement alone: the jobs are not run
 	}
 	for i := range 3 {
-		putPolicy(t, agents[i*2], "TrainingJob", fmt.Sprintf("train-%d", i), stubPolicy{Training: true, Replicas: 1, GPUs: 8, Tiers: []string{"onprem"}})
+		putPolicy(t, agents[i*2], "TrainingJob", fmt.Sprintf("train-%d", i), "  command: [\"true\"]\n  resources: {gpus: {count: 8}}\n  tiers: [onprem]\n")
 	}
 	meshtest.WaitFor(t, 30*time.Second, "two gangs placed and one failed", func() bool {
 		placedN, failedN := 0, 0

@@ -343,11 +343,25 @@ type cand struct {
 	rtt time.Duration
 }
 
+// siteRTT bounds the distance the forwarder assumes to a node of its own
+// site: a site is one location's network, and on a busy host the
+// coordinates can take CPU delay for distance (two nodes of one site
+// estimated tens of milliseconds apart), which would send a request to
+// another site past the replica next door.
+const siteRTT = 2 * time.Millisecond
+
 // servingNodes is ServingNodes with each node's RTT.
 func (f *Forwarder) servingNodes(model, version string) []cand {
 	var cs []cand
 	self := f.cfg.Mesh.ID()
-	for _, n := range f.cfg.Mesh.Nodes() {
+	nodes := f.cfg.Mesh.Nodes()
+	site := ""
+	for _, n := range nodes {
+		if n.ID == self {
+			site = n.Site
+		}
+	}
+	for _, n := range nodes {
 		if !live(n) || n.ID == self || n.Addrs.Data == "" {
 			continue
 		}
@@ -357,6 +371,9 @@ func (f *Forwarder) servingNodes(model, version string) []cand {
 		rtt, err := safe.RTT(f.cfg.Mesh, f.cfg.Mesh.Name(), n.Name)
 		if err != nil {
 			rtt = time.Hour // unknown distance (or a coordinate that cannot be compared): try it last
+		}
+		if site != "" && n.Site == site {
+			rtt = min(rtt, siteRTT)
 		}
 		cs = append(cs, cand{n, rtt})
 	}

@@ -122,3 +122,35 @@ func TestForwardByLoad(t *testing.T) {
 		t.Errorf("one replica: %v", out)
 	}
 }
+
+// farPeers are peers whose coordinates put each node rtt[name] away.
+type farPeers struct {
+	peers
+	rtt map[string]time.Duration
+}
+
+func (p farPeers) RTT(a, b string) (time.Duration, error) { return p.rtt[b], nil }
+
+// TestSameSiteFirstWhenCoordinatesDisagree: a busy host's coordinates can
+// put the replica next door further than another site's; a node of this
+// agent's own site counts as at most siteRTT away, so it is still first.
+func TestSameSiteFirstWhenCoordinatesDisagree(t *testing.T) {
+	t.Parallel()
+	node := func(name, site string) mesh.Node {
+		n := mesh.Node{Status: mesh.StatusAlive}
+		n.ID, n.Name, n.Site, n.Addrs.Data = name, name, site, name+":7471"
+		if name != "self" {
+			n.Models = []string{"fraud@1"}
+		}
+		return n
+	}
+	f := NewForwarder(ForwarderConfig{Mesh: farPeers{
+		peers: peers{node("self", "edge-a"), node("edge-b-1", "edge-b"), node("edge-a-2", "edge-a")},
+		rtt:   map[string]time.Duration{"edge-a-2": 87 * time.Millisecond, "edge-b-1": 30 * time.Millisecond},
+	}})
+	for range 100 {
+		if got := f.byLoad(f.servingNodes("fraud", ""), "fraud", ""); got[0].Name != "edge-a-2" {
+			t.Fatalf("first target %s, want edge-a-2 of this agent's site", got[0].Name)
+		}
+	}
+}

@@ -43,16 +43,30 @@ function card(p) {
       h('dt', {}, 'owner'), h('dd', {}, p.owner || '–'),
       h('dt', {}, 'epoch'), h('dd', {}, `${p.epoch ?? '–'} (generation ${p.generation ?? '–'})`),
       h('dt', {}, 'replicas'), h('dd', {}, `${nodes.filter((n) => n.admitted).length} admitted of ${p.wanted ?? nodes.length} wanted`),
+      p.scale && p.scale.from !== p.scale.replicas ? [h('dt', {}, 'autoscaled'),
+        h('dd', {}, `${p.scale.from} → ${p.scale.replicas} ${ago(p.scale.at)}: ${p.scale.reason || ''}`)] : null,
       res ? [h('dt', {}, 'each'), h('dd', {}, res)] : null,
       p.updated ? [h('dt', {}, 'updated'), h('dd', {}, `${when(p.updated)} (${ago(p.updated)})`)] : null),
-    nodes.length ? table(['Node', 'Tier', 'Site', 'Rank', 'State'], nodes.map((n) => h('tr', {},
-      h('td', {}, h('a', { href: `#/mesh/${encodeURIComponent(n.name)}` }, n.name)),
-      h('td', {}, n.tier), h('td', {}, n.site), h('td', { class: 'num' }, String(n.rank ?? 0)),
-      h('td', {}, n.admitted ? badge('admitted') : badge('pending', 'not admitted yet'))))) : null,
+    nodes.length ? nodeTable(nodes) : null,
     Object.keys(refused).length ? [h('h3', {}, 'Refused earlier'), h('ul', { class: 'small' }, Object.entries(refused).map(([n, why]) => h('li', {}, `${n}: ${why}`)))] : null,
     (p.fallbacks || []).length ? [h('h3', {}, 'Fallbacks'), h('ul', { class: 'small fallbacks' }, p.fallbacks.map(fallback))] : null,
     rejected(p.rejected),
     p.rollout ? rollout(p.rollout) : null);
+}
+
+// nodeTable lists a placement's nodes: where, admitted, what the node
+// says of its replica (loading, serving, failed), whether it is a burst
+// replica, and its standby where the service prestages.
+function nodeTable(nodes) {
+  const standbys = nodes.some((n) => n.standby);
+  const cols = ['Node', 'Tier', 'Site', 'Rank', 'State'];
+  if (standbys) cols.push('Standby');
+  return table(cols, nodes.map((n) => h('tr', {},
+    h('td', {}, h('a', { href: `#/mesh/${encodeURIComponent(n.name)}` }, n.name)),
+    h('td', {}, n.burst ? [n.tier, ' ', badge('burst', 'burst', 'overflow: the service\'s own tiers had no room within the SLO')] : n.tier),
+    h('td', {}, n.site), h('td', { class: 'num' }, String(n.rank ?? 0)),
+    h('td', {}, n.admitted ? badge('admitted') : badge('pending', 'not admitted yet'), n.replica ? [' ', badge(n.replica, n.replica, n.reason || '')] : null),
+    standbys ? h('td', {}, n.standby || '–') : null)));
 }
 
 // fallback says why a tier was passed over: the tier, the main reason,
