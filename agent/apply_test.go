@@ -5,8 +5,10 @@ import (
 	"net/http"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/strata-mesh/strata/internal/httpapi"
+	"github.com/strata-mesh/strata/mesh/meshtest"
 )
 
 // TestApplyRefusesWhatPlanRefuses: a policy naming a client site no node
@@ -44,4 +46,53 @@ func TestApplyRefusesWhatPlanRefuses(t *testing.T) {
 	if got != want || !strings.Contains(got, "no node can take InferenceService/huge now") || !strings.Contains(got, "model m:latest is not published") {
 		t.Errorf("apply warned:\n%s\nplan warned:\n%s\nwant the same: infeasible now, model not published", got, want)
 	}
+}
+
+// TestPlanShowsBurst: a service whose tiers hold only part of its
+// replicas within the SLO plans the rest on its burst tiers: the plan
+// names them and counts the service as placed, as the owner would place
+// it.
+func TestPlanShowsBurst(t *testing.T) {
+	t.Parallel()
+	h := devMesh(t, 7)[0].Handler()
+	// One replica per edge node (each has 1000m): the three edge nodes
+	// hold 3 of 5, the rack the other 2.
+	src := []byte(`apiVersion: strata/v1
+kind: InferenceService
+metadata: {name: peak}
+spec:
+  model: {name: m}
+  replicas: 5
+  resources: {cpu: 600m}
+  latency: {p99: 50ms, clients: [edge-a]}
+  tiers: [edge]
+  burst: {tiers: [onprem], maxExtraLatency: 10ms}
+`)
+	var plan []httpapi.PlanResult
+	// Until every node has published a coordinate, nodes without one are
+	// of unknown distance and meet no SLO.
+	meshtest.Poll(t, 60*time.Second, 250*time.Millisecond, "3 replicas planned on the edge and 2 on the rack", func() bool {
+		code, body := post(t, h, http.MethodPost, "/v1/plan?file=peak.yaml", src)
+		return code == http.StatusOK && json.Unmarshal(body, &plan) == nil && len(plan) == 1 &&
+			len(plan[0].Decision.Placements) == 3 && len(plan[0].Burst) == 2
+	}, func() {
+		if len(plan) == 1 {
+			t.Logf("last plan:\n%s", plan[0].Explanation)
+		}
+	})
+	p := plan[0]
+	for _, b := range p.Burst {
+		if b.Tier != "onprem" {
+			t.Errorf("burst replica on %s (%s), want onprem", b.Node, b.Tier)
+		}
+	}
+	if !strings.Contains(p.Explanation, "Burst: the service's tiers hold 3 of 5 replicas within the SLO; 2 overflow to the burst tiers (onprem, within the SLO + 10ms)") {
+		t.Errorf("explanation:\n%s", p.Explanation)
+	}
+	for _, w := range p.Warnings {
+		if strings.Contains(w, "replicas of") {
+			t.Errorf("plan warns %q; the burst tiers take the rest", w)
+		}
+	}
+	t.Logf("plan:\n%s", p.Explanation)
 }

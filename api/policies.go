@@ -75,6 +75,9 @@ type PlanResult struct {
 	// HandOff, in a federated mesh, is the site an apply would hand the
 	// policy to when no node of this agent's site can take it.
 	HandOff *HandOff `json:"hand_off,omitempty"`
+	// Burst are the replicas a service with burst would place on its
+	// burst tiers: those Decision could not place within its own.
+	Burst []Choice `json:"burst,omitempty"`
 }
 
 // HandOff names the site a policy would be handed to, and why that site.

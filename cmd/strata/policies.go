@@ -50,7 +50,8 @@ func runPlan(args []string, stdout, stderr io.Writer) error {
 	all := true
 	for _, r := range results {
 		// A policy handed to another site is placed there.
-		all = all && (r.Decision != nil && r.Decision.Feasible || r.HandOff != nil)
+		// So is a service whose overflow the burst tiers take.
+		all = all && (r.Decision != nil && (r.Decision.Feasible || len(r.Decision.Placements)+len(r.Burst) >= r.Decision.Wanted) || r.HandOff != nil)
 		for _, w := range r.Warnings {
 			fmt.Fprintf(stderr, "warning: %s\n", w)
 		}

@@ -12,52 +12,6 @@ import (
 	"github.com/strata-mesh/strata/policy"
 )
 
-// overflow places what dec left unplaced of req on the burst tiers,
-// within the SLO plus the burst's MaxExtraLatency: per client site for a
-// service placed per site, else in all. Nodes dec chose are not chosen
-// again.
-func overflow(snap *placement.Snapshot, req *placement.Request, dec *placement.Decision, b *policy.Burst) []placement.Placement {
-	exclude := slices.Clone(req.Exclude)
-	placed := map[string]int{}
-	for _, pl := range dec.Placements {
-		exclude = append(exclude, pl.Node)
-		placed[pl.Client]++
-	}
-	type group struct {
-		client  string
-		missing int
-	}
-	var groups []group
-	if req.PerClientSite {
-		for _, cl := range req.Latency.Clients {
-			if n := max(1, req.Replicas) - placed[cl]; n > 0 {
-				groups = append(groups, group{cl, n})
-			}
-		}
-	} else {
-		groups = []group{{"", dec.Wanted - len(dec.Placements)}}
-	}
-	var out []placement.Placement
-	for _, g := range groups {
-		r := *req
-		r.Tiers, r.Replicas, r.Exclude = b.Tiers, g.missing, slices.Clone(exclude)
-		r.Latency.P99 += time.Duration(b.MaxExtraLatency)
-		if g.client != "" {
-			r.PerClientSite, r.Latency.Clients = false, []string{g.client}
-		}
-		d, err := placement.Place(snap, &r)
-		if err != nil {
-			continue
-		}
-		for _, pl := range d.Placements {
-			pl.Client = g.client
-			out = append(out, pl)
-			exclude = append(exclude, pl.Node)
-		}
-	}
-	return out
-}
-
 // burstBack says whether a service with burst replicas should be placed
 // again to bring them back: its own tiers have had room for them, within
 // the SLO, for the burst's ScaleDownAfter (measured here, so a new owner

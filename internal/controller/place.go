@@ -100,7 +100,7 @@ func (c *Controller) place(p catalog.Policy, old catalog.Placement, have bool, v
 	regular := len(fresh) // placed within the service's tiers and SLO
 	feasible := dec.Feasible
 	if f.burst != nil && len(fresh) < dec.Wanted {
-		for _, pl := range overflow(snap, req, dec, f.burst) {
+		for _, pl := range meshview.Overflow(snap, req, dec, f.burst) {
 			fresh = append(fresh, catalog.PlacedNode{Name: pl.Node, ID: pl.NodeID, Tier: pl.Tier, Site: pl.Site, Client: pl.Client, Burst: true})
 		}
 		feasible = len(fresh) == dec.Wanted

@@ -83,6 +83,9 @@ type PlanResult struct {
 	Warnings []string `json:"warnings,omitempty"`
 	// HandOff is the site an apply would hand the policy to (federated).
 	HandOff *api.HandOff `json:"hand_off,omitempty"`
+	// Burst are the replicas a service with burst would place on its
+	// burst tiers: those Decision could not place within its own.
+	Burst []placement.Placement `json:"burst,omitempty"`
 }
 
 // remoteClients are the other sites of a federated mesh as client sites
@@ -144,6 +147,10 @@ func (s *Server) handlePlan(w http.ResponseWriter, r *http.Request) {
 		if h := ev.handOff; h != nil {
 			res.Explanation = strings.TrimRight(res.Explanation, "\n") +
 				fmt.Sprintf("\nNo node of this site can take it: applied, it would be handed to site %s, where %s.\n", h.Site, h.Why)
+		}
+		if len(ev.burst) > 0 {
+			res.Burst = ev.burst
+			res.Explanation = strings.TrimRight(res.Explanation, "\n") + "\n" + burstExplanation(p, dec, ev.burst)
 		}
 		if why != "" {
 			res.Why = dec.Explain(why)
@@ -462,4 +469,23 @@ func unplaced(kind string, nodes []mesh.Node) string {
 		return fmt.Sprintf("waiting for a controller-capable agent (%s: none reachable); only they place training jobs, so that no job is placed on both sides of a cut", strings.Join(away, ", "))
 	}
 	return "waiting for its owner to place it"
+}
+
+// burstExplanation says where a service's overflow would go, for people.
+func burstExplanation(p catalog.Policy, dec *placement.Decision, burst []placement.Placement) string {
+	var b strings.Builder
+	extra := ""
+	if doc, err := p.Document(); err == nil && doc.InferenceService != nil && doc.InferenceService.Burst != nil {
+		bu := doc.InferenceService.Burst
+		extra = fmt.Sprintf(" (%s, within the SLO + %s)", strings.Join(bu.Tiers, ", "), time.Duration(bu.MaxExtraLatency))
+	}
+	fmt.Fprintf(&b, "Burst: the service's tiers hold %d of %d replicas within the SLO; %d overflow to the burst tiers%s:\n", len(dec.Placements), dec.Wanted, len(burst), extra)
+	for _, pl := range burst {
+		fmt.Fprintf(&b, "  %s (%s, %s)", pl.Node, pl.Tier, pl.Site)
+		if pl.Client != "" {
+			fmt.Fprintf(&b, " for %s", pl.Client)
+		}
+		b.WriteString("\n")
+	}
+	return b.String()
 }

@@ -27,6 +27,9 @@ type evaluation struct {
 	// handOff is the site an apply would hand the policy to (federated):
 	// no node of this site can take it.
 	handOff *api.HandOff
+	// burst are the replicas a service with burst would overflow to
+	// (meshview.Overflow): what dec could not place within its tiers.
+	burst []placement.Placement
 	// warnings say what the policy would wait for: a model or dataset not
 	// published, room the mesh has not got now, a client site not
 	// measured yet. None stops an apply.
@@ -105,7 +108,10 @@ func (s *Server) evaluate(p catalog.Policy, nodes []mesh.Node, remote []placemen
 			return ev, nil
 		}
 	}
-	if w := infeasible(p.Key(), req, dec); w != "" {
+	if svc := doc.InferenceService; svc != nil && svc.Burst != nil && len(dec.Placements) < dec.Wanted {
+		ev.burst = meshview.Overflow(snap, req, dec, svc.Burst)
+	}
+	if w := infeasible(p.Key(), req, dec, len(ev.burst)); w != "" {
 		ev.warnings = append(ev.warnings, w)
 	}
 	return ev, nil
@@ -125,16 +131,18 @@ func placeRefusal(key string, err error) *refusal {
 	}
 }
 
-// infeasible warns that dec places less than req wants, as the controller
-// would find it now: "" when it places everything.
-func infeasible(key string, req *placement.Request, dec *placement.Decision) string {
+// infeasible warns that dec, with burst replicas overflowing beside it,
+// places less than req wants, as the controller would find it now: ""
+// when it places everything.
+func infeasible(key string, req *placement.Request, dec *placement.Decision, burst int) string {
 	why := meshview.SummarizeRejections(meshview.Rejections(dec.Rejected), meshview.Fallbacks(dec.Fallbacks))
+	placed := len(dec.Placements) + burst
 	switch {
-	case dec.Feasible:
+	case dec.Feasible || placed >= dec.Wanted && dec.Wanted > 0:
 		return ""
-	case len(dec.Placements) == 0 || req.Kind == placement.Training:
+	case placed == 0 || req.Kind == placement.Training:
 		return fmt.Sprintf("no node can take %s now (%s): its placement fails until the mesh changes (strata plan explains)", key, why)
 	default:
-		return fmt.Sprintf("only %d of %d replicas of %s can be placed now (%s): the rest wait for room", len(dec.Placements), dec.Wanted, key, strings.TrimSpace(why))
+		return fmt.Sprintf("only %d of %d replicas of %s can be placed now (%s): the rest wait for room", placed, dec.Wanted, key, strings.TrimSpace(why))
 	}
 }

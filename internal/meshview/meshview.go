@@ -307,3 +307,49 @@ func IsSweep(p catalog.Policy) bool {
 	doc, err := p.Document()
 	return err == nil && doc.TrainingJob != nil && doc.TrainingJob.Sweep != nil
 }
+
+// Overflow places what dec left unplaced of req on the burst tiers of b,
+// within the SLO plus b.MaxExtraLatency: per client site for a service
+// placed per site, else in all. Nodes dec chose are not chosen again.
+// The owner places a service with burst so, and a plan shows it.
+func Overflow(snap *placement.Snapshot, req *placement.Request, dec *placement.Decision, b *policy.Burst) []placement.Placement {
+	exclude := slices.Clone(req.Exclude)
+	placed := map[string]int{}
+	for _, pl := range dec.Placements {
+		exclude = append(exclude, pl.Node)
+		placed[pl.Client]++
+	}
+	type group struct {
+		client  string
+		missing int
+	}
+	var groups []group
+	if req.PerClientSite {
+		for _, cl := range req.Latency.Clients {
+			if n := max(1, req.Replicas) - placed[cl]; n > 0 {
+				groups = append(groups, group{cl, n})
+			}
+		}
+	} else if n := dec.Wanted - len(dec.Placements); n > 0 {
+		groups = []group{{"", n}}
+	}
+	var out []placement.Placement
+	for _, g := range groups {
+		r := *req
+		r.Tiers, r.Replicas, r.Exclude = b.Tiers, g.missing, slices.Clone(exclude)
+		r.Latency.P99 += time.Duration(b.MaxExtraLatency)
+		if g.client != "" {
+			r.PerClientSite, r.Latency.Clients = false, []string{g.client}
+		}
+		d, err := placement.Place(snap, &r)
+		if err != nil {
+			continue
+		}
+		for _, pl := range d.Placements {
+			pl.Client = g.client
+			out = append(out, pl)
+			exclude = append(exclude, pl.Node)
+		}
+	}
+	return out
+}
