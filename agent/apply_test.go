@@ -7,8 +7,11 @@ import (
 	"testing"
 	"time"
 
+	"github.com/strata-mesh/strata/infer/drift"
 	"github.com/strata-mesh/strata/internal/httpapi"
 	"github.com/strata-mesh/strata/mesh/meshtest"
+	"github.com/strata-mesh/strata/storage"
+	"github.com/strata-mesh/strata/trainer/onnx"
 )
 
 // TestApplyRefusesWhatPlanRefuses: a policy naming a client site no node
@@ -95,4 +98,48 @@ spec:
 		}
 	}
 	t.Logf("plan:\n%s", p.Explanation)
+}
+
+// TestPlanWarnsOfASmallReference: a service that watches drift against a
+// training reference of fewer rows than its window (or than 100) is
+// planned and applied with a warning that says so; one with a reference
+// large enough is not.
+func TestPlanWarnsOfASmallReference(t *testing.T) {
+	t.Parallel()
+	keys, err := NewDevPKI()
+	if err != nil {
+		t.Fatal(err)
+	}
+	a := devMesh(t, 1, func(c *Config) { c.PKI = keys })[0]
+	model, _, err := onnx.RandomMLP(1, 1, 4, 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for version, rows := range map[string]int{"1": 27, "2": 600} {
+		values := make([]float64, rows)
+		for i := range values {
+			values[i] = float64(i % 13)
+		}
+		f, err := drift.Summarize("amount", values, drift.SummaryOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		ref, _ := json.Marshal(drift.Reference{Features: []drift.FeatureReference{f}})
+		publishFile(t, a, storage.PublishSpec{Kind: storage.KindModel, Name: "m", Version: version, Metadata: map[string]string{MetaReference: string(ref)}}, model)
+	}
+	for version, want := range map[string]string{
+		"1": "the drift reference of m@1 summarises 27 rows of amount, fewer than 500 (at least 100, and the window of 500)",
+		"2": "",
+	} {
+		src := []byte("apiVersion: strata/v1\nkind: InferenceService\nmetadata: {name: watched}\nspec:\n  model: {name: m, version: \"" + version + "\"}\n  drift: {}\n")
+		var plan []httpapi.PlanResult
+		code, body := post(t, a.Handler(), http.MethodPost, "/v1/plan?file=watched.yaml", src)
+		if code != http.StatusOK || json.Unmarshal(body, &plan) != nil || len(plan) != 1 {
+			t.Fatalf("plan = %d %s", code, body)
+		}
+		got := strings.Join(plan[0].Warnings, "\n")
+		if want != "" && !strings.Contains(got, want) || want == "" && strings.Contains(got, "drift reference") {
+			t.Errorf("m@%s: warnings %q, want %q", version, got, want)
+		}
+	}
 }

@@ -97,6 +97,7 @@ func (s *Server) evaluate(p catalog.Policy, nodes []mesh.Node, remote []placemen
 		ev.dec = dec
 	}
 	ev.warnings = append(ev.warnings, s.missing(p)...)
+	ev.warnings = append(ev.warnings, s.referenceWarnings(p)...)
 	if ev.dec == nil {
 		return ev, nil
 	}
