@@ -287,7 +287,7 @@ func New(cfg Config) (*Agent, error) {
 			Help: "Times the controller's view of the mesh was updated with new load only, without indexing it again."},
 			func() float64 { return float64(a.ctrl.SnapshotStats().Updates) }),
 	)
-	fc := serving.ForwarderConfig{Mesh: a.mesh}
+	fc := serving.ForwarderConfig{Mesh: a.mesh, SLO: serving.NewSLOs(a.cat).For}
 	if a.dp != nil {
 		fc.DataPlane = a.dp.node
 	}

@@ -49,6 +49,10 @@ type ForwarderConfig struct {
 	// name, site and data-plane address: a model served in no node of
 	// this agent's pool is forwarded to one of them.
 	Remote func(model, version string) []mesh.Node
+	// SLO, when set, is the tightest latency SLO (p99 from the clients)
+	// of the services that serve model, 0 for none: replicas beyond it
+	// are sent a request only when no replica within it is alive.
+	SLO func(model string) time.Duration
 }
 
 // Forwarder sends requests to other agents over the data plane (QUIC,
@@ -389,7 +393,8 @@ func (f *Forwarder) servingNodes(model, version string) []cand {
 
 // byLoad orders the nodes a request may go to: first the one chosen by
 // the power of two choices, then the rest nearest first (tried in turn
-// when one answers 404). Two alive nodes are drawn at random, each with a
+// when one answers 404). Two alive nodes within the model's SLO (all
+// alive ones when none is) are drawn at random, each with a
 // weight of 1/(RTT + 1 ms), so near ones are drawn far more often; of the
 // two, the request goes to the one it would expect an answer from first:
 // RTT plus the node's reported median handling time for itself and each
@@ -406,6 +411,20 @@ func (f *Forwarder) byLoad(cs []cand, model, version string) []mesh.Node {
 	alive := 0
 	for alive < len(cs) && cs[alive].n.Status == mesh.StatusAlive {
 		alive++
+	}
+	if f.cfg.SLO != nil {
+		// Only replicas within the tightest SLO of the services that
+		// serve the model compete, while one is (the alive ones are
+		// nearest first).
+		if slo := f.cfg.SLO(model); slo > 0 {
+			in := 0
+			for in < alive && cs[in].rtt <= slo {
+				in++
+			}
+			if in > 0 {
+				alive = in
+			}
+		}
 	}
 	if alive < 2 {
 		return out

@@ -7,7 +7,10 @@ import (
 	"time"
 
 	"github.com/strata-mesh/strata/infer"
+	"github.com/strata-mesh/strata/internal/catalog"
+	"github.com/strata-mesh/strata/internal/catalog/catalogtest"
 	"github.com/strata-mesh/strata/mesh"
+	"github.com/strata-mesh/strata/policy"
 )
 
 // docMesh is a node's own document, for a TrafficReporter.
@@ -152,5 +155,81 @@ func TestSameSiteFirstWhenCoordinatesDisagree(t *testing.T) {
 		if got := f.byLoad(f.servingNodes("fraud", ""), "fraud", ""); got[0].Name != "edge-a-2" {
 			t.Fatalf("first target %s, want edge-a-2 of this agent's site", got[0].Name)
 		}
+	}
+}
+
+// TestForwardWithinTheSLO: a replica beyond the tightest SLO of the
+// services that serve the model gets no request while one within it is
+// alive, however busy that one is; with no SLO known, load decides.
+func TestForwardWithinTheSLO(t *testing.T) {
+	t.Parallel()
+	busy := mesh.Node{Status: mesh.StatusAlive}
+	busy.Name, busy.Models = "near", []string{"fraud@1"}
+	busy.Traffic = []mesh.ModelTraffic{{Model: "fraud@1", RPS: 900, Inflight: 12, P50: 3}}
+	idle := mesh.Node{Status: mesh.StatusAlive}
+	idle.Name, idle.Models = "next", []string{"fraud@1"}
+	cs := []cand{{busy, 500 * time.Microsecond}, {idle, 12 * time.Millisecond}}
+	count := func(slo time.Duration) map[string]int {
+		f := NewForwarder(ForwarderConfig{SLO: func(model string) time.Duration {
+			if model == "fraud" {
+				return slo
+			}
+			return 0
+		}})
+		rng := rand.New(rand.NewPCG(1, 2))
+		f.draw = rng.Float64
+		n := map[string]int{}
+		for range 1000 {
+			n[f.byLoad(cs, "fraud", "")[0].Name]++
+		}
+		return n
+	}
+	if got := count(10 * time.Millisecond); got["next"] != 0 {
+		t.Errorf("SLO 10ms: %v; want none to next, 12ms away", got)
+	}
+	if got := count(0); got["next"] < 900 {
+		t.Errorf("no SLO: %v; want most to the idle next", got)
+	}
+	if got := count(100 * time.Microsecond); got["next"] < 900 {
+		t.Errorf("SLO no replica meets: %v; want load to decide", got)
+	}
+}
+
+// TestSLOsFollowPolicies: the index holds each model's tightest SLO over
+// the services that serve it, and follows policies as they change.
+func TestSLOsFollowPolicies(t *testing.T) {
+	t.Parallel()
+	cat := catalog.New(catalogtest.NewStore(), nil)
+	put := func(name, p99 string) {
+		t.Helper()
+		src := "apiVersion: strata/v1\nkind: InferenceService\nmetadata: {name: " + name + "}\nspec:\n  model: {name: fraud}\n  latency: {p99: " + p99 + ", clients: [edge-a]}\n"
+		if _, err := cat.Policies.Put(catalog.Policy{Kind: policy.KindInferenceService, Name: name, Source: src, Generation: 1}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	s := NewSLOs(cat)
+	lookup := func() time.Duration {
+		s.mu.Lock()
+		s.read = time.Time{} // as if a refresh were due
+		s.mu.Unlock()
+		return s.For("fraud")
+	}
+	put("a", "20ms")
+	put("b", "10ms")
+	if got := lookup(); got != 10*time.Millisecond {
+		t.Errorf("two services: %s, want the tighter 10ms", got)
+	}
+	put("b", "40ms")
+	if got := lookup(); got != 20*time.Millisecond {
+		t.Errorf("b relaxed to 40ms: %s, want 20ms", got)
+	}
+	if err := cat.Policies.Delete("InferenceService/a"); err != nil {
+		t.Fatal(err)
+	}
+	if got := lookup(); got != 40*time.Millisecond {
+		t.Errorf("a deleted: %s, want 40ms", got)
+	}
+	if got := s.For("other"); got != 0 {
+		t.Errorf("a model no service serves: %s", got)
 	}
 }
