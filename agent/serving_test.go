@@ -59,6 +59,38 @@ func infer1(t *testing.T, h http.Handler) (int, string, []byte) {
 	return rec.Code, rec.Header().Get(infer.HeaderServedBy), rec.Body.Bytes()
 }
 
+// asking sends infer1 to each of hs over and over, one caller each,
+// pausing pause after every request, until the stop it returns is
+// called; stop says how many were answered 200 and how many were not
+// (each logged).
+func asking(t *testing.T, hs []http.Handler, pause time.Duration) (stop func() (ok, failed int64)) {
+	var oks, fails atomic.Int64
+	done := make(chan struct{})
+	var wg sync.WaitGroup
+	for _, h := range hs {
+		wg.Go(func() {
+			for {
+				select {
+				case <-done:
+					return
+				case <-time.After(pause):
+				}
+				if code, _, body := infer1(t, h); code == http.StatusOK {
+					oks.Add(1)
+				} else {
+					fails.Add(1)
+					t.Logf("request: %d %s", code, body)
+				}
+			}
+		})
+	}
+	return func() (int64, int64) {
+		close(done)
+		wg.Wait()
+		return oks.Load(), fails.Load()
+	}
+}
+
 // TestServeAtTheEdgeForwardAndSwap pushes a model, applies an
 // InferenceService with one replica per client site, and checks that the
 // chosen edge nodes serve it, that any other agent forwards to the nearest
@@ -139,26 +171,7 @@ func TestServeAtTheEdgeForwardAndSwap(t *testing.T) {
 	}
 
 	// Hot swap: keep calling while version 2 replaces version 1.
-	var failed, ok atomic.Int64
-	stop := make(chan struct{})
-	var wg sync.WaitGroup
-	for _, a := range []*Agent{agents[0], agents[2]} {
-		wg.Go(func() {
-			for {
-				select {
-				case <-stop:
-					return
-				default:
-				}
-				if code, _, body := infer1(t, a.Handler()); code == http.StatusOK {
-					ok.Add(1)
-				} else {
-					failed.Add(1)
-					t.Logf("failed during swap: %d %s", code, body)
-				}
-			}
-		})
-	}
+	stop := asking(t, []http.Handler{agents[0].Handler(), agents[2].Handler()}, 0)
 	push("2", 2)
 	apply("2")
 	meshtest.Poll(t, 90*time.Second, 50*time.Millisecond, "scorer@2 served in both edge sites",
@@ -181,10 +194,9 @@ func TestServeAtTheEdgeForwardAndSwap(t *testing.T) {
 		}
 		return false
 	})
-	close(stop)
-	wg.Wait()
-	if failed.Load() != 0 || ok.Load() == 0 {
-		t.Errorf("during the swap: %d ok, %d failed; want none failed", ok.Load(), failed.Load())
+	ok, failed := stop()
+	if failed != 0 || ok == 0 {
+		t.Errorf("during the swap: %d ok, %d failed; want none failed", ok, failed)
 	}
 }
 
@@ -306,29 +318,11 @@ func TestAutoscaleFollowsRequests(t *testing.T) {
 			break
 		}
 	}
-	stop := make(chan struct{})
-	var wg sync.WaitGroup
-	var ok, failed atomic.Int64
-	for range 4 {
-		wg.Go(func() {
-			for {
-				select {
-				case <-stop:
-					return
-				default:
-				}
-				if code, _, body := infer1(t, from.Handler()); code == http.StatusOK {
-					ok.Add(1)
-				} else {
-					failed.Add(1)
-					t.Logf("request: %d %s", code, body)
-				}
-				// About 100 requests/s from the four: 5 replicas' worth,
-				// capped at 3.
-				time.Sleep(40 * time.Millisecond)
-			}
-		})
-	}
+	// Four callers, each pausing 40ms after a request: about 100
+	// requests/s, 5 replicas' worth of the target, capped at 3. The pace
+	// is the load under test.
+	h := from.Handler()
+	stop := asking(t, []http.Handler{h, h, h, h}, 40*time.Millisecond)
 	meshtest.Poll(t, 90*time.Second, 100*time.Millisecond, "3 replicas serving", func() bool {
 		rec, _ = placementOf(agents[0], key)
 		return rec.State == StatePlaced && rec.Wanted == 3 && serving(rec) == 3
@@ -340,15 +334,14 @@ func TestAutoscaleFollowsRequests(t *testing.T) {
 			}
 		}
 	})
-	close(stop)
-	wg.Wait()
+	ok, failed := stop()
 	if rec.Scale == nil || rec.Scale.Replicas != 3 || !strings.Contains(rec.Scale.Reason, "target 20 a replica") {
 		t.Errorf("scale %+v: want 3 replicas with the load as the reason", rec.Scale)
 	}
-	if failed.Load() > 0 {
-		t.Errorf("%d of %d requests failed while the service scaled", failed.Load(), failed.Load()+ok.Load())
+	if failed > 0 {
+		t.Errorf("%d of %d requests failed while the service scaled", failed, failed+ok)
 	}
-	t.Logf("%d requests; %s", ok.Load(), rec.Message)
+	t.Logf("%d requests; %s", ok, rec.Message)
 	var scaled []string
 	past, _, done := agents[0].events.Subscribe(0)
 	done()

@@ -148,37 +148,13 @@ func Run(t *Topology, evs []Event, o RunOptions) (*Report, error) {
 		}
 	}
 	rep := &Report{Nodes: len(t.Nodes), Sites: len(t.Sites), Regions: len(t.Regions), Events: len(evs), EstimatedRTT: t.pos == nil}
-	rep.Results = make([]Result, len(o.Strategies))
-	par := o.Parallel
-	if par <= 0 {
-		par = runtime.GOMAXPROCS(0)
-	}
-	sem := make(chan struct{}, par)
-	var wg sync.WaitGroup
-	var mu sync.Mutex
-	var errs []error
-	for k, name := range o.Strategies {
-		wg.Go(func() {
-			sem <- struct{}{}
-			defer func() { <-sem }()
-			r := newRunner(t, ix, eng, name, o.Seed)
-			res, err := r.run(evs)
-			mu.Lock()
-			defer mu.Unlock()
-			if err != nil {
-				errs = append(errs, fmt.Errorf("sim: %s: %w", name, err))
-				return
-			}
-			rep.Results[k] = res
-			if o.Progress != nil {
-				o.Progress(res)
-			}
-		})
-	}
-	wg.Wait()
-	if err := errors.Join(errs...); err != nil {
+	results, err := replayEach(o.Strategies, o.Parallel, func(name string) (Result, error) {
+		return newRunner(t, ix, eng, name, o.Seed).run(evs)
+	}, o.Progress)
+	if err != nil {
 		return nil, err
 	}
+	rep.Results = results
 	return rep, nil
 }
 
@@ -871,4 +847,41 @@ func roundDur(d time.Duration) time.Duration {
 		return d.Round(100 * time.Nanosecond)
 	}
 	return d
+}
+
+// replayEach runs replay once per strategy, at most parallel at once
+// (GOMAXPROCS when not positive), and returns the results in the order of
+// strategies; progress, when set, is told each result as it comes. The
+// errors of every strategy that failed are joined.
+func replayEach[R any](strategies []string, parallel int, replay func(name string) (R, error), progress func(R)) ([]R, error) {
+	if parallel <= 0 {
+		parallel = runtime.GOMAXPROCS(0)
+	}
+	out := make([]R, len(strategies))
+	sem := make(chan struct{}, parallel)
+	var wg sync.WaitGroup
+	var mu sync.Mutex
+	var errs []error
+	for k, name := range strategies {
+		wg.Go(func() {
+			sem <- struct{}{}
+			defer func() { <-sem }()
+			res, err := replay(name)
+			mu.Lock()
+			defer mu.Unlock()
+			if err != nil {
+				errs = append(errs, fmt.Errorf("sim: %s: %w", name, err))
+				return
+			}
+			out[k] = res
+			if progress != nil {
+				progress(res)
+			}
+		})
+	}
+	wg.Wait()
+	if err := errors.Join(errs...); err != nil {
+		return nil, err
+	}
+	return out, nil
 }

@@ -3,14 +3,11 @@ package sim
 import (
 	"cmp"
 	"container/heap"
-	"errors"
 	"fmt"
 	"io"
 	"math"
-	"runtime"
 	"slices"
 	"strings"
-	"sync"
 	"text/tabwriter"
 	"time"
 
@@ -262,37 +259,13 @@ func Serve(t *Topology, lt *LoadTrace, o ServeOptions) (*ServeReport, error) {
 			rep.Demand[k] += p.Rate[k]
 		}
 	}
-	rep.Results = make([]ServeResult, len(o.Strategies))
-	par := o.Parallel
-	if par <= 0 {
-		par = runtime.GOMAXPROCS(0)
-	}
-	sem := make(chan struct{}, par)
-	var wg sync.WaitGroup
-	var mu sync.Mutex
-	var errs []error
-	for k, name := range o.Strategies {
-		wg.Go(func() {
-			sem <- struct{}{}
-			defer func() { <-sem }()
-			r := newServeRunner(t, ix, eng, lt, &o, name)
-			res, err := r.run()
-			mu.Lock()
-			defer mu.Unlock()
-			if err != nil {
-				errs = append(errs, fmt.Errorf("sim: %s: %w", name, err))
-				return
-			}
-			rep.Results[k] = res
-			if o.Progress != nil {
-				o.Progress(res)
-			}
-		})
-	}
-	wg.Wait()
-	if err := errors.Join(errs...); err != nil {
+	results, err := replayEach(o.Strategies, o.Parallel, func(name string) (ServeResult, error) {
+		return newServeRunner(t, ix, eng, lt, &o, name).run()
+	}, o.Progress)
+	if err != nil {
 		return nil, err
 	}
+	rep.Results = results
 	return rep, nil
 }
 

@@ -116,6 +116,7 @@ func TestAutoscaleFollowsLoad(t *testing.T) {
 	}
 	t.Logf("scaled up: %s", rec.Message)
 	epoch := rec.Epoch
+	settled() // so that only the load keeps it as it is
 	rec = serve(map[string]float64{first: 40, rec.Nodes[1].Name: 40, rec.Nodes[2].Name: 40})
 	if rec.Wanted != 3 || rec.Epoch != epoch || rec.State != catalog.StatePlaced {
 		t.Errorf("3 replicas at 120 req/s: wanted %d, epoch %d → %d, %s; want it left alone", rec.Wanted, epoch, rec.Epoch, rec.State)

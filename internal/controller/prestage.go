@@ -6,9 +6,9 @@ import (
 	"github.com/strata-mesh/strata/mesh"
 
 	"github.com/strata-mesh/strata/internal/catalog"
+	"github.com/strata-mesh/strata/internal/serving"
 	"github.com/strata-mesh/strata/placement"
 	"github.com/strata-mesh/strata/policy"
-	"github.com/strata-mesh/strata/storage"
 )
 
 // modelData makes the service's model data the placement wants to be near
@@ -19,13 +19,7 @@ func (c *Controller) modelData(req *placement.Request, ref policy.ModelRef) {
 	if c.cfg.Artifacts == nil {
 		return
 	}
-	var m storage.Manifest
-	var err error
-	if ref.Digest != "" {
-		m, err = c.cfg.Artifacts.ByDigest(ref.Digest, storage.KindModel)
-	} else {
-		m, err = c.cfg.Artifacts.Lookup(storage.KindModel, ref.Name, ref.Version)
-	}
+	m, err := serving.ModelManifest(c.cfg.Artifacts, ref)
 	if err != nil {
 		return
 	}
