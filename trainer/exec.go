@@ -34,7 +34,7 @@ const (
 
 // workNice is the niceness job members run at (the agent runs at 0), so
 // that a busy host still gives the agent the CPU it needs to answer its
-// peers; see lowerPriority.
+// peers; see spawn.
 const workNice = 10
 
 // Reasons a member or run fails, as they appear in errors and statuses.
@@ -165,24 +165,21 @@ func (e *Exec) attempt(ctx context.Context, r *Run, attempt int) error {
 		// Output pipes are held by grandchildren too; do not wait on them
 		// forever once the process group has been killed.
 		cmd.WaitDelay = e.opts.KillGrace
-		if err := cmd.Start(); err != nil {
+		exited, niceErr, err := spawn(cmd)
+		if err != nil {
 			startErr = fmt.Errorf("rank %d on %s: %s: %w", rank, job.Members[rank].Node, ReasonStart, err)
 			r.setMember(rank, StateFailed, -1, startErr)
 			break
 		}
-		// The member gets the CPU only when the agent does not need it:
-		// an agent starved by its own work stops answering its peers'
-		// probes and looks dead to the mesh. (The member runs at the
-		// agent's priority for the moment between its start and this.)
-		if err := lowerPriority(cmd.Process.Pid); err != nil {
-			e.log.Debug("cannot lower the priority of a job member", "job", job.ID, "rank", rank, "error", err)
+		if niceErr != nil {
+			e.log.Debug("cannot lower the priority of a job member", "job", job.ID, "rank", rank, "error", niceErr)
 		}
 		cmds[rank] = cmd
 		started++
 		r.setMember(rank, StateRunning, -1, nil)
-		go func(rank int, cmd *exec.Cmd) {
-			exits <- exitResult{rank: rank, err: cmd.Wait()}
-		}(rank, cmd)
+		go func(rank int) {
+			exits <- exitResult{rank: rank, err: <-exited}
+		}(rank)
 	}
 	if startErr == nil {
 		r.setState(StateRunning)

@@ -21,5 +21,13 @@ func killGroup(pid int) {
 	}
 }
 
-// lowerPriority does nothing: there is no niceness to set.
-func lowerPriority(pid int) error { return nil }
+// spawn starts cmd and returns a channel that gets what cmd.Wait
+// returns. There is no niceness to set.
+func spawn(cmd *exec.Cmd) (exited <-chan error, niceErr, err error) {
+	if err := cmd.Start(); err != nil {
+		return nil, nil, err
+	}
+	waited := make(chan error, 1)
+	go func() { waited <- cmd.Wait() }()
+	return waited, nil, nil
+}
