@@ -65,9 +65,14 @@ type Forwarder struct {
 	// sent counts, per node name, the requests sent there and not yet
 	// answered: the part of its load this agent knows first hand.
 	sent sync.Map // name → *atomic.Int64
+	// ejected holds, per node name, until when the node is tried after
+	// the others (see eject).
+	ejected sync.Map // name → time.Time
 	// draw returns a number in [0, 1) (math/rand/v2's Float64; tests fix
 	// it).
 	draw func() float64
+	// now is time.Now (tests fix it).
+	now func() time.Time
 }
 
 // ErrNoDataPlane is returned (wrapped, saying which end lacks it) where a
@@ -81,7 +86,9 @@ var ErrNoDataPlane = errors.New("forwarding needs the data plane (mesh CA)")
 var credentialHeaders = []string{"Authorization", "Proxy-Authorization", "Cookie"}
 
 // NewForwarder returns a forwarder.
-func NewForwarder(cfg ForwarderConfig) *Forwarder { return &Forwarder{cfg: cfg, draw: rand.Float64} }
+func NewForwarder(cfg ForwarderConfig) *Forwarder {
+	return &Forwarder{cfg: cfg, draw: rand.Float64, now: time.Now}
+}
 
 var _ infer.Forwarder = (*Forwarder)(nil)
 
@@ -118,24 +125,39 @@ func (f *Forwarder) Forward(w http.ResponseWriter, r *http.Request, model, versi
 		return fmt.Errorf("request over %d bytes", maxForwardBody)
 	}
 	// The mesh's view of who serves what lags by a gossip round: a node
-	// that just stopped serving answers 404, and the next nearest is tried.
+	// that just stopped serving answers 404, and the next nearest is
+	// tried. So is the next one when a node does not answer in time (one
+	// that died a moment ago is not known dead for seconds): each try but
+	// the last is bounded (see tryTimeout).
+	tries := targets[:min(len(targets), 3)]
 	var lastErr error
-	for _, n := range targets[:min(len(targets), 3)] {
+	for i, n := range tries {
 		ctx, cancel := context.WithCancel(r.Context())
-		var answer *time.Timer // bounds the wait for a node believed failed to answer
-		if lastResort {
-			answer = time.AfterFunc(lastResortTimeout, cancel)
+		var bound time.Duration
+		switch {
+		case lastResort:
+			bound = lastResortTimeout
+		case i < len(tries)-1:
+			bound = tryTimeout(n, model, version)
+		}
+		var answer *time.Timer // bounds the wait for the node's answer (its headers)
+		if bound > 0 {
+			answer = time.AfterFunc(bound, cancel)
 		}
 		out := f.outstanding(n.Name)
 		out.Add(1)
 		resp, err := f.Send(ctx, n, r.Method, r.URL.RequestURI(), r.Header, body)
-		if answer != nil {
-			answer.Stop()
-		}
+		late := answer != nil && !answer.Stop()
 		if err != nil {
 			out.Add(-1)
 			cancel()
 			lastErr = err
+			if late {
+				lastErr = fmt.Errorf("%s did not answer within %s", n.Name, bound)
+			}
+			if r.Context().Err() == nil && !errors.Is(err, ErrNoDataPlane) {
+				f.eject(n.Name) // the node failed, not the caller who went away
+			}
 			continue
 		}
 		resp.Body = cancelOnClose{resp.Body, cancel}
@@ -163,6 +185,50 @@ func (f *Forwarder) Forward(w http.ResponseWriter, r *http.Request, model, versi
 // lastResortTimeout bounds a request to a node believed failed: a dead
 // one never answers, and the caller should hear so soon.
 const lastResortTimeout = 2 * time.Second
+
+// tryTimeout bounds the wait for n's answer to a request for model when
+// another node can be tried next: four times the p99 handling time n last
+// reported for it, and at least tryFloor. Past it the request goes to the
+// next node (inference is a pure function of its input: asking twice is
+// safe).
+func tryTimeout(n mesh.Node, model, version string) time.Duration {
+	var p99 float64 // milliseconds
+	for _, t := range n.Traffic {
+		if name, ver, _ := strings.Cut(t.Model, "@"); name == model && (version == "" || ver == version) {
+			p99 = max(p99, t.P99)
+		}
+	}
+	return max(tryFloor, 4*time.Duration(p99*float64(time.Millisecond)))
+}
+
+// tryFloor is the least tryTimeout: a node that has not answered a
+// request within a second while another could is taken for dead, as the
+// failure detector would only say seconds later.
+const tryFloor = time.Second
+
+// ejectFor is how long a node that failed a request (no answer in time,
+// or a connection that failed) is tried only after the others: long
+// enough for the mesh's failure detector to have caught up with a node
+// that died, short enough that a node that was only slow for a moment is
+// soon back.
+const ejectFor = 10 * time.Second
+
+// eject has the node named name tried after the others for ejectFor.
+func (f *Forwarder) eject(name string) { f.ejected.Store(name, f.now().Add(ejectFor)) }
+
+// isEjected says whether the node named name failed a request less than
+// ejectFor ago.
+func (f *Forwarder) isEjected(name string) bool {
+	v, ok := f.ejected.Load(name)
+	if !ok {
+		return false
+	}
+	if f.now().Before(v.(time.Time)) {
+		return true
+	}
+	f.ejected.CompareAndDelete(name, v)
+	return false
+}
 
 // believedFailed lists the nodes other than this one, failed or in a site
 // cut off, whose last document says they serve model (at version, or any
@@ -330,7 +396,8 @@ func live(n mesh.Node) bool { return n.Status == mesh.StatusAlive || n.Status ==
 // ServingNodes lists the live nodes other than this one that serve model
 // (at version, or any when empty) and can be forwarded to (they advertise
 // a data-plane address): alive ones nearest first by estimated RTT, then
-// suspect ones.
+// suspect ones and those that failed a request of this agent's in the
+// last ejectFor.
 func (f *Forwarder) ServingNodes(model, version string) []mesh.Node {
 	cs := f.servingNodes(model, version)
 	out := make([]mesh.Node, len(cs))
@@ -341,10 +408,12 @@ func (f *Forwarder) ServingNodes(model, version string) []mesh.Node {
 }
 
 // cand is a node that serves a model, with this agent's estimated RTT to
-// it (an hour when unknown).
+// it (an hour when unknown); first says it is alive and has not failed a
+// request of this agent's lately.
 type cand struct {
-	n   mesh.Node
-	rtt time.Duration
+	n     mesh.Node
+	rtt   time.Duration
+	first bool
 }
 
 // siteRTT bounds the distance the forwarder assumes to a node of its own
@@ -379,11 +448,12 @@ func (f *Forwarder) servingNodes(model, version string) []cand {
 		if site != "" && n.Site == site {
 			rtt = min(rtt, siteRTT)
 		}
-		cs = append(cs, cand{n, rtt})
+		cs = append(cs, cand{n, rtt, n.Status == mesh.StatusAlive && !f.isEjected(n.Name)})
 	}
-	// Alive nodes first, nearest first; suspects last, as a fallback.
+	// Alive nodes first, nearest first; suspect and ejected ones last, as
+	// a fallback.
 	sort.SliceStable(cs, func(i, j int) bool {
-		if a, b := cs[i].n.Status == mesh.StatusAlive, cs[j].n.Status == mesh.StatusAlive; a != b {
+		if a, b := cs[i].first, cs[j].first; a != b {
 			return a
 		}
 		return cs[i].rtt < cs[j].rtt
@@ -393,8 +463,9 @@ func (f *Forwarder) servingNodes(model, version string) []cand {
 
 // byLoad orders the nodes a request may go to: first the one chosen by
 // the power of two choices, then the rest nearest first (tried in turn
-// when one answers 404). Two alive nodes within the model's SLO (all
-// alive ones when none is) are drawn at random, each with a
+// when one answers 404 or not in time). Two alive nodes within the
+// model's SLO (all alive ones when none is), of those that have not
+// failed a request lately, are drawn at random, each with a
 // weight of 1/(RTT + 1 ms), so near ones are drawn far more often; of the
 // two, the request goes to the one it would expect an answer from first:
 // RTT plus the node's reported median handling time for itself and each
@@ -409,7 +480,7 @@ func (f *Forwarder) byLoad(cs []cand, model, version string) []mesh.Node {
 		out[i] = c.n
 	}
 	alive := 0
-	for alive < len(cs) && cs[alive].n.Status == mesh.StatusAlive {
+	for alive < len(cs) && cs[alive].first {
 		alive++
 	}
 	if f.cfg.SLO != nil {

@@ -3,10 +3,13 @@ package serving
 import (
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"net/http"
 	"net/http/httptest"
+	"slices"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -274,5 +277,84 @@ func TestForwardToNodesBelievedFailed(t *testing.T) {
 	err := f.Forward(httptest.NewRecorder(), httptest.NewRequest(http.MethodPost, "/v2/models/fraud/infer", strings.NewReader(`{}`)), "fraud", "")
 	if !errors.Is(err, infer.ErrModelNotReady) || !strings.Contains(err.Error(), "believes failed") || len(dead.tried) != 2 {
 		t.Errorf("forward to dead nodes: %v after trying %v; want not ready, naming the nodes believed failed, after trying both", err, dead.tried)
+	}
+}
+
+// halfDead is a data plane where the peers named in dead never answer
+// (each round trip waits until its context ends) and the others answer
+// 200 while the request's context lasts. Safe for concurrent use.
+type halfDead struct {
+	dead  map[string]bool
+	mu    sync.Mutex
+	tried []string
+}
+
+func (h *halfDead) RoundTrip(ctx context.Context, to dataplane.Peer, _ *http.Request) (*http.Response, error) {
+	h.mu.Lock()
+	h.tried = append(h.tried, to.Name)
+	h.mu.Unlock()
+	if h.dead[to.Name] {
+		<-ctx.Done()
+		return nil, ctx.Err()
+	}
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	return &http.Response{StatusCode: http.StatusOK, Header: http.Header{}, Body: io.NopCloser(strings.NewReader("{}"))}, nil
+}
+
+func (h *halfDead) triedSoFar() []string {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return slices.Clone(h.tried)
+}
+
+// TestForwardPastANodeThatDoesNotAnswer: a replica that died a moment ago
+// is still alive in the mesh's view for seconds. A request sent to it is
+// given up after a bound (not the 30 s a forwarded request may take) and
+// answered by the next replica, and for the next ejectFor the dead one is
+// tried only after the others; then it is tried first again.
+func TestForwardPastANodeThatDoesNotAnswer(t *testing.T) {
+	t.Parallel()
+	node := func(name string) mesh.Node {
+		n := mesh.Node{Status: mesh.StatusAlive}
+		n.ID, n.Name, n.Models, n.Addrs.Data = "id-"+name, name, []string{"fraud@1"}, name+":7471"
+		return n
+	}
+	dp := &halfDead{dead: map[string]bool{"edge-1": true}}
+	f := NewForwarder(ForwarderConfig{Mesh: peers{node("edge-1"), node("edge-2")}, DataPlane: dp})
+	f.draw = func() float64 { return 0 } // the power of two choices picks edge-1, the first listed
+	now := time.Now()
+	f.now = func() time.Time { return now }
+	forward := func() error {
+		// The caller waits 10 s: without a bound on each try, the one to
+		// edge-1 would take all of it and edge-2 would never be asked.
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		w := httptest.NewRecorder()
+		err := f.Forward(w, httptest.NewRequest(http.MethodPost, "/v2/models/fraud/infer", strings.NewReader(`{}`)).WithContext(ctx), "fraud", "")
+		if err == nil && w.Code != http.StatusOK {
+			err = fmt.Errorf("HTTP %d", w.Code)
+		}
+		return err
+	}
+	if err := forward(); err != nil {
+		t.Fatalf("edge-1 does not answer, edge-2 does: %v after trying %v", err, dp.triedSoFar())
+	}
+	if got := dp.triedSoFar(); !slices.Equal(got, []string{"edge-1", "edge-2"}) {
+		t.Fatalf("tried %v, want edge-1 then edge-2", got)
+	}
+	if err := forward(); err != nil {
+		t.Fatal(err)
+	}
+	if got := dp.triedSoFar(); !slices.Equal(got, []string{"edge-1", "edge-2", "edge-2"}) {
+		t.Fatalf("tried %v; want edge-2 alone the second time: edge-1 failed a request a moment ago", got)
+	}
+	now = now.Add(ejectFor + time.Second)
+	if err := forward(); err != nil {
+		t.Fatal(err)
+	}
+	if got := dp.triedSoFar(); !slices.Equal(got[3:], []string{"edge-1", "edge-2"}) {
+		t.Fatalf("tried %v; want edge-1 first again once ejectFor has passed", got)
 	}
 }

@@ -94,7 +94,7 @@ func TestForwardByLoad(t *testing.T) {
 	node := func(name string, tr ...mesh.ModelTraffic) cand {
 		n := mesh.Node{Status: mesh.StatusAlive}
 		n.Name, n.Models, n.Traffic = name, []string{"fraud@1"}, tr
-		return cand{n, rtts[name]}
+		return cand{n, rtts[name], true}
 	}
 	count := func(cs []cand) map[string]int {
 		f := NewForwarder(ForwarderConfig{})
@@ -168,7 +168,7 @@ func TestForwardWithinTheSLO(t *testing.T) {
 	busy.Traffic = []mesh.ModelTraffic{{Model: "fraud@1", RPS: 900, Inflight: 12, P50: 3}}
 	idle := mesh.Node{Status: mesh.StatusAlive}
 	idle.Name, idle.Models = "next", []string{"fraud@1"}
-	cs := []cand{{busy, 500 * time.Microsecond}, {idle, 12 * time.Millisecond}}
+	cs := []cand{{busy, 500 * time.Microsecond, true}, {idle, 12 * time.Millisecond, true}}
 	count := func(slo time.Duration) map[string]int {
 		f := NewForwarder(ForwarderConfig{SLO: func(model string) time.Duration {
 			if model == "fraud" {
