@@ -356,21 +356,35 @@ func TestAutoscaleFollowsRequests(t *testing.T) {
 	t.Logf("scaled events: %q", scaled)
 }
 
-// prestagePolicy serves scorer@1 on one replica and prestages it.
-const prestagePolicy = `apiVersion: strata/v1
+// prestagePolicy serves scorer@1 on one replica and prestages it, with
+// extra added to its spec.
+func prestagePolicy(extra string) string {
+	return `apiVersion: strata/v1
 kind: InferenceService
 metadata: {name: scorer}
 spec:
   model: {name: scorer, version: "1"}
   prestage: true
   resources: {cpu: 100m, memory: 64Mi}
-`
+` + extra
+}
 
 // TestPrestagedStandbyTakesOver: a service that prestages names its
 // replica's standby, which pulls the model ahead of time; when the
 // replica's agent stops, the replica moves to the standby, which loads the
 // model from its own disk: it fetches nothing after the stop.
-func TestPrestagedStandbyTakesOver(t *testing.T) {
+func TestPrestagedStandbyTakesOver(t *testing.T) { testStandbyTakesOver(t, false) }
+
+// TestWarmStandbyAnswersAtOnce: with warm: true the standby also loads the
+// model ahead of time. When the replica's agent stops, a request made at
+// the standby is answered there at once, before the mesh has noticed the
+// stop; the replica then moves to the standby, which serves without
+// loading the model again.
+func TestWarmStandbyAnswersAtOnce(t *testing.T) { testStandbyTakesOver(t, true) }
+
+// testStandbyTakesOver is TestPrestagedStandbyTakesOver, with a warm
+// standby when warm.
+func testStandbyTakesOver(t *testing.T, warm bool) {
 	lib := ortLib(t)
 	keys, err := NewDevPKI()
 	if err != nil {
@@ -394,7 +408,11 @@ func TestPrestagedStandbyTakesOver(t *testing.T) {
 		t.Fatalf("push answer %s: %v", body, err)
 	}
 	meshtest.WaitFor(t, 60*time.Second, "the apply", func() bool {
-		code, _ := post(t, agents[1].Handler(), http.MethodPost, "/v1/policies", []byte(prestagePolicy))
+		extra := ""
+		if warm {
+			extra = "  warm: true\n"
+		}
+		code, _ := post(t, agents[1].Handler(), http.MethodPost, "/v1/policies", []byte(prestagePolicy(extra)))
 		return code == http.StatusOK
 	})
 	const key = "InferenceService/scorer"
@@ -407,7 +425,7 @@ func TestPrestagedStandbyTakesOver(t *testing.T) {
 		}
 		replica, standby = rec.Nodes[0].Name, rec.Nodes[0].Standby
 		n, err := agents[0].Mesh().Node(standby)
-		return err == nil && slices.Contains(n.Locality.Artifacts, manifest.Digest)
+		return err == nil && slices.Contains(n.Locality.Artifacts, manifest.Digest) && (!warm || len(byName[standby].inf.Standbys()) == 1)
 	})
 	if standby == replica {
 		t.Fatalf("the standby is the replica's own node %s", replica)
@@ -422,6 +440,14 @@ func TestPrestagedStandbyTakesOver(t *testing.T) {
 	fetched := byName[standby].art.Node().Stats().ChunksFetched
 	stopped := time.Now()
 	byName[replica].Close()
+	if warm {
+		// The mesh still believes the replica alive: the standby's forward
+		// to it fails, and the standby answers.
+		if code, by, body := infer1(t, byName[standby].Handler()); code != http.StatusOK || by != standby {
+			t.Fatalf("infer at the warm standby %s right after the stop = %d by %q: %s; want answered there", standby, code, by, body)
+		}
+		t.Logf("%s stopped; the warm standby %s answered a request made there after %s", replica, standby, time.Since(stopped).Round(time.Millisecond))
+	}
 	meshtest.WaitFor(t, 60*time.Second, "the replica serving at the standby "+standby, func() bool {
 		rec, _ = placementOf(observer, key)
 		return rec.State == StatePlaced && len(rec.Nodes) == 1 && rec.Nodes[0].Name == standby && rec.Nodes[0].Replica == mesh.ReplicaServing
@@ -432,5 +458,8 @@ func TestPrestagedStandbyTakesOver(t *testing.T) {
 	}
 	if code, by, body := infer1(t, observer.Handler()); code != http.StatusOK || by != standby {
 		t.Errorf("infer at %s = %d by %q: %s; want answered by %s", observer.Name(), code, by, body, standby)
+	}
+	if warm && len(byName[standby].inf.Standbys()) != 0 {
+		t.Errorf("the standby %s still holds a standby after taking over: %v; want it promoted", standby, byName[standby].inf.Standbys())
 	}
 }

@@ -84,14 +84,34 @@ func (s *Server) serverMeta(w http.ResponseWriter, r *http.Request) {
 	})
 }
 
-// local acquires the model named in r's path, or hands r to the Forwarder.
-// It returns nil when the response has been written, with a label for the
-// requests metric: "forwarded" or the status code written.
+// local acquires the model named in r's path, or hands r to the Forwarder
+// (and, when that fails, answers from a standby loaded here). It returns
+// nil when the response has been written, with a label for the requests
+// metric: "forwarded" or the status code written.
 func (s *Server) local(w http.ResponseWriter, r *http.Request) (*version, string) {
 	name, ver := r.PathValue("name"), r.PathValue("version")
 	v, err := s.acquire(name, ver)
 	if err == nil {
 		return v, ""
+	}
+	if sb := s.standby(name, ver); sb != nil && errors.Is(err, ErrModelNotFound) {
+		if s.cfg.Forwarder == nil {
+			return sb, ""
+		}
+		sb, err := s.forwardOrStandby(w, r, sb, name, ver)
+		switch {
+		case sb != nil:
+			return sb, ""
+		case err == nil:
+			return nil, "forwarded"
+		}
+		code := http.StatusBadRequest
+		if _, ok := errors.AsType[*http.MaxBytesError](err); ok {
+			code = http.StatusRequestEntityTooLarge
+		}
+		return nil, strconv.Itoa(writeError(w, code, err))
+	} else if sb != nil {
+		sb.release()
 	}
 	code := http.StatusNotFound
 	switch {

@@ -232,8 +232,8 @@ func TestSampleFraction(t *testing.T) {
 	}
 }
 
-// gather returns every series in reg: counters by value, histograms by
-// sample count.
+// gather returns every series in reg: counters and gauges by value,
+// histograms by sample count.
 func gather(tb testing.TB, reg *prometheus.Registry) map[string]float64 {
 	tb.Helper()
 	mfs, err := reg.Gather()
@@ -251,6 +251,8 @@ func gather(tb testing.TB, reg *prometheus.Registry) map[string]float64 {
 			switch {
 			case m.Counter != nil:
 				out[key] = m.Counter.GetValue()
+			case m.Gauge != nil:
+				out[key] = m.Gauge.GetValue()
 			case m.Histogram != nil:
 				out[key] = float64(m.Histogram.GetSampleCount())
 			}

@@ -11,6 +11,8 @@ type metrics struct {
 	latency  *prometheus.HistogramVec
 	batch    *prometheus.HistogramVec
 	rejected *prometheus.CounterVec
+	standby  *prometheus.CounterVec
+	standbys *prometheus.GaugeVec
 }
 
 func newMetrics(reg prometheus.Registerer) (*metrics, error) {
@@ -33,12 +35,20 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 			Namespace: "strata", Subsystem: "infer", Name: "rejected_total",
 			Help: "Inference requests refused before their body was read: too_large (Content-Length over the limit, 413) or busy (request bytes in flight at their cap, 429).",
 		}, []string{"reason"}),
+		standby: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Namespace: "strata", Subsystem: "infer", Name: "standby_answers_total",
+			Help: "Inference requests answered by a standby loaded here because forwarding them to a replica failed.",
+		}, []string{"model", "version"}),
+		standbys: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Namespace: "strata", Subsystem: "infer", Name: "standby_loaded",
+			Help: "1 for each model version loaded here as a standby (warm), ready to answer when no replica does.",
+		}, []string{"model", "version"}),
 	}
 	if reg == nil {
 		return m, nil
 	}
 	var errs []error
-	for _, c := range []prometheus.Collector{m.requests, m.latency, m.batch, m.rejected} {
+	for _, c := range []prometheus.Collector{m.requests, m.latency, m.batch, m.rejected, m.standby, m.standbys} {
 		if err := reg.Register(c); err != nil {
 			errs = append(errs, err)
 		}

@@ -68,6 +68,7 @@ type Server struct {
 
 	mu       sync.RWMutex
 	models   map[string]*version
+	standbys map[string]*version // see LoadStandby
 	samplers map[string]*sampler
 	stats    sync.Map // "name@version" → *versionStats
 	closed   bool
@@ -95,6 +96,7 @@ func New(cfg Config) (*Server, error) {
 		metrics:  m,
 		coin:     coin{rng: rand.New(rand.NewSource(cfg.Seed))},
 		models:   make(map[string]*version),
+		standbys: make(map[string]*version),
 		samplers: make(map[string]*sampler),
 		budget:   newBudget(cfg.MaxInflightBytes, cfg.MaxModelInflightBytes),
 	}
@@ -128,14 +130,9 @@ func (s *Server) Load(ctx context.Context, name, ver string, model []byte) error
 		return err
 	}
 	start := time.Now()
-	v, err := newVersion(name, ver, model, &s.cfg)
+	v, err := s.newServable(name, ver, model)
 	if err != nil {
 		return err
-	}
-	if v.info.Batching {
-		obs := s.metrics.batch.WithLabelValues(name, ver)
-		v.batcher = newBatcher(v, s.cfg.BatchWindow, s.cfg.MaxBatch, s.cfg.BatchRunners,
-			func(rows int) { obs.Observe(float64(rows)) })
 	}
 	if err := ctx.Err(); err != nil {
 		v.retire()
@@ -160,6 +157,21 @@ func (s *Server) Load(ctx context.Context, name, ver string, model []byte) error
 		s.log.Info("model loaded", "model", name, "version", ver, "batching", v.info.Batching, "load_ms", time.Since(start).Milliseconds())
 	}
 	return nil
+}
+
+// newServable opens model as version ver of name, with its batcher when
+// the model batches.
+func (s *Server) newServable(name, ver string, model []byte) (*version, error) {
+	v, err := newVersion(name, ver, model, &s.cfg)
+	if err != nil {
+		return nil, err
+	}
+	if v.info.Batching {
+		obs := s.metrics.batch.WithLabelValues(name, ver)
+		v.batcher = newBatcher(v, s.cfg.BatchWindow, s.cfg.MaxBatch, s.cfg.BatchRunners,
+			func(rows int) { obs.Observe(float64(rows)) })
+	}
+	return v, nil
 }
 
 // Unload stops serving name. With ver non-empty, only that version is
@@ -245,10 +257,13 @@ func (s *Server) Close() error {
 		return nil
 	}
 	s.closed = true
-	vs := s.models
-	s.models = map[string]*version{}
+	vs, sbs := s.models, s.standbys
+	s.models, s.standbys = map[string]*version{}, map[string]*version{}
 	s.mu.Unlock()
 	for _, v := range vs {
+		v.retire()
+	}
+	for _, v := range sbs {
 		v.retire()
 	}
 	return nil

@@ -172,6 +172,11 @@ type InferenceServiceSpec struct {
 	// standby: the node placement would move the replica to if its node
 	// failed. That node then loads it from its own disk.
 	Prestage bool `yaml:"prestage" json:"prestage,omitempty"`
+	// Warm also loads the prestaged model at each standby, where its
+	// unreserved memory allows: the standby answers its own host's
+	// requests as soon as no replica does, and becomes the replacement
+	// without loading. Needs Prestage.
+	Warm bool `yaml:"warm" json:"warm,omitempty"`
 	// Burst lets replicas that no node of Tiers can hold within the SLO
 	// overflow to other tiers, a little further away.
 	Burst *Burst `yaml:"burst" json:"burst,omitempty"`

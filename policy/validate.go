@@ -352,6 +352,9 @@ func (d *decoder) inference(s *InferenceServiceSpec, p string) {
 		d.errField(p+".perClientSite", "needs latency.clients: the client sites to serve")
 	}
 	d.tiers(s.Tiers, p+".tiers")
+	if s.Warm && !s.Prestage {
+		d.errField(p+".warm", "needs prestage: true: a standby loads only the model it holds")
+	}
 	if b := s.Burst; b != nil {
 		q := p + ".burst"
 		switch {

@@ -41,7 +41,7 @@ func TestParseErrors(t *testing.T) {
 		want []string
 	}{
 		{"unknown field", isHead + "  replica: 2\n",
-			[]string{"6:3: spec.replica: unknown field (known: model, replicas, perClientSite, resources, latency, tiers, spread, constraints, affinities, prestage, burst, autoscale, rollout, drift, retrain)"}},
+			[]string{"6:3: spec.replica: unknown field (known: model, replicas, perClientSite, resources, latency, tiers, spread, constraints, affinities, prestage, warm, burst, autoscale, rollout, drift, retrain)"}},
 		{"duplicate key", isHead + "  replicas: 2\n  replicas: 3\n",
 			[]string{"7:3: spec.replicas: duplicate field"}},
 		{"duplicate top-level key", isHead + "kind: TrainingJob\n",

@@ -22,15 +22,17 @@ import (
 )
 
 // BenchmarkFailover measures, on the test bed, what a replica's standby
-// saves when its node dies: two edge sites of two hosts each and a cloud
-// host, 10 ms and 40 Mbit/s between sites. Each edge site serves its own
-// 200 MB model (STRATA_FAILOVER_MB) from one replica pinned to the site;
-// edge-b's service prestages. Once both serve and edge-b's standby holds
-// its model, both replicas' agents are killed (SIGKILL) at once, and a
-// client at the other host of each site asks every 100 ms. Reported, per
-// service: seconds from the kill until the placement names the
-// replacement, and until the first request is answered there; and the
-// bytes the standby pulled ahead of time, as rows prestage and fixed.
+// saves when its node dies: three edge sites of two hosts each and a
+// cloud host, 10 ms and 40 Mbit/s between sites. Each edge site serves its
+// own 200 MB model (STRATA_FAILOVER_MB) from one replica pinned to the
+// site; edge-b's service prestages, edge-c's prestages with warm: true.
+// Once all serve and the standbys hold their models (edge-c's loaded),
+// the replicas' agents are killed (SIGKILL) at once, and a client at the
+// other host of each site asks every 100 ms, giving up on each request
+// after a second. Reported, per service: seconds from the kill until the
+// placement names the replacement, and until the first request is
+// answered there; and the bytes the standby pulled ahead of time, as rows
+// warm, prestage and fixed.
 //
 //	go test -run '^$' -bench BenchmarkFailover -benchtime 1x ./cmd/strata/
 func BenchmarkFailover(b *testing.B) {
@@ -41,8 +43,8 @@ func BenchmarkFailover(b *testing.B) {
 	if v, err := strconv.Atoi(os.Getenv("STRATA_FAILOVER_MB")); err == nil && v > 0 {
 		mb = v
 	}
-	bed := testbed.Start(b, testbed.Site{Name: "edge-a", Hosts: 2}, testbed.Site{Name: "edge-b", Hosts: 2}, testbed.Site{Name: "cloud", Hosts: 1})
-	for _, l := range [][2]string{{"edge-a", "edge-b"}, {"edge-a", "cloud"}, {"edge-b", "cloud"}} {
+	bed := testbed.Start(b, testbed.Site{Name: "edge-a", Hosts: 2}, testbed.Site{Name: "edge-b", Hosts: 2}, testbed.Site{Name: "edge-c", Hosts: 2}, testbed.Site{Name: "cloud", Hosts: 1})
+	for _, l := range [][2]string{{"edge-a", "edge-b"}, {"edge-a", "edge-c"}, {"edge-b", "edge-c"}, {"edge-a", "cloud"}, {"edge-b", "cloud"}, {"edge-c", "cloud"}} {
 		bed.SetLink(l[0], l[1], 10*time.Millisecond, 0)
 		bed.SetRate(l[0], l[1], 40e6)
 	}
@@ -55,7 +57,7 @@ func BenchmarkFailover(b *testing.B) {
 	seed := bed.Host("cloud", 0)
 	agents := map[string]*nsAgent{}
 	var all []*nsAgent
-	for _, site := range []string{"cloud", "edge-a", "edge-b"} {
+	for _, site := range []string{"cloud", "edge-a", "edge-b", "edge-c"} {
 		for _, h := range bed.Hosts(site) {
 			tier := "edge"
 			if site == "cloud" {
@@ -77,12 +79,13 @@ func BenchmarkFailover(b *testing.B) {
 			b.Logf("%s log:\n%s", a.name, a.proc.log)
 		}
 	}
-	meshtest.Poll(b, 60*time.Second, 250*time.Millisecond, "one mesh of five", func() bool { return cloud.seesAlive(b, 5) }, dump)
+	meshtest.Poll(b, 60*time.Second, 250*time.Millisecond, "one mesh of seven", func() bool { return cloud.seesAlive(b, 7) }, dump)
 
-	// Two models of mb MB each: 1000 inputs, a wide hidden layer, 2 outputs.
+	// Three models of mb MB each: 1000 inputs, a wide hidden layer, 2
+	// outputs.
 	hidden := mb << 20 / 4 / 1002
 	dir := b.TempDir()
-	for i, name := range []string{"model-a", "model-b"} {
+	for i, name := range []string{"model-a", "model-b", "model-c"} {
 		m, _, err := onnx.RandomMLP(int64(i+1), 1000, hidden, 2)
 		if err != nil {
 			b.Fatal(err)
@@ -97,6 +100,7 @@ func BenchmarkFailover(b *testing.B) {
 	}
 	applyService(b, cloud, "svc-a", "model-a", "  constraints: ['node.site == \"edge-a\"']\n")
 	applyService(b, cloud, "svc-b", "model-b", "  prestage: true\n  constraints: ['node.site == \"edge-b\"']\n")
+	applyService(b, cloud, "svc-c", "model-c", "  prestage: true\n  warm: true\n  constraints: ['node.site == \"edge-c\"']\n")
 	placed := func(name string) api.PlacementStatus {
 		var ps []api.PlacementStatus
 		if cloud.get(b, &ps, "placements") == nil {
@@ -126,22 +130,37 @@ func BenchmarkFailover(b *testing.B) {
 		}
 		return false
 	}
+	// The standby's agent's metrics say when it has loaded the model.
+	warmLoaded := func(node string) bool {
+		for _, h := range bed.Hosts("edge-c") {
+			if h.Name == node {
+				return bytes.Contains(hostMetrics(b, h), []byte(`strata_infer_standby_loaded{model="model-c",version="1"} 1`))
+			}
+		}
+		return false
+	}
 	start := time.Now()
-	var standby string
-	meshtest.Poll(b, 10*time.Minute, time.Second, "both services serving and svc-b's standby holding its model", func() bool {
-		pb := placed("svc-b")
-		if serving(placed("svc-a")) == "" || serving(pb) == "" {
+	standbys := map[string]string{}
+	meshtest.Poll(b, 10*time.Minute, time.Second, "all services serving and the standbys holding their models", func() bool {
+		if serving(placed("svc-a")) == "" {
 			return false
 		}
-		standby = pb.Nodes[0].Standby
-		return standby != "" && holds(standby, "model-b")
+		for _, svc := range []string{"svc-b", "svc-c"} {
+			p := placed(svc)
+			if serving(p) == "" || p.Nodes[0].Standby == "" || !holds(p.Nodes[0].Standby, "model-"+strings.TrimPrefix(svc, "svc-")) {
+				return false
+			}
+			standbys[svc] = p.Nodes[0].Standby
+		}
+		return warmLoaded(standbys["svc-c"])
 	}, dump)
-	b.Logf("both served and the standby %s held model-b %s after the apply", standby, time.Since(start).Round(time.Second))
+	b.Logf("all served and the standbys %v held their models (svc-c's loaded) %s after the apply", standbys, time.Since(start).Round(time.Second))
 
 	type result struct{ replaced, served time.Duration }
 	results := map[string]*result{}
 	victims := map[string]string{}
-	for _, svc := range []string{"svc-a", "svc-b"} {
+	svcs := []string{"svc-a", "svc-b", "svc-c"}
+	for _, svc := range svcs {
 		victims[svc] = serving(placed(svc))
 		results[svc] = &result{}
 	}
@@ -150,7 +169,7 @@ func BenchmarkFailover(b *testing.B) {
 		_ = agents[v].proc.cmd.Process.Kill()
 	}
 	var wg sync.WaitGroup
-	for _, svc := range []string{"svc-a", "svc-b"} {
+	for _, svc := range svcs {
 		site := "edge-" + strings.TrimPrefix(svc, "svc-")
 		var survivor testbed.Host
 		for _, h := range bed.Hosts(site) {
@@ -178,7 +197,7 @@ func BenchmarkFailover(b *testing.B) {
 		})
 	}
 	wg.Wait()
-	for _, svc := range []string{"svc-a", "svc-b"} {
+	for _, svc := range svcs {
 		if results[svc].served == 0 {
 			dump()
 			b.Fatalf("%s was not served again within 5 minutes of the kill", svc)
@@ -186,11 +205,12 @@ func BenchmarkFailover(b *testing.B) {
 	}
 	b.Logf("without a standby (svc-a): replaced after %s, served after %s", results["svc-a"].replaced.Round(100*time.Millisecond), results["svc-a"].served.Round(100*time.Millisecond))
 	b.Logf("with a prestaged standby (svc-b): replaced after %s, served after %s", results["svc-b"].replaced.Round(100*time.Millisecond), results["svc-b"].served.Round(100*time.Millisecond))
+	b.Logf("with a warm standby (svc-c): replaced after %s, served after %s", results["svc-c"].replaced.Round(100*time.Millisecond), results["svc-c"].served.Round(100*time.Millisecond))
 	// One row per strategy, side by side (cmd/benchtable).
 	for _, row := range []struct {
 		impl, svc string
 		mb        int
-	}{{"prestage", "svc-b", mb}, {"fixed", "svc-a", 0}} {
+	}{{"warm", "svc-c", mb}, {"prestage", "svc-b", mb}, {"fixed", "svc-a", 0}} {
 		b.Run("impl="+row.impl, func(b *testing.B) {
 			b.ReportMetric(0, "ns/op")
 			b.ReportMetric(results[row.svc].replaced.Seconds(), "s-to-replace")

@@ -824,7 +824,7 @@ func serveAcrossSites(t *testing.T, ea, eb *nsAgent, hb testbed.Host, dump func(
 }
 
 // hostMetrics returns the /metrics page of the agent in host h.
-func hostMetrics(t *testing.T, h testbed.Host) []byte {
+func hostMetrics(t testing.TB, h testbed.Host) []byte {
 	t.Helper()
 	resp, err := inHost(h).Get("http://127.0.0.1:7470/metrics")
 	if err != nil {

@@ -100,6 +100,17 @@ func (f *Forwarder) Forward(w http.ResponseWriter, r *http.Request, model, versi
 		return fmt.Errorf("%w: %s (forwarded here by %s)", infer.ErrModelNotFound, model, by)
 	}
 	targets := f.byLoad(f.servingNodes(model, version), model, version)
+	// A caller with a standby of the model (infer.WithFallback) answers
+	// the request itself rather than wait on a replica that may be dead:
+	// only alive replicas of this site's pool that have not failed a
+	// request lately are tried, each for a bounded time.
+	fallback := infer.HasFallback(r.Context())
+	if fallback {
+		targets = slices.DeleteFunc(targets, func(n mesh.Node) bool { return n.Status != mesh.StatusAlive || f.isEjected(n.Name) })
+		if len(targets) == 0 {
+			return fmt.Errorf("%w: no replica of %s in this site's pool is answering", infer.ErrModelNotFound, model)
+		}
+	}
 	if len(targets) == 0 && f.cfg.Remote != nil {
 		targets = f.cfg.Remote(model, version)
 	}
@@ -137,7 +148,7 @@ func (f *Forwarder) Forward(w http.ResponseWriter, r *http.Request, model, versi
 		switch {
 		case lastResort:
 			bound = lastResortTimeout
-		case i < len(tries)-1:
+		case i < len(tries)-1 || fallback:
 			bound = tryTimeout(n, model, version)
 		}
 		var answer *time.Timer // bounds the wait for the node's answer (its headers)

@@ -358,3 +358,33 @@ func TestForwardPastANodeThatDoesNotAnswer(t *testing.T) {
 		t.Fatalf("tried %v; want edge-1 first again once ejectFor has passed", got)
 	}
 }
+
+// TestForwardWithAFallback: a caller with a standby of the model
+// (infer.WithFallback) hears soon that the only replica does not answer,
+// instead of waiting for it as long as a request may take, and while the
+// replica is ejected it is not tried at all; nor is a suspect one.
+func TestForwardWithAFallback(t *testing.T) {
+	t.Parallel()
+	node := func(name string, st mesh.Status) mesh.Node {
+		n := mesh.Node{Status: st}
+		n.ID, n.Name, n.Models, n.Addrs.Data = "id-"+name, name, []string{"fraud@1"}, name+":7471"
+		return n
+	}
+	dp := &halfDead{dead: map[string]bool{"edge-1": true}}
+	f := NewForwarder(ForwarderConfig{Mesh: peers{node("edge-1", mesh.StatusAlive), node("edge-3", mesh.StatusSuspect)}, DataPlane: dp})
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	forward := func() error {
+		r := httptest.NewRequest(http.MethodPost, "/v2/models/fraud/infer", strings.NewReader(`{}`)).WithContext(infer.WithFallback(ctx))
+		return f.Forward(httptest.NewRecorder(), r, "fraud", "")
+	}
+	if err := forward(); err == nil || ctx.Err() != nil {
+		t.Fatalf("forward to a replica that does not answer: %v (the caller's context: %v); want an error before the caller gives up", err, ctx.Err())
+	}
+	if err := forward(); !errors.Is(err, infer.ErrModelNotFound) {
+		t.Errorf("forward while the replica is ejected: %v, want not found (the caller answers from its standby)", err)
+	}
+	if got := dp.triedSoFar(); !slices.Equal(got, []string{"edge-1"}) {
+		t.Errorf("tried %v, want edge-1 once and never the suspect edge-3", got)
+	}
+}

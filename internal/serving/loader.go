@@ -50,10 +50,14 @@ type Artifacts interface {
 
 var _ Artifacts = (*artifacts.Service)(nil)
 
-// Inference loads and unloads model versions (*infer.Server).
+// Inference loads and unloads model versions, and standbys
+// (*infer.Server).
 type Inference interface {
 	Load(ctx context.Context, name, version string, model []byte) error
 	Unload(name, version string) error
+	LoadStandby(ctx context.Context, name, version string, model []byte) error
+	UnloadStandby(name, version string) error
+	Promote(name, version string) bool
 }
 
 // Model is a model version loaded here.
@@ -81,9 +85,11 @@ type LoaderConfig struct {
 	Guard *safe.Guard
 }
 
-// servedModel is a model loaded here for a policy.
+// servedModel is a model loaded here for a policy, or as a standby
+// (needing mem bytes of memory).
 type servedModel struct {
 	name, version, digest string
+	mem                   int64
 }
 
 // Loader keeps the models loaded here in line with the inference
@@ -105,6 +111,11 @@ type Loader struct {
 	prestaging   string
 	standbyBytes int64
 	overBudget   map[string]bool
+	// standbys are the models loaded as standbys, by digest; warming the
+	// digest of the one loading; failedWarm those that failed to load.
+	standbys   map[string]servedModel
+	warming    string
+	failedWarm map[string]bool
 }
 
 // NewLoader returns a loader; nothing loads until Run.
@@ -115,7 +126,8 @@ func NewLoader(cfg LoaderConfig) *Loader {
 	if cfg.Guard == nil {
 		cfg.Guard = safe.New(safe.Config{Logger: cfg.Logger})
 	}
-	return &Loader{cfg: cfg, log: cfg.Logger, loaded: map[string]servedModel{}, loading: map[string]bool{}, replicas: map[string]mesh.Replica{}, overBudget: map[string]bool{}}
+	return &Loader{cfg: cfg, log: cfg.Logger, loaded: map[string]servedModel{}, loading: map[string]bool{}, replicas: map[string]mesh.Replica{}, overBudget: map[string]bool{},
+		standbys: map[string]servedModel{}, failedWarm: map[string]bool{}}
 }
 
 // Serves says whether a blob is a model loaded here (kept through GC).
@@ -127,7 +139,8 @@ func (s *Loader) Serves(digest string) bool {
 			return true
 		}
 	}
-	return false
+	_, ok := s.standbys[digest]
+	return ok
 }
 
 // Run keeps the loaded models in line until ctx ends.
@@ -264,6 +277,14 @@ func (s *Loader) reconcile(ctx context.Context) {
 			continue
 		}
 		if s.loading[key] {
+			continue
+		}
+		if sb, ok := s.standbys[m.Digest]; ok && s.cfg.Inference.Promote(sb.name, sb.version) {
+			// Warm here already: it serves now, without loading again.
+			delete(s.standbys, m.Digest)
+			s.loaded[key] = servedModel{name: m.Name, version: m.Version, digest: m.Digest}
+			s.setReplica(key, ref, mesh.ReplicaServing, "", 0)
+			s.log.Info("serving model: its standby here took over", "policy", key, "model", m.Ref())
 			continue
 		}
 		r := s.replicas[key]

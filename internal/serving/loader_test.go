@@ -68,14 +68,25 @@ func (a oneModel) Pull(context.Context, storage.Manifest, func(dataplane.Transfe
 func (a oneModel) Bytes(storage.Manifest) ([]byte, error) { return []byte("onnx"), nil }
 
 type loads struct {
-	mu     sync.Mutex
-	loaded []string
+	mu       sync.Mutex
+	loaded   []string
+	standbys []string
+	promoted int
+	// loadCalls counts Load's calls (a promoted standby makes none).
+	loadCalls int
+}
+
+func (l *loads) snapshot() (loaded, standbys []string, loadCalls, promoted int) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return slices.Clone(l.loaded), slices.Clone(l.standbys), l.loadCalls, l.promoted
 }
 
 func (l *loads) Load(_ context.Context, name, version string, _ []byte) error {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	l.loaded = append(l.loaded, name+"@"+version)
+	l.loadCalls++
 	return nil
 }
 func (l *loads) Unload(name, version string) error {
@@ -225,4 +236,118 @@ func TestLoaderSurvivesPanics(t *testing.T) {
 			}
 		})
 	}
+}
+func (l *loads) LoadStandby(_ context.Context, name, version string, _ []byte) error {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.standbys = append(l.standbys, name+"@"+version)
+	return nil
+}
+func (l *loads) UnloadStandby(name, version string) error {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.standbys = slices.DeleteFunc(l.standbys, func(s string) bool { return s == name+"@"+version })
+	return nil
+}
+func (l *loads) Promote(name, version string) bool {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	n := len(l.standbys)
+	l.standbys = slices.DeleteFunc(l.standbys, func(s string) bool { return s == name+"@"+version })
+	if len(l.standbys) == n {
+		return false
+	}
+	l.loaded = append(l.loaded, name+"@"+version)
+	l.promoted++
+	return true
+}
+
+// TestWarmStandby: the standby of a service with prestage and warm loads
+// the model as a standby where its unreserved memory holds it (the
+// replicas' memory request), not where it does not; when the replica is
+// assigned to it, the standby serves without loading again; a standby no
+// longer named is unloaded.
+func TestWarmStandby(t *testing.T) {
+	t.Parallel()
+	const key = "InferenceService/scorer"
+	ctx := context.Background()
+	setup := func(t *testing.T, free int64) (*Loader, *loads, *localMesh, *catalog.Catalog) {
+		cat := catalog.New(catalogtest.NewStore(), nil)
+		if _, err := cat.Policies.Put(catalog.Policy{Kind: "InferenceService", Name: "scorer", Generation: 1,
+			Source: "apiVersion: strata/v1\nkind: InferenceService\nmetadata: {name: scorer}\nspec:\n  model: {name: scorer, version: \"1\"}\n  prestage: true\n  warm: true\n  resources: {memory: 1Gi}\n"}); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := cat.Placements.Put(catalog.Placement{Key: key, Kind: "InferenceService", Name: "scorer", State: catalog.StatePlaced,
+			Nodes: []catalog.PlacedNode{{Name: "b", Standby: "a"}}}); err != nil {
+			t.Fatal(err)
+		}
+		m := &localMesh{self: mesh.NodeState{Name: "a", Load: mesh.Load{FreeMemory: free}},
+			others: map[string]mesh.Node{"b": {NodeState: mesh.NodeState{Name: "b", Models: []string{"scorer@1"}}, Status: mesh.StatusAlive}}}
+		inf := &loads{}
+		l := NewLoader(LoaderConfig{Mesh: m, Catalog: cat, Inference: inf,
+			Artifacts: oneModel{storage.Manifest{Kind: storage.KindModel, Name: "scorer", Version: "1", Digest: "d1", Size: 100 << 20}}})
+		return l, inf, m, cat
+	}
+	t.Run("room", func(t *testing.T) {
+		t.Parallel()
+		l, inf, m, cat := setup(t, 4<<30)
+		meshtest.WaitFor(t, 10*time.Second, "the standby loaded", func() bool {
+			l.reconcile(ctx)
+			_, sb, _, _ := inf.snapshot()
+			return slices.Equal(sb, []string{"scorer@1"})
+		})
+		if !l.Serves("d1") {
+			t.Error("the standby's blob is not kept from garbage collection")
+		}
+		// b failed: the replica moves here.
+		if _, err := cat.Placements.Put(catalog.Placement{Key: key, Kind: "InferenceService", Name: "scorer", State: catalog.StatePlaced,
+			Nodes: []catalog.PlacedNode{{Name: "a"}}}); err != nil {
+			t.Fatal(err)
+		}
+		// The placement moved the replica here; the assignment is not
+		// admitted yet: the standby waits for it.
+		l.reconcile(ctx)
+		if _, sb, _, _ := inf.snapshot(); len(sb) != 1 {
+			t.Fatalf("standbys %v once the replica was placed here, before its assignment; want the standby kept", sb)
+		}
+		m.Update(func(s *mesh.NodeState) { s.Assignments = []mesh.Assignment{{Key: key, Accepted: true}} })
+		l.reconcile(ctx)
+		loaded, sb, calls, promoted := inf.snapshot()
+		if promoted != 1 || calls != 0 || !slices.Equal(loaded, []string{"scorer@1"}) || len(sb) != 0 {
+			t.Fatalf("after the move: loaded %v, standbys %v, %d loads, %d promoted; want the standby promoted, nothing loaded", loaded, sb, calls, promoted)
+		}
+		if !slices.Contains(m.Local().Models, "scorer@1") {
+			t.Errorf("models published %v, want scorer@1 served", m.Local().Models)
+		}
+	})
+	t.Run("unloaded when no longer the standby", func(t *testing.T) {
+		t.Parallel()
+		l, inf, _, cat := setup(t, 4<<30)
+		meshtest.WaitFor(t, 10*time.Second, "the standby loaded", func() bool {
+			l.reconcile(ctx)
+			_, sb, _, _ := inf.snapshot()
+			return len(sb) == 1
+		})
+		if _, err := cat.Placements.Put(catalog.Placement{Key: key, Kind: "InferenceService", Name: "scorer", State: catalog.StatePlaced,
+			Nodes: []catalog.PlacedNode{{Name: "b", Standby: "c"}}}); err != nil {
+			t.Fatal(err)
+		}
+		l.reconcile(ctx)
+		if _, sb, _, _ := inf.snapshot(); len(sb) != 0 || l.Serves("d1") {
+			t.Errorf("standbys %v after another node became the standby; want none", sb)
+		}
+	})
+	t.Run("no room", func(t *testing.T) {
+		t.Parallel()
+		l, inf, _, _ := setup(t, 512<<20) // less than the 1 GiB request
+		for range 3 {
+			l.reconcile(ctx)
+		}
+		l.mu.Lock()
+		warming := l.warming
+		l.mu.Unlock()
+		if _, sb, _, _ := inf.snapshot(); len(sb) != 0 || warming != "" {
+			t.Errorf("standbys %v (loading %q) with 512 MiB unreserved for a 1 GiB request; want none", sb, warming)
+		}
+	})
 }

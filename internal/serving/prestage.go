@@ -2,10 +2,12 @@ package serving
 
 import (
 	"context"
+	"errors"
 	"slices"
 	"sort"
 	"time"
 
+	"github.com/strata-mesh/strata/infer"
 	"github.com/strata-mesh/strata/internal/catalog"
 	"github.com/strata-mesh/strata/policy"
 	"github.com/strata-mesh/strata/storage"
@@ -14,30 +16,29 @@ import (
 // DefaultPrestageBudget is LoaderConfig.PrestageBudget's default.
 const DefaultPrestageBudget = 8 << 30
 
-// prestage pulls, without loading them, the models of the services whose
-// placements name this node the standby of a replica (see
-// catalog.PlacedNode.Standby), so that a replica moved here when its node
-// fails loads from this disk instead of across the WAN. It pulls one at a
-// time, in policy order, while the standby models held here stay within
-// the budget; a model over it is left for its holders. s.mu is held.
-func (s *Loader) prestage(ctx context.Context) {
-	budget := s.cfg.PrestageBudget
-	if budget == 0 {
-		budget = DefaultPrestageBudget
-	}
-	if budget < 0 || s.prestaging != "" {
-		return
-	}
+// standbyModel is a model this node holds, or should, as a standby.
+type standbyModel struct {
+	m storage.Manifest
+	// warm: the policy asks for it loaded, needing mem bytes of memory
+	// (its replicas' request, or twice the model's size).
+	warm bool
+	mem  int64
+	// replica: the placement has moved the replica here; its standby,
+	// if loaded, is kept until the loader promotes it.
+	replica bool
+}
+
+// standbyModels lists the models of the services whose placements name
+// this node the standby of a replica (see catalog.PlacedNode.Standby), or
+// a replica's node, and whose policies prestage, by digest.
+func (s *Loader) standbyModels() []standbyModel {
 	me := s.cfg.Mesh.Name()
 	recs, _ := s.cfg.Catalog.Placements.Select(func(_ string, p catalog.Placement) bool {
-		return p.Kind == policy.KindInferenceService && slices.ContainsFunc(p.Nodes, func(pn catalog.PlacedNode) bool { return pn.Standby == me })
+		return p.Kind == policy.KindInferenceService && slices.ContainsFunc(p.Nodes, func(pn catalog.PlacedNode) bool { return pn.Standby == me || pn.Name == me })
 	})
-	var want []storage.Manifest
+	var want []standbyModel
 	for _, r := range recs {
 		rec := r.Value
-		if slices.ContainsFunc(rec.Nodes, func(pn catalog.PlacedNode) bool { return pn.Name == me }) {
-			continue // a replica here loads it anyway
-		}
 		p, err := s.cfg.Catalog.Policies.Value(rec.Key)
 		if err != nil {
 			continue
@@ -46,24 +47,66 @@ func (s *Loader) prestage(ctx context.Context) {
 		if err != nil || doc.InferenceService == nil || !doc.InferenceService.Prestage {
 			continue
 		}
+		spec := doc.InferenceService
+		// A replica here loads the model anyway; a standby loaded
+		// before the replica moved here waits for its promotion.
+		replica := slices.ContainsFunc(rec.Nodes, func(pn catalog.PlacedNode) bool { return pn.Name == me })
 		for _, pn := range rec.Nodes {
-			if pn.Standby != me {
+			if pn.Standby != me && !(replica && pn.Name == me) {
 				continue
 			}
-			m, err := s.modelManifest(s.cfg.Catalog.ModelFor(p, doc.InferenceService, pn.Name))
-			if err == nil && !slices.ContainsFunc(want, func(w storage.Manifest) bool { return w.Digest == m.Digest }) {
-				want = append(want, m)
+			m, err := s.modelManifest(s.cfg.Catalog.ModelFor(p, spec, pn.Name))
+			if err != nil {
+				continue
 			}
+			mem := int64(spec.Resources.Memory)
+			if mem <= 0 {
+				mem = 2 * m.Size
+			}
+			i := slices.IndexFunc(want, func(w standbyModel) bool { return w.m.Digest == m.Digest })
+			if i < 0 {
+				want = append(want, standbyModel{m: m, warm: spec.Warm, mem: mem, replica: replica})
+				continue
+			}
+			want[i].warm = want[i].warm || spec.Warm
+			want[i].mem = max(want[i].mem, mem)
+			want[i].replica = want[i].replica || replica
 		}
 	}
-	sort.SliceStable(want, func(i, j int) bool { return want[i].Digest < want[j].Digest })
+	sort.SliceStable(want, func(i, j int) bool { return want[i].m.Digest < want[j].m.Digest })
+	return want
+}
+
+// prestage pulls, without loading them, the models this node is the
+// standby of (see standbyModels), so that a replica moved here when its
+// node fails loads from this disk instead of across the WAN. It pulls one
+// at a time, in digest order, while the standby models held here stay
+// within the budget; a model over it is left for its holders. The ones
+// whose policies say warm it then loads as standbys (see warm). s.mu is
+// held.
+func (s *Loader) prestage(ctx context.Context) {
+	budget := s.cfg.PrestageBudget
+	if budget == 0 {
+		budget = DefaultPrestageBudget
+	}
+	if budget < 0 {
+		return
+	}
+	want := s.standbyModels()
+	s.warm(ctx, want)
+	if s.prestaging != "" {
+		return
+	}
 	var held int64
 	var missing []storage.Manifest
-	for _, m := range want {
-		if s.cfg.Artifacts.Has(m.Digest) {
-			held += m.Size
+	for _, w := range want {
+		if w.replica {
+			continue
+		}
+		if s.cfg.Artifacts.Has(w.m.Digest) {
+			held += w.m.Size
 		} else {
-			missing = append(missing, m)
+			missing = append(missing, w.m)
 		}
 	}
 	s.standbyBytes = held
@@ -79,6 +122,76 @@ func (s *Loader) prestage(ctx context.Context) {
 		go s.prestagePull(ctx, m)
 		return
 	}
+}
+
+// warm loads, as standbys in ONNX Runtime (see infer.Server.LoadStandby),
+// the standby models held here whose policies say warm, one at a time,
+// while this node's unreserved memory, less what the standbys loaded
+// already need, holds the next one; and unloads the standbys no longer
+// wanted. A standby answers the requests made here when no replica does,
+// and becomes this node's replica without loading again (see reconcile).
+// s.mu is held.
+func (s *Loader) warm(ctx context.Context, want []standbyModel) {
+	keep := map[string]bool{}
+	var need int64
+	for _, w := range want {
+		if w.warm {
+			keep[w.m.Digest] = true
+		}
+	}
+	for digest, sm := range s.standbys {
+		if keep[digest] {
+			need += sm.mem
+			continue
+		}
+		if err := s.cfg.Inference.UnloadStandby(sm.name, sm.version); err != nil && !errors.Is(err, infer.ErrModelNotFound) {
+			s.log.Warn("unloading a standby", "model", sm.name, "err", err)
+		}
+		delete(s.standbys, digest)
+	}
+	if s.warming != "" {
+		return
+	}
+	free := s.cfg.Mesh.Local().Load.FreeMemory
+	for _, w := range want {
+		if !w.warm || w.replica || !s.cfg.Artifacts.Has(w.m.Digest) || s.standbys[w.m.Digest].name != "" || s.failedWarm[w.m.Digest] {
+			continue
+		}
+		if need+w.mem > free {
+			if !s.overBudget["warm "+w.m.Digest] {
+				s.log.Info("not loading a standby: not enough unreserved memory", "model", w.m.Ref(), "needs", w.mem, "free", free-need)
+				s.overBudget["warm "+w.m.Digest] = true
+			}
+			continue
+		}
+		s.warming = w.m.Digest
+		go s.warmLoad(ctx, w)
+		return
+	}
+}
+
+// warmLoad loads w as a standby, for warm.
+func (s *Loader) warmLoad(ctx context.Context, w standbyModel) {
+	start := time.Now()
+	var err error
+	if perr := s.cfg.Guard.Do("serving", func() {
+		var b []byte
+		if b, err = s.cfg.Artifacts.Bytes(w.m); err == nil {
+			err = s.cfg.Inference.LoadStandby(ctx, w.m.Name, w.m.Version, b)
+		}
+	}); perr != nil {
+		err = perr
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.warming = ""
+	if err != nil {
+		s.log.Warn("loading a standby failed", "model", w.m.Ref(), "err", err)
+		s.failedWarm[w.m.Digest] = true // a replica moved here reports why
+		return
+	}
+	s.standbys[w.m.Digest] = servedModel{name: w.m.Name, version: w.m.Version, digest: w.m.Digest, mem: w.mem}
+	s.log.Info("standby loaded", "model", w.m.Ref(), "took", time.Since(start).Round(time.Millisecond))
 }
 
 // prestagePull pulls m for prestage.
