@@ -166,8 +166,8 @@ func (f *Forwarder) Forward(w http.ResponseWriter, r *http.Request, model, versi
 			if late {
 				lastErr = fmt.Errorf("%s did not answer within %s", n.Name, bound)
 			}
-			if r.Context().Err() == nil && !errors.Is(err, ErrNoDataPlane) {
-				f.eject(n.Name) // the node failed, not the caller who went away
+			if (late || r.Context().Err() == nil) && !errors.Is(err, ErrNoDataPlane) {
+				f.eject(n.Name) // the node failed, not (only) the caller who went away
 			}
 			continue
 		}
@@ -213,9 +213,11 @@ func tryTimeout(n mesh.Node, model, version string) time.Duration {
 }
 
 // tryFloor is the least tryTimeout: a node that has not answered a
-// request within a second while another could is taken for dead, as the
-// failure detector would only say seconds later.
-const tryFloor = time.Second
+// request within half a second while another node (or a standby here)
+// could is taken for dead, as the failure detector would only say
+// seconds later. It is below the 1 s that clients commonly wait: a
+// forwarder that gave up when its caller does would help no one.
+const tryFloor = 500 * time.Millisecond
 
 // ejectFor is how long a node that failed a request (no answer in time,
 // or a connection that failed) is tried only after the others: long

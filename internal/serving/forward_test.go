@@ -287,6 +287,8 @@ type halfDead struct {
 	dead  map[string]bool
 	mu    sync.Mutex
 	tried []string
+	// gaveUp, when set, is called when a dead peer's round trip ends.
+	gaveUp func()
 }
 
 func (h *halfDead) RoundTrip(ctx context.Context, to dataplane.Peer, _ *http.Request) (*http.Response, error) {
@@ -295,6 +297,9 @@ func (h *halfDead) RoundTrip(ctx context.Context, to dataplane.Peer, _ *http.Req
 	h.mu.Unlock()
 	if h.dead[to.Name] {
 		<-ctx.Done()
+		if h.gaveUp != nil {
+			h.gaveUp()
+		}
 		return nil, ctx.Err()
 	}
 	if err := ctx.Err(); err != nil {
@@ -386,5 +391,28 @@ func TestForwardWithAFallback(t *testing.T) {
 	}
 	if got := dp.triedSoFar(); !slices.Equal(got, []string{"edge-1"}) {
 		t.Errorf("tried %v, want edge-1 once and never the suspect edge-3", got)
+	}
+}
+
+// TestEjectedThoughTheCallerLeft: a replica that let its try's bound pass
+// is ejected even when the caller gave up at that same moment (a client
+// that waits a second, as many do).
+func TestEjectedThoughTheCallerLeft(t *testing.T) {
+	t.Parallel()
+	node := func(name string) mesh.Node {
+		n := mesh.Node{Status: mesh.StatusAlive}
+		n.ID, n.Name, n.Models, n.Addrs.Data = "id-"+name, name, []string{"fraud@1"}, name+":7471"
+		return n
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	dp := &halfDead{dead: map[string]bool{"edge-1": true}, gaveUp: cancel}
+	f := NewForwarder(ForwarderConfig{Mesh: peers{node("edge-1"), node("edge-2")}, DataPlane: dp})
+	f.draw = func() float64 { return 0 } // edge-1 first
+	r := httptest.NewRequest(http.MethodPost, "/v2/models/fraud/infer", strings.NewReader(`{}`)).WithContext(ctx)
+	if err := f.Forward(httptest.NewRecorder(), r, "fraud", ""); err == nil {
+		t.Fatal("forward: the caller left, want an error")
+	}
+	if !f.isEjected("edge-1") {
+		t.Error("edge-1 did not answer within its bound and is not ejected")
 	}
 }
