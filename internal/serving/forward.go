@@ -148,7 +148,7 @@ func (f *Forwarder) Forward(w http.ResponseWriter, r *http.Request, model, versi
 		switch {
 		case lastResort:
 			bound = lastResortTimeout
-		case i < len(tries)-1 || fallback:
+		case fallback || (i < len(tries)-1 && len(body) <= boundedBody):
 			bound = tryTimeout(n, model, version)
 		}
 		var answer *time.Timer // bounds the wait for the node's answer (its headers)
@@ -211,6 +211,12 @@ func tryTimeout(n mesh.Node, model, version string) time.Duration {
 	}
 	return max(tryFloor, 4*time.Duration(p99*float64(time.Millisecond)))
 }
+
+// boundedBody is the largest request whose tries are bounded (but with a
+// fallback): a larger one may take far longer than the replica's usual
+// requests, and giving up on it would compute it again elsewhere and
+// eject a replica that was only busy with it.
+const boundedBody = 1 << 20
 
 // tryFloor is the least tryTimeout: a node that has not answered a
 // request within half a second while another node (or a standby here)

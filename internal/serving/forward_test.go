@@ -416,3 +416,26 @@ func TestEjectedThoughTheCallerLeft(t *testing.T) {
 		t.Error("edge-1 did not answer within its bound and is not ejected")
 	}
 }
+
+// TestLargeRequestsAreNotBounded: a request body over boundedBody may
+// take far longer than a replica's usual requests, so its tries are not
+// cut short (computing it again elsewhere, ejecting a busy replica): it
+// waits on the first replica as long as its caller does.
+func TestLargeRequestsAreNotBounded(t *testing.T) {
+	t.Parallel()
+	node := func(name string) mesh.Node {
+		n := mesh.Node{Status: mesh.StatusAlive}
+		n.ID, n.Name, n.Models, n.Addrs.Data = "id-"+name, name, []string{"fraud@1"}, name+":7471"
+		return n
+	}
+	dp := &halfDead{dead: map[string]bool{"edge-1": true}}
+	f := NewForwarder(ForwarderConfig{Mesh: peers{node("edge-1"), node("edge-2")}, DataPlane: dp})
+	f.draw = func() float64 { return 0 } // edge-1 first
+	ctx, cancel := context.WithTimeout(context.Background(), 3*tryFloor)
+	defer cancel()
+	big := strings.Repeat(" ", boundedBody+1)
+	r := httptest.NewRequest(http.MethodPost, "/v2/models/fraud/infer", strings.NewReader(big)).WithContext(ctx)
+	if err := f.Forward(httptest.NewRecorder(), r, "fraud", ""); err == nil || f.isEjected("edge-1") {
+		t.Errorf("a large request to a replica that does not answer: %v, edge-1 ejected %v; want it waited on until the caller left, not ejected", err, f.isEjected("edge-1"))
+	}
+}
