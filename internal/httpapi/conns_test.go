@@ -232,7 +232,7 @@ func waitEntered(tb testing.TB, entered chan struct{}, n int) {
 func TestBusyClientIsRefused(t *testing.T) {
 	t.Parallel()
 	h, entered, release := blocking()
-	l, addr, _ := serveLimited(t, ConnLimits{Max: 16, PerClient: 2}, h)
+	l, addr, idle := serveLimited(t, ConnLimits{Max: 16, PerClient: 2}, h)
 	busy := make([]net.Conn, 2)
 	for i := range busy {
 		busy[i], _, _ = rawGet(t, addr, "/slow", false)
@@ -250,6 +250,9 @@ func TestBusyClientIsRefused(t *testing.T) {
 		if _, err := readAnswer(c); err != nil {
 			t.Fatalf("busy connection %d: %v", i, err)
 		}
+		// The answer can arrive a moment before the server marks the
+		// connection idle; a fresh client then found both still busy.
+		waitIdle(t, idle)
 	}
 	freshGet(t, addr)
 }
