@@ -376,9 +376,10 @@ spec:
 func TestPrestagedStandbyTakesOver(t *testing.T) { testStandbyTakesOver(t, false) }
 
 // TestWarmStandbyAnswersAtOnce: with warm: true the standby also loads the
-// model ahead of time. When the replica's agent stops, a request made at
-// the standby is answered there at once, before the mesh has noticed the
-// stop; the replica then moves to the standby, which serves without
+// model ahead of time, and its node document lists it. When the replica's
+// agent stops, a request made at the standby is answered there at once,
+// and one made at another agent is forwarded to it, before the placement
+// has moved; the replica then moves to the standby, which serves without
 // loading the model again.
 func TestWarmStandbyAnswersAtOnce(t *testing.T) { testStandbyTakesOver(t, true) }
 
@@ -425,7 +426,7 @@ func testStandbyTakesOver(t *testing.T, warm bool) {
 		}
 		replica, standby = rec.Nodes[0].Name, rec.Nodes[0].Standby
 		n, err := agents[0].Mesh().Node(standby)
-		return err == nil && slices.Contains(n.Locality.Artifacts, manifest.Digest) && (!warm || len(byName[standby].inf.Standbys()) == 1)
+		return err == nil && slices.Contains(n.Locality.Artifacts, manifest.Digest) && (!warm || slices.Contains(n.Standbys, "scorer@1"))
 	})
 	if standby == replica {
 		t.Fatalf("the standby is the replica's own node %s", replica)
@@ -447,6 +448,11 @@ func testStandbyTakesOver(t *testing.T, warm bool) {
 			t.Fatalf("infer at the warm standby %s right after the stop = %d by %q: %s; want answered there", standby, code, by, body)
 		}
 		t.Logf("%s stopped; the warm standby %s answered a request made there after %s", replica, standby, time.Since(stopped).Round(time.Millisecond))
+		// Other agents forward to the standby the mesh lists.
+		if code, by, body := infer1(t, observer.Handler()); code != http.StatusOK || by != standby {
+			t.Fatalf("infer at %s right after the stop = %d by %q: %s; want answered by the warm standby %s", observer.Name(), code, by, body, standby)
+		}
+		t.Logf("and one made at %s after %s", observer.Name(), time.Since(stopped).Round(time.Millisecond))
 	}
 	meshtest.WaitFor(t, 60*time.Second, "the replica serving at the standby "+standby, func() bool {
 		rec, _ = placementOf(observer, key)

@@ -148,6 +148,9 @@ type Node struct {
 	// Replicas say, per inference policy assigned to the node, whether its
 	// model is loading, serving or failed to load (and why).
 	Replicas []Replica `json:"replicas,omitempty"`
+	// Standbys are the model versions loaded on the node as warm standbys
+	// ("name@version"), answering only when no replica does.
+	Standbys []string `json:"standbys,omitempty"`
 	// Traffic is how busy each model served on the node is, as last
 	// reported (every few seconds while it changes).
 	Traffic []ModelTraffic `json:"traffic,omitempty"`

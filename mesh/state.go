@@ -72,6 +72,10 @@ type NodeState struct {
 	// Replicas say, per inference policy assigned here, whether its model
 	// is loading, serving or failed to load (and why).
 	Replicas []Replica `json:"replicas,omitempty"`
+	// Standbys are the model versions loaded here as warm standbys
+	// ("name@version"), serving no one while a replica answers: forwarding
+	// tries them after every replica (see InferenceService warm).
+	Standbys []string `json:"standbys,omitempty"`
 	// Traffic is how busy each model served here is, per model version,
 	// as last published: rate-limited, and empty while nothing is served.
 	// Forwarding reads it to spread requests by load.
@@ -275,6 +279,7 @@ func (s NodeState) Clone() NodeState {
 	c.Addrs.Federation = slices.Clone(s.Addrs.Federation)
 	c.Models = slices.Clone(s.Models)
 	c.Replicas = slices.Clone(s.Replicas)
+	c.Standbys = slices.Clone(s.Standbys)
 	c.Traffic = slices.Clone(s.Traffic)
 	c.Assignments = slices.Clone(s.Assignments)
 	for i := range c.Assignments {

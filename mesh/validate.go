@@ -121,7 +121,7 @@ func (m *Mesh) validateState(s *NodeState, now time.Time) *refusal {
 				return fmt.Errorf("GPU %d: negative index or memory", g.Index)
 			}
 		}
-		for _, n := range []int{len(c.GPUs), len(c.RDMA), len(s.Models), len(s.Replicas), len(s.Traffic), len(s.Assignments),
+		for _, n := range []int{len(c.GPUs), len(c.RDMA), len(s.Models), len(s.Replicas), len(s.Standbys), len(s.Traffic), len(s.Assignments),
 			len(s.Locality.Artifacts), len(s.Locality.Datasets), len(s.Locality.Pulling), len(s.Labels), len(s.Addrs.Federation)} {
 			if n > maxListLen {
 				return fmt.Errorf("a list of %d items, over %d", n, maxListLen)

@@ -111,6 +111,15 @@ func (f *Forwarder) Forward(w http.ResponseWriter, r *http.Request, model, versi
 			return fmt.Errorf("%w: no replica of %s in this site's pool is answering", infer.ErrModelNotFound, model)
 		}
 	}
+	if sb := f.standbyNodes(model, version); len(sb) > 0 && !fallback {
+		// Warm standbys answer when no replica does: after the replicas
+		// that are alive and answering, before suspect and ejected ones.
+		k := 0
+		for k < len(targets) && targets[k].Status == mesh.StatusAlive && !f.isEjected(targets[k].Name) {
+			k++
+		}
+		targets = slices.Concat(targets[:k], sb, targets[k:])
+	}
 	if len(targets) == 0 && f.cfg.Remote != nil {
 		targets = f.cfg.Remote(model, version)
 	}
@@ -265,10 +274,29 @@ func (f *Forwarder) believedFailed(model, version string) []mesh.Node {
 	return out
 }
 
+// standbyNodes lists the alive nodes other than this one that hold model
+// (at version, or any when empty) as a warm standby, have not failed a
+// request lately and can be forwarded to, nearest first.
+func (f *Forwarder) standbyNodes(model, version string) []mesh.Node {
+	var out []mesh.Node
+	for _, n := range f.cfg.Mesh.Nodes() {
+		if n.Status != mesh.StatusAlive || n.ID == f.cfg.Mesh.ID() || n.Addrs.Data == "" || f.isEjected(n.Name) || !lists(n.Standbys, model, version) {
+			continue
+		}
+		out = append(out, n)
+	}
+	f.nearestFirst(out)
+	return out
+}
+
 // serves says whether n's document lists model (at version, or any when
 // empty) among the models it serves.
-func serves(n mesh.Node, model, version string) bool {
-	return slices.ContainsFunc(n.Models, func(m string) bool {
+func serves(n mesh.Node, model, version string) bool { return lists(n.Models, model, version) }
+
+// lists says whether refs ("name@version") name model (at version, or any
+// when empty).
+func lists(refs []string, model, version string) bool {
+	return slices.ContainsFunc(refs, func(m string) bool {
 		name, ver, _ := strings.Cut(m, "@")
 		return name == model && (version == "" || ver == version)
 	})

@@ -439,3 +439,49 @@ func TestLargeRequestsAreNotBounded(t *testing.T) {
 		t.Errorf("a large request to a replica that does not answer: %v, edge-1 ejected %v; want it waited on until the caller left, not ejected", err, f.isEjected("edge-1"))
 	}
 }
+
+// TestForwardToAWarmStandby: a node that holds the model as a warm
+// standby (it lists it in standbys, not in models) is asked when the
+// replica does not answer, first while the replica is ejected, and when
+// the replica is known failed; never while the replica answers.
+func TestForwardToAWarmStandby(t *testing.T) {
+	t.Parallel()
+	replica := mesh.Node{Status: mesh.StatusAlive}
+	replica.ID, replica.Name, replica.Models, replica.Addrs.Data = "id-edge-1", "edge-1", []string{"fraud@1"}, "edge-1:7471"
+	standby := mesh.Node{Status: mesh.StatusAlive}
+	standby.ID, standby.Name, standby.Standbys, standby.Addrs.Data = "id-edge-2", "edge-2", []string{"fraud@1"}, "edge-2:7471"
+	forward := func(f *Forwarder) error {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		w := httptest.NewRecorder()
+		err := f.Forward(w, httptest.NewRequest(http.MethodPost, "/v2/models/fraud/infer", strings.NewReader(`{}`)).WithContext(ctx), "fraud", "1")
+		if err == nil && w.Code != http.StatusOK {
+			err = fmt.Errorf("HTTP %d", w.Code)
+		}
+		return err
+	}
+
+	live := &halfDead{}
+	f := NewForwarder(ForwarderConfig{Mesh: peers{replica, standby}, DataPlane: live})
+	if err := forward(f); err != nil || !slices.Equal(live.triedSoFar(), []string{"edge-1"}) {
+		t.Errorf("replica answering: %v after trying %v; want edge-1 alone", err, live.triedSoFar())
+	}
+
+	dead := &halfDead{dead: map[string]bool{"edge-1": true}}
+	f = NewForwarder(ForwarderConfig{Mesh: peers{replica, standby}, DataPlane: dead})
+	for range 2 {
+		if err := forward(f); err != nil {
+			t.Fatalf("replica silent, standby warm: %v after trying %v", err, dead.triedSoFar())
+		}
+	}
+	if got := dead.triedSoFar(); !slices.Equal(got, []string{"edge-1", "edge-2", "edge-2"}) {
+		t.Errorf("tried %v; want edge-1 then the standby, then the standby first while edge-1 is ejected", got)
+	}
+
+	replica.Status = mesh.StatusFailed
+	dead = &halfDead{dead: map[string]bool{"edge-1": true}}
+	f = NewForwarder(ForwarderConfig{Mesh: peers{replica, standby}, DataPlane: dead})
+	if err := forward(f); err != nil || !slices.Equal(dead.triedSoFar(), []string{"edge-2"}) {
+		t.Errorf("replica failed: %v after trying %v; want the standby alone", err, dead.triedSoFar())
+	}
+}

@@ -394,14 +394,19 @@ func (s *Loader) pullAndLoad(ctx context.Context, m storage.Manifest) error {
 	return s.cfg.Inference.Load(ctx, m.Name, m.Version, b)
 }
 
-// publishLocked writes the models served here into the node's document.
+// publishLocked writes the models served here, and the standbys loaded
+// here, into the node's document.
 func (s *Loader) publishLocked() {
-	var models []string
+	var models, standbys []string
 	for _, m := range s.loaded {
 		models = append(models, m.name+"@"+m.version)
 	}
 	sort.Strings(models)
 	models = slices.Compact(models)
+	for _, m := range s.standbys {
+		standbys = append(standbys, m.name+"@"+m.version)
+	}
+	sort.Strings(standbys)
 	replicas := make([]mesh.Replica, 0, len(s.replicas))
 	for key, r := range s.replicas {
 		if sm, ok := s.loaded[key]; ok && r.State != mesh.ReplicaServing && r.Model == sm.name+"@"+sm.version {
@@ -411,12 +416,12 @@ func (s *Loader) publishLocked() {
 	}
 	sort.Slice(replicas, func(i, j int) bool { return replicas[i].Policy < replicas[j].Policy })
 	local := s.cfg.Mesh.Local()
-	if slices.Equal(models, local.Models) && slices.EqualFunc(replicas, local.Replicas, func(a, b mesh.Replica) bool {
+	if slices.Equal(models, local.Models) && slices.Equal(standbys, local.Standbys) && slices.EqualFunc(replicas, local.Replicas, func(a, b mesh.Replica) bool {
 		return a.Policy == b.Policy && a.Model == b.Model && a.State == b.State && a.Reason == b.Reason && a.Attempts == b.Attempts
 	}) {
 		return
 	}
-	if err := s.cfg.Mesh.Update(func(st *mesh.NodeState) { st.Models, st.Replicas = models, replicas }); err != nil {
+	if err := s.cfg.Mesh.Update(func(st *mesh.NodeState) { st.Models, st.Standbys, st.Replicas = models, standbys, replicas }); err != nil {
 		s.log.Warn("publishing served models", "err", err)
 	}
 }

@@ -192,6 +192,7 @@ func (s *Loader) warmLoad(ctx context.Context, w standbyModel) {
 	}
 	s.standbys[w.m.Digest] = servedModel{name: w.m.Name, version: w.m.Version, digest: w.m.Digest, mem: w.mem}
 	s.log.Info("standby loaded", "model", w.m.Ref(), "took", time.Since(start).Round(time.Millisecond))
+	s.publishLocked()
 }
 
 // prestagePull pulls m for prestage.
