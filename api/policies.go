@@ -238,6 +238,9 @@ type PlacedNode struct {
 	// replica would move to if its node failed; it holds the model ahead
 	// of time.
 	Standby string `json:"standby,omitempty"`
+	// StandbyWarm says the standby has the replica's model loaded, ready
+	// to answer when the replica does not.
+	StandbyWarm bool `json:"standby_warm,omitempty"`
 	// Burst marks a replica placed on a burst tier (the service's own
 	// tiers had no room); it comes back when they have.
 	Burst bool `json:"burst,omitempty"`

@@ -286,6 +286,9 @@ func describePolicy(ctx context.Context, c *clientFlags, named string, w io.Writ
 				line := fmt.Sprintf("  %s\t%s\t%s\t%d\t%t\t%s", n.Name, n.Site, n.Tier, n.Rank, n.Admitted, dash(n.Replica))
 				if standbys {
 					line += "\t" + dash(n.Standby)
+					if n.StandbyWarm {
+						line += " (warm)"
+					}
 				}
 				fmt.Fprintln(nw, line)
 			}

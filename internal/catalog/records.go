@@ -128,6 +128,10 @@ type PlacedNode struct {
 	// placement would move this replica to if its node failed: it pulls
 	// the model ahead of time.
 	Standby string `json:"standby,omitempty"`
+	// StandbyWarm says the standby has the replica's model loaded (a
+	// policy's warm), as its node document lists it (GET /v1/placements
+	// fills it in).
+	StandbyWarm bool `json:"standby_warm,omitempty"`
 	// Burst marks a replica placed on a burst tier, beyond the SLO by at
 	// most the policy's maxExtraLatency, because the service's own tiers
 	// had no room: it comes back when they have.

@@ -386,6 +386,9 @@ func replicaStates(rec *catalog.Placement, byName map[string]mesh.Node) {
 		for _, r := range byName[pn.Name].Replicas {
 			if r.Policy == rec.Key {
 				rec.Nodes[i].Replica, rec.Nodes[i].Reason = r.State, r.Reason
+				if pn.Standby != "" && r.Model != "" {
+					rec.Nodes[i].StandbyWarm = slices.Contains(byName[pn.Standby].Standbys, r.Model)
+				}
 			}
 		}
 		switch rec.Nodes[i].Replica {

@@ -46,3 +46,26 @@ func TestReplicaStates(t *testing.T) {
 		t.Errorf("placed in part, served in another site: %s %q", rec.State, rec.Message)
 	}
 }
+
+// TestStandbyWarm: a replica's standby reads warm when its node document
+// lists the replica's model among its standbys, and not for another
+// version or before it has loaded.
+func TestStandbyWarm(t *testing.T) {
+	t.Parallel()
+	const key = "InferenceService/fraud"
+	replica := mesh.Node{Status: mesh.StatusAlive}
+	replica.Name, replica.Replicas = "a", []mesh.Replica{{Policy: key, Model: "fraud@3", State: mesh.ReplicaServing}}
+	for _, c := range []struct {
+		name     string
+		standbys []string
+		warm     bool
+	}{{"loaded", []string{"fraud@3"}, true}, {"another version", []string{"fraud@2"}, false}, {"cold", nil, false}} {
+		standby := mesh.Node{Status: mesh.StatusAlive}
+		standby.Name, standby.Standbys = "b", c.standbys
+		rec := catalog.Placement{Key: key, State: catalog.StatePlaced, Nodes: []catalog.PlacedNode{{Name: "a", Standby: "b"}}}
+		replicaStates(&rec, map[string]mesh.Node{"a": replica, "b": standby})
+		if rec.Nodes[0].StandbyWarm != c.warm {
+			t.Errorf("%s: standby warm %v, want %v", c.name, rec.Nodes[0].StandbyWarm, c.warm)
+		}
+	}
+}

@@ -56,7 +56,8 @@ function card(p) {
 
 // nodeTable lists a placement's nodes: where, admitted, what the node
 // says of its replica (loading, serving, failed), whether it is a burst
-// replica, and its standby where the service prestages.
+// replica, and its standby where the service prestages (warm when it has
+// the model loaded).
 function nodeTable(nodes) {
   const standbys = nodes.some((n) => n.standby);
   const cols = ['Node', 'Tier', 'Site', 'Rank', 'State'];
@@ -66,7 +67,7 @@ function nodeTable(nodes) {
     h('td', {}, n.burst ? [n.tier, ' ', badge('burst', 'burst', 'overflow: the service\'s own tiers had no room within the SLO')] : n.tier),
     h('td', {}, n.site), h('td', { class: 'num' }, String(n.rank ?? 0)),
     h('td', {}, n.admitted ? badge('admitted') : badge('pending', 'not admitted yet'), n.replica ? [' ', badge(n.replica, n.replica, n.reason || '')] : null),
-    standbys ? h('td', {}, n.standby || '–') : null)));
+    standbys ? h('td', {}, n.standby || '–', n.standby_warm ? [' ', badge('warm', 'warm', 'the standby has the model loaded: it answers at once when the replica does not')] : null) : null)));
 }
 
 // fallback says why a tier was passed over: the tier, the main reason,
