@@ -154,18 +154,18 @@ func TestExecRetries(t *testing.T) {
 func TestExecCancel(t *testing.T) {
 	job := testJob(t, `touch "$STRATA_OUTPUT_DIR/started.$RANK"; sleep 600`, trainer.Member{Node: "a"}, trainer.Member{Node: "b"})
 	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel() // a failed check leaves no member running
 	r, err := trainer.NewExec(trainer.ExecOptions{KillGrace: 2 * time.Second}).Launch(ctx, job)
 	if err != nil {
 		t.Fatal(err)
 	}
+	// Both members run (their files exist) a moment before the launcher,
+	// back from starting the second, says the run is running.
 	waitFor(t, func() bool {
 		_, e0 := os.Stat(filepath.Join(job.OutputDir, "started.0"))
 		_, e1 := os.Stat(filepath.Join(job.OutputDir, "started.1"))
-		return e0 == nil && e1 == nil
+		return e0 == nil && e1 == nil && r.Status().State == trainer.StateRunning
 	})
-	if st := r.Status(); st.State != trainer.StateRunning {
-		t.Fatalf("state %s, want running", st.State)
-	}
 	cancel()
 	if err := waitRun(t, r); !errors.Is(err, context.Canceled) {
 		t.Fatalf("want context.Canceled, got %v", err)
