@@ -180,6 +180,8 @@ func BenchmarkFailover(b *testing.B) {
 		model := "model-" + strings.TrimPrefix(svc, "svc-")
 		// Two loops, so that a request left waiting on the dead node
 		// does not delay seeing the placement, nor the other way round.
+		// Their 100 ms pause is the client's pace, part of what is
+		// measured (the figures are to that resolution), not a settle.
 		r := results[svc]
 		wg.Go(func() {
 			for deadline := killed.Add(5 * time.Minute); time.Now().Before(deadline) && r.replaced == 0; time.Sleep(100 * time.Millisecond) {
