@@ -123,19 +123,9 @@ func (s *Server) Check(name, ver string, model []byte) error {
 }
 
 func (s *Server) Load(ctx context.Context, name, ver string, model []byte) error {
-	if name == "" || ver == "" {
-		return fmt.Errorf("infer: load: model name and version must not be empty (got %q, %q)", name, ver)
-	}
-	if err := ctx.Err(); err != nil {
-		return err
-	}
 	start := time.Now()
-	v, err := s.newServable(name, ver, model)
+	v, err := s.newServable(ctx, "load", name, ver, model)
 	if err != nil {
-		return err
-	}
-	if err := ctx.Err(); err != nil {
-		v.retire()
 		return err
 	}
 	s.mu.Lock()
@@ -160,8 +150,15 @@ func (s *Server) Load(ctx context.Context, name, ver string, model []byte) error
 }
 
 // newServable opens model as version ver of name, with its batcher when
-// the model batches.
-func (s *Server) newServable(name, ver string, model []byte) (*version, error) {
+// the model batches, for what ("load", "load standby"); it fails for an
+// empty name or version, and when ctx ends before or while it opens.
+func (s *Server) newServable(ctx context.Context, what, name, ver string, model []byte) (*version, error) {
+	if name == "" || ver == "" {
+		return nil, fmt.Errorf("infer: %s: model name and version must not be empty (got %q, %q)", what, name, ver)
+	}
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
 	v, err := newVersion(name, ver, model, &s.cfg)
 	if err != nil {
 		return nil, err
@@ -170,6 +167,10 @@ func (s *Server) newServable(name, ver string, model []byte) (*version, error) {
 		obs := s.metrics.batch.WithLabelValues(name, ver)
 		v.batcher = newBatcher(v, s.cfg.BatchWindow, s.cfg.MaxBatch, s.cfg.BatchRunners,
 			func(rows int) { obs.Observe(float64(rows)) })
+	}
+	if err := ctx.Err(); err != nil {
+		v.retire()
+		return nil, err
 	}
 	return v, nil
 }

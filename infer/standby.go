@@ -20,16 +20,9 @@ import (
 // LoadStandby loads model (ONNX bytes) as a standby of version ver of
 // name, replacing a standby of name loaded before.
 func (s *Server) LoadStandby(ctx context.Context, name, ver string, model []byte) error {
-	if name == "" || ver == "" {
-		return fmt.Errorf("infer: load standby: model name and version must not be empty (got %q, %q)", name, ver)
-	}
 	start := time.Now()
-	v, err := s.newServable(name, ver, model)
+	v, err := s.newServable(ctx, "load standby", name, ver, model)
 	if err != nil {
-		return err
-	}
-	if err := ctx.Err(); err != nil {
-		v.retire()
 		return err
 	}
 	s.mu.Lock()
