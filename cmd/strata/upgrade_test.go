@@ -10,6 +10,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -152,9 +153,35 @@ func TestRollingUpgrade(t *testing.T) {
 		}
 		return nil
 	}
+	// nodesOf is what p sees of the nodes, nil when it does not answer.
+	nodesOf := func(p *proc) ([]mesh.Node, error) {
+		resp, err := http.Get("http://" + p.api + "/v1/nodes")
+		if err != nil {
+			return nil, err
+		}
+		defer resp.Body.Close()
+		var ns []mesh.Node
+		err = json.NewDecoder(resp.Body).Decode(&ns)
+		return ns, err
+	}
+	// servedEverywhere says whether every agent answers, and knows that
+	// two nodes serve (a third may still serve while a placement moves):
+	// an agent that has not heard yet that a replica loaded (a gossip
+	// round, longer on a busy host) forwards only to the other one, and
+	// fails requests once that one is drained.
 	servedEverywhere := func() bool {
 		for _, p := range ps {
-			if infer(p) != nil {
+			ns, err := nodesOf(p)
+			if err != nil || infer(p) != nil {
+				return false
+			}
+			serving := 0
+			for _, n := range ns {
+				if n.Status == mesh.StatusAlive && slices.Contains(n.Models, "scorer@1") {
+					serving++
+				}
+			}
+			if serving < 2 {
 				return false
 			}
 		}
@@ -192,6 +219,23 @@ func TestRollingUpgrade(t *testing.T) {
 	}
 	meshtest.WaitFor(t, time.Minute, "scorer placed, both replicas serving", healthy)
 
+	// sees is what p sees of the nodes and what they serve, to explain
+	// a request p failed.
+	sees := func(p *proc) string {
+		ns, err := nodesOf(p)
+		if err != nil {
+			return err.Error()
+		}
+		var out []string
+		for _, n := range ns {
+			var rs []string
+			for _, r := range n.Replicas {
+				rs = append(rs, r.Model+":"+r.State)
+			}
+			out = append(out, fmt.Sprintf("%s %s models=%v replicas=%v", n.Name, n.Status, n.Models, rs))
+		}
+		return strings.Join(out, "; ")
+	}
 	// The client: round robin over the agents that are up, as a load
 	// balancer that drains an agent before it is upgraded.
 	var draining, asking atomic.Int32 // the agent drained; the one being asked
@@ -225,8 +269,9 @@ func TestRollingUpgrade(t *testing.T) {
 			asking.Store(-1)
 			if err != nil {
 				failed.Add(1)
+				at := time.Now().UTC().Format("15:04:05.000 ")
 				mu.Lock()
-				failures = append(failures, time.Now().UTC().Format("15:04:05.000 ")+err.Error())
+				failures = append(failures, at+err.Error()+"\n  "+ps[k].name+" saw then: "+sees(ps[k]))
 				mu.Unlock()
 			}
 		}
