@@ -25,6 +25,14 @@ func (p peers) Name() string                           { return "self" }
 func (p peers) Nodes() []mesh.Node                     { return p }
 func (p peers) RTT(a, b string) (time.Duration, error) { return time.Millisecond, nil }
 
+// fraudNode is a node named name, of status st, that serves fraud@1 and
+// has a data-plane address.
+func fraudNode(name string, st mesh.Status) mesh.Node {
+	n := mesh.Node{Status: st}
+	n.ID, n.Name, n.Models, n.Addrs.Data = "id-"+name, name, []string{"fraud@1"}, name+":7471"
+	return n
+}
+
 // TestWhyNotServed: a request for a model no agent serves says why:
 // loading, failed to load (with the reason), another version, or nothing.
 func TestWhyNotServed(t *testing.T) {
@@ -60,12 +68,7 @@ func TestWhyNotServed(t *testing.T) {
 // one is not.
 func TestServingNodesSuspectsLast(t *testing.T) {
 	t.Parallel()
-	node := func(name string, st mesh.Status) mesh.Node {
-		n := mesh.Node{Status: st}
-		n.ID, n.Name, n.Models, n.Addrs.Data = name, name, []string{"fraud@1"}, name+":7471"
-		return n
-	}
-	f := NewForwarder(ForwarderConfig{Mesh: peers{node("s", mesh.StatusSuspect), node("a", mesh.StatusAlive), node("f", mesh.StatusFailed)}})
+	f := NewForwarder(ForwarderConfig{Mesh: peers{fraudNode("s", mesh.StatusSuspect), fraudNode("a", mesh.StatusAlive), fraudNode("f", mesh.StatusFailed)}})
 	var got []string
 	for _, n := range f.ServingNodes("fraud", "") {
 		got = append(got, n.Name)
@@ -73,7 +76,7 @@ func TestServingNodesSuspectsLast(t *testing.T) {
 	if strings.Join(got, ",") != "a,s" {
 		t.Errorf("targets %v, want [a s]", got)
 	}
-	f = NewForwarder(ForwarderConfig{Mesh: peers{node("f", mesh.StatusFailed)}})
+	f = NewForwarder(ForwarderConfig{Mesh: peers{fraudNode("f", mesh.StatusFailed)}})
 	if err := f.whyNot("fraud", ""); err == nil || !strings.Contains(err.Error(), "served nowhere") {
 		t.Errorf("only a failed node serves: %v", err)
 	}
@@ -253,12 +256,7 @@ func (s *stalled) RoundTrip(ctx context.Context, to dataplane.Peer, _ *http.Requ
 // A node that left is not tried.
 func TestForwardToNodesBelievedFailed(t *testing.T) {
 	t.Parallel()
-	node := func(name string, st mesh.Status) mesh.Node {
-		n := mesh.Node{Status: st}
-		n.ID, n.Name, n.Models, n.Addrs.Data = "id-"+name, name, []string{"fraud@1"}, name+":7471"
-		return n
-	}
-	mesh3 := peers{node("gpu-1", mesh.StatusFailed), node("gone", mesh.StatusLeft), node("cloud-1", mesh.StatusUnreachable)}
+	mesh3 := peers{fraudNode("gpu-1", mesh.StatusFailed), fraudNode("gone", mesh.StatusLeft), fraudNode("cloud-1", mesh.StatusUnreachable)}
 
 	dp := &recorder{}
 	f := NewForwarder(ForwarderConfig{Mesh: mesh3, DataPlane: dp})
@@ -321,13 +319,8 @@ func (h *halfDead) triedSoFar() []string {
 // tried only after the others; then it is tried first again.
 func TestForwardPastANodeThatDoesNotAnswer(t *testing.T) {
 	t.Parallel()
-	node := func(name string) mesh.Node {
-		n := mesh.Node{Status: mesh.StatusAlive}
-		n.ID, n.Name, n.Models, n.Addrs.Data = "id-"+name, name, []string{"fraud@1"}, name+":7471"
-		return n
-	}
 	dp := &halfDead{dead: map[string]bool{"edge-1": true}}
-	f := NewForwarder(ForwarderConfig{Mesh: peers{node("edge-1"), node("edge-2")}, DataPlane: dp})
+	f := NewForwarder(ForwarderConfig{Mesh: peers{fraudNode("edge-1", mesh.StatusAlive), fraudNode("edge-2", mesh.StatusAlive)}, DataPlane: dp})
 	f.draw = func() float64 { return 0 } // the power of two choices picks edge-1, the first listed
 	now := time.Now()
 	f.now = func() time.Time { return now }
@@ -370,13 +363,8 @@ func TestForwardPastANodeThatDoesNotAnswer(t *testing.T) {
 // replica is ejected it is not tried at all; nor is a suspect one.
 func TestForwardWithAFallback(t *testing.T) {
 	t.Parallel()
-	node := func(name string, st mesh.Status) mesh.Node {
-		n := mesh.Node{Status: st}
-		n.ID, n.Name, n.Models, n.Addrs.Data = "id-"+name, name, []string{"fraud@1"}, name+":7471"
-		return n
-	}
 	dp := &halfDead{dead: map[string]bool{"edge-1": true}}
-	f := NewForwarder(ForwarderConfig{Mesh: peers{node("edge-1", mesh.StatusAlive), node("edge-3", mesh.StatusSuspect)}, DataPlane: dp})
+	f := NewForwarder(ForwarderConfig{Mesh: peers{fraudNode("edge-1", mesh.StatusAlive), fraudNode("edge-3", mesh.StatusSuspect)}, DataPlane: dp})
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	forward := func() error {
@@ -399,14 +387,9 @@ func TestForwardWithAFallback(t *testing.T) {
 // that waits a second, as many do).
 func TestEjectedThoughTheCallerLeft(t *testing.T) {
 	t.Parallel()
-	node := func(name string) mesh.Node {
-		n := mesh.Node{Status: mesh.StatusAlive}
-		n.ID, n.Name, n.Models, n.Addrs.Data = "id-"+name, name, []string{"fraud@1"}, name+":7471"
-		return n
-	}
 	ctx, cancel := context.WithCancel(context.Background())
 	dp := &halfDead{dead: map[string]bool{"edge-1": true}, gaveUp: cancel}
-	f := NewForwarder(ForwarderConfig{Mesh: peers{node("edge-1"), node("edge-2")}, DataPlane: dp})
+	f := NewForwarder(ForwarderConfig{Mesh: peers{fraudNode("edge-1", mesh.StatusAlive), fraudNode("edge-2", mesh.StatusAlive)}, DataPlane: dp})
 	f.draw = func() float64 { return 0 } // edge-1 first
 	r := httptest.NewRequest(http.MethodPost, "/v2/models/fraud/infer", strings.NewReader(`{}`)).WithContext(ctx)
 	if err := f.Forward(httptest.NewRecorder(), r, "fraud", ""); err == nil {
@@ -423,13 +406,8 @@ func TestEjectedThoughTheCallerLeft(t *testing.T) {
 // waits on the first replica as long as its caller does.
 func TestLargeRequestsAreNotBounded(t *testing.T) {
 	t.Parallel()
-	node := func(name string) mesh.Node {
-		n := mesh.Node{Status: mesh.StatusAlive}
-		n.ID, n.Name, n.Models, n.Addrs.Data = "id-"+name, name, []string{"fraud@1"}, name+":7471"
-		return n
-	}
 	dp := &halfDead{dead: map[string]bool{"edge-1": true}}
-	f := NewForwarder(ForwarderConfig{Mesh: peers{node("edge-1"), node("edge-2")}, DataPlane: dp})
+	f := NewForwarder(ForwarderConfig{Mesh: peers{fraudNode("edge-1", mesh.StatusAlive), fraudNode("edge-2", mesh.StatusAlive)}, DataPlane: dp})
 	f.draw = func() float64 { return 0 } // edge-1 first
 	ctx, cancel := context.WithTimeout(context.Background(), 3*tryFloor)
 	defer cancel()
