@@ -287,7 +287,7 @@ func New(cfg Config) (*Agent, error) {
 			Help: "Times the controller's view of the mesh was updated with new load only, without indexing it again."},
 			func() float64 { return float64(a.ctrl.SnapshotStats().Updates) }),
 	)
-	fc := serving.ForwarderConfig{Mesh: a.mesh, SLO: serving.NewSLOs(a.cat).For}
+	fc := serving.ForwarderConfig{Mesh: a.mesh, SLO: serving.NewSLOs(a.cat).For, Vouch: serving.NewVouchers(a.cat).Vouch}
 	if a.dp != nil {
 		fc.DataPlane = a.dp.node
 	}
@@ -303,6 +303,9 @@ func New(cfg Config) (*Agent, error) {
 		}
 	}
 	a.fwd = serving.NewForwarder(fc)
+	a.reg.MustRegister(prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "strata_forward_unvouched_total",
+		Help: "Nodes passed over as forward targets: their document said they serve a model (or hold its standby) that no placement names them for."},
+		func() float64 { return float64(a.fwd.Unvouched()) }))
 	a.jobRunner = jobs.New(jobs.Config{Name: cfg.Name, DataDir: cfg.DataDir, Mesh: a.mesh, Catalog: a.cat, Artifacts: a.art, Logger: a.log, Guard: a.guard,
 		StartQuiet: jobs.DefaultStartQuiet})
 	ac2 := httpapi.Config{

@@ -170,6 +170,50 @@ func TestServeAtTheEdgeForwardAndSwap(t *testing.T) {
 		}
 	}
 
+	// A compromised agent next door to the cloud agent (its own site)
+	// claims to serve the model: its document says so, and it writes
+	// its own document. No placement names it, so it is sent nothing.
+	// (Its own loader writes back what it serves: the claim is made
+	// again every 50 ms, as an attacker would.)
+	liar := agents[6]
+	lying := make(chan struct{})
+	var lied sync.WaitGroup
+	lied.Go(func() {
+		for {
+			liar.Mesh().Update(func(st *mesh.NodeState) {
+				if !slices.Contains(st.Models, "scorer@1") {
+					st.Models = append(st.Models, "scorer@1")
+				}
+			})
+			select {
+			case <-lying:
+				return
+			case <-time.After(50 * time.Millisecond):
+			}
+		}
+	})
+	meshtest.WaitFor(t, 30*time.Second, "the cloud agent to hear "+liar.Name()+"'s claim", func() bool {
+		n, err := agents[5].Mesh().Node(liar.Name())
+		return err == nil && slices.Contains(n.Models, "scorer@1")
+	})
+	sentLiar := liar.art.Node().Stats().ProxyServed
+	for range 10 {
+		if code, by, body := infer1(t, agents[5].Handler()); code != http.StatusOK || by == liar.Name() {
+			t.Fatalf("beside a liar: %d by %q: %s", code, by, body)
+		}
+	}
+	if n := liar.art.Node().Stats().ProxyServed - sentLiar; n > 0 {
+		t.Errorf("%s, which no placement names, was sent %d requests", liar.Name(), n)
+	}
+	if agents[5].fwd.Unvouched() == 0 {
+		t.Errorf("%s's claim was not passed over (strata_forward_unvouched_total 0)", liar.Name())
+	}
+	close(lying)
+	lied.Wait()
+	liar.Mesh().Update(func(st *mesh.NodeState) {
+		st.Models = slices.DeleteFunc(st.Models, func(m string) bool { return m == "scorer@1" })
+	})
+
 	// Hot swap: keep calling while version 2 replaces version 1.
 	stop := asking(t, []http.Handler{agents[0].Handler(), agents[2].Handler()}, 0)
 	push("2", 2)

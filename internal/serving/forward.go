@@ -53,6 +53,11 @@ type ForwarderConfig struct {
 	// of the services that serve model, 0 for none: replicas beyond it
 	// are sent a request only when no replica within it is alive.
 	SLO func(model string) time.Duration
+	// Vouch, when set, says whether a placement names node as a replica
+	// (standby: as a standby) of a service that serves model (Vouchers
+	// does): a node is sent requests for a model only then, whatever
+	// its own document claims. Nil believes every document (tests).
+	Vouch func(node, model string, standby bool) bool
 }
 
 // Forwarder sends requests to other agents over the data plane (QUIC,
@@ -73,6 +78,9 @@ type Forwarder struct {
 	draw func() float64
 	// now is time.Now (tests fix it).
 	now func() time.Time
+	// unvouched counts the nodes passed over because no placement names
+	// them for the model their document says they serve.
+	unvouched atomic.Int64
 }
 
 // ErrNoDataPlane is returned (wrapped, saying which end lacks it) where a
@@ -265,7 +273,7 @@ func (f *Forwarder) isEjected(name string) bool {
 func (f *Forwarder) believedFailed(model, version string) []mesh.Node {
 	var out []mesh.Node
 	for _, n := range f.cfg.Mesh.Nodes() {
-		if (n.Status != mesh.StatusFailed && n.Status != mesh.StatusUnreachable) || n.ID == f.cfg.Mesh.ID() || n.Addrs.Data == "" || !serves(n, model, version) {
+		if (n.Status != mesh.StatusFailed && n.Status != mesh.StatusUnreachable) || n.ID == f.cfg.Mesh.ID() || n.Addrs.Data == "" || !serves(n, model, version) || !f.vouched(n, model, false) {
 			continue
 		}
 		out = append(out, n)
@@ -280,7 +288,7 @@ func (f *Forwarder) believedFailed(model, version string) []mesh.Node {
 func (f *Forwarder) standbyNodes(model, version string) []mesh.Node {
 	var out []mesh.Node
 	for _, n := range f.cfg.Mesh.Nodes() {
-		if n.Status != mesh.StatusAlive || n.ID == f.cfg.Mesh.ID() || n.Addrs.Data == "" || f.isEjected(n.Name) || !lists(n.Standbys, model, version) {
+		if n.Status != mesh.StatusAlive || n.ID == f.cfg.Mesh.ID() || n.Addrs.Data == "" || f.isEjected(n.Name) || !lists(n.Standbys, model, version) || !f.vouched(n, model, true) {
 			continue
 		}
 		out = append(out, n)
@@ -288,6 +296,22 @@ func (f *Forwarder) standbyNodes(model, version string) []mesh.Node {
 	f.nearestFirst(out)
 	return out
 }
+
+// vouched says whether a placement names n for model (as a standby when
+// standby is set), counting the nodes it does not: their documents claim
+// what no controller placed there.
+func (f *Forwarder) vouched(n mesh.Node, model string, standby bool) bool {
+	if f.cfg.Vouch == nil || f.cfg.Vouch(n.Name, model, standby) {
+		return true
+	}
+	f.unvouched.Add(1)
+	return false
+}
+
+// Unvouched counts the nodes passed over as forward targets because no
+// placement names them for a model their document says they serve (or
+// hold as a standby).
+func (f *Forwarder) Unvouched() int64 { return f.unvouched.Load() }
 
 // serves says whether n's document lists model (at version, or any when
 // empty) among the models it serves.
@@ -485,7 +509,7 @@ func (f *Forwarder) servingNodes(model, version string) []cand {
 		if !live(n) || n.ID == self || n.Addrs.Data == "" {
 			continue
 		}
-		if !serves(n, model, version) {
+		if !serves(n, model, version) || !f.vouched(n, model, false) {
 			continue
 		}
 		rtt, err := safe.RTT(f.cfg.Mesh, f.cfg.Mesh.Name(), n.Name)
