@@ -103,6 +103,16 @@ type Config struct {
 	// means such requests get 404.
 	Forwarder Forwarder
 
+	// SpillInflight is how many requests of one model version may be in
+	// flight here before a new one (not itself forwarded) is offered to
+	// another replica first: the Forwarder sends it to one that is alive
+	// and answering, and this server answers it when none takes it in
+	// time. A site whose agents all serve a model would otherwise keep
+	// its peak to itself, whatever replicas autoscaling added elsewhere.
+	// Negative: never. Default: 64 (two full batches of each of the
+	// default runners).
+	SpillInflight int
+
 	// Registerer receives the server's Prometheus collectors. Nil means they
 	// are created but not registered.
 	Registerer prometheus.Registerer
@@ -144,6 +154,9 @@ func (c *Config) EnsureDefaults() {
 	}
 	if c.BatchRunners == 0 {
 		c.BatchRunners = 2
+	}
+	if c.SpillInflight == 0 {
+		c.SpillInflight = 64
 	}
 	if c.IntraOpThreads == 0 {
 		c.IntraOpThreads = 1

@@ -229,8 +229,12 @@ func (s *Server) serveInfer(w http.ResponseWriter, r *http.Request) {
 		s.metrics.requests.WithLabelValues("", "", label).Inc()
 		return
 	}
+	st := s.statsOf(v.info.Name, v.info.Version)
+	if s.cfg.Forwarder != nil && s.cfg.SpillInflight > 0 && st.inflight.Load() >= int64(s.cfg.SpillInflight) && s.spill(w, r, v) {
+		return
+	}
 	defer v.release()
-	done := s.statsOf(v.info.Name, v.info.Version).begin()
+	done := st.begin()
 	code := s.inferHTTP(w, r, v)
 	done(code)
 	s.metrics.requests.WithLabelValues(v.info.Name, v.info.Version, strconv.Itoa(code)).Inc()

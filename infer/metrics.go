@@ -12,6 +12,7 @@ type metrics struct {
 	batch    *prometheus.HistogramVec
 	rejected *prometheus.CounterVec
 	standby  *prometheus.CounterVec
+	spilled  *prometheus.CounterVec
 	standbys *prometheus.GaugeVec
 }
 
@@ -39,6 +40,10 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 			Namespace: "strata", Subsystem: "infer", Name: "standby_answers_total",
 			Help: "Inference requests answered by a standby loaded here because forwarding them to a replica failed.",
 		}, []string{"model", "version"}),
+		spilled: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Namespace: "strata", Subsystem: "infer", Name: "spilled_total",
+			Help: "Inference requests for a model version served here that another replica answered: SpillInflight of them were in flight here already.",
+		}, []string{"model", "version"}),
 		standbys: prometheus.NewGaugeVec(prometheus.GaugeOpts{
 			Namespace: "strata", Subsystem: "infer", Name: "standby_loaded",
 			Help: "1 for each model version loaded here as a standby (warm), ready to answer when no replica does.",
@@ -48,7 +53,7 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 		return m, nil
 	}
 	var errs []error
-	for _, c := range []prometheus.Collector{m.requests, m.latency, m.batch, m.rejected, m.standby, m.standbys} {
+	for _, c := range []prometheus.Collector{m.requests, m.latency, m.batch, m.rejected, m.standby, m.spilled, m.standbys} {
 		if err := reg.Register(c); err != nil {
 			errs = append(errs, err)
 		}

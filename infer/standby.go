@@ -147,3 +147,25 @@ func (s *Server) forwardOrStandby(w http.ResponseWriter, r *http.Request, v *ver
 	r.Body = io.NopCloser(bytes.NewReader(body))
 	return v, nil
 }
+
+// spill offers r, for version v served here while SpillInflight of its
+// requests are in flight, to another replica (one alive and answering,
+// see WithFallback). It says true, v released, when one answered; false,
+// with r's body restored, when this server is to answer it.
+func (s *Server) spill(w http.ResponseWriter, r *http.Request, v *version) bool {
+	body, err := io.ReadAll(r.Body)
+	if err != nil {
+		// Answered here: reading on meets the same error (a body over
+		// the limit is 413).
+		r.Body = io.NopCloser(io.MultiReader(bytes.NewReader(body), r.Body))
+		return false
+	}
+	r.Body = io.NopCloser(bytes.NewReader(body))
+	if err := s.cfg.Forwarder.Forward(w, r.WithContext(WithFallback(r.Context())), v.info.Name, v.info.Version); err != nil {
+		r.Body = io.NopCloser(bytes.NewReader(body))
+		return false
+	}
+	v.release()
+	s.metrics.spilled.WithLabelValues(v.info.Name, v.info.Version).Inc()
+	return true
+}

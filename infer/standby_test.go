@@ -78,3 +78,38 @@ func TestStandby(t *testing.T) {
 		t.Errorf("after unloading n's standby: %d, forwards marked %v; want forwarded without a fallback", code, fwd.marked)
 	}
 }
+
+// TestSpill: while SpillInflight requests of a version are in flight
+// here, a new one is offered to another replica (told the caller has a
+// fallback) and answered here, whole, when none takes it; below it,
+// requests are answered here without asking.
+func TestSpill(t *testing.T) {
+	fwd := &fallbackForwarder{}
+	s, reg := newServer(t, Config{Forwarder: fwd, NodeName: "edge-2", DisableBatching: true, SpillInflight: 2})
+	m := newMLP(t, 1, 2, 1)
+	if err := s.Load(context.Background(), "m", "1", m.model); err != nil {
+		t.Fatal(err)
+	}
+	body := `{"inputs":[{"name":"input","datatype":"FP32","shape":[2,2],"data":[1,2,3,4]}]}`
+	st := s.statsOf("m", "1")
+	st.inflight.Add(1) // one request in flight: under the mark
+	if code, _, hdr := do(t, s.Handler(), "POST", "/v2/models/m/infer", body); code != 200 || hdr.Get(HeaderServedBy) != "edge-2" || len(fwd.marked) != 0 {
+		t.Fatalf("one in flight: %d by %q, offered %d times; want answered here", code, hdr.Get(HeaderServedBy), len(fwd.marked))
+	}
+	st.inflight.Add(1) // two: at the mark
+	code, got, _ := do(t, s.Handler(), "POST", "/v2/models/m/infer", body)
+	if code != 200 || got["forwarded"] != "m" || got["version"] != "1" || got["bytes"] != float64(len(body)) {
+		t.Fatalf("two in flight: %d %v; want version 1 forwarded whole", code, got)
+	}
+	if len(fwd.marked) != 1 || !fwd.marked[0] {
+		t.Errorf("spilled request marked with a fallback: %v, want [true]", fwd.marked)
+	}
+	fwd.err = errors.New("no replica of m in this site's pool is answering")
+	if code, got, hdr := do(t, s.Handler(), "POST", "/v2/models/m/infer", body); code != 200 || hdr.Get(HeaderServedBy) != "edge-2" || got["outputs"] == nil {
+		t.Fatalf("two in flight, no other replica: %d by %q: %v; want answered here", code, hdr.Get(HeaderServedBy), got)
+	}
+	if got := gather(t, reg)[`strata_infer_spilled_total{model="m",version="1"}`]; got != 1 {
+		t.Errorf("strata_infer_spilled_total = %v, want 1", got)
+	}
+	st.inflight.Add(-2)
+}

@@ -1,0 +1,381 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/strata-mesh/strata/api"
+	"github.com/strata-mesh/strata/infer"
+	"github.com/strata-mesh/strata/internal/testbed"
+	"github.com/strata-mesh/strata/mesh/meshtest"
+	"github.com/strata-mesh/strata/trainer/onnx"
+)
+
+// rampPolicy is the service BenchmarkLoadRamp loads: autoscaled between 1
+// and 4 replicas at rampTarget requests/s each, for clients in edge-a
+// within 20 ms, on edge nodes; what edge-a cannot hold overflows to
+// on-prem. A replica asks 1.5 of a host's 2 cores, so each edge-a host
+// holds one.
+const rampPolicy = `apiVersion: strata/v1
+kind: InferenceService
+metadata: {name: ramp}
+spec:
+  model: {name: ramp, version: "1"}
+  resources: {cpu: 1500m, memory: 64Mi}
+  tiers: [edge]
+  latency: {p99: 20ms, clients: [edge-a]}
+  autoscale: {min: 1, max: 4, target: {rps: %d}, scaleDownAfter: 30s}
+  burst: {tiers: [onprem], maxExtraLatency: 20ms, scaleDownAfter: 30s}
+`
+
+// rampStep is one leg of the load: from rps to rps over d.
+type rampStep struct {
+	d        time.Duration
+	from, to float64
+}
+
+// rampSecond is what the client saw in one second of the ramp, and the
+// placement the cloud's agent showed at its end.
+type rampSecond struct {
+	offered       float64
+	lat           []time.Duration // answered requests
+	failed        int
+	burstAnswered int // answered by a node of the burst tier
+	replicas      int // placed
+	serving       int
+	burst         int
+	shedByClient  int // the generator could not keep up (not sent)
+	failedSamples []string
+}
+
+// BenchmarkLoadRamp runs the inference load of a day's peak, compressed,
+// on the test bed: edge-a (2 hosts, tier edge), onprem (2 hosts, 5 ms from
+// edge-a), cloud (1 host, the controller, 20 ms away), 40 Mbit/s between
+// sites. An open-loop client in edge-a spreads requests over edge-a's two
+// agents (a site's load balancer) and ramps from 50 to STRATA_RAMP_PEAK
+// requests/s (default 2,000) and back: 20 s at 50, a minute up, a minute
+// at the peak, a minute down, 90 s at 50. The service (rampPolicy)
+// autoscales at STRATA_RAMP_TARGET requests/s a replica (default 400) up
+// to 4 replicas: edge-a holds 2, the rest burst to on-prem, and come back
+// when the load falls. Logged, per 10 s: the load offered and answered,
+// failures, the client's p50 and p99, and the replicas placed, serving
+// and on the burst tier. Reported: requests failed, the most replicas and
+// burst replicas, the p99 over the whole run, and the seconds whose p99
+// was over 50 ms (the reaction window).
+//
+//	go test -run '^$' -bench BenchmarkLoadRamp -benchtime 1x ./cmd/strata/
+func BenchmarkLoadRamp(b *testing.B) {
+	if os.Getenv("STRATA_ORT_LIB") == "" {
+		b.Skip("STRATA_ORT_LIB is not set: run `make setup-ort`")
+	}
+	peak, target := 2000.0, 400
+	if v, err := strconv.ParseFloat(os.Getenv("STRATA_RAMP_PEAK"), 64); err == nil && v > 0 {
+		peak = v
+	}
+	if v, err := strconv.Atoi(os.Getenv("STRATA_RAMP_TARGET")); err == nil && v > 0 {
+		target = v
+	}
+	const clientSLO = 50 * time.Millisecond
+	bed := testbed.Start(b, testbed.Site{Name: "edge-a", Hosts: 2}, testbed.Site{Name: "onprem", Hosts: 2}, testbed.Site{Name: "cloud", Hosts: 1})
+	bed.SetLink("edge-a", "onprem", 5*time.Millisecond, 0)
+	bed.SetLink("edge-a", "cloud", 20*time.Millisecond, 0)
+	bed.SetLink("onprem", "cloud", 20*time.Millisecond, 0)
+	for _, l := range [][2]string{{"edge-a", "onprem"}, {"edge-a", "cloud"}, {"onprem", "cloud"}} {
+		bed.SetRate(l[0], l[1], 40e6)
+	}
+	keys := filepath.Join(b.TempDir(), "pki")
+	if _, err := cli(b, "unused", "keygen", "-pki", keys); err != nil {
+		b.Fatal(err)
+	}
+	pki := []string{"-ca-cert", filepath.Join(keys, "ca.crt"), "-ca-key", filepath.Join(keys, "ca.key"),
+		"-signing-key", filepath.Join(keys, "signing.key"), "-trusted-keys", filepath.Join(keys, "signing.pub")}
+	seed := bed.Host("cloud", 0)
+	var all []*nsAgent
+	var cloud *nsAgent
+	for _, site := range []string{"cloud", "edge-a", "onprem"} {
+		for _, h := range bed.Hosts(site) {
+			tier := map[string]string{"cloud": "cloud", "edge-a": "edge", "onprem": "onprem"}[site]
+			a := &nsAgent{ns: netns{h.NS}, name: h.Name, site: site, gossip: 7946, api: 7470, data: 7471,
+				args: append([]string{"-tier", tier, "-controller", strconv.FormatBool(site == "cloud")}, pki...)}
+			if h.Name != seed.Name {
+				a.join = seed.IP.String() + ":7946"
+			}
+			a.start(b)
+			all = append(all, a)
+			if site == "cloud" {
+				cloud = a
+			}
+		}
+	}
+	dump := func() {
+		for _, a := range all {
+			b.Logf("%s log:\n%s", a.name, a.proc.log)
+		}
+	}
+	meshtest.Poll(b, 60*time.Second, 250*time.Millisecond, "one mesh of five", func() bool { return cloud.seesAlive(b, 5) }, dump)
+
+	m, _, err := onnx.RandomMLP(1, 8, 16, 1)
+	if err != nil {
+		b.Fatal(err)
+	}
+	dir := b.TempDir()
+	f := filepath.Join(dir, "ramp.onnx")
+	if err := os.WriteFile(f, m, 0o600); err != nil {
+		b.Fatal(err)
+	}
+	if out, err := cloud.run("push", f, "--name", "ramp", "--version", "1"); err != nil {
+		b.Fatalf("push: %v\n%s", err, out)
+	}
+	svc := filepath.Join(dir, "ramp.yaml")
+	if err := os.WriteFile(svc, fmt.Appendf(nil, rampPolicy, target), 0o600); err != nil {
+		b.Fatal(err)
+	}
+	if out, err := cloud.run("apply", "-f", svc); err != nil {
+		b.Fatalf("apply: %v\n%s", err, out)
+	}
+	placed := func() api.PlacementStatus {
+		var ps []api.PlacementStatus
+		if cloud.get(b, &ps, "placements") == nil {
+			for _, p := range ps {
+				if p.Name == "ramp" {
+					return p
+				}
+			}
+		}
+		return api.PlacementStatus{}
+	}
+	count := func(p api.PlacementStatus) (serving, burst int) {
+		for _, n := range p.Nodes {
+			if n.Replica == "serving" {
+				serving++
+			}
+			if n.Burst {
+				burst++
+			}
+		}
+		return serving, burst
+	}
+	meshtest.Poll(b, 2*time.Minute, 250*time.Millisecond, "one replica serving", func() bool {
+		p := placed()
+		s, _ := count(p)
+		return p.State == api.StatePlaced && s == 1
+	}, dump)
+
+	// The clients: on each of edge-a's hosts, keeping their connections
+	// to the host's agent; requests go to the two in turn, as a site's
+	// load balancer would spread them.
+	type client struct {
+		c   *http.Client
+		url string
+	}
+	var targets []client
+	for _, h := range bed.Hosts("edge-a") {
+		targets = append(targets, client{url: "http://127.0.0.1:7470/v2/models/ramp/infer", c: &http.Client{Timeout: 5 * time.Second, Transport: &http.Transport{
+			MaxIdleConnsPerHost: 512,
+			DialContext: func(ctx context.Context, network, addr string) (net.Conn, error) {
+				var c net.Conn
+				err := h.Do(func() (err error) {
+					c, err = (&net.Dialer{}).DialContext(ctx, network, addr)
+					return err
+				})
+				return c, err
+			},
+		}}})
+	}
+	onprem := map[string]bool{}
+	for _, h := range bed.Hosts("onprem") {
+		onprem[h.Name] = true
+	}
+	body, _ := json.Marshal(map[string]any{"inputs": []map[string]any{{"name": "input", "shape": []int{1, 8}, "datatype": "FP32", "data": make([]float32, 8)}}})
+
+	steps := []rampStep{{20 * time.Second, 50, 50}, {time.Minute, 50, peak}, {time.Minute, peak, peak}, {time.Minute, peak, 50}, {90 * time.Second, 50, 50}}
+	var total time.Duration
+	for _, s := range steps {
+		total += s.d
+	}
+	rate := func(at time.Duration) float64 {
+		for _, s := range steps {
+			if at < s.d {
+				return s.from + (s.to-s.from)*float64(at)/float64(s.d)
+			}
+			at -= s.d
+		}
+		return 0
+	}
+	secs := make([]rampSecond, int(total/time.Second)+1)
+	var mu sync.Mutex
+	start := time.Now()
+	second := func() int { return min(int(time.Since(start)/time.Second), len(secs)-1) }
+	// Open loop: the dispatcher puts each request due on a queue that 400
+	// workers send from; a request the queue has no room for is counted
+	// as not sent (the generator, not the mesh, fell behind).
+	queue := make(chan int, 4096)
+	var wg sync.WaitGroup
+	var next atomic.Int64
+	for range 400 {
+		wg.Go(func() {
+			for sec := range queue {
+				to := targets[next.Add(1)%int64(len(targets))]
+				t0 := time.Now()
+				resp, err := to.c.Post(to.url, "application/json", bytes.NewReader(body))
+				var failure, by string
+				if err != nil {
+					failure = err.Error()
+				} else {
+					by = resp.Header.Get(infer.HeaderServedBy)
+					out, _ := io.ReadAll(resp.Body)
+					resp.Body.Close()
+					if resp.StatusCode != http.StatusOK {
+						failure = fmt.Sprintf("%d %s", resp.StatusCode, bytes.TrimSpace(out))
+					}
+				}
+				took := time.Since(t0)
+				mu.Lock()
+				s := &secs[sec]
+				if failure == "" {
+					s.lat = append(s.lat, took)
+					if onprem[by] {
+						s.burstAnswered++
+					}
+				} else {
+					s.failed++
+					if len(s.failedSamples) < 3 {
+						s.failedSamples = append(s.failedSamples, failure)
+					}
+				}
+				mu.Unlock()
+			}
+		})
+	}
+	// The placement, once a second, from the cloud's agent.
+	watchDone := make(chan struct{})
+	var watch sync.WaitGroup
+	watch.Go(func() {
+		for {
+			select {
+			case <-watchDone:
+				return
+			case <-time.After(time.Second):
+			}
+			p := placed()
+			s, burst := count(p)
+			mu.Lock()
+			sec := &secs[second()]
+			sec.replicas, sec.serving, sec.burst = len(p.Nodes), s, burst
+			mu.Unlock()
+		}
+	})
+	sent := 0.0
+	for tick := time.NewTicker(5 * time.Millisecond); time.Since(start) < total; <-tick.C {
+		at := time.Since(start)
+		due := 0.0 // requests due by now: the integral of the rate
+		for _, s := range steps {
+			d := min(at, s.d)
+			due += (s.from + (s.to-s.from)*float64(d)/float64(s.d)/2) * d.Seconds()
+			if at -= d; at <= 0 {
+				break
+			}
+		}
+		sec := second()
+		mu.Lock()
+		secs[sec].offered = rate(time.Since(start))
+		mu.Unlock()
+		for ; sent < due; sent++ {
+			select {
+			case queue <- sec:
+			default:
+				mu.Lock()
+				secs[sec].shedByClient++
+				mu.Unlock()
+			}
+		}
+	}
+	close(queue)
+	wg.Wait()
+	close(watchDone)
+	watch.Wait()
+
+	// Fill the placement into seconds the watcher skipped (a slow CLI).
+	for i := 1; i < len(secs); i++ {
+		if secs[i].replicas == 0 {
+			secs[i].replicas, secs[i].serving, secs[i].burst = secs[i-1].replicas, secs[i-1].serving, secs[i-1].burst
+		}
+	}
+	pct := func(ls []time.Duration, q float64) time.Duration {
+		if len(ls) == 0 {
+			return 0
+		}
+		ls = slices.Clone(ls)
+		slices.Sort(ls)
+		return ls[min(len(ls)-1, int(q*float64(len(ls))))]
+	}
+	var failed, shed, mostReplicas, mostBurst, overSLO, answeredBurst int
+	var every []time.Duration
+	var samples []string
+	var lines []string
+	for i := 0; i < len(secs); i += 10 {
+		var lat []time.Duration
+		var offered float64
+		var f, sh, reps, serving, burst, atBurst int
+		for j := i; j < min(i+10, len(secs)); j++ {
+			s := secs[j]
+			lat = append(lat, s.lat...)
+			offered += s.offered
+			f += s.failed
+			sh += s.shedByClient
+			atBurst += s.burstAnswered
+			reps, serving, burst = max(reps, s.replicas), max(serving, s.serving), max(burst, s.burst)
+			samples = append(samples, s.failedSamples...)
+			if pct(s.lat, 0.99) > clientSLO {
+				overSLO++
+			}
+		}
+		n := float64(min(i+10, len(secs)) - i)
+		lines = append(lines, fmt.Sprintf("%4ds  %7.0f  %8.0f  %6d  %6d  %5.1f  %5.1f  %8d  %7d  %5d  %7.0f",
+			i, offered/n, float64(len(lat))/n, f, sh, ms(pct(lat, 0.5)), ms(pct(lat, 0.99)), reps, serving, burst, float64(atBurst)/n))
+		answeredBurst += atBurst
+		failed += f
+		shed += sh
+		every = append(every, lat...)
+		mostReplicas, mostBurst = max(mostReplicas, reps), max(mostBurst, burst)
+	}
+	// The table goes to stdout whole (a benchmark's log is cut at ten
+	// lines without -v).
+	p := placed()
+	spilled := 0.0
+	for _, h := range bed.Hosts("edge-a") {
+		spilled += sumMetric(hostMetrics(b, h), "strata_infer_spilled_total")
+	}
+	fmt.Printf("load ramp 50 → %.0f → 50 req/s, %d req/s a replica, client SLO p99 %s (per second, over 10 s; replicas: the most placed, serving and burst):\n  from  offered  answered  failed  unsent  p50ms  p99ms  replicas  serving  burst  atburst\n%s\n"+
+		"at the end: %s, %d replica(s), %s; %d requests answered on the burst tier, %.0f spilled by edge-a's agents\n",
+		peak, target, clientSLO, strings.Join(lines, "\n"), p.State, len(p.Nodes), p.Message, answeredBurst, spilled)
+	if len(samples) > 0 {
+		fmt.Printf("failures (samples): %q\n", samples[:min(len(samples), 10)])
+	}
+	b.ReportMetric(0, "ns/op")
+	b.ReportMetric(float64(len(every)), "answered")
+	b.ReportMetric(float64(failed), "failed")
+	b.ReportMetric(float64(shed), "unsent")
+	b.ReportMetric(float64(mostReplicas), "max-replicas")
+	b.ReportMetric(float64(mostBurst), "max-burst")
+	b.ReportMetric(ms(pct(every, 0.99)), "p99-ms")
+	b.ReportMetric(float64(overSLO), "s-over-slo")
+	b.ReportMetric(float64(answeredBurst), "answered-on-burst")
+}
+
+// ms is d in milliseconds.
+func ms(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }
