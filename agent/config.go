@@ -163,6 +163,10 @@ type Config struct {
 	// SampleFraction is the fraction of inference requests whose inputs and
 	// outputs are kept for drift detection. Default 0.1.
 	SampleFraction float64 `yaml:"sample_fraction"`
+	// SpillInflight is how many requests of one model version may be in
+	// flight on this agent before a new one is offered to another replica
+	// first (infer.Config.SpillInflight). Default 64; negative: never.
+	SpillInflight int `yaml:"spill_inflight"`
 	// MaxConnections caps the API's open connections: a new one closes
 	// the connection idle longest, or waits until one closes or goes
 	// idle. Default 1024.
@@ -353,6 +357,9 @@ func (c *Config) EnsureDefaults() {
 	}
 	if c.SampleFraction == 0 {
 		c.SampleFraction = 0.1
+	}
+	if c.SpillInflight == 0 {
+		c.SpillInflight = 64
 	}
 	if c.PrestageBudget == 0 {
 		c.PrestageBudget = serving.DefaultPrestageBudget
@@ -637,6 +644,14 @@ func Flags(fs *flag.FlagSet) func() (Config, error) {
 	str("signing-key", "artifact signing key `file` (PEM); needed to push", func(c *Config, v string) { c.SigningKeyFile = v })
 	str("trusted-keys", "`file` of public keys (PEM) trusted to sign artifacts (default: the signing key's)", func(c *Config, v string) { c.TrustedKeysFile = v })
 	str("ort-library", "ONNX Runtime shared library `path` (default $STRATA_ORT_LIB, else found beside the binary, in ../lib/strata, .deps/onnxruntime or /usr/lib/strata)", func(c *Config, v string) { c.ORTLibrary = v })
+	fs.Func("spill-inflight", "requests of one model in flight here at which a new one is offered to another replica first (default 64; negative: never)", func(v string) error {
+		n, err := strconv.Atoi(v)
+		if err != nil {
+			return fmt.Errorf("want a whole number, got %q", v)
+		}
+		sets = append(sets, func(c *Config) error { c.SpillInflight = n; return nil })
+		return nil
+	})
 	str("fabric", "declared RDMA fabric `ID` (overrides discovery)", func(c *Config, v string) { c.Fabric = v })
 	str("nvml-library", "`path` of libnvidia-ml.so.1 (default: the system's)", func(c *Config, v string) { c.NVMLLibrary = v })
 	fs.Func("controller", "`true|false`: may this agent own policies (place and reconcile them)? (default: true on onprem and cloud, false on edge; with a mesh CA only controllers write policies, and a mesh with none cannot take any)", func(v string) error {

@@ -13,6 +13,7 @@ func (a *Agent) openInference() (*infer.Server, error) {
 		NodeName:       a.cfg.Name,
 		LibraryPath:    infer.ConfiguredLibrary(a.cfg.ORTLibrary),
 		SampleFraction: a.cfg.SampleFraction,
+		SpillInflight:  a.cfg.SpillInflight,
 		Observer:       func(model string, rows []infer.Sample) { a.drift.Observe(model, rows) }, // a.drift is set before Run
 		Forwarder:      forwarderOf{a},
 		Registerer:     a.reg,

@@ -14,6 +14,10 @@ import (
 // HeaderServedBy names the response header that carries Config.NodeName.
 const HeaderServedBy = "Strata-Served-By"
 
+// HeaderForwardedBy marks a request another agent forwarded here: it is
+// answered here or refused, never forwarded or spilled again.
+const HeaderForwardedBy = "Strata-Forwarded-By"
+
 // Handler returns the Open Inference Protocol (v2) endpoints, to be mounted
 // at /v2/ (the paths it matches include the /v2 prefix):
 //
@@ -230,7 +234,7 @@ func (s *Server) serveInfer(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	st := s.statsOf(v.info.Name, v.info.Version)
-	if s.cfg.Forwarder != nil && s.cfg.SpillInflight > 0 && st.inflight.Load() >= int64(s.cfg.SpillInflight) && s.spill(w, r, v) {
+	if s.cfg.Forwarder != nil && s.cfg.SpillInflight > 0 && st.inflight.Load() >= int64(s.cfg.SpillInflight) && r.Header.Get(HeaderForwardedBy) == "" && s.spill(w, r, v) {
 		return
 	}
 	defer v.release()

@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"net/http"
+	"net/http/httptest"
+	"strings"
 	"testing"
 )
 
@@ -107,6 +109,15 @@ func TestSpill(t *testing.T) {
 	fwd.err = errors.New("no replica of m in this site's pool is answering")
 	if code, got, hdr := do(t, s.Handler(), "POST", "/v2/models/m/infer", body); code != 200 || hdr.Get(HeaderServedBy) != "edge-2" || got["outputs"] == nil {
 		t.Fatalf("two in flight, no other replica: %d by %q: %v; want answered here", code, hdr.Get(HeaderServedBy), got)
+	}
+	// A request another agent forwarded here is answered here.
+	fwd.err, fwd.marked = nil, nil
+	rec := httptest.NewRecorder()
+	req := httptest.NewRequest("POST", "/v2/models/m/infer", strings.NewReader(body))
+	req.Header.Set(HeaderForwardedBy, "edge-1")
+	s.Handler().ServeHTTP(rec, req)
+	if rec.Code != 200 || rec.Header().Get(HeaderServedBy) != "edge-2" || len(fwd.marked) != 0 {
+		t.Fatalf("forwarded here, two in flight: %d by %q, offered %d times; want answered here", rec.Code, rec.Header().Get(HeaderServedBy), len(fwd.marked))
 	}
 	if got := gather(t, reg)[`strata_infer_spilled_total{model="m",version="1"}`]; got != 1 {
 		t.Errorf("strata_infer_spilled_total = %v, want 1", got)

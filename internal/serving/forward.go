@@ -23,7 +23,7 @@ import (
 
 // HeaderForwarded marks a request one agent forwarded to another, so the
 // second answers it or says no, and never forwards it again.
-const HeaderForwarded = "Strata-Forwarded-By"
+const HeaderForwarded = infer.HeaderForwardedBy
 
 // Peers is what forwarding reads of the mesh.
 type Peers interface {
