@@ -146,6 +146,19 @@ const (
 	measuredFor = 2 * time.Minute
 )
 
+// seedPings takes the round trips the site's last publisher measured
+// (w, written at at) as pings of at, for the sites this gateway has not
+// pinged: they count for measuredFor from then, as the old publisher's
+// own would have. g.mu is held.
+func (g *gateway) seedPings(w wanRecord, at time.Time) {
+	for site, ms := range w.Measured {
+		if ms < 0 || math.IsNaN(ms) || math.IsInf(ms, 0) || len(g.pings[site]) > 0 {
+			continue
+		}
+		g.pings[site] = []pingSample{{at, time.Duration(ms * float64(time.Millisecond)), w.Relayed[site]}}
+	}
+}
+
 // measured returns the least of the recent pings to each site, in
 // milliseconds, and the sites whose last ping went through a relay.
 func (g *gateway) measured(now time.Time) (out map[string]float64, relayed map[string]bool) {
@@ -303,8 +316,11 @@ func removePubSub(h host.Host) {
 
 func (g *gateway) setRank(rank int, gateways []string) {
 	var seed *coordinate.Coordinate
+	var last wanRecord
+	var lastAt time.Time
 	if rank == 0 {
 		seed = SiteCoordinate(g.f.cfg.Mesh)
+		last, lastAt = siteWANAt(g.f.cfg.Mesh)
 	}
 	g.mu.Lock()
 	defer g.mu.Unlock()
@@ -325,6 +341,10 @@ func (g *gateway) setRank(rank int, gateways []string) {
 		if seed != nil && seed.IsValid() {
 			_ = g.wan.SetCoordinate(seed) // one of other dimensions is left
 		}
+		// And from the round trips it measured: until this gateway
+		// has pinged a site, the site's RTT would be read from the
+		// coordinates, which a takeover has barely moved.
+		g.seedPings(last, lastAt)
 	}
 	g.rank, g.gateways = rank, gateways
 }

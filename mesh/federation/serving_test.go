@@ -53,3 +53,21 @@ func TestMeasuredIsTheLeastRecentPing(t *testing.T) {
 		t.Errorf("measured %v ms, want 20: the least recent ping", got["edge-b"])
 	}
 }
+
+// TestNewPublisherKeepsTheMeasuredRTTs: a gateway that takes over
+// publishing starts from the round trips the site's last publisher
+// measured (until they are measuredFor old), not from the coordinates a
+// takeover has barely moved; its own pings to a site replace them.
+func TestNewPublisherKeepsTheMeasuredRTTs(t *testing.T) {
+	t.Parallel()
+	now := time.Now()
+	g := &gateway{pings: map[string][]pingSample{"cloud": {{now, 41 * time.Millisecond, false}}}}
+	g.seedPings(wanRecord{Measured: map[string]float64{"edge-b": 20.5, "cloud": 39, "edge-c": 31}, Relayed: map[string]bool{"edge-c": true}}, now.Add(-time.Minute))
+	got, relayed := g.measured(now)
+	if got["edge-b"] != 20.5 || got["cloud"] != 41 || got["edge-c"] != 31 || !relayed["edge-c"] || relayed["edge-b"] {
+		t.Errorf("measured %v, relayed %v; want edge-b 20.5 and edge-c 31 (relayed) from the last publisher, cloud 41 from this gateway's ping", got, relayed)
+	}
+	if got, _ := g.measured(now.Add(measuredFor)); got["edge-b"] != 0 {
+		t.Errorf("the last publisher's edge-b still counts %s after it measured it: %v", measuredFor+time.Minute, got)
+	}
+}

@@ -327,14 +327,23 @@ func SiteCoordinate(m *mesh.Mesh) *coordinate.Coordinate {
 
 // siteWAN reads wanKey; zero before the publisher wrote it.
 func siteWAN(m *mesh.Mesh) wanRecord {
-	var w wanRecord
-	if e, err := m.Get(wanKey); err == nil {
-		if err := json.Unmarshal(e.Value, &w); err != nil {
-			undecodable.note(e, err)
-			return wanRecord{}
-		}
-	}
+	w, _ := siteWANAt(m)
 	return w
+}
+
+// siteWANAt is siteWAN with when its writer wrote it (a record's version
+// is its writer's clock in microseconds); zero before it was written.
+func siteWANAt(m *mesh.Mesh) (wanRecord, time.Time) {
+	var w wanRecord
+	e, err := m.Get(wanKey)
+	if err != nil {
+		return w, time.Time{}
+	}
+	if err := json.Unmarshal(e.Value, &w); err != nil {
+		undecodable.note(e, err)
+		return wanRecord{}, time.Time{}
+	}
+	return w, time.UnixMicro(int64(e.Version))
 }
 
 // undecodable logs the federation records of the site's catalog that do
