@@ -326,6 +326,11 @@ func (t *Table[T]) sharedList() ([]Record[T], error) {
 	return recs, err
 }
 
+// Version is the store's count of this table's changes, where the store
+// keeps one (TableVersion): a reader that derives something from the
+// table reads it again only when it moved.
+func (t *Table[T]) Version() (uint64, bool) { return t.version() }
+
 // version is the store's count of this table's changes, where the store
 // keeps one (TableVersion).
 func (t *Table[T]) version() (uint64, bool) {

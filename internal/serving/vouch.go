@@ -5,50 +5,49 @@ import (
 	"time"
 
 	"github.com/strata-mesh/strata/internal/catalog"
+	"github.com/strata-mesh/strata/storage"
 )
 
 // How Vouchers reads the catalog: the policies and placements that
-// changed, at most every vouchRefresh, and sooner (after vouchRetry) when
-// asked about a node it does not vouch for, which may have been placed a
-// moment ago.
+// changed, once their tables moved (or, on a store that keeps no table
+// versions, at most every vouchRefresh, and after vouchRetry when asked
+// about a node it does not vouch for, which may have been placed a
+// moment ago).
 const (
 	vouchRefresh = time.Second
 	vouchRetry   = 100 * time.Millisecond
 )
 
-// vouchFor is how long a node stays vouched for a model after the last
-// placement that named it stopped naming it: a replica that was moved
-// keeps answering until its replacements serve (make before break), and
-// a node's document saying it stopped serving takes a gossip round.
-const vouchFor = 10 * time.Minute
-
 // anyModel stands for every model, for a service that names its model by
-// digest only (its name is the manifest's, which this index does not
-// read).
+// a digest not published here (yet).
 const anyModel = "*"
 
 // Vouchers knows which nodes a controller placed for each model: those a
-// placement record names as a replica, or as a replica's standby, of an
-// InferenceService that serves it. The forwarder sends requests only to
-// them (ForwarderConfig.Vouch). A node's own document says what it
-// serves, and every node writes its own: without this, a compromised edge
-// that claimed to serve every model, and to be idle, would be sent every
-// request of its site, inputs included. Placement records are written by
-// controllers alone (and signed, where agents sign gossip). Safe for
-// concurrent use.
+// placement record of an InferenceService that serves it names, or has
+// named while the service exists, as a replica or as a replica's standby.
+// The forwarder sends requests only to them (ForwarderConfig.Vouch). A
+// node's own document says what it serves, and every node writes its
+// own: without this, a compromised edge that claimed to serve every
+// model, and to be idle, would be sent every request of its site, inputs
+// included. Placement records are written by controllers alone (and
+// signed, where agents sign gossip). A node placed once stays vouched
+// for the service's model until the service is deleted: a replica that
+// was moved serves until its replacements all do (make before break),
+// however long they take. Safe for concurrent use.
 type Vouchers struct {
 	cat *catalog.Catalog
 	now func() time.Time
 
-	mu      sync.Mutex
-	read    time.Time
-	seenPol map[string]uint64   // policy key → version read
-	seenPl  map[string]uint64   // placement key → version read
-	models  map[string]string   // policy key → the model it serves (anyModel: by digest)
-	nodes   map[string][]string // placement key → its replicas' nodes
-	spares  map[string][]string // placement key → its replicas' standbys
-	named   map[vouch]bool      // what the placements read last name
-	dropped map[vouch]time.Time // no longer named: since when
+	mu       sync.Mutex
+	read     time.Time
+	versions [2]uint64          // the policies' and placements' table versions read
+	seenPol  map[string]uint64  // policy key → version read
+	seenPl   map[string]uint64  // placement key → version read
+	models   map[string]string  // policy key → the model it serves (anyModel: unknown)
+	named    map[string]vouches // policy key → what its placements have named
+	count    map[vouch]int      // how many services' placements have named each
+	// versioned: the store counts its tables' changes.
+	versioned bool
 }
 
 // vouch is one node placed for a model, as a replica or as a standby.
@@ -57,109 +56,135 @@ type vouch struct {
 	standby     bool
 }
 
+type vouches map[vouch]bool
+
 // NewVouchers returns an index over cat's policies and placements.
 func NewVouchers(cat *catalog.Catalog) *Vouchers {
+	_, versioned := cat.Placements.Version()
 	return &Vouchers{cat: cat, now: time.Now, seenPol: map[string]uint64{}, seenPl: map[string]uint64{},
-		models: map[string]string{}, nodes: map[string][]string{}, spares: map[string][]string{},
-		named: map[vouch]bool{}, dropped: map[vouch]time.Time{}}
+		models: map[string]string{}, named: map[string]vouches{}, count: map[vouch]int{}, versioned: versioned}
 }
 
-// Vouch says whether a placement names node as a replica (or, standby
-// set, as a standby) of a service that serves model (by name), or did
-// less than vouchFor ago.
+// Vouch says whether a placement of a service that serves model (by
+// name) names node, or has named it while the service exists, as a
+// replica (or, standby set, as a replica's standby).
 func (v *Vouchers) Vouch(node, model string, standby bool) bool {
 	v.mu.Lock()
 	defer v.mu.Unlock()
 	now := v.now()
-	if now.Sub(v.read) >= vouchRefresh {
+	if v.moved() || now.Sub(v.read) >= vouchRefresh {
 		v.refresh(now)
 	}
-	if v.vouched(node, model, standby, now) {
+	if v.vouched(node, model, standby) {
 		return true
 	}
-	if now.Sub(v.read) < vouchRetry {
+	if v.versioned || now.Sub(v.read) < vouchRetry {
 		return false
 	}
 	v.refresh(now)
-	return v.vouched(node, model, standby, now)
+	return v.vouched(node, model, standby)
+}
+
+// moved says whether the policies or placements changed since they were
+// read, where the store counts its tables' changes; v.mu is held.
+func (v *Vouchers) moved() bool {
+	if !v.versioned {
+		return false
+	}
+	a, _ := v.cat.Policies.Version()
+	b, _ := v.cat.Placements.Version()
+	return [2]uint64{a, b} != v.versions
 }
 
 // vouched answers Vouch from what was read; v.mu is held.
-func (v *Vouchers) vouched(node, model string, standby bool, now time.Time) bool {
-	for _, m := range []string{model, anyModel} {
-		k := vouch{m, node, standby}
-		if v.named[k] {
-			return true
-		}
-		if at, ok := v.dropped[k]; ok && now.Sub(at) < vouchFor {
-			return true
-		}
-	}
-	return false
+func (v *Vouchers) vouched(node, model string, standby bool) bool {
+	return v.count[vouch{model, node, standby}] > 0 || v.count[vouch{anyModel, node, standby}] > 0
 }
 
-// refresh reads the policies and placements that changed and what the
-// placements name now; v.mu is held.
+// refresh reads the policies and placements that changed; v.mu is held.
 func (v *Vouchers) refresh(now time.Time) {
 	v.read = now
+	if v.versioned {
+		a, _ := v.cat.Policies.Version()
+		b, _ := v.cat.Placements.Version()
+		v.versions = [2]uint64{a, b}
+	}
 	pols, polNow := v.cat.Policies.Changed(v.seenPol)
 	pls, plNow := v.cat.Placements.Changed(v.seenPl)
-	dirty := len(pols) > 0 || len(pls) > 0 || len(polNow) != len(v.seenPol) || len(plNow) != len(v.seenPl)
 	v.seenPol, v.seenPl = polNow, plNow
-	if !dirty {
-		return
-	}
 	for key := range v.models {
 		if _, ok := polNow[key]; !ok {
-			delete(v.models, key)
+			v.forget(key) // deleted: its replicas unload
 		}
 	}
 	for _, r := range pols {
-		delete(v.models, r.Key)
 		doc, err := r.Value.Document()
 		if err != nil || doc.InferenceService == nil {
+			v.forget(r.Key)
 			continue
 		}
-		m := doc.InferenceService.Model.Name
+		ref := doc.InferenceService.Model
+		m := ref.Name
 		if m == "" {
-			m = anyModel
+			m = v.nameOf(ref.Digest)
 		}
+		if old, ok := v.models[r.Key]; ok && old == m {
+			continue
+		}
+		// New, or serving another model: what was placed for the old
+		// one no longer counts; the current placement does.
+		v.forget(r.Key)
 		v.models[r.Key] = m
-	}
-	for key := range v.nodes {
-		if _, ok := plNow[key]; !ok {
-			delete(v.nodes, key)
-			delete(v.spares, key)
+		if pl, err := v.cat.Placements.Value(r.Key); err == nil {
+			v.place(r.Key, pl)
 		}
 	}
 	for _, r := range pls {
-		var nodes, spares []string
-		for _, pn := range r.Value.Nodes {
-			nodes = append(nodes, pn.Name)
-			if pn.Standby != "" {
-				spares = append(spares, pn.Standby)
-			}
-		}
-		v.nodes[r.Key], v.spares[r.Key] = nodes, spares
-	}
-	named := make(map[vouch]bool, len(v.named))
-	for key, m := range v.models {
-		for _, n := range v.nodes[key] {
-			named[vouch{m, n, false}] = true
-		}
-		for _, n := range v.spares[key] {
-			named[vouch{m, n, true}] = true
+		if _, ok := v.models[r.Key]; ok {
+			v.place(r.Key, r.Value)
 		}
 	}
-	for k := range v.named {
-		if !named[k] {
-			v.dropped[k] = now
+}
+
+// place records what pl, the placement of the service keyed key, names.
+func (v *Vouchers) place(key string, pl catalog.Placement) {
+	m := v.models[key]
+	for _, pn := range pl.Nodes {
+		v.add(key, vouch{m, pn.Name, false})
+		if pn.Standby != "" {
+			v.add(key, vouch{m, pn.Standby, true})
 		}
 	}
-	for k, at := range v.dropped {
-		if named[k] || now.Sub(at) >= vouchFor {
-			delete(v.dropped, k)
+}
+
+// add records that the placement of the service keyed key named k.
+func (v *Vouchers) add(key string, k vouch) {
+	if v.named[key] == nil {
+		v.named[key] = vouches{}
+	}
+	if !v.named[key][k] {
+		v.named[key][k] = true
+		v.count[k]++
+	}
+}
+
+// forget drops what the placements of the service keyed key named.
+func (v *Vouchers) forget(key string) {
+	for k := range v.named[key] {
+		if v.count[k]--; v.count[k] <= 0 {
+			delete(v.count, k)
 		}
 	}
-	v.named = named
+	delete(v.named, key)
+	delete(v.models, key)
+}
+
+// nameOf is the name of the model published with digest, anyModel when
+// none is known here.
+func (v *Vouchers) nameOf(digest string) string {
+	recs, _ := v.cat.Manifests.Select(func(_ string, m storage.Manifest) bool { return m.Digest == digest && m.Kind == storage.KindModel })
+	if len(recs) == 0 || digest == "" {
+		return anyModel
+	}
+	return recs[0].Value.Name
 }

@@ -1,28 +1,38 @@
 package serving
 
 import (
+	"context"
+	"io"
 	"net/http"
 	"net/http/httptest"
 	"strings"
 	"testing"
-	"time"
 
+	"github.com/strata-mesh/strata/infer"
 	"github.com/strata-mesh/strata/internal/catalog"
 	"github.com/strata-mesh/strata/internal/catalog/catalogtest"
 	"github.com/strata-mesh/strata/mesh"
+	"github.com/strata-mesh/strata/mesh/dataplane"
 	"github.com/strata-mesh/strata/policy"
+	"github.com/strata-mesh/strata/storage"
 )
 
-// TestVouchersFollowPlacements: a node is vouched for a model while a
+// TestVouchersFollowPlacements: a node is vouched for a model once a
 // placement of a service of that model names it (as a replica, or as a
-// standby for standbys), and for vouchFor after; never for another model.
+// standby for standbys), and stays so while the service exists and
+// serves that model: a moved replica answers until its replacements do.
+// Never for another model; a service named by digest vouches for the
+// model published with it.
 func TestVouchersFollowPlacements(t *testing.T) {
 	t.Parallel()
 	cat := catalog.New(catalogtest.NewStore(), nil)
 	const key = "InferenceService/svc"
-	if _, err := cat.Policies.Put(catalog.Policy{Kind: policy.KindInferenceService, Name: "svc", Generation: 1,
-		Source: "apiVersion: strata/v1\nkind: InferenceService\nmetadata: {name: svc}\nspec:\n  model: {name: fraud}\n"}); err != nil {
-		t.Fatal(err)
+	apply := func(model string) {
+		t.Helper()
+		if _, err := cat.Policies.Put(catalog.Policy{Kind: policy.KindInferenceService, Name: "svc", Generation: 1,
+			Source: "apiVersion: strata/v1\nkind: InferenceService\nmetadata: {name: svc}\nspec:\n  model: " + model + "\n"}); err != nil {
+			t.Fatal(err)
+		}
 	}
 	place := func(nodes ...catalog.PlacedNode) {
 		t.Helper()
@@ -30,10 +40,13 @@ func TestVouchersFollowPlacements(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
+	// The placement arrives before its policy, as gossip may have it.
 	place(catalog.PlacedNode{Name: "edge-1", Standby: "edge-2"})
-	now := time.Unix(1000, 0)
 	v := NewVouchers(cat)
-	v.now = func() time.Time { return now }
+	if v.Vouch("edge-1", "fraud", false) {
+		t.Error("edge-1 vouched before the policy saying what the service serves")
+	}
+	apply("{name: fraud}")
 	for _, c := range []struct {
 		node, model string
 		standby     bool
@@ -51,31 +64,25 @@ func TestVouchersFollowPlacements(t *testing.T) {
 		}
 	}
 	// Moved to edge-3: edge-1 still answers until edge-3 serves (make
-	// before break), and is vouched for vouchFor.
+	// before break), however long that takes.
 	place(catalog.PlacedNode{Name: "edge-3"})
-	now = now.Add(vouchRefresh)
 	if !v.Vouch("edge-3", "fraud", false) || !v.Vouch("edge-1", "fraud", false) {
 		t.Error("after the move: want edge-3 vouched, and edge-1 still")
 	}
-	now = now.Add(vouchFor)
-	if v.Vouch("edge-1", "fraud", false) {
-		t.Errorf("edge-1 vouched %s after its placement stopped naming it", vouchFor+vouchRefresh)
+	// The service now serves another model, named by its digest.
+	d2 := "sha256:" + strings.Repeat("d2", 32)
+	if _, err := cat.Manifests.Put(storage.Manifest{Kind: storage.KindModel, Name: "scorer", Version: "2", Digest: d2}); err != nil {
+		t.Fatal(err)
 	}
-	// A node placed a moment ago is read at once (after vouchRetry).
-	place(catalog.PlacedNode{Name: "edge-3"}, catalog.PlacedNode{Name: "edge-4"})
-	now = now.Add(vouchRetry)
-	if !v.Vouch("edge-4", "fraud", false) {
-		t.Error("edge-4, placed a moment ago, not vouched")
+	apply("{digest: \"" + d2 + "\"}")
+	if v.Vouch("edge-3", "fraud", false) || !v.Vouch("edge-3", "scorer", false) || v.Vouch("edge-1", "scorer", false) {
+		t.Error("the service serves scorer now: want edge-3 vouched for scorer only, edge-1 for nothing")
 	}
 	if err := cat.Policies.Delete(key); err != nil {
 		t.Fatal(err)
 	}
-	// The service deleted: its nodes stop being vouched vouchFor later.
-	now = now.Add(vouchRefresh)
-	v.Vouch("edge-4", "fraud", false)
-	now = now.Add(vouchFor)
-	if v.Vouch("edge-4", "fraud", false) {
-		t.Errorf("edge-4 vouched %s after its service was deleted", vouchFor)
+	if v.Vouch("edge-3", "scorer", false) {
+		t.Error("edge-3 vouched after its service was deleted")
 	}
 }
 
@@ -108,5 +115,31 @@ func TestForwardOnlyToVouchedNodes(t *testing.T) {
 	f = NewForwarder(ForwarderConfig{Mesh: peers{liar}, DataPlane: dp, Vouch: func(string, string, bool) bool { return false }})
 	if err := f.Forward(httptest.NewRecorder(), httptest.NewRequest(http.MethodPost, "/v2/models/fraud/infer", strings.NewReader(`{}`)), "fraud", ""); err == nil {
 		t.Error("forwarded to a node no placement names")
+	}
+}
+
+// status answers every request with its code.
+type status int
+
+func (s status) RoundTrip(context.Context, dataplane.Peer, *http.Request) (*http.Response, error) {
+	return &http.Response{StatusCode: int(s), Header: http.Header{}, Body: io.NopCloser(strings.NewReader(`{"error":"busy"}`))}, nil
+}
+
+// TestFallbackTakesNoRefusal: a caller that can answer itself (a busy
+// replica spilling, a warm standby) gets an error, not the replica's
+// 429 or 503, so that it answers; one without a fallback gets the
+// replica's answer, as before.
+func TestFallbackTakesNoRefusal(t *testing.T) {
+	t.Parallel()
+	for _, code := range []int{http.StatusTooManyRequests, http.StatusServiceUnavailable} {
+		f := NewForwarder(ForwarderConfig{Mesh: peers{fraudNode("edge-1", mesh.StatusAlive)}, DataPlane: status(code)})
+		r := httptest.NewRequest(http.MethodPost, "/v2/models/fraud/infer", strings.NewReader(`{}`))
+		if err := f.Forward(httptest.NewRecorder(), r.WithContext(infer.WithFallback(r.Context())), "fraud", ""); err == nil {
+			t.Errorf("%d with a fallback: no error; want one, for the caller to answer", code)
+		}
+		w := httptest.NewRecorder()
+		if err := f.Forward(w, httptest.NewRequest(http.MethodPost, "/v2/models/fraud/infer", strings.NewReader(`{}`)), "fraud", ""); err != nil || w.Code != code {
+			t.Errorf("%d without a fallback: %v, %d; want the replica's answer passed on", code, err, w.Code)
+		}
 	}
 }
