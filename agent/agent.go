@@ -304,7 +304,7 @@ func New(cfg Config) (*Agent, error) {
 	}
 	a.fwd = serving.NewForwarder(fc)
 	a.reg.MustRegister(prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "strata_forward_unvouched_total",
-		Help: "Nodes passed over as forward targets: their document said they serve a model (or hold its standby) that no placement names them for."},
+		Help: "Times a node was passed over as a forward target (once per request that considered it): its document said it serves a model, or holds its standby, that no placement names it for."},
 		func() float64 { return float64(a.fwd.Unvouched()) }))
 	a.jobRunner = jobs.New(jobs.Config{Name: cfg.Name, DataDir: cfg.DataDir, Mesh: a.mesh, Catalog: a.cat, Artifacts: a.art, Logger: a.log, Guard: a.guard,
 		StartQuiet: jobs.DefaultStartQuiet})

@@ -195,6 +195,14 @@ func (f *Forwarder) Forward(w http.ResponseWriter, r *http.Request, model, versi
 			lastErr = fmt.Errorf("%w: %s no longer serves %s", infer.ErrModelNotFound, n.Name, model)
 			continue
 		}
+		if fallback && (resp.StatusCode == http.StatusTooManyRequests || resp.StatusCode >= 500) {
+			// A caller that can answer itself does rather than pass on
+			// a replica's refusal (busy, loading, failing).
+			out.Add(-1)
+			resp.Body.Close()
+			lastErr = fmt.Errorf("%s answered %d", n.Name, resp.StatusCode)
+			continue
+		}
 		w.Header().Del(infer.HeaderServedBy) // the serving agent names itself
 		CopyResponse(w, resp)
 		out.Add(-1)
@@ -308,9 +316,9 @@ func (f *Forwarder) vouched(n mesh.Node, model string, standby bool) bool {
 	return false
 }
 
-// Unvouched counts the nodes passed over as forward targets because no
-// placement names them for a model their document says they serve (or
-// hold as a standby).
+// Unvouched counts the times a node was passed over as a forward target
+// because no placement names it for a model its document says it serves
+// (or holds as a standby): once per request that considered it.
 func (f *Forwarder) Unvouched() int64 { return f.unvouched.Load() }
 
 // serves says whether n's document lists model (at version, or any when
@@ -350,8 +358,8 @@ func (f *Forwarder) whyNot(model, version string) error {
 	}
 	var loading, failed, others []string
 	for _, n := range f.cfg.Mesh.Nodes() {
-		if !live(n) {
-			continue
+		if !live(n) || (f.cfg.Vouch != nil && !f.cfg.Vouch(n.Name, model, false)) {
+			continue // what a node no placement names says of the model is not repeated
 		}
 		for _, m := range n.Models {
 			if name, v, _ := strings.Cut(m, "@"); name == model && !slices.Contains(others, v) {
