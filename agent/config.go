@@ -644,7 +644,7 @@ func Flags(fs *flag.FlagSet) func() (Config, error) {
 	str("signing-key", "artifact signing key `file` (PEM); needed to push", func(c *Config, v string) { c.SigningKeyFile = v })
 	str("trusted-keys", "`file` of public keys (PEM) trusted to sign artifacts (default: the signing key's)", func(c *Config, v string) { c.TrustedKeysFile = v })
 	str("ort-library", "ONNX Runtime shared library `path` (default $STRATA_ORT_LIB, else found beside the binary, in ../lib/strata, .deps/onnxruntime or /usr/lib/strata)", func(c *Config, v string) { c.ORTLibrary = v })
-	fs.Func("spill-inflight", "requests of one model in flight here at which a new one is offered to another replica first (default 64; negative: never)", func(v string) error {
+	fs.Func("spill-inflight", "requests of one model version in flight here at which a new one is offered to another replica first (default 64; negative: never)", func(v string) error {
 		n, err := strconv.Atoi(v)
 		if err != nil {
 			return fmt.Errorf("want a whole number, got %q", v)

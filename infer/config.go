@@ -107,10 +107,10 @@ type Config struct {
 	// flight here before a new one (not itself forwarded) is offered to
 	// another replica first: the Forwarder sends it to one that is alive
 	// and answering, and this server answers it when none takes it in
-	// time. A site whose agents all serve a model would otherwise keep
-	// its peak to itself, whatever replicas autoscaling added elsewhere.
-	// Negative: never. Default: 64 (two full batches of each of the
-	// default runners).
+	// time or it refuses (429, 5xx). A site whose agents all serve a
+	// model would otherwise keep its peak to itself, whatever replicas
+	// autoscaling added elsewhere. Negative: never. Default: 64 (a full
+	// batch of one-row requests for each default runner).
 	SpillInflight int
 
 	// Registerer receives the server's Prometheus collectors. Nil means they
