@@ -135,6 +135,9 @@ type pingSample struct {
 	at      time.Time
 	rtt     time.Duration
 	relayed bool
+	// seeded: the site's last publisher measured it (seedPings); this
+	// gateway's first own ping to the site replaces it.
+	seeded bool
 }
 
 // Measured round trips: the least of the last pingsKept pings to a site,
@@ -147,15 +150,18 @@ const (
 )
 
 // seedPings takes the round trips the site's last publisher measured
-// (w, written at at) as pings of at, for the sites this gateway has not
-// pinged: they count for measuredFor from then, as the old publisher's
-// own would have. g.mu is held.
-func (g *gateway) seedPings(w wanRecord, at time.Time) {
+// (w, written at at, within measuredFor of now) as pings of at, for the
+// sites this gateway has not pinged: they count until measuredFor from
+// then, or until this gateway pings the site itself. g.mu is held.
+func (g *gateway) seedPings(w wanRecord, at, now time.Time) {
+	if now.Sub(at) > measuredFor {
+		return
+	}
 	for site, ms := range w.Measured {
-		if ms < 0 || math.IsNaN(ms) || math.IsInf(ms, 0) || len(g.pings[site]) > 0 {
+		if ms <= 0 || math.IsNaN(ms) || math.IsInf(ms, 0) || len(g.pings[site]) > 0 {
 			continue
 		}
-		g.pings[site] = []pingSample{{at, time.Duration(ms * float64(time.Millisecond)), w.Relayed[site]}}
+		g.pings[site] = []pingSample{{at: at, rtt: time.Duration(ms * float64(time.Millisecond)), relayed: w.Relayed[site], seeded: true}}
 	}
 }
 
@@ -344,7 +350,7 @@ func (g *gateway) setRank(rank int, gateways []string) {
 		// And from the round trips it measured: until this gateway
 		// has pinged a site, the site's RTT would be read from the
 		// coordinates, which a takeover has barely moved.
-		g.seedPings(last, lastAt)
+		g.seedPings(last, lastAt, time.Now())
 	}
 	g.rank, g.gateways = rank, gateways
 }
@@ -571,22 +577,32 @@ func (g *gateway) probeWAN(ctx context.Context) {
 		}
 		site := sites[p].site
 		relayed := relayedOnly(g.h.Network().ConnsToPeer(p)) // libp2p's streams prefer a direct connection
-		g.mu.Lock()
-		g.pings[site] = append(g.pings[site], pingSample{time.Now(), rtt, relayed})
-		if n := len(g.pings[site]); n > pingsKept {
-			g.pings[site] = g.pings[site][n-pingsKept:]
-		}
-		// The WAN coordinates learn from the least recent ping too, as a
-		// site's pool does from its members' (see mesh's RTT filter).
-		least := rtt
-		for _, s := range g.pings[site] {
-			least = min(least, s.rtt)
-		}
-		g.mu.Unlock()
+		least := g.addPing(site, pingSample{at: time.Now(), rtt: rtt, relayed: relayed})
 		if _, err := g.wan.Update(site, sites[p].coord, least); err != nil {
 			g.f.metrics.malformed.Inc()
 		}
 	}
+}
+
+// addPing keeps p, a ping this gateway measured to site, among the last
+// pingsKept (those seeded from the last publisher give way to it), and
+// returns the least of them: the WAN coordinates learn from the least
+// recent ping too, as a site's pool does from its members' (see mesh's
+// RTT filter).
+func (g *gateway) addPing(site string, p pingSample) time.Duration {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	ps := slices.DeleteFunc(g.pings[site], func(s pingSample) bool { return s.seeded })
+	ps = append(ps, p)
+	if n := len(ps); n > pingsKept {
+		ps = ps[n-pingsKept:]
+	}
+	g.pings[site] = ps
+	least := p.rtt
+	for _, s := range ps {
+		least = min(least, s.rtt)
+	}
+	return least
 }
 
 // pingOnce reads one answer of a libp2p ping: ok is false when the ping

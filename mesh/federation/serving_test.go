@@ -45,8 +45,8 @@ func TestMeasuredIsTheLeastRecentPing(t *testing.T) {
 	t.Parallel()
 	now := time.Now()
 	g := &gateway{pings: map[string][]pingSample{"edge-b": {
-		{now.Add(-3 * time.Minute), 5 * time.Millisecond, false}, // too old to count
-		{now, 31 * time.Millisecond, false}, {now, 20 * time.Millisecond, false}, {now, 29 * time.Millisecond, false},
+		{at: now.Add(-3 * time.Minute), rtt: 5 * time.Millisecond}, // too old to count
+		{at: now, rtt: 31 * time.Millisecond}, {at: now, rtt: 20 * time.Millisecond}, {at: now, rtt: 29 * time.Millisecond},
 	}}}
 	got, _ := g.measured(now)
 	if got["edge-b"] != 20 {
@@ -57,17 +57,31 @@ func TestMeasuredIsTheLeastRecentPing(t *testing.T) {
 // TestNewPublisherKeepsTheMeasuredRTTs: a gateway that takes over
 // publishing starts from the round trips the site's last publisher
 // measured (until they are measuredFor old), not from the coordinates a
-// takeover has barely moved; its own pings to a site replace them.
+// takeover has barely moved; its own first ping to a site replaces the
+// inherited figure, lower or not; a record older than measuredFor seeds
+// nothing.
 func TestNewPublisherKeepsTheMeasuredRTTs(t *testing.T) {
 	t.Parallel()
 	now := time.Now()
-	g := &gateway{pings: map[string][]pingSample{"cloud": {{now, 41 * time.Millisecond, false}}}}
-	g.seedPings(wanRecord{Measured: map[string]float64{"edge-b": 20.5, "cloud": 39, "edge-c": 31}, Relayed: map[string]bool{"edge-c": true}}, now.Add(-time.Minute))
+	g := &gateway{pings: map[string][]pingSample{"cloud": {{at: now, rtt: 41 * time.Millisecond}}}}
+	last := wanRecord{Measured: map[string]float64{"edge-b": 20.5, "cloud": 39, "edge-c": 31, "edge-d": 0}, Relayed: map[string]bool{"edge-c": true}}
+	g.seedPings(last, now.Add(-time.Minute), now)
 	got, relayed := g.measured(now)
 	if got["edge-b"] != 20.5 || got["cloud"] != 41 || got["edge-c"] != 31 || !relayed["edge-c"] || relayed["edge-b"] {
 		t.Errorf("measured %v, relayed %v; want edge-b 20.5 and edge-c 31 (relayed) from the last publisher, cloud 41 from this gateway's ping", got, relayed)
 	}
+	if _, ok := got["edge-d"]; ok {
+		t.Errorf("a 0 ms figure was taken: %v", got)
+	}
 	if got, _ := g.measured(now.Add(measuredFor)); got["edge-b"] != 0 {
 		t.Errorf("the last publisher's edge-b still counts %s after it measured it: %v", measuredFor+time.Minute, got)
+	}
+	if least := g.addPing("edge-b", pingSample{at: now, rtt: 25 * time.Millisecond}); least != 25*time.Millisecond {
+		t.Errorf("after this gateway's own ping of 25ms: least %s, want the inherited 20.5ms replaced", least)
+	}
+	stale := &gateway{pings: map[string][]pingSample{}}
+	stale.seedPings(last, now.Add(-measuredFor-time.Second), now)
+	if len(stale.pings) != 0 {
+		t.Errorf("a record older than %s seeded %v", measuredFor, stale.pings)
 	}
 }
