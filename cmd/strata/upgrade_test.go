@@ -155,7 +155,7 @@ func TestRollingUpgrade(t *testing.T) {
 	}
 	// nodesOf is what p sees of the nodes, nil when it does not answer.
 	nodesOf := func(p *proc) ([]mesh.Node, error) {
-		resp, err := http.Get("http://" + p.api + "/v1/nodes")
+		resp, err := (&http.Client{Timeout: 10 * time.Second}).Get("http://" + p.api + "/v1/nodes")
 		if err != nil {
 			return nil, err
 		}
