@@ -105,9 +105,10 @@ type Config struct {
 
 	// SpillInflight is how many requests of one model version may be in
 	// flight here before a new one (not itself forwarded) is offered to
-	// another replica first: the Forwarder sends it to one that is alive
-	// and answering, and this server answers it when none takes it in
-	// time or it refuses (429, 5xx). A site whose agents all serve a
+	// another replica first: the Forwarder sends it to one that is alive,
+	// answering and expected to answer sooner (see WithSpill), and this
+	// server answers it when none takes it in time or it refuses (429,
+	// 5xx). A site whose agents all serve a
 	// model would otherwise keep its peak to itself, whatever replicas
 	// autoscaling added elsewhere. Negative: never. Default: 64 (a full
 	// batch of one-row requests for each default runner).

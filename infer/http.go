@@ -234,7 +234,7 @@ func (s *Server) serveInfer(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	st := s.statsOf(v.info.Name, v.info.Version)
-	if s.cfg.Forwarder != nil && s.cfg.SpillInflight > 0 && st.inflight.Load() >= int64(s.cfg.SpillInflight) && r.Header.Get(HeaderForwardedBy) == "" && s.spill(w, r, v) {
+	if n := st.inflight.Load(); s.cfg.Forwarder != nil && s.cfg.SpillInflight > 0 && n >= int64(s.cfg.SpillInflight) && r.Header.Get(HeaderForwardedBy) == "" && s.spill(w, r, v, n) {
 		return
 	}
 	defer v.release()

@@ -126,6 +126,21 @@ func HasFallback(ctx context.Context) bool {
 	return b
 }
 
+type spillKey struct{}
+
+// WithSpill marks a request's context as spilled by a busy replica that
+// expects to answer it in here (its p50 times the requests ahead): a
+// Forwarder sends it only to a replica it expects to answer sooner.
+func WithSpill(ctx context.Context, here time.Duration) context.Context {
+	return context.WithValue(ctx, spillKey{}, here)
+}
+
+// SpillHere returns what WithSpill marked ctx with, and whether it did.
+func SpillHere(ctx context.Context) (time.Duration, bool) {
+	d, ok := ctx.Value(spillKey{}).(time.Duration)
+	return d, ok
+}
+
 // forwardOrStandby forwards r, for a model not served here of which v is
 // a standby; when forwarding fails, it returns v (the caller answers from
 // it) with r's body restored. Otherwise it releases v and returns nil,
@@ -150,9 +165,10 @@ func (s *Server) forwardOrStandby(w http.ResponseWriter, r *http.Request, v *ver
 
 // spill offers r, for version v served here while SpillInflight of its
 // requests are in flight, to another replica (one alive and answering,
-// see WithFallback). It says true, v released, when one answered; false,
+// see WithFallback, and expected to answer sooner than this server,
+// see WithSpill). It says true, v released, when one answered; false,
 // with r's body restored, when this server is to answer it.
-func (s *Server) spill(w http.ResponseWriter, r *http.Request, v *version) bool {
+func (s *Server) spill(w http.ResponseWriter, r *http.Request, v *version, inflight int64) bool {
 	body, err := io.ReadAll(r.Body)
 	if err != nil {
 		// Answered here: reading on meets the same error (a body over
@@ -161,7 +177,9 @@ func (s *Server) spill(w http.ResponseWriter, r *http.Request, v *version) bool 
 		return false
 	}
 	r.Body = io.NopCloser(bytes.NewReader(body))
-	if err := s.cfg.Forwarder.Forward(w, r.WithContext(WithFallback(r.Context())), v.info.Name, v.info.Version); err != nil {
+	here := s.Traffic(v.info.Name, v.info.Version).P50 * time.Duration(1+inflight)
+	ctx := WithSpill(WithFallback(r.Context()), here)
+	if err := s.cfg.Forwarder.Forward(w, r.WithContext(ctx), v.info.Name, v.info.Version); err != nil {
 		r.Body = io.NopCloser(bytes.NewReader(body))
 		return false
 	}

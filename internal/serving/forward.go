@@ -107,7 +107,13 @@ func (f *Forwarder) Forward(w http.ResponseWriter, r *http.Request, model, versi
 	if by := r.Header.Get(HeaderForwarded); by != "" {
 		return fmt.Errorf("%w: %s (forwarded here by %s)", infer.ErrModelNotFound, model, by)
 	}
-	targets := f.byLoad(f.servingNodes(model, version), model, version)
+	cs := f.servingNodes(model, version)
+	if here, ok := infer.SpillHere(r.Context()); ok {
+		// A busy replica's spill goes only where it is expected to be
+		// answered sooner: a site busy throughout keeps its requests.
+		cs = slices.DeleteFunc(cs, func(c cand) bool { return f.expected(c, model, version) >= here })
+	}
+	targets := f.byLoad(cs, model, version)
 	// A caller with a standby of the model (infer.WithFallback) answers
 	// the request itself rather than wait on a replica that may be dead:
 	// only alive replicas of this site's pool that have not failed a

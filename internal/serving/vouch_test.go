@@ -7,6 +7,7 @@ import (
 	"net/http/httptest"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/strata-mesh/strata/infer"
 	"github.com/strata-mesh/strata/internal/catalog"
@@ -141,5 +142,26 @@ func TestFallbackTakesNoRefusal(t *testing.T) {
 		if err := f.Forward(w, httptest.NewRequest(http.MethodPost, "/v2/models/fraud/infer", strings.NewReader(`{}`)), "fraud", ""); err != nil || w.Code != code {
 			t.Errorf("%d without a fallback: %v, %d; want the replica's answer passed on", code, err, w.Code)
 		}
+	}
+}
+
+// TestSpillGoesOnlyWhereSooner: a busy replica's spill (infer.WithSpill)
+// goes to a replica expected to answer sooner than it would (RTT plus
+// p50 times the requests ahead there), never to a busier one.
+func TestSpillGoesOnlyWhereSooner(t *testing.T) {
+	t.Parallel()
+	busy := fraudNode("edge-1", mesh.StatusAlive)
+	busy.Traffic = []mesh.ModelTraffic{{Model: "fraud@1", P50: 10, Inflight: 10}} // about 110 ms ahead
+	dp := &recorder{}
+	f := NewForwarder(ForwarderConfig{Mesh: peers{busy}, DataPlane: dp})
+	spill := func(here time.Duration) error {
+		r := httptest.NewRequest(http.MethodPost, "/v2/models/fraud/infer", strings.NewReader(`{}`))
+		return f.Forward(httptest.NewRecorder(), r.WithContext(infer.WithSpill(infer.WithFallback(r.Context()), here)), "fraud", "")
+	}
+	if err := spill(50 * time.Millisecond); err == nil || len(dp.to) != 0 {
+		t.Errorf("spilled from a replica 50ms from its answer to one 110ms away: %v, sent %d", err, len(dp.to))
+	}
+	if err := spill(500 * time.Millisecond); err != nil || len(dp.to) != 1 {
+		t.Errorf("spilled from a replica 500ms from its answer: %v, sent %d; want it sent", err, len(dp.to))
 	}
 }
