@@ -48,37 +48,20 @@ func BenchmarkFailover(b *testing.B) {
 		bed.SetLink(l[0], l[1], 10*time.Millisecond, 0)
 		bed.SetRate(l[0], l[1], 40e6)
 	}
-	keys := filepath.Join(b.TempDir(), "pki")
-	if _, err := cli(b, "unused", "keygen", "-pki", keys); err != nil {
-		b.Fatal(err)
-	}
-	pki := []string{"-ca-cert", filepath.Join(keys, "ca.crt"), "-ca-key", filepath.Join(keys, "ca.key"),
-		"-signing-key", filepath.Join(keys, "signing.key"), "-trusted-keys", filepath.Join(keys, "signing.pub")}
-	seed := bed.Host("cloud", 0)
+	pki := bedPKI(b)
+	all := startPool(b, bed, []string{"cloud", "edge-a", "edge-b", "edge-c"}, func(site string) []string {
+		tier := "edge"
+		if site == "cloud" {
+			tier = "cloud"
+		}
+		return append([]string{"-tier", tier, "-controller", strconv.FormatBool(site == "cloud")}, pki...)
+	})
 	agents := map[string]*nsAgent{}
-	var all []*nsAgent
-	for _, site := range []string{"cloud", "edge-a", "edge-b", "edge-c"} {
-		for _, h := range bed.Hosts(site) {
-			tier := "edge"
-			if site == "cloud" {
-				tier = "cloud"
-			}
-			a := &nsAgent{ns: netns{h.NS}, name: h.Name, site: site, gossip: 7946, api: 7470, data: 7471,
-				args: append([]string{"-tier", tier, "-controller", strconv.FormatBool(site == "cloud")}, pki...)}
-			if h.Name != seed.Name {
-				a.join = seed.IP.String() + ":7946"
-			}
-			a.start(b)
-			agents[h.Name] = a
-			all = append(all, a)
-		}
+	for _, a := range all {
+		agents[a.name] = a
 	}
-	cloud := agents[seed.Name]
-	dump := func() {
-		for _, a := range all {
-			b.Logf("%s log:\n%s", a.name, a.proc.log)
-		}
-	}
+	cloud := all[0]
+	dump := func() { logAgents(b, all) }
 	meshtest.Poll(b, 60*time.Second, 250*time.Millisecond, "one mesh of ten", func() bool { return cloud.seesAlive(b, 10) }, dump)
 
 	// Three models of mb MB each: 1000 inputs, a wide hidden layer, 2

@@ -186,11 +186,7 @@ func TestPartitionHealsAcrossNamespaces(t *testing.T) {
 	}
 	a1, b1 := agents[0], agents[2]
 	allAlive := func(from *nsAgent) bool { return from.seesAlive(t, len(agents)) }
-	dump := func() {
-		for _, a := range agents {
-			t.Logf("%s log:\n%s", a.name, a.proc.log)
-		}
-	}
+	dump := func() { logAgents(t, agents) }
 	meshtest.Poll(t, 60*time.Second, 250*time.Millisecond, "one mesh of four across the two hosts", func() bool {
 		return allAlive(a1) && allAlive(b1)
 	}, dump)

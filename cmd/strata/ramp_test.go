@@ -106,35 +106,13 @@ func BenchmarkLoadRamp(b *testing.B) {
 	for _, l := range [][2]string{{"edge-a", "onprem"}, {"edge-a", "cloud"}, {"onprem", "cloud"}} {
 		bed.SetRate(l[0], l[1], 40e6)
 	}
-	keys := filepath.Join(b.TempDir(), "pki")
-	if _, err := cli(b, "unused", "keygen", "-pki", keys); err != nil {
-		b.Fatal(err)
-	}
-	pki := []string{"-ca-cert", filepath.Join(keys, "ca.crt"), "-ca-key", filepath.Join(keys, "ca.key"),
-		"-signing-key", filepath.Join(keys, "signing.key"), "-trusted-keys", filepath.Join(keys, "signing.pub")}
-	seed := bed.Host("cloud", 0)
-	var all []*nsAgent
-	var cloud *nsAgent
-	for _, site := range []string{"cloud", "edge-a", "onprem"} {
-		for _, h := range bed.Hosts(site) {
-			tier := map[string]string{"cloud": "cloud", "edge-a": "edge", "onprem": "onprem"}[site]
-			a := &nsAgent{ns: netns{h.NS}, name: h.Name, site: site, gossip: 7946, api: 7470, data: 7471,
-				args: append([]string{"-tier", tier, "-controller", strconv.FormatBool(site == "cloud"), "-spill-inflight", strconv.Itoa(spill)}, pki...)}
-			if h.Name != seed.Name {
-				a.join = seed.IP.String() + ":7946"
-			}
-			a.start(b)
-			all = append(all, a)
-			if site == "cloud" {
-				cloud = a
-			}
-		}
-	}
-	dump := func() {
-		for _, a := range all {
-			b.Logf("%s log:\n%s", a.name, a.proc.log)
-		}
-	}
+	pki := bedPKI(b)
+	all := startPool(b, bed, []string{"cloud", "edge-a", "onprem"}, func(site string) []string {
+		tier := map[string]string{"cloud": "cloud", "edge-a": "edge", "onprem": "onprem"}[site]
+		return append([]string{"-tier", tier, "-controller", strconv.FormatBool(site == "cloud"), "-spill-inflight", strconv.Itoa(spill)}, pki...)
+	})
+	cloud := all[0]
+	dump := func() { logAgents(b, all) }
 	meshtest.Poll(b, 60*time.Second, 250*time.Millisecond, "one mesh of five", func() bool { return cloud.seesAlive(b, 5) }, dump)
 
 	m, _, err := onnx.RandomMLP(1, 8, 16, 1)

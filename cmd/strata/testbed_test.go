@@ -45,27 +45,14 @@ func TestSitesThroughRouter(t *testing.T) {
 	for l, d := range oneWay {
 		bed.SetLink(l[0], l[1], d, 0)
 	}
-	seed := bed.Host("edge-a", 0)
-	var agents []*nsAgent
-	for _, site := range []string{"edge-a", "edge-b", "cloud"} {
+	agents := startPool(t, bed, []string{"edge-a", "edge-b", "cloud"}, func(site string) []string {
 		tier := "edge"
 		if site == "cloud" {
 			tier = "cloud"
 		}
-		for _, h := range bed.Hosts(site) {
-			a := &nsAgent{ns: netns{h.NS}, name: h.Name, site: site, gossip: 7946, api: 7470, data: 7471, args: []string{"-tier", tier, "-insecure"}}
-			if h.Name != seed.Name {
-				a.join = seed.IP.String() + ":7946"
-			}
-			a.start(t)
-			agents = append(agents, a)
-		}
-	}
-	dump := func() {
-		for _, a := range agents {
-			t.Logf("%s log:\n%s", a.name, a.proc.log)
-		}
-	}
+		return []string{"-tier", tier, "-insecure"}
+	})
+	dump := func() { logAgents(t, agents) }
 	allAlive := func(from *nsAgent) bool { return from.seesAlive(t, len(agents)) }
 	ea, eb := agents[0], agents[2]
 	meshtest.Poll(t, 60*time.Second, 250*time.Millisecond, "one mesh of four across three sites", func() bool {
@@ -169,35 +156,18 @@ func TestCutSiteKeepsServing(t *testing.T) {
 	bed.SetLink("edge-a", "edge-b", 5*time.Millisecond, 0)
 	bed.SetLink("edge-a", "cloud", 10*time.Millisecond, 0)
 	bed.SetLink("edge-b", "cloud", 10*time.Millisecond, 0)
-	keys := filepath.Join(t.TempDir(), "pki")
-	if _, err := cli(t, "unused", "keygen", "-pki", keys); err != nil {
-		t.Fatal(err)
-	}
-	pki := []string{"-ca-cert", filepath.Join(keys, "ca.crt"), "-ca-key", filepath.Join(keys, "ca.key"),
-		"-signing-key", filepath.Join(keys, "signing.key"), "-trusted-keys", filepath.Join(keys, "signing.pub")}
-	seed := bed.Host("cloud", 0)
-	var agents []*nsAgent
-	for _, site := range []string{"cloud", "edge-a", "edge-b"} {
-		h := bed.Host(site, 0)
+	pki := bedPKI(t)
+	agents := startPool(t, bed, []string{"cloud", "edge-a", "edge-b"}, func(site string) []string {
 		tier := "edge"
 		if site == "cloud" {
 			tier = "cloud"
 		}
 		// Every agent may own policies: a site cut off places on its own,
 		// and with a mesh CA only controllers write placements.
-		a := &nsAgent{ns: netns{h.NS}, name: h.Name, site: site, gossip: 7946, api: 7470, data: 7471, args: append([]string{"-tier", tier, "-controller", "true"}, pki...)}
-		if h.Name != seed.Name {
-			a.join = seed.IP.String() + ":7946"
-		}
-		a.start(t)
-		agents = append(agents, a)
-	}
+		return append([]string{"-tier", tier, "-controller", "true"}, pki...)
+	})
 	cloud, eb := agents[0], agents[2]
-	dump := func() {
-		for _, a := range agents {
-			t.Logf("%s log:\n%s", a.name, a.proc.log)
-		}
-	}
+	dump := func() { logAgents(t, agents) }
 	meshtest.Poll(t, 60*time.Second, 250*time.Millisecond, "one mesh of three sites", func() bool {
 		return len(cloud.members(t)) == 3 && len(eb.members(t)) == 3
 	}, dump)
@@ -390,18 +360,8 @@ func TestFederatedSites(t *testing.T) {
 	// then fail, and their gateways punch again (see below).
 	bed.Cut("edge-c", "edge-d")
 	var agents []*nsAgent
-	dump := func() {
-		for _, a := range agents {
-			t.Logf("%s log:\n%s", a.name, a.proc.log)
-		}
-	}
-	keys := filepath.Join(t.TempDir(), "pki")
-	if _, err := cli(t, "unused", "keygen", "-pki", keys); err != nil {
-		t.Fatal(err)
-	}
-	fed := []string{"-federation-listen", "/ip4/0.0.0.0/tcp/7950",
-		"-ca-cert", filepath.Join(keys, "ca.crt"), "-ca-key", filepath.Join(keys, "ca.key"),
-		"-signing-key", filepath.Join(keys, "signing.key"), "-trusted-keys", filepath.Join(keys, "signing.pub")}
+	dump := func() { logAgents(t, agents) }
+	fed := append([]string{"-federation-listen", "/ip4/0.0.0.0/tcp/7950"}, bedPKI(t)...)
 	ch := bed.Host("cloud", 0)
 	// Every address here is in 10/8, where AutoNAT cannot tell a public
 	// host from a private one: the cloud agent is told it is public (a
@@ -900,4 +860,45 @@ func serviceFile(t testing.TB, name, model, more string) string {
 	f := filepath.Join(t.TempDir(), name+".yaml")
 	os.WriteFile(f, []byte("apiVersion: strata/v1\nkind: InferenceService\nmetadata: {name: "+name+"}\nspec:\n  model: {name: "+model+", version: \"1\"}\n  replicas: 1\n  resources: {cpu: 10m, memory: 16Mi}\n"+more), 0o600)
 	return f
+}
+
+// bedPKI makes a mesh CA and a signing key for a test bed's agents, and
+// returns the flags that make an agent hold both: it issues its own
+// certificate, signs its gossip and can push.
+func bedPKI(tb testing.TB) []string {
+	tb.Helper()
+	keys := filepath.Join(tb.TempDir(), "pki")
+	if _, err := cli(tb, "unused", "keygen", "-pki", keys); err != nil {
+		tb.Fatal(err)
+	}
+	return []string{"-ca-cert", filepath.Join(keys, "ca.crt"), "-ca-key", filepath.Join(keys, "ca.key"),
+		"-signing-key", filepath.Join(keys, "signing.key"), "-trusted-keys", filepath.Join(keys, "signing.pub")}
+}
+
+// startPool starts an agent on every host of sites, in that order, on
+// the default ports, with args(site) as its flags: the first one starts
+// the pool and the others join it.
+func startPool(tb testing.TB, bed *testbed.Bed, sites []string, args func(site string) []string) []*nsAgent {
+	tb.Helper()
+	seed := bed.Host(sites[0], 0)
+	var agents []*nsAgent
+	for _, site := range sites {
+		for _, h := range bed.Hosts(site) {
+			a := &nsAgent{ns: netns{h.NS}, name: h.Name, site: site, gossip: 7946, api: 7470, data: 7471, args: args(site)}
+			if h.Name != seed.Name {
+				a.join = seed.IP.String() + ":7946"
+			}
+			a.start(tb)
+			agents = append(agents, a)
+		}
+	}
+	return agents
+}
+
+// logAgents logs what each agent logged, to explain a failure.
+func logAgents(tb testing.TB, agents []*nsAgent) {
+	tb.Helper()
+	for _, a := range agents {
+		tb.Logf("%s log:\n%s", a.name, a.proc.log)
+	}
 }
