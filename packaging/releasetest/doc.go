@@ -2,7 +2,9 @@
 // bin/release: that each .deb carries the binary, ONNX Runtime, the systemd
 // unit, the completions and the man page for its architecture, and that the
 // linux/arm64 binary runs (under qemu-user on an amd64 host) and joins a mesh
-// with an amd64 agent.
+// with an amd64 agent; and runs docs/install.md's three-host guide as written,
+// with the .deb, on test bed namespaces that each have their own file system
+// (TestInstallGuide, as root).
 //
 // The tests run when STRATA_RELEASE_TESTS=1 (then missing artifacts fail
 // them) or when bin/release holds artifacts; otherwise they skip.
