@@ -138,10 +138,7 @@ tmp=$(mktemp "$conf_dir/.agent.yaml.XXXXXX")
 	[ -n "$region" ] && echo "region: $(yaml_str "$region")"
 	if [ ${#labels[@]} -gt 0 ]; then
 		echo "labels:"
-		[ -z "$ca_key" ] || [ -n "$ca_cert" ] || die "--ca-key needs --ca-cert (the CA's certificate beside its key)"
-[ -z "$cert_token_file" ] || [ -n "$ca_key" ] || die "--cert-token-file needs --ca-key: only a CA holder issues certificates"
-[ -z "$bootstrap" ] || [ -z "$ca_key" ] || die "--bootstrap and --ca-key: a CA holder issues its own certificate; drop --bootstrap"
-for l in "${labels[@]}"; do echo "  $(yaml_str "${l%%=*}"): $(yaml_str "${l#*=}")"; done
+		for l in "${labels[@]}"; do echo "  $(yaml_str "${l%%=*}"): $(yaml_str "${l#*=}")"; done
 	fi
 	echo "bind: $(yaml_str "${bind:-0.0.0.0:7946}")"
 	echo "api: $(yaml_str "${api:-127.0.0.1:7470}")"

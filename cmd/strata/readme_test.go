@@ -20,10 +20,10 @@ import (
 // test replaces it with its own mesh's.
 const docsAPIAddr = "127.0.0.1:7470"
 
-// TestExampleReadmes runs the runnable blocks of README.md and every
-// README under examples/ against one dev mesh, as a reader would after
-// `make demo` (without the demo's story: --no-model), file by file in
-// order. It fails with the command, its position and its output when one
+// TestExampleReadmes runs the runnable blocks of README.md, every README
+// under examples/ and docs/*.md (but install.md) against one dev mesh, as
+// a reader would after `make demo` (without the demo's story: --no-model),
+// file by file in order. It fails with the command, its position and its output when one
 // exits non-zero or its output lacks an expected line. Every policy file
 // under examples/ must be named by some runnable command.
 func TestExampleReadmes(t *testing.T) {
@@ -37,6 +37,13 @@ func TestExampleReadmes(t *testing.T) {
 	}
 	files := []string{"README.md", "examples/README.md"}
 	more, _ := filepath.Glob(filepath.Join(root, "examples", "*", "README.md"))
+	docs, _ := filepath.Glob(filepath.Join(root, "docs", "*.md"))
+	for _, d := range docs {
+		// docs/install.md's guide runs on hosts of its own (TestInstallGuide).
+		if filepath.Base(d) != "install.md" {
+			more = append(more, d)
+		}
+	}
 	for _, m := range more {
 		rel, _ := filepath.Rel(root, m)
 		files = append(files, rel)

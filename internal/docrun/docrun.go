@@ -12,9 +12,9 @@
 //   - "# files from HOST: F1 F2 …" before a command: the files an earlier
 //     block made on HOST are copied into this one's working directory
 //     first, as a reader would with scp.
-//   - any other line starting with "#" is a comment; a line ending in "\"
-//     continues on the next, and a here-document ("<<'EOF'") runs to its
-//     terminator.
+//   - any other line starting with "#" is a comment; a line ending in "\",
+//     "|" or "&&", or inside a quoted string, continues on the next, and a
+//     here-document ("<<'EOF'") runs to its terminator.
 //
 // Fence options after "runnable": needs=CMD (the block is skipped where
 // CMD is not in PATH) and host=NAME (its commands run on that host of a
@@ -127,9 +127,12 @@ func Parse(file string, src []byte) ([]Command, error) {
 		default:
 			c := Command{File: file, Line: n, Cmd: line, Needs: needs, Host: host, FilesFrom: filesFrom, Files: files}
 			filesFrom, files = "", nil
-			for strings.HasSuffix(strings.TrimSpace(c.Cmd), `\`) && sc.Scan() {
+			for continues(c.Cmd) && sc.Scan() {
 				n++
 				c.Cmd += "\n" + sc.Text()
+			}
+			if openQuote(c.Cmd) {
+				return nil, fmt.Errorf("%s:%d: a quote is not closed", file, c.Line)
 			}
 			if m := heredoc.FindStringSubmatch(c.Cmd); m != nil {
 				closed := false
@@ -149,6 +152,42 @@ func Parse(file string, src []byte) ([]Command, error) {
 		return nil, fmt.Errorf("%s: a runnable block is not closed", file)
 	}
 	return out, sc.Err()
+}
+
+// continues says whether the command goes on on the next line: it ends in
+// "\\", "|", "&&" or "||", or inside a quoted string.
+func continues(cmd string) bool {
+	t := strings.TrimSpace(cmd)
+	return strings.HasSuffix(t, `\`) || strings.HasSuffix(t, "|") || strings.HasSuffix(t, "&&") || openQuote(cmd)
+}
+
+// openQuote says whether s ends inside a quoted string, as the shell reads
+// quotes: '…' takes everything literally, "…" and unquoted text take a
+// backslash as an escape, and # outside quotes starts a comment.
+func openQuote(s string) bool {
+	var q byte
+	for i := 0; i < len(s); i++ {
+		switch ch := s[i]; {
+		case q == '\'':
+			if ch == '\'' {
+				q = 0
+			}
+		case ch == '\\':
+			i++
+		case q == '"':
+			if ch == '"' {
+				q = 0
+			}
+		case ch == '\'' || ch == '"':
+			q = ch
+		case ch == '#' && (i == 0 || s[i-1] == ' ' || s[i-1] == '\t' || s[i-1] == '\n'):
+			// A comment runs to the end of its line.
+			for i < len(s) && s[i] != '\n' {
+				i++
+			}
+		}
+	}
+	return q != 0
 }
 
 // Missing returns the first of needs that is not in PATH, or "".

@@ -25,6 +25,7 @@ func TestParse(t *testing.T) {
 		"```sh runnable\ncat > f <<'EOF'\nx\n```\n",
 		"```sh runnable host=b\n# files from a:\na\n```\n",
 		"```sh runnable host=b\n# files from a: x\n```\n",
+		"```sh runnable\ncurl -d '{\n```\n",
 	} {
 		if _, err := Parse("R.md", []byte(bad)); err == nil {
 			t.Errorf("%q parses", bad)
@@ -50,6 +51,37 @@ func TestParseHostsFilesAndHereDocuments(t *testing.T) {
 	}
 	if got[2].Line != 9 || got[2].Host != "b" {
 		t.Errorf("after it: %+v", got[2])
+	}
+}
+
+func TestParseContinuedLines(t *testing.T) {
+	t.Parallel()
+	got, err := Parse("A.md", []byte("```sh runnable\ncurl -d '{\n  \"a\": 1}'\n# expect: ok\nnext |\n  od -c &&\n  true\n```\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(got) != 2 || got[0].Cmd != "curl -d '{\n  \"a\": 1}'" || got[0].Expect[0] != "ok" || got[1].Line != 5 ||
+		got[1].Cmd != "next |\n  od -c &&\n  true" {
+		t.Errorf("parsed %+v", got)
+	}
+}
+
+func TestOpenQuote(t *testing.T) {
+	t.Parallel()
+	for s, want := range map[string]bool{
+		`curl -d '{`:                     true,
+		`curl -d '{"a": 1}'`:             false,
+		`echo "it's"`:                    false,
+		`echo 'a\'`:                      false,
+		`echo \'`:                        false,
+		`echo "a \" b`:                   true,
+		`awk '{ print }' # don't`:        false,
+		"curl -d '{\n  \"x\": 1}'":       false,
+		`printf "%s\n" "$hdr" # it's ok`: false,
+	} {
+		if got := openQuote(s); got != want {
+			t.Errorf("openQuote(%q) = %v, want %v", s, got, want)
+		}
 	}
 }
 
