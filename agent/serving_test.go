@@ -463,14 +463,23 @@ func testStandbyTakesOver(t *testing.T, warm bool) {
 	const key = "InferenceService/scorer"
 	var rec PlacementRecord
 	var replica, standby string
-	meshtest.WaitFor(t, 60*time.Second, "the replica serving and its standby holding the model", func() bool {
+	// Every agent has heard it all: one that has not would not forward to
+	// the standby (its catalog does not vouch for it yet).
+	meshtest.WaitFor(t, 60*time.Second, "the replica serving and its standby holding the model, at every agent", func() bool {
 		rec, _ = placementOf(agents[0], key)
 		if rec.State != StatePlaced || len(rec.Nodes) != 1 || rec.Nodes[0].Replica != mesh.ReplicaServing || rec.Nodes[0].Standby == "" {
 			return false
 		}
 		replica, standby = rec.Nodes[0].Name, rec.Nodes[0].Standby
-		n, err := agents[0].Mesh().Node(standby)
-		return err == nil && slices.Contains(n.Locality.Artifacts, manifest.Digest) && (!warm || slices.Contains(n.Standbys, "scorer@1"))
+		for _, a := range agents {
+			r, _ := placementOf(a, key)
+			n, err := a.Mesh().Node(standby)
+			if r.Epoch != rec.Epoch || len(r.Nodes) != 1 || r.Nodes[0].Standby != standby || err != nil ||
+				!slices.Contains(n.Locality.Artifacts, manifest.Digest) || warm && !slices.Contains(n.Standbys, "scorer@1") {
+				return false
+			}
+		}
+		return true
 	})
 	if standby == replica {
 		t.Fatalf("the standby is the replica's own node %s", replica)
@@ -498,10 +507,17 @@ func testStandbyTakesOver(t *testing.T, warm bool) {
 		}
 		t.Logf("and one made at %s after %s", observer.Name(), time.Since(stopped).Round(time.Millisecond))
 	}
+	moved := false
+	defer func() {
+		if !moved {
+			t.Logf("the placement %s last saw: %+v", observer.Name(), rec)
+		}
+	}()
 	meshtest.WaitFor(t, 60*time.Second, "the replica serving at the standby "+standby, func() bool {
 		rec, _ = placementOf(observer, key)
 		return rec.State == StatePlaced && len(rec.Nodes) == 1 && rec.Nodes[0].Name == standby && rec.Nodes[0].Replica == mesh.ReplicaServing
 	})
+	moved = true
 	t.Logf("%s stopped; %s served %s after %s", replica, standby, key, time.Since(stopped).Round(time.Millisecond))
 	if got := byName[standby].art.Node().Stats().ChunksFetched; got != fetched {
 		t.Errorf("the standby fetched %d chunks after the replica's node stopped; want none: it held the model", got-fetched)

@@ -13,12 +13,14 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"syscall"
 	"testing"
 	"time"
 
+	"github.com/strata-mesh/strata/api"
 	"github.com/strata-mesh/strata/mesh"
 	"github.com/strata-mesh/strata/mesh/meshtest"
 	"github.com/strata-mesh/strata/sim"
@@ -173,6 +175,7 @@ func membersOf(t *testing.T, api string) map[string]mesh.Member {
 // see it failed, restarts it from its data dir and expects it back alive
 // with the same ID.
 func TestThreeProcessesKillAndRestart(t *testing.T) {
+	t.Parallel()
 	var ps []*proc
 	for i, tier := range []string{"edge", "onprem", "cloud"} {
 		p := &proc{
@@ -253,6 +256,7 @@ func TestCLIErrors(t *testing.T) {
 }
 
 func TestDevOnce(t *testing.T) {
+	t.Parallel()
 	data := os.Getenv("STRATA_DEMO_DATA")
 	if data == "" {
 		data, _ = filepath.Abs("../../.deps/data/breast_cancer.csv")
@@ -292,6 +296,7 @@ func TestDevOnce(t *testing.T) {
 // policy commands: plan exits 0 when everything places, 2 when something
 // cannot, 1 on a bad policy (printing every error with its position).
 func TestPlanApplyCLI(t *testing.T) {
+	t.Parallel()
 	dir := t.TempDir()
 	cfg := filepath.Join(dir, "agent.yaml")
 	os.WriteFile(cfg, []byte("tier: onprem\nsite: rack-1\nfabric: ib:a\ngpus:\n  - {model: NVIDIA H100 80GB HBM3, memory: 80GiB, count: 8}\n"), 0o600)
@@ -361,6 +366,7 @@ func exitCode(err error) int {
 // TestPushPullCLI makes the mesh's keys with keygen -pki, runs two agent
 // processes with them, pushes a model on one and pulls it on the other.
 func TestPushPullCLI(t *testing.T) {
+	t.Parallel()
 	dir := t.TempDir()
 	keys := filepath.Join(dir, "pki")
 	if _, err := cli(t, "unused", "keygen", "-pki", keys); err != nil {
@@ -427,4 +433,80 @@ func mustRead(t *testing.T, path string) []byte {
 		t.Fatal(err)
 	}
 	return b
+}
+
+// TestLoneSiteNodeKilled: the node serving a service that names no client
+// site is its site's only agent, and is killed with SIGKILL. From outside
+// that looks like its site cut off, whose replicas stay for the site's own
+// clients; this service has none there, so it is placed again on a node
+// that answers.
+func TestLoneSiteNodeKilled(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	keys := filepath.Join(dir, "pki")
+	if _, err := cli(t, "unused", "keygen", "-pki", keys); err != nil {
+		t.Fatal(err)
+	}
+	var ps []*proc
+	// s-c's onprem agent is the controller.
+	for i, site := range []string{"s-c", "s-a", "s-b"} {
+		tier := map[bool]string{true: "onprem", false: "edge"}[site == "s-c"]
+		p := &proc{name: "lone-" + site, dir: filepath.Join(dir, site),
+			api: fmt.Sprintf("127.0.0.1:%d", freePort(t)), gossip: fmt.Sprintf("127.0.0.1:%d", freePort(t)),
+			args: append(caHolderArgs(t, keys), "-site", site, "-tier", tier)}
+		if i > 0 {
+			p.args = append(p.args, "-join", ps[0].gossip)
+		}
+		startAgent(t, p)
+		ps = append(ps, p)
+	}
+	meshtest.WaitFor(t, 20*time.Second, "three agents", func() bool { return len(membersOf(t, ps[0].api)) == 3 })
+	model := filepath.Join(dir, "model.onnx")
+	b, _, err := onnx.RandomMLP(1, 4, 8, 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	os.WriteFile(model, b, 0o644)
+	if out, err := cli(t, ps[0].api, "push", model, "--name", "m", "--version", "1"); err != nil {
+		t.Fatalf("push: %v\n%s", err, out)
+	}
+	svc := filepath.Join(dir, "svc.yaml")
+	os.WriteFile(svc, []byte("apiVersion: strata/v1\nkind: InferenceService\nmetadata: {name: svc}\nspec:\n  model: {name: m, version: \"1\"}\n"+
+		"  replicas: 1\n  resources: {cpu: 10m, memory: 16Mi}\n  affinities:\n    - {expr: 'node.site == \"s-b\"', weight: 1}\n"), 0o644)
+	if out, err := cli(t, ps[0].api, "apply", "-f", svc); err != nil {
+		t.Fatalf("apply: %v\n%s", err, out)
+	}
+	where := func() []string {
+		var got []api.PlacementStatus
+		out, err := cli(t, ps[0].api, "placements", "-o", "json")
+		if err != nil || json.Unmarshal([]byte(out), &got) != nil {
+			return nil
+		}
+		for _, p := range got {
+			if p.Name == "svc" {
+				var nodes []string
+				for _, n := range p.Nodes {
+					nodes = append(nodes, n.Name)
+				}
+				return nodes
+			}
+		}
+		return nil
+	}
+	meshtest.WaitFor(t, 30*time.Second, "svc placed on s-b's node", func() bool { return slices.Equal(where(), []string{"lone-s-b"}) })
+	victim := ps[2]
+	victim.cmd.Process.Signal(syscall.SIGKILL)
+	victim.cmd.Wait()
+	killed := time.Now()
+	var last []string
+	meshtest.WaitFor(t, 60*time.Second, "svc placed again on a node that answers", func() bool {
+		last = where()
+		return len(last) == 1 && last[0] != victim.name
+	})
+	t.Logf("lone-s-b killed; svc placed on %v after %s", last, time.Since(killed).Round(100*time.Millisecond))
+	if t.Failed() {
+		for _, p := range ps {
+			t.Logf("%s log:\n%s", p.name, p.log)
+		}
+	}
 }

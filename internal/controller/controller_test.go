@@ -62,7 +62,7 @@ func TestUnreachableSiteKeepsItsReplicas(t *testing.T) {
 	if need, why := c.needsPlacement(p, rec, true, byName, cut); need {
 		t.Errorf("placed again (%s) though the failed node's whole site is unreachable", why)
 	}
-	keep := kept(p, rec, true, nodes, cut)
+	keep, _ := kept(p, nil, rec, true, nodes, cut)
 	if got := names(keep); !slices.Equal(got, []string{"a1", "b1"}) {
 		t.Errorf("kept %v, want a1 and b1", got)
 	}
@@ -74,7 +74,7 @@ func TestUnreachableSiteKeepsItsReplicas(t *testing.T) {
 	if need, _ := c.needsPlacement(p, rec, true, byName, cut); !need {
 		t.Error("not placed again though b1 failed and its site answers")
 	}
-	keep = kept(p, rec, true, nodes, cut)
+	keep, _ = kept(p, nil, rec, true, nodes, cut)
 	if got := names(keep); !slices.Equal(got, []string{"a1"}) {
 		t.Errorf("kept %v, want a1", got)
 	}
@@ -90,8 +90,43 @@ func TestUnreachableSiteKeepsItsReplicas(t *testing.T) {
 	}
 	// A new generation keeps nothing.
 	p.Generation++
-	if keep := kept(p, rec, true, nodes, cut); len(keep) != 0 {
+	if keep, _ := kept(p, nil, rec, true, nodes, cut); len(keep) != 0 {
 		t.Errorf("kept %v across a policy change", names(keep))
+	}
+}
+
+// TestCutSiteReplicaForOthersMoves: a replica whose node's whole site is
+// gone, placed for clients elsewhere (or for none named), is placed again
+// where they are served: from outside, a site cut off and a site whose
+// every node died look the same, and neither serves those clients. It is
+// kept only where nothing outside takes its place.
+func TestCutSiteReplicaForOthersMoves(t *testing.T) {
+	t.Parallel()
+	const key = "InferenceService/web"
+	// b1 is edge-b's only node: the mesh reports it unreachable.
+	nodes := []mesh.Node{node("a1", "edge-a", mesh.StatusAlive, key, 0), node("b1", "edge-b", mesh.StatusUnreachable, key, 7)}
+	nodes[1].Region = "north"
+	byName := map[string]mesh.Node{"a1": nodes[0], "b1": nodes[1]}
+	cut := mesh.UnreachableSites(nodes)
+	rec := catalog.Placement{Key: key, Kind: policy.KindInferenceService, Name: "web", Generation: 1, Epoch: 7, Wanted: 1, State: catalog.StatePlaced,
+		Nodes: []catalog.PlacedNode{{Name: "b1", Site: "edge-b"}}}
+	for _, tc := range []struct {
+		spec  string
+		moves bool
+	}{
+		{"", true}, // no clients named
+		{"  latency: {p99: 50ms, clients: [edge-a]}\n", true},
+		{"  latency: {p99: 50ms, clients: [edge-a, edge-b]}\n", false},
+		{"  latency: {p99: 50ms, clients: [north]}\n", false}, // edge-b's region
+	} {
+		p := catalog.Policy{Kind: policy.KindInferenceService, Name: "web", Generation: 1,
+			Source: "apiVersion: strata/v1\nkind: InferenceService\nmetadata: {name: web}\nspec:\n  model: {name: m, version: \"1\"}\n" + tc.spec}
+		c := New(Config{})
+		need, why := c.needsPlacement(p, rec, true, byName, cut)
+		firm, spare := kept(p, c.facts(p).clients, rec, true, nodes, cut)
+		if need != tc.moves || (len(firm) == 0) != tc.moves || (len(spare) == 1) != tc.moves {
+			t.Errorf("clients %q: placed again %v (%s), kept %v, spare %v; want placed again %v", tc.spec, need, why, names(firm), names(spare), tc.moves)
+		}
 	}
 }
 
@@ -380,7 +415,7 @@ func TestOlderRecordKeepsServing(t *testing.T) {
 	m.nodes[0].Assignments = []mesh.Assignment{{Key: key, Epoch: 5, Accepted: true}}
 	p := catalog.Policy{Kind: policy.KindInferenceService, Name: "web", Generation: 1}
 	old := catalog.Placement{Key: key, Generation: 1, Epoch: 4, Nodes: []catalog.PlacedNode{{Name: "e1"}}}
-	if got := names(kept(p, old, true, m.nodes, nil)); !slices.Equal(got, []string{"e1"}) {
+	if got, _ := kept(p, nil, old, true, m.nodes, nil); !slices.Equal(names(got), []string{"e1"}) {
 		t.Errorf("kept %v, want e1, which serves a newer epoch", got)
 	}
 }
@@ -406,8 +441,8 @@ func TestSiteBeingCutKeepsItsReplicas(t *testing.T) {
 	if need, why := c.needsPlacement(p, rec, true, byName, cut); need {
 		t.Errorf("placed again (%s) while edge-b is being cut", why)
 	}
-	if got := names(kept(p, rec, true, nodes, cut)); !slices.Equal(got, []string{"b1"}) {
-		t.Errorf("kept %v, want b1", got)
+	if got, _ := kept(p, nil, rec, true, nodes, cut); !slices.Equal(names(got), []string{"b1"}) {
+		t.Errorf("kept %v, want b1", names(got))
 	}
 	byName["b2"] = node("b2", "edge-b", mesh.StatusAlive, key, 0)
 	nodes[2] = byName["b2"]

@@ -39,6 +39,8 @@ type docFacts struct {
 	model    policy.ModelRef
 	// burst is an InferenceService's overflow tiers.
 	burst *policy.Burst
+	// clients are an InferenceService's latency client sites or regions.
+	clients []string
 }
 
 // facts returns p's docFacts, parsing its source only when it changed.
@@ -62,6 +64,9 @@ func (c *Controller) facts(p catalog.Policy) docFacts {
 				f.autoscale, f.replicas = s.Autoscale, s.Replicas
 			}
 			f.prestage, f.model, f.burst = s.Prestage, s.Model, s.Burst
+			if s.Latency != nil {
+				f.clients = s.Latency.Clients
+			}
 		}
 	}
 	c.mu.Lock()

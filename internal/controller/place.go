@@ -105,7 +105,8 @@ func (c *Controller) place(p catalog.Policy, old catalog.Placement, have bool, v
 		}
 		feasible = len(fresh) == dec.Wanted
 	}
-	keep := trimKept(kept(p, old, have, nodes, cut), fresh, dec.Wanted)
+	firm, spare := kept(p, c.facts(p).clients, old, have, nodes, cut)
+	keep := trimKept(firm, fresh, dec.Wanted)
 	if c.returning[rec.Key] && regular == dec.Wanted {
 		keep = slices.DeleteFunc(keep, func(pn catalog.PlacedNode) bool { return pn.Burst })
 	}
@@ -114,6 +115,21 @@ func (c *Controller) place(p catalog.Policy, old catalog.Placement, have bool, v
 		keep = append(keep, takeStandbys(snap, req, old, keep, nodes)...)
 	}
 	rec.Nodes = mergeKept(keep, fresh, dec.Wanted)
+	spared := false
+	for _, sp := range spare {
+		// Nothing outside the cut site took its place: it stays.
+		if len(rec.Nodes) < dec.Wanted && !slices.ContainsFunc(rec.Nodes, func(pn catalog.PlacedNode) bool { return pn.Name == sp.Name }) {
+			rec.Nodes, spared = append(rec.Nodes, sp), true
+		}
+	}
+	if spared && sameNodes(old.Nodes, rec.Nodes) {
+		// The placement as it was: nothing to write, and the next try
+		// waits longer (see needsPlacement).
+		c.mu.Lock()
+		c.tries[rec.Key]++
+		c.mu.Unlock()
+		return
+	}
 	switch {
 	case len(rec.Nodes) == 0 || (req.Kind == placement.Training && !dec.Feasible):
 		rec.State, rec.Nodes = catalog.StateFailed, nil
@@ -186,19 +202,21 @@ func (c *Controller) handOff(p catalog.Policy, req *placement.Request, rec *cata
 
 // kept returns the replicas of an inference service's old placement to
 // keep when it is placed again at the same generation: those on alive
-// nodes that admitted them, and those in unreachable sites. Moving a
-// healthy replica only because a fresh decision ranks another node a
-// little higher would make a service placed short (or waiting for a
-// failed node's replacement) move its replicas back and forth.
-func kept(p catalog.Policy, old catalog.Placement, have bool, nodes []mesh.Node, cut map[string]bool) []catalog.PlacedNode {
+// nodes that admitted them, and those in unreachable sites that serve
+// that site's clients (see needsPlacement). Moving a healthy replica only
+// because a fresh decision ranks another node a little higher would make
+// a service placed short (or waiting for a failed node's replacement)
+// move its replicas back and forth. spare are the replicas in unreachable
+// sites that serve clients elsewhere: kept only where nothing outside
+// takes their place.
+func kept(p catalog.Policy, clients []string, old catalog.Placement, have bool, nodes []mesh.Node, cut map[string]bool) (firm, spare []catalog.PlacedNode) {
 	if !have || old.Generation != p.Generation || p.Kind != policy.KindInferenceService {
-		return nil
+		return nil, nil
 	}
 	byName := map[string]mesh.Node{}
 	for _, n := range nodes {
 		byName[n.Name] = n
 	}
-	var out []catalog.PlacedNode
 	for _, pn := range old.Nodes {
 		n, ok := byName[pn.Name]
 		if !ok {
@@ -207,6 +225,11 @@ func kept(p catalog.Policy, old catalog.Placement, have bool, nodes []mesh.Node,
 		as, held := meshview.AssignmentOf(n, old.Key)
 		switch {
 		case n.Status == mesh.StatusUnreachable, n.Status == mesh.StatusFailed && cut[n.Site]:
+			if !servesSite(clients, pn, n) {
+				pn.Admitted, pn.Replica, pn.Reason = false, "", ""
+				spare = append(spare, pn)
+				continue
+			}
 		case n.Status == mesh.StatusAlive && held && as.Epoch >= old.Epoch && as.Accepted:
 			// Serving this placement, or a newer one whose record has
 			// not reached this agent: a replica is never dropped for a
@@ -215,9 +238,9 @@ func kept(p catalog.Policy, old catalog.Placement, have bool, nodes []mesh.Node,
 			continue
 		}
 		pn.Admitted, pn.Replica, pn.Reason = false, "", ""
-		out = append(out, pn)
+		firm = append(firm, pn)
 	}
-	return out
+	return firm, spare
 }
 
 // mergeKept fills what keep lacks of wanted from fresh. Per client site

@@ -237,8 +237,12 @@ func (c *Controller) owns(key string, owners []string) bool {
 }
 
 // needsPlacement says whether p must be placed (again), and why. A failed
-// node of an unreachable site (cut, every node gone) is not a reason: the
-// replica there serves that site's clients, who are cut off with it.
+// node of an unreachable site (cut, every node gone) is not a reason when
+// its replica serves that site's clients, who are cut off with it. One
+// that serves clients elsewhere (or none named) is placed again where
+// they are served, retried with backoff while nothing outside the site
+// can take it; from outside, a site cut off and a site whose every node
+// died look the same.
 func (c *Controller) needsPlacement(p catalog.Policy, rec catalog.Placement, have bool, byName map[string]mesh.Node, cut map[string]bool) (bool, string) {
 	switch {
 	case !have:
@@ -246,10 +250,18 @@ func (c *Controller) needsPlacement(p catalog.Policy, rec catalog.Placement, hav
 	case rec.Generation != p.Generation:
 		return true, "policy changed"
 	}
+	due := func() bool {
+		c.mu.Lock()
+		defer c.mu.Unlock()
+		return time.Since(c.lastTry[rec.Key]) > retryDelay(c.tries[rec.Key])
+	}
 	for _, pn := range rec.Nodes {
 		n, ok := byName[pn.Name]
 		if ok && (n.Status == mesh.StatusUnreachable || n.Status == mesh.StatusFailed && cut[n.Site]) {
-			continue
+			if servesSite(c.facts(p).clients, pn, n) || !due() {
+				continue
+			}
+			return true, fmt.Sprintf("node %s is cut off with site %s, away from the service's clients", pn.Name, n.Site)
 		}
 		if ok && n.Status == mesh.StatusFailed && p.Kind == policy.KindTrainingJob && time.Since(c.failedSince[n.Name]) < JobGrace {
 			// The node may be cut off or paused with the job running: it
@@ -265,15 +277,17 @@ func (c *Controller) needsPlacement(p catalog.Policy, rec catalog.Placement, hav
 			return true, fmt.Sprintf("node %s refused: %s", pn.Name, as.Reason)
 		}
 	}
-	if rec.State == catalog.StateFailed || len(rec.Nodes) < rec.Wanted || rec.State == catalog.StatePending && len(rec.Nodes) == 0 {
-		c.mu.Lock()
-		due := time.Since(c.lastTry[rec.Key]) > retryDelay(c.tries[rec.Key])
-		c.mu.Unlock()
-		if due {
-			return true, "retrying an incomplete placement"
-		}
+	if (rec.State == catalog.StateFailed || len(rec.Nodes) < rec.Wanted || rec.State == catalog.StatePending && len(rec.Nodes) == 0) && due() {
+		return true, "retrying an incomplete placement"
 	}
 	return false, ""
+}
+
+// servesSite says whether a replica on node n serves clients in n's site:
+// it was placed for that client site, or the service names the site or
+// its region among its clients.
+func servesSite(clients []string, pn catalog.PlacedNode, n mesh.Node) bool {
+	return pn.Client != "" && pn.Client == n.Site || slices.Contains(clients, n.Site) || n.Region != "" && slices.Contains(clients, n.Region)
 }
 
 // noteReplicas records in rec what each of its nodes that this agent sees
