@@ -78,6 +78,10 @@ type Agent struct {
 	ln      net.Listener
 	srv     *http.Server
 	started time.Time
+	// apiAddr is the API address peers are told (empty: loopback only);
+	// gossipKey the decoded gossip key (nil: unencrypted).
+	apiAddr   string
+	gossipKey []byte
 
 	dp     *dataPlane // nil without a mesh CA
 	art    *artifacts.Service
@@ -119,8 +123,26 @@ func New(cfg Config) (*Agent, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
-	tokens, _ := cfg.apiTokens() // validated
 	a := &Agent{cfg: cfg, started: time.Now()}
+	a.initTelemetry()
+	if err := a.openState(); err != nil {
+		return nil, err
+	}
+	// From here on a failure closes what was opened.
+	steps := []func() error{a.openNode, a.joinMesh, a.startComponents, a.startControl, a.startAPI}
+	for _, step := range steps {
+		if err := step(); err != nil {
+			a.Close()
+			return nil, err
+		}
+	}
+	return a, nil
+}
+
+// initTelemetry sets up the agent's logger and metrics registry: the
+// configured ones, or its own.
+func (a *Agent) initTelemetry() {
+	cfg := a.cfg
 	a.log = cfg.Logger
 	if a.log == nil {
 		lvl, _ := parseLevel(cfg.LogLevel)
@@ -134,48 +156,62 @@ func New(cfg Config) (*Agent, error) {
 		a.reg = prometheus.NewRegistry()
 		a.reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	}
-	if err := os.MkdirAll(cfg.DataDir, 0o700); err != nil {
-		return nil, fmt.Errorf("agent: data dir: %w", err)
+}
+
+// openState takes the data dir (locked against a second agent) and opens
+// its database; on an error it leaves nothing open.
+func (a *Agent) openState() error {
+	if err := os.MkdirAll(a.cfg.DataDir, 0o700); err != nil {
+		return fmt.Errorf("agent: data dir: %w", err)
 	}
-	lock, err := lockDataDir(cfg.DataDir)
+	lock, err := lockDataDir(a.cfg.DataDir)
 	if err != nil {
-		return nil, err
+		return err
 	}
 	a.lock = lock
-	db, err := storage.Open(storage.Options{Dir: filepath.Join(cfg.DataDir, "db"), Logger: a.log})
+	db, err := storage.Open(storage.Options{Dir: filepath.Join(a.cfg.DataDir, "db"), Logger: a.log})
 	if err != nil {
 		lock.Close()
-		return nil, err
+		return err
 	}
 	a.db = db
-	fail := func(err error) (*Agent, error) {
-		a.Close()
-		return nil, err
-	}
-	if a.id, err = loadIdentity(db); err != nil {
-		return fail(err)
+	return nil
+}
+
+// openNode loads the node's identity, opens its artifact store and data
+// plane, its inference runtime (an agent without one still runs) and its
+// API listener.
+func (a *Agent) openNode() error {
+	var err error
+	if a.id, err = loadIdentity(a.db); err != nil {
+		return err
 	}
 	if err := a.checkFingerprint(); err != nil {
-		return fail(err)
+		return err
 	}
 	if a.dp, err = a.openArtifacts(); err != nil {
-		return fail(fmt.Errorf("agent: artifacts: %w", err))
+		return fmt.Errorf("agent: artifacts: %w", err)
 	}
 	a.inf, a.infErr = a.openInference()
 	if a.infErr != nil {
 		a.log.Warn("inference disabled", "err", a.infErr)
 	}
-	a.ln, err = net.Listen("tcp", cfg.API)
-	if err != nil {
-		return fail(fmt.Errorf("agent: API listen on %s: %w (is another agent running? choose another with -api)", cfg.API, err))
+	if a.ln, err = net.Listen("tcp", a.cfg.API); err != nil {
+		return fmt.Errorf("agent: API listen on %s: %w (is another agent running? choose another with -api)", a.cfg.API, err)
 	}
-	var key []byte
+	return nil
+}
+
+// joinMesh starts the gossip member and publishes the addresses peers
+// dial: never 0.0.0.0, and loopback only on a one-host mesh.
+func (a *Agent) joinMesh() error {
+	cfg := a.cfg
 	if cfg.GossipKey != "" {
-		key, _ = mesh.DecodeGossipKey(cfg.GossipKey) // validated
+		a.gossipKey, _ = mesh.DecodeGossipKey(cfg.GossipKey) // validated
 	}
 	adv, err := gossipAdvertise(context.Background(), cfg.Bind, cfg.Advertise, cfg.Join)
 	if err != nil {
-		return fail(err)
+		return err
 	}
 	var trust *mesh.Trust
 	var az catalog.Authorizer
@@ -190,9 +226,9 @@ func New(cfg Config) (*Agent, error) {
 		Identity:      a.id,
 		BindAddr:      cfg.Bind,
 		AdvertiseAddr: adv,
-		GossipKey:     key,
+		GossipKey:     a.gossipKey,
 		Local:         a.discover(),
-		DB:            db,
+		DB:            a.db,
 		Logger:        a.log,
 		Registerer:    a.reg,
 		Memberlist:    cfg.MeshTimings,
@@ -200,21 +236,27 @@ func New(cfg Config) (*Agent, error) {
 		Transport:     cfg.GossipTransport,
 	})
 	if err != nil {
-		return fail(explainNoAddress(err))
+		return explainNoAddress(err)
 	}
-	// What peers dial: never 0.0.0.0, and loopback only on a one-host mesh.
 	gossip := a.mesh.GossipAddr()
-	apiAddr := peerAddr(cfg.AdvertiseAPI, a.ln.Addr().String(), gossip)
+	a.apiAddr = peerAddr(cfg.AdvertiseAPI, a.ln.Addr().String(), gossip)
 	dataAddr := ""
 	if a.dp != nil {
 		dataAddr = peerAddr(cfg.AdvertiseData, a.dp.node.Addr().String(), gossip)
 	}
-	if err := a.mesh.Update(func(s *mesh.NodeState) { s.Addrs.API, s.Addrs.Data = apiAddr, dataAddr }); err != nil {
-		return fail(err)
+	if err := a.mesh.Update(func(s *mesh.NodeState) { s.Addrs.API, s.Addrs.Data = a.apiAddr, dataAddr }); err != nil {
+		return err
 	}
-	if apiAddr == "" {
+	if a.apiAddr == "" {
 		a.log.Info("API is on loopback only: it is not advertised to peers on other hosts (set -api or -advertise-api to change that)", "api", a.ln.Addr().String())
 	}
+	return nil
+}
+
+// startComponents builds what works over the catalog: events, artifacts,
+// drift monitors, the model loader and, where configured, federation.
+func (a *Agent) startComponents() error {
+	cfg := a.cfg
 	a.cat = catalog.New(a.mesh, a.reg)
 	a.guard = safe.New(safe.Config{Logger: a.log, Registerer: a.reg})
 	a.events = events.New(a.cat, a.guard)
@@ -257,25 +299,37 @@ func New(cfg Config) (*Agent, error) {
 	}
 	lc.PrestageBudget = int64(cfg.PrestageBudget)
 	a.srvg = serving.NewLoader(lc)
-	if cfg.Federation.Enabled() {
-		fc := federation.Config{Mesh: a.mesh, Identity: a.id, Listen: cfg.Federation.Listen, Peers: cfg.Federation.Peers,
-			Gateways: cfg.Federation.Gateways, Reachability: federation.Reachability(cfg.Federation.Reachability), PSK: federation.PSKFromGossipKey(key), Logger: a.log.With("component", "federation"), Registerer: a.reg}
-		if a.dp != nil {
-			fc.Data = a.dp.node
-		}
-		a.fed, err = federation.New(fc)
-		if err != nil {
-			return fail(err)
-		}
+	if !cfg.Federation.Enabled() {
+		return nil
 	}
+	fc := federation.Config{Mesh: a.mesh, Identity: a.id, Listen: cfg.Federation.Listen, Peers: cfg.Federation.Peers,
+		Gateways: cfg.Federation.Gateways, Reachability: federation.Reachability(cfg.Federation.Reachability), PSK: federation.PSKFromGossipKey(a.gossipKey), Logger: a.log.With("component", "federation"), Registerer: a.reg}
+	if a.dp != nil {
+		fc.Data = a.dp.node
+	}
+	var err error
+	a.fed, err = federation.New(fc)
+	return err
+}
+
+// handOff is the federation's hand-off of a policy no node of this site
+// can take, or nil without federation.
+func (a *Agent) handOff() func(PolicyRecord, *placement.Request) (string, string) {
+	if a.fed == nil {
+		return nil
+	}
+	return func(_ PolicyRecord, req *placement.Request) (string, string) {
+		return federation.HandOff(a.mesh.Local().Site, federation.SiteCoordinate(a.mesh), federation.Remotes(a.mesh, time.Now()), req)
+	}
+}
+
+// startControl builds the control loops' parts: the controller, the
+// inference forwarder and the job runner, with their metrics.
+func (a *Agent) startControl() error {
+	cfg := a.cfg
 	cc := controller.Config{Mesh: a.mesh, Catalog: a.cat, Artifacts: a.art, Logger: a.log, Guard: a.guard, Federated: a.fed != nil, Registerer: a.reg,
-		Compile: meshview.Compile, Load: a.loadFrom}
-	var handOff func(PolicyRecord, *placement.Request) (string, string)
+		Compile: meshview.Compile, Load: a.loadFrom, HandOff: a.handOff()}
 	if a.fed != nil {
-		handOff = func(_ PolicyRecord, req *placement.Request) (string, string) {
-			return federation.HandOff(a.mesh.Local().Site, federation.SiteCoordinate(a.mesh), federation.Remotes(a.mesh, time.Now()), req)
-		}
-		cc.HandOff = handOff
 		cc.RemoteSites = func() []mesh.Site { return federation.Sites(a.mesh, time.Now()) }
 	}
 	a.ctrl = controller.New(cc)
@@ -308,10 +362,18 @@ func New(cfg Config) (*Agent, error) {
 		func() float64 { return float64(a.fwd.Unvouched()) }))
 	a.jobRunner = jobs.New(jobs.Config{Name: cfg.Name, DataDir: cfg.DataDir, Mesh: a.mesh, Catalog: a.cat, Artifacts: a.art, Logger: a.log, Guard: a.guard,
 		StartQuiet: jobs.DefaultStartQuiet})
-	ac2 := httpapi.Config{
+	return nil
+}
+
+// startAPI builds the HTTP API and its server over the listener, with the
+// connection limits.
+func (a *Agent) startAPI() error {
+	cfg := a.cfg
+	tokens, _ := cfg.apiTokens() // validated
+	ac := httpapi.Config{
 		Mesh: a.mesh, Catalog: a.cat, Artifacts: a.art, Jobs: a.jobRunner, Forwarder: a.fwd, Events: a.events,
 		InferenceErr: a.infErr, Registry: a.reg, Registerer: a.reg, Tokens: tokens, Anonymous: cfg.APIAnonymous, Addr: a.APIAddr, Logger: a.log,
-		AllowedHosts: allowedHosts(cfg.APIAllowedHosts, apiAddr),
+		AllowedHosts: allowedHosts(cfg.APIAllowedHosts, a.apiAddr),
 		SpoolDir:     filepath.Join(cfg.DataDir, "artifacts"),
 		IssueCert:    a.issueCert,
 		LoopbackMesh: loopbackBind(a.mesh.GossipAddr()),
@@ -324,13 +386,13 @@ func New(cfg Config) (*Agent, error) {
 			return federation.Sites(a.mesh, time.Now())
 		},
 		Compile: meshview.Compile,
-		HandOff: handOff,
+		HandOff: a.handOff(),
 	}
 	if a.inf != nil {
-		ac2.Inference = a.inf.Handler()
-		ac2.CheckModel = a.inf.Check
+		ac.Inference = a.inf.Handler()
+		ac.CheckModel = a.inf.Check
 	}
-	api := httpapi.New(ac2)
+	api := httpapi.New(ac)
 	a.api = api
 	peer := api.PeerRoutes()
 	a.peer.Store(&peer)
@@ -345,7 +407,7 @@ func New(cfg Config) (*Agent, error) {
 	lim := httpapi.NewConnLimiter(a.srv, a.ln, httpapi.ConnLimits{Max: cfg.MaxConnections, PerClient: cfg.MaxConnectionsPerClient})
 	a.reg.MustRegister(lim)
 	a.ln = lim
-	return a, nil
+	return nil
 }
 
 // allowedHosts are the API's allowed hosts: the configured ones and the
