@@ -20,6 +20,12 @@ BIN     := bin/strata
 ARGS    ?=
 export STRATA_ORT_LIB ?= $(CURDIR)/.deps/onnxruntime/libonnxruntime.so.1
 export STRATA_DEMO_DATA ?= $(CURDIR)/.deps/data/breast_cancer.csv
+# Every build here is -trimpath, as the release's is (reproducible, no build
+# directory in the binary), beside what `go env GOFLAGS` holds. Then `make
+# release` after `make build` or `make test` compiles only the main package
+# for this machine's architecture; another flag would compile every package
+# again.
+export GOFLAGS := $(strip $(filter-out -trimpath,$(shell $(GO) env GOFLAGS)) -trimpath)
 
 .PHONY: all build demo test test-short race bench battery fuzz setup setup-go setup-ort setup-debs setup-data vet fmt lint clean release test-release
 

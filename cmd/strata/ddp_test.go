@@ -25,6 +25,7 @@ import (
 // real PyTorch under torchrun, and the model rank 0 exported is registered,
 // served and predicts what PyTorch did.
 func TestPytorchDDPExample(t *testing.T) {
+	t.Parallel()
 	if _, err := exec.LookPath("torchrun"); err != nil {
 		t.Skip("no torchrun in PATH: install python3-torch and python3-onnx (scripts/install-debs.sh)")
 	}

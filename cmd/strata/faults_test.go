@@ -31,6 +31,7 @@ const faultMinutes = 5
 // policy whose apply was acknowledged is held by every agent, and every
 // job is recorded as run to completion exactly once.
 func TestFaultSchedule(t *testing.T) {
+	t.Parallel()
 	if testing.Short() {
 		t.Skip("five minutes of faults")
 	}

@@ -56,6 +56,7 @@ func signalTree(pid int, sig syscall.Signal) {
 // placed on again: the paused node's run, paused for longer than its
 // lease, is stopped and its outcome not recorded.
 func TestPausedJobRunsOnce(t *testing.T) {
+	t.Parallel()
 	if testing.Short() {
 		t.Skip("about a minute of real time")
 	}

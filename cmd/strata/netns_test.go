@@ -171,6 +171,7 @@ func (n *nsAgent) seesAlive(t testing.TB, count int) bool {
 // cut off. When the link comes back, the reconnect loop merges the two
 // halves into one mesh without a restart.
 func TestPartitionHealsAcrossNamespaces(t *testing.T) {
+	t.Parallel()
 	if testing.Short() {
 		t.Skip("a minute of real time")
 	}

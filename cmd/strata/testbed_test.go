@@ -33,6 +33,7 @@ import (
 // off from both other sites, each side sees the other unreachable; when the
 // links heal, the four are one mesh again.
 func TestSitesThroughRouter(t *testing.T) {
+	t.Parallel()
 	if testing.Short() {
 		t.Skip("a minute or two of real time")
 	}
@@ -146,6 +147,7 @@ func inHost(h testbed.Host) *http.Client {
 // mesh is whole again, every agent sees the same placements, each
 // serving, and a request at any site's agent is answered.
 func TestCutSiteKeepsServing(t *testing.T) {
+	t.Parallel()
 	if testing.Short() {
 		t.Skip("three minutes of real time")
 	}
@@ -343,6 +345,7 @@ func TestCutSiteKeepsServing(t *testing.T) {
 // every agent then shows the same placement states, and a request at any
 // site's agent is answered.
 func TestFederatedSites(t *testing.T) {
+	t.Parallel()
 	if testing.Short() {
 		t.Skip("a minute or two of real time")
 	}

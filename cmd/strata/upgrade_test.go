@@ -50,6 +50,7 @@ var upgradeFromFixes = []string{"809cc39"}
 // one being upgraded would. No request may fail, and no agent, old or new,
 // may reject a record the other version wrote.
 func TestRollingUpgrade(t *testing.T) {
+	t.Parallel()
 	if os.Getenv("STRATA_ORT_LIB") == "" {
 		t.Skip("STRATA_ORT_LIB is not set: run `make setup-ort`")
 	}
