@@ -376,102 +376,10 @@ func (b *Builder) Build() (*Snapshot, error) {
 	var errs []error
 	bad := func(format string, a ...any) { errs = append(errs, fmt.Errorf(format, a...)) }
 
-	// Distinct GPU models.
-	modelSet := map[string]bool{}
-	for _, n := range b.nodes {
-		for _, g := range n.GPUs {
-			modelSet[g.Model] = true
-		}
-	}
-	ix.models = slices.Sorted(maps.Keys(modelSet))
-	modelID := make(map[string]int32, len(ix.models))
-	for i, m := range ix.models {
-		modelID[m] = int32(i)
-	}
-	ix.sigs = [][]int32{nil}
-	sigID := map[string]int32{"": 0}
-
+	sigs := ix.gpuModels(b.nodes)
 	ix.nodes = make([]snode, len(b.nodes))
 	for i, in := range b.nodes {
-		n := &ix.nodes[i]
-		n.Node = in
-		n.Labels = maps.Clone(in.Labels)
-		n.GPUs = slices.Clone(in.GPUs)
-		n.Artifacts = slices.Clone(in.Artifacts)
-		n.Datasets = slices.Clone(in.Datasets)
-		if in.Coord != nil {
-			n.Coord = in.Coord.Clone()
-		}
-		if n.Name == "" || n.ID == "" {
-			bad("node %d: name and id are required", i)
-		}
-		for _, k := range []string{n.Name, n.ID} {
-			if j, dup := ix.byKey[k]; dup && j != int32(i) {
-				bad("node %q: name or id %q used twice", n.Name, k)
-			}
-			ix.byKey[k] = int32(i)
-		}
-		if n.Tier != TierEdge && n.Tier != TierOnprem && n.Tier != TierCloud {
-			bad("node %q: tier %q: want edge, onprem or cloud", n.Name, n.Tier)
-		}
-		if n.CPU < 0 || n.Memory < 0 || n.FreeCPU < 0 || n.FreeMemory < 0 {
-			bad("node %q: resources must not be negative", n.Name)
-		}
-		if len(n.GPUs) > 64 {
-			bad("node %q: %d GPUs, at most 64 supported", n.Name, len(n.GPUs))
-			n.GPUs = n.GPUs[:64]
-		}
-		if n.Coord != nil {
-			if !n.Coord.IsValid() {
-				bad("node %q: invalid coordinate", n.Name)
-				n.Coord = nil
-			} else if ix.dim < 0 {
-				ix.dim = len(n.Coord.Vec)
-			} else if len(n.Coord.Vec) != ix.dim {
-				bad("node %q: coordinate has %d dimensions, others %d", n.Name, len(n.Coord.Vec), ix.dim)
-				n.Coord = nil
-			}
-		}
-		n.modelIDs = make([]int32, len(n.GPUs))
-		var ms []int32
-		for j, g := range n.GPUs {
-			n.modelIDs[j] = modelID[g.Model]
-			if g.Healthy {
-				n.healthy |= 1 << j
-			}
-			if g.Free {
-				n.free.gpus |= 1 << j
-			}
-			if !slices.Contains(ms, modelID[g.Model]) {
-				ms = append(ms, modelID[g.Model])
-			}
-		}
-		slices.Sort(ms)
-		key := fmt.Sprint(ms)
-		if len(ms) == 0 {
-			key = ""
-		}
-		s, ok := sigID[key]
-		if !ok {
-			s = int32(len(ix.sigs))
-			sigID[key] = s
-			ix.sigs = append(ix.sigs, ms)
-		}
-		n.sig = s
-		n.free.cpu, n.free.mem = n.FreeCPU, n.FreeMemory
-		n.idHash = fnv64(n.ID)
-		n.view = policy.Node{
-			Name: n.Name, ID: n.ID, Tier: n.Tier, Site: n.Site, Region: n.Region,
-			Labels: n.Labels, CPU: n.CPU, Memory: n.Memory, Arch: n.Arch,
-			Fabric: n.Fabric, GPUs: make([]policy.GPU, len(n.GPUs)),
-		}
-		copy(n.view.GPUs, n.GPUs)
-		for _, a := range n.Artifacts {
-			ix.hold(a, int32(i), n)
-		}
-		for _, d := range n.Datasets {
-			ix.hold(datasetKey(d), int32(i), n)
-		}
+		ix.addNode(int32(i), in, sigs, bad)
 	}
 	if ix.dim < 0 {
 		// No node has a coordinate: take the dimensions of the given
@@ -484,7 +392,130 @@ func (b *Builder) Build() (*Snapshot, error) {
 			}
 		}
 	}
+	ix.numberPlaces()
+	ix.clientCoordinates(b.remote, b.clients, bad)
+	ix.buildTiers()
+	ix.buildHot()
+	ix.buildClasses()
+	ix.buildRacks()
+	if len(errs) > 0 {
+		return nil, fmt.Errorf("%w: %w", ErrInvalidSnapshot, errors.Join(errs...))
+	}
+	return &Snapshot{ix: ix}, nil
+}
 
+// gpuSigs numbers GPU models and the sets of them nodes hold (a node's
+// signature: 0 for none).
+type gpuSigs struct {
+	modelID map[string]int32
+	sigID   map[string]int32
+}
+
+// gpuModels lists the distinct GPU models of nodes in ix.models and
+// starts the signature table.
+func (ix *index) gpuModels(nodes []Node) gpuSigs {
+	modelSet := map[string]bool{}
+	for _, n := range nodes {
+		for _, g := range n.GPUs {
+			modelSet[g.Model] = true
+		}
+	}
+	ix.models = slices.Sorted(maps.Keys(modelSet))
+	g := gpuSigs{modelID: make(map[string]int32, len(ix.models)), sigID: map[string]int32{"": 0}}
+	for i, m := range ix.models {
+		g.modelID[m] = int32(i)
+	}
+	ix.sigs = [][]int32{nil}
+	return g
+}
+
+// addNode validates node i (a copy of in: the snapshot shares nothing
+// with the builder's caller) and indexes it: its keys, GPU signature,
+// free resources, CEL view and the artifacts and datasets it holds.
+func (ix *index) addNode(i int32, in Node, sigs gpuSigs, bad func(string, ...any)) {
+	n := &ix.nodes[i]
+	n.Node = in
+	n.Labels = maps.Clone(in.Labels)
+	n.GPUs = slices.Clone(in.GPUs)
+	n.Artifacts = slices.Clone(in.Artifacts)
+	n.Datasets = slices.Clone(in.Datasets)
+	if in.Coord != nil {
+		n.Coord = in.Coord.Clone()
+	}
+	if n.Name == "" || n.ID == "" {
+		bad("node %d: name and id are required", i)
+	}
+	for _, k := range []string{n.Name, n.ID} {
+		if j, dup := ix.byKey[k]; dup && j != i {
+			bad("node %q: name or id %q used twice", n.Name, k)
+		}
+		ix.byKey[k] = i
+	}
+	if n.Tier != TierEdge && n.Tier != TierOnprem && n.Tier != TierCloud {
+		bad("node %q: tier %q: want edge, onprem or cloud", n.Name, n.Tier)
+	}
+	if n.CPU < 0 || n.Memory < 0 || n.FreeCPU < 0 || n.FreeMemory < 0 {
+		bad("node %q: resources must not be negative", n.Name)
+	}
+	if len(n.GPUs) > 64 {
+		bad("node %q: %d GPUs, at most 64 supported", n.Name, len(n.GPUs))
+		n.GPUs = n.GPUs[:64]
+	}
+	if n.Coord != nil {
+		if !n.Coord.IsValid() {
+			bad("node %q: invalid coordinate", n.Name)
+			n.Coord = nil
+		} else if ix.dim < 0 {
+			ix.dim = len(n.Coord.Vec)
+		} else if len(n.Coord.Vec) != ix.dim {
+			bad("node %q: coordinate has %d dimensions, others %d", n.Name, len(n.Coord.Vec), ix.dim)
+			n.Coord = nil
+		}
+	}
+	n.modelIDs = make([]int32, len(n.GPUs))
+	var ms []int32
+	for j, g := range n.GPUs {
+		n.modelIDs[j] = sigs.modelID[g.Model]
+		if g.Healthy {
+			n.healthy |= 1 << j
+		}
+		if g.Free {
+			n.free.gpus |= 1 << j
+		}
+		if !slices.Contains(ms, sigs.modelID[g.Model]) {
+			ms = append(ms, sigs.modelID[g.Model])
+		}
+	}
+	slices.Sort(ms)
+	key := fmt.Sprint(ms)
+	if len(ms) == 0 {
+		key = ""
+	}
+	s, ok := sigs.sigID[key]
+	if !ok {
+		s = int32(len(ix.sigs))
+		sigs.sigID[key] = s
+		ix.sigs = append(ix.sigs, ms)
+	}
+	n.sig = s
+	n.free.cpu, n.free.mem = n.FreeCPU, n.FreeMemory
+	n.idHash = fnv64(n.ID)
+	n.view = policy.Node{
+		Name: n.Name, ID: n.ID, Tier: n.Tier, Site: n.Site, Region: n.Region,
+		Labels: n.Labels, CPU: n.CPU, Memory: n.Memory, Arch: n.Arch,
+		Fabric: n.Fabric, GPUs: make([]policy.GPU, len(n.GPUs)),
+	}
+	copy(n.view.GPUs, n.GPUs)
+	for _, a := range n.Artifacts {
+		ix.hold(a, i, n)
+	}
+	for _, d := range n.Datasets {
+		ix.hold(datasetKey(d), i, n)
+	}
+}
+
+// numberPlaces numbers the nodes' sites and regions, in node order.
+func (ix *index) numberPlaces() {
 	siteIDs, regionIDs := map[string]int32{}, map[string]int32{}
 	ix.sites, ix.unreachable = map[string]bool{}, map[string]bool{}
 	for i := range ix.nodes {
@@ -499,8 +530,13 @@ func (b *Builder) Build() (*Snapshot, error) {
 		ix.sites[n.Site] = true
 	}
 	ix.siteIDs = siteIDs
+	ix.nSites, ix.nRegions = len(siteIDs), len(regionIDs)
+}
 
-	// Client coordinates: sites, then regions, then explicit ones.
+// clientCoordinates places the clients: each site and region at its
+// nodes' (ClientCoordinate), then the remote sites by their RTT from the
+// site they are measured via, then the explicit ones (SetClient).
+func (ix *index) clientCoordinates(remote []RemoteClient, explicit map[string]*coordinate.Coordinate, bad func(string, ...any)) {
 	siteCoords := map[string][]*coordinate.Coordinate{}
 	regionCoords := map[string][]*coordinate.Coordinate{}
 	for i := range ix.nodes {
@@ -517,7 +553,7 @@ func (b *Builder) Build() (*Snapshot, error) {
 	for name, cs := range siteCoords {
 		ix.clients[name] = ClientCoordinate(cs)
 	}
-	for _, rc := range b.remote {
+	for _, rc := range remote {
 		via := ix.clients[rc.Via]
 		switch {
 		case rc.Name != "" && rc.Unreachable && !ix.sites[rc.Name]:
@@ -533,23 +569,13 @@ func (b *Builder) Build() (*Snapshot, error) {
 			ix.clients[rc.Name] = c
 		}
 	}
-	for name, c := range b.clients {
+	for name, c := range explicit {
 		if c == nil || !c.IsValid() || (ix.dim > 0 && len(c.Vec) != ix.dim) {
 			bad("client %q: invalid coordinate or wrong dimensions", name)
 			continue
 		}
 		ix.clients[name] = c
 	}
-
-	ix.nSites, ix.nRegions = len(siteIDs), len(regionIDs)
-	ix.buildTiers()
-	ix.buildHot()
-	ix.buildClasses()
-	ix.buildRacks()
-	if len(errs) > 0 {
-		return nil, fmt.Errorf("%w: %w", ErrInvalidSnapshot, errors.Join(errs...))
-	}
-	return &Snapshot{ix: ix}, nil
 }
 
 // buildHot lays the hot part of every node out in the order passes walk
