@@ -178,30 +178,62 @@ func (d *Decision) reachedAny(tier string) bool {
 	return false
 }
 
-// account fills Rejected.
+// account fills Rejected: per node where reasons were kept for every
+// node; otherwise from the nodes no pass looked at (counted by tier,
+// region and cell from the index) and the evaluations of those it did.
 func (d *Decision) account() {
-	ix := d.s.ix
-	counts := map[Reason]int{}
 	if d.reasons != nil {
-		for k := range ix.nodes {
-			i := int32(k)
-			if _, ok := d.chosen[i]; ok {
-				d.reasons[i] = ""
+		d.accountEachNode()
+		return
+	}
+	counts := map[Reason]int{}
+	d.accountUnvisited(counts)
+	evals := d.mergedEvals()
+	if d.legacy {
+		for _, e := range evals {
+			if _, ok := d.chosen[e.i]; ok {
 				continue
 			}
-			r := d.reasons[i]
-			if r == "" {
-				if r = d.baseReason(i); r == "" {
-					r = ReasonTierNotReached
-				}
-			}
-			r = d.finalize(i, r)
-			d.reasons[i] = r
-			counts[r]++
+			counts[d.finalize(e.i, e.r)]++
 		}
 		d.setCounts(counts)
 		return
 	}
+	if d.bulk != nil {
+		d.accountBulk(counts)
+	}
+	d.accountEvals(counts, evals)
+	d.setCounts(counts)
+}
+
+// accountEachNode fills Rejected from the reason kept for every node.
+func (d *Decision) accountEachNode() {
+	ix := d.s.ix
+	counts := map[Reason]int{}
+	for k := range ix.nodes {
+		i := int32(k)
+		if _, ok := d.chosen[i]; ok {
+			d.reasons[i] = ""
+			continue
+		}
+		r := d.reasons[i]
+		if r == "" {
+			if r = d.baseReason(i); r == "" {
+				r = ReasonTierNotReached
+			}
+		}
+		r = d.finalize(i, r)
+		d.reasons[i] = r
+		counts[r]++
+	}
+	d.setCounts(counts)
+}
+
+// accountUnvisited counts the nodes no pass looked at: dead and excluded
+// ones, tiers not asked for or not reached, and regions and cells the
+// passes skipped whole, by the index's per-signature counts.
+func (d *Decision) accountUnvisited(counts map[Reason]int) {
+	ix := d.s.ix
 	c0 := d.ctxs[0]
 	counts[ReasonNotAlive] = len(ix.dead)
 	counts[ReasonExcluded] = len(c0.excl)
@@ -214,7 +246,7 @@ func (d *Decision) account() {
 		}
 		return k
 	}
-	static := func(counts map[Reason]int, scs []sigCount, fabricToo bool, f func(n *snode) bool, tail Reason) {
+	static := func(scs []sigCount, fabricToo bool, f func(n *snode) bool, tail Reason) {
 		for _, sc := range scs {
 			n := sc.plain
 			if fabricToo {
@@ -245,19 +277,19 @@ func (d *Decision) account() {
 			counts[ReasonTierNotReached] += t.alive - exclWhere(inTier)
 		case d.req.Kind == Training:
 			if c0.gang {
-				static(counts, t.counts, false, inTier, ReasonNoFabric)
+				static(t.counts, false, inTier, ReasonNoFabric)
 			}
 		default:
 			for _, r := range t.regions {
 				inRegion := func(n *snode) bool { return n.Tier == tn && n.Region == r.name }
 				if !d.touchedR[r] {
-					static(counts, r.counts, true, inRegion, ReasonLatencySLO)
+					static(r.counts, true, inRegion, ReasonLatencySLO)
 					continue
 				}
 				for _, cl := range r.cells {
 					inCell := func(n *snode) bool { return n.Tier == tn && n.Region == r.name && n.Site == cl.site }
 					if !d.touched[cl] {
-						static(counts, cl.counts, true, inCell, ReasonLatencySLO)
+						static(cl.counts, true, inCell, ReasonLatencySLO)
 						continue
 					}
 					for _, g := range cl.groups {
@@ -269,52 +301,53 @@ func (d *Decision) account() {
 			}
 		}
 	}
+}
+
+// mergedEvals returns the passes' evaluations, one per node: a node
+// looked at for several client groups keeps the furthest it came.
+func (d *Decision) mergedEvals() []eval {
 	evals := d.scratch.evals
-	if len(d.ctxs) > 1 {
-		// A node may have been looked at for several client groups: keep
-		// the furthest it came.
-		evals = slices.Clone(evals)
-		slices.SortStableFunc(evals, func(a, b eval) int { return int(a.i) - int(b.i) })
-		out := evals[:0]
-		for _, e := range evals {
-			if n := len(out); n > 0 && out[n-1].i == e.i {
-				if e.r.stage() > out[n-1].r.stage() {
-					out[n-1].r = e.r
-				}
-				continue
-			}
-			out = append(out, e)
-		}
-		evals = out
+	if len(d.ctxs) <= 1 {
+		return evals
 	}
-	if d.legacy {
-		for _, e := range evals {
-			if _, ok := d.chosen[e.i]; ok {
-				continue
+	evals = slices.Clone(evals)
+	slices.SortStableFunc(evals, func(a, b eval) int { return int(a.i) - int(b.i) })
+	out := evals[:0]
+	for _, e := range evals {
+		if n := len(out); n > 0 && out[n-1].i == e.i {
+			if e.r.stage() > out[n-1].r.stage() {
+				out[n-1].r = e.r
 			}
-			counts[d.finalize(e.i, e.r)]++
+			continue
 		}
-		d.setCounts(counts)
-		return
+		out = append(out, e)
 	}
-	if d.bulk != nil {
-		// One client group: every node was evaluated at most once and every
-		// placed node was feasible where it was placed.
-		for st, n := range d.bulk {
-			counts[stageReason[st]] += n
-		}
-		spread := 0
-		if d.keyFeas != nil {
-			for _, i := range d.placed {
-				k := d.hotSpreadKey(i)
-				spread += int(d.keyFeas[k]) - 1
-				d.keyFeas[k] = 1 // the other placed nodes on k are counted once
-			}
-		}
-		counts[ReasonSpread] += spread
-		counts[ReasonNotSelected] += d.bulkFeas - len(d.placed) - spread
+	return out
+}
+
+// accountBulk counts what the one client group's pass tallied in bulk:
+// every node was evaluated at most once and every placed node was
+// feasible where it was placed.
+func (d *Decision) accountBulk(counts map[Reason]int) {
+	for st, n := range d.bulk {
+		counts[stageReason[st]] += n
 	}
-	chosen := make([]uint64, (len(ix.nodes)+63)/64)
+	spread := 0
+	if d.keyFeas != nil {
+		for _, i := range d.placed {
+			k := d.hotSpreadKey(i)
+			spread += int(d.keyFeas[k]) - 1
+			d.keyFeas[k] = 1 // the other placed nodes on k are counted once
+		}
+	}
+	counts[ReasonSpread] += spread
+	counts[ReasonNotSelected] += d.bulkFeas - len(d.placed) - spread
+}
+
+// accountEvals counts the evaluated nodes not placed: by the stage that
+// turned them down, or, if feasible, as spread conflicts or not selected.
+func (d *Decision) accountEvals(counts map[Reason]int, evals []eval) {
+	chosen := make([]uint64, (len(d.s.ix.nodes)+63)/64)
 	for _, i := range d.placed {
 		chosen[i/64] |= 1 << (i % 64)
 	}
@@ -340,7 +373,6 @@ func (d *Decision) account() {
 	}
 	counts[ReasonSpread] += spread
 	counts[ReasonNotSelected] += notSel
-	d.setCounts(counts)
 }
 
 func (d *Decision) setCounts(counts map[Reason]int) {
