@@ -463,58 +463,9 @@ func (d *decoder) training(s *TrainingJobSpec, p string) {
 			d.sweep(s, p+".sweep")
 		}
 	}
-	g := &s.Gang
-	switch {
-	case g.Nodes < 0 || (g.Nodes == 0 && d.isSet(p+".gang.nodes")):
-		d.errField(p+".gang.nodes", fmt.Sprintf("must be at least 1, got %d", g.Nodes))
-	case g.Nodes == 0 && d.isSet(p+".gang.gpusPerNode"):
-		d.errField(p+".gang.nodes", "gpusPerNode needs nodes: how many nodes the gang spans")
-	case g.Nodes > MaxGangNodes:
-		d.errField(p+".gang.nodes", fmt.Sprintf("%d nodes is more than the %d supported", g.Nodes, MaxGangNodes))
-	}
-	switch {
-	case g.GPUsPerNode < 0:
-		d.errField(p+".gang.gpusPerNode", fmt.Sprintf("must not be negative, got %d", g.GPUsPerNode))
-	case g.GPUsPerNode > MaxGPUsPerNode:
-		d.errField(p+".gang.gpusPerNode", fmt.Sprintf("%d GPUs on one node is more than any node has (%d)", g.GPUsPerNode, MaxGPUsPerNode))
-	case g.GPUsPerNode > 0 && s.Resources.GPUs != nil && g.GPUsPerNode != s.Resources.GPUs.Count:
-		d.errField(p+".gang.gpusPerNode", fmt.Sprintf("%d disagrees with resources.gpus.count %d: set one of them", g.GPUsPerNode, s.Resources.GPUs.Count))
-	}
-	switch {
-	case g.RanksPerNode < 0 || g.RanksPerNode > MaxRanksPerNode || (g.RanksPerNode == 0 && d.isSet(p+".gang.ranksPerNode")):
-		d.errField(p+".gang.ranksPerNode", fmt.Sprintf("want 1 to %d, got %d", MaxRanksPerNode, g.RanksPerNode))
-	case g.RanksPerNode > 1 && s.launcher() == LauncherBuiltin:
-		d.errField(p+".gang.ranksPerNode", "the builtin trainer runs one rank: use launcher exec or torchrun")
-	case g.RanksPerNode > 1 && g.GPUsPerNode > 0 && g.GPUsPerNode%g.RanksPerNode != 0:
-		d.errField(p+".gang.ranksPerNode", fmt.Sprintf("%d GPUs per node cannot be shared evenly among %d ranks", g.GPUsPerNode, g.RanksPerNode))
-	}
-	switch g.Fabric {
-	case "", FabricSame, FabricAny:
-	default:
-		d.errField(p+".gang.fabric", fmt.Sprintf("%q is not a fabric rule: use same (one RDMA fabric) or any", g.Fabric))
-	}
-	for i, ref := range s.Data {
-		f := fmt.Sprintf("%s.data[%d]", p, i)
-		switch {
-		case (ref.Dataset == "") == (ref.Artifact == ""):
-			d.errField(f, "set exactly one of dataset and artifact")
-		case ref.Dataset != "" && !datasetRE.MatchString(ref.Dataset):
-			d.errField(f+".dataset", fmt.Sprintf("%q is not a dataset: want name or name:version", ref.Dataset))
-		case ref.Artifact != "" && !digestRE.MatchString(ref.Artifact):
-			d.errField(f+".artifact", fmt.Sprintf("%q is not a digest: want sha256: and 64 lower-case hex digits", ref.Artifact))
-		}
-		if ref.Size < 0 {
-			d.errField(f+".size", "must not be negative")
-		}
-	}
-	switch {
-	case s.Code == "":
-	case s.launcher() == LauncherBuiltin:
-		d.errField(p+".code", "the builtin trainer runs no code: set launcher: exec or torchrun")
-	case strings.HasPrefix(s.Code, "sha256:") && !digestRE.MatchString(s.Code),
-		!strings.HasPrefix(s.Code, "sha256:") && !datasetRE.MatchString(s.Code):
-		d.errField(p+".code", fmt.Sprintf("%q is not a code artifact: want name, name:version or sha256:digest", s.Code))
-	}
+	d.gang(s, p+".gang")
+	d.dataRefs(s.Data, p)
+	d.codeRef(s, p)
 	launcher := s.launcher()
 	switch launcher {
 	case LauncherExec, LauncherTorchrun:
@@ -539,30 +490,7 @@ func (d *decoder) training(s *TrainingJobSpec, p string) {
 		if len(s.Args) > 0 {
 			d.errField(p+".args", "the builtin launcher takes no args: set launcher: exec")
 		}
-		if b := s.Builtin; b != nil {
-			switch b.Algorithm {
-			case "", AlgorithmLogReg, AlgorithmMLP:
-			default:
-				d.errField(p+".builtin.algorithm", fmt.Sprintf("%q is not an algorithm: use logreg or mlp", b.Algorithm))
-			}
-			if b.Algorithm == AlgorithmLogReg && len(b.Hidden) > 0 {
-				d.errField(p+".builtin.hidden", "logreg has no hidden layers: set algorithm: mlp")
-			}
-			for i, h := range b.Hidden {
-				if h < 1 || h > 4096 {
-					d.errField(fmt.Sprintf("%s.builtin.hidden[%d]", p, i), fmt.Sprintf("layer size %d: want 1 to 4096", h))
-				}
-			}
-			if b.Epochs < 0 || b.Epochs > 100000 || (b.Epochs == 0 && d.isSet(p+".builtin.epochs")) {
-				d.errField(p+".builtin.epochs", fmt.Sprintf("want 1 to 100000, got %d", b.Epochs))
-			}
-			if !(b.LearningRate >= 0 && b.LearningRate <= 10) || (b.LearningRate == 0 && d.isSet(p+".builtin.learningRate")) {
-				d.errField(p+".builtin.learningRate", fmt.Sprintf("want a positive rate up to 10, got %g", b.LearningRate))
-			}
-			if !(b.Holdout >= 0 && b.Holdout <= 0.9) {
-				d.errField(p+".builtin.holdout", fmt.Sprintf("want a fraction of the rows from 0 to 0.9, got %g", b.Holdout))
-			}
-		}
+		d.builtinSettings(s.Builtin, p+".builtin")
 	default:
 		d.errField(p+".launcher", fmt.Sprintf("%q is not a launcher: use exec, torchrun or builtin", s.Launcher))
 	}
@@ -579,6 +507,100 @@ func (d *decoder) training(s *TrainingJobSpec, p string) {
 	}
 	d.tiers(s.Tiers, p+".tiers")
 	d.exprs(s.Constraints, s.Affinities, p)
+}
+
+// gang checks a TrainingJob's gang (p is its path, spec.gang).
+func (d *decoder) gang(s *TrainingJobSpec, p string) {
+	g := &s.Gang
+	switch {
+	case g.Nodes < 0 || (g.Nodes == 0 && d.isSet(p+".nodes")):
+		d.errField(p+".nodes", fmt.Sprintf("must be at least 1, got %d", g.Nodes))
+	case g.Nodes == 0 && d.isSet(p+".gpusPerNode"):
+		d.errField(p+".nodes", "gpusPerNode needs nodes: how many nodes the gang spans")
+	case g.Nodes > MaxGangNodes:
+		d.errField(p+".nodes", fmt.Sprintf("%d nodes is more than the %d supported", g.Nodes, MaxGangNodes))
+	}
+	switch {
+	case g.GPUsPerNode < 0:
+		d.errField(p+".gpusPerNode", fmt.Sprintf("must not be negative, got %d", g.GPUsPerNode))
+	case g.GPUsPerNode > MaxGPUsPerNode:
+		d.errField(p+".gpusPerNode", fmt.Sprintf("%d GPUs on one node is more than any node has (%d)", g.GPUsPerNode, MaxGPUsPerNode))
+	case g.GPUsPerNode > 0 && s.Resources.GPUs != nil && g.GPUsPerNode != s.Resources.GPUs.Count:
+		d.errField(p+".gpusPerNode", fmt.Sprintf("%d disagrees with resources.gpus.count %d: set one of them", g.GPUsPerNode, s.Resources.GPUs.Count))
+	}
+	switch {
+	case g.RanksPerNode < 0 || g.RanksPerNode > MaxRanksPerNode || (g.RanksPerNode == 0 && d.isSet(p+".ranksPerNode")):
+		d.errField(p+".ranksPerNode", fmt.Sprintf("want 1 to %d, got %d", MaxRanksPerNode, g.RanksPerNode))
+	case g.RanksPerNode > 1 && s.launcher() == LauncherBuiltin:
+		d.errField(p+".ranksPerNode", "the builtin trainer runs one rank: use launcher exec or torchrun")
+	case g.RanksPerNode > 1 && g.GPUsPerNode > 0 && g.GPUsPerNode%g.RanksPerNode != 0:
+		d.errField(p+".ranksPerNode", fmt.Sprintf("%d GPUs per node cannot be shared evenly among %d ranks", g.GPUsPerNode, g.RanksPerNode))
+	}
+	switch g.Fabric {
+	case "", FabricSame, FabricAny:
+	default:
+		d.errField(p+".fabric", fmt.Sprintf("%q is not a fabric rule: use same (one RDMA fabric) or any", g.Fabric))
+	}
+}
+
+// dataRefs checks a TrainingJob's data references.
+func (d *decoder) dataRefs(refs []DataRef, p string) {
+	for i, ref := range refs {
+		f := fmt.Sprintf("%s.data[%d]", p, i)
+		switch {
+		case (ref.Dataset == "") == (ref.Artifact == ""):
+			d.errField(f, "set exactly one of dataset and artifact")
+		case ref.Dataset != "" && !datasetRE.MatchString(ref.Dataset):
+			d.errField(f+".dataset", fmt.Sprintf("%q is not a dataset: want name or name:version", ref.Dataset))
+		case ref.Artifact != "" && !digestRE.MatchString(ref.Artifact):
+			d.errField(f+".artifact", fmt.Sprintf("%q is not a digest: want sha256: and 64 lower-case hex digits", ref.Artifact))
+		}
+		if ref.Size < 0 {
+			d.errField(f+".size", "must not be negative")
+		}
+	}
+}
+
+// codeRef checks a TrainingJob's code artifact.
+func (d *decoder) codeRef(s *TrainingJobSpec, p string) {
+	switch {
+	case s.Code == "":
+	case s.launcher() == LauncherBuiltin:
+		d.errField(p+".code", "the builtin trainer runs no code: set launcher: exec or torchrun")
+	case strings.HasPrefix(s.Code, "sha256:") && !digestRE.MatchString(s.Code),
+		!strings.HasPrefix(s.Code, "sha256:") && !datasetRE.MatchString(s.Code):
+		d.errField(p+".code", fmt.Sprintf("%q is not a code artifact: want name, name:version or sha256:digest", s.Code))
+	}
+}
+
+// builtinSettings checks the builtin trainer's settings, if any (p is
+// their path).
+func (d *decoder) builtinSettings(b *Builtin, p string) {
+	if b == nil {
+		return
+	}
+	switch b.Algorithm {
+	case "", AlgorithmLogReg, AlgorithmMLP:
+	default:
+		d.errField(p+".algorithm", fmt.Sprintf("%q is not an algorithm: use logreg or mlp", b.Algorithm))
+	}
+	if b.Algorithm == AlgorithmLogReg && len(b.Hidden) > 0 {
+		d.errField(p+".hidden", "logreg has no hidden layers: set algorithm: mlp")
+	}
+	for i, h := range b.Hidden {
+		if h < 1 || h > 4096 {
+			d.errField(fmt.Sprintf("%s.hidden[%d]", p, i), fmt.Sprintf("layer size %d: want 1 to 4096", h))
+		}
+	}
+	if b.Epochs < 0 || b.Epochs > 100000 || (b.Epochs == 0 && d.isSet(p+".epochs")) {
+		d.errField(p+".epochs", fmt.Sprintf("want 1 to 100000, got %d", b.Epochs))
+	}
+	if !(b.LearningRate >= 0 && b.LearningRate <= 10) || (b.LearningRate == 0 && d.isSet(p+".learningRate")) {
+		d.errField(p+".learningRate", fmt.Sprintf("want a positive rate up to 10, got %g", b.LearningRate))
+	}
+	if !(b.Holdout >= 0 && b.Holdout <= 0.9) {
+		d.errField(p+".holdout", fmt.Sprintf("want a fraction of the rows from 0 to 0.9, got %g", b.Holdout))
+	}
 }
 
 func (d *decoder) resources(r *Resources, p string) {
