@@ -139,176 +139,16 @@ func Generate(opts Options) (*Topology, error) {
 		return nil, err
 	}
 	opts.ensureDefaults()
-	rng := rand.New(rand.NewPCG(opts.Seed, 0x5eed))
-	t := &Topology{noise: opts.Noise, seed: opts.Seed}
-
-	// Regions on a jittered grid over a 150 × 100 ms world.
-	cols := int(math.Ceil(math.Sqrt(float64(opts.Regions) * 1.5)))
-	rows := (opts.Regions + cols - 1) / cols
-	centres := make([][2]float64, opts.Regions)
-	for r := range opts.Regions {
-		cx := (float64(r%cols) + 0.5 + 0.3*(rng.Float64()-0.5)) * 150 / float64(cols)
-		cy := (float64(r/cols) + 0.5 + 0.3*(rng.Float64()-0.5)) * 100 / float64(rows)
-		centres[r] = [2]float64{cx, cy}
-		t.Regions = append(t.Regions, fmt.Sprintf("r%02d", r))
-	}
-	inDisk := func(c [2]float64, radius float64) [2]float64 {
-		a := rng.Float64() * 2 * math.Pi
-		d := radius * math.Sqrt(rng.Float64())
-		return [2]float64{c[0] + d*math.Cos(a), c[1] + d*math.Sin(a)}
-	}
-
+	g := &generator{opts: opts, rng: rand.New(rand.NewPCG(opts.Seed, 0x5eed)), t: &Topology{noise: opts.Noise, seed: opts.Seed}}
+	g.regions()
 	nEdge := int(float64(opts.Nodes) * opts.EdgeFraction)
 	nOnprem := int(float64(opts.Nodes) * opts.OnpremFraction)
-	nCloud := opts.Nodes - nEdge - nOnprem
-
-	add := func(n placement.Node, site [2]float64, h float64) int {
-		n.ID = nodeID(opts.Seed, n.Name)
-		n.Alive = rng.Float64() >= opts.DeadFraction
-		t.Nodes = append(t.Nodes, n)
-		t.pos = append(t.pos, inDisk(site, 0.1))
-		t.height = append(t.height, h)
-		return len(t.Nodes) - 1
-	}
-	free := func(total int64, lo, hi float64) int64 {
-		return int64(float64(total) * (lo + (hi-lo)*rng.Float64()))
-	}
-
-	// Edge: sites of 4–24 small boxes (or what Options.Sites leaves), a
-	// quarter with one small GPU.
-	edgeSites := 0
-	if opts.Sites > 0 {
-		edgeSites = max(1, opts.Sites-(opts.Regions+1)/2-opts.Regions)
-	}
-	for r, left := 0, nEdge; left > 0; r = (r + 1) % opts.Regions {
-		size := min(left, 4+rng.IntN(21))
-		if edgeSites > 0 {
-			k := len(t.Sites)
-			size = min(left, max(1, nEdge/edgeSites+btoi(k < nEdge%edgeSites)))
-		}
-		left -= size
-		site := Site{Name: fmt.Sprintf("edge-%s-%03d", t.Regions[r], len(t.Sites)), Region: t.Regions[r], Tier: placement.TierEdge}
-		at := inDisk(centres[r], 5)
-		for k := range size {
-			cores := []int64{4, 8, 16}[rng.IntN(3)]
-			mem := []int64{8, 16, 32, 64}[rng.IntN(4)] * gib
-			arch := "amd64"
-			if rng.Float64() < 0.3 {
-				arch = "arm64"
-			}
-			n := placement.Node{
-				Name: fmt.Sprintf("%s-n%02d", site.Name, k), Tier: placement.TierEdge,
-				Site: site.Name, Region: site.Region, Arch: arch,
-				CPU: cores * 1000, FreeCPU: free(cores*1000, 0.1, 0.95),
-				Memory: mem, FreeMemory: free(mem, 0.1, 0.95),
-				Labels: map[string]string{"hw": []string{"nuc", "rugged", "1u"}[rng.IntN(3)]},
-			}
-			if rng.Float64() < 0.25 {
-				g := placement.GPU{Model: ModelT4, Memory: 16 * gib, Healthy: true, Free: rng.Float64() < 0.6}
-				if rng.Float64() < 0.5 {
-					g.Model, g.Memory = ModelL4, 24*gib
-				}
-				n.GPUs = []placement.GPU{g}
-			}
-			if rng.Float64() < 0.3 {
-				n.Artifacts = []string{fmt.Sprintf("sha256:model-%02d", rng.IntN(20))}
-			}
-			site.Nodes = append(site.Nodes, add(n, at, 0.3+0.7*rng.Float64()))
-		}
-		t.Sites = append(t.Sites, site)
-	}
-
-	// On-prem: a data centre in every other region; racks of 16 nodes with
-	// 8 H100s each, one InfiniBand fabric per pod of 2 racks.
-	dcRegions := []int{}
-	for r := 0; r < opts.Regions; r += 2 {
-		dcRegions = append(dcRegions, r)
-	}
-	dcSites := map[int]*Site{}
-	dcAt := map[int][2]float64{}
-	for k := 0; k < nOnprem; k++ {
-		r := dcRegions[(k/64)%len(dcRegions)]
-		s := dcSites[r]
-		if s == nil {
-			s = &Site{Name: "dc-" + t.Regions[r], Region: t.Regions[r], Tier: placement.TierOnprem}
-			dcSites[r] = s
-			dcAt[r] = inDisk(centres[r], 2)
-		}
-		idx := len(s.Nodes)
-		rack := idx / 16
-		pod := rack / 2
-		fabric := fmt.Sprintf("ib-%s-pod%02d", t.Regions[r], pod)
-		if idx%32 == 0 {
-			t.Fabrics = append(t.Fabrics, fabric)
-		}
-		n := placement.Node{
-			Name: fmt.Sprintf("%s-r%02d-n%02d", s.Name, rack, idx%16), Tier: placement.TierOnprem,
-			Site: s.Name, Region: s.Region, Arch: "amd64",
-			Rack: fmt.Sprintf("%s-rack%02d", s.Name, rack), Fabric: fabric,
-			CPU: 128000, Memory: 2048 * gib,
-			Labels: map[string]string{"hw": "hgx"},
-		}
-		n.GPUs = gpus(rng, 8, ModelH100, 80*gib)
-		busy := popFree(n.GPUs)
-		n.FreeCPU = n.CPU - int64(8-busy)*12000
-		n.FreeMemory = n.Memory - int64(8-busy)*200*gib
-		if idx%32 < 3 && rng.Float64() < 0.5 {
-			ds := fmt.Sprintf("ds-%02d:v1", rng.IntN(10))
-			n.Datasets = []string{ds}
-			t.Datasets = appendUnique(t.Datasets, ds)
-		}
-		s.Nodes = append(s.Nodes, add(n, dcAt[r], 0.05+0.15*rng.Float64()))
-	}
-	for _, r := range dcRegions {
-		if s := dcSites[r]; s != nil {
-			t.Sites = append(t.Sites, *s)
-		}
-	}
-
-	// Cloud: a site per region; CPU instances, single-L4 instances and
-	// 8×A100 instances in placement groups of 16 (one fabric each).
-	cloudSites := make([]Site, opts.Regions)
-	cloudAt := make([][2]float64, opts.Regions)
-	for k := 0; k < nCloud; k++ {
-		r := k % opts.Regions
-		s := &cloudSites[r]
-		if s.Name == "" {
-			*s = Site{Name: "cloud-" + t.Regions[r], Region: t.Regions[r], Tier: placement.TierCloud}
-			cloudAt[r] = inDisk(centres[r], 2)
-		}
-		idx := len(s.Nodes)
-		n := placement.Node{
-			Name: fmt.Sprintf("%s-i%04d", s.Name, idx), Tier: placement.TierCloud,
-			Site: s.Name, Region: s.Region, Arch: "amd64",
-		}
-		switch kind := idx % 10; {
-		case kind < 3:
-			pg := idx / 10 / 2
-			n.Fabric = fmt.Sprintf("efa-%s-pg%02d", t.Regions[r], pg)
-			t.Fabrics = appendUnique(t.Fabrics, n.Fabric)
-			n.CPU, n.Memory = 96000, 1152*gib
-			n.GPUs = gpus(rng, 8, ModelA100, 40*gib)
-			popFree(n.GPUs)
-			n.Labels = map[string]string{"instance": "p4d.24xlarge"}
-		case kind < 5:
-			n.CPU, n.Memory = 16000, 64*gib
-			n.GPUs = gpus(rng, 1, ModelL4, 24*gib)
-			n.Labels = map[string]string{"instance": "g6.4xlarge"}
-		default:
-			n.CPU, n.Memory = 32000, 128*gib
-			n.Labels = map[string]string{"instance": "m7i.8xlarge"}
-		}
-		n.FreeCPU, n.FreeMemory = free(n.CPU, 0.2, 1), free(n.Memory, 0.2, 1)
-		s.Nodes = append(s.Nodes, add(n, cloudAt[r], 0.05+0.15*rng.Float64()))
-	}
-	for _, s := range cloudSites {
-		if s.Name != "" {
-			t.Sites = append(t.Sites, s)
-		}
-	}
-
+	g.edge(nEdge)
+	g.onprem(nOnprem)
+	g.cloud(opts.Nodes - nEdge - nOnprem)
+	t := g.t
 	if opts.Vivaldi {
-		if err := t.vivaldi(rng, opts.VivaldiRounds); err != nil {
+		if err := t.vivaldi(g.rng, opts.VivaldiRounds); err != nil {
 			return nil, err
 		}
 	} else {
@@ -328,6 +168,198 @@ func Generate(opts Options) (*Topology, error) {
 	}
 	t.Snapshot = snap
 	return t, nil
+}
+
+// generator builds a Topology from Options with one random source, drawn
+// in a fixed order (regions, edge, on-prem, cloud), so a seed gives one
+// estate.
+type generator struct {
+	opts    Options
+	rng     *rand.Rand
+	t       *Topology
+	centres [][2]float64 // each region's centre, ms
+}
+
+// regions lays the regions on a jittered grid over a 150 × 100 ms world.
+func (g *generator) regions() {
+	cols := int(math.Ceil(math.Sqrt(float64(g.opts.Regions) * 1.5)))
+	rows := (g.opts.Regions + cols - 1) / cols
+	g.centres = make([][2]float64, g.opts.Regions)
+	for r := range g.opts.Regions {
+		cx := (float64(r%cols) + 0.5 + 0.3*(g.rng.Float64()-0.5)) * 150 / float64(cols)
+		cy := (float64(r/cols) + 0.5 + 0.3*(g.rng.Float64()-0.5)) * 100 / float64(rows)
+		g.centres[r] = [2]float64{cx, cy}
+		g.t.Regions = append(g.t.Regions, fmt.Sprintf("r%02d", r))
+	}
+}
+
+// inDisk returns a point drawn uniformly in the disk of radius around c.
+func (g *generator) inDisk(c [2]float64, radius float64) [2]float64 {
+	a := g.rng.Float64() * 2 * math.Pi
+	d := radius * math.Sqrt(g.rng.Float64())
+	return [2]float64{c[0] + d*math.Cos(a), c[1] + d*math.Sin(a)}
+}
+
+// add adds node n near its site's point, with height h (ms), and
+// returns its index.
+func (g *generator) add(n placement.Node, site [2]float64, h float64) int {
+	t := g.t
+	n.ID = nodeID(g.opts.Seed, n.Name)
+	n.Alive = g.rng.Float64() >= g.opts.DeadFraction
+	t.Nodes = append(t.Nodes, n)
+	t.pos = append(t.pos, g.inDisk(site, 0.1))
+	t.height = append(t.height, h)
+	return len(t.Nodes) - 1
+}
+
+// free draws what is free of total: a fraction from lo to hi.
+func (g *generator) free(total int64, lo, hi float64) int64 {
+	return int64(float64(total) * (lo + (hi-lo)*g.rng.Float64()))
+}
+
+// edge adds nEdge edge nodes.
+func (g *generator) edge(nEdge int) {
+	// Edge: sites of 4–24 small boxes (or what Options.Sites leaves), a
+	// quarter with one small GPU.
+	edgeSites := 0
+	if g.opts.Sites > 0 {
+		edgeSites = max(1, g.opts.Sites-(g.opts.Regions+1)/2-g.opts.Regions)
+	}
+	for r, left := 0, nEdge; left > 0; r = (r + 1) % g.opts.Regions {
+		size := min(left, 4+g.rng.IntN(21))
+		if edgeSites > 0 {
+			k := len(g.t.Sites)
+			size = min(left, max(1, nEdge/edgeSites+btoi(k < nEdge%edgeSites)))
+		}
+		left -= size
+		site := Site{Name: fmt.Sprintf("edge-%s-%03d", g.t.Regions[r], len(g.t.Sites)), Region: g.t.Regions[r], Tier: placement.TierEdge}
+		at := g.inDisk(g.centres[r], 5)
+		for k := range size {
+			cores := []int64{4, 8, 16}[g.rng.IntN(3)]
+			mem := []int64{8, 16, 32, 64}[g.rng.IntN(4)] * gib
+			arch := "amd64"
+			if g.rng.Float64() < 0.3 {
+				arch = "arm64"
+			}
+			n := placement.Node{
+				Name: fmt.Sprintf("%s-n%02d", site.Name, k), Tier: placement.TierEdge,
+				Site: site.Name, Region: site.Region, Arch: arch,
+				CPU: cores * 1000, FreeCPU: g.free(cores*1000, 0.1, 0.95),
+				Memory: mem, FreeMemory: g.free(mem, 0.1, 0.95),
+				Labels: map[string]string{"hw": []string{"nuc", "rugged", "1u"}[g.rng.IntN(3)]},
+			}
+			if g.rng.Float64() < 0.25 {
+				gpu := placement.GPU{Model: ModelT4, Memory: 16 * gib, Healthy: true, Free: g.rng.Float64() < 0.6}
+				if g.rng.Float64() < 0.5 {
+					gpu.Model, gpu.Memory = ModelL4, 24*gib
+				}
+				n.GPUs = []placement.GPU{gpu}
+			}
+			if g.rng.Float64() < 0.3 {
+				n.Artifacts = []string{fmt.Sprintf("sha256:model-%02d", g.rng.IntN(20))}
+			}
+			site.Nodes = append(site.Nodes, g.add(n, at, 0.3+0.7*g.rng.Float64()))
+		}
+		g.t.Sites = append(g.t.Sites, site)
+	}
+
+}
+
+// onprem adds nOnprem on-prem nodes.
+func (g *generator) onprem(nOnprem int) {
+	// On-prem: a data centre in every other region; racks of 16 nodes with
+	// 8 H100s each, one InfiniBand fabric per pod of 2 racks.
+	dcRegions := []int{}
+	for r := 0; r < g.opts.Regions; r += 2 {
+		dcRegions = append(dcRegions, r)
+	}
+	dcSites := map[int]*Site{}
+	dcAt := map[int][2]float64{}
+	for k := 0; k < nOnprem; k++ {
+		r := dcRegions[(k/64)%len(dcRegions)]
+		s := dcSites[r]
+		if s == nil {
+			s = &Site{Name: "dc-" + g.t.Regions[r], Region: g.t.Regions[r], Tier: placement.TierOnprem}
+			dcSites[r] = s
+			dcAt[r] = g.inDisk(g.centres[r], 2)
+		}
+		idx := len(s.Nodes)
+		rack := idx / 16
+		pod := rack / 2
+		fabric := fmt.Sprintf("ib-%s-pod%02d", g.t.Regions[r], pod)
+		if idx%32 == 0 {
+			g.t.Fabrics = append(g.t.Fabrics, fabric)
+		}
+		n := placement.Node{
+			Name: fmt.Sprintf("%s-r%02d-n%02d", s.Name, rack, idx%16), Tier: placement.TierOnprem,
+			Site: s.Name, Region: s.Region, Arch: "amd64",
+			Rack: fmt.Sprintf("%s-rack%02d", s.Name, rack), Fabric: fabric,
+			CPU: 128000, Memory: 2048 * gib,
+			Labels: map[string]string{"hw": "hgx"},
+		}
+		n.GPUs = gpus(g.rng, 8, ModelH100, 80*gib)
+		busy := popFree(n.GPUs)
+		n.FreeCPU = n.CPU - int64(8-busy)*12000
+		n.FreeMemory = n.Memory - int64(8-busy)*200*gib
+		if idx%32 < 3 && g.rng.Float64() < 0.5 {
+			ds := fmt.Sprintf("ds-%02d:v1", g.rng.IntN(10))
+			n.Datasets = []string{ds}
+			g.t.Datasets = appendUnique(g.t.Datasets, ds)
+		}
+		s.Nodes = append(s.Nodes, g.add(n, dcAt[r], 0.05+0.15*g.rng.Float64()))
+	}
+	for _, r := range dcRegions {
+		if s := dcSites[r]; s != nil {
+			g.t.Sites = append(g.t.Sites, *s)
+		}
+	}
+
+}
+
+// cloud adds nCloud cloud nodes.
+func (g *generator) cloud(nCloud int) {
+	// Cloud: a site per region; CPU instances, single-L4 instances and
+	// 8×A100 instances in placement groups of 16 (one fabric each).
+	cloudSites := make([]Site, g.opts.Regions)
+	cloudAt := make([][2]float64, g.opts.Regions)
+	for k := 0; k < nCloud; k++ {
+		r := k % g.opts.Regions
+		s := &cloudSites[r]
+		if s.Name == "" {
+			*s = Site{Name: "cloud-" + g.t.Regions[r], Region: g.t.Regions[r], Tier: placement.TierCloud}
+			cloudAt[r] = g.inDisk(g.centres[r], 2)
+		}
+		idx := len(s.Nodes)
+		n := placement.Node{
+			Name: fmt.Sprintf("%s-i%04d", s.Name, idx), Tier: placement.TierCloud,
+			Site: s.Name, Region: s.Region, Arch: "amd64",
+		}
+		switch kind := idx % 10; {
+		case kind < 3:
+			pg := idx / 10 / 2
+			n.Fabric = fmt.Sprintf("efa-%s-pg%02d", g.t.Regions[r], pg)
+			g.t.Fabrics = appendUnique(g.t.Fabrics, n.Fabric)
+			n.CPU, n.Memory = 96000, 1152*gib
+			n.GPUs = gpus(g.rng, 8, ModelA100, 40*gib)
+			popFree(n.GPUs)
+			n.Labels = map[string]string{"instance": "p4d.24xlarge"}
+		case kind < 5:
+			n.CPU, n.Memory = 16000, 64*gib
+			n.GPUs = gpus(g.rng, 1, ModelL4, 24*gib)
+			n.Labels = map[string]string{"instance": "g6.4xlarge"}
+		default:
+			n.CPU, n.Memory = 32000, 128*gib
+			n.Labels = map[string]string{"instance": "m7i.8xlarge"}
+		}
+		n.FreeCPU, n.FreeMemory = g.free(n.CPU, 0.2, 1), g.free(n.Memory, 0.2, 1)
+		s.Nodes = append(s.Nodes, g.add(n, cloudAt[r], 0.05+0.15*g.rng.Float64()))
+	}
+	for _, s := range cloudSites {
+		if s.Name != "" {
+			g.t.Sites = append(g.t.Sites, s)
+		}
+	}
+
 }
 
 func btoi(b bool) int {
