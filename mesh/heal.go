@@ -24,7 +24,6 @@ const reconnectBatch = 3
 // reconnect tries, every ReconnectInterval (with jitter), to reach the
 // seeds that are not alive members and a few failed members, until Close.
 func (m *Mesh) reconnect() {
-	defer m.wg.Done()
 	for {
 		t := time.NewTimer(m.cfg.ReconnectInterval + rand.N(m.cfg.ReconnectInterval/4+1))
 		select {

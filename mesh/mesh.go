@@ -197,18 +197,46 @@ func New(cfg Config) (*Mesh, error) {
 		fatal:         make(chan error, 1),
 		metrics:       newMetrics(cfg.Registerer),
 	}
+	if err := m.initLocal(); err != nil {
+		return nil, err
+	}
+	mlc, err := m.memberlistConfig()
+	if err != nil {
+		return nil, err
+	}
+	if err := m.startMemberlist(mlc); err != nil {
+		return nil, err
+	}
+	// Several senders: a stream send blocks until the peer reads it, and
+	// after a change every peer asks the owner for its document at once.
+	for range senders {
+		m.wg.Go(m.worker)
+	}
+	m.wg.Go(m.syncCatalogs)
+	m.wg.Go(m.maintain)
+	m.wg.Go(m.reconnect)
+	m.wg.Go(func() { m.watchSuspects(mlc.ProbeInterval / 2) })
+	m.wg.Go(m.publishMeta)
+	return m, nil
+}
+
+// initLocal sets up the RTT estimator and the trust in certificates, and
+// the local document: the configured one, with what this process owns
+// (ID, name, start, schema) and what the last run left in the database.
+func (m *Mesh) initLocal() error {
+	cfg := m.cfg
 	coord, err := coordinate.NewClient(coordinate.DefaultConfig())
 	if err != nil {
-		return nil, fmt.Errorf("mesh: coordinate client: %w", err)
+		return fmt.Errorf("mesh: coordinate client: %w", err)
 	}
 	m.coord = coord
 	m.rtt = newRTTFilter(cfg.rttWindow)
 	if cfg.Trust != nil {
 		if m.trust, err = newTrust(*cfg.Trust, cfg.Identity, cfg.Name); err != nil {
-			return nil, err
+			return err
 		}
 		if w := m.trust.me(); w.Site != cfg.Local.Site || (w.Tier != "" && w.Tier != cfg.Local.Tier) {
-			return nil, fmt.Errorf("mesh: node certificate names site %q and tier %q, the node is in site %q, tier %q: issue its certificate again", w.Site, w.Tier, cfg.Local.Site, cfg.Local.Tier)
+			return fmt.Errorf("mesh: node certificate names site %q and tier %q, the node is in site %q, tier %q: issue its certificate again", w.Site, w.Tier, cfg.Local.Site, cfg.Local.Tier)
 		}
 	}
 
@@ -225,10 +253,18 @@ func New(cfg Config) (*Mesh, error) {
 		local.Labels = map[string]string{}
 	}
 	if err := m.load(&local); err != nil {
-		return nil, err
+		return err
 	}
 	m.local = local
 
+	return nil
+}
+
+// memberlistConfig is memberlist's configuration for this node: timings,
+// addresses, keyring, delegates and the transport.
+func (m *Mesh) memberlistConfig() (*memberlist.Config, error) {
+	cfg := m.cfg
+	var err error
 	mlc := memberlist.DefaultLANConfig()
 	mlc.Name = cfg.Name
 	// Failure detection within a site's pool, for hosts that are busy by
@@ -298,6 +334,13 @@ func New(cfg Config) (*Mesh, error) {
 	if mlc.Transport != nil {
 		mlc.Transport = newGuardTransport(mlc.Transport, mlc, lw.drop)
 	}
+	return mlc, nil
+}
+
+// startMemberlist creates the memberlist pool and publishes this node's
+// gossip address.
+func (m *Mesh) startMemberlist(mlc *memberlist.Config) error {
+	cfg := m.cfg
 	// memberlist.Create answers packets before it returns: a ping that
 	// came then asked the queue for the member count while m.ml was still
 	// nil, and the agent crashed (TestPingWhileStarting).
@@ -317,7 +360,7 @@ func New(cfg Config) (*Mesh, error) {
 		if mlc.Transport != nil {
 			_ = mlc.Transport.Shutdown()
 		}
-		return nil, fmt.Errorf("mesh: start gossip on %s: %w", cfg.BindAddr, err)
+		return fmt.Errorf("mesh: start gossip on %s: %w", cfg.BindAddr, err)
 	}
 	m.ml = ml
 	created.Store(ml)
@@ -328,20 +371,9 @@ func New(cfg Config) (*Mesh, error) {
 	gossip := net.JoinHostPort(ln.Addr.String(), strconv.Itoa(int(ln.Port)))
 	if err := m.Update(func(s *NodeState) { s.Addrs.Gossip = gossip }); err != nil {
 		ml.Shutdown()
-		return nil, err
+		return err
 	}
-	// Several senders: a stream send blocks until the peer reads it, and
-	// after a change every peer asks the owner for its document at once.
-	m.wg.Add(5 + senders)
-	for range senders {
-		go m.worker()
-	}
-	go m.syncCatalogs()
-	go m.maintain()
-	go m.reconnect()
-	go m.watchSuspects(mlc.ProbeInterval / 2)
-	go m.publishMeta()
-	return m, nil
+	return nil
 }
 
 // ID returns the local node's ID.
@@ -784,7 +816,6 @@ const senders = 8
 // worker sends the TCP messages that delegates may not block on: asking a
 // node for its document and answering such asks.
 func (m *Mesh) worker() {
-	defer m.wg.Done()
 	for {
 		select {
 		case <-m.stop:
@@ -819,7 +850,6 @@ func (m *Mesh) worker() {
 
 // publishMeta gossips the local meta digest after each Update.
 func (m *Mesh) publishMeta() {
-	defer m.wg.Done()
 	for {
 		select {
 		case <-m.stop:
@@ -869,7 +899,6 @@ func (m *Mesh) memberNode(name string) *memberlist.Node {
 // turning suspect or being cleared of suspicion, only for joining, updating
 // and failing or leaving.
 func (m *Mesh) watchSuspects(every time.Duration) {
-	defer m.wg.Done()
 	if every <= 0 {
 		every = 500 * time.Millisecond
 	}
@@ -1037,7 +1066,6 @@ func (m *Mesh) enqueue(j job) {
 // maintain publishes the coordinate when it moves, flushes peers' documents
 // to the store, and reaps nodes that failed or left long ago.
 func (m *Mesh) maintain() {
-	defer m.wg.Done()
 	coordTick := time.NewTicker(m.cfg.CoordinatePublishInterval)
 	persistTick := time.NewTicker(m.cfg.PersistInterval)
 	defer coordTick.Stop()

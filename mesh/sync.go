@@ -113,7 +113,6 @@ func (m *Mesh) compareCatalog(peer string, theirs uint64) {
 
 // syncCatalogs runs the push/pulls compareCatalog asks for, one at a time.
 func (m *Mesh) syncCatalogs() {
-	defer m.wg.Done()
 	for {
 		select {
 		case <-m.stop:
