@@ -24,20 +24,7 @@ func (c *Controller) place(p catalog.Policy, old catalog.Placement, have bool, v
 	c.lastTry[p.Key()] = time.Now()
 	c.mu.Unlock()
 	req, err := c.cfg.Compile(p)
-	rec := catalog.Placement{Key: p.Key(), Kind: p.Kind, Name: p.Name, Owner: c.cfg.Mesh.Name(), Generation: p.Generation, Updated: time.Now().UTC(), Refused: map[string]string{}}
-	if have {
-		rec.Epoch = old.Epoch
-		for k, v := range old.Refused {
-			rec.Refused[k] = v
-		}
-	}
-	rec.Epoch = max(rec.Epoch, lastEpoch(nodes, rec.Key))
-	if j, err := c.cfg.Catalog.Jobs.Value(p.Name); err == nil && p.Kind == policy.KindTrainingJob {
-		// After the epoch of the job's last run: its outcome there
-		// (a failure) must not count as this placement's.
-		rec.Epoch = max(rec.Epoch, j.Epoch)
-	}
-	rec.Epoch++
+	rec := c.newRecord(p, old, have, nodes)
 	if err != nil {
 		rec.State, rec.Message = catalog.StateFailed, err.Error()
 		c.write(rec)
@@ -93,35 +80,10 @@ func (c *Controller) place(p catalog.Policy, old catalog.Placement, have bool, v
 	}
 	rec.Resources, rec.Wanted = catalog.Resources(req.Resources), dec.Wanted
 	rec.Fallbacks, rec.Rejected = meshview.Fallbacks(dec.Fallbacks), meshview.Rejections(dec.Rejected)
-	var fresh []catalog.PlacedNode
-	for _, pl := range dec.Placements {
-		fresh = append(fresh, catalog.PlacedNode{Name: pl.Node, ID: pl.NodeID, Tier: pl.Tier, Site: pl.Site, Rank: pl.Rank, Client: pl.Client})
-	}
-	regular := len(fresh) // placed within the service's tiers and SLO
-	feasible := dec.Feasible
-	if f.burst != nil && len(fresh) < dec.Wanted {
-		for _, pl := range meshview.Overflow(snap, req, dec, f.burst) {
-			fresh = append(fresh, catalog.PlacedNode{Name: pl.Node, ID: pl.NodeID, Tier: pl.Tier, Site: pl.Site, Client: pl.Client, Burst: true})
-		}
-		feasible = len(fresh) == dec.Wanted
-	}
-	firm, spare := kept(p, c.facts(p).clients, old, have, nodes, cut)
-	keep := trimKept(firm, fresh, dec.Wanted)
-	if c.returning[rec.Key] && regular == dec.Wanted {
-		keep = slices.DeleteFunc(keep, func(pn catalog.PlacedNode) bool { return pn.Burst })
-	}
-	delete(c.returning, rec.Key)
-	if f.prestage && have && old.Generation == p.Generation {
-		keep = append(keep, takeStandbys(snap, req, old, keep, nodes)...)
-	}
-	rec.Nodes = mergeKept(keep, fresh, dec.Wanted)
-	spared := false
-	for _, sp := range spare {
-		// Nothing outside the cut site took its place: it stays.
-		if len(rec.Nodes) < dec.Wanted && !slices.ContainsFunc(rec.Nodes, func(pn catalog.PlacedNode) bool { return pn.Name == sp.Name }) {
-			rec.Nodes, spared = append(rec.Nodes, sp), true
-		}
-	}
+	fresh, regular, feasible := freshNodes(snap, req, dec, f.burst)
+	var keep []catalog.PlacedNode
+	var spared bool
+	rec.Nodes, keep, spared = c.chooseNodes(p, old, have, view, cut, snap, req, fresh, dec.Wanted, regular == dec.Wanted)
 	if spared && sameNodes(old.Nodes, rec.Nodes) {
 		// The placement as it was: nothing to write, and the next try
 		// waits longer (see needsPlacement).
@@ -173,6 +135,72 @@ func (c *Controller) place(p catalog.Policy, old catalog.Placement, have bool, v
 	delete(c.tries, rec.Key)
 	c.mu.Unlock()
 	c.write(rec)
+}
+
+// freshNodes are the decision's nodes and, for a service that bursts and
+// is short, the overflow tiers' (Burst set). regular counts those within
+// the service's own tiers and SLO; feasible says whether all it wants are
+// placed.
+func freshNodes(snap *placement.Snapshot, req *placement.Request, dec *placement.Decision, burst *policy.Burst) (fresh []catalog.PlacedNode, regular int, feasible bool) {
+	for _, pl := range dec.Placements {
+		fresh = append(fresh, catalog.PlacedNode{Name: pl.Node, ID: pl.NodeID, Tier: pl.Tier, Site: pl.Site, Rank: pl.Rank, Client: pl.Client})
+	}
+	regular, feasible = len(fresh), dec.Feasible
+	if burst != nil && len(fresh) < dec.Wanted {
+		for _, pl := range meshview.Overflow(snap, req, dec, burst) {
+			fresh = append(fresh, catalog.PlacedNode{Name: pl.Node, ID: pl.NodeID, Tier: pl.Tier, Site: pl.Site, Client: pl.Client, Burst: true})
+		}
+		feasible = len(fresh) == dec.Wanted
+	}
+	return fresh, regular, feasible
+}
+
+// newRecord starts p's new placement record: its epoch after every one
+// the old record, the nodes and the job's last run have seen, and the
+// refusals the old one noted.
+func (c *Controller) newRecord(p catalog.Policy, old catalog.Placement, have bool, nodes []mesh.Node) catalog.Placement {
+	rec := catalog.Placement{Key: p.Key(), Kind: p.Kind, Name: p.Name, Owner: c.cfg.Mesh.Name(), Generation: p.Generation, Updated: time.Now().UTC(), Refused: map[string]string{}}
+	if have {
+		rec.Epoch = old.Epoch
+		for k, v := range old.Refused {
+			rec.Refused[k] = v
+		}
+	}
+	rec.Epoch = max(rec.Epoch, lastEpoch(nodes, rec.Key))
+	if j, err := c.cfg.Catalog.Jobs.Value(p.Name); err == nil && p.Kind == policy.KindTrainingJob {
+		// After the epoch of the job's last run: its outcome there
+		// (a failure) must not count as this placement's.
+		rec.Epoch = max(rec.Epoch, j.Epoch)
+	}
+	rec.Epoch++
+	return rec
+}
+
+// chooseNodes picks the new placement's nodes from the old one's
+// replicas worth keeping (see kept), the standbys that take over failed
+// ones, and fresh, the decision's, up to wanted; burst replicas are let go
+// once the service's own tiers hold them all (ownTiers). Replicas of a
+// cut site that serve clients elsewhere fill in last (spared: some did).
+func (c *Controller) chooseNodes(p catalog.Policy, old catalog.Placement, have bool, view *round, cut map[string]bool,
+	snap *placement.Snapshot, req *placement.Request, fresh []catalog.PlacedNode, wanted int, ownTiers bool) (nodes, keep []catalog.PlacedNode, spared bool) {
+	f := c.facts(p)
+	firm, spare := kept(p, f.clients, old, have, view.nodes, cut)
+	keep = trimKept(firm, fresh, wanted)
+	if c.returning[p.Key()] && ownTiers {
+		keep = slices.DeleteFunc(keep, func(pn catalog.PlacedNode) bool { return pn.Burst })
+	}
+	delete(c.returning, p.Key())
+	if f.prestage && have && old.Generation == p.Generation {
+		keep = append(keep, takeStandbys(snap, req, old, keep, view.nodes)...)
+	}
+	nodes = mergeKept(keep, fresh, wanted)
+	for _, sp := range spare {
+		// Nothing outside the cut site took its place: it stays.
+		if len(nodes) < wanted && !slices.ContainsFunc(nodes, func(pn catalog.PlacedNode) bool { return pn.Name == sp.Name }) {
+			nodes, spared = append(nodes, sp), true
+		}
+	}
+	return nodes, keep, spared
 }
 
 // handOff gives a policy that no node of this site can take to another
