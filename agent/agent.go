@@ -328,7 +328,7 @@ func (a *Agent) handOff() func(PolicyRecord, *placement.Request) (string, string
 func (a *Agent) startControl() error {
 	cfg := a.cfg
 	cc := controller.Config{Mesh: a.mesh, Catalog: a.cat, Artifacts: a.art, Logger: a.log, Guard: a.guard, Federated: a.fed != nil, Registerer: a.reg,
-		Compile: meshview.Compile, Load: a.loadFrom, HandOff: a.handOff()}
+		Compile: meshview.Compile, Load: a.loadFrom, HandOff: a.handOff(), SiteLostAfter: cfg.SiteLostAfter}
 	if a.fed != nil {
 		cc.RemoteSites = func() []mesh.Site { return federation.Sites(a.mesh, time.Now()) }
 	}

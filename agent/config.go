@@ -23,6 +23,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"go.yaml.in/yaml/v3"
 
+	"github.com/strata-mesh/strata/internal/controller"
 	"github.com/strata-mesh/strata/internal/httpapi"
 	"github.com/strata-mesh/strata/internal/serving"
 	"github.com/strata-mesh/strata/mesh"
@@ -186,6 +187,11 @@ type Config struct {
 	// LoadInterval is how often GPUs are re-read through NVML and the load
 	// republished when it changed. Default 10s.
 	LoadInterval time.Duration `yaml:"load_interval"`
+	// SiteLostAfter is how long a site may answer nothing before this
+	// agent, as a controller, places again elsewhere its inference
+	// replicas there that serve clients in other sites (a site cut off
+	// and a site whose nodes all died look the same). Default 5m.
+	SiteLostAfter time.Duration `yaml:"site_lost_after"`
 
 	// Build is the agent's version as `strata version` prints it,
 	// gossiped so that members show who runs what during an upgrade.
@@ -316,19 +322,20 @@ func DefaultConfig() Config {
 		host = "strata"
 	}
 	return Config{
-		Name:         host,
-		DataDir:      "/var/lib/strata",
-		Tier:         mesh.TierEdge,
-		Site:         "default",
-		Region:       "default",
-		Bind:         "0.0.0.0:7946",
-		API:          "127.0.0.1:7470",
-		DataAddr:     "0.0.0.0:7471",
-		LogLevel:     "info",
-		LogFormat:    LogFormatLogfmt,
-		LoadInterval: 10 * time.Second,
-		ProcRoot:     "/proc",
-		SysRoot:      "/sys",
+		Name:          host,
+		DataDir:       "/var/lib/strata",
+		Tier:          mesh.TierEdge,
+		Site:          "default",
+		Region:        "default",
+		Bind:          "0.0.0.0:7946",
+		API:           "127.0.0.1:7470",
+		DataAddr:      "0.0.0.0:7471",
+		LogLevel:      "info",
+		LogFormat:     LogFormatLogfmt,
+		LoadInterval:  10 * time.Second,
+		SiteLostAfter: controller.DefaultSiteLostAfter,
+		ProcRoot:      "/proc",
+		SysRoot:       "/sys",
 	}
 }
 
@@ -354,6 +361,9 @@ func (c *Config) EnsureDefaults() {
 	set(&c.SysRoot, d.SysRoot)
 	if c.LoadInterval == 0 {
 		c.LoadInterval = d.LoadInterval
+	}
+	if c.SiteLostAfter == 0 {
+		c.SiteLostAfter = d.SiteLostAfter
 	}
 	if c.SampleFraction == 0 {
 		c.SampleFraction = 0.1
@@ -518,6 +528,9 @@ func (c *Config) Validate() error {
 	if c.LoadInterval < 0 {
 		bad("load_interval", "must not be negative")
 	}
+	if c.SiteLostAfter < 0 {
+		bad("site_lost_after", "must not be negative")
+	}
 	return errors.Join(errs...)
 }
 
@@ -650,6 +663,14 @@ func Flags(fs *flag.FlagSet) func() (Config, error) {
 			return fmt.Errorf("want a whole number, got %q", v)
 		}
 		sets = append(sets, func(c *Config) error { c.SpillInflight = n; return nil })
+		return nil
+	})
+	fs.Func("site-lost-after", "`duration` a site may answer nothing before its inference replicas that serve clients elsewhere are placed again (default 5m)", func(v string) error {
+		d, err := time.ParseDuration(v)
+		if err != nil {
+			return fmt.Errorf("want a duration such as 5m, got %q", v)
+		}
+		sets = append(sets, func(c *Config) error { c.SiteLostAfter = d; return nil })
 		return nil
 	})
 	str("fabric", "declared RDMA fabric `ID` (overrides discovery)", func(c *Config, v string) { c.Fabric = v })

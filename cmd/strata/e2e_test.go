@@ -438,8 +438,9 @@ func mustRead(t *testing.T, path string) []byte {
 // TestLoneSiteNodeKilled: the node serving a service that names no client
 // site is its site's only agent, and is killed with SIGKILL. From outside
 // that looks like its site cut off, whose replicas stay for the site's own
-// clients; this service has none there, so it is placed again on a node
-// that answers.
+// clients; this service has none there, so once the site has answered
+// nothing for site_lost_after (3 s here) it is placed again on a node that
+// answers.
 func TestLoneSiteNodeKilled(t *testing.T) {
 	t.Parallel()
 	dir := t.TempDir()
@@ -453,7 +454,7 @@ func TestLoneSiteNodeKilled(t *testing.T) {
 		tier := map[bool]string{true: "onprem", false: "edge"}[site == "s-c"]
 		p := &proc{name: "lone-" + site, dir: filepath.Join(dir, site),
 			api: fmt.Sprintf("127.0.0.1:%d", freePort(t)), gossip: fmt.Sprintf("127.0.0.1:%d", freePort(t)),
-			args: append(caHolderArgs(t, keys), "-site", site, "-tier", tier)}
+			args: append(caHolderArgs(t, keys), "-site", site, "-tier", tier, "-site-lost-after", "3s")}
 		if i > 0 {
 			p.args = append(p.args, "-join", ps[0].gossip)
 		}

@@ -50,6 +50,10 @@ type Controller struct {
 	// failedSince is when this controller first saw each failed node
 	// failed (reconcile's goroutine only).
 	failedSince map[string]time.Time
+	// cutSince is when this controller first saw each unreachable site
+	// (see noteCut); lost names those unreachable for SiteLostAfter.
+	cutSince map[string]time.Time
+	lost     map[string]bool
 	// holding says why each training job that needs placing waits
 	// (reconcile's goroutine only; see holdJob).
 	holding map[string]string
@@ -315,7 +319,17 @@ type Config struct {
 	// counted). Nil: a guard of its own that logs to Logger and exports
 	// no metric.
 	Guard *safe.Guard
+	// SiteLostAfter is how long a site may answer nothing before its
+	// replicas that serve clients elsewhere are placed again (see
+	// needsPlacement). Default DefaultSiteLostAfter.
+	SiteLostAfter time.Duration
 }
+
+// DefaultSiteLostAfter is Config.SiteLostAfter's default: longer than a
+// link's usual outage, so a site cut off for a while comes back to the
+// replicas it had, and as long as Kubernetes waits before it evicts the
+// pods of a node that stopped answering.
+const DefaultSiteLostAfter = 5 * time.Minute
 
 // policies returns every applied policy that decodes (the catalog counts
 // the others).

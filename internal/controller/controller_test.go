@@ -62,7 +62,7 @@ func TestUnreachableSiteKeepsItsReplicas(t *testing.T) {
 	if need, why := c.needsPlacement(p, rec, true, byName, cut); need {
 		t.Errorf("placed again (%s) though the failed node's whole site is unreachable", why)
 	}
-	keep, _ := kept(p, nil, rec, true, nodes, cut)
+	keep, _ := kept(p, nil, rec, true, nodes, cut, nil)
 	if got := names(keep); !slices.Equal(got, []string{"a1", "b1"}) {
 		t.Errorf("kept %v, want a1 and b1", got)
 	}
@@ -74,7 +74,7 @@ func TestUnreachableSiteKeepsItsReplicas(t *testing.T) {
 	if need, _ := c.needsPlacement(p, rec, true, byName, cut); !need {
 		t.Error("not placed again though b1 failed and its site answers")
 	}
-	keep, _ = kept(p, nil, rec, true, nodes, cut)
+	keep, _ = kept(p, nil, rec, true, nodes, cut, nil)
 	if got := names(keep); !slices.Equal(got, []string{"a1"}) {
 		t.Errorf("kept %v, want a1", got)
 	}
@@ -90,16 +90,17 @@ func TestUnreachableSiteKeepsItsReplicas(t *testing.T) {
 	}
 	// A new generation keeps nothing.
 	p.Generation++
-	if keep, _ := kept(p, nil, rec, true, nodes, cut); len(keep) != 0 {
+	if keep, _ := kept(p, nil, rec, true, nodes, cut, nil); len(keep) != 0 {
 		t.Errorf("kept %v across a policy change", names(keep))
 	}
 }
 
-// TestCutSiteReplicaForOthersMoves: a replica whose node's whole site is
-// gone, placed for clients elsewhere (or for none named), is placed again
-// where they are served: from outside, a site cut off and a site whose
-// every node died look the same, and neither serves those clients. It is
-// kept only where nothing outside takes its place.
+// TestCutSiteReplicaForOthersMoves: a replica whose node's whole site has
+// answered nothing for SiteLostAfter, placed for clients elsewhere (or
+// for none named), is placed again where they are served: from outside,
+// a site cut off and a site whose every node died look the same, and
+// neither serves those clients. It is kept only where nothing outside
+// takes its place. Before that, and for the site's own clients, it stays.
 func TestCutSiteReplicaForOthersMoves(t *testing.T) {
 	t.Parallel()
 	const key = "InferenceService/web"
@@ -121,11 +122,26 @@ func TestCutSiteReplicaForOthersMoves(t *testing.T) {
 	} {
 		p := catalog.Policy{Kind: policy.KindInferenceService, Name: "web", Generation: 1,
 			Source: "apiVersion: strata/v1\nkind: InferenceService\nmetadata: {name: web}\nspec:\n  model: {name: m, version: \"1\"}\n" + tc.spec}
-		c := New(Config{})
+		c := New(Config{SiteLostAfter: time.Minute})
+		// Unreachable for less than SiteLostAfter: it stays, whatever
+		// its clients.
+		start := time.Now()
+		c.noteCut(cut, start)
+		if need, why := c.needsPlacement(p, rec, true, byName, cut); need {
+			t.Errorf("clients %q: placed again (%s) as soon as edge-b stopped answering", tc.spec, why)
+		}
+		c.noteCut(cut, start.Add(time.Minute))
 		need, why := c.needsPlacement(p, rec, true, byName, cut)
-		firm, spare := kept(p, c.facts(p).clients, rec, true, nodes, cut)
+		firm, spare := kept(p, c.facts(p).clients, rec, true, nodes, cut, c.lost)
 		if need != tc.moves || (len(firm) == 0) != tc.moves || (len(spare) == 1) != tc.moves {
 			t.Errorf("clients %q: placed again %v (%s), kept %v, spare %v; want placed again %v", tc.spec, need, why, names(firm), names(spare), tc.moves)
+		}
+		// A job stays: it may still be running there.
+		job := catalog.Policy{Kind: policy.KindTrainingJob, Name: "web", Generation: 1}
+		jrec := rec
+		jrec.Kind = policy.KindTrainingJob
+		if need, why := c.needsPlacement(job, jrec, true, byName, cut); need {
+			t.Errorf("a training job on a lost site's node is placed again: %s", why)
 		}
 	}
 }
@@ -415,7 +431,7 @@ func TestOlderRecordKeepsServing(t *testing.T) {
 	m.nodes[0].Assignments = []mesh.Assignment{{Key: key, Epoch: 5, Accepted: true}}
 	p := catalog.Policy{Kind: policy.KindInferenceService, Name: "web", Generation: 1}
 	old := catalog.Placement{Key: key, Generation: 1, Epoch: 4, Nodes: []catalog.PlacedNode{{Name: "e1"}}}
-	if got, _ := kept(p, nil, old, true, m.nodes, nil); !slices.Equal(names(got), []string{"e1"}) {
+	if got, _ := kept(p, nil, old, true, m.nodes, nil, nil); !slices.Equal(names(got), []string{"e1"}) {
 		t.Errorf("kept %v, want e1, which serves a newer epoch", got)
 	}
 }
@@ -441,7 +457,7 @@ func TestSiteBeingCutKeepsItsReplicas(t *testing.T) {
 	if need, why := c.needsPlacement(p, rec, true, byName, cut); need {
 		t.Errorf("placed again (%s) while edge-b is being cut", why)
 	}
-	if got, _ := kept(p, nil, rec, true, nodes, cut); !slices.Equal(names(got), []string{"b1"}) {
+	if got, _ := kept(p, nil, rec, true, nodes, cut, nil); !slices.Equal(names(got), []string{"b1"}) {
 		t.Errorf("kept %v, want b1", names(got))
 	}
 	byName["b2"] = node("b2", "edge-b", mesh.StatusAlive, key, 0)

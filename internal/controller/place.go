@@ -184,7 +184,7 @@ func (c *Controller) newRecord(p catalog.Policy, old catalog.Placement, have boo
 func (c *Controller) chooseNodes(p catalog.Policy, old catalog.Placement, have bool, view *round, cut map[string]bool,
 	snap *placement.Snapshot, req *placement.Request, fresh []catalog.PlacedNode, wanted int, ownTiers bool) (nodes, keep []catalog.PlacedNode, spared bool) {
 	f := c.facts(p)
-	firm, spare := kept(p, f.clients, old, have, view.nodes, cut)
+	firm, spare := kept(p, f.clients, old, have, view.nodes, cut, c.lost)
 	keep = trimKept(firm, fresh, wanted)
 	if c.returning[p.Key()] && ownTiers {
 		keep = slices.DeleteFunc(keep, func(pn catalog.PlacedNode) bool { return pn.Burst })
@@ -230,14 +230,14 @@ func (c *Controller) handOff(p catalog.Policy, req *placement.Request, rec *cata
 
 // kept returns the replicas of an inference service's old placement to
 // keep when it is placed again at the same generation: those on alive
-// nodes that admitted them, and those in unreachable sites that serve
-// that site's clients (see needsPlacement). Moving a healthy replica only
+// nodes that admitted them, and those in unreachable sites but the lost
+// ones' that serve clients elsewhere (see needsPlacement). Moving a healthy replica only
 // because a fresh decision ranks another node a little higher would make
 // a service placed short (or waiting for a failed node's replacement)
 // move its replicas back and forth. spare are the replicas in unreachable
-// sites that serve clients elsewhere: kept only where nothing outside
-// takes their place.
-func kept(p catalog.Policy, clients []string, old catalog.Placement, have bool, nodes []mesh.Node, cut map[string]bool) (firm, spare []catalog.PlacedNode) {
+// sites that are lost and serve clients elsewhere: kept only where
+// nothing outside takes their place.
+func kept(p catalog.Policy, clients []string, old catalog.Placement, have bool, nodes []mesh.Node, cut, lost map[string]bool) (firm, spare []catalog.PlacedNode) {
 	if !have || old.Generation != p.Generation || p.Kind != policy.KindInferenceService {
 		return nil, nil
 	}
@@ -253,7 +253,7 @@ func kept(p catalog.Policy, clients []string, old catalog.Placement, have bool, 
 		as, held := meshview.AssignmentOf(n, old.Key)
 		switch {
 		case n.Status == mesh.StatusUnreachable, n.Status == mesh.StatusFailed && cut[n.Site]:
-			if !servesSite(clients, pn, n) {
+			if lost[n.Site] && !servesSite(clients, pn, n) {
 				pn.Admitted, pn.Replica, pn.Reason = false, "", ""
 				spare = append(spare, pn)
 				continue

@@ -70,6 +70,7 @@ func (c *Controller) reconcile() {
 		byName[n.Name] = n
 	}
 	cut := cutOrCutting(nodes)
+	c.noteCut(cut, time.Now())
 	if live := liveNames(nodes); live != c.liveNodes {
 		c.liveNodes = live
 		c.mu.Lock()
@@ -237,12 +238,14 @@ func (c *Controller) owns(key string, owners []string) bool {
 }
 
 // needsPlacement says whether p must be placed (again), and why. A failed
-// node of an unreachable site (cut, every node gone) is not a reason when
-// its replica serves that site's clients, who are cut off with it. One
-// that serves clients elsewhere (or none named) is placed again where
-// they are served, retried with backoff while nothing outside the site
-// can take it; from outside, a site cut off and a site whose every node
-// died look the same.
+// node of an unreachable site (cut, every node gone) is not a reason: a
+// replica there serves that site's clients, who are cut off with it, and
+// a site cut off for a while comes back to what it had. From outside, a
+// site cut off and a site whose every node died look the same: once the
+// site has answered nothing for SiteLostAfter (lost), an inference
+// replica there that serves clients elsewhere (or none named) is placed
+// again where they are served, retried with backoff while nothing outside
+// the site can take it. A job stays: it may still be running there.
 func (c *Controller) needsPlacement(p catalog.Policy, rec catalog.Placement, have bool, byName map[string]mesh.Node, cut map[string]bool) (bool, string) {
 	switch {
 	case !have:
@@ -258,10 +261,10 @@ func (c *Controller) needsPlacement(p catalog.Policy, rec catalog.Placement, hav
 	for _, pn := range rec.Nodes {
 		n, ok := byName[pn.Name]
 		if ok && (n.Status == mesh.StatusUnreachable || n.Status == mesh.StatusFailed && cut[n.Site]) {
-			if servesSite(c.facts(p).clients, pn, n) || !due() {
+			if p.Kind != policy.KindInferenceService || !c.lost[n.Site] || servesSite(c.facts(p).clients, pn, n) || !due() {
 				continue
 			}
-			return true, fmt.Sprintf("node %s is cut off with site %s, away from the service's clients", pn.Name, n.Site)
+			return true, fmt.Sprintf("node %s's site %s has answered nothing for %s, and the service's clients are elsewhere", pn.Name, n.Site, c.siteLostAfter())
 		}
 		if ok && n.Status == mesh.StatusFailed && p.Kind == policy.KindTrainingJob && time.Since(c.failedSince[n.Name]) < JobGrace {
 			// The node may be cut off or paused with the job running: it
@@ -281,6 +284,23 @@ func (c *Controller) needsPlacement(p catalog.Policy, rec catalog.Placement, hav
 		return true, "retrying an incomplete placement"
 	}
 	return false, ""
+}
+
+// noteCut records since when each site of cut has been unreachable, and
+// which of them are lost: unreachable for SiteLostAfter.
+func (c *Controller) noteCut(cut map[string]bool, now time.Time) {
+	since := make(map[string]time.Time, len(cut))
+	lost := map[string]bool{}
+	for site := range cut {
+		since[site] = cmp.Or(c.cutSince[site], now)
+		lost[site] = now.Sub(since[site]) >= c.siteLostAfter()
+	}
+	c.cutSince, c.lost = since, lost
+}
+
+// siteLostAfter is Config.SiteLostAfter or its default.
+func (c *Controller) siteLostAfter() time.Duration {
+	return cmp.Or(c.cfg.SiteLostAfter, DefaultSiteLostAfter)
 }
 
 // servesSite says whether a replica on node n serves clients in n's site:
