@@ -188,3 +188,23 @@ func startDevMesh(t *testing.T, api string) {
 		t.Fatalf("strata dev published nothing for examples/:\n%s", log.String())
 	}
 }
+
+// TestReadmeListsEveryDoc: README.md's docs list links every page under
+// docs/, so a new page cannot be missed by a reader who starts there.
+func TestReadmeListsEveryDoc(t *testing.T) {
+	t.Parallel()
+	readme, err := os.ReadFile("../../README.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	docs, _ := filepath.Glob("../../docs/*.md")
+	if len(docs) == 0 {
+		t.Fatal("no docs/*.md found")
+	}
+	for _, d := range docs {
+		link := "(docs/" + filepath.Base(d) + ")"
+		if !strings.Contains(string(readme), link) {
+			t.Errorf("README.md's docs list does not link docs/%s", filepath.Base(d))
+		}
+	}
+}
