@@ -71,6 +71,10 @@ func usage(w io.Writer) {
 	for _, c := range commands() {
 		fmt.Fprintf(w, "  %-11s %s\n", c.name, c.summary)
 	}
+	fmt.Fprintf(w, "\nFlags of every command that asks an agent, before or after the command:\n"+
+		"  -address URL   the agent's API (default $STRATA_ADDR, else http://127.0.0.1:7470)\n"+
+		"  -token TOKEN   an API token (default $STRATA_TOKEN, else $STRATA_API_TOKEN)\n"+
+		"  -o FORMAT      table, json or yaml (wide too, for nodes and placements)\n")
 	fmt.Fprintf(w, "\nRun 'strata COMMAND -h' for a command's flags.\n")
 }
 
