@@ -1,10 +1,13 @@
 package main
 
 import (
+	"errors"
 	"flag"
 	"io"
 	"slices"
 	"testing"
+
+	"github.com/strata-mesh/strata/api/client"
 )
 
 func TestParseArgs(t *testing.T) {
@@ -46,6 +49,32 @@ func TestHoistFlags(t *testing.T) {
 	} {
 		if got := hoistFlags(tc.args); !slices.Equal(got, tc.want) {
 			t.Errorf("hoistFlags(%q) = %q, want %q", tc.args, got, tc.want)
+		}
+	}
+}
+
+// TestAgentErrorsForTheCLI: an agent's refusal reads as the CLI's user
+// needs it: the command to run, not the API path, and no status code for
+// a 4xx (a 5xx keeps it).
+func TestAgentErrorsForTheCLI(t *testing.T) {
+	t.Parallel()
+	var c clientFlags
+	for _, tc := range []struct {
+		status int
+		msg    string
+		want   string
+	}{
+		{404, `no training job "x" (see GET /v1/jobs)`, `no training job "x" (strata jobs lists them)`},
+		{409, "name taken", "name taken"},
+		{503, "no mesh CA", "no mesh CA (HTTP 503)"},
+	} {
+		err := c.explain(&client.Error{Status: tc.status, Message: tc.msg, JSON: true})
+		if err.Error() != tc.want {
+			t.Errorf("%d %q reads %q, want %q", tc.status, tc.msg, err, tc.want)
+		}
+		var ae *client.Error
+		if !errors.As(err, &ae) || ae.Status != tc.status {
+			t.Errorf("%d %q: the API error is not kept under it", tc.status, tc.msg)
 		}
 	}
 }

@@ -9,6 +9,7 @@ import (
 	"io"
 	"net/url"
 	"os"
+	"regexp"
 	"slices"
 	"strconv"
 	"strings"
@@ -73,8 +74,30 @@ func (c *clientFlags) explain(err error) error {
 	if err != nil && errors.As(err, &ue) {
 		return fmt.Errorf("cannot reach the agent at %s: %w (is one running? set -address or STRATA_ADDR)", c.client().Addr(), err)
 	}
+	var ae *client.Error
+	if errors.As(err, &ae) && ae.JSON && len(ae.Problems) == 0 {
+		return &agentError{ae}
+	}
 	return err
 }
+
+// agentError is an agent's error answer phrased for the CLI's user: the
+// API's pointers to its own paths become the command to run, and a
+// refusal (4xx) needs no status code, since its message says why.
+type agentError struct{ err *client.Error }
+
+// seeAPI matches the API's "(see GET /v1/jobs)".
+var seeAPI = regexp.MustCompile(`\(see GET /v1/([a-z]+)\)`)
+
+func (e *agentError) Error() string {
+	msg := seeAPI.ReplaceAllString(e.err.Message, "(strata $1 lists them)")
+	if e.err.Status >= 500 {
+		return fmt.Sprintf("%s (HTTP %d)", msg, e.err.Status)
+	}
+	return msg
+}
+
+func (e *agentError) Unwrap() error { return e.err }
 
 func runMembers(args []string, stdout, stderr io.Writer) error {
 	fs := newFlags("members", "[-o json|yaml]", stderr)
