@@ -119,7 +119,7 @@ func runJobs(args []string, stdout, stderr io.Writer) error {
 		return nil
 	}
 	tw := tabwriter.NewWriter(stdout, 0, 4, 2, ' ', 0)
-	fmt.Fprintln(tw, "JOB\tSTATE\tLAUNCHER\tNODES\tDURATION\tMODEL\tMESSAGE")
+	fmt.Fprintln(tw, "JOB\tSTATE\tATTEMPT\tLAUNCHER\tNODES\tDURATION\tMODEL\tMESSAGE")
 	for _, j := range jobs {
 		dur := "-"
 		if !j.Started.IsZero() {
@@ -137,7 +137,11 @@ func runJobs(args []string, stdout, stderr io.Writer) error {
 		if msg == "" && j.RetrainOf != "" {
 			msg = "retrains " + j.RetrainOf
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\n", j.Name, j.State, j.Launcher, strings.Join(j.Nodes, ","), dur, model, dash(msg))
+		attempt := "-"
+		if j.Attempt > 0 {
+			attempt = fmt.Sprint(j.Attempt)
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", j.Name, j.State, attempt, j.Launcher, strings.Join(j.Nodes, ","), dur, model, dash(msg))
 	}
 	return tw.Flush()
 }
