@@ -5,6 +5,7 @@ import (
 	"flag"
 	"io"
 	"slices"
+	"strings"
 	"testing"
 
 	"github.com/strata-mesh/strata/api/client"
@@ -75,6 +76,25 @@ func TestAgentErrorsForTheCLI(t *testing.T) {
 		var ae *client.Error
 		if !errors.As(err, &ae) || ae.Status != tc.status {
 			t.Errorf("%d %q: the API error is not kept under it", tc.status, tc.msg)
+		}
+	}
+}
+
+// TestGetTakesFlagsBeforeTheKind: `strata -o json -address URL get
+// placements` (the client flags before the command, hoisted after it)
+// asks URL for the placements, as `strata get placements -o json
+// -address URL` does.
+func TestGetTakesFlagsBeforeTheKind(t *testing.T) {
+	t.Parallel()
+	for _, args := range [][]string{
+		{"-o", "json", "-address", "http://127.0.0.1:1", "get", "placements"},
+		{"get", "-address", "http://127.0.0.1:1", "placements", "-o", "json"},
+		{"get", "placements", "-o", "json", "-address", "http://127.0.0.1:1"},
+	} {
+		var out, errs strings.Builder
+		code := run(args, &out, &errs)
+		if code == 0 || !strings.Contains(errs.String(), "cannot reach the agent at http://127.0.0.1:1") || !strings.Contains(errs.String(), "/v1/placements") {
+			t.Errorf("strata %s: exit %d, stderr %q; want it to ask http://127.0.0.1:1 for the placements", strings.Join(args, " "), code, errs.String())
 		}
 	}
 }

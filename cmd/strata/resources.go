@@ -88,6 +88,16 @@ func splitKindName(pos []string) (kind, name string, ok bool) {
 // runGet lists the objects of a kind, or shows one, through the kind's
 // own command: every flag after KIND is that command's.
 func runGet(args []string, stdout, stderr io.Writer) error {
+	// Client flags may come before the kind (`strata -o json get
+	// placements` arrives here as `-o json placements`): they go after it.
+	var lead []string
+	for len(args) > 0 && strings.HasPrefix(args[0], "-") && args[0] != "-h" && args[0] != "--help" {
+		name := strings.TrimLeft(args[0], "-")
+		lead, args = append(lead, args[0]), args[1:]
+		if globalValueFlags[name] && len(args) > 0 {
+			lead, args = append(lead, args[0]), args[1:]
+		}
+	}
 	if len(args) == 0 || strings.HasPrefix(args[0], "-") {
 		fs := newFlags("get", "KIND [NAME] [flags of the kind's command]", stderr)
 		fs.Usage()
@@ -100,7 +110,7 @@ func runGet(args []string, stdout, stderr io.Writer) error {
 	if err != nil {
 		return err
 	}
-	rest := args[1:]
+	rest := append(args[1:len(args):len(args)], lead...)
 	if len(rest) > 0 && !strings.HasPrefix(rest[0], "-") {
 		if r.one == nil {
 			return fmt.Errorf("strata get %s takes no NAME: try strata describe %s/%s", r.names[0], r.names[1], rest[0])
