@@ -94,144 +94,169 @@ func (c *Controller) rollouts() {
 	}
 }
 
+// advance moves a service's rollout on by one step, by its stage: idle
+// (a drift alarm starts a retrain), retraining (the job's model becomes
+// a canary, or ends the rollout) or canary (promoted or rolled back).
 func (c *Controller) advance(p catalog.Policy, doc *policy.Document, r *catalog.Rollout, have bool, drifts []catalog.Drift) error {
 	svc := doc.InferenceService
 	switch {
 	case !have || !r.Active():
-		cur := svc.Model.Version
-		if have {
-			cur = r.From
-			if r.Stage == catalog.StagePromoted {
-				cur = r.To
-			}
-		} else if m, err := serving.ModelManifest(c.cfg.Artifacts, svc.Model); err == nil {
-			cur = m.Version
-		}
-		var trig *catalog.Drift
-		for i, d := range drifts {
-			if d.Alarmed && d.Version == cur && (!have || d.AlarmAt.After(r.Updated)) {
-				trig = &drifts[i]
-				break
-			}
-		}
-		if trig == nil {
-			return nil
-		}
-		if have && cur == r.From && time.Now().Before(r.NextRetrainAfter) {
-			// Backing off: the alarm waits (r.Updated stays, so it still
-			// counts once the wait is over if it has not cleared).
-			r.Message = fmt.Sprintf("drift at %s/%s on %s@%s waits: %s of it ended without a new version; next retrain not before %s",
-				trig.Site, trig.Node, r.Model, cur, retrains(r.Attempt), r.NextRetrainAfter.Format(time.RFC3339))
-			return nil
-		}
-		return c.startRetrain(p, svc, r, cur, *trig)
+		return c.advanceIdle(p, svc, r, have, drifts)
 	case r.Stage == catalog.StageRetraining:
-		j, err := c.cfg.Catalog.Jobs.Value(r.Job)
-		if err != nil {
-			if rec, err := c.cfg.Catalog.Placements.Value(policy.KindTrainingJob + "/" + r.Job); err == nil && rec.State == catalog.StateFailed && r.Message != rec.Message {
-				r.Message, r.Updated = "waiting for a place to train: "+rec.Message, time.Now().UTC()
-			}
-			return nil
-		}
-		if !j.Terminal() {
-			return nil
-		}
-		// The job's placement is done with: free its nodes.
-		_ = c.cfg.Catalog.Policies.Delete(policy.KindTrainingJob + "/" + r.Job)
-		if j.State == catalog.JobFailed || j.Version == "" {
-			endUnpromoted(r, catalog.StageFailed, "training job %s failed: %s; %s@%s keeps serving", j.Name, cmp.Or(j.Error, "it registered no model"), r.Model, r.From)
-			return nil
-		}
-		r.To = j.Version
-		if same, digest := c.sameModel(r.Model, r.From, r.To); same {
-			endUnpromoted(r, catalog.StageUnchanged, "%s@%s trained by %s is the model already served (%s@%s, sha256:%.12s); nothing to roll out", r.Model, r.To, j.Name, r.Model, r.From, digest)
-			return nil
-		}
-		if t, ok := c.triedBefore(r, r.To); ok {
-			// The same data gave the same bytes: a model rolled back is
-			// not canaried again.
-			endUnpromoted(r, catalog.StageUnchanged, "%s@%s trained by %s is %s@%s again (%s at %s, sha256:%.12s); nothing to roll out",
-				r.Model, r.To, j.Name, r.Model, t.Version, t.Outcome, t.At.Format(time.RFC3339), t.Digest)
-			return nil
-		}
-		if s := svc.Rollout; s != nil && s.Strategy == policy.RolloutAll {
-			c.remember(r, r.To, catalog.StagePromoted)
-			step(r, catalog.StagePromoted, "%s@%s trained by %s on %s; rolling out everywhere at once (strategy all)", r.Model, r.To, j.Name, j.Node)
-			return nil
-		}
-		rec, _ := c.cfg.Catalog.Placements.Value(p.Key())
-		r.CanaryNodes = canaryNodes(rec, r.CanarySite)
-		if len(r.CanaryNodes) == 0 {
-			c.remember(r, r.To, catalog.StagePromoted)
-			step(r, catalog.StagePromoted, "%s@%s trained by %s; no replica to canary on, promoted everywhere", r.Model, r.To, j.Name)
-			return nil
-		}
-		c.remember(r, r.To, catalog.StageCanary)
-		step(r, catalog.StageCanary, "%s@%s trained by %s on %s (accuracy %.3f); canary on %s for %d requests", r.Model, r.To, j.Name, j.Node, j.Accuracy, strings.Join(r.CanaryNodes, ","), r.CanaryRequests)
+		c.advanceRetraining(p, svc, r)
 	case r.Stage == catalog.StageCanary:
-		var served, failed uint64
-		judged := map[string]catalog.Drift{} // canary node → its monitor's record, once it judged
-		for _, d := range drifts {
-			if d.Version != r.To || !slices.Contains(r.CanaryNodes, d.Node) {
-				continue
-			}
-			served, failed = served+d.Served, failed+d.Failed
-			if d.Alarmed {
-				r.Served, r.Failed = served, failed
-				c.remember(r, r.To, catalog.StageRolledBack)
-				endUnpromoted(r, catalog.StageRolledBack, "canary %s@%s drifted at %s too (%s); back to %s", r.Model, r.To, d.Node, alarmFeature(d), r.From)
-				return nil
-			}
-			if d.State == catalog.DriftOK || d.State == "" && d.Ready { // "": an agent that reports no state
-				judged[d.Node] = d
-			}
-		}
-		limit := canaryTimeout(svc)
-		if served < uint64(r.CanaryRequests) && time.Since(canaryStart(r)) > limit {
-			r.Served, r.Failed = served, failed
-			c.remember(r, r.To, catalog.StageRolledBack)
-			endUnpromoted(r, catalog.StageRolledBack, "canary %s@%s served %d of %d requests in %s (rollout.canaryTimeout); back to %s", r.Model, r.To, served, r.CanaryRequests, limit, r.From)
-			return nil
-		}
-		// The drift gate judges once each canary's own monitor has: the
-		// requests served alone say nothing of drift while it warms up
-		// (a window of 500 rows judges after 700), so the verdict does
-		// not depend on how fast requests come.
-		var unjudged []string
-		if svc.Drift != nil {
-			for _, n := range r.CanaryNodes {
-				if _, ok := judged[n]; !ok {
-					unjudged = append(unjudged, n)
-				}
-			}
-		}
-		rate := float64(failed) / float64(max(served, 1))
-		switch {
-		case served >= canaryMinRequests && rate > r.MaxErrorRate:
-			r.Served, r.Failed = served, failed
-			c.remember(r, r.To, catalog.StageRolledBack)
-			endUnpromoted(r, catalog.StageRolledBack, "canary %s@%s failed %d of %d requests (%.1f%% > %.1f%%); back to %s", r.Model, r.To, failed, served, 100*rate, 100*r.MaxErrorRate, r.From)
-		case served >= uint64(r.CanaryRequests) && len(unjudged) > 0 && time.Since(canaryStart(r)) > limit:
-			r.Served, r.Failed = served, failed
-			c.remember(r, r.To, catalog.StageRolledBack)
-			endUnpromoted(r, catalog.StageRolledBack, "canary %s@%s served %d requests, but its drift monitor on %s had not judged in %s (rollout.canaryTimeout; %s); back to %s",
-				r.Model, r.To, served, strings.Join(unjudged, ","), limit, c.warming(drifts, r.To, unjudged), r.From)
-		case served >= uint64(r.CanaryRequests) && len(unjudged) == 0:
-			r.Served, r.Failed = served, failed
-			c.remember(r, r.To, catalog.StagePromoted)
-			step(r, catalog.StagePromoted, "canary %s@%s served %d requests, %d failed; %s; promoted everywhere", r.Model, r.To, served, failed, judgedNoDrift(judged, r.CanaryNodes))
-		default:
-			msg := fmt.Sprintf("canary %s@%s on %s: %d of %d requests, %d failed", r.Model, r.To, strings.Join(r.CanaryNodes, ","), served, r.CanaryRequests, failed)
-			if served >= uint64(r.CanaryRequests) {
-				msg += fmt.Sprintf("; waiting for the drift monitor on %s to judge (%s)", strings.Join(unjudged, ","), c.warming(drifts, r.To, unjudged))
-			}
-			if served == r.Served && failed == r.Failed && msg == r.Message {
-				return nil
-			}
-			r.Served, r.Failed, r.Updated, r.Message = served, failed, time.Now().UTC(), msg
-		}
+		c.advanceCanary(svc, r, drifts)
 	}
 	return nil
+}
+
+// advanceIdle starts a retrain when the version served alarmed since the
+// rollout last moved, unless repeated alarms on it are backing off.
+func (c *Controller) advanceIdle(p catalog.Policy, svc *policy.InferenceServiceSpec, r *catalog.Rollout, have bool, drifts []catalog.Drift) error {
+	cur := svc.Model.Version
+	if have {
+		cur = r.From
+		if r.Stage == catalog.StagePromoted {
+			cur = r.To
+		}
+	} else if m, err := serving.ModelManifest(c.cfg.Artifacts, svc.Model); err == nil {
+		cur = m.Version
+	}
+	var trig *catalog.Drift
+	for i, d := range drifts {
+		if d.Alarmed && d.Version == cur && (!have || d.AlarmAt.After(r.Updated)) {
+			trig = &drifts[i]
+			break
+		}
+	}
+	if trig == nil {
+		return nil
+	}
+	if have && cur == r.From && time.Now().Before(r.NextRetrainAfter) {
+		// Backing off: the alarm waits (r.Updated stays, so it still
+		// counts once the wait is over if it has not cleared).
+		r.Message = fmt.Sprintf("drift at %s/%s on %s@%s waits: %s of it ended without a new version; next retrain not before %s",
+			trig.Site, trig.Node, r.Model, cur, retrains(r.Attempt), r.NextRetrainAfter.Format(time.RFC3339))
+		return nil
+	}
+	return c.startRetrain(p, svc, r, cur, *trig)
+}
+
+// advanceRetraining waits for the retrain's job; its model then ends the
+// rollout (failed, or unchanged: the bytes served or tried before), is
+// promoted at once (strategy all, or nothing to canary on), or becomes
+// the canary.
+func (c *Controller) advanceRetraining(p catalog.Policy, svc *policy.InferenceServiceSpec, r *catalog.Rollout) {
+	j, err := c.cfg.Catalog.Jobs.Value(r.Job)
+	if err != nil {
+		if rec, err := c.cfg.Catalog.Placements.Value(policy.KindTrainingJob + "/" + r.Job); err == nil && rec.State == catalog.StateFailed && r.Message != rec.Message {
+			r.Message, r.Updated = "waiting for a place to train: "+rec.Message, time.Now().UTC()
+		}
+		return
+	}
+	if !j.Terminal() {
+		return
+	}
+	// The job's placement is done with: free its nodes.
+	_ = c.cfg.Catalog.Policies.Delete(policy.KindTrainingJob + "/" + r.Job)
+	if j.State == catalog.JobFailed || j.Version == "" {
+		endUnpromoted(r, catalog.StageFailed, "training job %s failed: %s; %s@%s keeps serving", j.Name, cmp.Or(j.Error, "it registered no model"), r.Model, r.From)
+		return
+	}
+	r.To = j.Version
+	if same, digest := c.sameModel(r.Model, r.From, r.To); same {
+		endUnpromoted(r, catalog.StageUnchanged, "%s@%s trained by %s is the model already served (%s@%s, sha256:%.12s); nothing to roll out", r.Model, r.To, j.Name, r.Model, r.From, digest)
+		return
+	}
+	if t, ok := c.triedBefore(r, r.To); ok {
+		// The same data gave the same bytes: a model rolled back is
+		// not canaried again.
+		endUnpromoted(r, catalog.StageUnchanged, "%s@%s trained by %s is %s@%s again (%s at %s, sha256:%.12s); nothing to roll out",
+			r.Model, r.To, j.Name, r.Model, t.Version, t.Outcome, t.At.Format(time.RFC3339), t.Digest)
+		return
+	}
+	if s := svc.Rollout; s != nil && s.Strategy == policy.RolloutAll {
+		c.remember(r, r.To, catalog.StagePromoted)
+		step(r, catalog.StagePromoted, "%s@%s trained by %s on %s; rolling out everywhere at once (strategy all)", r.Model, r.To, j.Name, j.Node)
+		return
+	}
+	rec, _ := c.cfg.Catalog.Placements.Value(p.Key())
+	r.CanaryNodes = canaryNodes(rec, r.CanarySite)
+	if len(r.CanaryNodes) == 0 {
+		c.remember(r, r.To, catalog.StagePromoted)
+		step(r, catalog.StagePromoted, "%s@%s trained by %s; no replica to canary on, promoted everywhere", r.Model, r.To, j.Name)
+		return
+	}
+	c.remember(r, r.To, catalog.StageCanary)
+	step(r, catalog.StageCanary, "%s@%s trained by %s on %s (accuracy %.3f); canary on %s for %d requests", r.Model, r.To, j.Name, j.Node, j.Accuracy, strings.Join(r.CanaryNodes, ","), r.CanaryRequests)
+}
+
+// advanceCanary judges the canary from its replicas' drift records: an
+// alarm or too many failed requests roll it back, as does a canary that
+// has not served or been judged within rollout.canaryTimeout; served
+// and judged with no drift, it is promoted.
+func (c *Controller) advanceCanary(svc *policy.InferenceServiceSpec, r *catalog.Rollout, drifts []catalog.Drift) {
+	var served, failed uint64
+	judged := map[string]catalog.Drift{} // canary node → its monitor's record, once it judged
+	for _, d := range drifts {
+		if d.Version != r.To || !slices.Contains(r.CanaryNodes, d.Node) {
+			continue
+		}
+		served, failed = served+d.Served, failed+d.Failed
+		if d.Alarmed {
+			r.Served, r.Failed = served, failed
+			c.remember(r, r.To, catalog.StageRolledBack)
+			endUnpromoted(r, catalog.StageRolledBack, "canary %s@%s drifted at %s too (%s); back to %s", r.Model, r.To, d.Node, alarmFeature(d), r.From)
+			return
+		}
+		if d.State == catalog.DriftOK || d.State == "" && d.Ready { // "": an agent that reports no state
+			judged[d.Node] = d
+		}
+	}
+	limit := canaryTimeout(svc)
+	if served < uint64(r.CanaryRequests) && time.Since(canaryStart(r)) > limit {
+		r.Served, r.Failed = served, failed
+		c.remember(r, r.To, catalog.StageRolledBack)
+		endUnpromoted(r, catalog.StageRolledBack, "canary %s@%s served %d of %d requests in %s (rollout.canaryTimeout); back to %s", r.Model, r.To, served, r.CanaryRequests, limit, r.From)
+		return
+	}
+	// The drift gate judges once each canary's own monitor has: the
+	// requests served alone say nothing of drift while it warms up
+	// (a window of 500 rows judges after 700), so the verdict does
+	// not depend on how fast requests come.
+	var unjudged []string
+	if svc.Drift != nil {
+		for _, n := range r.CanaryNodes {
+			if _, ok := judged[n]; !ok {
+				unjudged = append(unjudged, n)
+			}
+		}
+	}
+	rate := float64(failed) / float64(max(served, 1))
+	switch {
+	case served >= canaryMinRequests && rate > r.MaxErrorRate:
+		r.Served, r.Failed = served, failed
+		c.remember(r, r.To, catalog.StageRolledBack)
+		endUnpromoted(r, catalog.StageRolledBack, "canary %s@%s failed %d of %d requests (%.1f%% > %.1f%%); back to %s", r.Model, r.To, failed, served, 100*rate, 100*r.MaxErrorRate, r.From)
+	case served >= uint64(r.CanaryRequests) && len(unjudged) > 0 && time.Since(canaryStart(r)) > limit:
+		r.Served, r.Failed = served, failed
+		c.remember(r, r.To, catalog.StageRolledBack)
+		endUnpromoted(r, catalog.StageRolledBack, "canary %s@%s served %d requests, but its drift monitor on %s had not judged in %s (rollout.canaryTimeout; %s); back to %s",
+			r.Model, r.To, served, strings.Join(unjudged, ","), limit, c.warming(drifts, r.To, unjudged), r.From)
+	case served >= uint64(r.CanaryRequests) && len(unjudged) == 0:
+		r.Served, r.Failed = served, failed
+		c.remember(r, r.To, catalog.StagePromoted)
+		step(r, catalog.StagePromoted, "canary %s@%s served %d requests, %d failed; %s; promoted everywhere", r.Model, r.To, served, failed, judgedNoDrift(judged, r.CanaryNodes))
+	default:
+		msg := fmt.Sprintf("canary %s@%s on %s: %d of %d requests, %d failed", r.Model, r.To, strings.Join(r.CanaryNodes, ","), served, r.CanaryRequests, failed)
+		if served >= uint64(r.CanaryRequests) {
+			msg += fmt.Sprintf("; waiting for the drift monitor on %s to judge (%s)", strings.Join(unjudged, ","), c.warming(drifts, r.To, unjudged))
+		}
+		if served == r.Served && failed == r.Failed && msg == r.Message {
+			return
+		}
+		r.Served, r.Failed, r.Updated, r.Message = served, failed, time.Now().UTC(), msg
+	}
 }
 
 // sameModel reports whether two versions of a model have the same bytes,
