@@ -202,44 +202,11 @@ func (c *Controller) advanceExperiment(p catalog.Policy, doc *policy.Document, e
 		}
 		c.log.Info("experiment ended", "policy", p.Key(), "state", state, "message", e.Message)
 	}
-	// The trials' jobs, as they ran.
-	failed := 0
-	for i := range e.Trials {
-		tr := &e.Trials[i]
-		if !trialEnded(tr.State) {
-			if j, err := c.cfg.Catalog.Jobs.Value(tr.Job); err == nil {
-				tr.State, tr.Node, tr.Started, tr.Finished, tr.Error = j.State, j.Node, j.Started, j.Finished, j.Error
-				tr.Curve = curveOf(j.Steps, e.Metric)
-				if j.State == catalog.JobSucceeded {
-					tr.Metrics = j.Metrics
-					if v, ok := j.Metrics[e.Metric]; ok {
-						tr.Value, tr.HasValue = v, true
-					} else if bad, ok := j.Invalid[e.Metric]; ok {
-						tr.State, tr.Error = catalog.JobFailed, fmt.Sprintf("the trial reported %s = %s in its metrics.json: not a number the search can rank", e.Metric, bad)
-					} else {
-						tr.State, tr.Error = catalog.JobFailed, fmt.Sprintf("the trial reported no %q in its metrics.json", e.Metric)
-					}
-				}
-			}
-		}
-		if tr.State == catalog.JobFailed {
-			failed++
-		}
-	}
+	failed := c.syncTrials(e)
 	if e.State == catalog.ExperimentRunning {
 		c.stopPoorTrials(p, sw, e, maximize, now)
 	}
-	e.Best = -1
-	for i, tr := range e.Trials {
-		if tr.HasValue && (e.Best < 0 || (maximize && tr.Value > e.Trials[e.Best].Value) || (!maximize && tr.Value < e.Trials[e.Best].Value)) {
-			e.Best = i
-		}
-	}
-	reached := false
-	if e.Best >= 0 && sw.Objective.Target != 0 {
-		v := e.Trials[e.Best].Value
-		reached = (maximize && v >= sw.Objective.Target) || (!maximize && v <= sw.Objective.Target)
-	}
+	reached := markBest(e, sw.Objective, maximize)
 
 	switch e.State {
 	case catalog.ExperimentRunning:
@@ -316,6 +283,51 @@ func (c *Controller) advanceExperiment(p catalog.Policy, doc *policy.Document, e
 			formatParams(e.Trials[e.Best].Params), e.Metric, e.Trials[e.Best].Value, j.Model, j.Version)
 	}
 	return nil
+}
+
+// syncTrials copies into e's trials what their jobs' records say, and
+// returns how many trials failed. A trial that succeeded without a
+// finite value for the experiment's metric failed.
+func (c *Controller) syncTrials(e *catalog.Experiment) (failed int) {
+	for i := range e.Trials {
+		tr := &e.Trials[i]
+		if !trialEnded(tr.State) {
+			if j, err := c.cfg.Catalog.Jobs.Value(tr.Job); err == nil {
+				tr.State, tr.Node, tr.Started, tr.Finished, tr.Error = j.State, j.Node, j.Started, j.Finished, j.Error
+				tr.Curve = curveOf(j.Steps, e.Metric)
+				if j.State == catalog.JobSucceeded {
+					tr.Metrics = j.Metrics
+					if v, ok := j.Metrics[e.Metric]; ok {
+						tr.Value, tr.HasValue = v, true
+					} else if bad, ok := j.Invalid[e.Metric]; ok {
+						tr.State, tr.Error = catalog.JobFailed, fmt.Sprintf("the trial reported %s = %s in its metrics.json: not a number the search can rank", e.Metric, bad)
+					} else {
+						tr.State, tr.Error = catalog.JobFailed, fmt.Sprintf("the trial reported no %q in its metrics.json", e.Metric)
+					}
+				}
+			}
+		}
+		if tr.State == catalog.JobFailed {
+			failed++
+		}
+	}
+	return failed
+}
+
+// markBest sets e.Best to the trial with the best value (-1: none yet),
+// and says whether it reached the objective's target.
+func markBest(e *catalog.Experiment, obj policy.Objective, maximize bool) (reached bool) {
+	e.Best = -1
+	for i, tr := range e.Trials {
+		if tr.HasValue && (e.Best < 0 || (maximize && tr.Value > e.Trials[e.Best].Value) || (!maximize && tr.Value < e.Trials[e.Best].Value)) {
+			e.Best = i
+		}
+	}
+	if e.Best >= 0 && obj.Target != 0 {
+		v := e.Trials[e.Best].Value
+		reached = (maximize && v >= obj.Target) || (!maximize && v <= obj.Target)
+	}
+	return reached
 }
 
 // trialEnded says a trial's job will not change any more.
