@@ -5,10 +5,11 @@
 #   libc6-arm64-cross  the arm64 C library and loader (/usr/aarch64-linux-gnu)
 #                      the dynamically linked arm64 binary needs under qemu
 #   dpkg               dpkg-deb, to read the .debs
+#   curl               docs/install.md's guide asks the shop's agent with it
 #
 # On a machine without apt-get the tests that need these skip and say why.
 set -euo pipefail
-pkgs=(qemu-user-static libc6-arm64-cross dpkg)
+pkgs=(qemu-user-static libc6-arm64-cross dpkg curl)
 missing=()
 for p in "${pkgs[@]}"; do
 	dpkg -s "$p" >/dev/null 2>&1 || missing+=("$p")
