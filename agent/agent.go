@@ -297,6 +297,7 @@ func (a *Agent) startComponents() error {
 	if a.inf != nil {
 		lc.Inference = a.inf
 	}
+	lc.InferenceErr = a.infErr
 	lc.PrestageBudget = int64(cfg.PrestageBudget)
 	a.srvg = serving.NewLoader(lc)
 	if !cfg.Federation.Enabled() {

@@ -18,6 +18,7 @@ import (
 	"github.com/strata-mesh/strata/infer"
 	"github.com/strata-mesh/strata/mesh"
 	"github.com/strata-mesh/strata/mesh/meshtest"
+	"github.com/strata-mesh/strata/storage"
 	"github.com/strata-mesh/strata/trainer/onnx"
 )
 
@@ -531,4 +532,46 @@ func testStandbyTakesOver(t *testing.T, warm bool) {
 	if warm && len(byName[standby].inf.Standbys()) != 0 {
 		t.Errorf("the standby %s still holds a standby after taking over: %v; want it promoted", standby, byName[standby].inf.Standbys())
 	}
+}
+
+// TestNoRuntimeSaysSo: an agent whose ONNX Runtime did not load serves
+// nothing; a replica placed on it is reported failed, saying why, where
+// users look (the placement), instead of "loading" for ever.
+func TestNoRuntimeSaysSo(t *testing.T) {
+	t.Parallel()
+	keys, err := NewDevPKI()
+	if err != nil {
+		t.Fatal(err)
+	}
+	owns := true
+	a := devMesh(t, 1, func(c *Config) {
+		c.PKI, c.ORTLibrary, c.Controller = keys, filepath.Join(t.TempDir(), "libonnxruntime.so.1"), &owns
+	})[0]
+	model, _, err := onnx.RandomMLP(1, 4, 8, 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	publishFile(t, a, storage.PublishSpec{Kind: storage.KindModel, Name: "m", Version: "1"}, model)
+	src := []byte("apiVersion: strata/v1\nkind: InferenceService\nmetadata: {name: svc}\nspec:\n  model: {name: m, version: \"1\"}\n  resources: {cpu: 10m, memory: 16Mi}\n")
+	if code, body := post(t, a.Handler(), http.MethodPost, "/v1/policies", src); code != http.StatusOK {
+		t.Fatalf("apply = %d %s", code, body)
+	}
+	var last string
+	reported := false
+	defer func() {
+		if !reported {
+			t.Logf("placements: %s", last)
+		}
+	}()
+	meshtest.WaitFor(t, 30*time.Second, "the replica reported failed for want of ONNX Runtime", func() bool {
+		code, body := post(t, a.Handler(), http.MethodGet, "/v1/placements", nil)
+		last = string(body)
+		var ps []struct {
+			State string
+			Nodes []struct{ Replica, Reason string }
+		}
+		return code == http.StatusOK && json.Unmarshal(body, &ps) == nil && len(ps) == 1 && ps[0].State == "failed" &&
+			len(ps[0].Nodes) == 1 && ps[0].Nodes[0].Replica == "failed" && strings.Contains(ps[0].Nodes[0].Reason, "ONNX Runtime is not loaded")
+	})
+	reported = true
 }

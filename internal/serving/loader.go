@@ -64,12 +64,15 @@ type Inference interface {
 type Model struct{ Name, Version string }
 
 // LoaderConfig configures a Loader. Inference is nil on an agent without
-// ONNX Runtime: it then loads nothing.
+// ONNX Runtime: it then loads nothing, and says so of every replica
+// assigned here.
 type LoaderConfig struct {
 	Mesh      Mesh
 	Catalog   *catalog.Catalog
 	Artifacts Artifacts
 	Inference Inference
+	// InferenceErr is why Inference is nil, for the replicas' state.
+	InferenceErr error
 	// OnLoaded, when set, is told the models loaded here, by policy key,
 	// after every change (the drift watch follows them). It is called
 	// with the loader's lock held and must not call back into it.
@@ -251,6 +254,7 @@ func (s *Loader) synced() {
 
 func (s *Loader) reconcile(ctx context.Context) {
 	if s.cfg.Inference == nil || !s.cfg.Artifacts.Enabled() {
+		s.cannotServe()
 		return
 	}
 	want, unresolved := s.wanted()
@@ -378,6 +382,37 @@ func (s *Loader) load(ctx context.Context, key string, m storage.Manifest) {
 	s.log.Info("serving model", "policy", key, "model", m.Ref())
 	s.publishLocked()
 	s.synced()
+}
+
+// cannotServe says of every replica assigned here that it failed, and
+// why: an agent without ONNX Runtime, or without a data plane to pull
+// models over, serves nothing, and its placements say so where users
+// look instead of "loading" for ever.
+func (s *Loader) cannotServe() {
+	why := "this agent has no data plane (no mesh CA): it cannot pull models"
+	if s.cfg.Inference == nil {
+		why = "this agent serves no models: ONNX Runtime is not loaded"
+		if s.cfg.InferenceErr != nil {
+			why += " (" + s.cfg.InferenceErr.Error() + ")"
+		}
+	}
+	want := map[string]string{}
+	for _, as := range s.cfg.Mesh.Local().Assignments {
+		if as.Accepted && strings.HasPrefix(as.Key, policy.KindInferenceService+"/") {
+			want[as.Key] = ""
+		}
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for key := range s.replicas {
+		if _, ok := want[key]; !ok {
+			delete(s.replicas, key)
+		}
+	}
+	for key := range want {
+		s.setReplica(key, s.replicas[key].Model, mesh.ReplicaFailed, why, 0)
+	}
+	s.publishLocked()
 }
 
 // pullAndLoad pulls m's bytes unless held here and loads them.
