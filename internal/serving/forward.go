@@ -296,26 +296,35 @@ func (f *Forwarder) believedFailed(model, version string) []mesh.Node {
 	return out
 }
 
-// standbyNodes lists the alive nodes other than this one that hold model
-// (at version, or any when empty) as a warm standby, have not failed a
-// request lately and can be forwarded to, nearest first.
+// standbyNodes lists the alive or suspect nodes other than this one that
+// hold model (at version, or any when empty) as a warm standby, have not
+// failed a request lately and can be forwarded to: the alive ones nearest
+// first, then the suspect ones (on a busy host a suspect often answers).
 func (f *Forwarder) standbyNodes(model, version string) []mesh.Node {
-	var out []mesh.Node
+	var alive, suspect []mesh.Node
 	for _, n := range f.cfg.Mesh.Nodes() {
-		if n.Status != mesh.StatusAlive || n.ID == f.cfg.Mesh.ID() || n.Addrs.Data == "" || f.isEjected(n.Name) || !lists(n.Standbys, model, version) || !f.vouched(n, model, true) {
+		if (n.Status != mesh.StatusAlive && n.Status != mesh.StatusSuspect) || n.ID == f.cfg.Mesh.ID() || n.Addrs.Data == "" || f.isEjected(n.Name) || !lists(n.Standbys, model, version) || !f.vouched(n, model, true) {
 			continue
 		}
-		out = append(out, n)
+		if n.Status == mesh.StatusAlive {
+			alive = append(alive, n)
+		} else {
+			suspect = append(suspect, n)
+		}
 	}
-	f.nearestFirst(out)
-	return out
+	f.nearestFirst(alive)
+	f.nearestFirst(suspect)
+	return append(alive, suspect...)
 }
 
 // vouched says whether a placement names n for model (as a standby when
 // standby is set), counting the nodes it does not: their documents claim
-// what no controller placed there.
+// what no controller placed there. A node named the model's standby may
+// also serve it as a replica: when its replica fails the owner promotes
+// the standby, and the node's document saying it serves can arrive
+// before the placement that names it a replica.
 func (f *Forwarder) vouched(n mesh.Node, model string, standby bool) bool {
-	if f.cfg.Vouch == nil || f.cfg.Vouch(n.Name, model, standby) {
+	if f.cfg.Vouch == nil || f.cfg.Vouch(n.Name, model, standby) || !standby && f.cfg.Vouch(n.Name, model, true) {
 		return true
 	}
 	f.unvouched.Add(1)

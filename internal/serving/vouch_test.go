@@ -165,3 +165,26 @@ func TestSpillGoesOnlyWhereSooner(t *testing.T) {
 		t.Errorf("spilled from a replica 500ms from its answer: %v, sent %d; want it sent", err, len(dp.to))
 	}
 }
+
+// TestPromotedStandbyIsATarget: when a replica fails, the owner promotes
+// its standby, and the standby's document saying it serves can reach an
+// agent before the placement naming it a replica. A node named the
+// model's standby is a target for it; a suspect standby is tried too,
+// after the alive ones.
+func TestPromotedStandbyIsATarget(t *testing.T) {
+	t.Parallel()
+	promoted := fraudNode("edge-2", mesh.StatusAlive) // serves fraud@1 now
+	onlyStandby := func(node, model string, standby bool) bool { return node == "edge-2" && model == "fraud" && standby }
+	dp := &recorder{}
+	f := NewForwarder(ForwarderConfig{Mesh: peers{promoted}, DataPlane: dp, Vouch: onlyStandby})
+	if err := f.Forward(httptest.NewRecorder(), httptest.NewRequest(http.MethodPost, "/v2/models/fraud/infer", strings.NewReader(`{}`)), "fraud", ""); err != nil {
+		t.Fatalf("a promoted standby is not a target: %v", err)
+	}
+	suspect := fraudNode("edge-3", mesh.StatusSuspect)
+	suspect.Models, suspect.Standbys = nil, []string{"fraud@1"}
+	dp = &recorder{}
+	f = NewForwarder(ForwarderConfig{Mesh: peers{suspect}, DataPlane: dp, Vouch: func(node, _ string, standby bool) bool { return node == "edge-3" && standby }})
+	if err := f.Forward(httptest.NewRecorder(), httptest.NewRequest(http.MethodPost, "/v2/models/fraud/infer", strings.NewReader(`{}`)), "fraud", ""); err != nil || len(dp.to) != 1 || dp.to[0].Name != "edge-3" {
+		t.Fatalf("a suspect warm standby, the only one, was not tried: %v, sent to %v", err, dp.to)
+	}
+}
