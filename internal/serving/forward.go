@@ -282,15 +282,17 @@ func (f *Forwarder) isEjected(name string) bool {
 
 // believedFailed lists the nodes other than this one, failed or in a site
 // cut off, whose last document says they serve model (at version, or any
-// when empty), nearest first. A node that left is not listed: it said
-// goodbye.
+// when empty) or hold it as a warm standby, nearest first. A node that
+// left is not listed: it said goodbye.
 func (f *Forwarder) believedFailed(model, version string) []mesh.Node {
 	var out []mesh.Node
 	for _, n := range f.cfg.Mesh.Nodes() {
-		if (n.Status != mesh.StatusFailed && n.Status != mesh.StatusUnreachable) || n.ID == f.cfg.Mesh.ID() || n.Addrs.Data == "" || !serves(n, model, version) || !f.vouched(n, model, false) {
+		if (n.Status != mesh.StatusFailed && n.Status != mesh.StatusUnreachable) || n.ID == f.cfg.Mesh.ID() || n.Addrs.Data == "" {
 			continue
 		}
-		out = append(out, n)
+		if serves(n, model, version) && f.vouched(n, model, false) || lists(n.Standbys, model, version) && f.vouched(n, model, true) {
+			out = append(out, n)
+		}
 	}
 	f.nearestFirst(out)
 	return out
