@@ -509,19 +509,13 @@ func testStandbyTakesOver(t *testing.T, warm bool) {
 		// machine the observer may hear of the stop, and of the
 		// standby's promotion, in a few steps: it may ask again for a
 		// moment, well before the placement moves.
-		tries, asked := 0, time.Now()
-		for {
+		tries, last := 0, ""
+		meshtest.Poll(t, 500*time.Millisecond, 50*time.Millisecond, "a request at "+observer.Name()+" answered by the warm standby "+standby, func() bool {
 			tries++
 			code, by, body := infer1(t, observer.Handler())
-			if code == http.StatusOK && by == standby {
-				break
-			}
-			if time.Since(asked) > 500*time.Millisecond {
-				t.Fatalf("infer at %s after the stop = %d by %q: %s (try %d); want answered by the warm standby %s", observer.Name(), code, by, body, tries, standby)
-			}
-			// A client's pace between tries; bounded by the 500 ms above.
-			time.Sleep(50 * time.Millisecond)
-		}
+			last = fmt.Sprintf("%d by %q: %s", code, by, body)
+			return code == http.StatusOK && by == standby
+		}, func() { t.Logf("the last answer at %s (try %d): %s", observer.Name(), tries, last) })
 		t.Logf("and one made at %s after %s (%d tries)", observer.Name(), time.Since(stopped).Round(time.Millisecond), tries)
 	}
 	moved := false

@@ -94,6 +94,25 @@ func caHolderArgs(t *testing.T, keys string) []string {
 		"-signing-key", filepath.Join(keys, "signing.key"), "-trusted-keys", filepath.Join(keys, "signing.pub")}
 }
 
+// startCAHolders starts an agent per name on loopback, each with its own
+// data dir under dir, holding every key in keys (caHolderArgs) and taking
+// args(i) besides; all but the first join the first.
+func startCAHolders(t *testing.T, dir, keys string, names []string, args func(i int) []string) []*proc {
+	t.Helper()
+	var ps []*proc
+	for i, name := range names {
+		p := &proc{name: name, dir: filepath.Join(dir, name),
+			api: fmt.Sprintf("127.0.0.1:%d", freePort(t)), gossip: fmt.Sprintf("127.0.0.1:%d", freePort(t)),
+			args: append(caHolderArgs(t, keys), args(i)...)}
+		if i > 0 {
+			p.args = append(p.args, "-join", ps[0].gossip)
+		}
+		startAgent(t, p)
+		ps = append(ps, p)
+	}
+	return ps
+}
+
 type proc struct {
 	name, dir, api, gossip string
 	args                   []string
@@ -375,17 +394,7 @@ func TestPushPullCLI(t *testing.T) {
 	if _, err := cli(t, "unused", "keygen", "-pki", keys); err == nil {
 		t.Error("keygen overwrote existing keys")
 	}
-	var ps []*proc
-	for i := range 2 {
-		p := &proc{name: fmt.Sprintf("a%d", i), dir: filepath.Join(dir, fmt.Sprint(i)),
-			api: fmt.Sprintf("127.0.0.1:%d", freePort(t)), gossip: fmt.Sprintf("127.0.0.1:%d", freePort(t)),
-			args: caHolderArgs(t, keys)}
-		if i > 0 {
-			p.args = append(p.args, "-join", ps[0].gossip)
-		}
-		startAgent(t, p)
-		ps = append(ps, p)
-	}
+	ps := startCAHolders(t, dir, keys, []string{"a0", "a1"}, func(int) []string { return nil })
 	meshtest.WaitFor(t, 20*time.Second, "two agents", func() bool { return len(membersOf(t, ps[1].api)) == 2 })
 	model := filepath.Join(dir, "model.onnx")
 	b, _, err := onnx.RandomMLP(1, 512, 300, 1) // 600 KB: several chunks
@@ -448,19 +457,12 @@ func TestLoneSiteNodeKilled(t *testing.T) {
 	if _, err := cli(t, "unused", "keygen", "-pki", keys); err != nil {
 		t.Fatal(err)
 	}
-	var ps []*proc
 	// s-c's onprem agent is the controller.
-	for i, site := range []string{"s-c", "s-a", "s-b"} {
-		tier := map[bool]string{true: "onprem", false: "edge"}[site == "s-c"]
-		p := &proc{name: "lone-" + site, dir: filepath.Join(dir, site),
-			api: fmt.Sprintf("127.0.0.1:%d", freePort(t)), gossip: fmt.Sprintf("127.0.0.1:%d", freePort(t)),
-			args: append(caHolderArgs(t, keys), "-site", site, "-tier", tier, "-site-lost-after", "3s")}
-		if i > 0 {
-			p.args = append(p.args, "-join", ps[0].gossip)
-		}
-		startAgent(t, p)
-		ps = append(ps, p)
-	}
+	sites := []string{"s-c", "s-a", "s-b"}
+	ps := startCAHolders(t, dir, keys, []string{"lone-s-c", "lone-s-a", "lone-s-b"}, func(i int) []string {
+		tier := map[bool]string{true: "onprem", false: "edge"}[i == 0]
+		return []string{"-site", sites[i], "-tier", tier, "-site-lost-after", "3s"}
+	})
 	meshtest.WaitFor(t, 20*time.Second, "three agents", func() bool { return len(membersOf(t, ps[0].api)) == 3 })
 	model := filepath.Join(dir, "model.onnx")
 	b, _, err := onnx.RandomMLP(1, 4, 8, 1)
