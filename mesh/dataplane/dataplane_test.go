@@ -266,7 +266,12 @@ func TestResumeAfterHolderRestart(t *testing.T) {
 
 func TestCorruptHolderRejected(t *testing.T) {
 	ca := newTestCA(t)
-	good := startNode(t, ca, "good", "", nodeOpts{})
+	// The good holder serves at 128 KiB/s, so the pull (512 KiB) lasts
+	// seconds: long after the bad holder has said what it has, which is
+	// when the puller starts asking it too. Unthrottled on loopback, the
+	// good holder could serve every chunk before the puller had heard
+	// from the bad one, and the bad one would never be asked.
+	good := startNode(t, ca, "good", "", nodeOpts{mutate: func(c *Config) { c.EgressBytesPerSec = 128 << 10 }})
 	bad := startNode(t, ca, "bad", "", nodeOpts{})
 	puller := startNode(t, ca, "puller", "", nodeOpts{})
 	data := randomBlob(512<<10, 3)
