@@ -32,9 +32,11 @@ import (
 
 	"github.com/strata-mesh/strata/internal/artifacts"
 	"github.com/strata-mesh/strata/internal/catalog"
+	"github.com/strata-mesh/strata/internal/meshview"
 	"github.com/strata-mesh/strata/internal/safe"
 	"github.com/strata-mesh/strata/mesh"
 	"github.com/strata-mesh/strata/mesh/dataplane"
+	"github.com/strata-mesh/strata/placement"
 	"github.com/strata-mesh/strata/policy"
 	"github.com/strata-mesh/strata/storage"
 	"github.com/strata-mesh/strata/trainer"
@@ -107,6 +109,11 @@ type Runner struct {
 	// again is how soon reconcile wants to look again (0: on the next
 	// change, or in 2s); reconcile's goroutine only.
 	again time.Duration
+	// live and unsteady are the names of the members last seen alive, and
+	// when the membership was last seen otherwise than all alive or with
+	// another set of them (see steadyFor); reconcile's goroutine only.
+	live     string
+	unsteady time.Time
 }
 
 // DefaultStartQuiet is how long an agent's training job placed on its
@@ -117,6 +124,14 @@ type Runner struct {
 // stopped. With 1000 sweep trials on a dev mesh with 3 busy loops per core
 // (BenchmarkSweepTrialsUnderLoad), 10 trials ran twice without it.
 const DefaultStartQuiet = 1500 * time.Millisecond
+
+// steadyFor is how long every member this node knows must have been alive,
+// the same set of them, before a job placed here by the owner this node
+// also computes starts without the start quiet. A rival owner places a
+// job only after it has seen its set of owners change and waited 5 s (the
+// controller's settle time); the suspicion that changed its set is gossiped
+// to this node too, which then keeps the quiet for this long after.
+const steadyFor = 10 * time.Second
 
 type localJob struct {
 	epoch   uint64
@@ -284,6 +299,12 @@ func (j *Runner) reconcile(ctx context.Context) {
 		return
 	}
 	now := time.Now()
+	nodes := j.cfg.Mesh.Nodes()
+	steady := j.noteSteady(nodes, now)
+	var owners []string
+	if steady {
+		owners = meshview.Owners(nodes)
+	}
 	placedAt := make(map[string]time.Time, len(mine))
 	for key, rec := range mine {
 		at := fmt.Sprintf("%s@%d", key, rec.Epoch)
@@ -303,8 +324,10 @@ func (j *Runner) reconcile(ctx context.Context) {
 		if prev, err := j.cfg.Catalog.Jobs.Value(rec.Name); err == nil && prev.Over(rec.Generation, rec.Epoch) {
 			continue // ran to its end already; a new generation runs again
 		}
-		if wait := j.cfg.StartQuiet - now.Sub(placedAt[fmt.Sprintf("%s@%d", key, rec.Epoch)]); wait > 0 {
-			// See DefaultStartQuiet; look again when it has passed.
+		if wait := j.cfg.StartQuiet - now.Sub(placedAt[fmt.Sprintf("%s@%d", key, rec.Epoch)]); wait > 0 && !(steady && rec.Owner == placement.Owner(key, owners)) {
+			// See DefaultStartQuiet; look again when it has passed. A
+			// job placed by its owner while the membership is steady
+			// has no rival placement to wait for.
 			j.again = cmp.Or(min(j.again, wait), wait)
 			continue
 		}
@@ -326,6 +349,28 @@ func (j *Runner) reconcile(ctx context.Context) {
 			})
 		}
 	}
+}
+
+// noteSteady notes the membership seen now and says whether it has been
+// steady for steadyFor: every member known alive (or gone for good), the
+// same set of them.
+func (j *Runner) noteSteady(nodes []mesh.Node, now time.Time) bool {
+	var b strings.Builder
+	allAlive := true
+	for _, n := range nodes {
+		switch n.Status {
+		case mesh.StatusAlive:
+			b.WriteString(n.Name)
+			b.WriteByte(0)
+		case mesh.StatusLeft:
+		default:
+			allAlive = false
+		}
+	}
+	if live := b.String(); !allAlive || live != j.live || j.unsteady.IsZero() {
+		j.live, j.unsteady = live, now
+	}
+	return now.Sub(j.unsteady) >= steadyFor
 }
 
 // running returns the job started here for key, if any.

@@ -537,3 +537,58 @@ func TestRivalPlacementInTheQuietStartsNothing(t *testing.T) {
 		})
 	}
 }
+
+// TestSteadyMeshSkipsTheQuiet: the start quiet is for rival placements,
+// which come from owners that saw members flap. A job placed by the owner
+// this node computes too, while every member has been alive for steadyFor,
+// starts at once; placed by another owner, or with a member suspect, it
+// waits out the quiet.
+func TestSteadyMeshSkipsTheQuiet(t *testing.T) {
+	t.Parallel()
+	node := func(name string, st mesh.Status, controller bool) mesh.Node {
+		return mesh.Node{NodeState: mesh.NodeState{Name: name, Controller: controller}, Status: st}
+	}
+	alive := []mesh.Node{node("a", mesh.StatusAlive, true), node("n1", mesh.StatusAlive, false)}
+	suspect := append(slices.Clone(alive), node("n2", mesh.StatusSuspect, false))
+	for _, tc := range []struct {
+		name   string
+		owner  string
+		nodes  []mesh.Node
+		starts bool
+	}{
+		{"steady, its owner", "a", alive, true},
+		{"steady, another owner", "b", alive, false},
+		{"a member suspect", "a", suspect, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			cat := catalog.New(catalogtest.NewStore(), nil)
+			src := "apiVersion: strata/v1\nkind: TrainingJob\nmetadata: {name: q}\nspec:\n  resources: {cpu: 100m, memory: 64Mi}\n  command: [\"true\"]\n"
+			pol, err := cat.Policies.Put(catalog.Policy{Kind: "TrainingJob", Name: "q", Source: src, Generation: 1})
+			if err != nil {
+				t.Fatal(err)
+			}
+			rec := catalog.Placement{Key: "TrainingJob/q", Kind: "TrainingJob", Name: "q", Epoch: 1, Generation: 1, Owner: tc.owner,
+				State: catalog.StatePlaced, Nodes: []catalog.PlacedNode{{Name: "n1", Rank: 0, Admitted: true}}}
+			if _, err := cat.Placements.Put(rec, pol.Ref()); err != nil {
+				t.Fatal(err)
+			}
+			r := New(Config{Name: "n1", DataDir: t.TempDir(), Catalog: cat, Artifacts: noArtifacts{}, StartQuiet: time.Hour,
+				Mesh: fakeMesh{nodes: tc.nodes, local: mesh.NodeState{Assignments: []mesh.Assignment{{Key: "TrainingJob/q", Epoch: 1, Accepted: true}}}}})
+			// This node has seen the same membership for steadyFor.
+			r.noteSteady(tc.nodes, time.Now().Add(-steadyFor))
+			ctx, cancel := context.WithCancel(context.Background())
+			defer cancel()
+			r.reconcile(ctx)
+			if _, ok := r.running("TrainingJob/q"); ok != tc.starts {
+				t.Errorf("started %v, want %v", ok, tc.starts)
+			}
+			cancel()
+			meshtest.WaitFor(t, 10*time.Second, "the run started here to end", func() bool {
+				r.mu.Lock()
+				defer r.mu.Unlock()
+				lj := r.runs["TrainingJob/q"]
+				return lj == nil || lj.live == 0
+			})
+		})
+	}
+}
