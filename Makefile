@@ -59,10 +59,7 @@ demo: setup build
 	./$(BIN) dev $(ARGS)
 
 test: setup
-	@bash scripts/hygiene.sh
-	$(GO) test -count=1 -timeout 20m ./...
-	$(GO) test -count=1 -race -timeout 20m ./mesh/... ./agent/... ./storage/... ./internal/...
-	@$(MAKE) --no-print-directory test-release
+	@GO=$(GO) MAKE=$(MAKE) bash scripts/test.sh
 
 bench: setup build
 	@bash scripts/bench.sh
