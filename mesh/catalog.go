@@ -95,6 +95,12 @@ type Dep struct {
 type PutOptions struct {
 	Scope Scope
 	Deps  []Dep
+	// Notify names members that act on the write next (the nodes a
+	// placement names, the owner waiting for a job's end): the entry is
+	// sent to each at once, one packet, besides the gossip that reaches
+	// every member within a few gossip rounds. Best effort: a lost packet
+	// costs only the gossip's delay. Not part of the entry.
+	Notify []string
 }
 
 // ErrNotFound is returned by Get for a key that is absent or deleted.
@@ -183,8 +189,45 @@ func (m *Mesh) write(key string, value json.RawMessage, deleted bool, o PutOptio
 	err := m.persistEntry(e)
 	m.notifyLocked()
 	m.mu.Unlock()
-	m.spreadEntry(e)
+	if m.spreadEntry(e) {
+		m.sendEntry(e, o.Notify)
+	}
 	return *e, err
+}
+
+// sendEntry sends a gossiped entry to the named members at once (see
+// PutOptions.Notify), with the entries it depends on that are held here
+// (a receiver acts on an entry only once it holds them): one UDP packet
+// an entry, to those alive but this node.
+func (m *Mesh) sendEntry(e *Entry, to []string) {
+	if len(to) == 0 {
+		return
+	}
+	m.mu.Lock()
+	var names []string
+	for _, name := range to {
+		if mi := m.members[name]; name != m.cfg.Name && mi != nil && mi.status == StatusAlive && !slices.Contains(names, name) {
+			names = append(names, name)
+		}
+	}
+	entries := []*Entry{e}
+	for _, d := range e.Deps {
+		if dep := m.kv[d.Key]; dep != nil && !dep.Deleted && dep.Version == d.Version {
+			entries = append(entries, dep)
+		}
+	}
+	var msgs [][]byte
+	for _, x := range slices.Backward(entries) { // what it depends on first
+		if b, err := encodeEntry(x); err == nil && len(b)+1 <= maxEntryBroadcast {
+			msgs = append(msgs, append([]byte{msgEntry}, b...))
+		}
+	}
+	m.mu.Unlock()
+	for _, name := range names {
+		for _, msg := range msgs {
+			m.enqueue(job{kind: msgEntry, to: name, payload: msg, packet: true})
+		}
+	}
 }
 
 // Get returns the live entry of key, or ErrNotFound.
@@ -393,15 +436,16 @@ func (m *Mesh) mergeEntry(e *Entry, rebroadcast bool) bool {
 	return true
 }
 
-// spreadEntry replicates a local write: by gossip when it fits a packet,
-// else straight to every live member over TCP. Push/pull repairs misses.
-func (m *Mesh) spreadEntry(e *Entry) {
+// spreadEntry replicates a local write: by gossip when it fits a packet
+// (it says so), else straight to every live member over TCP. Push/pull
+// repairs misses.
+func (m *Mesh) spreadEntry(e *Entry) bool {
 	if m.queueEntryBroadcast(e) {
-		return
+		return true
 	}
 	b, err := encodeEntry(e)
 	if err != nil {
-		return
+		return false
 	}
 	msg := append([]byte{msgEntry}, b...)
 	var to []string
@@ -415,6 +459,7 @@ func (m *Mesh) spreadEntry(e *Entry) {
 	for _, name := range to {
 		m.enqueue(job{kind: msgEntry, to: name, payload: msg})
 	}
+	return false
 }
 
 func (m *Mesh) queueEntryBroadcast(e *Entry) bool {

@@ -1,6 +1,7 @@
 package mesh_test
 
 import (
+	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -8,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/hashicorp/memberlist"
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/strata-mesh/strata/mesh"
@@ -132,5 +134,60 @@ func TestSupersededWriteIsRefused(t *testing.T) {
 	}
 	if _, err := m.Put("placements/x", json.RawMessage("1")); err != nil {
 		t.Errorf("write after a delete: %v", err)
+	}
+}
+
+// TestNotifySendsAtOnce: a write's Notify names members that act on it
+// next. With gossip, probes and anti-entropy all off, the only way an
+// entry leaves its writer is that direct send: the notified member gets
+// it, with the entry it depends on, and the other member gets nothing.
+func TestNotifySendsAtOnce(t *testing.T) {
+	t.Parallel()
+	quiet := func(c *memberlist.Config) {
+		meshtest.FastTimings(c)
+		c.ProbeInterval, c.GossipInterval, c.PushPullInterval = time.Hour, time.Hour, time.Hour
+	}
+	var nodes []*mesh.Mesh
+	for _, name := range []string{"writer", "told", "other"} {
+		db, err := storage.Open(storage.Options{Dir: t.TempDir()})
+		if err != nil {
+			t.Fatal(err)
+		}
+		m, err := mesh.New(mesh.Config{Name: name, Identity: newID(t), BindAddr: "127.0.0.1:0", GossipKey: testKey, DB: db,
+			Local: mesh.NodeState{Tier: mesh.TierEdge, Site: "s"}, Memberlist: quiet, CatalogSyncInterval: time.Hour, TombstoneTTL: 4 * time.Hour})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { m.Close(); db.Close() })
+		nodes = append(nodes, m)
+	}
+	writer, told, other := nodes[0], nodes[1], nodes[2]
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	for _, m := range []*mesh.Mesh{told, other} {
+		if err := m.Join(ctx, []string{writer.GossipAddr()}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	meshtest.WaitFor(t, 10*time.Second, "the writer to see both alive", func() bool {
+		return statusOf(writer, "told") == mesh.StatusAlive && statusOf(writer, "other") == mesh.StatusAlive
+	})
+	dep, err := writer.Put("policies/p", json.RawMessage(`{"v":1}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := writer.Put("placements/p", json.RawMessage(`{"epoch":1}`), mesh.PutOptions{
+		Deps: []mesh.Dep{{Key: dep.Key, Version: dep.Version}}, Notify: []string{"told", "writer", "nobody"}}); err != nil {
+		t.Fatal(err)
+	}
+	meshtest.WaitFor(t, 10*time.Second, "the notified member to hold the entry and what it depends on", func() bool {
+		_, errP := told.Get("placements/p")
+		_, errD := told.Get("policies/p")
+		return errP == nil && errD == nil
+	})
+	for _, key := range []string{"placements/p", "policies/p"} {
+		if _, err := other.Get(key); err == nil {
+			t.Errorf("%s reached a member not notified, with gossip off", key)
+		}
 	}
 }

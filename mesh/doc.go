@@ -22,5 +22,7 @@
 // peer that sees a newer version than it holds asks the owner for the whole
 // document over TCP; and memberlist's periodic push/pull exchanges every
 // document as anti-entropy. Merging keeps the higher version, so it is
-// idempotent and commutative.
+// idempotent and commutative. A catalog write may also name the members that
+// act on it next (PutOptions.Notify): they get it, and the entries it depends
+// on, in one packet each at once, a round trip instead of a few gossip rounds.
 package mesh

@@ -164,6 +164,7 @@ type job struct {
 	kind    byte // msgStateReq: ask node for its doc; msgState: send ours; msgEntry: send payload
 	to      string
 	payload []byte
+	packet  bool // one UDP packet, best effort (a payload that fits one)
 }
 
 // New starts a mesh node: it loads the last known state from cfg.DB, creates
@@ -813,8 +814,9 @@ func (m *Mesh) queueBroadcast(s *NodeState) {
 // senders is how many goroutines send document asks and answers.
 const senders = 8
 
-// worker sends the TCP messages that delegates may not block on: asking a
-// node for its document and answering such asks.
+// worker sends the messages that delegates and writers may not block on:
+// asking a node for its document, answering such asks, and entries sent
+// to members directly.
 func (m *Mesh) worker() {
 	for {
 		select {
@@ -841,7 +843,11 @@ func (m *Mesh) worker() {
 			case msgEntry:
 				msg = j.payload
 			}
-			if err := m.ml.SendReliable(node, msg); err != nil {
+			send := m.ml.SendReliable
+			if j.packet {
+				send = m.ml.SendBestEffort
+			}
+			if err := send(node, msg); err != nil {
 				m.log.Debug("send to peer failed", "peer", j.to, "err", err)
 			}
 		}

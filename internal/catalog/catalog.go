@@ -424,12 +424,18 @@ func (t *Table[T]) Values() ([]T, error) {
 // Put writes v under its key, derived from deps. The write is persisted
 // here before Put returns and then replicated.
 func (t *Table[T]) Put(v T, deps ...mesh.Dep) (Record[T], error) {
+	return t.PutNotify(v, nil, deps...)
+}
+
+// PutNotify is Put that also sends the write at once to the named nodes,
+// those that act on it next (see mesh.PutOptions.Notify).
+func (t *Table[T]) PutNotify(v T, notify []string, deps ...mesh.Dep) (Record[T], error) {
 	key := t.key(v)
 	b, err := json.Marshal(v)
 	if err != nil {
 		return Record[T]{}, fmt.Errorf("catalog: encode %s %q: %w", t.name, key, err)
 	}
-	e, err := t.c.store.Put(t.prefix()+key, b, mesh.PutOptions{Scope: t.scope, Deps: slices.Clone(deps)})
+	e, err := t.c.store.Put(t.prefix()+key, b, mesh.PutOptions{Scope: t.scope, Deps: slices.Clone(deps), Notify: notify})
 	if err != nil {
 		return Record[T]{}, err
 	}

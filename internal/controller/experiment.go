@@ -433,8 +433,10 @@ func (c *Controller) applyTrial(p catalog.Policy, name string, params map[string
 	if err != nil {
 		return err
 	}
-	_, err = c.cfg.Catalog.Policies.Put(catalog.Policy{Kind: policy.KindTrainingJob, Name: name, Source: src, File: p.File,
-		Generation: 1, Applied: time.Now().UTC(), AppliedAt: c.cfg.Mesh.Name(), Site: p.Site})
+	// The trial's owner places it next: it hears of it at once.
+	owner := placement.Owner(policy.KindTrainingJob+"/"+name, c.owners)
+	_, err = c.cfg.Catalog.Policies.PutNotify(catalog.Policy{Kind: policy.KindTrainingJob, Name: name, Source: src, File: p.File,
+		Generation: 1, Applied: time.Now().UTC(), AppliedAt: c.cfg.Mesh.Name(), Site: p.Site}, []string{owner})
 	return err
 }
 

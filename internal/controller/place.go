@@ -370,7 +370,12 @@ func (c *Controller) write(rec catalog.Placement) {
 	if ref, ok := c.cfg.Catalog.Policies.Ref(rec.Key); ok {
 		deps = append(deps, ref)
 	}
-	switch _, err := c.cfg.Catalog.Placements.Put(rec, deps...); {
+	// The nodes it names admit it next: they hear of it at once.
+	notify := make([]string, 0, len(rec.Nodes))
+	for _, n := range rec.Nodes {
+		notify = append(notify, n.Name)
+	}
+	switch _, err := c.cfg.Catalog.Placements.PutNotify(rec, notify, deps...); {
 	case errors.Is(err, mesh.ErrSuperseded):
 		// Another owner placed it at a later epoch: that placement
 		// stands, and this agent's view was behind.

@@ -877,7 +877,23 @@ func (j *Runner) finish(jr catalog.Job, err error) {
 		jr.State = catalog.JobSucceeded
 		j.log.Info("training job succeeded", "job", jr.Name)
 	}
-	j.write(jr)
+	j.writeNotify(jr, j.waitingFor(jr))
+}
+
+// waitingFor names the owners that act on a job's end next: its
+// placement's, which releases its nodes, and for a trial its sweep's,
+// which starts the next trial.
+func (j *Runner) waitingFor(jr catalog.Job) []string {
+	var out []string
+	if rec, err := j.cfg.Catalog.Placements.Value(jr.Key); err == nil && rec.Owner != "" {
+		out = append(out, rec.Owner)
+	}
+	if doc, err := j.policyDoc(jr.Key); err == nil {
+		if sweep := doc.Metadata.Labels[catalog.LabelTrialOf]; sweep != "" {
+			out = append(out, placement.Owner(policy.KindTrainingJob+"/"+sweep, meshview.Owners(j.cfg.Mesh.Nodes())))
+		}
+	}
+	return out
 }
 
 // stepsEvery is how often a running job's per-step metrics are read.
@@ -914,12 +930,16 @@ func readSteps(path string) []catalog.Step {
 	return stepsOf(steps)
 }
 
-func (j *Runner) write(jr catalog.Job) {
+func (j *Runner) write(jr catalog.Job) { j.writeNotify(jr, nil) }
+
+// writeNotify records jr, sending it at once to the nodes named (see
+// mesh.PutOptions.Notify).
+func (j *Runner) writeNotify(jr catalog.Job, notify []string) {
 	var deps []mesh.Dep
 	if ref, ok := j.cfg.Catalog.Placements.Ref(jr.Key); ok {
 		deps = append(deps, ref)
 	}
-	switch _, err := j.cfg.Catalog.Jobs.Put(jr, deps...); {
+	switch _, err := j.cfg.Catalog.Jobs.PutNotify(jr, notify, deps...); {
 	case errors.Is(err, mesh.ErrSuperseded):
 		// A run of a later epoch (placed elsewhere since), or this run's
 		// own outcome, is recorded already: this run says nothing more.
