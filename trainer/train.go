@@ -202,34 +202,7 @@ func Train(ctx context.Context, ds *Dataset, cfg Config) (*Result, error) {
 		nHold = int(math.Round(cfg.Holdout * float64(rows)))
 	}
 	trainIdx, holdIdx := perm[nHold:], perm[:nHold]
-
-	// Standardise with the training rows' mean and std.
-	mean, std := make([]float64, f), make([]float64, f)
-	for _, r := range trainIdx {
-		for j := 0; j < f; j++ {
-			mean[j] += ds.X[r*f+j]
-		}
-	}
-	for j := range mean {
-		mean[j] /= float64(len(trainIdx))
-	}
-	for _, r := range trainIdx {
-		for j := 0; j < f; j++ {
-			d := ds.X[r*f+j] - mean[j]
-			std[j] += d * d
-		}
-	}
-	for j := range std {
-		std[j] = math.Sqrt(std[j] / float64(len(trainIdx)))
-		if std[j] < 1e-12 {
-			std[j] = 1 // a constant column carries no information
-		}
-	}
-	z := make([]float64, len(ds.X))
-	for i, v := range ds.X {
-		j := i % f
-		z[i] = (v - mean[j]) / std[j]
-	}
+	mean, std, z := standardise(ds, trainIdx)
 
 	outs := ds.Classes
 	if outs == 2 {
@@ -241,34 +214,9 @@ func Train(ctx context.Context, ds *Dataset, cfg Config) (*Result, error) {
 	}
 	sizes = append(sizes, outs)
 	n := newNet(sizes, rng)
-	opt := newAdam(n, cfg.LearningRate)
-	g := n.zeroLike()
 	ws := n.workspace()
-	for epoch := 0; epoch < cfg.Epochs; epoch++ {
-		if err := ctx.Err(); err != nil {
-			return nil, err
-		}
-		rng.Shuffle(len(trainIdx), func(a, b int) { trainIdx[a], trainIdx[b] = trainIdx[b], trainIdx[a] })
-		for s := 0; s < len(trainIdx); s += cfg.BatchSize {
-			batch := trainIdx[s:min(s+cfg.BatchSize, len(trainIdx))]
-			g.zero()
-			for _, r := range batch {
-				n.backprop(z[r*f:(r+1)*f], ds.Y[r], ws, g)
-			}
-			g.scale(1 / float64(len(batch)))
-			if cfg.L2 > 0 {
-				for l := range g.w {
-					for k := range g.w[l] {
-						g.w[l][k] += cfg.L2 * n.w[l][k]
-					}
-				}
-			}
-			opt.step(n, g)
-		}
-		if cfg.Progress != nil {
-			acc, loss := evaluate(n, z, ds.Y, f, trainIdx, holdIdx, ws)
-			cfg.Progress(Step{Step: epoch + 1, Metrics: map[string]float64{"accuracy": acc, "loss": loss}})
-		}
+	if err := fit(ctx, n, ds, z, trainIdx, holdIdx, ws, rng, cfg); err != nil {
+		return nil, err
 	}
 
 	res := &Result{Features: append([]string(nil), ds.Features...), Classes: ds.Classes, TrainRows: len(trainIdx), HoldoutRows: nHold}
@@ -294,6 +242,88 @@ func Train(ctx context.Context, ds *Dataset, cfg Config) (*Result, error) {
 	}
 
 	res.Layers = n.export(mean, std)
+	if err := encodeModel(res, ds, cfg); err != nil {
+		return nil, err
+	}
+	ref, err := reference(n, ds, z, trainIdx, ws, cfg)
+	if err != nil {
+		return nil, err
+	}
+	res.Reference = ref
+	return res, nil
+}
+
+// standardise returns the training rows' per-feature mean and std (1 for a
+// constant column) and every row of ds standardised with them.
+func standardise(ds *Dataset, trainIdx []int) (mean, std, z []float64) {
+	f := len(ds.Features)
+	mean, std = make([]float64, f), make([]float64, f)
+	for _, r := range trainIdx {
+		for j := 0; j < f; j++ {
+			mean[j] += ds.X[r*f+j]
+		}
+	}
+	for j := range mean {
+		mean[j] /= float64(len(trainIdx))
+	}
+	for _, r := range trainIdx {
+		for j := 0; j < f; j++ {
+			d := ds.X[r*f+j] - mean[j]
+			std[j] += d * d
+		}
+	}
+	for j := range std {
+		std[j] = math.Sqrt(std[j] / float64(len(trainIdx)))
+		if std[j] < 1e-12 {
+			std[j] = 1 // a constant column carries no information
+		}
+	}
+	z = make([]float64, len(ds.X))
+	for i, v := range ds.X {
+		j := i % f
+		z[i] = (v - mean[j]) / std[j]
+	}
+	return mean, std, z
+}
+
+// fit runs cfg.Epochs of mini-batch Adam over the training rows of z,
+// shuffled by rng, reporting each epoch to cfg.Progress.
+func fit(ctx context.Context, n *net, ds *Dataset, z []float64, trainIdx, holdIdx []int, ws *workspace, rng *rand.Rand, cfg Config) error {
+	f := len(ds.Features)
+	opt := newAdam(n, cfg.LearningRate)
+	g := n.zeroLike()
+	for epoch := 0; epoch < cfg.Epochs; epoch++ {
+		if err := ctx.Err(); err != nil {
+			return err
+		}
+		rng.Shuffle(len(trainIdx), func(a, b int) { trainIdx[a], trainIdx[b] = trainIdx[b], trainIdx[a] })
+		for s := 0; s < len(trainIdx); s += cfg.BatchSize {
+			batch := trainIdx[s:min(s+cfg.BatchSize, len(trainIdx))]
+			g.zero()
+			for _, r := range batch {
+				n.backprop(z[r*f:(r+1)*f], ds.Y[r], ws, g)
+			}
+			g.scale(1 / float64(len(batch)))
+			if cfg.L2 > 0 {
+				for l := range g.w {
+					for k := range g.w[l] {
+						g.w[l][k] += cfg.L2 * n.w[l][k]
+					}
+				}
+			}
+			opt.step(n, g)
+		}
+		if cfg.Progress != nil {
+			acc, loss := evaluate(n, z, ds.Y, f, trainIdx, holdIdx, ws)
+			cfg.Progress(Step{Step: epoch + 1, Metrics: map[string]float64{"accuracy": acc, "loss": loss}})
+		}
+	}
+	return nil
+}
+
+// encodeModel writes res.Layers as an ONNX model into res.Model, with the
+// metadata that names its kind, classes and features.
+func encodeModel(res *Result, ds *Dataset, cfg Config) error {
 	opts := cfg.ONNX
 	if opts.Metadata == nil {
 		opts.Metadata = map[string]string{}
@@ -314,12 +344,16 @@ func Train(ctx context.Context, ds *Dataset, cfg Config) (*Result, error) {
 	}
 	model, err := onnx.MLP(res.Layers, opts)
 	if err != nil {
-		return nil, fmt.Errorf("trainer: encode model: %w", err)
+		return fmt.Errorf("trainer: encode model: %w", err)
 	}
 	res.Model = model
+	return nil
+}
 
-	// Reference: the training rows as the model will see them (raw), and
-	// the model's score on them.
+// reference summarises the training rows as the model will see them (raw),
+// and the model's score on them: the drift reference.
+func reference(n *net, ds *Dataset, z []float64, trainIdx []int, ws *workspace, cfg Config) (drift.Reference, error) {
+	f := len(ds.Features)
 	trainX := make([]float64, 0, len(trainIdx)*f)
 	scores := make([]float64, 0, len(trainIdx))
 	for _, r := range trainIdx {
@@ -333,15 +367,14 @@ func Train(ctx context.Context, ds *Dataset, cfg Config) (*Result, error) {
 	}
 	ref, err := drift.SummarizeColumns(ds.Features, trainX, cfg.Summary)
 	if err != nil {
-		return nil, fmt.Errorf("trainer: reference summary: %w", err)
+		return ref, fmt.Errorf("trainer: reference summary: %w", err)
 	}
 	pred, err := drift.Summarize("prediction", scores, cfg.Summary)
 	if err != nil {
-		return nil, fmt.Errorf("trainer: reference summary: %w", err)
+		return ref, fmt.Errorf("trainer: reference summary: %w", err)
 	}
 	ref.Prediction = &pred
-	res.Reference = ref
-	return res, nil
+	return ref, nil
 }
 
 func joinNames(names []string) string {
