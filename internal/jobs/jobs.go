@@ -227,71 +227,10 @@ func (j *Runner) reconcile(ctx context.Context) {
 	if j.paused.Load() {
 		return
 	}
-	// Placements whose policy has not replicated here yet wait.
-	// Training jobs only: with thousands of services placed, copying
-	// every placement on every pass was most of this loop's time.
-	// Undecodable records are counted by the catalog.
-	held, _ := j.cfg.Catalog.Placements.Select(func(key string, _ catalog.Placement) bool {
-		return strings.HasPrefix(key, policy.KindTrainingJob+"/")
-	})
-	recs := make(map[string]catalog.Placement, len(held))
-	all := make(map[string]catalog.Placement, len(held)) // ready or not
-	for _, r := range held {
-		all[r.Key] = r.Value
-		if len(j.cfg.Catalog.Placements.Pending(r)) == 0 {
-			recs[r.Key] = r.Value
-		}
-	}
-	mine := map[string]catalog.Placement{}
-	for _, as := range j.cfg.Mesh.Local().Assignments {
-		if !as.Accepted || !strings.HasPrefix(as.Key, policy.KindTrainingJob+"/") {
-			continue
-		}
-		rec, ok := recs[as.Key]
-		if !ok || rec.Epoch != as.Epoch || len(rec.Nodes) == 0 {
-			continue
-		}
-		switch {
-		case len(rec.Nodes) == 1 && rankZero(rec).Name == j.cfg.Name:
-		case len(rec.Nodes) > 1 && slices.ContainsFunc(rec.Nodes, func(n catalog.PlacedNode) bool { return n.Name == j.cfg.Name }):
-			// A gang: every member acts only once the whole gang is
-			// admitted; one that runs already goes on.
-			if lj, ok := j.running(as.Key); !(ok && lj.epoch == rec.Epoch) && !j.gangAdmitted(rec) {
-				continue
-			}
-		default:
-			continue
-		}
-		mine[as.Key] = rec
-	}
+	mine, all := j.placedHere()
 	j.mu.Lock()
 	defer j.mu.Unlock()
-	// Jobs placed elsewhere or deleted stop here. A run whose placement
-	// still names this node at its epoch goes on, although the placement
-	// is not in mine: a newer copy of its record waits for what it
-	// depends on, or this node's assignment lags the record. Stopped, it
-	// would be recorded as failed (killed) though nothing replaced it.
-	for key, lj := range j.runs {
-		if rec, ok := mine[key]; !ok || rec.Epoch != lj.epoch {
-			if cur, placed := all[key]; placed && cur.Epoch == lj.epoch && slices.ContainsFunc(cur.Nodes, func(n catalog.PlacedNode) bool { return n.Name == j.cfg.Name }) {
-				continue
-			}
-			if lj.cancel != nil {
-				lj.cancel()
-				lj.cancel = nil
-				if _, placed := all[key]; placed {
-					// Placed again (elsewhere, or here anew), or placed
-					// at this epoch on another node by an owner that had
-					// not heard of this run's placement, whose record
-					// won: the job goes on, so this run records nothing.
-					// A run whose placement is gone (the policy was
-					// deleted) ends with what it says.
-					lj.stopped = cmp.Or(lj.stopped, stopSuperseded)
-				}
-				j.log.Info("stopping training job: no longer placed here", "job", key)
-			}
-		}
-	}
+	j.stopUnplaced(mine, all)
 	if j.lease.restartIn(time.Now()) > 0 {
 		// Cut off or paused lately: another node may have been given
 		// this node's jobs. Start nothing until the placements this
@@ -347,6 +286,81 @@ func (j *Runner) reconcile(ctx context.Context) {
 				defer j.ended(lj)
 				j.start(jctx, rec, lj)
 			})
+		}
+	}
+}
+
+// placedHere returns the training jobs this node acts on (mine: placed
+// here, admitted, ready) and every training job's placement held here
+// (all, ready or not).
+func (j *Runner) placedHere() (mine, all map[string]catalog.Placement) {
+	// Placements whose policy has not replicated here yet wait.
+	// Training jobs only: with thousands of services placed, copying
+	// every placement on every pass was most of this loop's time.
+	// Undecodable records are counted by the catalog.
+	held, _ := j.cfg.Catalog.Placements.Select(func(key string, _ catalog.Placement) bool {
+		return strings.HasPrefix(key, policy.KindTrainingJob+"/")
+	})
+	recs := make(map[string]catalog.Placement, len(held))
+	all = make(map[string]catalog.Placement, len(held)) // ready or not
+	for _, r := range held {
+		all[r.Key] = r.Value
+		if len(j.cfg.Catalog.Placements.Pending(r)) == 0 {
+			recs[r.Key] = r.Value
+		}
+	}
+	mine = map[string]catalog.Placement{}
+	for _, as := range j.cfg.Mesh.Local().Assignments {
+		if !as.Accepted || !strings.HasPrefix(as.Key, policy.KindTrainingJob+"/") {
+			continue
+		}
+		rec, ok := recs[as.Key]
+		if !ok || rec.Epoch != as.Epoch || len(rec.Nodes) == 0 {
+			continue
+		}
+		switch {
+		case len(rec.Nodes) == 1 && rankZero(rec).Name == j.cfg.Name:
+		case len(rec.Nodes) > 1 && slices.ContainsFunc(rec.Nodes, func(n catalog.PlacedNode) bool { return n.Name == j.cfg.Name }):
+			// A gang: every member acts only once the whole gang is
+			// admitted; one that runs already goes on.
+			if lj, ok := j.running(as.Key); !(ok && lj.epoch == rec.Epoch) && !j.gangAdmitted(rec) {
+				continue
+			}
+		default:
+			continue
+		}
+		mine[as.Key] = rec
+	}
+	return mine, all
+}
+
+// stopUnplaced stops here the runs of jobs placed elsewhere or deleted
+// (mine: the placements this node acts on; all: every training job's
+// placement held here); j.mu must be held. A run whose placement
+// still names this node at its epoch goes on, although the placement
+// is not in mine: a newer copy of its record waits for what it
+// depends on, or this node's assignment lags the record. Stopped, it
+// would be recorded as failed (killed) though nothing replaced it.
+func (j *Runner) stopUnplaced(mine, all map[string]catalog.Placement) {
+	for key, lj := range j.runs {
+		if rec, ok := mine[key]; !ok || rec.Epoch != lj.epoch {
+			if cur, placed := all[key]; placed && cur.Epoch == lj.epoch && slices.ContainsFunc(cur.Nodes, func(n catalog.PlacedNode) bool { return n.Name == j.cfg.Name }) {
+				continue
+			}
+			if lj.cancel != nil {
+				lj.cancel()
+				lj.cancel = nil
+				if _, placed := all[key]; placed {
+					// Placed again (elsewhere, or here anew), or placed
+					// at this epoch on another node by an owner that had
+					// not heard of this run's placement, whose record
+					// won: the job goes on, so this run records nothing.
+					// A run whose placement is gone (the policy was
+					// deleted) ends with what it says.
+					lj.stopped = cmp.Or(lj.stopped, stopSuperseded)
+				}
+				j.log.Info("stopping training job: no longer placed here", "job", key)
+			}
 		}
 	}
 }
