@@ -6,6 +6,7 @@ import (
 	"net/http"
 	"os"
 	"runtime"
+	"runtime/pprof"
 	"slices"
 	"strconv"
 	"strings"
@@ -25,7 +26,8 @@ import (
 // sees each one placed. It reports applies per second and their p99, the
 // controller's slowest reconcile pass (p99 over every agent's passes, from
 // strata_controller_pass_seconds), Go heap per policy per agent, and how
-// often a member was seen failed (target 0).
+// often a member was seen failed (target 0). STRATA_BENCH_HEAP_PROFILE=FILE
+// writes the heap the agents hold once every policy is placed.
 func BenchmarkManyPolicies(b *testing.B) {
 	n := 2000
 	if v, err := strconv.Atoi(os.Getenv("STRATA_BENCH_POLICIES")); err == nil && v > 0 {
@@ -133,6 +135,9 @@ func BenchmarkManyPolicies(b *testing.B) {
 			}
 			close(stop)
 			watch.Wait()
+			if path := os.Getenv("STRATA_BENCH_HEAP_PROFILE"); path != "" {
+				writeHeapProfile(b, path) // what the agents hold, while they run
+			}
 			slices.Sort(lat)
 			b.ReportMetric(float64(n)/applied.Seconds(), "applies/s")
 			b.ReportMetric(float64(lat[len(lat)*99/100].Microseconds())/1e3, "apply-p99-ms")
@@ -142,6 +147,19 @@ func BenchmarkManyPolicies(b *testing.B) {
 			b.ReportMetric(float64(failedSeen.Load()), "failed-sightings")
 		}
 	})
+}
+
+// writeHeapProfile writes the in-use heap to path (go tool pprof reads it).
+func writeHeapProfile(b *testing.B, path string) {
+	runtime.GC()
+	f, err := os.Create(path)
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer f.Close()
+	if err := pprof.Lookup("heap").WriteTo(f, 0); err != nil {
+		b.Fatal(err)
+	}
 }
 
 func heapInUse() int64 {

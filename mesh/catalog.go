@@ -1,6 +1,7 @@
 package mesh
 
 import (
+	"bytes"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -64,13 +65,22 @@ func encodeEntry(e *Entry) ([]byte, error) {
 	return json.Marshal(e)
 }
 
-// decodeEntry decodes an entry and keeps its bytes (b is not copied).
+// decodeEntry decodes an entry and keeps its bytes (b is not copied). Its
+// Value shares them where b holds it verbatim after "value": (as encoded
+// here): held once, not twice, for every entry of the catalog.
 func decodeEntry(b []byte) (*Entry, error) {
 	var e Entry
 	if err := json.Unmarshal(b, &e); err != nil {
 		return nil, err
 	}
 	e.raw = b
+	if len(e.Value) > 0 {
+		field := append([]byte(`"value":`), e.Value...)
+		if i := bytes.Index(b, field); i >= 0 {
+			start := i + len(`"value":`)
+			e.Value = json.RawMessage(b[start : start+len(e.Value) : start+len(e.Value)])
+		}
+	}
 	return &e, nil
 }
 
