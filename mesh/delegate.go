@@ -78,22 +78,42 @@ func (d *delegate) GetBroadcasts(overhead, limit int) [][]byte {
 // catalog entry (tombstones included) the sender holds, each as signed, and
 // the certificates (DER) of the writers it knows, so that entries whose
 // writer's document is gone (reaped, or in another site) still verify.
+// recentEntries is how recently this node must have got a catalog entry
+// for memberlist's periodic push/pull to carry it (see LocalState): two of
+// its 30 s rounds.
+const recentEntries = time.Minute
+
 type pushPull struct {
 	Nodes   []json.RawMessage `json:"nodes"`
 	Entries []json.RawMessage `json:"entries"`
 	Certs   [][]byte          `json:"certs,omitempty"`
 }
 
-// LocalState sends every document and catalog entry this node holds.
+// LocalState sends every document this node holds and catalog entries:
+// all of them in a join (a catalog sync is one), else those it got within
+// recentEntries. memberlist's periodic push/pull (every 30 s, with each
+// member in turn) carried the whole catalog, though the digest in every ack
+// already starts a sync with a member whose catalog differs: with 10,000
+// policies each was tens of MB to encode, send and decode, most of the
+// agents' heap at any moment (BenchmarkManyPolicies). What a member misses
+// is a recent write whose broadcasts were lost; the periodic exchange
+// still repairs those as fast as before. It carries the whole catalog
+// while digest syncs are off, or while a member has not shown that it
+// sends digests (an agent from before them, in an upgrade).
 func (d *delegate) LocalState(join bool) []byte {
 	d.m.mu.Lock()
-	pp := pushPull{Nodes: make([]json.RawMessage, 0, len(d.m.docs)), Entries: make([]json.RawMessage, 0, len(d.m.kv))}
+	pp := pushPull{Nodes: make([]json.RawMessage, 0, len(d.m.docs))}
 	for _, s := range d.m.docs {
 		if b, err := encodeState(s); err == nil {
 			pp.Nodes = append(pp.Nodes, b)
 		}
 	}
+	all := join || !d.m.digestSyncLocked()
+	now := time.Now()
 	for _, e := range d.m.kv {
+		if !all && now.Sub(e.seen) >= recentEntries {
+			continue
+		}
 		if b, err := encodeEntry(e); err == nil {
 			pp.Entries = append(pp.Entries, b)
 		}
@@ -195,6 +215,11 @@ func (d *delegate) NotifyPingComplete(other *memberlist.Node, rtt time.Duration,
 		return
 	}
 	if ack.Catalog != nil {
+		d.m.mu.Lock()
+		if mi := d.m.members[other.Name]; mi != nil {
+			mi.digests = true
+		}
+		d.m.mu.Unlock()
 		d.m.compareCatalog(other.Name, *ack.Catalog)
 	}
 	if ack.Doc != 0 {
@@ -241,7 +266,11 @@ func (m *Mesh) observe(n *memberlist.Node, st Status) {
 	changed := mi.status != st
 	if changed {
 		mi.changed = time.Now()
+		mi.digests = false // until its acks show it again
 		m.log.Info("member status", "node", n.Name, "status", st)
+	}
+	if meta.ID != "" && meta.ID != mi.id {
+		mi.digests = false // restarted, maybe as another build
 	}
 	mi.status, mi.ip, mi.port = st, slices.Clone(n.Addr), n.Port
 	mi.suspect = false

@@ -90,6 +90,9 @@ type memberInfo struct {
 	// catalogDiffers is when its catalog digest was first seen to differ
 	// from ours (zero: it did not at the last ack).
 	catalogDiffers time.Time
+	// digests: its acks carry a catalog digest (see LocalState); reset
+	// when it restarts or stops answering.
+	digests bool
 }
 
 // metaDigest is what NodeMeta carries: enough to tell that a newer document

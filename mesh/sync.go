@@ -75,6 +75,21 @@ func (m *Mesh) settledDigestLocked(now time.Time) uint64 {
 	return d
 }
 
+// digestSyncLocked says whether catalog anti-entropy rests on the digests
+// alone: syncs are on and every live member's acks carry a digest. m.mu is
+// held.
+func (m *Mesh) digestSyncLocked() bool {
+	if m.cfg.CatalogSyncInterval < 0 {
+		return false
+	}
+	for _, mi := range m.members {
+		if (mi.status == StatusAlive || mi.status == StatusSuspect) && !mi.digests {
+			return false
+		}
+	}
+	return true
+}
+
 // compareCatalog compares a peer's digest, from its ack, with ours and
 // asks for a sync when they have differed long enough.
 func (m *Mesh) compareCatalog(peer string, theirs uint64) {

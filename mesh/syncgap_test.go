@@ -1,6 +1,7 @@
 package mesh
 
 import (
+	"encoding/json"
 	"net"
 	"testing"
 	"time"
@@ -28,6 +29,45 @@ func TestSyncWaitsAfterALongOne(t *testing.T) {
 		m.compareCatalog("b", 42) // ours is 0: they differ
 		if got := len(m.syncs) == 1; got != c.sync {
 			t.Errorf("last sync %v ago took %v: sync asked for = %v, want %v", c.since, c.took, got, c.sync)
+		}
+	}
+}
+
+// TestPeriodicPushPullLeavesTheCatalogToDigests: memberlist's periodic
+// push/pull carries only the catalog entries got lately, unless a live
+// member has not shown that its acks carry digests (or syncs are off); a
+// join, which a catalog sync is, always carries them all.
+func TestPeriodicPushPullLeavesTheCatalogToDigests(t *testing.T) {
+	t.Parallel()
+	for _, c := range []struct {
+		name            string
+		syncs           time.Duration
+		digests         bool
+		periodicEntries bool
+	}{
+		{"every member sends digests", 5 * time.Second, true, false},
+		{"a member has not shown it sends digests", 5 * time.Second, false, true},
+		{"digest syncs off", -1, true, true},
+	} {
+		m := &Mesh{cfg: Config{CatalogSyncInterval: c.syncs}, docs: map[string]*NodeState{},
+			kv: map[string]*Entry{
+				"policies/old": {Key: "policies/old", Value: []byte(`{}`), Version: 1, Origin: "x", seen: time.Now().Add(-2 * recentEntries)},
+				"policies/new": {Key: "policies/new", Value: []byte(`{}`), Version: 1, Origin: "x", seen: time.Now()},
+			},
+			members: map[string]*memberInfo{"b": {status: StatusAlive, digests: c.digests}, "gone": {status: StatusFailed}}}
+		d := &delegate{m: m}
+		for _, join := range []bool{false, true} {
+			var pp pushPull
+			if err := json.Unmarshal(d.LocalState(join), &pp); err != nil {
+				t.Fatal(err)
+			}
+			want := 1 // the recent one
+			if join || c.periodicEntries {
+				want = 2
+			}
+			if len(pp.Entries) != want {
+				t.Errorf("%s, join %v: %d entries sent, want %d", c.name, join, len(pp.Entries), want)
+			}
 		}
 	}
 }
