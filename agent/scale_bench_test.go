@@ -104,7 +104,7 @@ func BenchmarkManyPolicies(b *testing.B) {
 			deadline := time.Now().Add(time.Duration(n) * 150 * time.Millisecond)
 			lastLog := time.Now()
 			for !placedAll() && time.Now().Before(deadline) {
-				time.Sleep(100 * time.Millisecond) // polling the agents' views
+				time.Sleep(time.Second) // polling the agents' views: every 100ms, it was 7% of the CPU at 10,000 policies
 				if time.Since(lastLog) > 5*time.Second && testing.Verbose() {
 					lastLog = time.Now()
 					var line []string

@@ -113,6 +113,33 @@ func TestSelectCopiesWhatItKeeps(t *testing.T) {
 	}
 }
 
+// TestPrefixReadsOneKind: Prefix hands back the live records under a key
+// prefix, sorted, as copies a caller may change.
+func TestPrefixReadsOneKind(t *testing.T) {
+	t.Parallel()
+	cat := New(catalogtest.NewStore(), nil)
+	for _, k := range []string{"K/b", "K/a", "KK/c", "J/d", "K/e"} {
+		if _, err := cat.Placements.Put(Placement{Key: k, Nodes: []PlacedNode{{Name: "n"}}}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := cat.Placements.Delete("K/e"); err != nil {
+		t.Fatal(err)
+	}
+	got, err := cat.Placements.Prefix("K/")
+	var keys []string
+	for _, r := range got {
+		keys = append(keys, r.Key)
+	}
+	if err != nil || !reflect.DeepEqual(keys, []string{"K/a", "K/b"}) {
+		t.Fatalf("Prefix(K/) = %v, %v; want K/a and K/b", keys, err)
+	}
+	got[0].Value.Nodes[0].Name = "changed"
+	if again, _ := cat.Placements.Value("K/a"); again.Nodes[0].Name != "n" {
+		t.Errorf("a change to Prefix's copy reached the table: %q", again.Nodes[0].Name)
+	}
+}
+
 // TestListKeptUntilTheTableChanges: a table with a clone keeps its last
 // list while the store's count of its changes stands, and lists afresh
 // after any write to it, over the mesh's own store as over the test's.

@@ -361,6 +361,25 @@ func (t *Table[T]) Select(keep func(key string, v T) bool) ([]Record[T], error) 
 	return out, err
 }
 
+// Prefix returns the live records whose key starts with prefix that
+// decode, sorted by key, and the decode errors of those that do not
+// (joined). Unlike Select it reads only those records: a reader of a few
+// of thousands (one kind's placements) does not list the table.
+func (t *Table[T]) Prefix(prefix string) ([]Record[T], error) {
+	entries := t.c.store.List(t.prefix() + prefix)
+	out := make([]Record[T], 0, len(entries))
+	var errs []error
+	for _, e := range entries {
+		r, err := t.decode(e)
+		if err != nil {
+			errs = append(errs, err)
+			continue
+		}
+		out = append(out, r)
+	}
+	return out, errors.Join(errs...)
+}
+
 // Keys returns the keys of every live record that decodes, sorted.
 func (t *Table[T]) Keys() []string {
 	recs, _ := t.sharedList()

@@ -209,12 +209,13 @@ func (j *Runner) Run(ctx context.Context) {
 // placedBefore returns the training jobs the stored catalog places on this
 // node that have not run to their end.
 func (j *Runner) placedBefore() []string {
-	recs, _ := j.cfg.Catalog.Placements.Select(func(_ string, rec catalog.Placement) bool {
-		return rec.Kind == policy.KindTrainingJob && slices.ContainsFunc(rec.Nodes, func(n catalog.PlacedNode) bool { return n.Name == j.cfg.Name })
-	})
+	recs, _ := j.cfg.Catalog.Placements.Prefix(policy.KindTrainingJob + "/")
 	var out []string
 	for _, r := range recs {
 		rec := r.Value
+		if !slices.ContainsFunc(rec.Nodes, func(n catalog.PlacedNode) bool { return n.Name == j.cfg.Name }) {
+			continue
+		}
 		if prev, err := j.cfg.Catalog.Jobs.Value(rec.Name); err == nil && prev.Over(rec.Generation, rec.Epoch) {
 			continue
 		}
@@ -298,9 +299,7 @@ func (j *Runner) placedHere() (mine, all map[string]catalog.Placement) {
 	// Training jobs only: with thousands of services placed, copying
 	// every placement on every pass was most of this loop's time.
 	// Undecodable records are counted by the catalog.
-	held, _ := j.cfg.Catalog.Placements.Select(func(key string, _ catalog.Placement) bool {
-		return strings.HasPrefix(key, policy.KindTrainingJob+"/")
-	})
+	held, _ := j.cfg.Catalog.Placements.Prefix(policy.KindTrainingJob + "/")
 	recs := make(map[string]catalog.Placement, len(held))
 	all = make(map[string]catalog.Placement, len(held)) // ready or not
 	for _, r := range held {
