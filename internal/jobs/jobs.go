@@ -109,11 +109,6 @@ type Runner struct {
 	// again is how soon reconcile wants to look again (0: on the next
 	// change, or in 2s); reconcile's goroutine only.
 	again time.Duration
-	// live and unsteady are the names of the members last seen alive, and
-	// when the membership was last seen otherwise than all alive or with
-	// another set of them (see steadyFor); reconcile's goroutine only.
-	live     string
-	unsteady time.Time
 }
 
 // DefaultStartQuiet is how long an agent's training job placed on its
@@ -122,16 +117,11 @@ type Runner struct {
 // each placing it at the same epoch on another node) to reach this node
 // and win or lose, so that the job starts once, not twice with the loser
 // stopped. With 1000 sweep trials on a dev mesh with 3 busy loops per core
-// (BenchmarkSweepTrialsUnderLoad), 10 trials ran twice without it.
+// (BenchmarkSweepTrialsUnderLoad), 10 trials ran twice without it. Skipping
+// it while this node's own view of the membership had been steady for 10 s
+// let 57 run twice: a member flaps in a rival owner's view, not in the
+// view of the node that runs the job.
 const DefaultStartQuiet = 1500 * time.Millisecond
-
-// steadyFor is how long every member this node knows must have been alive,
-// the same set of them, before a job placed here by the owner this node
-// also computes starts without the start quiet. A rival owner places a
-// job only after it has seen its set of owners change and waited 5 s (the
-// controller's settle time); the suspicion that changed its set is gossiped
-// to this node too, which then keeps the quiet for this long after.
-const steadyFor = 10 * time.Second
 
 type localJob struct {
 	epoch   uint64
@@ -239,12 +229,6 @@ func (j *Runner) reconcile(ctx context.Context) {
 		return
 	}
 	now := time.Now()
-	nodes := j.cfg.Mesh.Nodes()
-	steady := j.noteSteady(nodes, now)
-	var owners []string
-	if steady {
-		owners = meshview.Owners(nodes)
-	}
 	placedAt := make(map[string]time.Time, len(mine))
 	for key, rec := range mine {
 		at := fmt.Sprintf("%s@%d", key, rec.Epoch)
@@ -264,10 +248,8 @@ func (j *Runner) reconcile(ctx context.Context) {
 		if prev, err := j.cfg.Catalog.Jobs.Value(rec.Name); err == nil && prev.Over(rec.Generation, rec.Epoch) {
 			continue // ran to its end already; a new generation runs again
 		}
-		if wait := j.cfg.StartQuiet - now.Sub(placedAt[fmt.Sprintf("%s@%d", key, rec.Epoch)]); wait > 0 && !(steady && rec.Owner == placement.Owner(key, owners)) {
-			// See DefaultStartQuiet; look again when it has passed. A
-			// job placed by its owner while the membership is steady
-			// has no rival placement to wait for.
+		if wait := j.cfg.StartQuiet - now.Sub(placedAt[fmt.Sprintf("%s@%d", key, rec.Epoch)]); wait > 0 {
+			// See DefaultStartQuiet; look again when it has passed.
 			j.again = cmp.Or(min(j.again, wait), wait)
 			continue
 		}
@@ -362,28 +344,6 @@ func (j *Runner) stopUnplaced(mine, all map[string]catalog.Placement) {
 			}
 		}
 	}
-}
-
-// noteSteady notes the membership seen now and says whether it has been
-// steady for steadyFor: every member known alive (or gone for good), the
-// same set of them.
-func (j *Runner) noteSteady(nodes []mesh.Node, now time.Time) bool {
-	var b strings.Builder
-	allAlive := true
-	for _, n := range nodes {
-		switch n.Status {
-		case mesh.StatusAlive:
-			b.WriteString(n.Name)
-			b.WriteByte(0)
-		case mesh.StatusLeft:
-		default:
-			allAlive = false
-		}
-	}
-	if live := b.String(); !allAlive || live != j.live || j.unsteady.IsZero() {
-		j.live, j.unsteady = live, now
-	}
-	return now.Sub(j.unsteady) >= steadyFor
 }
 
 // running returns the job started here for key, if any.
