@@ -206,9 +206,12 @@ func (m *Mesh) write(key string, value json.RawMessage, deleted bool, o PutOptio
 }
 
 // sendEntry sends a gossiped entry to the named members at once (see
-// PutOptions.Notify), with the entries it depends on that are held here
-// (a receiver acts on an entry only once it holds them): one UDP packet
-// an entry, to those alive but this node.
+// PutOptions.Notify), with the entries it depends on that this node got
+// within recentEntries (a receiver acts on an entry only once it holds
+// them; older ones gossip and push/pull have delivered, and a placement
+// rewritten for a policy applied long ago need not carry it again, while
+// a pass that takes seconds on a busy host still sends the policy it just
+// placed): one UDP packet an entry, to those alive but this node.
 func (m *Mesh) sendEntry(e *Entry, to []string) {
 	if len(to) == 0 {
 		return
@@ -221,8 +224,9 @@ func (m *Mesh) sendEntry(e *Entry, to []string) {
 		}
 	}
 	entries := []*Entry{e}
+	now := time.Now()
 	for _, d := range e.Deps {
-		if dep := m.kv[d.Key]; dep != nil && !dep.Deleted && dep.Version == d.Version {
+		if dep := m.kv[d.Key]; dep != nil && !dep.Deleted && dep.Version == d.Version && now.Sub(dep.seen) < recentEntries {
 			entries = append(entries, dep)
 		}
 	}

@@ -74,15 +74,16 @@ func (d *delegate) GetBroadcasts(overhead, limit int) [][]byte {
 	return d.m.bq.GetBroadcasts(overhead, limit)
 }
 
-// pushPull is what a push/pull exchanges: every node document and every
-// catalog entry (tombstones included) the sender holds, each as signed, and
-// the certificates (DER) of the writers it knows, so that entries whose
-// writer's document is gone (reaped, or in another site) still verify.
 // recentEntries is how recently this node must have got a catalog entry
 // for memberlist's periodic push/pull to carry it (see LocalState): two of
 // its 30 s rounds.
 const recentEntries = time.Minute
 
+// pushPull is what a push/pull exchanges: every node document, catalog
+// entries (tombstones included; all of them or the recent ones, see
+// LocalState), each as signed, and the certificates (DER) of the writers
+// the sender knows, so that entries whose writer's document is gone
+// (reaped, or in another site) still verify.
 type pushPull struct {
 	Nodes   []json.RawMessage `json:"nodes"`
 	Entries []json.RawMessage `json:"entries"`
