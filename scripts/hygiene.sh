@@ -16,18 +16,8 @@ pkgs=("$@")
 [[ ${#pkgs[@]} -gt 0 ]] || pkgs=(./...)
 
 failed=()
-step() {
-	local name=$1
-	shift
-	local start=$SECONDS
-	echo "== $name"
-	if "$@"; then
-		echo "-- $name: ok ($((SECONDS - start))s)"
-	else
-		echo "-- $name: FAILED ($((SECONDS - start))s)"
-		failed+=("$name")
-	fi
-}
+# shellcheck source=scripts/steps.sh
+source "$root/scripts/steps.sh"
 
 check_gofmt() {
 	local files

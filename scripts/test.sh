@@ -27,18 +27,8 @@ MAKE=${MAKE:-make}
 race_pkgs=(./mesh/... ./agent/... ./storage/... ./internal/...)
 
 failed=()
-step() {
-	local name=$1
-	shift
-	local start=$SECONDS
-	echo "== $name"
-	if "$@"; then
-		echo "-- $name: ok ($((SECONDS - start))s)"
-	else
-		echo "-- $name: FAILED ($((SECONDS - start))s)"
-		failed+=("$name")
-	fi
-}
+# shellcheck source=scripts/steps.sh
+source "$root/scripts/steps.sh"
 
 e2e_log=$(mktemp)
 trap 'rm -f "$e2e_log"' EXIT
