@@ -42,11 +42,13 @@ type Controller struct {
 	// retryDelay).
 	lastTry map[string]time.Time
 	tries   map[string]int
-	// owners are the controller-capable agents that owned policies in the
-	// last pass, and ownersChanged when that set last changed; before
-	// them, prevOwners (reconcile's goroutine only; see ownerSettle).
-	owners, prevOwners []string
-	ownersChanged      time.Time
+	// serviceOwners and trainingOwners are the agents that own policies
+	// by the last view of the mesh noted, at viewAt, and downSince is when
+	// each controller-capable agent was first seen failed or cut off (the
+	// controller's goroutine only; see noteView).
+	serviceOwners, trainingOwners ownerSet
+	viewAt                        time.Time
+	downSince                     map[string]time.Time
 	// failedSince is when this controller first saw each failed node
 	// failed (reconcile's goroutine only).
 	failedSince map[string]time.Time
@@ -120,13 +122,6 @@ const (
 func retryDelay(tries int) time.Duration {
 	return min(retryEvery<<min(tries, 8), retryMax)
 }
-
-// ownerSettle is how long after the set of owners changed (a controller
-// failed, joined, or came back) an agent waits before it places a policy
-// that the previous set gave to another agent. Membership seen from two
-// agents differs for a moment after a change; both would otherwise place
-// the same policy, and a training job could start twice.
-const ownerSettle = 5 * time.Second
 
 // New returns a controller; nothing runs until Run.
 func New(cfg Config) *Controller {

@@ -13,9 +13,7 @@ import (
 	"go.yaml.in/yaml/v3"
 
 	"github.com/strata-mesh/strata/internal/catalog"
-	"github.com/strata-mesh/strata/internal/meshview"
 	"github.com/strata-mesh/strata/mesh"
-	"github.com/strata-mesh/strata/placement"
 	"github.com/strata-mesh/strata/policy"
 	"github.com/strata-mesh/strata/storage"
 	"github.com/strata-mesh/strata/sweep"
@@ -95,12 +93,12 @@ func (c *Controller) forgetFacts(ps []catalog.Policy) {
 // and finally trains the registered model with the best trial's
 // parameters.
 func (c *Controller) experiments() {
-	owners := meshview.Owners(c.cfg.Mesh.Nodes())
-	c.collectDeletedSweeps(owners)
+	c.noteView(c.cfg.Mesh.Nodes(), time.Now())
+	c.collectDeletedSweeps()
 	ps := c.policies()
 	defer c.forgetFacts(ps)
 	for _, p := range ps {
-		if p.Kind != policy.KindTrainingJob || !c.facts(p).sweep || !c.owns(p.Key(), owners) {
+		if p.Kind != policy.KindTrainingJob || !c.facts(p).sweep || !c.owns(p.Key()) {
 			continue
 		}
 		doc, _ := p.Document()
@@ -144,13 +142,13 @@ func (c *Controller) experiments() {
 // gets a later generation (catalog.NextGeneration) and so trials of its
 // own. A sweep counts as deleted while its tombstone is held here; one
 // merely not replicated yet does not.
-func (c *Controller) collectDeletedSweeps(owners []string) {
+func (c *Controller) collectDeletedSweeps() {
 	gone := func(name string) bool {
 		return c.cfg.Catalog.Policies.Deleted(policy.KindTrainingJob + "/" + name)
 	}
 	me := c.cfg.Mesh.Name()
 	for _, p := range c.policies() {
-		if p.Kind != policy.KindTrainingJob || placement.Owner(p.Key(), owners) != me {
+		if p.Kind != policy.KindTrainingJob || c.ownerOf(p.Key()) != me {
 			continue
 		}
 		if of := c.facts(p).trialOf; of != "" && gone(of) {
@@ -163,7 +161,7 @@ func (c *Controller) collectDeletedSweeps(owners []string) {
 	}
 	exps, _ := c.cfg.Catalog.Experiments.Values()
 	for _, e := range exps {
-		if e.State == catalog.ExperimentDeleted || !gone(e.Name) || placement.Owner(e.Key, owners) != me {
+		if e.State == catalog.ExperimentDeleted || !gone(e.Name) || c.ownerOf(e.Key) != me {
 			continue
 		}
 		now := time.Now().UTC()
@@ -434,7 +432,7 @@ func (c *Controller) applyTrial(p catalog.Policy, name string, params map[string
 		return err
 	}
 	// The trial's owner places it next: it hears of it at once.
-	owner := placement.Owner(policy.KindTrainingJob+"/"+name, c.owners)
+	owner := c.ownerOf(policy.KindTrainingJob + "/" + name)
 	_, err = c.cfg.Catalog.Policies.PutNotify(catalog.Policy{Kind: policy.KindTrainingJob, Name: name, Source: src, File: p.File,
 		Generation: 1, Applied: time.Now().UTC(), AppliedAt: c.cfg.Mesh.Name(), Site: p.Site}, []string{owner})
 	return err

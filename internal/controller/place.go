@@ -364,8 +364,18 @@ func partly(rec catalog.Placement) string {
 }
 
 // write records a placement, derived from the policy version held here:
-// a node that learns the placement before the policy waits for it.
+// a node that learns the placement before the policy waits for it. A
+// training job's placement is written only while this agent still owns
+// the job by a view of the mesh read now: a pass on a busy host can take
+// seconds, and an owner that came back meanwhile places the job itself.
 func (c *Controller) write(rec catalog.Placement) {
+	if strings.HasPrefix(rec.Key, policy.KindTrainingJob+"/") {
+		c.noteView(c.cfg.Mesh.Nodes(), time.Now())
+		if !c.owns(rec.Key) {
+			c.log.Info("not writing placement: the training job is no longer this agent's", "policy", rec.Key, "epoch", rec.Epoch, "owner", c.ownerOf(rec.Key))
+			return
+		}
+	}
 	var deps []mesh.Dep
 	if ref, ok := c.cfg.Catalog.Policies.Ref(rec.Key); ok {
 		deps = append(deps, ref)

@@ -63,8 +63,7 @@ func (c *Controller) reconcile() {
 	if len(nodes) > 1 && time.Now().Before(c.settleUntil) {
 		return // see settle
 	}
-	owners := meshview.Owners(nodes)
-	c.noteOwners(owners)
+	c.noteView(nodes, time.Now())
 	byName := map[string]mesh.Node{}
 	for _, n := range nodes {
 		byName[n.Name] = n
@@ -90,7 +89,7 @@ func (c *Controller) reconcile() {
 	for _, p := range ps {
 		key := p.Key()
 		applied[key] = true
-		if !c.owns(key, owners) {
+		if !c.owns(key) {
 			continue
 		}
 		// Only the placements of owned policies are read: with thousands
@@ -162,7 +161,7 @@ func (c *Controller) reconcile() {
 	// policy (a sync after a cut) waits for it, and deleting it would
 	// delete it everywhere, stopping the job or service it placed.
 	for _, key := range c.cfg.Catalog.Placements.Keys() {
-		if applied[key] || placement.Owner(key, owners) != c.cfg.Mesh.Name() {
+		if applied[key] || c.ownerOf(key) != c.cfg.Mesh.Name() {
 			continue
 		}
 		r, err := c.cfg.Catalog.Placements.Get(key)
@@ -211,30 +210,6 @@ func liveNames(nodes []mesh.Node) string {
 		}
 	}
 	return b.String()
-}
-
-// noteOwners records the set of owners of this pass (see ownerSettle).
-func (c *Controller) noteOwners(owners []string) {
-	sorted := slices.Sorted(slices.Values(owners))
-	if slices.Equal(sorted, c.owners) {
-		return
-	}
-	if c.owners != nil {
-		c.prevOwners, c.ownersChanged = c.owners, time.Now()
-	}
-	c.owners = sorted
-}
-
-// owns says whether this agent owns policy key among owners and may act on
-// it now. Within ownerSettle of a change of
-// that set it leaves alone a policy that the previous set gave to another
-// agent: that agent may not be gone (a busy host declared failed refutes
-// it within seconds), and may not have seen the change yet.
-func (c *Controller) owns(key string, owners []string) bool {
-	if placement.Owner(key, owners) != c.cfg.Mesh.Name() {
-		return false
-	}
-	return time.Since(c.ownersChanged) >= ownerSettle || placement.Owner(key, c.prevOwners) == c.cfg.Mesh.Name()
 }
 
 // needsPlacement says whether p must be placed (again), and why. A failed

@@ -132,10 +132,63 @@ func TestNewOwnerWaits(t *testing.T) {
 	if _, err := cat.Placements.Get(key); err == nil {
 		t.Fatal("placed by c1 at once when c2 was declared failed")
 	}
-	c.ownersChanged = time.Now().Add(-ownerSettle)
+	c.serviceOwners.changed = time.Now().Add(-ownerSettle)
 	c.reconcile()
 	if _, err := cat.Placements.Value(key); err != nil {
 		t.Fatalf("not placed by c1 once owners settled: %v", err)
+	}
+}
+
+// TestJobOwnerGrace: a training job stays its owner's while that
+// controller has been failed for less than JobGrace (a busy host declared
+// failed for seconds goes on placing its jobs), and a placement is written
+// only while its writer owns the job by the view read as it writes: a
+// pass that read the owner failed does not write after it came back.
+func TestJobOwnerGrace(t *testing.T) {
+	t.Parallel()
+	cat := catalog.New(catalogtest.NewStore(), nil)
+	m := &fakeMesh{nodes: []mesh.Node{controllerNode("c1"), controllerNode("c2")}}
+	name := ""
+	for i := 0; name == ""; i++ {
+		if n := fmt.Sprintf("train-%d", i); placement.Owner(policy.KindTrainingJob+"/"+n, []string{"c1", "c2"}) == "c2" {
+			name = n
+		}
+	}
+	key := policy.KindTrainingJob + "/" + name
+	src := "apiVersion: strata/v1\nkind: TrainingJob\nmetadata: {name: " + name + "}\nspec:\n  resources: {cpu: 10m, memory: 16Mi}\n  launcher: exec\n  command: [sh, -c, 'true']\n"
+	if _, err := cat.Policies.Put(catalog.Policy{Kind: policy.KindTrainingJob, Name: name, Source: src, Generation: 1}); err != nil {
+		t.Fatal(err)
+	}
+	c := New(Config{Mesh: m, Catalog: cat, Compile: meshview.Compile})
+	c.reconcile()
+	m.nodes[1].Status = mesh.StatusFailed
+	c.reconcile()
+	// Settled, but c2 has been failed for less than JobGrace: it still
+	// owns its jobs.
+	c.serviceOwners.changed = time.Now().Add(-ownerSettle)
+	c.trainingOwners.changed = time.Now().Add(-ownerSettle)
+	c.reconcile()
+	if _, err := cat.Placements.Get(key); err == nil {
+		t.Fatal("placed by c1 while its owner c2 has been failed for less than JobGrace")
+	}
+	// c2 failed for longer than JobGrace: c1 owns the job once settled.
+	c.downSince["c2"] = time.Now().Add(-JobGrace)
+	c.reconcile()
+	if _, err := cat.Placements.Get(key); err == nil {
+		t.Fatal("placed by c1 at once when c2's grace ended")
+	}
+	c.trainingOwners.changed = time.Now().Add(-ownerSettle)
+	c.reconcile()
+	rec, err := cat.Placements.Value(key)
+	if err != nil {
+		t.Fatalf("not placed by c1 once c2's grace ended and owners settled: %v", err)
+	}
+	// A pass read c2 failed; c2 is back before the pass writes.
+	m.nodes[1].Status = mesh.StatusAlive
+	rec.Epoch++
+	c.write(rec)
+	if got, _ := cat.Placements.Value(key); got.Epoch != rec.Epoch-1 {
+		t.Fatalf("epoch %d written by c1 after its owner c2 came back", got.Epoch)
 	}
 }
 
@@ -209,6 +262,108 @@ func TestFlappingMembersPlaceOnce(t *testing.T) {
 	}
 	if len(placedBy) != 300 || twice > 0 {
 		t.Errorf("%d of 300 policies placed, %d by two owners", len(placedBy), twice)
+	}
+}
+
+// TestFlappingControllersPlaceJobsOnce: two controllers whose views of
+// each other flap for longer than ownerSettle (each sees the other failed
+// for up to four passes in a row, a pass every 3 s) while 300 training
+// jobs are applied in batches. No job is placed by both: a controller
+// failed for less than JobGrace keeps its jobs.
+func TestFlappingControllersPlaceJobsOnce(t *testing.T) {
+	t.Parallel()
+	stores := []*catalogtest.Store{catalogtest.NewStore(), catalogtest.NewStore()}
+	workers := []mesh.Node{gpuNode("w1", 640000), gpuNode("w2", 640000), gpuNode("w3", 640000)}
+	for i := range workers {
+		workers[i].Controller = false
+	}
+	var ctls []*Controller
+	var views []*fakeMesh
+	for i, name := range []string{"c1", "c2"} {
+		other := map[string]string{"c1": "c2", "c2": "c1"}[name]
+		v := &fakeMesh{nodes: append([]mesh.Node{gpuNode(name, 1000), gpuNode(other, 1000)}, workers...)}
+		views = append(views, v)
+		ctls = append(ctls, New(Config{Mesh: v, Catalog: catalog.New(stores[i], nil), Compile: meshview.Compile}))
+	}
+	// age moves c's clock-dependent state back by one pass, as if a pass
+	// took that long.
+	const pass = 3 * time.Second
+	age := func(c *Controller) {
+		c.serviceOwners.changed = c.serviceOwners.changed.Add(-pass)
+		c.trainingOwners.changed = c.trainingOwners.changed.Add(-pass)
+		for k, v := range c.downSince {
+			c.downSince[k] = v.Add(-pass)
+		}
+	}
+	rng := rand.New(rand.NewPCG(3, 4))
+	down := []int{0, 0} // passes left in each controller's flap
+	placedBy := map[string]map[string]bool{}
+	for round := range 30 {
+		for j := range 10 {
+			name := fmt.Sprintf("job-%d-%d", round, j)
+			src := "apiVersion: strata/v1\nkind: TrainingJob\nmetadata: {name: " + name + "}\nspec:\n  resources: {cpu: 10m, memory: 16Mi}\n  launcher: exec\n  command: [sh, -c, 'true']\n"
+			for _, s := range stores {
+				if _, err := catalog.New(s, nil).Policies.Put(catalog.Policy{Kind: policy.KindTrainingJob, Name: name, Source: src, Generation: 1}); err != nil {
+					t.Fatal(err)
+				}
+			}
+		}
+		for i, c := range ctls {
+			// A flap: the other seen failed for 1 to 4 passes, then alive
+			// for at least one.
+			switch {
+			case down[i] == 0 && rng.IntN(3) == 0:
+				down[i] = 1 + rng.IntN(4)
+				fallthrough
+			case down[i] > 0:
+				views[i].nodes[1].Status = mesh.StatusFailed
+				if down[i]--; down[i] == 0 {
+					down[i] = -1
+				}
+			default:
+				views[i].nodes[1].Status = mesh.StatusAlive
+				down[i] = 0
+			}
+			c.reconcile()
+			age(c)
+			for _, e := range stores[i].List("placements/") {
+				var rec catalog.Placement
+				if err := json.Unmarshal(e.Value, &rec); err != nil {
+					t.Fatal(err)
+				}
+				if placedBy[rec.Key] == nil {
+					placedBy[rec.Key] = map[string]bool{}
+				}
+				placedBy[rec.Key][rec.Owner] = true
+			}
+		}
+		for i, s := range stores {
+			for _, e := range s.List("placements/") {
+				if _, ok := stores[1-i].Lookup(e.Key); !ok {
+					s.Deliver(stores[1-i], e.Key)
+				}
+			}
+		}
+	}
+	twice := 0
+	for key, by := range placedBy {
+		if len(by) > 1 {
+			twice++
+			t.Errorf("%s placed by %d owners", key, len(by))
+		}
+	}
+	placed := 0
+	for _, e := range stores[0].List("placements/") {
+		var rec catalog.Placement
+		if err := json.Unmarshal(e.Value, &rec); err != nil {
+			t.Fatal(err)
+		}
+		if len(rec.Nodes) > 0 {
+			placed++
+		}
+	}
+	if len(placedBy) != 300 || placed != 300 || twice > 0 {
+		t.Errorf("%d of 300 jobs placed (%d on nodes), %d by two owners", len(placedBy), placed, twice)
 	}
 }
 

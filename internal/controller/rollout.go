@@ -10,7 +10,6 @@ import (
 	"time"
 
 	"github.com/strata-mesh/strata/internal/catalog"
-	"github.com/strata-mesh/strata/internal/meshview"
 	"github.com/strata-mesh/strata/internal/serving"
 	"github.com/strata-mesh/strata/mesh"
 	"github.com/strata-mesh/strata/policy"
@@ -54,10 +53,10 @@ func step(r *catalog.Rollout, stage, format string, args ...any) {
 // becomes a canary at the drifted site; the canary is promoted after its
 // requests without regression, or rolled back.
 func (c *Controller) rollouts() {
-	owners := meshview.Owners(c.cfg.Mesh.Nodes())
+	c.noteView(c.cfg.Mesh.Nodes(), time.Now())
 	var drifts []catalog.Drift
 	for _, p := range c.policies() {
-		if p.Kind != policy.KindInferenceService || !c.facts(p).retrain || !c.owns(p.Key(), owners) {
+		if p.Kind != policy.KindInferenceService || !c.facts(p).retrain || !c.owns(p.Key()) {
 			continue
 		}
 		doc, err := p.Document()
