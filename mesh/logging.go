@@ -128,10 +128,11 @@ func (w *logWriter) drop(path, reason string, from net.Addr) {
 		return
 	}
 	w.metrics.invalid.WithLabelValues(path, reason).Inc()
-	if reason == dropTimeout {
-		// A busy peer answering late is what a loaded host looks like,
-		// not a fault of the peer: lifeguard's suspicion handles it.
-		w.log.Debug("gossip stream timed out before its first frame", "path", path, "peer", src)
+	if reason == dropTimeout || reason == dropClosed {
+		// A busy peer answering late, or giving up before it wrote, is
+		// what a loaded host looks like, not a fault of the peer:
+		// lifeguard's suspicion handles it.
+		w.log.Debug("gossip stream ended before its first frame", "path", path, "reason", reason, "peer", src)
 		return
 	}
 	w.metrics.peerWarnings.Inc()

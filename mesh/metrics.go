@@ -42,7 +42,7 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 		}),
 		invalid: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "strata_gossip_invalid_total",
-			Help: "Gossip packets and streams dropped before decoding, by path (packet, stream) and reason (empty, label, version, short, oversize, padding, truncated; timeout: a peer too slow to send a whole first frame before the deadline, logged at debug level only).",
+			Help: "Gossip packets and streams dropped before decoding, by path (packet, stream) and reason (empty, label, version, short, oversize, padding, truncated; timeout: a peer too slow to send a whole first frame before the deadline, and closed: a peer that closed a stream before sending a byte, as one does when its own deadline passed, both logged at debug level only).",
 		}, []string{"path", "reason"}),
 		peerWarnings: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "strata_gossip_peer_warnings_total",

@@ -39,6 +39,10 @@ const (
 	dropOversize  = "oversize"  // stream frame over memberlist's limit
 	dropPadding   = "padding"   // bad PKCS7 padding (encryption version 0 only)
 	dropTruncated = "truncated" // stream ended inside its first frame
+	// dropClosed: the peer closed the stream before sending a byte, as a
+	// busy peer does when its own deadline passed between dialling and
+	// writing (memberlist's TCP ping). Counted, logged at debug level only.
+	dropClosed = "closed"
 	// dropTimeout: the first frame was not whole by the deadline. A busy
 	// peer, not bad input (a TCP ping's ack past the probe deadline): it is
 	// counted but logged at debug level only.
@@ -334,7 +338,7 @@ func (t *guardTransport) readFrameBytes(r io.Reader, inbound bool) (_ []byte, _ 
 	}
 	b, ok := read(1)
 	if !ok {
-		return nil, dropTruncated, err
+		return nil, dropClosed, err
 	}
 	typ := b[0]
 	if inbound {

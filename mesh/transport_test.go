@@ -145,6 +145,7 @@ func TestHostileInputIsDroppedAndCounted(t *testing.T) {
 		{"plaintext-to-keyed", keyed, false, ackPacket, dropVersion},
 		{"stream-plaintext", keyed, true, []byte{6, 0x80}, ""},
 		{"stream-truncated", keyed, true, []byte{mlEncryptMsg, 0, 0}, dropTruncated},
+		{"stream-closed", keyed, true, []byte{}, dropClosed},
 		{"stream-oversize", keyed, true, longLen, dropOversize},
 		{"stream-wrong-key", keyed, true, streamFrame(t, bytes.Repeat([]byte{9}, 32), 1, ackPacket), ""},
 	} {
@@ -177,18 +178,22 @@ func feed(t *testing.T, tg *target, stream bool, buf []byte) {
 	}
 }
 
+// counter is the sum of counter name over its series.
 func counter(tb testing.TB, reg *prometheus.Registry, name string) float64 {
 	tb.Helper()
 	mfs, err := reg.Gather()
 	if err != nil {
 		tb.Fatal(err)
 	}
+	var sum float64
 	for _, mf := range mfs {
 		if mf.GetName() == name {
-			return mf.GetMetric()[0].GetCounter().GetValue()
+			for _, m := range mf.GetMetric() {
+				sum += m.GetCounter().GetValue()
+			}
 		}
 	}
-	return 0
+	return sum
 }
 
 // TestVersionZeroPacketOverUDP sends the crafted packet to a mesh on real
@@ -372,21 +377,23 @@ func TestSlowReplyIsATimeoutNotInvalidGossip(t *testing.T) {
 	}
 }
 
-// TestTimeoutsAreCountedNotWarned: a stream timing out and memberlist's
-// failed TCP ping after it are counted and logged at debug level only;
-// a truncated stream is still a warning.
+// TestTimeoutsAreCountedNotWarned: a stream timing out, a stream its
+// peer closed before sending a byte, and memberlist's failed TCP ping
+// after them are counted and logged at debug level only; a truncated
+// stream is still a warning.
 func TestTimeoutsAreCountedNotWarned(t *testing.T) {
 	var buf bytes.Buffer
 	reg := prometheus.NewRegistry()
 	w := &logWriter{log: slog.New(slog.NewTextHandler(&buf, &slog.HandlerOptions{Level: slog.LevelInfo})), metrics: newMetrics(reg)}
 	from := &net.TCPAddr{IP: net.IPv4(10, 0, 0, 9), Port: 7946}
 	w.drop("stream", dropTimeout, from)
+	w.drop("stream", dropClosed, from)
 	log.New(w, "", 0).Printf("[ERR] memberlist: Failed fallback TCP ping: timeout 1s: read tcp 10.0.0.8:41234->10.0.0.9:7946: i/o timeout")
 	if buf.Len() != 0 {
 		t.Errorf("timeouts logged above debug level:\n%s", buf.String())
 	}
-	if got := counter(t, reg, "strata_gossip_invalid_total"); got != 1 {
-		t.Errorf("invalid_total = %v, want 1 (the timeout)", got)
+	if got := counter(t, reg, "strata_gossip_invalid_total"); got != 2 {
+		t.Errorf("invalid_total = %v, want 2 (the timeout, the closed stream)", got)
 	}
 	if got := counter(t, reg, "strata_gossip_peer_warnings_total"); got != 0 {
 		t.Errorf("peer warnings = %v, want 0", got)
