@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/strata-mesh/strata/mesh"
+	"github.com/strata-mesh/strata/placement"
 	"github.com/strata-mesh/strata/storage"
 )
 
@@ -147,7 +148,13 @@ func (a Authorizer) Authorize(r mesh.Reader, w mesh.Writer, e mesh.Entry) error 
 //     signed first;
 //   - placements: the later epoch. An owner whose view lagged (membership
 //     flapped, it was cut off) and placed a policy again at an older epoch
-//     does not undo the newer placement, wherever its record arrives first;
+//     does not undo the newer placement, wherever its record arrives first.
+//     Of two owners' placements of one epoch (each took the policy for its
+//     own while members flapped), the one whose owner ranks first for the
+//     policy (placement.OwnerWeight): the agent that owns it while both are
+//     live. Every agent keeps the same one, and a job placed by the agent
+//     that ranks first among all it knows cannot lose its placement to a
+//     rival's of the same epoch (see jobs.Config.StartQuiet);
 //   - jobs: the run of the later epoch; of two records of one epoch, the
 //     one that says how the run ended. A run that was superseded cannot
 //     leave a "running" record over the outcome of the run that replaced
@@ -157,7 +164,7 @@ func (a Authorizer) Authorize(r mesh.Reader, w mesh.Writer, e mesh.Entry) error 
 func (a Authorizer) Prefer(x, y mesh.Entry) int {
 	switch {
 	case strings.HasPrefix(x.Key, "placements/"):
-		return preferEpoch(x, y, func(p Placement) (uint64, bool) { return p.Epoch, false })
+		return preferPlacement(x, y)
 	case strings.HasPrefix(x.Key, "jobs/"):
 		return preferEpoch(x, y, func(j Job) (uint64, bool) { return j.Epoch, j.Terminal() })
 	case !strings.HasPrefix(x.Key, "artifacts/"):
@@ -228,6 +235,30 @@ func placedOn(r mesh.Reader, policyKey string, w mesh.Writer, epoch uint64) erro
 		}
 	}
 	return fmt.Errorf("%w: %s is not placed on %s", ErrNotAssigned, policyKey, w.Name)
+}
+
+// preferPlacement orders two placements of one policy: by epoch, then by
+// how their owners rank for the policy. Records that do not decode, and
+// two of one owner, are left to versions.
+func preferPlacement(x, y mesh.Entry) int {
+	var px, py Placement
+	if json.Unmarshal(x.Value, &px) != nil || json.Unmarshal(y.Value, &py) != nil {
+		return 0
+	}
+	switch {
+	case px.Epoch != py.Epoch:
+		return cmp.Compare(px.Epoch, py.Epoch)
+	case px.Owner == py.Owner:
+		return 0
+	}
+	// The policy's key, as placement.Owner hashes it (the record's Key
+	// field is its writer's word; the entry's key is what is stored).
+	key := strings.TrimPrefix(x.Key, "placements/")
+	wx, wy := placement.OwnerWeight(key, px.Owner), placement.OwnerWeight(key, py.Owner)
+	if wx == wy { // as placement.Owner breaks a tie: the lower name
+		return strings.Compare(py.Owner, px.Owner)
+	}
+	return cmp.Compare(wx, wy)
 }
 
 // preferEpoch orders two records by the epoch key returns, then by

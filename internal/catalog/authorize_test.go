@@ -8,6 +8,7 @@ import (
 
 	"github.com/strata-mesh/strata/internal/catalog"
 	"github.com/strata-mesh/strata/mesh"
+	"github.com/strata-mesh/strata/placement"
 	"github.com/strata-mesh/strata/storage"
 )
 
@@ -145,6 +146,11 @@ func TestPrefer(t *testing.T) {
 		return mesh.Entry{Key: "artifacts/model/m/1", Value: value(t, storage.Manifest{Digest: d, Created: at, Signer: signer})}
 	}
 	a := catalog.Authorizer{VerifyManifest: verify}
+	// Of two controllers, the one that owns TrainingJob/x while both live.
+	first, second := "c1", "c2"
+	if placement.Owner("TrainingJob/x", []string{first, second}) != first {
+		first, second = second, first
+	}
 	tests := []struct {
 		name string
 		x, y mesh.Entry
@@ -156,7 +162,9 @@ func TestPrefer(t *testing.T) {
 		{"same digest: versions decide", e("aa", t0, "trusted"), e("aa", t0.Add(time.Hour), "trusted"), 0},
 		{"another table: versions decide", mesh.Entry{Key: "policies/x"}, mesh.Entry{Key: "policies/x"}, 0},
 		{"placement: later epoch", pl(t, 5), pl(t, 4), 1},
-		{"placement: same epoch, versions decide", pl(t, 5), pl(t, 5), 0},
+		{"placement: same epoch, one owner: versions decide", pl(t, 5), pl(t, 5), 0},
+		{"placement: same epoch, the owner that ranks first", plBy(t, 5, first), plBy(t, 5, second), 1},
+		{"placement: a later epoch over the first owner's", plBy(t, 6, second), plBy(t, 5, first), 1},
 		{"job: later epoch's run", job(t, 6, catalog.JobPending), job(t, 5, catalog.JobSucceeded), 1},
 		{"job: one epoch, its outcome over running", job(t, 5, catalog.JobFailed), job(t, 5, catalog.JobRunning), 1},
 		{"job: one epoch, both running", job(t, 5, catalog.JobRunning), job(t, 5, catalog.JobPending), 0},
@@ -173,8 +181,10 @@ func TestPrefer(t *testing.T) {
 	}
 }
 
-func pl(t *testing.T, epoch uint64) mesh.Entry {
-	return mesh.Entry{Key: "placements/TrainingJob/x", Value: value(t, catalog.Placement{Key: "TrainingJob/x", Epoch: epoch})}
+func pl(t *testing.T, epoch uint64) mesh.Entry { return plBy(t, epoch, "") }
+
+func plBy(t *testing.T, epoch uint64, owner string) mesh.Entry {
+	return mesh.Entry{Key: "placements/TrainingJob/x", Value: value(t, catalog.Placement{Key: "TrainingJob/x", Epoch: epoch, Owner: owner})}
 }
 
 func job(t *testing.T, epoch uint64, state string) mesh.Entry {

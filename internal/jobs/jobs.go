@@ -112,15 +112,19 @@ type Runner struct {
 }
 
 // DefaultStartQuiet is how long an agent's training job placed on its
-// node waits before it starts (Config.StartQuiet): long enough for a rival placement of it (two owners that
-// each thought the policy theirs while members flapped on a busy host,
-// each placing it at the same epoch on another node) to reach this node
-// and win or lose, so that the job starts once, not twice with the loser
-// stopped. With 1000 sweep trials on a dev mesh with 3 busy loops per core
-// (BenchmarkSweepTrialsUnderLoad), 10 trials ran twice without it. Skipping
-// it while this node's own view of the membership had been steady for 10 s
-// let 57 run twice: a member flaps in a rival owner's view, not in the
-// view of the node that runs the job.
+// node waits before it starts (Config.StartQuiet) when the owner that
+// placed it is not the job's first owner (see quiet): long enough for a
+// rival placement of it (two owners that each thought the job theirs
+// while members flapped on a busy host, each placing it at the same epoch
+// on another node) to reach this node and win or lose, so that the job
+// starts once, not twice with the loser stopped. With 1000 sweep trials
+// on a dev mesh with 3 busy loops per core
+// (BenchmarkSweepTrialsUnderLoad), 10 trials ran twice without it.
+// Skipping it while this node's own view of the membership had been
+// steady for 10 s let 57 run twice: a member flaps in a rival owner's
+// view, not in the view of the node that runs the job. A job placed by
+// its first owner starts at once: no placement of the same epoch wins
+// over that owner's.
 const DefaultStartQuiet = 1500 * time.Millisecond
 
 type localJob struct {
@@ -236,6 +240,7 @@ func (j *Runner) reconcile(ctx context.Context) {
 	}
 	j.placedAt = placedAt
 	j.again = 0
+	var nodes []mesh.Node // read when a job first needs them (see quiet)
 	for key, rec := range mine {
 		if lj, ok := j.runs[key]; ok && lj.epoch == rec.Epoch && (lj.stopped == "" || lj.live > 0) {
 			// Runs or ran, or a run this agent stopped has not ended yet.
@@ -248,7 +253,7 @@ func (j *Runner) reconcile(ctx context.Context) {
 		if prev, err := j.cfg.Catalog.Jobs.Value(rec.Name); err == nil && prev.Over(rec.Generation, rec.Epoch) {
 			continue // ran to its end already; a new generation runs again
 		}
-		if wait := j.cfg.StartQuiet - now.Sub(placedAt[fmt.Sprintf("%s@%d", key, rec.Epoch)]); wait > 0 {
+		if wait := j.quiet(rec, &nodes) - now.Sub(placedAt[fmt.Sprintf("%s@%d", key, rec.Epoch)]); wait > 0 {
 			// See DefaultStartQuiet; look again when it has passed.
 			j.again = cmp.Or(min(j.again, wait), wait)
 			continue
@@ -271,6 +276,25 @@ func (j *Runner) reconcile(ctx context.Context) {
 			})
 		}
 	}
+}
+
+// quiet is how long job placement rec waits here before it starts:
+// Config.StartQuiet, or nothing when its owner is the job's first owner
+// among every agent this node knows (meshview.FirstOwner), whatever their
+// status. Another owner's placement of the same epoch can then never win
+// over it (catalog.Authorizer.Prefer), so no rival placement can stop it;
+// that is what the quiet waits for. nodes is read on first use.
+func (j *Runner) quiet(rec catalog.Placement, nodes *[]mesh.Node) time.Duration {
+	if j.cfg.StartQuiet <= 0 || rec.Owner == "" {
+		return j.cfg.StartQuiet
+	}
+	if *nodes == nil {
+		*nodes = j.cfg.Mesh.Nodes()
+	}
+	if meshview.FirstOwner(rec.Key, *nodes) == rec.Owner {
+		return 0
+	}
+	return j.cfg.StartQuiet
 }
 
 // placedHere returns the training jobs this node acts on (mine: placed

@@ -17,6 +17,7 @@ import (
 	"github.com/strata-mesh/strata/mesh"
 	"github.com/strata-mesh/strata/mesh/dataplane"
 	"github.com/strata-mesh/strata/mesh/meshtest"
+	"github.com/strata-mesh/strata/placement"
 	"github.com/strata-mesh/strata/policy"
 	"github.com/strata-mesh/strata/storage"
 	"github.com/strata-mesh/strata/trainer"
@@ -486,44 +487,59 @@ func TestReadMetricsNonFinite(t *testing.T) {
 	}
 }
 
-// TestRivalPlacementInTheQuietStartsNothing: a job placed here waits
-// StartQuiet before it starts. A rival placement of it at the same epoch
-// on another node (a second owner's, while members flapped) that wins
-// within that time means the job never starts here, rather than starting
-// and being stopped; without one it starts once the quiet has passed.
+// TestRivalPlacementInTheQuietStartsNothing: a job placed here by an
+// owner that is not its first owner among the agents this node knows
+// waits StartQuiet before it starts. A rival placement of it at the same
+// epoch on another node (the first owner's, while members flapped) that
+// wins within that time means the job never starts here, rather than
+// starting and being stopped; without one it starts once the quiet has
+// passed. A job placed by its first owner, whose placement no rival's of
+// the same epoch can win over, starts at once.
 func TestRivalPlacementInTheQuietStartsNothing(t *testing.T) {
 	t.Parallel()
-	for _, rival := range []bool{true, false} {
+	first, other := "a", "b"
+	if placement.Owner("TrainingJob/q", []string{first, other}) != first {
+		first, other = other, first
+	}
+	nodes := []mesh.Node{{NodeState: mesh.NodeState{Name: first, Controller: true}, Status: mesh.StatusFailed},
+		{NodeState: mesh.NodeState{Name: other, Controller: true}, Status: mesh.StatusAlive},
+		{NodeState: mesh.NodeState{Name: "n1"}, Status: mesh.StatusAlive}}
+	for _, tc := range []struct {
+		owner        string
+		rival, quiet bool
+	}{{other, true, true}, {other, false, true}, {first, false, false}} {
 		cat := catalog.New(catalogtest.NewStore(), nil)
 		src := "apiVersion: strata/v1\nkind: TrainingJob\nmetadata: {name: q}\nspec:\n  resources: {cpu: 100m, memory: 64Mi}\n  command: [\"true\"]\n"
 		pol, err := cat.Policies.Put(catalog.Policy{Kind: "TrainingJob", Name: "q", Source: src, Generation: 1})
 		if err != nil {
 			t.Fatal(err)
 		}
-		rec := catalog.Placement{Key: "TrainingJob/q", Kind: "TrainingJob", Name: "q", Epoch: 1, Generation: 1, Owner: "a",
+		rec := catalog.Placement{Key: "TrainingJob/q", Kind: "TrainingJob", Name: "q", Epoch: 1, Generation: 1, Owner: tc.owner,
 			State: catalog.StatePlaced, Nodes: []catalog.PlacedNode{{Name: "n1", Rank: 0, Admitted: true}}}
 		if _, err := cat.Placements.Put(rec, pol.Ref()); err != nil {
 			t.Fatal(err)
 		}
 		r := New(Config{Name: "n1", DataDir: t.TempDir(), Catalog: cat, Artifacts: noArtifacts{}, StartQuiet: 300 * time.Millisecond,
-			Mesh: fakeMesh{local: mesh.NodeState{Assignments: []mesh.Assignment{{Key: "TrainingJob/q", Epoch: 1, Accepted: true}}}}})
+			Mesh: fakeMesh{nodes: nodes, local: mesh.NodeState{Assignments: []mesh.Assignment{{Key: "TrainingJob/q", Epoch: 1, Accepted: true}}}}})
 		ctx, cancel := context.WithCancel(context.Background())
 		r.reconcile(ctx)
-		if _, ok := r.running("TrainingJob/q"); ok {
-			t.Fatal("started before its quiet passed")
+		if _, ok := r.running("TrainingJob/q"); ok == tc.quiet {
+			t.Fatalf("placed by %s: started at once %v, want %v", tc.owner, ok, !tc.quiet)
 		}
-		if rival {
-			rec.Owner, rec.Nodes = "b", []catalog.PlacedNode{{Name: "n2", Rank: 0, Admitted: true}}
-			if _, err := cat.Placements.Put(rec, pol.Ref()); err != nil {
-				t.Fatal(err)
+		if tc.quiet {
+			if tc.rival {
+				rec.Owner, rec.Nodes = first, []catalog.PlacedNode{{Name: "n2", Rank: 0, Admitted: true}}
+				if _, err := cat.Placements.Put(rec, pol.Ref()); err != nil {
+					t.Fatal(err)
+				}
 			}
-		}
-		// StartQuiet is wall time since the job was first seen placed:
-		// letting it pass is what is under test, not a wait for a state.
-		time.Sleep(350 * time.Millisecond)
-		r.reconcile(ctx)
-		if _, ok := r.running("TrainingJob/q"); ok == rival {
-			t.Errorf("rival placement %v: started here %v", rival, ok)
+			// StartQuiet is wall time since the job was first seen placed:
+			// letting it pass is what is under test, not a wait for a state.
+			time.Sleep(350 * time.Millisecond)
+			r.reconcile(ctx)
+			if _, ok := r.running("TrainingJob/q"); ok == tc.rival {
+				t.Errorf("rival placement %v: started here %v", tc.rival, ok)
+			}
 		}
 		cancel()
 		// A run started writes into the data dir until it ends: the

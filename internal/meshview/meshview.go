@@ -3,7 +3,7 @@
 // explains, and the simulator: the engine's snapshot of the nodes
 // (Snapshot, Node), the request a policy compiles to (Compile,
 // RequestFor), the client sites of other pools (RemoteClients), which
-// agents own policies (Owners, UnreachableControllers), a node's answer to
+// agents own policies (Owners, FirstOwner, UnreachableControllers), a node's answer to
 // a placement (AssignmentOf), and why nodes were not chosen
 // (SummarizeRejections, over a decision's Rejections and Fallbacks as a
 // placement record holds them). It holds no state.
@@ -45,6 +45,29 @@ func Owners(nodes []mesh.Node) []string {
 		return alive
 	}
 	return out
+}
+
+// FirstOwner returns the agent that owns policy key while every agent in
+// nodes is live: rendezvous over the controller-capable nodes that have
+// not left, whatever their status, or over every node that has not left
+// when none is controller-capable; "" when nodes has none. Of two owners'
+// placements of one epoch, the first owner's wins everywhere
+// (catalog.Authorizer.Prefer).
+func FirstOwner(key string, nodes []mesh.Node) string {
+	var ctl, all []string
+	for _, n := range nodes {
+		if n.Status == mesh.StatusLeft {
+			continue
+		}
+		all = append(all, n.Name)
+		if n.Controller {
+			ctl = append(ctl, n.Name)
+		}
+	}
+	if len(ctl) == 0 {
+		return placement.Owner(key, all)
+	}
+	return placement.Owner(key, ctl)
 }
 
 // UnreachableControllers returns the controller-capable nodes this agent
