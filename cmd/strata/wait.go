@@ -121,8 +121,8 @@ func isNotFound(err error) bool {
 
 // progressOf says where the policy key, applied at generation gen,
 // stands: an inference service is ready once its placement is placed
-// (every replica serving: see GET /v1/placements); a training job once it
-// runs or is done, a sweep once its experiment runs.
+// (every replica serving: see GET /v1/placements); a training job once its
+// run's record says it runs or is done, a sweep once its experiment runs.
 func progressOf(key string, gen uint64, placements []api.PlacementStatus, jobs []api.Job, exps []api.Experiment) progress {
 	i := slices.IndexFunc(placements, func(p api.PlacementStatus) bool { return p.Policy == key })
 	if i < 0 {
@@ -152,7 +152,12 @@ func progressOf(key string, gen uint64, placements []api.PlacementStatus, jobs [
 				return p
 			}
 		}
-		p.ready = ps.State == api.StateDone
+		// Done, but its run's record has not reached this agent yet (the
+		// owner heard of the run's end first, directly): `strata logs` and
+		// `strata jobs` would not know the job. Not ready until it has.
+		if ps.State == api.StateDone {
+			p.message = "done; waiting for the record of its run to reach this agent"
+		}
 		p.failed = ps.State == api.StateFailed
 		return p
 	}

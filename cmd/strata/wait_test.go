@@ -146,3 +146,19 @@ func TestApplyWaitFlags(t *testing.T) {
 	got := fmt.Sprintf("exit %d\n", code) + "-- stdout\n" + stdout.String() + "-- stderr\n" + stderr.String()
 	checkGolden(t, "apply-wait-flags", strings.ReplaceAll(got, srv.URL, "URL"))
 }
+
+// TestJobDoneWaitsForItsRecord: a training job whose placement reads done
+// is ready only once the record of its run has reached the agent asked:
+// `strata logs` after `apply --wait` must find the job.
+func TestJobDoneWaitsForItsRecord(t *testing.T) {
+	t.Parallel()
+	const key = "TrainingJob/train"
+	placed := []api.PlacementStatus{{Policy: key, Generation: 1, PlacedGeneration: 1, Key: key, Kind: "TrainingJob", State: api.StateDone}}
+	if p := progressOf(key, 1, placed, nil, nil); p.ready || p.failed {
+		t.Errorf("done without its run's record: ready %v, failed %v (%s)", p.ready, p.failed, p.message)
+	}
+	jobs := []api.Job{{Name: "train", Key: key, Generation: 1, State: api.JobSucceeded, Nodes: []string{"gpu-1"}}}
+	if p := progressOf(key, 1, placed, jobs, nil); !p.ready {
+		t.Errorf("done with its run's record: not ready (%s)", p.message)
+	}
+}
