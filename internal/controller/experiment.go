@@ -4,7 +4,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"hash/fnv"
 	"maps"
 	"slices"
 	"strings"
@@ -24,10 +23,14 @@ import (
 // trials applied (BenchmarkSweepTrialsUnderLoad). It is parsed once per
 // source (see facts).
 type docFacts struct {
-	source  uint64 // FNV-1a of the policy's Source
-	sweep   bool   // a TrainingJob with a sweep (IsSweep)
-	retrain bool   // an InferenceService with a retrain block
-	trialOf string // the sweep it is a trial of (LabelTrialOf)
+	// generation and applied identify the policy's Source: a new source
+	// is a new generation, and a policy deleted and applied again is
+	// applied anew.
+	generation uint64
+	applied    time.Time
+	sweep      bool   // a TrainingJob with a sweep (IsSweep)
+	retrain    bool   // an InferenceService with a retrain block
+	trialOf    string // the sweep it is a trial of (LabelTrialOf)
 	// autoscale and replicas are an autoscaled InferenceService's
 	// bounds and target, and its starting count.
 	autoscale *policy.Autoscale
@@ -43,16 +46,17 @@ type docFacts struct {
 
 // facts returns p's docFacts, parsing its source only when it changed.
 func (c *Controller) facts(p catalog.Policy) docFacts {
-	h := fnv.New64a()
-	h.Write([]byte(p.Source))
-	sum := h.Sum64()
+	// Not a hash of the source: every step of a pass asks for every
+	// policy's facts, and hashing 10,000 sources a step was a cost of
+	// its own.
+	key := p.Key()
 	c.mu.Lock()
-	f, ok := c.docs[p.Key()]
+	f, ok := c.docs[key]
 	c.mu.Unlock()
-	if ok && f.source == sum {
+	if ok && f.generation == p.Generation && f.applied.Equal(p.Applied) {
 		return f
 	}
-	f = docFacts{source: sum}
+	f = docFacts{generation: p.Generation, applied: p.Applied}
 	if doc, err := p.Document(); err == nil {
 		f.sweep = doc.TrainingJob != nil && doc.TrainingJob.Sweep != nil
 		f.retrain = doc.InferenceService != nil && doc.InferenceService.Retrain != nil
@@ -68,7 +72,7 @@ func (c *Controller) facts(p catalog.Policy) docFacts {
 		}
 	}
 	c.mu.Lock()
-	c.docs[p.Key()] = f
+	c.docs[key] = f
 	c.mu.Unlock()
 	return f
 }

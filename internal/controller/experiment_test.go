@@ -5,6 +5,7 @@ import (
 	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/strata-mesh/strata/internal/catalog"
 	"github.com/strata-mesh/strata/internal/catalog/catalogtest"
@@ -311,7 +312,9 @@ func TestNaNObjectiveSaysSo(t *testing.T) {
 }
 
 // TestFactsFollowTheSource: a policy's document is parsed once per source,
-// and read again when its source changes under the same key.
+// and read again when its source changes under the same key: a new
+// generation, or the policy deleted and applied again (generation 1, as a
+// sweep's trial is, applied anew).
 func TestFactsFollowTheSource(t *testing.T) {
 	t.Parallel()
 	c := New(Config{})
@@ -320,9 +323,15 @@ func TestFactsFollowTheSource(t *testing.T) {
 	if !c.facts(p).sweep {
 		t.Fatal("a sweep not read as one")
 	}
-	p.Source = "apiVersion: strata/v1\nkind: TrainingJob\nmetadata: {name: s, labels: {" + catalog.LabelTrialOf + ": other}}\nspec:\n  command: [\"true\"]\n"
-	if f := c.facts(p); f.sweep || f.trialOf != "other" {
+	trial := p
+	trial.Source = "apiVersion: strata/v1\nkind: TrainingJob\nmetadata: {name: s, labels: {" + catalog.LabelTrialOf + ": other}}\nspec:\n  command: [\"true\"]\n"
+	trial.Generation = 2
+	if f := c.facts(trial); f.sweep || f.trialOf != "other" {
 		t.Errorf("the same key with a new source: %+v, want no sweep, a trial of other", f)
+	}
+	p.Applied = p.Applied.Add(time.Minute)
+	if !c.facts(p).sweep {
+		t.Error("applied again at generation 1: not read again")
 	}
 	c.forgetFacts(nil)
 	if len(c.docs) != 0 {
