@@ -84,6 +84,7 @@ func (c *Controller) reconcile() {
 	}
 	c.failedSince = since
 	view := &round{c: c, nodes: nodes, byName: byName}
+	reps := &replicaIndex{byName: byName}
 	ps := c.policies()
 	applied := make(map[string]bool, len(ps))
 	for _, p := range ps {
@@ -122,7 +123,7 @@ func (c *Controller) reconcile() {
 			}
 			c.write(rec)
 		}
-		if have && p.Kind == policy.KindInferenceService && rec.State == catalog.StatePlaced && noteReplicas(&rec, byName) {
+		if have && p.Kind == policy.KindInferenceService && rec.State == catalog.StatePlaced && noteReplicas(&rec, reps) {
 			c.write(rec)
 		}
 		if a := c.facts(p).autoscale; a != nil && have && rec.State == catalog.StatePlaced && rec.Generation == p.Generation {
@@ -290,24 +291,46 @@ func servesSite(clients []string, pn catalog.PlacedNode, n mesh.Node) bool {
 // and says whether that changed. The record travels to every site: an
 // agent of another site, which sees none of these nodes, tells from it
 // whether the service serves (GET /v1/placements), as this site's do.
-func noteReplicas(rec *catalog.Placement, byName map[string]mesh.Node) bool {
+func noteReplicas(rec *catalog.Placement, reps *replicaIndex) bool {
 	changed := false
 	for i, pn := range rec.Nodes {
-		n, ok := byName[pn.Name]
-		if !ok {
-			continue
-		}
-		for _, r := range n.Replicas {
-			if r.Policy == rec.Key && (pn.Replica != r.State || pn.Reason != r.Reason) {
-				rec.Nodes[i].Replica, rec.Nodes[i].Reason = r.State, r.Reason
-				changed = true
-			}
+		if r, ok := reps.of(pn.Name, rec.Key); ok && (pn.Replica != r.State || pn.Reason != r.Reason) {
+			rec.Nodes[i].Replica, rec.Nodes[i].Reason = r.State, r.Reason
+			changed = true
 		}
 	}
 	if changed {
 		rec.Updated = time.Now().UTC()
 	}
 	return changed
+}
+
+// replicaIndex is what each node reports of its replicas, by policy,
+// indexed once a pass as a node is first asked about: a scan of a node's
+// replicas for each service placed on it grew with the square of the
+// services placed (5% of the agents' CPU with 5,000 services).
+type replicaIndex struct {
+	byName map[string]mesh.Node
+	by     map[string]map[string]mesh.Replica
+}
+
+// of returns what node reports of its replica for policy key (the last
+// it lists, as the node's document orders them).
+func (x *replicaIndex) of(node, key string) (mesh.Replica, bool) {
+	m, ok := x.by[node]
+	if !ok {
+		n := x.byName[node]
+		m = make(map[string]mesh.Replica, len(n.Replicas))
+		for _, r := range n.Replicas {
+			m[r.Policy] = r
+		}
+		if x.by == nil {
+			x.by = map[string]map[string]mesh.Replica{}
+		}
+		x.by[node] = m
+	}
+	r, ok := m[key]
+	return r, ok
 }
 
 // staleRefusal says whether as refused its epoch only because the node

@@ -403,3 +403,26 @@ func TestSlowPassIsNoPause(t *testing.T) {
 		t.Errorf("after a pass of %v: %v pauses counted, settling %v after the start; want none, and only the start's %v", pauseGap+500*time.Millisecond, n, c.settleUntil.Sub(start), settle)
 	}
 }
+
+// TestNoteReplicas: a placement takes what each of its nodes reports of
+// the service's replica (the last entry a node lists for the policy),
+// says whether that changed, and leaves nodes that report none alone.
+func TestNoteReplicas(t *testing.T) {
+	t.Parallel()
+	const key = "InferenceService/web"
+	a := node("a", "edge", mesh.StatusAlive, "", 0)
+	a.Replicas = []mesh.Replica{{Policy: "InferenceService/other", State: mesh.ReplicaFailed, Reason: "not this one"},
+		{Policy: key, State: mesh.ReplicaLoading}, {Policy: key, State: mesh.ReplicaServing}}
+	b := node("b", "edge", mesh.StatusAlive, "", 0)
+	reps := &replicaIndex{byName: map[string]mesh.Node{"a": a, "b": b}}
+	rec := catalog.Placement{Key: key, Nodes: []catalog.PlacedNode{{Name: "a"}, {Name: "b", Replica: mesh.ReplicaLoading}, {Name: "gone"}}}
+	if !noteReplicas(&rec, reps) {
+		t.Fatal("no change noted")
+	}
+	if got := []string{rec.Nodes[0].Replica, rec.Nodes[1].Replica, rec.Nodes[2].Replica}; !slices.Equal(got, []string{mesh.ReplicaServing, mesh.ReplicaLoading, ""}) {
+		t.Errorf("replicas %q, want a serving (its last entry), b and gone as they were", got)
+	}
+	if noteReplicas(&rec, reps) {
+		t.Error("a change noted the second time")
+	}
+}
