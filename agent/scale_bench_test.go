@@ -28,11 +28,17 @@ import (
 // controller's slowest reconcile pass (p99 over every agent's passes, from
 // strata_controller_pass_seconds), Go heap per policy per agent, and how
 // often a member was seen failed (target 0). STRATA_BENCH_HEAP_PROFILE=FILE
-// writes the heap the agents hold once every policy is placed.
+// writes the heap the agents hold once every policy is placed;
+// STRATA_BENCH_SECONDS bounds the wait for that (default 150 ms a policy),
+// after which it says what is not placed, where.
 func BenchmarkManyPolicies(b *testing.B) {
 	n := 2000
 	if v, err := strconv.Atoi(os.Getenv("STRATA_BENCH_POLICIES")); err == nil && v > 0 {
 		n = v
+	}
+	bound := time.Duration(n) * 150 * time.Millisecond
+	if v, err := strconv.Atoi(os.Getenv("STRATA_BENCH_SECONDS")); err == nil && v > 0 {
+		bound = time.Duration(v) * time.Second
 	}
 	b.Run("impl=strata", func(b *testing.B) {
 		for range b.N {
@@ -107,7 +113,7 @@ func BenchmarkManyPolicies(b *testing.B) {
 			// every second: every 100ms, listing every agent's view was 7% of
 			// the CPU at 10,000 policies.
 			lastLog := time.Now()
-			meshtest.Poll(b, time.Duration(n)*150*time.Millisecond, time.Second, "every policy placed at every agent", func() bool {
+			meshtest.Poll(b, bound, time.Second, "every policy placed at every agent", func() bool {
 				if time.Since(lastLog) > 5*time.Second && testing.Verbose() {
 					lastLog = time.Now()
 					var line []string
