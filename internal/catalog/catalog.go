@@ -305,19 +305,8 @@ func (t *Table[T]) sharedList() ([]Record[T], error) {
 			return l.recs, l.err
 		}
 	}
-	entries := t.c.store.List(t.prefix())
-	recs := make([]Record[T], 0, len(entries))
-	var errs []error
-	for _, e := range entries {
-		r, err := t.decodeShared(e)
-		if err != nil {
-			errs = append(errs, err)
-			continue
-		}
-		recs = append(recs, r)
-	}
+	recs, err := decodeEach(t.c.store.List(t.prefix()), t.decodeShared)
 	t.forget(recs)
-	err := errors.Join(errs...)
 	if versioned {
 		t.mu.Lock()
 		t.listed = listing[T]{valid: true, version: v, recs: recs, err: err}
@@ -366,18 +355,23 @@ func (t *Table[T]) Select(keep func(key string, v T) bool) ([]Record[T], error) 
 // (joined). Unlike Select it reads only those records: a reader of a few
 // of thousands (one kind's placements) does not list the table.
 func (t *Table[T]) Prefix(prefix string) ([]Record[T], error) {
-	entries := t.c.store.List(t.prefix() + prefix)
-	out := make([]Record[T], 0, len(entries))
+	return decodeEach(t.c.store.List(t.prefix()+prefix), t.decode)
+}
+
+// decodeEach decodes entries in order: the records that decode, and the
+// errors of those that do not (joined).
+func decodeEach[T any](entries []mesh.Entry, decode func(mesh.Entry) (Record[T], error)) ([]Record[T], error) {
+	recs := make([]Record[T], 0, len(entries))
 	var errs []error
 	for _, e := range entries {
-		r, err := t.decode(e)
+		r, err := decode(e)
 		if err != nil {
 			errs = append(errs, err)
 			continue
 		}
-		out = append(out, r)
+		recs = append(recs, r)
 	}
-	return out, errors.Join(errs...)
+	return recs, errors.Join(errs...)
 }
 
 // Keys returns the keys of every live record that decodes, sorted.

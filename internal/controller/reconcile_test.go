@@ -192,6 +192,97 @@ func TestJobOwnerGrace(t *testing.T) {
 	}
 }
 
+// controllerPair is two controllers, c1 and c2, each with its own store
+// and its own view of the mesh: itself, the other (views[i].nodes[1], whose
+// status a test flaps) and three workers. A test applies policies to both
+// stores and hands each placement to the other store after each round.
+type controllerPair struct {
+	stores []*catalogtest.Store
+	ctls   []*Controller
+	views  []*fakeMesh
+	// placedBy lists, by policy key, every owner a placement was seen
+	// written by (see pass).
+	placedBy map[string]map[string]bool
+}
+
+// newControllerPair makes a pair whose controllers are ctl(name) and whose
+// workers have cpu millicores each.
+func newControllerPair(ctl func(name string) mesh.Node, cpu int64) *controllerPair {
+	p := &controllerPair{stores: []*catalogtest.Store{catalogtest.NewStore(), catalogtest.NewStore()}, placedBy: map[string]map[string]bool{}}
+	workers := []mesh.Node{gpuNode("w1", cpu), gpuNode("w2", cpu), gpuNode("w3", cpu)}
+	for i := range workers {
+		workers[i].Controller = false
+	}
+	for i, name := range []string{"c1", "c2"} {
+		other := map[string]string{"c1": "c2", "c2": "c1"}[name]
+		v := &fakeMesh{nodes: append([]mesh.Node{ctl(name), ctl(other)}, workers...)}
+		p.views = append(p.views, v)
+		p.ctls = append(p.ctls, New(Config{Mesh: v, Catalog: catalog.New(p.stores[i], nil), Compile: meshview.Compile}))
+	}
+	return p
+}
+
+// apply applies a policy at generation 1 to both stores.
+func (p *controllerPair) apply(t *testing.T, kind, name, src string) {
+	t.Helper()
+	for _, s := range p.stores {
+		if _, err := catalog.New(s, nil).Policies.Put(catalog.Policy{Kind: kind, Name: name, Source: src, Generation: 1}); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+// pass runs controller i's reconcile pass and notes the owner of every
+// placement its store holds.
+func (p *controllerPair) pass(t *testing.T, i int) {
+	t.Helper()
+	p.ctls[i].reconcile()
+	for _, rec := range placementsIn(t, p.stores[i]) {
+		if p.placedBy[rec.Key] == nil {
+			p.placedBy[rec.Key] = map[string]bool{}
+		}
+		p.placedBy[rec.Key][rec.Owner] = true
+	}
+}
+
+// replicate hands each placement to the other store, where it is missing.
+func (p *controllerPair) replicate() {
+	for i, s := range p.stores {
+		for _, e := range s.List("placements/") {
+			if _, ok := p.stores[1-i].Lookup(e.Key); !ok {
+				s.Deliver(p.stores[1-i], e.Key)
+			}
+		}
+	}
+}
+
+// twice reports each policy placed by both controllers, and counts them.
+func (p *controllerPair) twice(t *testing.T) int {
+	t.Helper()
+	n := 0
+	for key, by := range p.placedBy {
+		if len(by) > 1 {
+			n++
+			t.Errorf("%s placed by %d owners", key, len(by))
+		}
+	}
+	return n
+}
+
+// placementsIn decodes every placement s holds.
+func placementsIn(t *testing.T, s *catalogtest.Store) []catalog.Placement {
+	t.Helper()
+	var out []catalog.Placement
+	for _, e := range s.List("placements/") {
+		var rec catalog.Placement
+		if err := json.Unmarshal(e.Value, &rec); err != nil {
+			t.Fatal(err)
+		}
+		out = append(out, rec)
+	}
+	return out
+}
+
 // TestFlappingMembersPlaceOnce: two controllers whose views of each other
 // flap (each sees the other failed in some passes, as a busy host's
 // probes time out) while 300 policies are applied in batches. No policy
@@ -200,68 +291,26 @@ func TestJobOwnerGrace(t *testing.T) {
 // shorter than that.
 func TestFlappingMembersPlaceOnce(t *testing.T) {
 	t.Parallel()
-	stores := []*catalogtest.Store{catalogtest.NewStore(), catalogtest.NewStore()}
-	workers := []mesh.Node{gpuNode("w1", 64000), gpuNode("w2", 64000), gpuNode("w3", 64000)}
-	for i := range workers {
-		workers[i].Controller = false
-	}
-	var ctls []*Controller
-	var views []*fakeMesh
-	for i, name := range []string{"c1", "c2"} {
-		other := map[string]string{"c1": "c2", "c2": "c1"}[name]
-		v := &fakeMesh{nodes: append([]mesh.Node{controllerNode(name), controllerNode(other)}, workers...)}
-		views = append(views, v)
-		ctls = append(ctls, New(Config{Mesh: v, Catalog: catalog.New(stores[i], nil), Compile: meshview.Compile}))
-	}
+	p := newControllerPair(controllerNode, 64000)
 	rng := rand.New(rand.NewPCG(1, 2))
-	placedBy := map[string]map[string]bool{}
 	for round := range 30 {
 		for j := range 10 {
 			name := fmt.Sprintf("svc-%d-%d", round, j)
-			src := strings.Replace(webSource, "{name: web}", "{name: "+name+"}", 1)
-			for _, s := range stores {
-				if _, err := catalog.New(s, nil).Policies.Put(catalog.Policy{Kind: policy.KindInferenceService, Name: name, Source: src, Generation: 1}); err != nil {
-					t.Fatal(err)
-				}
-			}
+			p.apply(t, policy.KindInferenceService, name, strings.Replace(webSource, "{name: web}", "{name: "+name+"}", 1))
 		}
-		for i, c := range ctls {
+		for i := range p.ctls {
 			// In about one pass in three, this controller sees the other
 			// failed.
-			views[i].nodes[1].Status = mesh.StatusAlive
+			p.views[i].nodes[1].Status = mesh.StatusAlive
 			if rng.IntN(3) == 0 {
-				views[i].nodes[1].Status = mesh.StatusFailed
+				p.views[i].nodes[1].Status = mesh.StatusFailed
 			}
-			c.reconcile()
-			for _, e := range stores[i].List("placements/") {
-				var rec catalog.Placement
-				if err := json.Unmarshal(e.Value, &rec); err != nil {
-					t.Fatal(err)
-				}
-				if placedBy[rec.Key] == nil {
-					placedBy[rec.Key] = map[string]bool{}
-				}
-				placedBy[rec.Key][rec.Owner] = true
-			}
+			p.pass(t, i)
 		}
-		// Replication: each placement reaches the other controller.
-		for i, s := range stores {
-			for _, e := range s.List("placements/") {
-				if _, ok := stores[1-i].Lookup(e.Key); !ok {
-					s.Deliver(stores[1-i], e.Key)
-				}
-			}
-		}
+		p.replicate() // each placement reaches the other controller
 	}
-	twice := 0
-	for key, by := range placedBy {
-		if len(by) > 1 {
-			twice++
-			t.Errorf("%s placed by %d owners", key, len(by))
-		}
-	}
-	if len(placedBy) != 300 || twice > 0 {
-		t.Errorf("%d of 300 policies placed, %d by two owners", len(placedBy), twice)
+	if twice := p.twice(t); len(p.placedBy) != 300 || twice > 0 {
+		t.Errorf("%d of 300 policies placed, %d by two owners", len(p.placedBy), twice)
 	}
 }
 
@@ -272,19 +321,7 @@ func TestFlappingMembersPlaceOnce(t *testing.T) {
 // failed for less than JobGrace keeps its jobs.
 func TestFlappingControllersPlaceJobsOnce(t *testing.T) {
 	t.Parallel()
-	stores := []*catalogtest.Store{catalogtest.NewStore(), catalogtest.NewStore()}
-	workers := []mesh.Node{gpuNode("w1", 640000), gpuNode("w2", 640000), gpuNode("w3", 640000)}
-	for i := range workers {
-		workers[i].Controller = false
-	}
-	var ctls []*Controller
-	var views []*fakeMesh
-	for i, name := range []string{"c1", "c2"} {
-		other := map[string]string{"c1": "c2", "c2": "c1"}[name]
-		v := &fakeMesh{nodes: append([]mesh.Node{gpuNode(name, 1000), gpuNode(other, 1000)}, workers...)}
-		views = append(views, v)
-		ctls = append(ctls, New(Config{Mesh: v, Catalog: catalog.New(stores[i], nil), Compile: meshview.Compile}))
-	}
+	p := newControllerPair(func(name string) mesh.Node { return gpuNode(name, 1000) }, 640000)
 	// age moves c's clock-dependent state back by one pass, as if a pass
 	// took that long.
 	const pass = 3 * time.Second
@@ -297,18 +334,12 @@ func TestFlappingControllersPlaceJobsOnce(t *testing.T) {
 	}
 	rng := rand.New(rand.NewPCG(3, 4))
 	down := []int{0, 0} // passes left in each controller's flap
-	placedBy := map[string]map[string]bool{}
 	for round := range 30 {
 		for j := range 10 {
 			name := fmt.Sprintf("job-%d-%d", round, j)
-			src := "apiVersion: strata/v1\nkind: TrainingJob\nmetadata: {name: " + name + "}\nspec:\n  resources: {cpu: 10m, memory: 16Mi}\n  launcher: exec\n  command: [sh, -c, 'true']\n"
-			for _, s := range stores {
-				if _, err := catalog.New(s, nil).Policies.Put(catalog.Policy{Kind: policy.KindTrainingJob, Name: name, Source: src, Generation: 1}); err != nil {
-					t.Fatal(err)
-				}
-			}
+			p.apply(t, policy.KindTrainingJob, name, "apiVersion: strata/v1\nkind: TrainingJob\nmetadata: {name: "+name+"}\nspec:\n  resources: {cpu: 10m, memory: 16Mi}\n  launcher: exec\n  command: [sh, -c, 'true']\n")
 		}
-		for i, c := range ctls {
+		for i := range p.ctls {
 			// A flap: the other seen failed for 1 to 4 passes, then alive
 			// for at least one.
 			switch {
@@ -316,54 +347,28 @@ func TestFlappingControllersPlaceJobsOnce(t *testing.T) {
 				down[i] = 1 + rng.IntN(4)
 				fallthrough
 			case down[i] > 0:
-				views[i].nodes[1].Status = mesh.StatusFailed
+				p.views[i].nodes[1].Status = mesh.StatusFailed
 				if down[i]--; down[i] == 0 {
 					down[i] = -1
 				}
 			default:
-				views[i].nodes[1].Status = mesh.StatusAlive
+				p.views[i].nodes[1].Status = mesh.StatusAlive
 				down[i] = 0
 			}
-			c.reconcile()
-			age(c)
-			for _, e := range stores[i].List("placements/") {
-				var rec catalog.Placement
-				if err := json.Unmarshal(e.Value, &rec); err != nil {
-					t.Fatal(err)
-				}
-				if placedBy[rec.Key] == nil {
-					placedBy[rec.Key] = map[string]bool{}
-				}
-				placedBy[rec.Key][rec.Owner] = true
-			}
+			p.pass(t, i)
+			age(p.ctls[i])
 		}
-		for i, s := range stores {
-			for _, e := range s.List("placements/") {
-				if _, ok := stores[1-i].Lookup(e.Key); !ok {
-					s.Deliver(stores[1-i], e.Key)
-				}
-			}
-		}
+		p.replicate()
 	}
-	twice := 0
-	for key, by := range placedBy {
-		if len(by) > 1 {
-			twice++
-			t.Errorf("%s placed by %d owners", key, len(by))
-		}
-	}
+	twice := p.twice(t)
 	placed := 0
-	for _, e := range stores[0].List("placements/") {
-		var rec catalog.Placement
-		if err := json.Unmarshal(e.Value, &rec); err != nil {
-			t.Fatal(err)
-		}
+	for _, rec := range placementsIn(t, p.stores[0]) {
 		if len(rec.Nodes) > 0 {
 			placed++
 		}
 	}
-	if len(placedBy) != 300 || placed != 300 || twice > 0 {
-		t.Errorf("%d of 300 jobs placed (%d on nodes), %d by two owners", len(placedBy), placed, twice)
+	if len(p.placedBy) != 300 || placed != 300 || twice > 0 {
+		t.Errorf("%d of 300 jobs placed (%d on nodes), %d by two owners", len(p.placedBy), placed, twice)
 	}
 }
 
