@@ -282,7 +282,7 @@ func (a *Agent) startComponents() error {
 		ac.Remote = func(digest string) []dataplane.Holder { return federation.RemoteHolders(a.mesh, digest, time.Now()) }
 	}
 	a.art = artifacts.New(ac)
-	dc := driftwatch.Config{Name: cfg.Name, Site: cfg.Site, Catalog: a.cat, Artifacts: a.art, Logger: a.log, Guard: a.guard, Registerer: a.reg}
+	dc := driftwatch.Config{Name: cfg.Name, Site: cfg.Site, Catalog: a.cat, Artifacts: a.art, Logger: a.log, Guard: a.guard, Registerer: a.reg, Publish: a.art.Publish}
 	if a.inf != nil {
 		dc.Stats = a.inf.Stats
 	}
@@ -392,6 +392,10 @@ func (a *Agent) startAPI() error {
 	if a.inf != nil {
 		ac.Inference = a.inf.Handler()
 		ac.CheckModel = a.inf.Check
+		ac.Feedback = func(model string, rows [][]float64, labels []string) (api.FeedbackResult, error) {
+			fb, err := a.drift.Feedback(model, rows, labels)
+			return api.FeedbackResult(fb), err
+		}
 	}
 	api := httpapi.New(ac)
 	a.api = api

@@ -15,6 +15,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/strata-mesh/strata/api"
+	"github.com/strata-mesh/strata/internal/catalog"
 	"github.com/strata-mesh/strata/mesh/meshtest"
 	"github.com/strata-mesh/strata/storage"
 	"github.com/strata-mesh/strata/trainer"
@@ -89,6 +91,23 @@ func runLoop(tb testing.TB) *loopRun {
 
 // runLoopUntil is runLoop with another policy, shifting until done.
 func runLoopUntil(tb testing.TB, pol, what string, done func(*loopRun) bool) *loopRun {
+	return runLoopWith(tb, loopOpts{policy: pol, what: what, done: done, casesShift: 2})
+}
+
+// loopOpts shape a run of the closed loop.
+type loopOpts struct {
+	policy, what string
+	done         func(*loopRun) bool
+	// casesShift is the shift of the "cases" dataset the retrain reads:
+	// 2 is the drifted world, 0 the world the model was trained for.
+	casesShift float64
+	// feedback posts ground truth for every shifted row sent to edge-a.
+	feedback bool
+}
+
+// runLoopWith runs the closed loop as opts say.
+func runLoopWith(tb testing.TB, opts loopOpts) *loopRun {
+	pol, what, done := opts.policy, opts.what, opts.done
 	lib := ortLib(tb)
 	keys, err := NewDevPKI()
 	if err != nil {
@@ -112,7 +131,7 @@ func runLoopUntil(tb testing.TB, pol, what string, done func(*loopRun) bool) *lo
 	ref, _ := json.Marshal(res.Reference)
 	publishFile(tb, gpu, storage.PublishSpec{Kind: storage.KindModel, Name: "scorer", Version: "1", Metadata: map[string]string{MetaReference: string(ref)}}, res.Model)
 	var csv bytes.Buffer
-	if err := loopData(r, 2000, 2).WriteCSV(&csv); err != nil {
+	if err := loopData(r, 2000, opts.casesShift).WriteCSV(&csv); err != nil {
 		tb.Fatal(err)
 	}
 	publishFile(tb, gpu, storage.PublishSpec{Kind: storage.KindDataset, Name: "cases", Version: "1"}, csv.Bytes())
@@ -137,9 +156,19 @@ func runLoopUntil(tb testing.TB, pol, what string, done func(*loopRun) bool) *lo
 	})
 	edgeA, edgeB := run.edgeA, run.edgeB
 
+	var truth api.FeedbackRequest
 	send := func(a *Agent, shift float64) {
 		tb.Helper()
 		row := []float32{float32(r.NormFloat64() + shift), float32(r.NormFloat64()), float32(r.NormFloat64())}
+		if opts.feedback && a == run.edgeA && shift != 0 {
+			// The label follows the shifted world (loopData's rule).
+			y := 0
+			if float64(row[0])-shift+0.5*float64(row[1]) > 0 {
+				y = 1
+			}
+			truth.Inputs = append(truth.Inputs, []float64{float64(row[0]), float64(row[1]), float64(row[2])})
+			truth.Labels = append(truth.Labels, json.RawMessage(strconv.Itoa(y)))
+		}
 		body, _ := json.Marshal(map[string]any{"inputs": []map[string]any{{"name": "input", "shape": []int{1, 3}, "datatype": "FP32", "data": row}}})
 		rec := httptest.NewRecorder()
 		a.Handler().ServeHTTP(rec, httptest.NewRequest(http.MethodPost, "/v2/models/scorer/infer", bytes.NewReader(body)))
@@ -183,6 +212,15 @@ func runLoopUntil(tb testing.TB, pol, what string, done func(*loopRun) bool) *lo
 			if run.servingAt.IsZero() && serving(edgeA, "2") {
 				run.servingAt = time.Now()
 			}
+		}
+		if len(truth.Inputs) > 0 {
+			// The clients' ground truth for the round, posted where
+			// they asked for predictions.
+			body, _ := json.Marshal(truth)
+			if code, b := post(tb, edgeA.Handler(), http.MethodPost, "/v1/models/scorer/feedback", body); code != http.StatusOK {
+				tb.Errorf("feedback to %s = %d %s", edgeA.Name(), code, b)
+			}
+			truth = api.FeedbackRequest{}
 		}
 		// Live traffic arrives over time, not in one burst: the pause
 		// between rounds is the client's pacing, not a wait for a result.
@@ -298,6 +336,108 @@ func TestDriftRetrainRollout(t *testing.T) {
 			msgs = append(msgs, ev.Time.Format("15:04:05.000")+" "+ev.Type+" "+ev.Message)
 		}
 		t.Errorf("events:\n%s\nwant each of %v, in that order by time", strings.Join(msgs, "\n"), want)
+	}
+}
+
+// TestDriftRetrainOnCapture runs the closed loop where the retrain's own
+// dataset holds only the world the model was trained for: what fixes the
+// drift is the drifted site's ground truth, posted by edge-a's clients
+// after the alarm and captured there. Version 2 trains on both, carries a
+// reference of each (edge-a's rows for edge-a, the dataset's for the
+// rest), is promoted, and no monitor alarms on it at either edge.
+func TestDriftRetrainOnCapture(t *testing.T) {
+	pol := strings.Replace(loopPolicy, `    data: [{dataset: cases}]
+`, `    data: [{dataset: cases}]
+    capture: {rows: 150, mix: 0.5}
+`, 1)
+	if pol == loopPolicy {
+		t.Fatal("the retrain block was not replaced")
+	}
+	judged := func(a *Agent, version string) (DriftRecord, bool) {
+		for _, d := range a.driftRecords() {
+			if d.Node == a.Name() && d.Version == version && d.Seen >= 400 {
+				return d, true
+			}
+		}
+		return DriftRecord{}, false
+	}
+	run := runLoopWith(t, loopOpts{policy: pol, casesShift: 0, feedback: true, what: "version 2 judged at both edges", done: func(r *loopRun) bool {
+		_, a := judged(r.edgeA, "2")
+		_, b := judged(r.edgeB, "2")
+		return a && b
+	}})
+	if run.failed > 0 {
+		t.Errorf("%d requests failed during the loop", run.failed)
+	}
+	rr, ok := run.agents[0].cat.ActiveRollout(PolicyRecord{Kind: "InferenceService", Name: "scorer", Generation: 1})
+	var stages []string
+	for _, s := range rr.Steps {
+		stages = append(stages, s.Stage)
+	}
+	if !ok || !slices.Equal(stages, []string{StageRetraining, StageCanary, StagePromoted}) || !strings.Contains(rr.Steps[0].Message, "150 rows captured at edge-a, mix 0.5") {
+		t.Errorf("rollout = %+v; want retraining on the capture, canary, promoted", rr.Steps)
+	}
+	// The lineage names the window the model saw.
+	jobs := run.agents[0].jobs()
+	if len(jobs) != 1 || jobs[0].State != JobSucceeded {
+		t.Fatalf("jobs = %+v; want one succeeded retrain", jobs)
+	}
+	m, err := run.agents[0].art.Lookup(storage.KindModel, "scorer", "2")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var sites map[string]json.RawMessage
+	if json.Unmarshal([]byte(m.Metadata[MetaSiteReferences]), &sites) != nil || len(sites) != 1 || sites["edge-a"] == nil {
+		t.Errorf("scorer@2's site references = %.80q; want edge-a's", m.Metadata[MetaSiteReferences])
+	}
+	rec := httptest.NewRecorder()
+	run.agents[1].Handler().ServeHTTP(rec, httptest.NewRequest(http.MethodGet, "/v1/lineage/scorer?version=2", nil))
+	var lin LineageChain
+	if rec.Code != http.StatusOK || json.Unmarshal(rec.Body.Bytes(), &lin) != nil || len(lin.Chain) == 0 || lin.Chain[0].Lineage == nil {
+		t.Fatalf("GET /v1/lineage/scorer?version=2 = %d %s", rec.Code, rec.Body)
+	}
+	var data []string
+	for _, d := range lin.Chain[0].Lineage.Data {
+		data = append(data, d.Name+":"+d.Version)
+	}
+	capture, err := run.agents[0].art.Lookup(storage.KindDataset, "scorer-capture", "")
+	if err != nil || capture.Metadata[MetaCaptureSite] != "edge-a" || capture.Metadata[MetaCaptureNode] != run.edgeA.Name() || capture.Metadata[MetaCaptureVersion] != "1" {
+		t.Errorf("capture manifest = %+v, %v; want edge-a's capture after scorer@1's alarm", capture.Metadata, err)
+	}
+	if !slices.Equal(data, []string{"cases:1", "scorer-capture:" + capture.Version}) {
+		t.Errorf("scorer@2 was trained on %v; want cases:1 and the capture", data)
+	}
+	// Both edges judged version 2 on their own reference, and neither
+	// alarms: edge-a's traffic matches its captured rows, edge-b's the
+	// dataset's.
+	a, _ := judged(run.edgeA, "2")
+	b, _ := judged(run.edgeB, "2")
+	if a.ReferenceSite != "edge-a" || a.Alarmed || a.State != catalog.DriftOK {
+		t.Errorf("edge-a's monitor of scorer@2 = reference site %q, state %s, alarmed %v after %d rows; want edge-a's reference and ok", a.ReferenceSite, a.State, a.Alarmed, a.Seen)
+	}
+	if b.ReferenceSite != "" || b.Alarmed || b.State != catalog.DriftOK {
+		t.Errorf("edge-b's monitor of scorer@2 = reference site %q, state %s, alarmed %v after %d rows; want the default reference and ok", b.ReferenceSite, b.State, b.Alarmed, b.Seen)
+	}
+	if c := a.Capture; c == nil || c.Dataset != "scorer-capture:"+capture.Version || c.Rows != 150 {
+		t.Errorf("edge-a's capture = %+v; want 150 rows published as the capture", c)
+	}
+	// Ground truth posted where no monitor watches the model, or of the
+	// wrong width, is refused with the reason; more of it after the
+	// capture is kept nowhere, and the answer says so.
+	for _, tc := range []struct {
+		a          *Agent
+		body, want string
+		code       int
+	}{
+		{run.gpu, `{"inputs": [[1, 2, 3]], "labels": [1]}`, "no drift monitor watches scorer on this node", http.StatusNotFound},
+		{run.edgeA, `{"inputs": [[1, 2]], "labels": [1]}`, "row 0 has 2 values; scorer@2 takes 3 (a, b, c)", http.StatusBadRequest},
+		{run.edgeA, `{"inputs": [[1, 2, 3]], "labels": [true]}`, "label 0 is true", http.StatusBadRequest},
+		{run.edgeA, `{"inputs": [[1, 2, 3]], "labels": ["1"]}`, `"accepted": 0`, http.StatusOK},
+	} {
+		code, b := post(t, tc.a.Handler(), http.MethodPost, "/v1/models/scorer/feedback", []byte(tc.body))
+		if code != tc.code || !strings.Contains(string(b), tc.want) {
+			t.Errorf("feedback %s to %s = %d %s; want %d with %q", tc.body, tc.a.Name(), code, b, tc.code, tc.want)
+		}
 	}
 }
 

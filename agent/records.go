@@ -73,6 +73,10 @@ const (
 // Manifest metadata keys and policy labels the components share.
 const (
 	MetaReference      = catalog.MetaReference
+	MetaSiteReferences = catalog.MetaSiteReferences
+	MetaCaptureSite    = catalog.MetaCaptureSite
+	MetaCaptureNode    = catalog.MetaCaptureNode
+	MetaCaptureVersion = catalog.MetaCaptureVersion
 	MetaFeatures       = catalog.MetaFeatures
 	MetaJob            = catalog.MetaJob
 	MetaOpsets         = catalog.MetaOpsets

@@ -1,6 +1,9 @@
 package api
 
-import "time"
+import (
+	"encoding/json"
+	"time"
+)
 
 // Artifact kinds.
 const (
@@ -188,6 +191,10 @@ type Drift struct {
 	// still collecting.
 	Reference string `json:"reference"`
 	Ready     bool   `json:"ready"`
+	// ReferenceSite is set when the training reference is the model's
+	// reference for this site: it was retrained on the site's captured
+	// rows.
+	ReferenceSite string `json:"reference_site,omitempty"`
 	// State is warming (not yet enough rows to judge: no alarm does not
 	// mean no drift), ok, alarm or error; empty from agents before it
 	// (see Status).
@@ -209,6 +216,9 @@ type Drift struct {
 	AlarmFeature   string   `json:"alarm_feature,omitempty"`
 	AlarmStatistic float64  `json:"alarm_statistic,omitempty"`
 	AlarmDrifted   []string `json:"alarm_drifted,omitempty"`
+	// Capture is the ground truth kept on the node for a retrain that
+	// trains on the drifted site's rows (retrain.capture).
+	Capture *DriftCapture `json:"capture,omitempty"`
 	// Stream is the streaming detector's state per input feature.
 	Stream []DriftStream `json:"stream,omitempty"`
 	// Scores are the latest evaluation's, per feature then the prediction.
@@ -226,6 +236,43 @@ type Drift struct {
 	// Error says why the monitor cannot run.
 	Error   string    `json:"error,omitempty"`
 	Updated time.Time `json:"updated"`
+}
+
+// DriftCapture is a drifted site's labelled live rows kept for a retrain,
+// from the alarm at AlarmAt on.
+type DriftCapture struct {
+	AlarmAt time.Time `json:"alarm_at"`
+	// Rows are the labelled rows kept so far; Want the rows the retrain
+	// waits for.
+	Rows int `json:"rows"`
+	Want int `json:"want"`
+	// Dataset is the published capture, "name:version".
+	Dataset string `json:"dataset,omitempty"`
+	// Error says why the capture could not be published.
+	Error string `json:"error,omitempty"`
+}
+
+// FeedbackRequest is ground truth for a model's inputs (POST
+// /v1/models/{name}/feedback): Inputs are rows of the model's inputs in
+// its input order, Labels their true classes (numbers or names).
+type FeedbackRequest struct {
+	Inputs [][]float64       `json:"inputs"`
+	Labels []json.RawMessage `json:"labels"`
+}
+
+// FeedbackResult says what the agent kept of posted ground truth.
+type FeedbackResult struct {
+	// Accepted is the rows kept for a capture.
+	Accepted int `json:"accepted"`
+	// Capturing says a capture is under way on the node; Rows and Want
+	// are its rows so far and the rows its retrain waits for; Dataset
+	// names the capture once published.
+	Capturing bool   `json:"capturing"`
+	Rows      int    `json:"rows,omitempty"`
+	Want      int    `json:"want,omitempty"`
+	Dataset   string `json:"dataset,omitempty"`
+	// Reason says why rows were not kept.
+	Reason string `json:"reason,omitempty"`
 }
 
 // DriftStream is the streaming detector (a CUSUM) on one feature.

@@ -388,7 +388,37 @@ type TrainingJobSpec struct {
 	// of the job with the parameters set, and the best one's parameters
 	// train the model the job registers.
 	Sweep *Sweep `yaml:"sweep" json:"sweep,omitempty"`
+	// Capture, in an InferenceService's retrain only, trains on the
+	// drifted site's own rows too: after a drift alarm, the node that
+	// raised it keeps the labelled rows its clients post as ground truth
+	// (POST /v1/models/{name}/feedback), publishes them as a dataset
+	// version, and the retrain reads it beside Data.
+	Capture *Capture `yaml:"capture" json:"capture,omitempty"`
 }
+
+// Capture says how much of the drifted site's labelled live data a
+// retrain waits for, and how much of the training it makes up.
+type Capture struct {
+	// Rows is the labelled rows to capture after the alarm before the
+	// retrain starts. Default 500 (DefaultCaptureRows).
+	Rows int `yaml:"rows" json:"rows"`
+	// Mix is the fraction of the builtin trainer's rows drawn from the
+	// capture (its rows are resampled to make it up), 0 to 0.9.
+	// Default 0.5.
+	Mix float64 `yaml:"mix" json:"mix"`
+	// Timeout starts the retrain on Data alone when Rows labelled rows
+	// have not arrived within it of the alarm. Default 30m.
+	Timeout Duration `yaml:"timeout" json:"timeout"`
+}
+
+// Capture defaults.
+const (
+	DefaultCaptureRows    = 500
+	DefaultCaptureMix     = 0.5
+	DefaultCaptureTimeout = 30 * time.Minute
+	// MaxCaptureRows bounds the rows a node keeps for one capture.
+	MaxCaptureRows = 100_000
+)
 
 // Sweep is a hyperparameter search over a TrainingJob.
 type Sweep struct {
@@ -484,6 +514,10 @@ type DataRef struct {
 	Artifact string `yaml:"artifact" json:"artifact,omitempty"`
 	// Size is the bytes to move when no node near the job holds it.
 	Size Bytes `yaml:"size" json:"size,omitempty"`
+	// Mix is the fraction of the builtin trainer's rows drawn from this
+	// dataset, its rows resampled to make it up; 0 takes its rows as
+	// they are. A retrain's capture sets it.
+	Mix float64 `yaml:"mix" json:"mix,omitempty"`
 }
 
 // Builtin configures the built-in trainer.

@@ -191,6 +191,17 @@ func (s *TrainingJobSpec) setDefaults(p string, set func(string) bool) {
 	if s.MaxDuration == 0 {
 		s.MaxDuration = Duration(24 * time.Hour)
 	}
+	if c := s.Capture; c != nil {
+		if c.Rows == 0 && !set(p+".capture.rows") {
+			c.Rows = DefaultCaptureRows
+		}
+		if c.Mix == 0 && !set(p+".capture.mix") {
+			c.Mix = DefaultCaptureMix
+		}
+		if c.Timeout == 0 && !set(p+".capture.timeout") {
+			c.Timeout = Duration(DefaultCaptureTimeout)
+		}
+	}
 	if sw := s.Sweep; sw != nil {
 		sw.setDefaults(set(p + ".sweep.seed"))
 	}
@@ -464,8 +475,9 @@ func (d *decoder) training(s *TrainingJobSpec, p string) {
 		}
 	}
 	d.gang(s, p+".gang")
-	d.dataRefs(s.Data, p)
+	d.dataRefs(s.Data, p, s.launcher())
 	d.codeRef(s, p)
+	d.capture(s, p)
 	launcher := s.launcher()
 	switch launcher {
 	case LauncherExec, LauncherTorchrun:
@@ -543,8 +555,35 @@ func (d *decoder) gang(s *TrainingJobSpec, p string) {
 	}
 }
 
+// capture checks a retrain's capture block (p is the TrainingJob spec's
+// path).
+func (d *decoder) capture(s *TrainingJobSpec, p string) {
+	c := s.Capture
+	if c == nil {
+		return
+	}
+	p += ".capture"
+	if !strings.HasSuffix(p, ".retrain.capture") {
+		d.errField(p, "only an InferenceService's retrain captures live data: it needs a drift alarm")
+		return
+	}
+	if c.Rows < 0 || c.Rows > MaxCaptureRows || (c.Rows == 0 && d.isSet(p+".rows")) {
+		d.errField(p+".rows", fmt.Sprintf("want 1 to %d labelled rows, got %d", MaxCaptureRows, c.Rows))
+	}
+	if c.Mix < 0 || c.Mix > 0.9 || math.IsNaN(c.Mix) {
+		d.errField(p+".mix", fmt.Sprintf("%g: want a fraction of the training rows from 0 to 0.9", c.Mix))
+	}
+	if c.Timeout < 0 || (c.Timeout == 0 && d.isSet(p+".timeout")) {
+		d.errField(p+".timeout", "must be a positive duration such as 30m")
+	}
+	if s.launcher() == LauncherBuiltin && (s.Builtin == nil || s.Builtin.Label == "") {
+		d.errField(p, "the builtin trainer needs builtin.label: the captured rows' ground truth is written under it")
+	}
+}
+
 // dataRefs checks a TrainingJob's data references.
-func (d *decoder) dataRefs(refs []DataRef, p string) {
+func (d *decoder) dataRefs(refs []DataRef, p, launcher string) {
+	mix := 0.0
 	for i, ref := range refs {
 		f := fmt.Sprintf("%s.data[%d]", p, i)
 		switch {
@@ -558,6 +597,16 @@ func (d *decoder) dataRefs(refs []DataRef, p string) {
 		if ref.Size < 0 {
 			d.errField(f+".size", "must not be negative")
 		}
+		switch {
+		case ref.Mix < 0 || ref.Mix > 0.9 || math.IsNaN(ref.Mix):
+			d.errField(f+".mix", fmt.Sprintf("%g: want a fraction of the training rows from 0 to 0.9", ref.Mix))
+		case ref.Mix > 0 && launcher != LauncherBuiltin:
+			d.errField(f+".mix", "only the builtin trainer mixes datasets: an exec job reads $STRATA_DATASET_DIR itself")
+		}
+		mix += ref.Mix
+	}
+	if mix > 0.9 {
+		d.errField(p+".data", fmt.Sprintf("the datasets' mix adds up to %g: leave at least 0.1 of the rows to the others", mix))
 	}
 }
 

@@ -304,3 +304,33 @@ func TestDriftStreamValidated(t *testing.T) {
 		t.Errorf("drift without a stream block: streaming on (err %v); want it off", err)
 	}
 }
+
+func TestCaptureValidated(t *testing.T) {
+	svc := func(retrain string) string {
+		return "apiVersion: strata/v1\nkind: InferenceService\nmetadata: {name: s}\nspec:\n  model: {name: m}\n  drift: {}\n  retrain:\n" + retrain
+	}
+	for _, tc := range []struct{ name, src, want string }{
+		{"defaults", svc("    data: [{dataset: d}]\n    builtin: {label: y}\n    capture: {}\n"), ""},
+		{"no label", svc("    data: [{dataset: d}]\n    capture: {rows: 10}\n"), "spec.retrain.capture: the builtin trainer needs builtin.label"},
+		{"rows 0", svc("    builtin: {label: y}\n    capture: {rows: 0}\n"), "spec.retrain.capture.rows"},
+		{"mix 1", svc("    builtin: {label: y}\n    capture: {mix: 1}\n"), "spec.retrain.capture.mix"},
+		{"timeout 0", svc("    builtin: {label: y}\n    capture: {timeout: 0s}\n"), "spec.retrain.capture.timeout"},
+		{"exec", svc("    command: [train.sh]\n    capture: {rows: 50}\n"), ""},
+		{"exec mix", svc("    command: [train.sh]\n    data: [{dataset: d, mix: 0.3}]\n"), "spec.retrain.data[0].mix: only the builtin trainer mixes"},
+		{"mixes add up", svc("    builtin: {label: y}\n    data: [{dataset: d, mix: 0.6}, {dataset: e, mix: 0.6}]\n"), "spec.retrain.data: the datasets' mix adds up to 1.2"},
+		{"training job", "apiVersion: strata/v1\nkind: TrainingJob\nmetadata: {name: j}\nspec:\n  builtin: {label: y}\n  capture: {}\n", "spec.capture: only an InferenceService's retrain captures live data"},
+	} {
+		docs, err := Parse("s.yaml", []byte(tc.src))
+		switch {
+		case tc.want == "" && err != nil:
+			t.Errorf("%s: %v", tc.name, err)
+		case tc.want != "" && (err == nil || !strings.Contains(err.Error(), tc.want)):
+			t.Errorf("%s: err = %v, want one with %q", tc.name, err, tc.want)
+		case tc.name == "defaults":
+			c := docs[0].InferenceService.Retrain.Capture
+			if c.Rows != DefaultCaptureRows || c.Mix != DefaultCaptureMix || time.Duration(c.Timeout) != DefaultCaptureTimeout {
+				t.Errorf("capture defaults = %+v", c)
+			}
+		}
+	}
+}

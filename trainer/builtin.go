@@ -45,9 +45,11 @@ type Metrics struct {
 }
 
 // Builtin runs the built-in Go trainer in process as a Launcher: it reads
-// the first *.csv (in name order) under Job.DatasetDir, trains with
-// Job.Train (or Config when nil), and writes ModelFile, ReferenceFile and
-// MetricsFile to Job.OutputDir. It runs single-member jobs only.
+// Job.Data (mixed as each file says), or else the first *.csv (in name
+// order) under Job.DatasetDir, trains with Job.Train (or Config when nil),
+// and writes ModelFile, ReferenceFile and MetricsFile to Job.OutputDir,
+// and SiteReferencesFile when a file holds a site's own rows. It runs
+// single-member jobs only.
 type Builtin struct {
 	// Config is used when a job carries none. Zero means the defaults.
 	Config Config
@@ -100,22 +102,33 @@ func (b *Builtin) Launch(ctx context.Context, job Job) (*Run, error) {
 }
 
 func trainDir(ctx context.Context, job Job, cfg Config) (*Metrics, error) {
-	matches, err := filepath.Glob(filepath.Join(job.DatasetDir, "*.csv"))
-	if err != nil {
+	files := job.Data
+	if len(files) == 0 {
+		matches, err := filepath.Glob(filepath.Join(job.DatasetDir, "*.csv"))
+		if err != nil {
+			return nil, err
+		}
+		if len(matches) == 0 {
+			return nil, fmt.Errorf("%w: no *.csv file in %s", ErrDataset, job.DatasetDir)
+		}
+		sort.Strings(matches)
+		files = []DataFile{{Path: matches[0]}}
+	}
+	var ds *Dataset
+	var spans []span
+	var err error
+	if len(files) == 1 && files[0].Mix == 0 && files[0].Site == "" {
+		var f *os.File
+		if f, err = os.Open(files[0].Path); err != nil {
+			return nil, err
+		}
+		ds, err = ReadCSV(f, job.Env[LabelEnv])
+		f.Close()
+		if err != nil {
+			return nil, fmt.Errorf("%s: %w", files[0].Path, err)
+		}
+	} else if ds, spans, err = readData(files, job.Env[LabelEnv], cfg.Seed); err != nil {
 		return nil, err
-	}
-	if len(matches) == 0 {
-		return nil, fmt.Errorf("%w: no *.csv file in %s", ErrDataset, job.DatasetDir)
-	}
-	sort.Strings(matches)
-	f, err := os.Open(matches[0])
-	if err != nil {
-		return nil, err
-	}
-	ds, err := ReadCSV(f, job.Env[LabelEnv])
-	f.Close()
-	if err != nil {
-		return nil, fmt.Errorf("%s: %w", matches[0], err)
 	}
 	if err := os.MkdirAll(job.OutputDir, 0o755); err != nil {
 		return nil, err
@@ -135,6 +148,10 @@ func trainDir(ctx context.Context, job Job, cfg Config) (*Metrics, error) {
 	if stepErr != nil {
 		return nil, stepErr
 	}
+	sites, err := siteReferences(res, ds, spans, cfg.Summary)
+	if err != nil {
+		return nil, err
+	}
 	cfg.EnsureDefaults()
 	m := &Metrics{
 		Kind: cfg.Kind, Features: res.Features, Classes: res.Classes, ClassNames: res.ClassNames,
@@ -152,7 +169,13 @@ func trainDir(ctx context.Context, job Job, cfg Config) (*Metrics, error) {
 	if err := os.MkdirAll(job.OutputDir, 0o755); err != nil {
 		return nil, err
 	}
-	for name, data := range map[string][]byte{ModelFile: res.Model, ReferenceFile: ref, MetricsFile: met} {
+	out := map[string][]byte{ModelFile: res.Model, ReferenceFile: ref, MetricsFile: met}
+	if sites != nil {
+		if out[SiteReferencesFile], err = json.Marshal(sites); err != nil {
+			return nil, err
+		}
+	}
+	for name, data := range out {
 		if err := writeFileAtomic(filepath.Join(job.OutputDir, name), data); err != nil {
 			return nil, err
 		}

@@ -77,6 +77,9 @@ type Job struct {
 	// DatasetDir is where the job's dataset artifact lies
 	// (STRATA_DATASET_DIR).
 	DatasetDir string `json:"dataset_dir"`
+	// Data, for the built-in trainer, are the files it trains on and
+	// how it mixes them; empty: the first *.csv in DatasetDir.
+	Data []DataFile `json:"data,omitempty"`
 	// OutputDir is where the job writes its model (STRATA_OUTPUT_DIR).
 	OutputDir string `json:"output_dir"`
 	// Fabric carries NCCL interface hints.

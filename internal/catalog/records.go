@@ -287,6 +287,21 @@ type RolloutStep struct {
 // Active says the rollout is under way (not ended).
 func (r Rollout) Active() bool { return r.Stage == StageRetraining || r.Stage == StageCanary }
 
+// DriftCapture is a drifted site's labelled live rows kept for a retrain.
+type DriftCapture struct {
+	// AlarmAt is the alarm the capture follows (Drift.AlarmAt).
+	AlarmAt time.Time `json:"alarm_at"`
+	// Rows are the labelled rows kept so far, Want the rows the retrain
+	// waits for.
+	Rows int `json:"rows"`
+	Want int `json:"want"`
+	// Dataset is the published capture, "name:version", once Rows
+	// reached Want.
+	Dataset string `json:"dataset,omitempty"`
+	// Error says why the capture could not be published.
+	Error string `json:"error,omitempty"`
+}
+
 // Drift is one node's drift monitor for one policy's model, as the
 // mesh's catalog holds it (GET /v1/drift).
 type Drift struct {
@@ -304,6 +319,10 @@ type Drift struct {
 	// live samples); Ready is false while "first" is still collecting.
 	Reference string `json:"reference"`
 	Ready     bool   `json:"ready"`
+	// ReferenceSite is set when the training reference is the one the
+	// model carries for this site: it was retrained on the site's
+	// captured rows.
+	ReferenceSite string `json:"reference_site,omitempty"`
 	// State is the monitor's state: DriftWarming, DriftOK, DriftAlarm or
 	// DriftError (see Status; agents before it wrote none).
 	State string `json:"state,omitempty"`
@@ -329,6 +348,10 @@ type Drift struct {
 	// features that alarmed with it.
 	AlarmStatistic float64  `json:"alarm_statistic,omitempty"`
 	AlarmDrifted   []string `json:"alarm_drifted,omitempty"`
+	// Capture is the ground truth this node keeps for a retrain that
+	// trains on the drifted site's rows (retrain.capture), from the alarm
+	// at Capture.AlarmAt on.
+	Capture *DriftCapture `json:"capture,omitempty"`
 	// Stream is the streaming detector's state per feature.
 	Stream []StreamScore `json:"stream,omitempty"`
 	// Scores are the latest evaluation's, per feature then the prediction.

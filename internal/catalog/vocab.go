@@ -5,6 +5,20 @@ const (
 	// MetaReference holds a model version's drift reference (JSON of
 	// drift.Reference): the summary of its training data.
 	MetaReference = "strata.drift.reference"
+	// MetaSiteReferences holds a model version's drift references for
+	// particular sites (JSON of map[site]drift.Reference): a retrain that
+	// captured a drifted site's rows summarises them apart, and that
+	// site's monitors compare with them; other sites use MetaReference.
+	MetaSiteReferences = "strata.drift.site-references"
+	// Metadata of a dataset captured from a drifted site's live data:
+	// the site and node it came from, the policy and model version it
+	// was served by, and when the alarm that started it fired
+	// (RFC 3339).
+	MetaCaptureSite    = "strata.capture.site"
+	MetaCaptureNode    = "strata.capture.node"
+	MetaCapturePolicy  = "strata.capture.policy"
+	MetaCaptureVersion = "strata.capture.version"
+	MetaCaptureAlarm   = "strata.capture.alarm-at"
 	// MetaFeatures holds a model's input feature names, comma-separated.
 	MetaFeatures = "strata.features"
 	// MetaJob names the training job that produced a model version.

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"strconv"
 	"strings"
 	"time"
 
@@ -138,7 +139,43 @@ func (c *Controller) advanceIdle(p catalog.Policy, svc *policy.InferenceServiceS
 			trig.Site, trig.Node, r.Model, cur, retrains(r.Attempt), r.NextRetrainAfter.Format(time.RFC3339))
 		return nil
 	}
-	return c.startRetrain(p, svc, r, cur, *trig)
+	var captured *catalog.DriftCapture
+	if want := svc.Retrain.Capture; want != nil {
+		captured = captureFor(drifts, *trig, r, have)
+		since := trig.AlarmAt
+		if captured != nil {
+			since = captured.AlarmAt
+		}
+		if (captured == nil || captured.Dataset == "") && time.Since(since) < time.Duration(want.Timeout) {
+			// The retrain waits for the drifted site's ground truth; the
+			// drift record shows how much has come.
+			have := 0
+			if captured != nil {
+				have = captured.Rows
+			}
+			r.Message = fmt.Sprintf("drift at %s/%s on %s@%s: the retrain waits for %d labelled rows posted to %s (%d so far), until %s",
+				trig.Site, trig.Node, svc.Model.Name, cur, want.Rows, trig.Node, have, since.Add(time.Duration(want.Timeout)).UTC().Format(time.RFC3339))
+			return nil
+		}
+	}
+	return c.startRetrain(p, svc, r, cur, *trig, captured)
+}
+
+// captureFor is the capture of the drifted site's ground truth that the
+// retrain for trig trains on: the one trig's node began after an alarm
+// since the rollout last moved. Nil while none has begun.
+func captureFor(drifts []catalog.Drift, trig catalog.Drift, r *catalog.Rollout, have bool) *catalog.DriftCapture {
+	var out *catalog.DriftCapture
+	for _, d := range drifts {
+		c := d.Capture
+		if d.Node != trig.Node || c == nil || (have && !c.AlarmAt.After(r.Updated)) {
+			continue
+		}
+		if out == nil || c.AlarmAt.After(out.AlarmAt) || (c.AlarmAt.Equal(out.AlarmAt) && c.Dataset != "") {
+			out = c
+		}
+	}
+	return out
 }
 
 // advanceRetraining waits for the retrain's job; its model then ends the
@@ -357,7 +394,7 @@ func canaryNodes(rec catalog.Placement, site string) []string {
 
 // startRetrain applies the service's retrain template as a TrainingJob
 // whose output becomes the model's next version.
-func (c *Controller) startRetrain(p catalog.Policy, svc *policy.InferenceServiceSpec, r *catalog.Rollout, cur string, d catalog.Drift) error {
+func (c *Controller) startRetrain(p catalog.Policy, svc *policy.InferenceServiceSpec, r *catalog.Rollout, cur string, d catalog.Drift, captured *catalog.DriftCapture) error {
 	seq := r.Seq + 1
 	steps, tried := r.Steps, r.Tried
 	attempt := 1
@@ -401,7 +438,24 @@ func (c *Controller) startRetrain(p catalog.Policy, svc *policy.InferenceService
 		seq++
 		r.Seq, r.Job = seq, fmt.Sprintf("%s-retrain-%d", p.Name, seq)
 	}
-	src, err := retrainSource(p, r.Job, svc.Model.Name, cur, r.To)
+	var capture *policy.DataRef
+	data := "its data"
+	if want := svc.Retrain.Capture; want != nil {
+		if captured != nil && captured.Dataset != "" {
+			capture = &policy.DataRef{Dataset: captured.Dataset}
+			if svc.Retrain.Launcher == policy.LauncherBuiltin {
+				capture.Mix = want.Mix
+			}
+			data = fmt.Sprintf("its data and %s (%d rows captured at %s, mix %g)", captured.Dataset, captured.Rows, d.Site, capture.Mix)
+		} else {
+			have := 0
+			if captured != nil {
+				have = captured.Rows
+			}
+			data = fmt.Sprintf("its data alone: %d of %d labelled rows came from %s within %s", have, want.Rows, d.Site, time.Duration(want.Timeout))
+		}
+	}
+	src, err := retrainSource(p, r.Job, svc.Model.Name, cur, r.To, capture)
 	if err != nil {
 		endUnpromoted(r, catalog.StageFailed, "retrain template: %v", err)
 		return err
@@ -410,17 +464,18 @@ func (c *Controller) startRetrain(p catalog.Policy, svc *policy.InferenceService
 	if _, err := c.cfg.Catalog.Policies.Put(job); err != nil {
 		return err
 	}
-	step(r, catalog.StageRetraining, "drift at %s/%s on %s@%s (%s %s=%.4g after %d samples); training %s@%s as job %s",
-		d.Site, d.Node, r.Model, cur, det, feature, stat, d.AlarmSeen, r.Model, r.To, r.Job)
+	step(r, catalog.StageRetraining, "drift at %s/%s on %s@%s (%s %s=%.4g after %d samples); training %s@%s as job %s on %s",
+		d.Site, d.Node, r.Model, cur, det, feature, stat, d.AlarmSeen, r.Model, r.To, r.Job, data)
 	c.log.Info("drift detected: retraining", "policy", p.Key(), "site", d.Site, "job", r.Job, "to", r.To)
 	return nil
 }
 
 // retrainSource writes the TrainingJob document for a service's retrain:
-// its spec is the service's retrain: block as written; labels name the
-// service, the version it retrains (when known) and the model version the
-// job registers.
-func retrainSource(p catalog.Policy, job, model, from, version string) (string, error) {
+// its spec is the service's retrain: block as written, without capture:
+// and with the captured dataset, if any, added to its data; labels name
+// the service, the version it retrains (when known) and the model version
+// the job registers.
+func retrainSource(p catalog.Policy, job, model, from, version string, capture *policy.DataRef) (string, error) {
 	var root yaml.Node
 	if err := yaml.Unmarshal([]byte(p.Source), &root); err != nil {
 		return "", err
@@ -430,6 +485,24 @@ func retrainSource(p catalog.Policy, job, model, from, version string) (string, 
 		return "", fmt.Errorf("%s has no spec.retrain", p.Key())
 	}
 	str := func(s string) *yaml.Node { return &yaml.Node{Kind: yaml.ScalarNode, Value: s, Tag: "!!str"} }
+	for i := 0; i+1 < len(spec.Content); i += 2 {
+		if spec.Content[i].Value == "capture" {
+			spec.Content = slices.Delete(spec.Content, i, i+2)
+			break
+		}
+	}
+	if capture != nil {
+		ref := &yaml.Node{Kind: yaml.MappingNode, Content: []*yaml.Node{str("dataset"), str(capture.Dataset)}}
+		if capture.Mix > 0 {
+			ref.Content = append(ref.Content, str("mix"), &yaml.Node{Kind: yaml.ScalarNode, Value: strconv.FormatFloat(capture.Mix, 'g', -1, 64), Tag: "!!float"})
+		}
+		data := mapValue(spec, "data")
+		if data == nil {
+			data = &yaml.Node{Kind: yaml.SequenceNode}
+			spec.Content = append(spec.Content, str("data"), data)
+		}
+		data.Content = append(data.Content, ref)
+	}
 	labels := &yaml.Node{Kind: yaml.MappingNode, Content: []*yaml.Node{
 		str(catalog.LabelRetrainOf), str(p.Name), str(catalog.LabelOutputModel), str(model), str(catalog.LabelOutputVersion), str(version),
 	}}

@@ -57,6 +57,7 @@ type watched struct {
 	cols           []int        // input columns watched, in monitor order
 	pred           bool         // the prediction is watched too
 	names          []string
+	inputs         []string // every input of the model, in order
 	mon            *drift.Monitor
 	first          [][]float64 // rows collected for a "first" reference
 	rec            catalog.Drift
@@ -102,6 +103,9 @@ type Config struct {
 	// dropped before the monitors, for a full queue or a NaN or infinite
 	// value (strata_drift_rows_dropped_total).
 	Registerer prometheus.Registerer
+	// Publish publishes a dataset captured for a retrain (the file at
+	// path); nil: captures end in an error.
+	Publish func(ctx context.Context, path string, spec storage.PublishSpec) (storage.Manifest, error)
 }
 
 // Watch is the drift component. Safe for concurrent use.
@@ -116,6 +120,7 @@ type Watch struct {
 	mu   sync.Mutex
 	mon  map[string]*watched // by model name: one version serves per name
 	logs map[string]*driftLog
+	caps map[string]*capture // by model name
 }
 
 // driftLog is a policy's drift log on this node (catalog.DriftLog): every
@@ -133,7 +138,7 @@ func New(cfg Config) *Watch {
 	if cfg.Guard == nil {
 		cfg.Guard = safe.New(safe.Config{Logger: cfg.Logger})
 	}
-	d := &Watch{cfg: cfg, log: cfg.Logger, rows: make(chan driftRow, driftRows), mon: map[string]*watched{}, logs: map[string]*driftLog{}}
+	d := &Watch{cfg: cfg, log: cfg.Logger, rows: make(chan driftRow, driftRows), mon: map[string]*watched{}, logs: map[string]*driftLog{}, caps: map[string]*capture{}}
 	d.metrics = newMetrics(d)
 	if cfg.Registerer != nil {
 		d.metrics.register(cfg.Registerer, d)
@@ -282,6 +287,9 @@ func (d *Watch) transition(w *watched, ev *drift.Event) {
 		w.rec.AlarmFeature, w.rec.AlarmStatistic, w.rec.AlarmDrifted = e.Feature, e.Statistic, e.Drifted
 	}
 	d.note(w, e)
+	if w.rec.Alarmed {
+		d.startCapture(w)
+	}
 	d.log.Info("drift "+string(ev.Kind), "policy", w.key, "model", w.model, "version", w.version, "samples", ev.Samples,
 		"source", ev.Source, "detector", e.Detector, "feature", e.Feature, "statistic", e.Statistic)
 }
@@ -439,6 +447,7 @@ func (d *Watch) Sync(loaded map[string]Model) {
 	for name, w := range d.mon {
 		if !keep[name] {
 			delete(d.mon, name)
+			delete(d.caps, name)
 			_ = d.cfg.Catalog.Drift.Delete(w.key + "/" + d.cfg.Name)
 		}
 	}
@@ -485,11 +494,27 @@ func (d *Watch) newWatched(key string, sm Model, spec policy.Drift) *watched {
 		if err := json.Unmarshal([]byte(raw), &ref); err != nil {
 			return fail("the model's drift reference does not parse: %v", err)
 		}
+		// A model retrained on this site's captured rows has a reference
+		// of them: this site's traffic is compared with its own data.
+		if raw := m.Metadata[catalog.MetaSiteReferences]; raw != "" {
+			var sites map[string]drift.Reference
+			if err := json.Unmarshal([]byte(raw), &sites); err != nil {
+				return fail("the model's site drift references do not parse: %v", err)
+			}
+			if sr, ok := sites[d.cfg.Site]; ok {
+				ref, w.rec.ReferenceSite = sr, d.cfg.Site
+			}
+		}
 		for _, f := range ref.Features {
 			all = append(all, f.Name)
 		}
 	} else if fs := m.Metadata[catalog.MetaFeatures]; fs != "" {
 		all = strings.Split(fs, ",")
+	}
+	w.inputs = all
+	if c := d.caps[sm.Name]; c != nil && c.key == key {
+		st := c.state
+		w.rec.Capture = &st
 	}
 	if spec.Reference == "training" && len(ref.Features) == 0 {
 		return fail("%s has no drift reference (publish it with the model, or use reference: first)", m.Ref())

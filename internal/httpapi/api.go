@@ -44,6 +44,7 @@ func (s *Server) routes() http.Handler {
 	mux.HandleFunc("GET /v1/artifacts/blob", s.handleBlob)
 	mux.HandleFunc("GET /v1/models", s.handleModels)
 	mux.HandleFunc("GET /v1/models/{name}", s.handleModel)
+	mux.HandleFunc("POST /v1/models/{name}/feedback", s.handleFeedback)
 	mux.HandleFunc("GET /v1/lineage/{name}", s.handleLineage)
 	mux.HandleFunc("GET /v1/transfers", s.handleTransfers)
 	mux.HandleFunc("GET /v1/drift", s.handleDrift)

@@ -1,18 +1,89 @@
 package httpapi
 
 import (
+	"encoding/json"
 	"errors"
 	"fmt"
 	"net/http"
+	"slices"
 	"sort"
 	"strconv"
+	"strings"
 
+	"github.com/strata-mesh/strata/api"
 	"github.com/strata-mesh/strata/internal/catalog"
+	"github.com/strata-mesh/strata/internal/driftwatch"
 	"github.com/strata-mesh/strata/internal/httpjson"
 	"github.com/strata-mesh/strata/internal/serving"
 
 	"github.com/strata-mesh/strata/mesh"
 )
+
+// maxFeedbackBody bounds a ground-truth post.
+const maxFeedbackBody = 8 << 20
+
+// handleFeedback keeps ground truth for a drift capture: POST
+// /v1/models/{name}/feedback with api.FeedbackRequest. 200 with what was
+// kept (nothing while no capture is under way, and why); 400 for a bad
+// body; 404 where no monitor watches the model on this node, naming the
+// nodes of this site that serve it.
+func (s *Server) handleFeedback(w http.ResponseWriter, r *http.Request) {
+	if !httpjson.CheckParams(w, r.URL.Query()) {
+		return
+	}
+	name := r.PathValue("name")
+	if s.cfg.Feedback == nil {
+		httpjson.Error(w, http.StatusNotFound, "", "this agent serves no models: post ground truth for %s to the node that served the requests", name)
+		return
+	}
+	var req api.FeedbackRequest
+	dec := json.NewDecoder(http.MaxBytesReader(w, r.Body, maxFeedbackBody))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(&req); err != nil {
+		httpjson.Error(w, http.StatusBadRequest, "", "body: %v; want {\"inputs\": [[...], ...], \"labels\": [...]}", err)
+		return
+	}
+	labels := make([]string, len(req.Labels))
+	for i, raw := range req.Labels {
+		var str string
+		var num json.Number
+		switch {
+		case json.Unmarshal(raw, &str) == nil:
+			labels[i] = str
+		case json.Unmarshal(raw, &num) == nil:
+			labels[i] = num.String()
+		default:
+			httpjson.Error(w, http.StatusBadRequest, "labels", "label %d is %s: want a class number or name", i, raw)
+			return
+		}
+	}
+	res, err := s.cfg.Feedback(name, req.Inputs, labels)
+	switch {
+	case errors.Is(err, driftwatch.ErrNotWatched):
+		var here []string
+		self := s.cfg.Mesh.Name()
+		site := ""
+		if n, err := s.cfg.Mesh.Node(self); err == nil {
+			site = n.Site
+		}
+		for _, n := range s.cfg.Mesh.Nodes() {
+			if n.Site == site && n.Name != self && slices.ContainsFunc(n.Models, func(m string) bool { return strings.HasPrefix(m, name+"@") }) {
+				here = append(here, n.Name)
+			}
+		}
+		where := "no node of this site serves it"
+		if len(here) > 0 {
+			where = "it is served here by " + strings.Join(here, ", ")
+		}
+		httpjson.Error(w, http.StatusNotFound, "", "no drift monitor watches %s on this node: post its ground truth to the node that served the requests (%s)", name, where)
+	case errors.Is(err, driftwatch.ErrFeedback):
+		httpjson.Error(w, http.StatusBadRequest, "", "%v", err)
+	case err != nil:
+		httpjson.Error(w, http.StatusInternalServerError, "", "%v", err)
+	default:
+		httpjson.Write(w, http.StatusOK, res)
+	}
+}
 
 // handleDrift lists every node's drift monitors: GET /v1/drift[?model=M].
 func (s *Server) handleDrift(w http.ResponseWriter, r *http.Request) {

@@ -73,6 +73,9 @@ func (s *Server) scopeOf(r *http.Request) Scope {
 	switch {
 	case p == "/v2" || strings.HasPrefix(p, "/v2/"):
 		return ScopeInfer
+	case r.Method == http.MethodPost && strings.HasPrefix(p, "/v1/models/") && strings.HasSuffix(p, "/feedback"):
+		// Ground truth comes from the clients that asked for predictions.
+		return ScopeInfer
 	case r.Method == http.MethodGet || r.Method == http.MethodHead || r.Method == http.MethodOptions:
 		return ScopeRead
 	case r.Method == http.MethodPost && (p == "/v1/plan" || p == "/v1/sim"):

@@ -61,6 +61,11 @@ type Config struct {
 	// CheckModel opens a pushed model with ONNX Runtime without serving
 	// it; nil when ONNX Runtime is not available here.
 	CheckModel func(name, version string, model []byte) error
+	// Feedback keeps posted ground truth for a drift capture (POST
+	// /v1/models/{name}/feedback); its errors wrap
+	// driftwatch.ErrNotWatched or driftwatch.ErrFeedback. Nil where this
+	// agent serves no models.
+	Feedback func(model string, rows [][]float64, labels []string) (api.FeedbackResult, error)
 	// Compile turns an applied policy into a placement request (plan).
 	Compile func(catalog.Policy) (*placement.Request, error)
 	// HandOff, optional (federated only), picks the site a policy that no

@@ -472,10 +472,13 @@ func (j *Runner) prepare(ctx context.Context, jr catalog.Job, spec *policy.Train
 			return job, nil, err
 		}
 	}
+	var files []trainer.DataFile
 	for _, d := range spec.Data {
-		if err := j.fetchData(ctx, d, job.DatasetDir); err != nil {
+		f, err := j.fetchData(ctx, d, job.DatasetDir)
+		if err != nil {
 			return job, nil, err
 		}
+		files = append(files, f)
 	}
 	if spec.Code != "" {
 		code := filepath.Join(dir, "code")
@@ -495,6 +498,9 @@ func (j *Runner) prepare(ctx context.Context, jr catalog.Job, spec *policy.Train
 			job.Env = mergeEnv(job.Env, trainer.LabelEnv, b.Label)
 		}
 		job.Train = &cfg
+		if slices.ContainsFunc(files, func(f trainer.DataFile) bool { return f.Mix > 0 || f.Site != "" }) {
+			job.Data = files
+		}
 		return job, &trainer.Builtin{Logger: j.log}, nil
 	case policy.LauncherExec, policy.LauncherTorchrun:
 		for range procsPerNode(spec) - 1 {
@@ -552,7 +558,7 @@ func (j *Runner) pinData(spec *policy.TrainingJobSpec) []catalog.ArtifactRef {
 			continue
 		}
 		out = append(out, catalog.ArtifactRef{Kind: string(m.Kind), Name: m.Name, Version: m.Version, Digest: m.Digest})
-		spec.Data[i] = policy.DataRef{Artifact: m.Digest, Size: d.Size}
+		spec.Data[i] = policy.DataRef{Artifact: m.Digest, Size: d.Size, Mix: d.Mix}
 	}
 	return out
 }
@@ -641,31 +647,34 @@ func (j *Runner) fetchCode(ctx context.Context, ref, dir string) error {
 // fetchData pulls one data reference (when not held) and copies its bytes
 // into dir, named after the artifact (datasets get ".csv" unless their name
 // has an extension).
-func (j *Runner) fetchData(ctx context.Context, d policy.DataRef, dir string) error {
+func (j *Runner) fetchData(ctx context.Context, d policy.DataRef, dir string) (trainer.DataFile, error) {
 	m, err := j.lookupData(d)
 	if err != nil {
-		return fmt.Errorf("data %s%s: %w", d.Dataset, d.Artifact, err)
+		return trainer.DataFile{}, fmt.Errorf("data %s%s: %w", d.Dataset, d.Artifact, err)
 	}
 	if !j.cfg.Artifacts.Has(m.Digest) {
 		if _, err := j.cfg.Artifacts.Pull(ctx, m, nil); err != nil {
-			return fmt.Errorf("pulling %s: %w", m.Ref(), err)
+			return trainer.DataFile{}, fmt.Errorf("pulling %s: %w", m.Ref(), err)
 		}
 	}
 	src, err := j.cfg.Artifacts.Open(m)
 	if err != nil {
-		return err
+		return trainer.DataFile{}, err
 	}
 	defer src.Close()
 	name := m.Name
 	if filepath.Ext(name) == "" && m.Kind == storage.KindDataset {
 		name += ".csv"
 	}
-	dst, err := os.Create(filepath.Join(dir, filepath.Base(name)))
+	// A captured site's rows keep their site: the model gets a drift
+	// reference of them for that site.
+	f := trainer.DataFile{Path: filepath.Join(dir, filepath.Base(name)), Mix: d.Mix, Site: m.Metadata[catalog.MetaCaptureSite]}
+	dst, err := os.Create(f.Path)
 	if err != nil {
-		return err
+		return f, err
 	}
 	_, err = io.Copy(dst, src)
-	return errors.Join(err, dst.Close())
+	return f, errors.Join(err, dst.Close())
 }
 
 // register publishes the model a finished job left in out, when the job's
@@ -689,6 +698,9 @@ func (j *Runner) register(ctx context.Context, jr *catalog.Job, doc *policy.Docu
 	meta := map[string]string{catalog.MetaJob: jr.Name}
 	if b, err := os.ReadFile(filepath.Join(out, trainer.ReferenceFile)); err == nil {
 		meta[catalog.MetaReference] = string(b)
+	}
+	if b, err := os.ReadFile(filepath.Join(out, trainer.SiteReferencesFile)); err == nil {
+		meta[catalog.MetaSiteReferences] = string(b)
 	}
 	lin := j.lineage(*jr, doc)
 	// The lineage keeps every number the job reported, and only those: an

@@ -1,0 +1,219 @@
+package driftwatch
+
+import (
+	"bytes"
+	"context"
+	"encoding/csv"
+	"errors"
+	"fmt"
+	"math"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/strata-mesh/strata/internal/catalog"
+	"github.com/strata-mesh/strata/policy"
+	"github.com/strata-mesh/strata/storage"
+)
+
+// Capture. A service whose retrain says capture: keeps, on the node whose
+// monitor alarmed, the labelled rows its clients post as ground truth
+// after the alarm (Feedback). Once it holds the rows the retrain waits
+// for, it publishes them as a dataset version, and names it in its drift
+// record; the service's owner then starts the retrain on it. Rows posted
+// before the alarm are not kept: they are of the traffic the model was
+// trained for.
+
+// ErrNotWatched is returned by Feedback for a model no monitor watches
+// on this node.
+var ErrNotWatched = errors.New("driftwatch: model not watched on this node")
+
+// ErrFeedback wraps what is wrong with posted ground truth.
+var ErrFeedback = errors.New("driftwatch: bad feedback")
+
+// Feedback says what became of posted ground truth.
+type Feedback struct {
+	// Accepted is the rows kept for a capture.
+	Accepted int `json:"accepted"`
+	// Capturing says a capture is under way here; Rows and Want are its
+	// rows so far and the rows the retrain waits for; Dataset names the
+	// capture once published.
+	Capturing bool   `json:"capturing"`
+	Rows      int    `json:"rows,omitempty"`
+	Want      int    `json:"want,omitempty"`
+	Dataset   string `json:"dataset,omitempty"`
+	// Reason says why rows were not kept.
+	Reason string `json:"reason,omitempty"`
+}
+
+// capture is one capture on this node: the labelled rows of a model kept
+// after an alarm of one of its versions.
+type capture struct {
+	key, model, version string
+	alarmAt             time.Time
+	want                int
+	header              []string // the model's inputs, then the label
+	rows                [][]string
+	state               catalog.DriftCapture
+	publishing          bool
+}
+
+func (c *capture) done() bool { return c.state.Dataset != "" || c.state.Error != "" }
+
+// startCapture begins a capture for w's alarm when its policy's retrain
+// asks for one and no capture of the model is under way. Called with d.mu
+// held.
+func (d *Watch) startCapture(w *watched) {
+	if c := d.caps[w.model]; c != nil && !c.done() {
+		return
+	}
+	doc, err := d.policyDoc(w.key)
+	if err != nil || captureOf(doc) == nil {
+		return
+	}
+	rt := doc.InferenceService.Retrain
+	label := "label"
+	if rt.Builtin != nil && rt.Builtin.Label != "" {
+		label = rt.Builtin.Label
+	}
+	if len(w.inputs) == 0 {
+		d.log.Warn("drift capture not started: the model names no inputs", "policy", w.key, "model", w.model)
+		return
+	}
+	c := &capture{key: w.key, model: w.model, version: w.version, alarmAt: w.rec.AlarmAt, want: rt.Capture.Rows,
+		header: append(append([]string(nil), w.inputs...), label)}
+	c.state = catalog.DriftCapture{AlarmAt: c.alarmAt, Want: c.want}
+	d.caps[w.model] = c
+	d.showCapture(c)
+	d.log.Info("drift capture started: waiting for ground truth", "policy", w.key, "model", w.model, "version", w.version, "rows", c.want)
+}
+
+// showCapture copies c's state into the record of the model's monitor.
+// Called with d.mu held.
+func (d *Watch) showCapture(c *capture) {
+	if w := d.mon[c.model]; w != nil && w.key == c.key {
+		st := c.state
+		w.rec.Capture, w.dirty = &st, true
+	}
+}
+
+// Feedback keeps posted ground truth for the model's capture: rows are
+// the model's inputs in its input order, labels their true classes.
+// Nothing is kept while no capture is under way (Feedback.Reason says
+// why). Errors wrap ErrNotWatched or ErrFeedback.
+func (d *Watch) Feedback(model string, rows [][]float64, labels []string) (Feedback, error) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	w := d.mon[model]
+	if w == nil {
+		return Feedback{}, fmt.Errorf("%w: %s", ErrNotWatched, model)
+	}
+	if len(rows) != len(labels) {
+		return Feedback{}, fmt.Errorf("%w: %d rows and %d labels", ErrFeedback, len(rows), len(labels))
+	}
+	for i, r := range rows {
+		if len(w.inputs) > 0 && len(r) != len(w.inputs) {
+			return Feedback{}, fmt.Errorf("%w: row %d has %d values; %s@%s takes %d (%s)", ErrFeedback, i, len(r), w.model, w.version, len(w.inputs), strings.Join(w.inputs, ", "))
+		}
+		for j, v := range r {
+			if math.IsNaN(v) || math.IsInf(v, 0) {
+				return Feedback{}, fmt.Errorf("%w: row %d value %d is %v, want a finite number", ErrFeedback, i, j, v)
+			}
+		}
+		if l := strings.TrimSpace(labels[i]); l == "" || strings.ContainsAny(l, "\r\n") {
+			return Feedback{}, fmt.Errorf("%w: label %d is %q, want a class number or name", ErrFeedback, i, labels[i])
+		}
+	}
+	c := d.caps[model]
+	switch {
+	case c == nil:
+		return Feedback{Reason: fmt.Sprintf("no drift alarm on %s here: ground truth is kept only after one, for a retrain with capture", model)}, nil
+	case c.done() || c.publishing:
+		return Feedback{Dataset: c.state.Dataset, Rows: c.state.Rows, Want: c.want,
+			Reason: fmt.Sprintf("the capture of %s after the alarm at %s is complete", model, c.alarmAt.Format(time.RFC3339))}, nil
+	}
+	fb := Feedback{Capturing: true, Want: c.want}
+	for i, r := range rows {
+		if len(c.rows) >= c.want {
+			break
+		}
+		rec := make([]string, 0, len(r)+1)
+		for _, v := range r {
+			rec = append(rec, strconv.FormatFloat(v, 'g', -1, 64))
+		}
+		c.rows = append(c.rows, append(rec, strings.TrimSpace(labels[i])))
+		fb.Accepted++
+	}
+	c.state.Rows = len(c.rows)
+	fb.Rows = c.state.Rows
+	if c.state.Rows >= c.want {
+		c.publishing = true
+		go func() { _ = d.cfg.Guard.Do("driftwatch", func() { d.publishCapture(c) }) }()
+	}
+	d.showCapture(c)
+	return fb, nil
+}
+
+// publishCapture publishes c's rows as a dataset version
+// (MODEL-capture:NODE-ALARMTIME), names it in c's state and publishes the
+// monitor's record.
+func (d *Watch) publishCapture(c *capture) {
+	ref, err := d.writeCapture(c)
+	d.mu.Lock()
+	c.publishing = false
+	if err != nil {
+		c.state.Error = err.Error()
+		d.log.Warn("drift capture not published", "policy", c.key, "model", c.model, "err", err)
+	} else {
+		c.state.Dataset = ref
+		d.log.Info("drift capture published", "policy", c.key, "model", c.model, "dataset", ref, "rows", len(c.rows))
+	}
+	c.rows = nil
+	d.showCapture(c)
+	d.mu.Unlock()
+	d.publish(true)
+}
+
+func (d *Watch) writeCapture(c *capture) (string, error) {
+	if d.cfg.Publish == nil {
+		return "", errors.New("this agent cannot publish artifacts")
+	}
+	var buf bytes.Buffer
+	cw := csv.NewWriter(&buf)
+	_ = cw.Write(c.header)
+	_ = cw.WriteAll(c.rows)
+	if err := cw.Error(); err != nil {
+		return "", err
+	}
+	dir, err := os.MkdirTemp("", "strata-capture-")
+	if err != nil {
+		return "", err
+	}
+	defer os.RemoveAll(dir)
+	path := filepath.Join(dir, "capture.csv")
+	if err := os.WriteFile(path, buf.Bytes(), 0o600); err != nil {
+		return "", err
+	}
+	spec := storage.PublishSpec{
+		Kind: storage.KindDataset, Name: c.model + "-capture", Version: d.cfg.Name + "-" + c.alarmAt.UTC().Format("20060102T150405Z"),
+		Metadata: map[string]string{
+			catalog.MetaCaptureSite: d.cfg.Site, catalog.MetaCaptureNode: d.cfg.Name, catalog.MetaCapturePolicy: c.key,
+			catalog.MetaCaptureVersion: c.version, catalog.MetaCaptureAlarm: c.alarmAt.Format(time.RFC3339Nano),
+		},
+	}
+	m, err := d.cfg.Publish(context.Background(), path, spec)
+	if err != nil {
+		return "", err
+	}
+	return m.Name + ":" + m.Version, nil
+}
+
+// captureOf returns the retrain capture settings of a policy, if any.
+func captureOf(doc *policy.Document) *policy.Capture {
+	if doc == nil || doc.InferenceService == nil || doc.InferenceService.Retrain == nil {
+		return nil
+	}
+	return doc.InferenceService.Retrain.Capture
+}
