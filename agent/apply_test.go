@@ -100,10 +100,10 @@ spec:
 	t.Logf("plan:\n%s", p.Explanation)
 }
 
-// TestPlanWarnsOfASmallReference: a service that watches drift against a
-// training reference of fewer rows than its window (or than 100) is
-// planned and applied with a warning that says so; one with a reference
-// large enough is not.
+// TestPlanWarnsOfASmallReference: a service that watches drift with a
+// window longer than its training reference's rows, or against a
+// reference of fewer than 100 rows, is planned with a warning for each
+// that says what to do; one whose settings fit its reference is not.
 func TestPlanWarnsOfASmallReference(t *testing.T) {
 	t.Parallel()
 	keys, err := NewDevPKI()
@@ -115,7 +115,7 @@ func TestPlanWarnsOfASmallReference(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	for version, rows := range map[string]int{"1": 27, "2": 600} {
+	for version, rows := range map[string]int{"1": 27, "2": 600, "3": 300} {
 		values := make([]float64, rows)
 		for i := range values {
 			values[i] = float64(i % 13)
@@ -127,19 +127,40 @@ func TestPlanWarnsOfASmallReference(t *testing.T) {
 		ref, _ := json.Marshal(drift.Reference{Features: []drift.FeatureReference{f}})
 		publishFile(t, a, storage.PublishSpec{Kind: storage.KindModel, Name: "m", Version: version, Metadata: map[string]string{MetaReference: string(ref)}}, model)
 	}
-	for version, want := range map[string]string{
-		"1": "the drift reference of m@1 summarises 27 rows of amount, fewer than 500 (at least 100, and the window of 500)",
-		"2": "",
+	for _, tc := range []struct {
+		version, drift string
+		want           []string
+	}{
+		{"1", "{}", []string{
+			"InferenceService/watched: drift.window 500 is longer than the 27 rows of amount that the drift reference of m@1 summarises: a live series as short as the data the model was trained on never fills the window, and the windowed detector needs 700 rows before it can alarm; watch with drift.stream: {} (it alarms within tens of rows)",
+			"the drift reference of m@1 summarises 27 rows of amount, fewer than 100: InferenceService/watched's alarms would be noise; publish the model with a larger reference, or watch with drift.reference: first",
+		}},
+		{"2", "{}", nil},
+		{"3", "{}", []string{"InferenceService/watched: drift.window 500 is longer than the 300 rows of amount that the drift reference of m@3 summarises: a live series as short as the data the model was trained on never fills the window, and the windowed detector needs 700 rows before it can alarm; watch with drift.stream: {} (it alarms within tens of rows) or a window of at most 300"}},
+		{"3", "{window: 300, stream: {}}", nil},
+		{"1", "{window: 30, stream: {falseAlarmEvery: 1000}}", []string{
+			"InferenceService/watched: drift.window 30 is longer than the 27 rows of amount that the drift reference of m@1 summarises: a live series as short as the data the model was trained on never fills the window, and the windowed detector needs 42 rows before it can alarm; only its streaming detector can alarm on such a series",
+			"the drift reference of m@1 summarises 27 rows of amount, fewer than 100: InferenceService/watched's alarms would be noise (for the streaming detector, its threshold for a false alarm in every 1000 rows rises",
+		}},
 	} {
-		src := []byte("apiVersion: strata/v1\nkind: InferenceService\nmetadata: {name: watched}\nspec:\n  model: {name: m, version: \"" + version + "\"}\n  drift: {}\n")
+		src := []byte("apiVersion: strata/v1\nkind: InferenceService\nmetadata: {name: watched}\nspec:\n  model: {name: m, version: \"" + tc.version + "\"}\n  drift: " + tc.drift + "\n")
 		var plan []httpapi.PlanResult
 		code, body := post(t, a.Handler(), http.MethodPost, "/v1/plan?file=watched.yaml", src)
 		if code != http.StatusOK || json.Unmarshal(body, &plan) != nil || len(plan) != 1 {
 			t.Fatalf("plan = %d %s", code, body)
 		}
-		got := strings.Join(plan[0].Warnings, "\n")
-		if want != "" && !strings.Contains(got, want) || want == "" && strings.Contains(got, "drift reference") {
-			t.Errorf("m@%s: warnings %q, want %q", version, got, want)
+		var got []string
+		for _, w := range plan[0].Warnings {
+			if strings.Contains(w, "drift") {
+				got = append(got, w)
+			}
+		}
+		ok := len(got) == len(tc.want)
+		for i := 0; ok && i < len(got); i++ {
+			ok = strings.HasPrefix(got[i], tc.want[i])
+		}
+		if !ok {
+			t.Errorf("m@%s with drift %s: warnings\n%s\nwant\n%s", tc.version, tc.drift, strings.Join(got, "\n"), strings.Join(tc.want, "\n"))
 		}
 	}
 }

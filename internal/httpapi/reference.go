@@ -18,10 +18,14 @@ import (
 // to twice the samples the docs promise).
 const minReferenceRows = 100
 
-// referenceWarnings warns when a service watches drift against a training
-// reference too small for its settings: fewer rows than minReferenceRows
-// or than its window. A reference that is missing or does not parse is
-// the monitor's error, not a warning here.
+// referenceWarnings warns when a service watches drift with settings its
+// training reference says cannot work: a window longer than the rows the
+// reference summarises (a live series as short as the training data never
+// fills it: only the streaming detector or a smaller window alarms), and
+// a reference of fewer than minReferenceRows rows (its bins, and the
+// streaming detector's threshold for the configured false-alarm rate, are
+// noise). A reference that is missing or does not parse is the monitor's
+// error, not a warning here.
 func (s *Server) referenceWarnings(p catalog.Policy) []string {
 	doc, err := p.Document()
 	if err != nil || doc.InferenceService == nil || doc.InferenceService.Drift == nil {
@@ -49,10 +53,36 @@ func (s *Server) referenceWarnings(p catalog.Policy) []string {
 			least, feature = f.Count, f.Name
 		}
 	}
-	need := max(minReferenceRows, spec.Window)
-	if least < 0 || least >= need {
+	if least < 0 {
 		return nil
 	}
-	return []string{fmt.Sprintf("the drift reference of %s summarises %d rows of %s, fewer than %d (at least %d, and the window of %d): %s's alarms would be noise; publish the model with a larger reference, or watch with drift.reference: first",
-		m.Name+"@"+m.Version, least, feature, need, minReferenceRows, spec.Window, p.Key())}
+	var out []string
+	model := m.Name + "@" + m.Version
+	if spec.Window > least {
+		// The windowed detector judges every Window/5 rows once the window
+		// is full and alarms on the third evaluation in a row.
+		first := spec.Window + 2*policy.DriftEvery(spec.Window)
+		smaller := ""
+		if least >= policy.MinDriftWindow {
+			smaller = " or a window of at most " + fmt.Sprint(least)
+		}
+		fix := "watch with drift.stream: {} (it alarms within tens of rows)" + smaller
+		if spec.Stream.On() {
+			fix = "only its streaming detector can alarm on such a series"
+			if smaller != "" {
+				fix += "; or set a window of at most " + fmt.Sprint(least)
+			}
+		}
+		out = append(out, fmt.Sprintf("%s: drift.window %d is longer than the %d rows of %s that the drift reference of %s summarises: a live series as short as the data the model was trained on never fills the window, and the windowed detector needs %d rows before it can alarm; %s",
+			p.Key(), spec.Window, least, feature, model, first, fix))
+	}
+	if least < minReferenceRows {
+		stream := ""
+		if spec.Stream.On() {
+			stream = " (for the streaming detector, its threshold for a false alarm in every " + fmt.Sprint(spec.Stream.FalseAlarmEvery) + " rows rises with the reference's own error, and shifts take longer to catch than documented)"
+		}
+		out = append(out, fmt.Sprintf("the drift reference of %s summarises %d rows of %s, fewer than %d: %s's alarms would be noise%s; publish the model with a larger reference, or watch with drift.reference: first",
+			model, least, feature, minReferenceRows, p.Key(), stream))
+	}
+	return out
 }
