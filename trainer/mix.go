@@ -12,7 +12,6 @@ import (
 	"strings"
 
 	"github.com/strata-mesh/strata/infer/drift"
-	"github.com/strata-mesh/strata/trainer/onnx"
 )
 
 // SiteReferencesFile holds the drift references of the sites whose own
@@ -197,38 +196,22 @@ func siteReferences(res *Result, ds *Dataset, spans []span, opts drift.SummaryOp
 }
 
 // summarize is the drift reference of the rows in spans: each feature,
-// and the model's score as Train's reference has it (P(class 1), or the
-// predicted class for more than two classes).
+// and the served model's score on them, as Train's reference has it.
 func summarize(res *Result, ds *Dataset, spans []span, opts drift.SummaryOptions) (drift.Reference, error) {
 	f := len(ds.Features)
 	var x []float64
+	var rows []int
 	for _, s := range spans {
 		x = append(x, ds.X[s.lo*f:s.hi*f]...)
-	}
-	n := len(x) / f
-	x32 := make([]float32, len(x))
-	for i, v := range x {
-		x32[i] = float32(v)
-	}
-	out := onnx.Predict(res.Layers, x32, n)
-	k := len(out) / max(n, 1)
-	scores := make([]float64, n)
-	for r := range n {
-		p := make([]float64, k)
-		for j := range k {
-			p[j] = float64(out[r*k+j])
-		}
-		if k == 1 {
-			scores[r] = p[0]
-		} else {
-			scores[r] = float64(predictClass(p))
+		for r := s.lo; r < s.hi; r++ {
+			rows = append(rows, r)
 		}
 	}
 	ref, err := drift.SummarizeColumns(ds.Features, x, opts)
 	if err != nil {
 		return ref, err
 	}
-	pred, err := drift.Summarize("prediction", scores, opts)
+	pred, err := drift.Summarize("prediction", scores(res.Layers, ds, rows), opts)
 	if err != nil {
 		return ref, err
 	}

@@ -61,17 +61,17 @@ func writeRows(t *testing.T, path string, n int, shift float64, seed uint64, col
 func TestMixedData(t *testing.T) {
 	dir := t.TempDir()
 	base, capt := filepath.Join(dir, "cases.csv"), filepath.Join(dir, "capture.csv")
-	writeRows(t, base, 400, 0, 1)
+	writeRows(t, base, 1000, 0, 1)
 	writeRows(t, capt, 40, 3, 2, "y", "b", "a") // another column order
 	files := []DataFile{{Path: base}, {Path: capt, Mix: 0.5, Site: "edge-a"}}
 	ds, spans, err := readData(files, "y", 1)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if ds.Rows() != 800 || !slices.Equal(ds.Features, []string{"a", "b"}) {
-		t.Fatalf("mixed dataset: %d rows of %v; want 800 rows of a, b", ds.Rows(), ds.Features)
+	if ds.Rows() != 2000 || !slices.Equal(ds.Features, []string{"a", "b"}) {
+		t.Fatalf("mixed dataset: %d rows of %v; want 2000 rows of a, b", ds.Rows(), ds.Features)
 	}
-	if want := []span{{"", 0, 400}, {"edge-a", 400, 440}}; !slices.Equal(spans, want) {
+	if want := []span{{"", 0, 1000}, {"edge-a", 1000, 1040}}; !slices.Equal(spans, want) {
 		t.Errorf("spans = %v, want %v", spans, want)
 	}
 	again, _, _ := readData(files, "y", 1)
@@ -87,16 +87,20 @@ func TestMixedData(t *testing.T) {
 		t.Fatal(err)
 	}
 	def, site := res.Reference.Features[0], sites["edge-a"].Features[0]
-	if def.Count != 400 || def.Mean > 0.5 || site.Count != 40 || site.Mean < 2.5 || len(sites) != 1 || sites["edge-a"].Prediction == nil {
-		t.Errorf("references: default a = %d rows, mean %.2f; edge-a's a = %d rows, mean %.2f; want 400 rows near 0 and 40 distinct rows near 3",
+	if def.Count != 1000 || def.Mean > 0.5 || site.Count != 40 || site.Mean < 2.5 || len(sites) != 1 {
+		t.Errorf("references: default a = %d rows, mean %.2f; edge-a's a = %d rows, mean %.2f; want 1000 rows near 0 and 40 distinct rows near 3",
 			def.Count, def.Mean, site.Count, site.Mean)
+	}
+	if p, q := res.Reference.Prediction, sites["edge-a"].Prediction; p == nil || p.Count != 1000 || q == nil || q.Count != 40 {
+		t.Errorf("prediction references: default %+v, edge-a %+v; want the score on 1000 and on 40 rows", p, q)
 	}
 
 	// Fewer rows wanted than the file holds: sampled without copies.
+	writeRows(t, capt, 100, 3, 2)
 	files[1].Mix = 0.05
 	ds, spans, err = readData(files, "y", 1)
-	if err != nil || ds.Rows() != 421 || spans[1] != (span{"edge-a", 400, 421}) {
-		t.Errorf("mix 0.05: %v rows, spans %v, %v; want 400 + 21", ds.Rows(), spans, err)
+	if err != nil || ds.Rows() != 1053 || spans[1] != (span{"edge-a", 1000, 1053}) {
+		t.Errorf("mix 0.05: %v rows, spans %v, %v; want 1000 + 53", ds.Rows(), spans, err)
 	}
 
 	// A file with other columns is refused, naming it.
