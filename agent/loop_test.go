@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"fmt"
 	"math/rand/v2"
 	"net/http"
 	"net/http/httptest"
@@ -78,6 +79,7 @@ type loopRun struct {
 	failed             int
 	evc                chan Event
 	shiftAt, servingAt time.Time // the shift at edge-a; version 2 first seen serving there
+	shiftedRows        int       // rows sent to edge-a since the shift
 }
 
 // runLoop starts a four-agent mesh where a model serves at both edge
@@ -103,6 +105,9 @@ type loopOpts struct {
 	casesShift float64
 	// feedback posts ground truth for every shifted row sent to edge-a.
 	feedback bool
+	// rate paces the shifted traffic at rows per second to each edge;
+	// 0 sends 20 rows to each per round as fast as they are answered.
+	rate float64
 }
 
 // runLoopWith runs the closed loop as opts say.
@@ -157,26 +162,36 @@ func runLoopWith(tb testing.TB, opts loopOpts) *loopRun {
 	edgeA, edgeB := run.edgeA, run.edgeB
 
 	var truth api.FeedbackRequest
-	send := func(a *Agent, shift float64) {
+	// sendN sends n rows to a in one request.
+	sendN := func(a *Agent, shift float64, n int) {
 		tb.Helper()
-		row := []float32{float32(r.NormFloat64() + shift), float32(r.NormFloat64()), float32(r.NormFloat64())}
-		if opts.feedback && a == run.edgeA && shift != 0 {
-			// The label follows the shifted world (loopData's rule).
-			y := 0
-			if float64(row[0])-shift+0.5*float64(row[1]) > 0 {
-				y = 1
+		rows := make([]float32, 0, 3*n)
+		for range n {
+			row := []float32{float32(r.NormFloat64() + shift), float32(r.NormFloat64()), float32(r.NormFloat64())}
+			rows = append(rows, row...)
+			if opts.feedback && a == run.edgeA && shift != 0 {
+				// The label follows the shifted world (loopData's rule).
+				y := 0
+				if float64(row[0])-shift+0.5*float64(row[1]) > 0 {
+					y = 1
+				}
+				truth.Inputs = append(truth.Inputs, []float64{float64(row[0]), float64(row[1]), float64(row[2])})
+				truth.Labels = append(truth.Labels, json.RawMessage(strconv.Itoa(y)))
 			}
-			truth.Inputs = append(truth.Inputs, []float64{float64(row[0]), float64(row[1]), float64(row[2])})
-			truth.Labels = append(truth.Labels, json.RawMessage(strconv.Itoa(y)))
 		}
-		body, _ := json.Marshal(map[string]any{"inputs": []map[string]any{{"name": "input", "shape": []int{1, 3}, "datatype": "FP32", "data": row}}})
+		body, _ := json.Marshal(map[string]any{"inputs": []map[string]any{{"name": "input", "shape": []int{n, 3}, "datatype": "FP32", "data": rows}}})
 		rec := httptest.NewRecorder()
 		a.Handler().ServeHTTP(rec, httptest.NewRequest(http.MethodPost, "/v2/models/scorer/infer", bytes.NewReader(body)))
 		if rec.Code != http.StatusOK {
 			run.failed++
 			tb.Errorf("request to %s = %d %s", a.Name(), rec.Code, rec.Body.String())
 		}
+		if a == run.edgeA && shift != 0 {
+			run.shiftedRows += n
+		}
 	}
+	send := func(a *Agent, shift float64) { sendN(a, shift, 1) }
+
 	// Unshifted traffic everywhere: no alarm.
 	for range 400 {
 		send(edgeA, 0)
@@ -201,16 +216,33 @@ func runLoopWith(tb testing.TB, opts loopOpts) *loopRun {
 	// everywhere (each round paced so the loop can move).
 	run.shiftAt = time.Now()
 	deadline := run.shiftAt.Add(90 * time.Second)
+	pace := 20 * time.Millisecond
+	if opts.rate > 0 {
+		pace = 10 * time.Millisecond
+	}
 	for !done(run) {
 		if time.Now().After(deadline) {
 			dumpLoop(tb, gpu)
 			tb.Fatalf("no %s in 90s", what)
 		}
-		for range 20 {
-			send(edgeA, 2)
-			send(edgeB, 0)
-			if run.servingAt.IsZero() && serving(edgeA, "2") {
-				run.servingAt = time.Now()
+		if opts.rate > 0 {
+			// Paced: the rows due by now, in requests of up to per rows.
+			per := max(1, int(opts.rate/300))
+			for due := int(opts.rate * time.Since(run.shiftAt).Seconds()); run.shiftedRows < due; {
+				n := min(per, due-run.shiftedRows)
+				sendN(edgeA, 2, n)
+				sendN(edgeB, 0, n)
+				if run.servingAt.IsZero() && serving(edgeA, "2") {
+					run.servingAt = time.Now()
+				}
+			}
+		} else {
+			for range 20 {
+				send(edgeA, 2)
+				send(edgeB, 0)
+				if run.servingAt.IsZero() && serving(edgeA, "2") {
+					run.servingAt = time.Now()
+				}
 			}
 		}
 		if len(truth.Inputs) > 0 {
@@ -224,7 +256,7 @@ func runLoopWith(tb testing.TB, opts loopOpts) *loopRun {
 		}
 		// Live traffic arrives over time, not in one burst: the pause
 		// between rounds is the client's pacing, not a wait for a result.
-		time.Sleep(20 * time.Millisecond)
+		time.Sleep(pace)
 	}
 	return run
 }
@@ -540,4 +572,89 @@ func median(xs []float64) float64 {
 	s := slices.Clone(xs)
 	slices.Sort(s)
 	return s[len(s)/2]
+}
+
+// BenchmarkDriftRates runs the closed loop at two traffic rates, 150 and
+// 3,000 rows a second to each edge: edge-a's inputs switch to a world the
+// model was not trained for (the streaming and windowed detectors both
+// on), its clients post ground truth, the retrain captures 150 labelled
+// rows, and the loop ends once version 2 has judged 400 rows at both
+// edges. Per rate it reports the detection delay in rows, alarm → canary
+// serving at edge-a, retrains started, canaries promoted and rolled back,
+// failed requests, and alarms raised against drift.alarm events seen.
+// The verdict (promoted, no alarm on version 2) must not depend on the
+// rate.
+func BenchmarkDriftRates(b *testing.B) {
+	pol := strings.Replace(loopPolicy, `    data: [{dataset: cases}]
+`, `    data: [{dataset: cases}]
+    capture: {rows: 150, mix: 0.5}
+`, 1)
+	pol = strings.Replace(pol, `features: [a, b]}`, `features: [a, b], stream: {}}`, 1)
+	judged := func(a *Agent, version string) (DriftRecord, bool) {
+		for _, d := range a.driftRecords() {
+			if d.Node == a.Name() && d.Version == version && d.Seen >= 400 {
+				return d, true
+			}
+		}
+		return DriftRecord{}, false
+	}
+	for _, rate := range []float64{150, 3000} {
+		b.Run(fmt.Sprintf("rate=%g", rate), func(b *testing.B) {
+			for range b.N {
+				run := runLoopWith(b, loopOpts{policy: pol, casesShift: 0, feedback: true, rate: rate, what: "version 2 judged at both edges", done: func(r *loopRun) bool {
+					_, a := judged(r.edgeA, "2")
+					_, b := judged(r.edgeB, "2")
+					return a && b
+				}})
+				achieved := float64(run.shiftedRows) / time.Since(run.shiftAt).Seconds()
+				rr, ok := run.agents[0].cat.ActiveRollout(PolicyRecord{Kind: "InferenceService", Name: "scorer", Generation: 1})
+				if !ok || rr.Trigger == nil || run.servingAt.IsZero() {
+					b.Fatalf("no complete rollout: %+v", rr)
+				}
+				var promoted, rolledBack int
+				for _, s := range rr.Steps {
+					switch s.Stage {
+					case StagePromoted:
+						promoted++
+					case StageRolledBack:
+						rolledBack++
+					}
+				}
+				a, _ := judged(run.edgeA, "2")
+				e, _ := judged(run.edgeB, "2")
+				if rr.Stage != StagePromoted || a.Alarmed || e.Alarmed {
+					b.Errorf("verdict at %g rows/s: %s, version 2 alarmed at edge-a %v, edge-b %v; want promoted and no alarm", rate, rr.Stage, a.Alarmed, e.Alarmed)
+				}
+				// Every alarm raised (the monitors' counters) is an event.
+				var alarms float64
+				for _, ag := range run.agents {
+					_, m := get(b, ag.Handler(), "/metrics")
+					alarms += metricValue(m, `strata_drift_alarms_total{`)
+				}
+				events := 0
+				meshtest.WaitFor(b, 10*time.Second, "an event for every alarm", func() bool {
+					for {
+						select {
+						case ev := <-run.evc:
+							if ev.Type == "drift.alarm" {
+								events++
+							}
+							continue
+						default:
+						}
+						return float64(events) >= alarms
+					}
+				})
+				delay := float64(rr.Trigger.Samples - 400)
+				toCanary := run.servingAt.Sub(rr.Trigger.At).Seconds()
+				b.Logf("%g rows/s (achieved %.0f): detected after %.0f rows (%s), alarm → canary serving %.2f s, retrains %d, canaries promoted %d / rolled back %d, failed requests %d, alarms %.0f / events %d; %s",
+					rate, achieved, delay, rr.Trigger.Detector, toCanary, len(run.agents[0].jobs()), promoted, rolledBack, run.failed, alarms, events, rr.Message)
+				b.ReportMetric(delay, "detect-rows")
+				b.ReportMetric(toCanary, "alarm-to-canary-s")
+				b.ReportMetric(float64(len(run.agents[0].jobs())), "retrains")
+				b.ReportMetric(float64(run.failed), "failed-requests")
+				b.ReportMetric(achieved, "rows/s")
+			}
+		})
+	}
 }
