@@ -272,16 +272,19 @@ type Rollout struct {
 	Trigger *DriftTrigger `json:"trigger,omitempty"`
 	// CanarySite and CanaryNodes serve To first; Served and Failed count
 	// their requests on it, against CanaryRequests and MaxErrorRate.
-	CanarySite     string        `json:"canary_site,omitempty"`
-	CanaryNodes    []string      `json:"canary_nodes,omitempty"`
-	CanaryRequests int           `json:"canary_requests,omitempty"`
-	MaxErrorRate   float64       `json:"max_error_rate,omitempty"`
-	Served         uint64        `json:"served,omitempty"`
-	Failed         uint64        `json:"failed,omitempty"`
-	Message        string        `json:"message"`
-	Started        time.Time     `json:"started"`
-	Updated        time.Time     `json:"updated"`
-	Steps          []RolloutStep `json:"steps"`
+	CanarySite     string   `json:"canary_site,omitempty"`
+	CanaryNodes    []string `json:"canary_nodes,omitempty"`
+	CanaryRequests int      `json:"canary_requests,omitempty"`
+	MaxErrorRate   float64  `json:"max_error_rate,omitempty"`
+	Served         uint64   `json:"served,omitempty"`
+	Failed         uint64   `json:"failed,omitempty"`
+	// Baseline is From's record on the canary nodes before they swapped:
+	// the canary is judged against it.
+	Baseline *CanaryBaseline `json:"baseline,omitempty"`
+	Message  string          `json:"message"`
+	Started  time.Time       `json:"started"`
+	Updated  time.Time       `json:"updated"`
+	Steps    []RolloutStep   `json:"steps"`
 	// Attempt counts the retrains of From in a row, this one included.
 	Attempt int `json:"attempt,omitempty"`
 	// NextRetrainAfter, set when the rollout ended without promoting, is
@@ -290,6 +293,15 @@ type Rollout struct {
 	// Tried are the versions served, canaried or rolled back lately: a
 	// retrain that yields one of their digests ends unchanged.
 	Tried []TriedModel `json:"tried,omitempty"`
+}
+
+// CanaryBaseline is the current version's requests on the canary nodes
+// before the canary, and what its drift monitors there last said.
+type CanaryBaseline struct {
+	Version string `json:"version"`
+	Served  uint64 `json:"served"`
+	Failed  uint64 `json:"failed"`
+	Drift   string `json:"drift,omitempty"`
 }
 
 // TriedModel is a model version a service served or tried, with its

@@ -239,16 +239,19 @@ type Rollout struct {
 	// CanarySite and CanaryNodes serve To first; Served and Failed are
 	// their requests on it so far, against CanaryRequests and
 	// MaxErrorRate.
-	CanarySite     string        `json:"canary_site,omitempty"`
-	CanaryNodes    []string      `json:"canary_nodes,omitempty"`
-	CanaryRequests int           `json:"canary_requests,omitempty"`
-	MaxErrorRate   float64       `json:"max_error_rate,omitempty"`
-	Served         uint64        `json:"served,omitempty"`
-	Failed         uint64        `json:"failed,omitempty"`
-	Message        string        `json:"message"`
-	Started        time.Time     `json:"started"`
-	Updated        time.Time     `json:"updated"`
-	Steps          []RolloutStep `json:"steps"`
+	CanarySite     string   `json:"canary_site,omitempty"`
+	CanaryNodes    []string `json:"canary_nodes,omitempty"`
+	CanaryRequests int      `json:"canary_requests,omitempty"`
+	MaxErrorRate   float64  `json:"max_error_rate,omitempty"`
+	Served         uint64   `json:"served,omitempty"`
+	Failed         uint64   `json:"failed,omitempty"`
+	// Baseline is what From did on the canary nodes before they swapped
+	// to To: the canary is judged against it, on the same site's traffic.
+	Baseline *CanaryBaseline `json:"baseline,omitempty"`
+	Message  string          `json:"message"`
+	Started  time.Time       `json:"started"`
+	Updated  time.Time       `json:"updated"`
+	Steps    []RolloutStep   `json:"steps"`
 	// Attempt counts the retrains of From in a row, this one included (1
 	// for the first): a rollout that ends without promoting leaves From
 	// served, and the next retrain of it counts on.
@@ -261,6 +264,18 @@ type Rollout struct {
 	// back lately, oldest first: a retrain that yields the bytes of any of
 	// them ends unchanged instead of being rolled out again.
 	Tried []TriedModel `json:"tried,omitempty"`
+}
+
+// CanaryBaseline is the current version's record on the canary nodes as
+// the canary started: its requests there, and what its drift monitors
+// there last said.
+type CanaryBaseline struct {
+	Version string `json:"version"`
+	Served  uint64 `json:"served"`
+	Failed  uint64 `json:"failed"`
+	// Drift is what the monitors said ("alarm on a (cusum 1.12) after 411
+	// rows at edge-a-1").
+	Drift string `json:"drift,omitempty"`
 }
 
 // DriftTrigger is the drift alarm that started a retrain.

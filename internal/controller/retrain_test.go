@@ -453,3 +453,63 @@ func TestCanaryWaitsForItsMonitor(t *testing.T) {
 		t.Errorf("unmonitored canary: %s %q; want promoted", r.Stage, r.Message)
 	}
 }
+
+// TestCanaryJudgedAgainstTheSite: a canary is judged against what the
+// current version did on the same nodes before the swap. Failures at the
+// rate the current version had there are the site's traffic, and do not
+// roll it back; failing more does. The verdict names both versions'
+// evidence.
+func TestCanaryJudgedAgainstTheSite(t *testing.T) {
+	t.Parallel()
+	cat := catalog.New(catalogtest.NewStore(), nil)
+	c := New(Config{Catalog: cat, Artifacts: fakeArtifacts{
+		"m@1": {Name: "m", Version: "1", Digest: "aaaa1111aaaa1111"},
+		"m@2": {Name: "m", Version: "2", Digest: "bbbb2222bbbb2222"},
+	}})
+	p := catalog.Policy{Kind: policy.KindInferenceService, Name: "s", Generation: 1}
+	doc := &policy.Document{InferenceService: &policy.InferenceServiceSpec{Model: policy.ModelRef{Name: "m"}, Drift: &policy.Drift{},
+		Rollout: &policy.Rollout{Strategy: policy.RolloutCanary, CanaryRequests: 100}}}
+	// The retrain's job is done: the canary starts with version 1's
+	// record on edge-a-1 as its baseline (3% of its requests failed).
+	if _, err := cat.Jobs.Put(catalog.Job{Name: "s-retrain-1", State: catalog.JobSucceeded, Version: "2", Node: "gpu-1"}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := cat.Placements.Put(catalog.Placement{Key: p.Key(), Kind: p.Kind, Name: p.Name, Epoch: 1, Generation: 1, State: catalog.StatePlaced, Nodes: []catalog.PlacedNode{{Name: "edge-a-1", Site: "edge-a"}}}); err != nil {
+		t.Fatal(err)
+	}
+	start := func() catalog.Rollout {
+		t.Helper()
+		r := catalog.Rollout{Policy: p.Key(), Stage: catalog.StageRetraining, Model: "m", From: "1", Job: "s-retrain-1", CanarySite: "edge-a", CanaryRequests: 100, MaxErrorRate: 0.01,
+			Trigger: &catalog.DriftTrigger{Node: "edge-a-1", Site: "edge-a", Feature: "a", Detector: "cusum", Statistic: 1.12, Samples: 411}}
+		before := []catalog.Drift{{Policy: p.Key(), Version: "1", Node: "edge-a-1", Served: 1000, Failed: 30, Alarmed: true, AlarmSeen: 411, AlarmSource: "stream", AlarmFeature: "a", AlarmStatistic: 1.12}}
+		if err := c.advance(p, doc, &r, true, before); err != nil {
+			t.Fatal(err)
+		}
+		if r.Stage != catalog.StageCanary || r.Baseline == nil || r.Baseline.Served != 1000 || r.Baseline.Failed != 30 || !strings.Contains(r.Baseline.Drift, "an alarm on a (cusum 1.12) after 411 rows on edge-a-1") {
+			t.Fatalf("canary start: %s %+v; want version 1's record on edge-a-1 as the baseline", r.Stage, r.Baseline)
+		}
+		return r
+	}
+	judged := func(served, failed uint64) []catalog.Drift {
+		return []catalog.Drift{{Policy: p.Key(), Version: "2", Node: "edge-a-1", Detector: "ks", Window: 200, Ready: true, State: catalog.DriftOK, Seen: 600,
+			Served: served, Failed: failed, Scores: []catalog.Score{{Name: "a", Statistic: 0.05, PValue: 0.4}}}}
+	}
+
+	// 2.5% failed: over the 1% limit, but no worse than version 1 there.
+	r := start()
+	if err := c.advance(p, doc, &r, true, judged(200, 5)); err != nil {
+		t.Fatal(err)
+	}
+	if r.Stage != catalog.StagePromoted || !strings.Contains(r.Message, "served 200 requests, 5 failed (m@1 failed 30 of 1000 there before: 3.0%)") ||
+		!strings.Contains(r.Message, "where m@1 had an alarm on a (cusum 1.12) after 411 rows on edge-a-1") {
+		t.Errorf("canary failing as the site did: %s %q; want promoted, naming both versions' evidence", r.Stage, r.Message)
+	}
+	// 10% failed: worse than version 1 there.
+	r = start()
+	if err := c.advance(p, doc, &r, true, judged(200, 20)); err != nil {
+		t.Fatal(err)
+	}
+	if r.Stage != catalog.StageRolledBack || !strings.Contains(r.Message, "failed 20 of 200 requests (10.0% > 1.0%; m@1 failed 30 of 1000 there before: 3.0%)") {
+		t.Errorf("canary failing more than the site did: %s %q; want rolled back, saying so", r.Stage, r.Message)
+	}
+}

@@ -103,7 +103,7 @@ func (c *Controller) advance(p catalog.Policy, doc *policy.Document, r *catalog.
 	case !have || !r.Active():
 		return c.advanceIdle(p, svc, r, have, drifts)
 	case r.Stage == catalog.StageRetraining:
-		c.advanceRetraining(p, svc, r)
+		c.advanceRetraining(p, svc, r, drifts)
 	case r.Stage == catalog.StageCanary:
 		c.advanceCanary(svc, r, drifts)
 	}
@@ -182,7 +182,7 @@ func captureFor(drifts []catalog.Drift, trig catalog.Drift, r *catalog.Rollout, 
 // rollout (failed, or unchanged: the bytes served or tried before), is
 // promoted at once (strategy all, or nothing to canary on), or becomes
 // the canary.
-func (c *Controller) advanceRetraining(p catalog.Policy, svc *policy.InferenceServiceSpec, r *catalog.Rollout) {
+func (c *Controller) advanceRetraining(p catalog.Policy, svc *policy.InferenceServiceSpec, r *catalog.Rollout, drifts []catalog.Drift) {
 	j, err := c.cfg.Catalog.Jobs.Value(r.Job)
 	if err != nil {
 		if rec, err := c.cfg.Catalog.Placements.Value(policy.KindTrainingJob + "/" + r.Job); err == nil && rec.State == catalog.StateFailed && r.Message != rec.Message {
@@ -223,6 +223,7 @@ func (c *Controller) advanceRetraining(p catalog.Policy, svc *policy.InferenceSe
 		step(r, catalog.StagePromoted, "%s@%s trained by %s; no replica to canary on, promoted everywhere", r.Model, r.To, j.Name)
 		return
 	}
+	r.Baseline = baseline(drifts, r)
 	c.remember(r, r.To, catalog.StageCanary)
 	step(r, catalog.StageCanary, "%s@%s trained by %s on %s (accuracy %.3f); canary on %s for %d requests", r.Model, r.To, j.Name, j.Node, j.Accuracy, strings.Join(r.CanaryNodes, ","), r.CanaryRequests)
 }
@@ -269,11 +270,16 @@ func (c *Controller) advanceCanary(svc *policy.InferenceServiceSpec, r *catalog.
 		}
 	}
 	rate := float64(failed) / float64(max(served, 1))
+	// Errors are judged against the current version's on the same nodes
+	// before the swap: failures it had as often are the site's traffic
+	// (malformed requests, a client's bug), not the new model's.
+	b := r.Baseline
+	sameAsBefore := b != nil && b.Served >= canaryMinRequests && rate <= float64(b.Failed)/float64(b.Served)
 	switch {
-	case served >= canaryMinRequests && rate > r.MaxErrorRate:
+	case served >= canaryMinRequests && rate > r.MaxErrorRate && !sameAsBefore:
 		r.Served, r.Failed = served, failed
 		c.remember(r, r.To, catalog.StageRolledBack)
-		endUnpromoted(r, catalog.StageRolledBack, "canary %s@%s failed %d of %d requests (%.1f%% > %.1f%%); back to %s", r.Model, r.To, failed, served, 100*rate, 100*r.MaxErrorRate, r.From)
+		endUnpromoted(r, catalog.StageRolledBack, "canary %s@%s failed %d of %d requests (%.1f%% > %.1f%%%s); back to %s", r.Model, r.To, failed, served, 100*rate, 100*r.MaxErrorRate, beforeRate(r.Model, b, "; ", ""), r.From)
 	case served >= uint64(r.CanaryRequests) && len(unjudged) > 0 && time.Since(canaryStart(r)) > limit:
 		r.Served, r.Failed = served, failed
 		c.remember(r, r.To, catalog.StageRolledBack)
@@ -282,7 +288,11 @@ func (c *Controller) advanceCanary(svc *policy.InferenceServiceSpec, r *catalog.
 	case served >= uint64(r.CanaryRequests) && len(unjudged) == 0:
 		r.Served, r.Failed = served, failed
 		c.remember(r, r.To, catalog.StagePromoted)
-		step(r, catalog.StagePromoted, "canary %s@%s served %d requests, %d failed; %s; promoted everywhere", r.Model, r.To, served, failed, judgedNoDrift(judged, r.CanaryNodes))
+		verdict := judgedNoDrift(judged, r.CanaryNodes)
+		if b != nil && b.Drift != "" && verdict != "" {
+			verdict += fmt.Sprintf(", where %s@%s had %s", r.Model, b.Version, b.Drift)
+		}
+		step(r, catalog.StagePromoted, "canary %s@%s served %d requests, %d failed%s; %s; promoted everywhere", r.Model, r.To, served, failed, beforeRate(r.Model, b, " (", ")"), verdict)
 	default:
 		msg := fmt.Sprintf("canary %s@%s on %s: %d of %d requests, %d failed", r.Model, r.To, strings.Join(r.CanaryNodes, ","), served, r.CanaryRequests, failed)
 		if served >= uint64(r.CanaryRequests) {
@@ -293,6 +303,42 @@ func (c *Controller) advanceCanary(svc *policy.InferenceServiceSpec, r *catalog.
 		}
 		r.Served, r.Failed, r.Updated, r.Message = served, failed, time.Now().UTC(), msg
 	}
+}
+
+// baseline is the current version's record on the canary nodes as the
+// canary starts: their requests on it, and what their monitors (or the
+// alarm that started the retrain, on one of them) said of it.
+func baseline(drifts []catalog.Drift, r *catalog.Rollout) *catalog.CanaryBaseline {
+	b := &catalog.CanaryBaseline{Version: r.From}
+	var said []string
+	for _, d := range drifts {
+		if d.Version != r.From || !slices.Contains(r.CanaryNodes, d.Node) {
+			continue
+		}
+		b.Served, b.Failed = b.Served+d.Served, b.Failed+d.Failed
+		if d.Alarmed {
+			feature, det, stat := d.AlarmCause()
+			said = append(said, fmt.Sprintf("an alarm on %s (%s %.3g) after %d rows on %s", feature, det, stat, d.AlarmSeen, d.Node))
+		}
+	}
+	if tr := r.Trigger; len(said) == 0 && tr != nil && slices.Contains(r.CanaryNodes, tr.Node) {
+		said = append(said, fmt.Sprintf("an alarm on %s (%s %.3g) after %d rows on %s", tr.Feature, tr.Detector, tr.Statistic, tr.Samples, tr.Node))
+	}
+	b.Drift = strings.Join(said, "; ")
+	if b.Served == 0 && b.Drift == "" {
+		return nil
+	}
+	return b
+}
+
+// beforeRate says how often the current version failed on the canary
+// nodes before the canary, wrapped as wrap says (prefix, suffix); ""
+// when unknown.
+func beforeRate(model string, b *catalog.CanaryBaseline, prefix, suffix string) string {
+	if b == nil || b.Served == 0 {
+		return ""
+	}
+	return fmt.Sprintf("%s%s@%s failed %d of %d there before: %.1f%%%s", prefix, model, b.Version, b.Failed, b.Served, 100*float64(b.Failed)/float64(b.Served), suffix)
 }
 
 // sameModel reports whether two versions of a model have the same bytes,
