@@ -80,6 +80,7 @@ type loopRun struct {
 	evc                chan Event
 	shiftAt, servingAt time.Time // the shift at edge-a; version 2 first seen serving there
 	shiftedRows        int       // rows sent to edge-a since the shift
+	backAt             time.Time // edge-a's inputs back unshifted
 }
 
 // runLoop starts a four-agent mesh where a model serves at both edge
@@ -108,6 +109,10 @@ type loopOpts struct {
 	// rate paces the shifted traffic at rows per second to each edge;
 	// 0 sends 20 rows to each per round as fast as they are answered.
 	rate float64
+	// backDone, when set, sends edge-a's inputs back unshifted once done
+	// holds, until backDone does (backWhat names it).
+	backDone func(*loopRun) bool
+	backWhat string
 }
 
 // runLoopWith runs the closed loop as opts say.
@@ -169,7 +174,7 @@ func runLoopWith(tb testing.TB, opts loopOpts) *loopRun {
 		for range n {
 			row := []float32{float32(r.NormFloat64() + shift), float32(r.NormFloat64()), float32(r.NormFloat64())}
 			rows = append(rows, row...)
-			if opts.feedback && a == run.edgeA && shift != 0 {
+			if opts.feedback && a == run.edgeA && (shift != 0 || !run.backAt.IsZero()) {
 				// The label follows the shifted world (loopData's rule).
 				y := 0
 				if float64(row[0])-shift+0.5*float64(row[1]) > 0 {
@@ -186,7 +191,7 @@ func runLoopWith(tb testing.TB, opts loopOpts) *loopRun {
 			run.failed++
 			tb.Errorf("request to %s = %d %s", a.Name(), rec.Code, rec.Body.String())
 		}
-		if a == run.edgeA && shift != 0 {
+		if a == run.edgeA && !run.shiftAt.IsZero() {
 			run.shiftedRows += n
 		}
 	}
@@ -214,49 +219,62 @@ func runLoopWith(tb testing.TB, opts loopOpts) *loopRun {
 	}
 	// The shift at edge-a: traffic goes on until version 2 serves
 	// everywhere (each round paced so the loop can move).
-	run.shiftAt = time.Now()
-	deadline := run.shiftAt.Add(90 * time.Second)
 	pace := 20 * time.Millisecond
 	if opts.rate > 0 {
 		pace = 10 * time.Millisecond
 	}
-	for !done(run) {
-		if time.Now().After(deadline) {
-			dumpLoop(tb, gpu)
-			tb.Fatalf("no %s in 90s", what)
-		}
-		if opts.rate > 0 {
-			// Paced: the rows due by now, in requests of up to per rows.
-			per := max(1, int(opts.rate/300))
-			for due := int(opts.rate * time.Since(run.shiftAt).Seconds()); run.shiftedRows < due; {
-				n := min(per, due-run.shiftedRows)
-				sendN(edgeA, 2, n)
-				sendN(edgeB, 0, n)
-				if run.servingAt.IsZero() && serving(edgeA, "2") {
-					run.servingAt = time.Now()
+	// drive sends edge-a's traffic shifted by shiftA, and edge-b's
+	// unshifted, until done.
+	drive := func(shiftA float64, what string, done func(*loopRun) bool) {
+		start, sent := time.Now(), 0
+		deadline := start.Add(90 * time.Second)
+		for !done(run) {
+			if time.Now().After(deadline) {
+				dumpLoop(tb, gpu)
+				tb.Fatalf("no %s in 90s", what)
+			}
+			if opts.rate > 0 {
+				// Paced: the rows due by now, in requests of up to per rows.
+				per := max(1, int(opts.rate/300))
+				for due := int(opts.rate * time.Since(start).Seconds()); sent < due; {
+					n := min(per, due-sent)
+					sendN(edgeA, shiftA, n)
+					sendN(edgeB, 0, n)
+					sent += n
+					if run.servingAt.IsZero() && serving(edgeA, "2") {
+						run.servingAt = time.Now()
+					}
+				}
+			} else {
+				for range 20 {
+					send(edgeA, shiftA)
+					send(edgeB, 0)
+					if run.servingAt.IsZero() && serving(edgeA, "2") {
+						run.servingAt = time.Now()
+					}
 				}
 			}
-		} else {
-			for range 20 {
-				send(edgeA, 2)
-				send(edgeB, 0)
-				if run.servingAt.IsZero() && serving(edgeA, "2") {
-					run.servingAt = time.Now()
+			if len(truth.Inputs) > 0 {
+				// The clients' ground truth for the round, posted where
+				// they asked for predictions.
+				body, _ := json.Marshal(truth)
+				if code, b := post(tb, edgeA.Handler(), http.MethodPost, "/v1/models/scorer/feedback", body); code != http.StatusOK {
+					tb.Errorf("feedback to %s = %d %s", edgeA.Name(), code, b)
 				}
+				truth = api.FeedbackRequest{}
 			}
+			// Live traffic arrives over time, not in one burst: the pause
+			// between rounds is the client's pacing, not a wait for a result.
+			time.Sleep(pace)
 		}
-		if len(truth.Inputs) > 0 {
-			// The clients' ground truth for the round, posted where
-			// they asked for predictions.
-			body, _ := json.Marshal(truth)
-			if code, b := post(tb, edgeA.Handler(), http.MethodPost, "/v1/models/scorer/feedback", body); code != http.StatusOK {
-				tb.Errorf("feedback to %s = %d %s", edgeA.Name(), code, b)
-			}
-			truth = api.FeedbackRequest{}
-		}
-		// Live traffic arrives over time, not in one burst: the pause
-		// between rounds is the client's pacing, not a wait for a result.
-		time.Sleep(pace)
+	}
+	run.shiftAt = time.Now()
+	drive(2, what, done)
+	if opts.backDone != nil {
+		// Edge-a's inputs go back to the world the model was first
+		// trained for.
+		run.backAt = time.Now()
+		drive(0, opts.backWhat, opts.backDone)
 	}
 	return run
 }
@@ -578,12 +596,14 @@ func median(xs []float64) float64 {
 // 3,000 rows a second to each edge: edge-a's inputs switch to a world the
 // model was not trained for (the streaming and windowed detectors both
 // on), its clients post ground truth, the retrain captures 150 labelled
-// rows, and the loop ends once version 2 has judged 400 rows at both
-// edges. Per rate it reports the detection delay in rows, alarm → canary
-// serving at edge-a, retrains started, canaries promoted and rolled back,
-// failed requests, and alarms raised against drift.alarm events seen.
-// The verdict (promoted, no alarm on version 2) must not depend on the
-// rate.
+// rows, and version 2 must judge 400 rows at both edges; then edge-a's
+// inputs switch back, and version 3, retrained on that capture, must do
+// the same. Per rate it reports the first switch's detection delay in
+// rows and alarm → canary serving at edge-a, and over both: retrains,
+// canaries promoted and rolled back, failed requests, and alarms raised
+// against drift.alarm events seen. The verdicts (promoted, no alarm on
+// the new version at either edge, three distinct models) must not depend
+// on the rate.
 func BenchmarkDriftRates(b *testing.B) {
 	pol := strings.Replace(loopPolicy, `    data: [{dataset: cases}]
 `, `    data: [{dataset: cases}]
@@ -598,32 +618,58 @@ func BenchmarkDriftRates(b *testing.B) {
 		}
 		return DriftRecord{}, false
 	}
+	bothJudged := func(version string) func(*loopRun) bool {
+		return func(r *loopRun) bool {
+			_, a := judged(r.edgeA, version)
+			_, b := judged(r.edgeB, version)
+			return a && b
+		}
+	}
+	key := PolicyRecord{Kind: "InferenceService", Name: "scorer", Generation: 1}
 	for _, rate := range []float64{150, 3000} {
 		b.Run(fmt.Sprintf("rate=%g", rate), func(b *testing.B) {
 			for range b.N {
-				run := runLoopWith(b, loopOpts{policy: pol, casesShift: 0, feedback: true, rate: rate, what: "version 2 judged at both edges", done: func(r *loopRun) bool {
-					_, a := judged(r.edgeA, "2")
-					_, b := judged(r.edgeB, "2")
-					return a && b
-				}})
+				var first RolloutRecord
+				run := runLoopWith(b, loopOpts{policy: pol, casesShift: 0, feedback: true, rate: rate,
+					what: "version 2 judged at both edges", done: func(r *loopRun) bool {
+						if !bothJudged("2")(r) {
+							return false
+						}
+						first, _ = r.agents[0].cat.ActiveRollout(key)
+						return true
+					},
+					backWhat: "version 3 judged at both edges", backDone: bothJudged("3")})
 				achieved := float64(run.shiftedRows) / time.Since(run.shiftAt).Seconds()
-				rr, ok := run.agents[0].cat.ActiveRollout(PolicyRecord{Kind: "InferenceService", Name: "scorer", Generation: 1})
-				if !ok || rr.Trigger == nil || run.servingAt.IsZero() {
-					b.Fatalf("no complete rollout: %+v", rr)
+				last, ok := run.agents[0].cat.ActiveRollout(key)
+				if first.Trigger == nil || !ok || run.servingAt.IsZero() {
+					b.Fatalf("no complete rollouts: %+v then %+v", first, last)
 				}
-				var promoted, rolledBack int
-				for _, s := range rr.Steps {
+				var promoted, rolledBack, unchanged int
+				for _, s := range last.Steps {
 					switch s.Stage {
 					case StagePromoted:
 						promoted++
 					case StageRolledBack:
 						rolledBack++
+					case catalog.StageUnchanged:
+						unchanged++
 					}
 				}
-				a, _ := judged(run.edgeA, "2")
-				e, _ := judged(run.edgeB, "2")
-				if rr.Stage != StagePromoted || a.Alarmed || e.Alarmed {
-					b.Errorf("verdict at %g rows/s: %s, version 2 alarmed at edge-a %v, edge-b %v; want promoted and no alarm", rate, rr.Stage, a.Alarmed, e.Alarmed)
+				digests := map[string]bool{}
+				for _, v := range []string{"1", "2", "3"} {
+					if m, err := run.agents[0].art.Lookup(storage.KindModel, "scorer", v); err == nil {
+						digests[m.Digest] = true
+					}
+				}
+				for _, v := range []string{"2", "3"} {
+					a, _ := judged(run.edgeA, v)
+					e, _ := judged(run.edgeB, v)
+					if v == "3" && (a.Alarmed || e.Alarmed) {
+						b.Errorf("at %g rows/s version 3 alarmed at edge-a %v, edge-b %v; want no alarm", rate, a.Alarmed, e.Alarmed)
+					}
+				}
+				if first.Stage != StagePromoted || last.Stage != StagePromoted || len(digests) != 3 {
+					b.Errorf("verdicts at %g rows/s: %s then %s, %d distinct models; want promoted twice, 3 models", rate, first.Stage, last.Stage, len(digests))
 				}
 				// Every alarm raised (the monitors' counters) is an event.
 				var alarms float64
@@ -645,13 +691,14 @@ func BenchmarkDriftRates(b *testing.B) {
 						return float64(events) >= alarms
 					}
 				})
-				delay := float64(rr.Trigger.Samples - 400)
-				toCanary := run.servingAt.Sub(rr.Trigger.At).Seconds()
-				b.Logf("%g rows/s (achieved %.0f): detected after %.0f rows (%s), alarm → canary serving %.2f s, retrains %d, canaries promoted %d / rolled back %d, failed requests %d, alarms %.0f / events %d; %s",
-					rate, achieved, delay, rr.Trigger.Detector, toCanary, len(run.agents[0].jobs()), promoted, rolledBack, run.failed, alarms, events, rr.Message)
+				delay := float64(first.Trigger.Samples - 400)
+				toCanary := run.servingAt.Sub(first.Trigger.At).Seconds()
+				retrains := len(run.agents[0].jobs())
+				b.Logf("%g rows/s (achieved %.0f): detected after %.0f rows (%s), alarm → canary serving %.2f s; over both switches: retrains %d, canaries promoted %d / rolled back %d / unchanged %d, distinct models %d, failed requests %d, alarms %.0f / events %d; last: %s",
+					rate, achieved, delay, first.Trigger.Detector, toCanary, retrains, promoted, rolledBack, unchanged, len(digests), run.failed, alarms, events, last.Message)
 				b.ReportMetric(delay, "detect-rows")
 				b.ReportMetric(toCanary, "alarm-to-canary-s")
-				b.ReportMetric(float64(len(run.agents[0].jobs())), "retrains")
+				b.ReportMetric(float64(retrains), "retrains")
 				b.ReportMetric(float64(run.failed), "failed-requests")
 				b.ReportMetric(achieved, "rows/s")
 			}
