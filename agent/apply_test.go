@@ -130,20 +130,23 @@ func TestPlanWarnsOfASmallReference(t *testing.T) {
 	for _, tc := range []struct {
 		version, drift string
 		want           []string
+		extra          string
 	}{
 		{"1", "{}", []string{
 			"InferenceService/watched: drift.window 500 is longer than the 27 rows of amount that the drift reference of m@1 summarises: a live series as short as the data the model was trained on never fills the window, and the windowed detector needs 700 rows before it can alarm; watch with drift.stream: {} (it alarms within tens of rows)",
 			"the drift reference of m@1 summarises 27 rows of amount, fewer than 100: InferenceService/watched's alarms would be noise; publish the model with a larger reference, or watch with drift.reference: first",
-		}},
-		{"2", "{}", nil},
-		{"3", "{}", []string{"InferenceService/watched: drift.window 500 is longer than the 300 rows of amount that the drift reference of m@3 summarises: a live series as short as the data the model was trained on never fills the window, and the windowed detector needs 700 rows before it can alarm; watch with drift.stream: {} (it alarms within tens of rows) or a window of at most 300"}},
-		{"3", "{window: 300, stream: {}}", nil},
+		}, ""},
+		{"2", "{}", nil, ""},
+		{"3", "{}", []string{"InferenceService/watched: drift.window 500 is longer than the 300 rows of amount that the drift reference of m@3 summarises: a live series as short as the data the model was trained on never fills the window, and the windowed detector needs 700 rows before it can alarm; watch with drift.stream: {} (it alarms within tens of rows) or a window of at most 300"}, ""},
+		{"3", "{window: 300, stream: {}}", nil, ""},
+		{"2", "{window: 200}", []string{"InferenceService/watched: rollout.canaryRequests 40 is fewer than the 200 sampled rows its drift monitor needs to judge (drift.window 200): a canary is promoted only once its monitor has judged, so it serves at least those rows whatever canaryRequests says"},
+			"  rollout: {canaryRequests: 40}\n  retrain: {data: [{dataset: d}], builtin: {label: y}}\n"},
 		{"1", "{window: 30, stream: {falseAlarmEvery: 1000}}", []string{
 			"InferenceService/watched: drift.window 30 is longer than the 27 rows of amount that the drift reference of m@1 summarises: a live series as short as the data the model was trained on never fills the window, and the windowed detector needs 42 rows before it can alarm; only its streaming detector can alarm on such a series",
 			"the drift reference of m@1 summarises 27 rows of amount, fewer than 100: InferenceService/watched's alarms would be noise (for the streaming detector, its threshold for a false alarm in every 1000 rows rises",
-		}},
+		}, ""},
 	} {
-		src := []byte("apiVersion: strata/v1\nkind: InferenceService\nmetadata: {name: watched}\nspec:\n  model: {name: m, version: \"" + tc.version + "\"}\n  drift: " + tc.drift + "\n")
+		src := []byte("apiVersion: strata/v1\nkind: InferenceService\nmetadata: {name: watched}\nspec:\n  model: {name: m, version: \"" + tc.version + "\"}\n  drift: " + tc.drift + "\n" + tc.extra)
 		var plan []httpapi.PlanResult
 		code, body := post(t, a.Handler(), http.MethodPost, "/v1/plan?file=watched.yaml", src)
 		if code != http.StatusOK || json.Unmarshal(body, &plan) != nil || len(plan) != 1 {

@@ -18,9 +18,10 @@ import (
 // to twice the samples the docs promise).
 const minReferenceRows = 100
 
-// referenceWarnings warns when a service watches drift with settings its
-// training reference says cannot work: a window longer than the rows the
-// reference summarises (a live series as short as the training data never
+// referenceWarnings warns when a service watches drift with settings that
+// cannot work as written: a canary gate of fewer requests than the
+// monitor needs rows (canaryWarnings), and, by its training reference, a
+// window longer than the rows the reference summarises (a live series as short as the training data never
 // fills it: only the streaming detector or a smaller window alarms), and
 // a reference of fewer than minReferenceRows rows (its bins, and the
 // streaming detector's threshold for the configured false-alarm rate, are
@@ -34,15 +35,15 @@ func (s *Server) referenceWarnings(p catalog.Policy) []string {
 	svc := doc.InferenceService
 	spec := svc.Drift
 	if spec.Reference != policy.ReferenceTraining {
-		return nil
+		return canaryWarnings(p, svc)
 	}
 	m, err := serving.ModelManifest(s.cfg.Artifacts, svc.Model)
 	if err != nil || m.Metadata[catalog.MetaReference] == "" {
-		return nil
+		return canaryWarnings(p, svc)
 	}
 	var ref drift.Reference
 	if json.Unmarshal([]byte(m.Metadata[catalog.MetaReference]), &ref) != nil {
-		return nil
+		return canaryWarnings(p, svc)
 	}
 	least, feature := -1, ""
 	for _, f := range ref.Features {
@@ -53,10 +54,10 @@ func (s *Server) referenceWarnings(p catalog.Policy) []string {
 			least, feature = f.Count, f.Name
 		}
 	}
+	out := canaryWarnings(p, svc)
 	if least < 0 {
-		return nil
+		return out
 	}
-	var out []string
 	model := m.Name + "@" + m.Version
 	if spec.Window > least {
 		// The windowed detector judges every Window/5 rows once the window
@@ -85,4 +86,25 @@ func (s *Server) referenceWarnings(p catalog.Policy) []string {
 			model, least, feature, minReferenceRows, p.Key(), stream))
 	}
 	return out
+}
+
+// canaryWarnings warns when a service's canary gate asks for fewer
+// requests than its drift monitor needs rows to judge: the canary is
+// promoted only once its monitor has judged, so it serves at least that
+// many sampled rows whatever canaryRequests says (a gate that counted
+// requests alone promoted at 150 rows/s what it rolled back at 3,000).
+func canaryWarnings(p catalog.Policy, svc *policy.InferenceServiceSpec) []string {
+	r, d := svc.Rollout, svc.Drift
+	if r == nil || d == nil || r.Strategy != policy.RolloutCanary || svc.Retrain == nil {
+		return nil
+	}
+	need := d.Window
+	if d.Reference == policy.ReferenceFirst {
+		need *= 2
+	}
+	if r.CanaryRequests >= need {
+		return nil
+	}
+	return []string{fmt.Sprintf("%s: rollout.canaryRequests %d is fewer than the %d sampled rows its drift monitor needs to judge (drift.window %d%s): a canary is promoted only once its monitor has judged, so it serves at least those rows whatever canaryRequests says",
+		p.Key(), r.CanaryRequests, need, d.Window, map[bool]string{true: ", twice over for reference: first", false: ""}[d.Reference == policy.ReferenceFirst])}
 }
