@@ -409,7 +409,18 @@ type Capture struct {
 	// Timeout starts the retrain on Data alone when Rows labelled rows
 	// have not arrived within it of the alarm. Default 30m.
 	Timeout Duration `yaml:"timeout" json:"timeout"`
+	// Source is what is captured: "feedback" (the ground truth clients
+	// post, rows with their labels) or "inputs" (the live inputs the
+	// monitor samples, unlabelled, for an exec or torchrun retrain that
+	// trains without labels). Default feedback.
+	Source string `yaml:"source" json:"source"`
 }
+
+// Capture sources.
+const (
+	CaptureFeedback = "feedback"
+	CaptureInputs   = "inputs"
+)
 
 // Capture defaults.
 const (

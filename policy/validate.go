@@ -201,6 +201,9 @@ func (s *TrainingJobSpec) setDefaults(p string, set func(string) bool) {
 		if c.Timeout == 0 && !set(p+".capture.timeout") {
 			c.Timeout = Duration(DefaultCaptureTimeout)
 		}
+		if c.Source == "" {
+			c.Source = CaptureFeedback
+		}
 	}
 	if sw := s.Sweep; sw != nil {
 		sw.setDefaults(set(p + ".sweep.seed"))
@@ -576,7 +579,12 @@ func (d *decoder) capture(s *TrainingJobSpec, p string) {
 	if c.Timeout < 0 || (c.Timeout == 0 && d.isSet(p+".timeout")) {
 		d.errField(p+".timeout", "must be a positive duration such as 30m")
 	}
-	if s.launcher() == LauncherBuiltin && (s.Builtin == nil || s.Builtin.Label == "") {
+	switch {
+	case c.Source != "" && c.Source != CaptureFeedback && c.Source != CaptureInputs:
+		d.errField(p+".source", fmt.Sprintf("%q is not a capture source: use feedback (ground truth clients post) or inputs (the live inputs, unlabelled)", c.Source))
+	case c.Source == CaptureInputs && s.launcher() == LauncherBuiltin:
+		d.errField(p+".source", "the builtin trainer needs labels: capture feedback, or train the unlabelled inputs with launcher exec or torchrun")
+	case s.launcher() == LauncherBuiltin && (s.Builtin == nil || s.Builtin.Label == ""):
 		d.errField(p, "the builtin trainer needs builtin.label: the captured rows' ground truth is written under it")
 	}
 }

@@ -316,6 +316,9 @@ func TestCaptureValidated(t *testing.T) {
 		{"mix 1", svc("    builtin: {label: y}\n    capture: {mix: 1}\n"), "spec.retrain.capture.mix"},
 		{"timeout 0", svc("    builtin: {label: y}\n    capture: {timeout: 0s}\n"), "spec.retrain.capture.timeout"},
 		{"exec", svc("    command: [train.sh]\n    capture: {rows: 50}\n"), ""},
+		{"exec inputs", svc("    command: [train.sh]\n    capture: {source: inputs}\n"), ""},
+		{"builtin inputs", svc("    builtin: {label: y}\n    capture: {source: inputs}\n"), "spec.retrain.capture.source: the builtin trainer needs labels"},
+		{"bad source", svc("    command: [train.sh]\n    capture: {source: logs}\n"), `spec.retrain.capture.source: "logs" is not a capture source`},
 		{"exec mix", svc("    command: [train.sh]\n    data: [{dataset: d, mix: 0.3}]\n"), "spec.retrain.data[0].mix: only the builtin trainer mixes"},
 		{"mixes add up", svc("    builtin: {label: y}\n    data: [{dataset: d, mix: 0.6}, {dataset: e, mix: 0.6}]\n"), "spec.retrain.data: the datasets' mix adds up to 1.2"},
 		{"training job", "apiVersion: strata/v1\nkind: TrainingJob\nmetadata: {name: j}\nspec:\n  builtin: {label: y}\n  capture: {}\n", "spec.capture: only an InferenceService's retrain captures live data"},
@@ -328,7 +331,7 @@ func TestCaptureValidated(t *testing.T) {
 			t.Errorf("%s: err = %v, want one with %q", tc.name, err, tc.want)
 		case tc.name == "defaults":
 			c := docs[0].InferenceService.Retrain.Capture
-			if c.Rows != DefaultCaptureRows || c.Mix != DefaultCaptureMix || time.Duration(c.Timeout) != DefaultCaptureTimeout {
+			if c.Rows != DefaultCaptureRows || c.Mix != DefaultCaptureMix || time.Duration(c.Timeout) != DefaultCaptureTimeout || c.Source != CaptureFeedback {
 				t.Errorf("capture defaults = %+v", c)
 			}
 		}

@@ -20,11 +20,12 @@ import (
 
 // Capture. A service whose retrain says capture: keeps, on the node whose
 // monitor alarmed, the labelled rows its clients post as ground truth
-// after the alarm (Feedback). Once it holds the rows the retrain waits
+// after the alarm (Feedback), or with source: inputs the live inputs its
+// monitor samples after it. Once it holds the rows the retrain waits
 // for, it publishes them as a dataset version, and names it in its drift
-// record; the service's owner then starts the retrain on it. Rows posted
-// before the alarm are not kept: they are of the traffic the model was
-// trained for.
+// record; the service's owner then starts the retrain on it. Rows before
+// the alarm are not kept: they are of the traffic the model was trained
+// for.
 
 // ErrNotWatched is returned by Feedback for a model no monitor watches
 // on this node.
@@ -54,7 +55,8 @@ type capture struct {
 	key, model, version string
 	alarmAt             time.Time
 	want                int
-	header              []string // the model's inputs, then the label
+	header              []string // the model's inputs, then the label (feedback)
+	inputs              bool     // the live inputs themselves, unlabelled
 	rows                [][]string
 	state               catalog.DriftCapture
 	publishing          bool
@@ -83,11 +85,14 @@ func (d *Watch) startCapture(w *watched) {
 		return
 	}
 	c := &capture{key: w.key, model: w.model, version: w.version, alarmAt: w.rec.AlarmAt, want: rt.Capture.Rows,
-		header: append(append([]string(nil), w.inputs...), label)}
+		header: append(append([]string(nil), w.inputs...), label), inputs: rt.Capture.Source == policy.CaptureInputs}
+	if c.inputs {
+		c.header = c.header[:len(w.inputs)]
+	}
 	c.state = catalog.DriftCapture{AlarmAt: c.alarmAt, Want: c.want}
 	d.caps[w.model] = c
 	d.showCapture(c)
-	d.log.Info("drift capture started: waiting for ground truth", "policy", w.key, "model", w.model, "version", w.version, "rows", c.want)
+	d.log.Info("drift capture started", "policy", w.key, "model", w.model, "version", w.version, "rows", c.want, "source", rt.Capture.Source)
 }
 
 // showCapture copies c's state into the record of the model's monitor.
@@ -133,27 +138,52 @@ func (d *Watch) Feedback(model string, rows [][]float64, labels []string) (Feedb
 	case c.done() || c.publishing:
 		return Feedback{Dataset: c.state.Dataset, Rows: c.state.Rows, Want: c.want,
 			Reason: fmt.Sprintf("the capture of %s after the alarm at %s is complete", model, c.alarmAt.Format(time.RFC3339))}, nil
+	case c.inputs:
+		return Feedback{Capturing: true, Rows: c.state.Rows, Want: c.want,
+			Reason: fmt.Sprintf("the capture of %s keeps the live inputs themselves (retrain.capture.source: inputs): it needs no ground truth", model)}, nil
 	}
 	fb := Feedback{Capturing: true, Want: c.want}
 	for i, r := range rows {
 		if len(c.rows) >= c.want {
 			break
 		}
-		rec := make([]string, 0, len(r)+1)
-		for _, v := range r {
-			rec = append(rec, strconv.FormatFloat(v, 'g', -1, 64))
-		}
-		c.rows = append(c.rows, append(rec, strings.TrimSpace(labels[i])))
+		c.rows = append(c.rows, append(record(r), strings.TrimSpace(labels[i])))
 		fb.Accepted++
 	}
+	fb.Rows = len(c.rows)
+	d.captured(c)
+	return fb, nil
+}
+
+// captureInputs keeps a sampled row's inputs for the model's capture of
+// live inputs, if one is under way. Called with d.mu held.
+func (d *Watch) captureInputs(model string, inputs []float64) {
+	c := d.caps[model]
+	if c == nil || !c.inputs || c.done() || c.publishing || len(inputs) != len(c.header) {
+		return
+	}
+	c.rows = append(c.rows, record(inputs))
+	d.captured(c)
+}
+
+// captured notes c's rows, and publishes c once it holds what it wants.
+// Called with d.mu held.
+func (d *Watch) captured(c *capture) {
 	c.state.Rows = len(c.rows)
-	fb.Rows = c.state.Rows
 	if c.state.Rows >= c.want {
 		c.publishing = true
 		go func() { _ = d.cfg.Guard.Do("driftwatch", func() { d.publishCapture(c) }) }()
 	}
 	d.showCapture(c)
-	return fb, nil
+}
+
+// record is a row as CSV fields.
+func record(row []float64) []string {
+	rec := make([]string, 0, len(row)+1)
+	for _, v := range row {
+		rec = append(rec, strconv.FormatFloat(v, 'g', -1, 64))
+	}
+	return rec
 }
 
 // publishCapture publishes c's rows as a dataset version

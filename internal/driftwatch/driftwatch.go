@@ -212,6 +212,7 @@ func (d *Watch) observe(r driftRow) (publish bool) {
 			return false
 		}
 	}
+	d.captureInputs(w.model, r.s.Inputs)
 	var ev *drift.Event
 	var err error
 	if w.mon == nil {
