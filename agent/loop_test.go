@@ -742,3 +742,85 @@ func BenchmarkDriftRates(b *testing.B) {
 		})
 	}
 }
+
+// TestShortSeries: a model trained on a short series (100 rows) whose
+// live series is as short, through the agent's own path. With drift: {}
+// (a window of 500) apply says the window can never fill, and indeed 100
+// shifted rows raise no alarm; with the streaming detector the same 100
+// rows alarm within tens of rows.
+func TestShortSeries(t *testing.T) {
+	t.Parallel()
+	lib := ortLib(t)
+	keys, err := NewDevPKI()
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctl := true // one edge agent that is its own controller
+	a := devMesh(t, 1, func(c *Config) { c.PKI, c.ORTLibrary, c.Controller = keys, lib, &ctl })[0]
+	r := rand.New(rand.NewPCG(5, 6))
+	res, err := trainer.Train(context.Background(), loopData(r, 100, 0), trainer.Config{Kind: trainer.KindLogistic, Seed: 1, Holdout: -1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ref, _ := json.Marshal(res.Reference)
+	publishFile(t, a, storage.PublishSpec{Kind: storage.KindModel, Name: "flow", Version: "1", Metadata: map[string]string{MetaReference: string(ref)}}, res.Model)
+	apply := func(drift string) []string {
+		t.Helper()
+		src := "apiVersion: strata/v1\nkind: InferenceService\nmetadata: {name: flow}\nspec:\n  model: {name: flow, version: \"1\"}\n  resources: {cpu: 100m, memory: 32Mi}\n  drift: " + drift + "\n"
+		var out []ApplyResult
+		code, body := post(t, a.Handler(), http.MethodPost, "/v1/policies?file=flow.yaml", []byte(src))
+		if code != http.StatusOK || json.Unmarshal(body, &out) != nil || len(out) != 1 {
+			t.Fatalf("apply = %d %s", code, body)
+		}
+		return out[0].Warnings
+	}
+	// send sends the 100-row live series, shifted, and waits until the
+	// monitor has counted it.
+	send := func() DriftRecord {
+		t.Helper()
+		before := int64(0)
+		for _, d := range a.driftRecords() {
+			before = d.Seen
+		}
+		for range 100 {
+			row := []float32{float32(r.NormFloat64() + 2), float32(r.NormFloat64()), float32(r.NormFloat64())}
+			body, _ := json.Marshal(map[string]any{"inputs": []map[string]any{{"name": "input", "shape": []int{1, 3}, "datatype": "FP32", "data": row}}})
+			if code, b := post(t, a.Handler(), http.MethodPost, "/v2/models/flow/infer", body); code != http.StatusOK {
+				t.Fatalf("infer = %d %s", code, b)
+			}
+		}
+		var rec DriftRecord
+		meshtest.WaitFor(t, 15*time.Second, "the monitor to count the series", func() bool {
+			for _, d := range a.driftRecords() {
+				rec = d
+			}
+			return rec.Seen >= before+100 || rec.Alarmed
+		})
+		return rec
+	}
+
+	warnings := apply("{detector: ks, features: [a, b]}")
+	if !slices.ContainsFunc(warnings, func(w string) bool {
+		return strings.Contains(w, "drift.window 500 is longer than the 100 rows of a") && strings.Contains(w, "watch with drift.stream")
+	}) {
+		t.Errorf("apply warnings %q; want the window named longer than the series", warnings)
+	}
+	meshtest.WaitFor(t, 30*time.Second, "flow@1 served", func() bool { return slices.Contains(a.mesh.Local().Models, "flow@1") })
+	if d := send(); d.Alarmed || d.State != catalog.DriftWarming {
+		t.Errorf("windowed monitor after the 100-row series: %s, alarmed %v; want still warming, no alarm possible", d.State, d.Alarmed)
+	}
+
+	if w := apply("{detector: ks, features: [a, b], stream: {}}"); slices.ContainsFunc(w, func(w string) bool { return strings.Contains(w, "drift.window") && !strings.Contains(w, "only its streaming detector") }) {
+		t.Errorf("with the streaming detector, warnings %q still suggest it", w)
+	}
+	meshtest.WaitFor(t, 15*time.Second, "the monitor restarted with the streaming detector", func() bool {
+		for _, d := range a.driftRecords() {
+			return d.Seen == 0
+		}
+		return false
+	})
+	d := send()
+	if !d.Alarmed || d.AlarmSource != "stream" || d.AlarmSeen > 50 {
+		t.Errorf("streaming monitor after the 100-row series: alarmed %v by %q after %d rows; want a streaming alarm within 50", d.Alarmed, d.AlarmSource, d.AlarmSeen)
+	}
+}
