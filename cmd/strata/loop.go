@@ -64,6 +64,18 @@ func runDrift(args []string, stdout, stderr io.Writer) error {
 		if d.Invalid > 0 {
 			state += fmt.Sprintf(", %d invalid rows dropped", d.Invalid)
 		}
+		switch c := d.Capture; {
+		case c == nil:
+		case c.Error != "":
+			state += ", capture failed: " + c.Error
+		case c.Dataset != "":
+			state += ", captured " + c.Dataset
+		default:
+			state += fmt.Sprintf(", capturing %d/%d rows", c.Rows, c.Want)
+		}
+		if d.ReferenceSite != "" {
+			state += ", " + d.ReferenceSite + "'s reference"
+		}
 		feat, score := "-", "-"
 		if n := len(d.History); n > 0 {
 			feat, score = d.History[n-1].Feature, fmt.Sprintf("%.4g", d.History[n-1].Statistic)
