@@ -57,6 +57,10 @@ func (d *delegate) NotifyMsg(b []byte) {
 		d.m.merge(s, true)
 	case msgStateReq:
 		d.m.enqueue(job{kind: msgState, to: string(b[1:])})
+	case msgBuckets:
+		d.m.onBuckets(b[1:])
+	case msgBucketEntries:
+		d.m.onBucketEntries(slices.Clone(b[1:]))
 	case msgEntry:
 		e, err := decodeEntry(slices.Clone(b[1:]))
 		if err != nil {

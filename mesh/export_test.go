@@ -3,6 +3,10 @@ package mesh
 import (
 	"fmt"
 	"slices"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	dto "github.com/prometheus/client_model/go"
 )
 
 // BenchRecords has m write n catalog entries and returns m's own
@@ -71,3 +75,28 @@ func PeerCertDER(m *Mesh, id string) []byte {
 // UnfilteredRTT makes a mesh configured by c feed every RTT sample to
 // Vivaldi as measured, as before the RTT filter (benchmarks compare).
 func UnfilteredRTT(c *Config) { c.rttWindow = 1 }
+
+// NoFullSyncs has m wait an hour before its next full catalog sync, as if
+// its last had taken three minutes: repairs are left to the buckets.
+func NoFullSyncs(m *Mesh) {
+	m.mu.Lock()
+	m.lastCatalogSync, m.lastSyncTook = time.Now(), 3*time.Minute
+	m.mu.Unlock()
+}
+
+// CatalogRepairs returns how many full syncs m ran and how many bucket
+// repairs it answered.
+func CatalogRepairs(m *Mesh) (full, buckets float64) {
+	return counterValue(m.metrics.catalogSyncs), counterValue(m.metrics.bucketRepairs)
+}
+
+func counterValue(c prometheus.Counter) float64 {
+	var d dto.Metric
+	if err := c.Write(&d); err != nil {
+		panic(err)
+	}
+	return d.GetCounter().GetValue()
+}
+
+// QueuedBroadcasts is how many broadcasts m has yet to send.
+func QueuedBroadcasts(m *Mesh) int { return m.bq.NumQueued() }

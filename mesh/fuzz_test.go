@@ -293,6 +293,9 @@ func FuzzDecoders(f *testing.F) {
 	f.Add(uint8(2), []byte(`{"nodes":1}`))
 	f.Add(uint8(3), []byte{})
 	f.Add(uint8(3), []byte{2})
+	f.Add(uint8(3), append([]byte{msgBuckets}, `{"from":"a","digests":[1,2]}`...))
+	f.Add(uint8(3), append([]byte{msgBucketEntries}, `{"from":"a","buckets":[300],"entries":[null,"x"],"reply":true}`...))
+	f.Add(uint8(3), append([]byte{msgBucketEntries}, `{"from":"a","buckets":[1],"entries":[{"key":"policies/x","version":1}]}`...))
 	f.Fuzz(func(t *testing.T, kind uint8, data []byte) {
 		keyless, _ := fuzzTargets(t)
 		d := &delegate{m: keyless.m}

@@ -90,6 +90,8 @@ type memberInfo struct {
 	// catalogDiffers is when its catalog digest was first seen to differ
 	// from ours (zero: it did not at the last ack).
 	catalogDiffers time.Time
+	// bucketsAsked is when this node last sent it its bucket digests.
+	bucketsAsked time.Time
 	// digests: its acks carry a catalog digest (see LocalState); reset
 	// when it restarts or stops answering.
 	digests bool
@@ -143,6 +145,9 @@ type Mesh struct {
 	fetching      map[string]time.Time // name → when its document was asked for
 	// coordPublished is when the coordinate was last put in the document.
 	coordPublished time.Time
+	// bucketsAnswered is when each peer's bucket digests were last
+	// answered (see onBuckets).
+	bucketsAnswered map[string]time.Time
 	// lastCatalogSync is when compareCatalog last asked for a sync; syncs
 	// carries the peer's address to syncCatalogs.
 	lastCatalogSync time.Time
@@ -164,10 +169,13 @@ type Mesh struct {
 }
 
 type job struct {
-	kind    byte // msgStateReq: ask node for its doc; msgState: send ours; msgEntry: send payload
+	kind    byte // msgStateReq: ask node for its doc; msgState: send ours; msgEntry: send payload; msgBuckets, msgBucketEntries: see buckets.go
 	to      string
 	payload []byte
 	packet  bool // one UDP packet, best effort (a payload that fits one)
+	// buckets and reply: msgBucketEntries's.
+	buckets []int
+	reply   bool
 }
 
 // New starts a mesh node: it loads the last known state from cfg.DB, creates
@@ -179,27 +187,28 @@ func New(cfg Config) (*Mesh, error) {
 		return nil, err
 	}
 	m := &Mesh{
-		cfg:           cfg,
-		log:           cfg.Logger.With("component", "mesh"),
-		id:            cfg.Identity.ID(),
-		started:       time.Now(),
-		docs:          map[string]*NodeState{},
-		members:       map[string]*memberInfo{},
-		peerCoords:    map[string]*coordinate.Coordinate{},
-		dirty:         map[string]bool{},
-		kv:            map[string]*Entry{},
-		kvTables:      map[string]map[string]*Entry{},
-		tableVersions: map[string]uint64{},
-		dirtyKV:       map[string]bool{},
-		deleted:       map[string]bool{},
-		fetching:      map[string]time.Time{},
-		changed:       make(chan struct{}),
-		work:          make(chan job, 1024),
-		metaDirty:     make(chan struct{}, 1),
-		syncs:         make(chan string, 1),
-		stop:          make(chan struct{}),
-		fatal:         make(chan error, 1),
-		metrics:       newMetrics(cfg.Registerer),
+		cfg:             cfg,
+		log:             cfg.Logger.With("component", "mesh"),
+		id:              cfg.Identity.ID(),
+		started:         time.Now(),
+		docs:            map[string]*NodeState{},
+		members:         map[string]*memberInfo{},
+		peerCoords:      map[string]*coordinate.Coordinate{},
+		dirty:           map[string]bool{},
+		kv:              map[string]*Entry{},
+		kvTables:        map[string]map[string]*Entry{},
+		tableVersions:   map[string]uint64{},
+		dirtyKV:         map[string]bool{},
+		deleted:         map[string]bool{},
+		fetching:        map[string]time.Time{},
+		bucketsAnswered: map[string]time.Time{},
+		changed:         make(chan struct{}),
+		work:            make(chan job, 1024),
+		metaDirty:       make(chan struct{}, 1),
+		syncs:           make(chan string, 1),
+		stop:            make(chan struct{}),
+		fatal:           make(chan error, 1),
+		metrics:         newMetrics(cfg.Registerer),
 	}
 	if err := m.initLocal(); err != nil {
 		return nil, err
@@ -845,6 +854,13 @@ func (m *Mesh) worker() {
 				msg = append([]byte{msgState}, b...)
 			case msgEntry:
 				msg = j.payload
+			case msgBuckets:
+				msg = m.bucketsPayload()
+			case msgBucketEntries:
+				msg = m.entriesPayload(j.buckets, j.reply)
+			}
+			if msg == nil {
+				continue
 			}
 			send := m.ml.SendReliable
 			if j.packet {

@@ -36,6 +36,14 @@ const catalogSyncAfter = time.Second
 // broadcasts they repair were still arriving.
 const syncCostShare = 20
 
+// bucketRepairEvery is the least time between two bucket repairs asked of
+// one peer, and bucketRepairGrace how long a difference must outlast the
+// first before a full sync: time for the two messages each way.
+const (
+	bucketRepairEvery = time.Second
+	bucketRepairGrace = 3 * time.Second
+)
+
 // ackPayload is what every probe ack carries: the Vivaldi coordinate
 // (its fields at the top level, as agents before the digest sent it,
 // and read it) and the catalog digest.
@@ -111,8 +119,24 @@ func (m *Mesh) compareCatalog(peer string, theirs uint64) {
 	if mi.catalogDiffers.IsZero() {
 		mi.catalogDiffers = now
 	}
+	if now.Sub(mi.catalogDiffers) < catalogSyncAfter {
+		m.mu.Unlock()
+		return
+	}
+	// First the buckets (buckets.go): they cost a 256th of a full sync
+	// for a lost entry, so they go at once, at most every
+	// bucketRepairEvery with a peer.
+	if now.Sub(mi.bucketsAsked) >= bucketRepairEvery {
+		mi.bucketsAsked = now
+		m.mu.Unlock()
+		m.enqueue(job{kind: msgBuckets, to: peer})
+		return
+	}
+	// A difference the buckets did not repair (an agent before them, a
+	// catalog changing faster than they go) gets the full sync, spaced by
+	// its cost.
 	gap := max(m.cfg.CatalogSyncInterval, m.lastSyncTook*syncCostShare)
-	if now.Sub(mi.catalogDiffers) < catalogSyncAfter || now.Sub(m.lastCatalogSync) < gap {
+	if now.Sub(mi.catalogDiffers) < catalogSyncAfter+bucketRepairGrace || now.Sub(m.lastCatalogSync) < gap {
 		m.mu.Unlock()
 		return
 	}

@@ -23,12 +23,50 @@ func TestSyncWaitsAfterALongOne(t *testing.T) {
 		{10 * time.Millisecond, 6 * time.Second, true}, // a short one changes nothing
 	} {
 		now := time.Now()
-		m := &Mesh{cfg: Config{CatalogSyncInterval: 5 * time.Second}, kv: map[string]*Entry{}, syncs: make(chan string, 1),
-			members:         map[string]*memberInfo{"b": {ip: net.IPv4(127, 0, 0, 1), port: 7946, status: StatusAlive, catalogDiffers: now.Add(-2 * time.Second)}},
+		// The buckets were asked for a moment ago, and the difference
+		// outlasted them.
+		m := &Mesh{cfg: Config{CatalogSyncInterval: 5 * time.Second}, kv: map[string]*Entry{}, syncs: make(chan string, 1), work: make(chan job, 1),
+			members: map[string]*memberInfo{"b": {ip: net.IPv4(127, 0, 0, 1), port: 7946, status: StatusAlive,
+				catalogDiffers: now.Add(-catalogSyncAfter - bucketRepairGrace), bucketsAsked: now}},
 			lastCatalogSync: now.Add(-c.since), lastSyncTook: c.took}
 		m.compareCatalog("b", 42) // ours is 0: they differ
-		if got := len(m.syncs) == 1; got != c.sync {
-			t.Errorf("last sync %v ago took %v: sync asked for = %v, want %v", c.since, c.took, got, c.sync)
+		if got := len(m.syncs) == 1; got != c.sync || len(m.work) != 0 {
+			t.Errorf("last sync %v ago took %v: sync asked for = %v, want %v (%d bucket repairs asked)", c.since, c.took, got, c.sync, len(m.work))
+		}
+	}
+}
+
+// TestBucketsBeforeAFullSync: a digest that differs first asks the peer to
+// compare buckets, at once and at most every bucketRepairEvery; a full
+// sync only once the difference has outlasted that by bucketRepairGrace.
+func TestBucketsBeforeAFullSync(t *testing.T) {
+	t.Parallel()
+	now := time.Now()
+	for _, c := range []struct {
+		differs, asked  time.Duration // ago
+		buckets, synced bool
+	}{
+		{2 * time.Second, 0, true, false},                        // never asked: the buckets
+		{2 * time.Second, 500 * time.Millisecond, false, false},  // asked just now, not yet outlasted
+		{10 * time.Second, 500 * time.Millisecond, false, true},  // outlasted: the full sync
+		{10 * time.Second, 2 * time.Second, true, false},         // the buckets again first
+		{500 * time.Millisecond, 10 * time.Second, false, false}, // a difference too fresh
+	} {
+		mi := &memberInfo{ip: net.IPv4(127, 0, 0, 1), port: 7946, status: StatusAlive, catalogDiffers: now.Add(-c.differs)}
+		if c.asked > 0 {
+			mi.bucketsAsked = now.Add(-c.asked)
+		}
+		m := &Mesh{cfg: Config{CatalogSyncInterval: 5 * time.Second}, kv: map[string]*Entry{}, syncs: make(chan string, 1), work: make(chan job, 1),
+			members: map[string]*memberInfo{"b": mi}, lastCatalogSync: now.Add(-time.Hour)}
+		m.compareCatalog("b", 42)
+		var buckets bool
+		select {
+		case j := <-m.work:
+			buckets = j.kind == msgBuckets && j.to == "b"
+		default:
+		}
+		if synced := len(m.syncs) == 1; buckets != c.buckets || synced != c.synced {
+			t.Errorf("differing for %v, buckets asked %v ago: buckets %v, full sync %v; want %v, %v", c.differs, c.asked, buckets, synced, c.buckets, c.synced)
 		}
 	}
 }
