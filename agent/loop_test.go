@@ -810,7 +810,9 @@ func TestShortSeries(t *testing.T) {
 		t.Errorf("windowed monitor after the 100-row series: %s, alarmed %v; want still warming, no alarm possible", d.State, d.Alarmed)
 	}
 
-	if w := apply("{detector: ks, features: [a, b], stream: {}}"); slices.ContainsFunc(w, func(w string) bool { return strings.Contains(w, "drift.window") && !strings.Contains(w, "only its streaming detector") }) {
+	if w := apply("{detector: ks, features: [a, b], stream: {}}"); slices.ContainsFunc(w, func(w string) bool {
+		return strings.Contains(w, "drift.window") && !strings.Contains(w, "only its streaming detector")
+	}) {
 		t.Errorf("with the streaming detector, warnings %q still suggest it", w)
 	}
 	meshtest.WaitFor(t, 15*time.Second, "the monitor restarted with the streaming detector", func() bool {
