@@ -43,7 +43,7 @@ spec:
   resources: {cpu: 250m, memory: 128Mi}
   latency: {p99: 20ms, clients: [edge-a, edge-b]}
   tiers: [edge, onprem, cloud]
-  rollout: {strategy: canary, canaryRequests: 200, maxErrorRate: 0.01}
+  rollout: {strategy: canary, canaryRequests: 300, maxErrorRate: 0.01}
   drift:
     detector: ks
     window: 300
@@ -287,7 +287,7 @@ func runStory(ctx context.Context, stdout io.Writer, c *client.Client, agents []
 	if _, err := s.c.Apply(ctx, "screening.yaml", []byte(demoPolicy)); err != nil {
 		return fmt.Errorf("applying the demo policy: %w", err)
 	}
-	s.say("applied InferenceService/screening: a replica per clinic (edge-a, edge-b) within 20ms; drift: a per-row CUSUM beside ks over a 300-sample window; retrain: builtin logreg on dataset cases, 1 GPU; rollout: canary for 200 requests")
+	s.say("applied InferenceService/screening: a replica per clinic (edge-a, edge-b) within 20ms; drift: a per-row CUSUM beside ks over a 300-sample window; retrain: builtin logreg on dataset cases, 1 GPU; rollout: canary for 300 requests")
 	var at map[string]mesh.Node
 	if err := s.waitFor(ctx, 90*time.Second, "screening@1 serving at both clinics", func() bool {
 		at = s.servingAt("screening@1")
