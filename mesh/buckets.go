@@ -60,7 +60,7 @@ func (m *Mesh) bucketDigestsLocked(now time.Time) []uint64 {
 	d := make([]uint64, syncBuckets)
 	for _, e := range m.kv {
 		if now.Sub(e.seen) >= catalogSettle {
-			d[bucketOf(e.Key)] ^= e.hash
+			d[e.bucket] ^= e.hash
 		}
 	}
 	return d
@@ -85,9 +85,12 @@ func (m *Mesh) entriesPayload(buckets []int, reply bool) []byte {
 		want[i] = true
 	}
 	out := bucketEntries{From: m.cfg.Name, Buckets: buckets, Reply: reply}
+	now := time.Now()
 	m.mu.Lock()
 	for _, e := range m.kv {
-		if !want[bucketOf(e.Key)] {
+		// Settled entries only, as the digests count: the others are
+		// still on their way by gossip.
+		if now.Sub(e.seen) < catalogSettle || !want[e.bucket] {
 			continue
 		}
 		if b, err := encodeEntry(e); err == nil {

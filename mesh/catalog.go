@@ -50,9 +50,11 @@ type Entry struct {
 	Sig  []byte `json:"sig,omitempty"`
 	Cert []byte `json:"cert,omitempty"`
 
-	// seen is when this node got the entry, hash its digest term (stamp).
-	seen time.Time
-	hash uint64
+	// seen is when this node got the entry, hash its digest term and
+	// bucket its key's bucket (stamp).
+	seen   time.Time
+	hash   uint64
+	bucket int
 	// raw is the entry as received or signed, sent on unchanged.
 	raw []byte
 }
@@ -531,6 +533,12 @@ func (m *Mesh) wouldTakeLocked(e *Entry) bool {
 	// A tombstone past its TTL that we do not hold was collected here
 	// already (or never mattered): taking it back would undo collection.
 	if e.Deleted && held == nil && time.Since(e.Written) > m.cfg.TombstoneTTL {
+		return false
+	}
+	if held != nil && held.Version == e.Version && held.Origin == e.Origin && held.Deleted == e.Deleted {
+		// The same write again (gossip hands each to a node several
+		// times; a repair sends a bucket's entries, most of them held):
+		// nothing to take, and no need to ask Prefer, which decodes both.
 		return false
 	}
 	if held != nil && !e.Deleted && !held.Deleted && m.cfg.Prefer != nil {

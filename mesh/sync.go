@@ -68,7 +68,7 @@ func (e *Entry) stamp(now time.Time) {
 	}
 	h.Write(b[:])
 	h.Write([]byte(e.Origin))
-	e.hash, e.seen = h.Sum64(), now
+	e.hash, e.seen, e.bucket = h.Sum64(), now, bucketOf(e.Key)
 }
 
 // settledDigestLocked is an order-free hash of the entries held here for
