@@ -392,10 +392,7 @@ func (a *Agent) startAPI() error {
 	if a.inf != nil {
 		ac.Inference = a.inf.Handler()
 		ac.CheckModel = a.inf.Check
-		ac.Feedback = func(model string, rows [][]float64, labels []string) (api.FeedbackResult, error) {
-			fb, err := a.drift.Feedback(model, rows, labels)
-			return api.FeedbackResult(fb), err
-		}
+		ac.Feedback = a.drift.Feedback
 	}
 	api := httpapi.New(ac)
 	a.api = api

@@ -402,6 +402,30 @@ func TestDriftRetrainRollout(t *testing.T) {
 	}
 }
 
+// capturePolicy is loopPolicy whose retrain captures 150 labelled rows
+// from the drifted site, half the training rows.
+func capturePolicy(tb testing.TB) string {
+	pol := strings.Replace(loopPolicy, `    data: [{dataset: cases}]
+`, `    data: [{dataset: cases}]
+    capture: {rows: 150, mix: 0.5}
+`, 1)
+	if pol == loopPolicy {
+		tb.Fatal("the retrain block was not replaced")
+	}
+	return pol
+}
+
+// judged is a's drift record of version once it has seen 400 rows (the
+// window of 200 judged twice over).
+func judged(a *Agent, version string) (DriftRecord, bool) {
+	for _, d := range a.driftRecords() {
+		if d.Node == a.Name() && d.Version == version && d.Seen >= 400 {
+			return d, true
+		}
+	}
+	return DriftRecord{}, false
+}
+
 // TestDriftRetrainOnCapture runs the closed loop where the retrain's own
 // dataset holds only the world the model was trained for: what fixes the
 // drift is the drifted site's ground truth, posted by edge-a's clients
@@ -409,21 +433,7 @@ func TestDriftRetrainRollout(t *testing.T) {
 // reference of each (edge-a's rows for edge-a, the dataset's for the
 // rest), is promoted, and no monitor alarms on it at either edge.
 func TestDriftRetrainOnCapture(t *testing.T) {
-	pol := strings.Replace(loopPolicy, `    data: [{dataset: cases}]
-`, `    data: [{dataset: cases}]
-    capture: {rows: 150, mix: 0.5}
-`, 1)
-	if pol == loopPolicy {
-		t.Fatal("the retrain block was not replaced")
-	}
-	judged := func(a *Agent, version string) (DriftRecord, bool) {
-		for _, d := range a.driftRecords() {
-			if d.Node == a.Name() && d.Version == version && d.Seen >= 400 {
-				return d, true
-			}
-		}
-		return DriftRecord{}, false
-	}
+	pol := capturePolicy(t)
 	run := runLoopWith(t, loopOpts{policy: pol, casesShift: 0, feedback: true, what: "version 2 judged at both edges", done: func(r *loopRun) bool {
 		_, a := judged(r.edgeA, "2")
 		_, b := judged(r.edgeB, "2")
@@ -620,19 +630,7 @@ func median(xs []float64) float64 {
 // verdicts (promoted, no alarm on the new version at either edge, three
 // distinct models, the mixture's one alarm) must not depend on the rate.
 func BenchmarkDriftRates(b *testing.B) {
-	pol := strings.Replace(loopPolicy, `    data: [{dataset: cases}]
-`, `    data: [{dataset: cases}]
-    capture: {rows: 150, mix: 0.5}
-`, 1)
-	pol = strings.Replace(pol, `features: [a, b]}`, `features: [a, b], stream: {}}`, 1)
-	judged := func(a *Agent, version string) (DriftRecord, bool) {
-		for _, d := range a.driftRecords() {
-			if d.Node == a.Name() && d.Version == version && d.Seen >= 400 {
-				return d, true
-			}
-		}
-		return DriftRecord{}, false
-	}
+	pol := strings.Replace(capturePolicy(b), `features: [a, b]}`, `features: [a, b], stream: {}}`, 1)
 	bothJudged := func(version string) func(*loopRun) bool {
 		return func(r *loopRun) bool {
 			_, a := judged(r.edgeA, version)

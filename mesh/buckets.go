@@ -115,6 +115,14 @@ func (m *Mesh) onBuckets(b []byte) {
 		return
 	}
 	m.mu.Lock()
+	if mi := m.members[in.From]; mi == nil || mi.status != StatusAlive || time.Since(m.bucketsAnswered[in.From]) < bucketRepairEvery/2 {
+		// Live members only, one comparison per peer per round: no one
+		// can make this node go through its catalog, nor send it, over
+		// and over.
+		m.mu.Unlock()
+		return
+	}
+	m.bucketsAnswered[in.From] = time.Now()
 	ours := m.bucketDigestsLocked(time.Now())
 	m.mu.Unlock()
 	var differ []int
@@ -134,16 +142,6 @@ func (m *Mesh) onBuckets(b []byte) {
 		differ = differ[:maxRepairBuckets]
 		slices.Sort(differ)
 	}
-	m.mu.Lock()
-	last := m.bucketsAnswered[in.From]
-	if mi := m.members[in.From]; mi == nil || mi.status != StatusAlive || time.Since(last) < bucketRepairEvery/2 {
-		// Live members only, one answer per peer per round: no one can
-		// make this node send its catalog over and over.
-		m.mu.Unlock()
-		return
-	}
-	m.bucketsAnswered[in.From] = time.Now()
-	m.mu.Unlock()
 	m.metrics.bucketRepairs.Inc()
 	m.enqueue(job{kind: msgBucketEntries, to: in.From, buckets: differ, reply: true})
 }

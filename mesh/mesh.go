@@ -146,7 +146,7 @@ type Mesh struct {
 	// coordPublished is when the coordinate was last put in the document.
 	coordPublished time.Time
 	// bucketsAnswered is when each peer's bucket digests were last
-	// answered (see onBuckets).
+	// compared with ours (see onBuckets).
 	bucketsAnswered map[string]time.Time
 	// lastCatalogSync is when compareCatalog last asked for a sync; syncs
 	// carries the peer's address to syncCatalogs.

@@ -76,10 +76,9 @@ func TestLostBroadcastRepairedByBuckets(t *testing.T) {
 	if _, err := a.Put("policies/lost", []byte(`{}`)); err != nil {
 		t.Fatal(err)
 	}
-	// A sleep, because the loss window is what is under test: it
-	// outlasts every gossip copy of the entry, which memberlist does not
-	// report.
-	time.Sleep(time.Second)
+	// The loss lasts until a has sent every copy of the entry (its queue
+	// is back to the anchor).
+	meshtest.WaitFor(t, 15*time.Second, "a to send every copy of the entry", func() bool { return mesh.QueuedBroadcasts(a) <= 1 })
 	lossy.Store(false)
 	meshtest.WaitFor(t, 15*time.Second, "the lost entry at c", func() bool { _, err := c.Get("policies/lost"); return err == nil })
 	fullA, bucketsA := mesh.CatalogRepairs(a)

@@ -374,10 +374,9 @@ func reference(layers []onnx.Layer, ds *Dataset, trainIdx []int, cfg Config) (dr
 // it, in float32 (onnx.Predict, which ONNX Runtime's results are checked
 // against): P(class 1) for two classes, else the predicted class. Scored
 // in float64 instead, a confident model's scores just below 1 stay
-// distinct where the served model's round to exactly 1.0 (14% of the
-// rows of a logistic regression on separable data), and the KS distance
-// between the two (about 0.14) alarmed on stable traffic: 10 false alarms
-// in 50,000 rows (KS, window 200), none scored in float32.
+// distinct where the served model's round to exactly 1.0 (a logistic
+// regression on separable data has many such rows), and a KS test of
+// live scores against them alarmed on stable traffic.
 func scores(layers []onnx.Layer, ds *Dataset, rows []int) []float64 {
 	f := len(ds.Features)
 	x := make([]float32, 0, len(rows)*f)

@@ -716,10 +716,10 @@ func lowerBound(s []float64, v float64) int {
 // as it, and above 1 − it as 1 − it. Runtimes round a confident score
 // differently: ONNX Runtime's float32 sigmoid gives exactly 0 below
 // about 3e-8 and exactly 1 above 1 − 6e-8, where the Go trainer's own
-// forward pass keeps 1e-22 and 0.99999999. Compared exactly, the 12% of
-// a logistic regression's live scores that were 0.0 against none in its
-// reference made a KS distance of about 0.12 on stable traffic, and a
-// false alarm within a few thousand rows.
+// forward pass keeps 1e-22 and 0.99999999. Compared exactly, a confident
+// model's live scores of exactly 0.0, against none in its reference, are
+// a KS distance of their share on stable traffic, and a false alarm
+// (TestScoresComparedAtAResolution).
 const ScoreResolution = 1e-6
 
 // clampScores returns f with its values clamped to [ScoreResolution,

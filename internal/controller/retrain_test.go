@@ -382,13 +382,9 @@ func TestShortAlarmStartsARetrain(t *testing.T) {
 	}
 }
 
-// TestCanaryWaitsForItsMonitor: a canary is promoted only once its own
-// drift monitor has judged, however fast its requests came: the requests
-// alone (100 here) say nothing of drift while a window of 500 warms up.
-// The promotion names what was judged; a monitor that never judges
-// within the canary timeout rolls the canary back, saying so.
-func TestCanaryWaitsForItsMonitor(t *testing.T) {
-	t.Parallel()
+// canaryService is a controller for service s of model m (versions 1
+// and 2, of other bytes) that watches drift and canaries 100 requests.
+func canaryService() (*Controller, *catalog.Catalog, catalog.Policy, *policy.Document) {
 	cat := catalog.New(catalogtest.NewStore(), nil)
 	c := New(Config{Catalog: cat, Artifacts: fakeArtifacts{
 		"m@1": {Name: "m", Version: "1", Digest: "aaaa1111aaaa1111"},
@@ -397,6 +393,17 @@ func TestCanaryWaitsForItsMonitor(t *testing.T) {
 	p := catalog.Policy{Kind: policy.KindInferenceService, Name: "s", Generation: 1}
 	doc := &policy.Document{InferenceService: &policy.InferenceServiceSpec{Model: policy.ModelRef{Name: "m"}, Drift: &policy.Drift{},
 		Rollout: &policy.Rollout{Strategy: policy.RolloutCanary, CanaryRequests: 100}}}
+	return c, cat, p, doc
+}
+
+// TestCanaryWaitsForItsMonitor: a canary is promoted only once its own
+// drift monitor has judged, however fast its requests came: the requests
+// alone (100 here) say nothing of drift while a window of 500 warms up.
+// The promotion names what was judged; a monitor that never judges
+// within the canary timeout rolls the canary back, saying so.
+func TestCanaryWaitsForItsMonitor(t *testing.T) {
+	t.Parallel()
+	c, _, p, doc := canaryService()
 	canary := func(started time.Time) catalog.Rollout {
 		return catalog.Rollout{Policy: p.Key(), Stage: catalog.StageCanary, Model: "m", From: "1", To: "2", CanaryNodes: []string{"edge-a-1"}, CanaryRequests: 100,
 			MaxErrorRate: 0.01, Steps: []catalog.RolloutStep{{Time: started, Stage: catalog.StageCanary}}}
@@ -461,14 +468,7 @@ func TestCanaryWaitsForItsMonitor(t *testing.T) {
 // evidence.
 func TestCanaryJudgedAgainstTheSite(t *testing.T) {
 	t.Parallel()
-	cat := catalog.New(catalogtest.NewStore(), nil)
-	c := New(Config{Catalog: cat, Artifacts: fakeArtifacts{
-		"m@1": {Name: "m", Version: "1", Digest: "aaaa1111aaaa1111"},
-		"m@2": {Name: "m", Version: "2", Digest: "bbbb2222bbbb2222"},
-	}})
-	p := catalog.Policy{Kind: policy.KindInferenceService, Name: "s", Generation: 1}
-	doc := &policy.Document{InferenceService: &policy.InferenceServiceSpec{Model: policy.ModelRef{Name: "m"}, Drift: &policy.Drift{},
-		Rollout: &policy.Rollout{Strategy: policy.RolloutCanary, CanaryRequests: 100}}}
+	c, cat, p, doc := canaryService()
 	// The retrain's job is done: the canary starts with version 1's
 	// record on edge-a-1 as its baseline (3% of its requests failed).
 	if _, err := cat.Jobs.Put(catalog.Job{Name: "s-retrain-1", State: catalog.JobSucceeded, Version: "2", Node: "gpu-1"}); err != nil {

@@ -149,16 +149,20 @@ func (c *Controller) advanceIdle(p catalog.Policy, svc *policy.InferenceServiceS
 		if (captured == nil || captured.Dataset == "") && time.Since(since) < time.Duration(want.Timeout) {
 			// The retrain waits for the drifted site's ground truth; the
 			// drift record shows how much has come.
-			have := 0
-			if captured != nil {
-				have = captured.Rows
-			}
 			r.Message = fmt.Sprintf("drift at %s/%s on %s@%s: the retrain waits for %d labelled rows posted to %s (%d so far), until %s",
-				trig.Site, trig.Node, svc.Model.Name, cur, want.Rows, trig.Node, have, since.Add(time.Duration(want.Timeout)).UTC().Format(time.RFC3339))
+				trig.Site, trig.Node, svc.Model.Name, cur, want.Rows, trig.Node, capturedRows(captured), since.Add(time.Duration(want.Timeout)).UTC().Format(time.RFC3339))
 			return nil
 		}
 	}
 	return c.startRetrain(p, svc, r, cur, *trig, captured)
+}
+
+// capturedRows is the rows a capture holds so far; 0 before it begins.
+func capturedRows(c *catalog.DriftCapture) int {
+	if c == nil {
+		return 0
+	}
+	return c.Rows
 }
 
 // captureFor is the capture of the drifted site's ground truth that the
@@ -494,11 +498,7 @@ func (c *Controller) startRetrain(p catalog.Policy, svc *policy.InferenceService
 			}
 			data = fmt.Sprintf("its data and %s (%d rows captured at %s, mix %g)", captured.Dataset, captured.Rows, d.Site, capture.Mix)
 		} else {
-			have := 0
-			if captured != nil {
-				have = captured.Rows
-			}
-			data = fmt.Sprintf("its data alone: %d of %d labelled rows came from %s within %s", have, want.Rows, d.Site, time.Duration(want.Timeout))
+			data = fmt.Sprintf("its data alone: %d of %d labelled rows came from %s within %s", capturedRows(captured), want.Rows, d.Site, time.Duration(want.Timeout))
 		}
 	}
 	src, err := retrainSource(p, r.Job, svc.Model.Name, cur, r.To, capture)

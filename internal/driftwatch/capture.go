@@ -1,18 +1,18 @@
 package driftwatch
 
 import (
-	"bytes"
 	"context"
 	"encoding/csv"
 	"errors"
 	"fmt"
 	"math"
 	"os"
-	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
 
+	"github.com/strata-mesh/strata/api"
 	"github.com/strata-mesh/strata/internal/catalog"
 	"github.com/strata-mesh/strata/policy"
 	"github.com/strata-mesh/strata/storage"
@@ -33,21 +33,6 @@ var ErrNotWatched = errors.New("driftwatch: model not watched on this node")
 
 // ErrFeedback wraps what is wrong with posted ground truth.
 var ErrFeedback = errors.New("driftwatch: bad feedback")
-
-// Feedback says what became of posted ground truth.
-type Feedback struct {
-	// Accepted is the rows kept for a capture.
-	Accepted int `json:"accepted"`
-	// Capturing says a capture is under way here; Rows and Want are its
-	// rows so far and the rows the retrain waits for; Dataset names the
-	// capture once published.
-	Capturing bool   `json:"capturing"`
-	Rows      int    `json:"rows,omitempty"`
-	Want      int    `json:"want,omitempty"`
-	Dataset   string `json:"dataset,omitempty"`
-	// Reason says why rows were not kept.
-	Reason string `json:"reason,omitempty"`
-}
 
 // capture is one capture on this node: the labelled rows of a model kept
 // after an alarm of one of its versions.
@@ -85,9 +70,9 @@ func (d *Watch) startCapture(w *watched) {
 		return
 	}
 	c := &capture{key: w.key, model: w.model, version: w.version, alarmAt: w.rec.AlarmAt, want: rt.Capture.Rows,
-		header: append(append([]string(nil), w.inputs...), label), inputs: rt.Capture.Source == policy.CaptureInputs}
-	if c.inputs {
-		c.header = c.header[:len(w.inputs)]
+		header: slices.Clone(w.inputs), inputs: rt.Capture.Source == policy.CaptureInputs}
+	if !c.inputs {
+		c.header = append(c.header, label)
 	}
 	c.state = catalog.DriftCapture{AlarmAt: c.alarmAt, Want: c.want}
 	d.caps[w.model] = c
@@ -106,43 +91,42 @@ func (d *Watch) showCapture(c *capture) {
 
 // Feedback keeps posted ground truth for the model's capture: rows are
 // the model's inputs in its input order, labels their true classes.
-// Nothing is kept while no capture is under way (Feedback.Reason says
-// why). Errors wrap ErrNotWatched or ErrFeedback.
-func (d *Watch) Feedback(model string, rows [][]float64, labels []string) (Feedback, error) {
+// Nothing is kept while no capture is under way (Reason says why). Errors wrap ErrNotWatched or ErrFeedback.
+func (d *Watch) Feedback(model string, rows [][]float64, labels []string) (api.FeedbackResult, error) {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	w := d.mon[model]
 	if w == nil {
-		return Feedback{}, fmt.Errorf("%w: %s", ErrNotWatched, model)
+		return api.FeedbackResult{}, fmt.Errorf("%w: %s", ErrNotWatched, model)
 	}
 	if len(rows) != len(labels) {
-		return Feedback{}, fmt.Errorf("%w: %d rows and %d labels", ErrFeedback, len(rows), len(labels))
+		return api.FeedbackResult{}, fmt.Errorf("%w: %d rows and %d labels", ErrFeedback, len(rows), len(labels))
 	}
 	for i, r := range rows {
 		if len(w.inputs) > 0 && len(r) != len(w.inputs) {
-			return Feedback{}, fmt.Errorf("%w: row %d has %d values; %s@%s takes %d (%s)", ErrFeedback, i, len(r), w.model, w.version, len(w.inputs), strings.Join(w.inputs, ", "))
+			return api.FeedbackResult{}, fmt.Errorf("%w: row %d has %d values; %s@%s takes %d (%s)", ErrFeedback, i, len(r), w.model, w.version, len(w.inputs), strings.Join(w.inputs, ", "))
 		}
 		for j, v := range r {
 			if math.IsNaN(v) || math.IsInf(v, 0) {
-				return Feedback{}, fmt.Errorf("%w: row %d value %d is %v, want a finite number", ErrFeedback, i, j, v)
+				return api.FeedbackResult{}, fmt.Errorf("%w: row %d value %d is %v, want a finite number", ErrFeedback, i, j, v)
 			}
 		}
 		if l := strings.TrimSpace(labels[i]); l == "" || strings.ContainsAny(l, "\r\n") {
-			return Feedback{}, fmt.Errorf("%w: label %d is %q, want a class number or name", ErrFeedback, i, labels[i])
+			return api.FeedbackResult{}, fmt.Errorf("%w: label %d is %q, want a class number or name", ErrFeedback, i, labels[i])
 		}
 	}
 	c := d.caps[model]
 	switch {
 	case c == nil:
-		return Feedback{Reason: fmt.Sprintf("no drift alarm on %s here: ground truth is kept only after one, for a retrain with capture", model)}, nil
+		return api.FeedbackResult{Reason: fmt.Sprintf("no drift alarm on %s here: ground truth is kept only after one, for a retrain with capture", model)}, nil
 	case c.done() || c.publishing:
-		return Feedback{Dataset: c.state.Dataset, Rows: c.state.Rows, Want: c.want,
+		return api.FeedbackResult{Dataset: c.state.Dataset, Rows: c.state.Rows, Want: c.want,
 			Reason: fmt.Sprintf("the capture of %s after the alarm at %s is complete", model, c.alarmAt.Format(time.RFC3339))}, nil
 	case c.inputs:
-		return Feedback{Capturing: true, Rows: c.state.Rows, Want: c.want,
+		return api.FeedbackResult{Capturing: true, Rows: c.state.Rows, Want: c.want,
 			Reason: fmt.Sprintf("the capture of %s keeps the live inputs themselves (retrain.capture.source: inputs): it needs no ground truth", model)}, nil
 	}
-	fb := Feedback{Capturing: true, Want: c.want}
+	fb := api.FeedbackResult{Capturing: true, Want: c.want}
 	for i, r := range rows {
 		if len(c.rows) >= c.want {
 			break
@@ -210,20 +194,16 @@ func (d *Watch) writeCapture(c *capture) (string, error) {
 	if d.cfg.Publish == nil {
 		return "", errors.New("this agent cannot publish artifacts")
 	}
-	var buf bytes.Buffer
-	cw := csv.NewWriter(&buf)
-	_ = cw.Write(c.header)
-	_ = cw.WriteAll(c.rows)
-	if err := cw.Error(); err != nil {
-		return "", err
-	}
-	dir, err := os.MkdirTemp("", "strata-capture-")
+	f, err := os.CreateTemp("", "strata-capture-*.csv")
 	if err != nil {
 		return "", err
 	}
-	defer os.RemoveAll(dir)
-	path := filepath.Join(dir, "capture.csv")
-	if err := os.WriteFile(path, buf.Bytes(), 0o600); err != nil {
+	path := f.Name()
+	defer os.Remove(path)
+	cw := csv.NewWriter(f)
+	_ = cw.Write(c.header)
+	_ = cw.WriteAll(c.rows) // flushes
+	if err := errors.Join(cw.Error(), f.Close()); err != nil {
 		return "", err
 	}
 	spec := storage.PublishSpec{

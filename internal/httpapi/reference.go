@@ -34,16 +34,17 @@ func (s *Server) referenceWarnings(p catalog.Policy) []string {
 	}
 	svc := doc.InferenceService
 	spec := svc.Drift
+	out := canaryWarnings(p, svc)
 	if spec.Reference != policy.ReferenceTraining {
-		return canaryWarnings(p, svc)
+		return out
 	}
 	m, err := serving.ModelManifest(s.cfg.Artifacts, svc.Model)
 	if err != nil || m.Metadata[catalog.MetaReference] == "" {
-		return canaryWarnings(p, svc)
+		return out
 	}
 	var ref drift.Reference
 	if json.Unmarshal([]byte(m.Metadata[catalog.MetaReference]), &ref) != nil {
-		return canaryWarnings(p, svc)
+		return out
 	}
 	least, feature := -1, ""
 	for _, f := range ref.Features {
@@ -54,7 +55,6 @@ func (s *Server) referenceWarnings(p catalog.Policy) []string {
 			least, feature = f.Count, f.Name
 		}
 	}
-	out := canaryWarnings(p, svc)
 	if least < 0 {
 		return out
 	}
@@ -98,13 +98,13 @@ func canaryWarnings(p catalog.Policy, svc *policy.InferenceServiceSpec) []string
 	if r == nil || d == nil || r.Strategy != policy.RolloutCanary || svc.Retrain == nil {
 		return nil
 	}
-	need := d.Window
+	need, first := d.Window, ""
 	if d.Reference == policy.ReferenceFirst {
-		need *= 2
+		need, first = 2*d.Window, ", twice over for reference: first"
 	}
 	if r.CanaryRequests >= need {
 		return nil
 	}
 	return []string{fmt.Sprintf("%s: rollout.canaryRequests %d is fewer than the %d sampled rows its drift monitor needs to judge (drift.window %d%s): a canary is promoted only once its monitor has judged, so it serves at least those rows whatever canaryRequests says",
-		p.Key(), r.CanaryRequests, need, d.Window, map[bool]string{true: ", twice over for reference: first", false: ""}[d.Reference == policy.ReferenceFirst])}
+		p.Key(), r.CanaryRequests, need, d.Window, first)}
 }
