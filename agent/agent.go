@@ -467,6 +467,9 @@ func (a *Agent) Run(ctx context.Context) error {
 	if a.fed != nil {
 		loops["federation"] = a.fed.Run
 	}
+	for _, component := range a.cfg.without {
+		delete(loops, component)
+	}
 	for component, run := range loops {
 		wg.Go(func() {
 			a.guard.Loop(runCtx, component, run)

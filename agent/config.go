@@ -220,6 +220,11 @@ type Config struct {
 	// and "/sys".
 	ProcRoot string `yaml:"-"`
 	SysRoot  string `yaml:"-"`
+
+	// without names components whose loops do not run (tests: an agent
+	// that plays an attacker runs no model loader to correct what it
+	// claims).
+	without []string
 }
 
 // ACLToken is one API token, kept as its SHA-256.
