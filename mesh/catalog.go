@@ -266,25 +266,87 @@ func (m *Mesh) Get(key string) (Entry, error) {
 func (m *Mesh) List(prefix string) []Entry {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	// Sorted as pointers, then copied: an Entry is a large struct, and
-	// moving thousands of them in the sort was most of a controller
-	// pass's listing.
-	in := m.kv
-	if t, _, ok := strings.Cut(prefix, "/"); ok {
-		in = m.kvTables[t]
+	t, _, ok := strings.Cut(prefix, "/")
+	if !ok {
+		// Across tables (rare): sorted here, as pointers, then copied.
+		var held []*Entry
+		for k, e := range m.kv {
+			if strings.HasPrefix(k, prefix) && !e.Deleted {
+				held = append(held, e)
+			}
+		}
+		slices.SortFunc(held, func(a, b *Entry) int { return strings.Compare(a.Key, b.Key) })
+		out := make([]Entry, len(held))
+		for i, e := range held {
+			out[i] = *e
+		}
+		return out
 	}
-	var held []*Entry
-	for k, e := range in {
-		if strings.HasPrefix(k, prefix) && !e.Deleted {
-			held = append(held, e)
+	// A table keeps its keys sorted: with thousands of entries, sorting
+	// them on every listing was most of a controller pass's listing, and
+	// done under m.mu, which gossip waits on.
+	tab := m.kvTables[t]
+	if tab == nil {
+		return nil
+	}
+	i, _ := slices.BinarySearch(tab.keys, prefix)
+	n := 0
+	for _, k := range tab.keys[i:] {
+		if !strings.HasPrefix(k, prefix) {
+			break
+		}
+		if !tab.entries[k].Deleted {
+			n++
 		}
 	}
-	slices.SortFunc(held, func(a, b *Entry) int { return strings.Compare(a.Key, b.Key) })
-	out := make([]Entry, len(held))
-	for i, e := range held {
-		out[i] = *e
+	out := make([]Entry, 0, n)
+	for _, k := range tab.keys[i:] {
+		if !strings.HasPrefix(k, prefix) {
+			break
+		}
+		if e := tab.entries[k]; !e.Deleted {
+			out = append(out, *e)
+		}
 	}
 	return out
+}
+
+// Keys returns the keys of the live entries under prefix, sorted: List
+// without the entries.
+func (m *Mesh) Keys(prefix string) []string {
+	t, _, ok := strings.Cut(prefix, "/")
+	if !ok {
+		entries := m.List(prefix)
+		out := make([]string, len(entries))
+		for i, e := range entries {
+			out[i] = e.Key
+		}
+		return out
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	tab := m.kvTables[t]
+	if tab == nil {
+		return nil
+	}
+	i, _ := slices.BinarySearch(tab.keys, prefix)
+	var out []string
+	for _, k := range tab.keys[i:] {
+		if !strings.HasPrefix(k, prefix) {
+			break
+		}
+		if !tab.entries[k].Deleted {
+			out = append(out, k)
+		}
+	}
+	return out
+}
+
+// kvTable is one table of the catalog: its entries, and their keys in
+// order.
+type kvTable struct {
+	entries map[string]*Entry
+	keys    []string
 }
 
 // setEntryLocked holds e as its key's entry, in kv and in its table of
@@ -293,10 +355,16 @@ func (m *Mesh) setEntryLocked(e *Entry) {
 	m.kv[e.Key] = e
 	t := tableOf(e.Key)
 	m.tableVersions[t]++
-	if m.kvTables[t] == nil {
-		m.kvTables[t] = map[string]*Entry{}
+	tab := m.kvTables[t]
+	if tab == nil {
+		tab = &kvTable{entries: map[string]*Entry{}}
+		m.kvTables[t] = tab
 	}
-	m.kvTables[t][e.Key] = e
+	if _, ok := tab.entries[e.Key]; !ok {
+		i, _ := slices.BinarySearch(tab.keys, e.Key)
+		tab.keys = slices.Insert(tab.keys, i, e.Key)
+	}
+	tab.entries[e.Key] = e
 }
 
 // deleteEntryLocked forgets key's entry. The caller holds m.mu.
@@ -304,8 +372,17 @@ func (m *Mesh) deleteEntryLocked(key string) {
 	delete(m.kv, key)
 	t := tableOf(key)
 	m.tableVersions[t]++
-	delete(m.kvTables[t], key)
-	if len(m.kvTables[t]) == 0 {
+	tab := m.kvTables[t]
+	if tab == nil {
+		return
+	}
+	if _, ok := tab.entries[key]; ok {
+		delete(tab.entries, key)
+		if i, found := slices.BinarySearch(tab.keys, key); found {
+			tab.keys = slices.Delete(tab.keys, i, i+1)
+		}
+	}
+	if len(tab.entries) == 0 {
 		delete(m.kvTables, t)
 	}
 }

@@ -137,7 +137,7 @@ type Mesh struct {
 	kv         map[string]*Entry // the replicated catalog, by key
 	// kvTables holds kv's entries again by table, the key up to its
 	// first "/" (see setEntry): List scans one table, not the catalog.
-	kvTables map[string]map[string]*Entry
+	kvTables map[string]*kvTable
 	// tableVersions counts each table's changes (TableVersion).
 	tableVersions map[string]uint64
 	dirtyKV       map[string]bool
@@ -196,7 +196,7 @@ func New(cfg Config) (*Mesh, error) {
 		peerCoords:      map[string]*coordinate.Coordinate{},
 		dirty:           map[string]bool{},
 		kv:              map[string]*Entry{},
-		kvTables:        map[string]map[string]*Entry{},
+		kvTables:        map[string]*kvTable{},
 		tableVersions:   map[string]uint64{},
 		dirtyKV:         map[string]bool{},
 		deleted:         map[string]bool{},

@@ -374,12 +374,22 @@ func decodeEach[T any](entries []mesh.Entry, decode func(mesh.Entry) (Record[T],
 	return recs, errors.Join(errs...)
 }
 
-// Keys returns the keys of every live record that decodes, sorted.
+// Keys returns the keys of every live record held, sorted, whether it
+// decodes or not (Get says). It decodes nothing: a pass that looks for
+// the few records missing from another table reads only those.
 func (t *Table[T]) Keys() []string {
-	recs, _ := t.sharedList()
-	out := make([]string, len(recs))
-	for i, r := range recs {
-		out[i] = r.Key
+	p := t.prefix()
+	if s, ok := t.c.store.(interface{ Keys(prefix string) []string }); ok {
+		keys := s.Keys(p)
+		for i, k := range keys {
+			keys[i] = strings.TrimPrefix(k, p)
+		}
+		return keys
+	}
+	entries := t.c.store.List(p)
+	out := make([]string, len(entries))
+	for i, e := range entries {
+		out[i] = strings.TrimPrefix(e.Key, p)
 	}
 	return out
 }
