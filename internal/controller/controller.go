@@ -77,6 +77,10 @@ type Controller struct {
 	}
 	// docs are the facts of each policy's document (see facts).
 	docs map[string]docFacts
+	// listed is the policies as last listed, at the policy table's
+	// version listedAt (see policies; Run's goroutine only).
+	listed   []catalog.Policy
+	listedAt uint64
 	// scaleLow are the autoscaled services whose load asks for fewer
 	// replicas, since when (see autoscale); only reconcile uses it.
 	scaleLow map[string]scaleLow
@@ -329,10 +333,24 @@ const DefaultSiteLostAfter = 5 * time.Minute
 // policies returns every applied policy that decodes (the catalog counts
 // the others).
 func (c *Controller) policies() []catalog.Policy {
+	// Each step of a pass lists every policy. Listed once while the
+	// table stays the same: at 10,000 policies the copies of four
+	// listings a pass were most of the controller's garbage.
+	v, versioned := c.cfg.Catalog.Policies.Version()
+	if versioned && c.listed != nil && v == c.listedAt {
+		return c.listed
+	}
 	out, _ := c.cfg.Catalog.Policies.Values()
 	if c.cfg.Federated {
 		site := c.cfg.Mesh.Local().Site
 		out = slices.DeleteFunc(out, func(p catalog.Policy) bool { return p.Site != "" && p.Site != site })
+	}
+	c.forgetFacts(out)
+	if versioned {
+		if out == nil {
+			out = []catalog.Policy{}
+		}
+		c.listed, c.listedAt = out, v
 	}
 	return out
 }

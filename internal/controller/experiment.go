@@ -99,9 +99,7 @@ func (c *Controller) forgetFacts(ps []catalog.Policy) {
 func (c *Controller) experiments() {
 	c.noteView(c.cfg.Mesh.Nodes(), time.Now())
 	c.collectDeletedSweeps()
-	ps := c.policies()
-	defer c.forgetFacts(ps)
-	for _, p := range ps {
+	for _, p := range c.policies() {
 		if p.Kind != policy.KindTrainingJob || !c.facts(p).sweep || !c.owns(p.Key()) {
 			continue
 		}
