@@ -374,17 +374,27 @@ func TestDriftRetrainRollout(t *testing.T) {
 	// of different writers in the order they reach it, so the stream's
 	// order can differ from the order of the steps; the steps' own times
 	// (the writers' clocks, one host here) must be causal.
-	var evs []Event
-	for {
-		select {
-		case ev := <-evc:
-			evs = append(evs, ev)
-			continue
-		default:
-		}
-		break
-	}
+	// The stream scans the catalog a moment after each change: wait for
+	// the last step's event.
 	want := []string{"drift.alarm", "rollout.retraining", "job.succeeded", "rollout.canary", "rollout.promoted"}
+	var evs []Event
+	meshtest.WaitFor(t, 10*time.Second, "the events of every step", func() bool {
+		for {
+			select {
+			case ev := <-evc:
+				evs = append(evs, ev)
+				continue
+			default:
+			}
+			break
+		}
+		for _, w := range want {
+			if !slices.ContainsFunc(evs, func(ev Event) bool { return ev.Type == w }) {
+				return false
+			}
+		}
+		return true
+	})
 	var got []Event
 	for _, w := range want {
 		i := slices.IndexFunc(evs, func(ev Event) bool { return ev.Type == w })

@@ -380,17 +380,19 @@ func TestAutoscaleFollowsRequests(t *testing.T) {
 		t.Errorf("%d of %d requests failed while the service scaled", failed, failed+ok)
 	}
 	t.Logf("%d requests; %s", ok, rec.Message)
+	// The event stream scans the catalog a moment after each change.
 	var scaled []string
-	past, _, done := agents[0].events.Subscribe(0)
-	done()
-	for _, ev := range past {
-		if ev.Type == "placement.scaled" && ev.Policy == key {
-			scaled = append(scaled, ev.Message)
+	meshtest.WaitFor(t, 10*time.Second, "a placement.scaled event", func() bool {
+		past, _, done := agents[0].events.Subscribe(0)
+		done()
+		scaled = nil
+		for _, ev := range past {
+			if ev.Type == "placement.scaled" && ev.Policy == key {
+				scaled = append(scaled, ev.Message)
+			}
 		}
-	}
-	if len(scaled) == 0 {
-		t.Error("no placement.scaled event")
-	}
+		return len(scaled) > 0
+	})
 	t.Logf("scaled events: %q", scaled)
 }
 

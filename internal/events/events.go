@@ -64,6 +64,9 @@ type Event struct {
 // counted in place (see Event.Count), so it holds distinct events.
 const eventRing = 512
 
+// scanGap is the least time between two scans of the catalog.
+const scanGap = 100 * time.Millisecond
+
 // Stream derives Events from changes to the catalog and fans them out.
 // Safe for concurrent use.
 type Stream struct {
@@ -79,6 +82,9 @@ type Stream struct {
 	// a scan decodes only the records that changed since.
 	of       map[string]string
 	versions map[string]map[string]uint64
+	// at is each table's version (catalog.Table.Version) at the last
+	// scan.
+	at map[string]uint64
 	// logs is how far the stream has told each drift log (by key).
 	logs map[string]logMark
 }
@@ -97,7 +103,7 @@ func New(cat *catalog.Catalog, guard *safe.Guard) *Stream {
 		guard = safe.New(safe.Config{})
 	}
 	return &Stream{cat: cat, guard: guard, subs: map[chan Event]struct{}{}, last: map[string]string{}, of: map[string]string{},
-		versions: map[string]map[string]uint64{}, logs: map[string]logMark{}}
+		versions: map[string]map[string]uint64{}, at: map[string]uint64{}, logs: map[string]logMark{}}
 }
 
 // Run derives events until ctx ends. What the catalog holds when Run
@@ -116,6 +122,14 @@ func (e *Stream) Run(ctx context.Context) {
 		changed = e.cat.Changed()
 		if e.guard.Do("events", func() { e.scan(true) }) != nil && !e.guard.Wait(ctx) {
 			return
+		}
+		// One scan per scanGap at most: while thousands of policies are
+		// applied, the catalog changes thousands of times a second, and a
+		// scan lists the tables it reads.
+		select {
+		case <-ctx.Done():
+			return
+		case <-time.After(scanGap):
 		}
 	}
 }
@@ -149,15 +163,7 @@ func (e *Stream) derive(emit bool) []Event {
 			out = append(out, ev)
 		}
 	}
-	held := map[string]bool{} // table/key of every live record
-	track := func(table string, now map[string]uint64) {
-		e.versions[table] = now
-		for k := range now {
-			held[table+"/"+k] = true
-		}
-	}
-	placements, now := e.cat.Placements.Changed(e.versions["p"]) // undecodable records are counted by the catalog
-	track("p", now)
+	placements := changedSince(e, "p", e.cat.Placements) // undecodable records are counted by the catalog
 	for _, r := range placements {
 		p := r.Value
 		key := p.Key
@@ -168,8 +174,7 @@ func (e *Stream) derive(emit bool) []Event {
 				Message: fmt.Sprintf("%s autoscaled %d → %d: %s", key, sc.From, sc.Replicas, sc.Reason)})
 		}
 	}
-	logs, now := e.cat.DriftLogs.Changed(e.versions["l"])
-	track("l", now)
+	logs := changedSince(e, "l", e.cat.DriftLogs)
 	for _, r := range logs {
 		l := r.Value
 		mark, had := e.logs[r.Key]
@@ -190,8 +195,7 @@ func (e *Stream) derive(emit bool) []Event {
 		}
 		e.logs[r.Key] = mark
 	}
-	drifts, now := e.cat.Drift.Changed(e.versions["d"])
-	track("d", now)
+	drifts := changedSince(e, "d", e.cat.Drift)
 	for _, r := range drifts {
 		d := r.Value
 		if d.State != "" {
@@ -219,8 +223,7 @@ func (e *Stream) derive(emit bool) []Event {
 		}
 		note("d/"+r.Key, "d/"+d.Policy+"/"+d.Node, d.Version+"/"+state, Event{Time: at, Type: "drift." + state, Policy: d.Policy, Node: d.Node, Message: msg})
 	}
-	jobs, now := e.cat.Jobs.Changed(e.versions["j"])
-	track("j", now)
+	jobs := changedSince(e, "j", e.cat.Jobs)
 	for _, r := range jobs {
 		j := r.Value
 		msg := fmt.Sprintf("job %s %s on [%s]", j.Name, j.State, strings.Join(j.Nodes, ","))
@@ -238,8 +241,7 @@ func (e *Stream) derive(emit bool) []Event {
 		}
 		note("j/"+r.Key, "j/"+j.Name, fmt.Sprintf("%d/%d/%s", j.Generation, j.Epoch, j.State), Event{Time: at, Type: "job." + j.State, Policy: j.Key, Node: j.Node, Message: msg})
 	}
-	rollouts, now := e.cat.Rollouts.Changed(e.versions["r"])
-	track("r", now)
+	rollouts := changedSince(e, "r", e.cat.Rollouts)
 	for _, rec := range rollouts {
 		r := rec.Value
 		// Every step, not only the current stage: a rollout can pass
@@ -252,18 +254,38 @@ func (e *Stream) derive(emit bool) []Event {
 		}
 	}
 	// Subjects of records no longer held are forgotten.
+	held := func(table, key string) bool {
+		_, ok := e.versions[table][key]
+		return ok
+	}
 	for subject, record := range e.of {
-		if !held[record] {
+		if table, key, _ := strings.Cut(record, "/"); !held(table, key) {
 			delete(e.last, subject)
 			delete(e.of, subject)
 		}
 	}
 	for key := range e.logs {
-		if !held["l/"+key] {
+		if !held("l", key) {
 			delete(e.logs, key)
 		}
 	}
 	return out
+}
+
+// changedSince returns the records of t (called table in e.versions)
+// that changed since the last scan. A table whose version has not moved
+// is not listed at all.
+func changedSince[T any](e *Stream, table string, t *catalog.Table[T]) []catalog.Record[T] {
+	v, versioned := t.Version()
+	if _, ok := e.versions[table]; ok && versioned && e.at[table] == v {
+		return nil
+	}
+	recs, now := t.Changed(e.versions[table])
+	e.versions[table] = now
+	if versioned {
+		e.at[table] = v
+	}
+	return recs
 }
 
 // driftEvent tells one entry of a drift log.
