@@ -96,6 +96,15 @@ func devMeshWAN(t testing.TB, n int, wan bool, tweaks ...func(*Config)) []*Agent
 			if alive != n {
 				return false
 			}
+			// What forwarding needs of each peer's document: its role
+			// and its data plane.
+			for _, b := range agents {
+				want := b.Mesh().Local()
+				got, err := a.Mesh().Node(b.Name())
+				if err != nil || got.Controller != want.Controller || got.Addrs.Data != want.Addrs.Data {
+					return false
+				}
+			}
 		}
 		return true
 	})
