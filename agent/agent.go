@@ -231,6 +231,7 @@ func (a *Agent) joinMesh() error {
 		DB:            a.db,
 		Logger:        a.log,
 		Registerer:    a.reg,
+		Compress:      cfg.GossipCompression,
 		Memberlist:    cfg.MeshTimings,
 		PacketDelay:   cfg.PacketDelay,
 		Transport:     cfg.GossipTransport,

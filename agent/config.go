@@ -135,6 +135,11 @@ type Config struct {
 	// anything: turn it off once every agent is upgraded
 	// (docs/security.md, "Upgrading to signed gossip").
 	AcceptUnsigned bool `yaml:"accept_unsigned_gossip"`
+	// GossipCompression compresses gossip. Off by default: within a
+	// site's pool, bandwidth is cheap and the agent shares its host's
+	// CPU. Turn it on for one pool whose members are far apart on slow
+	// links (mesh.Config.Compress).
+	GossipCompression bool `yaml:"gossip_compression"`
 	// Insecure lets an agent bound off loopback run without a gossip key
 	// or a mesh CA: any host that reaches its gossip port can then join
 	// the mesh and write to it. For throwaway test networks only.
@@ -694,6 +699,14 @@ func Flags(fs *flag.FlagSet) func() (Config, error) {
 			return fmt.Errorf("want true or false, got %q", v)
 		}
 		sets = append(sets, func(c *Config) error { c.AcceptUnsigned = on; return nil })
+		return nil
+	})
+	fs.BoolFunc("gossip-compression", "compress gossip: for one pool over slow links (default false)", func(v string) error {
+		on, err := strconv.ParseBool(v)
+		if err != nil {
+			return fmt.Errorf("want true or false, got %q", v)
+		}
+		sets = append(sets, func(c *Config) error { c.GossipCompression = on; return nil })
 		return nil
 	})
 	fs.BoolFunc("insecure", "allow a gossip bind off loopback without gossip key or mesh CA (test networks only)", func(v string) error {

@@ -296,6 +296,7 @@ func (m *Mesh) memberlistConfig() (*memberlist.Config, error) {
 	// memberlist's 10.0s (BenchmarkFailureDetection).
 	mlc.ProbeInterval, mlc.ProbeTimeout = 800*time.Millisecond, 400*time.Millisecond
 	mlc.SuspicionMult = 3
+	mlc.EnableCompression = cfg.Compress
 	host, port, _ := splitHostPort(cfg.BindAddr)
 	mlc.BindAddr, mlc.BindPort = host, port
 	mlc.AdvertisePort = port

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"fmt"
 	"log/slog"
 	"strings"
 	"sync"
@@ -46,7 +47,7 @@ func (s *syncBuffer) String() string {
 }
 
 // start runs a mesh node on loopback with real sockets. bind "" picks a port.
-func start(tb testing.TB, name, dir string, id mesh.Identity, key []byte, bind string, tier string) *node {
+func start(tb testing.TB, name, dir string, id mesh.Identity, key []byte, bind string, tier string, tweaks ...func(*mesh.Config)) *node {
 	tb.Helper()
 	db, err := storage.Open(storage.Options{Dir: dir})
 	if err != nil {
@@ -56,7 +57,7 @@ func start(tb testing.TB, name, dir string, id mesh.Identity, key []byte, bind s
 		bind = "127.0.0.1:0"
 	}
 	n := &node{db: db, dir: dir, id: id, reg: prometheus.NewRegistry(), logs: &syncBuffer{}}
-	n.m, err = mesh.New(mesh.Config{
+	cfg := mesh.Config{
 		Name:        name,
 		Identity:    id,
 		BindAddr:    bind,
@@ -67,7 +68,11 @@ func start(tb testing.TB, name, dir string, id mesh.Identity, key []byte, bind s
 		Logger:      slog.New(slog.NewTextHandler(n.logs, &slog.HandlerOptions{Level: slog.LevelWarn})),
 		Memberlist:  meshtest.FastTimings,
 		RejoinGrace: 2 * time.Second,
-	})
+	}
+	for _, tw := range tweaks {
+		tw(&cfg)
+	}
+	n.m, err = mesh.New(cfg)
 	if err != nil {
 		db.Close()
 		tb.Fatal(err)
@@ -172,6 +177,41 @@ func TestLargeDocumentTravelsByFetch(t *testing.T) {
 		for _, a := range nodes {
 			got, err := a.m.Node(nodes[0].m.Name())
 			if err != nil || len(got.Capabilities.GPUs) != 16 {
+				return false
+			}
+		}
+		return true
+	})
+}
+
+// TestCompressedAndPlainGossipMix joins a member that compresses gossip
+// to one that does not: each reads the other's large document (fetched
+// over TCP) and large catalog entry.
+func TestCompressedAndPlainGossipMix(t *testing.T) {
+	a := start(t, "zip", t.TempDir(), newID(t), testKey, "", mesh.TierEdge, func(c *mesh.Config) { c.Compress = true })
+	b := start(t, "plain", t.TempDir(), newID(t), testKey, "", mesh.TierCloud)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if err := b.m.Join(ctx, []string{a.m.GossipAddr()}); err != nil {
+		t.Fatal(err)
+	}
+	for i, n := range []*node{a, b} {
+		err := n.m.Update(func(s *mesh.NodeState) {
+			for j := range 16 {
+				s.Capabilities.GPUs = append(s.Capabilities.GPUs, mesh.GPU{Index: j, UUID: strings.Repeat("f", 40), Model: "NVIDIA H100 80GB HBM3", Memory: 80 << 30, Healthy: true, Source: mesh.SourceDeclared})
+			}
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := n.m.Put(fmt.Sprintf("policies/p%d", i), []byte(fmt.Sprintf(`{"yaml":%q}`, strings.Repeat("y", 3000)))); err != nil {
+			t.Fatal(err)
+		}
+	}
+	meshtest.WaitFor(t, 15*time.Second, "each member's document and entry at the other", func() bool {
+		for _, pair := range [][2]*node{{a, b}, {b, a}} {
+			got, err := pair[0].m.Node(pair[1].m.Name())
+			if err != nil || len(got.Capabilities.GPUs) != 16 || len(pair[0].m.List("policies/")) != 2 {
 				return false
 			}
 		}
