@@ -175,13 +175,24 @@ func (m *Mesh) write(key string, value json.RawMessage, deleted bool, o PutOptio
 			return Entry{}, fmt.Errorf("%w: %s: %w", ErrForbidden, key, err)
 		}
 	}
+	// Prefer decodes records: it runs outside m.mu, which gossip waits
+	// on, and is asked again if the held entry changed meanwhile.
 	m.mu.Lock()
-	if old := m.kv[key]; old != nil && !deleted && !old.Deleted && m.cfg.Prefer != nil && m.cfg.Prefer(*e, *old) < 0 {
+	old := m.kv[key]
+	for {
 		m.mu.Unlock()
-		return Entry{}, fmt.Errorf("%w: %s", ErrSuperseded, key)
+		if old != nil && !deleted && !old.Deleted && m.cfg.Prefer != nil && m.cfg.Prefer(*e, *old) < 0 {
+			return Entry{}, fmt.Errorf("%w: %s", ErrSuperseded, key)
+		}
+		m.mu.Lock()
+		if now := m.kv[key]; now != old {
+			old = now
+			continue
+		}
+		break
 	}
 	e.Version = uint64(time.Now().UnixMicro())
-	if old := m.kv[key]; old != nil && old.Version >= e.Version {
+	if old != nil && old.Version >= e.Version {
 		if old.Version == math.MaxUint64 {
 			m.mu.Unlock()
 			return Entry{}, fmt.Errorf("mesh: catalog key %s is at the highest version", key)
@@ -198,9 +209,13 @@ func (m *Mesh) write(key string, value json.RawMessage, deleted bool, o PutOptio
 	}
 	e.stamp(time.Now())
 	m.setEntryLocked(e)
-	err := m.persistEntry(e)
 	m.notifyLocked()
 	m.mu.Unlock()
+	// Synced to disk before it is acknowledged or sent, but outside m.mu:
+	// a controller pass writes hundreds of placements, and gossip waited
+	// on each write's sync (a third of the waits on m.mu at 5,000
+	// policies).
+	err := m.persistKey(key)
 	if m.spreadEntry(e) {
 		m.sendEntry(e, o.Notify)
 	}
@@ -248,8 +263,8 @@ func (m *Mesh) sendEntry(e *Entry, to []string) {
 
 // Get returns the live entry of key, or ErrNotFound.
 func (m *Mesh) Get(key string) (Entry, error) {
-	m.mu.Lock()
-	defer m.mu.Unlock()
+	m.mu.RLock()
+	defer m.mu.RUnlock()
 	e := m.kv[key]
 	if e == nil || e.Deleted {
 		return Entry{}, fmt.Errorf("%w: %s", ErrNotFound, key)
@@ -264,8 +279,8 @@ func (m *Mesh) Get(key string) (Entry, error) {
 // with a thousand sweep trials held, though most readers decode nothing
 // (their tables keep decoded values by version).
 func (m *Mesh) List(prefix string) []Entry {
-	m.mu.Lock()
-	defer m.mu.Unlock()
+	m.mu.RLock()
+	defer m.mu.RUnlock()
 	t, _, ok := strings.Cut(prefix, "/")
 	if !ok {
 		// Across tables (rare): sorted here, as pointers, then copied.
@@ -323,8 +338,8 @@ func (m *Mesh) Keys(prefix string) []string {
 		}
 		return out
 	}
-	m.mu.Lock()
-	defer m.mu.Unlock()
+	m.mu.RLock()
+	defer m.mu.RUnlock()
 	tab := m.kvTables[t]
 	if tab == nil {
 		return nil
@@ -391,8 +406,8 @@ func (m *Mesh) deleteEntryLocked(key string) {
 // their first "/") held here: equal counts mean the table is as it was,
 // so a reader may keep what it derived from it.
 func (m *Mesh) TableVersion(table string) uint64 {
-	m.mu.Lock()
-	defer m.mu.Unlock()
+	m.mu.RLock()
+	defer m.mu.RUnlock()
 	return m.tableVersions[table]
 }
 
@@ -407,8 +422,8 @@ func tableOf(key string) string {
 // whether one is held. Readers use it to tell "not yet replicated" from
 // "deleted".
 func (m *Mesh) Lookup(key string) (Entry, bool) {
-	m.mu.Lock()
-	defer m.mu.Unlock()
+	m.mu.RLock()
+	defer m.mu.RUnlock()
 	e := m.kv[key]
 	if e == nil {
 		return Entry{}, false
@@ -420,8 +435,8 @@ func (m *Mesh) Lookup(key string) (Entry, bool) {
 // at their version or newer (a tombstone at a newer version counts as held:
 // the dependency was deleted after, which the reader sees on Get).
 func (m *Mesh) Missing(deps []Dep) []Dep {
-	m.mu.Lock()
-	defer m.mu.Unlock()
+	m.mu.RLock()
+	defer m.mu.RUnlock()
 	var out []Dep
 	for _, d := range deps {
 		if e := m.kv[d.Key]; e == nil || e.Version < d.Version {
@@ -506,17 +521,26 @@ func (m *Mesh) mergeEntry(e *Entry, rebroadcast bool) bool {
 	// Most entries that arrive are copies of what is held (gossip hands
 	// each to a node several times): those are dropped before the costly
 	// part, verification.
-	if !m.wouldTake(e) {
+	m.mu.RLock()
+	held := m.kv[e.Key]
+	m.mu.RUnlock()
+	if !m.takes(e, held) {
 		return false
 	}
 	if r := m.checkEntry(e); r != nil {
 		m.refused("entry", r)
 		return false
 	}
+	// takes may decode (Prefer): outside m.mu, again if the held entry
+	// changed meanwhile.
 	m.mu.Lock()
-	if !m.wouldTakeLocked(e) {
+	for m.kv[e.Key] != held {
+		held = m.kv[e.Key]
 		m.mu.Unlock()
-		return false
+		if !m.takes(e, held) {
+			return false
+		}
+		m.mu.Lock()
 	}
 	e.stamp(time.Now())
 	m.setEntryLocked(e)
@@ -567,6 +591,24 @@ func (m *Mesh) queueEntryBroadcast(e *Entry) bool {
 	return true
 }
 
+// persistKey writes the entry held for key to the store, synced. Writes
+// of the store are one at a time (persistMu), each of what is held when
+// it starts, so a slower write never replaces a newer version.
+func (m *Mesh) persistKey(key string) error {
+	if m.cfg.DB == nil {
+		return nil
+	}
+	m.persistMu.Lock()
+	defer m.persistMu.Unlock()
+	m.mu.RLock()
+	e := m.kv[key]
+	m.mu.RUnlock()
+	if e == nil {
+		return nil // collected meanwhile
+	}
+	return m.persistEntry(e)
+}
+
 func (m *Mesh) persistEntry(e *Entry) error {
 	if m.cfg.DB == nil {
 		return nil
@@ -598,15 +640,10 @@ func (m *Mesh) checkEntry(e *Entry) *refusal {
 	return nil
 }
 
-// wouldTake reports whether e is newer than the entry held for its key.
-func (m *Mesh) wouldTake(e *Entry) bool {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	return m.wouldTakeLocked(e)
-}
-
-func (m *Mesh) wouldTakeLocked(e *Entry) bool {
-	held := m.kv[e.Key]
+// takes reports whether e is newer than held, the entry held for its
+// key (nil: none). Held entries are never changed in place, so it needs
+// no lock.
+func (m *Mesh) takes(e, held *Entry) bool {
 	// A tombstone past its TTL that we do not hold was collected here
 	// already (or never mattered): taking it back would undo collection.
 	if e.Deleted && held == nil && time.Since(e.Written) > m.cfg.TombstoneTTL {

@@ -128,13 +128,16 @@ type Mesh struct {
 	keyring   *memberlist.Keyring
 	keyringMu sync.Mutex
 
-	mu         sync.Mutex
+	mu         sync.RWMutex
 	local      NodeState
 	docs       map[string]*NodeState  // by node ID
 	members    map[string]*memberInfo // by node name
 	peerCoords map[string]*coordinate.Coordinate
 	dirty      map[string]bool
 	kv         map[string]*Entry // the replicated catalog, by key
+	// persistMu orders the writes of the store (see persistKey); taken
+	// before mu, never while holding it.
+	persistMu sync.Mutex
 	// kvTables holds kv's entries again by table, the key up to its
 	// first "/" (see setEntry): List scans one table, not the catalog.
 	kvTables map[string]*kvTable
@@ -475,9 +478,11 @@ func (m *Mesh) Update(fn func(*NodeState)) error {
 		cp.raw, cp.Sig, cp.Cert = m.trust.sign(body, true)
 	}
 	m.docs[m.id] = &cp
-	err := m.persistSelf(&cp)
 	m.notifyLocked()
 	m.mu.Unlock()
+	// Synced outside m.mu (see persistKey): the latest version, whichever
+	// Update gets there first.
+	err := m.persistOwn()
 	// Queue outside m.mu: the queue asks memberlist for the member count,
 	// and memberlist calls our delegates (which take m.mu) under its own
 	// lock.
@@ -495,8 +500,8 @@ func (m *Mesh) Update(fn func(*NodeState)) error {
 
 // Local returns a copy of the local document.
 func (m *Mesh) Local() NodeState {
-	m.mu.Lock()
-	defer m.mu.Unlock()
+	m.mu.RLock()
+	defer m.mu.RUnlock()
 	return m.local.Clone()
 }
 
@@ -512,8 +517,8 @@ func (m *Mesh) Members() []Member {
 
 // Nodes returns every known node's document with its status, sorted by name.
 func (m *Mesh) Nodes() []Node {
-	m.mu.Lock()
-	defer m.mu.Unlock()
+	m.mu.RLock()
+	defer m.mu.RUnlock()
 	out := make([]Node, 0, len(m.docs))
 	reached := map[string]bool{}
 	for _, s := range m.docs {
@@ -537,8 +542,8 @@ func (m *Mesh) Nodes() []Node {
 
 // Node returns one node by name or ID.
 func (m *Mesh) Node(nameOrID string) (Node, error) {
-	m.mu.Lock()
-	defer m.mu.Unlock()
+	m.mu.RLock()
+	defer m.mu.RUnlock()
 	s := m.lookupLocked(nameOrID)
 	if s == nil {
 		return Node{}, fmt.Errorf("%w %q", ErrUnknownNode, nameOrID)
@@ -553,8 +558,8 @@ func (m *Mesh) Node(nameOrID string) (Node, error) {
 // NumAlive counts the nodes this agent sees alive (itself included),
 // without copying their documents.
 func (m *Mesh) NumAlive() int {
-	m.mu.Lock()
-	defer m.mu.Unlock()
+	m.mu.RLock()
+	defer m.mu.RUnlock()
 	n := 0
 	for _, s := range m.docs {
 		if m.statusLocked(s) == StatusAlive {
@@ -568,8 +573,8 @@ func (m *Mesh) NumAlive() int {
 // or ID), without copying it: cheap enough to poll across hundreds of
 // nodes.
 func (m *Mesh) NodeVersion(nameOrID string) (uint64, bool) {
-	m.mu.Lock()
-	defer m.mu.Unlock()
+	m.mu.RLock()
+	defer m.mu.RUnlock()
 	s := m.lookupLocked(nameOrID)
 	if s == nil {
 		return 0, false
@@ -580,8 +585,8 @@ func (m *Mesh) NodeVersion(nameOrID string) (uint64, bool) {
 // Changed returns a channel that is closed at the next change of any
 // document or status. Take a new channel after each wake-up.
 func (m *Mesh) Changed() <-chan struct{} {
-	m.mu.Lock()
-	defer m.mu.Unlock()
+	m.mu.RLock()
+	defer m.mu.RUnlock()
 	return m.changed
 }
 
@@ -911,8 +916,8 @@ func (m *Mesh) updateMeta() {
 const metaUpdateWait = 250 * time.Millisecond
 
 func (m *Mesh) memberNode(name string) *memberlist.Node {
-	m.mu.Lock()
-	defer m.mu.Unlock()
+	m.mu.RLock()
+	defer m.mu.RUnlock()
 	mi := m.members[name]
 	if mi == nil || mi.status != StatusAlive || mi.ip == nil {
 		return nil

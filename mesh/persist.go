@@ -66,6 +66,19 @@ func (m *Mesh) load(local *NodeState) error {
 	return nil
 }
 
+// persistOwn writes the node's own document, as held now, synced.
+func (m *Mesh) persistOwn() error {
+	if m.cfg.DB == nil {
+		return nil
+	}
+	m.persistMu.Lock()
+	defer m.persistMu.Unlock()
+	m.mu.RLock()
+	own := m.docs[m.id]
+	m.mu.RUnlock()
+	return m.persistSelf(own)
+}
+
 func (m *Mesh) persistSelf(s *NodeState) error {
 	if m.cfg.DB == nil {
 		return nil
@@ -82,6 +95,8 @@ func (m *Mesh) flush() error {
 	if m.cfg.DB == nil {
 		return nil
 	}
+	m.persistMu.Lock()
+	defer m.persistMu.Unlock()
 	m.mu.Lock()
 	if len(m.dirty) == 0 && len(m.deleted) == 0 && len(m.dirtyKV) == 0 {
 		m.mu.Unlock()
