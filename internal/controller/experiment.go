@@ -44,12 +44,15 @@ type docFacts struct {
 	clients []string
 }
 
+// policyID is a policy's kind and name, its key in docs.
+type policyID struct{ kind, name string }
+
 // facts returns p's docFacts, parsing its source only when it changed.
 func (c *Controller) facts(p catalog.Policy) docFacts {
 	// Not a hash of the source: every step of a pass asks for every
 	// policy's facts, and hashing 10,000 sources a step was a cost of
 	// its own.
-	key := p.Key()
+	key := policyID{p.Kind, p.Name} // not p.Key(): no string built a call
 	c.mu.Lock()
 	f, ok := c.docs[key]
 	c.mu.Unlock()
@@ -79,9 +82,9 @@ func (c *Controller) facts(p catalog.Policy) docFacts {
 
 // forgetFacts drops the docFacts of policies not in ps.
 func (c *Controller) forgetFacts(ps []catalog.Policy) {
-	keep := make(map[string]bool, len(ps))
+	keep := make(map[policyID]bool, len(ps))
 	for _, p := range ps {
-		keep[p.Key()] = true
+		keep[policyID{p.Kind, p.Name}] = true
 	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
