@@ -113,6 +113,12 @@ type PutOptions struct {
 	// every member within a few gossip rounds. Best effort: a lost packet
 	// costs only the gossip's delay. Not part of the entry.
 	Notify []string
+	// Unsynced stores the write in the store's log without waiting for
+	// the disk: a crash of the process loses nothing, a crash of the
+	// host may lose the latest writes. For records their writer derives
+	// again (placements: the owner places again, and peers hold what it
+	// sent), never for what a client is told is stored.
+	Unsynced bool
 }
 
 // ErrNotFound is returned by Get for a key that is absent or deleted.
@@ -215,7 +221,7 @@ func (m *Mesh) write(key string, value json.RawMessage, deleted bool, o PutOptio
 	// a controller pass writes hundreds of placements, and gossip waited
 	// on each write's sync (a third of the waits on m.mu at 5,000
 	// policies).
-	err := m.persistKey(key)
+	err := m.persistKey(key, !o.Unsynced)
 	if m.spreadEntry(e) {
 		m.sendEntry(e, o.Notify)
 	}
@@ -591,10 +597,11 @@ func (m *Mesh) queueEntryBroadcast(e *Entry) bool {
 	return true
 }
 
-// persistKey writes the entry held for key to the store, synced. Writes
-// of the store are one at a time (persistMu), each of what is held when
-// it starts, so a slower write never replaces a newer version.
-func (m *Mesh) persistKey(key string) error {
+// persistKey writes the entry held for key to the store, synced unless
+// not sync. Writes of the store are one at a time (persistMu), each of
+// what is held when it starts, so a slower write never replaces a newer
+// version.
+func (m *Mesh) persistKey(key string, sync bool) error {
 	if m.cfg.DB == nil {
 		return nil
 	}
@@ -605,6 +612,15 @@ func (m *Mesh) persistKey(key string) error {
 	m.mu.RUnlock()
 	if e == nil {
 		return nil // collected meanwhile
+	}
+	if !sync {
+		b, err := encodeEntry(e)
+		if err != nil {
+			return err
+		}
+		batch := m.cfg.DB.NewBatch()
+		batch.Put([]byte(keyKVPrefix+e.Key), b)
+		return batch.Commit(false)
 	}
 	return m.persistEntry(e)
 }

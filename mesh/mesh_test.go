@@ -251,6 +251,22 @@ func TestConcurrentWritesStoreTheLatest(t *testing.T) {
 	}
 }
 
+// TestUnsyncedWriteStored: a write stored without waiting for the disk is
+// in the store after the agent stops, as a synced one is.
+func TestUnsyncedWriteStored(t *testing.T) {
+	dir, id := t.TempDir(), newID(t)
+	n := start(t, "u", dir, id, testKey, "", mesh.TierEdge)
+	want, err := n.m.Put("placements/p", []byte(`{"epoch":1}`), mesh.PutOptions{Unsynced: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	n.kill()
+	again := start(t, "u", dir, id, testKey, "", mesh.TierEdge)
+	if got, ok := again.m.Lookup("placements/p"); !ok || got.Version != want.Version {
+		t.Errorf("after a restart: %+v (held %v); want version %d", got, ok, want.Version)
+	}
+}
+
 func TestKilledNodeFailsAndRestartsWithSameIdentity(t *testing.T) {
 	nodes := cluster(t, 3)
 	victim := nodes[2]
