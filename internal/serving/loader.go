@@ -316,8 +316,10 @@ func (s *Loader) reconcile(ctx context.Context) {
 		s.log.Info("model unloaded", "policy", key, "model", cur.name, "version", cur.version)
 	}
 	s.prestage(ctx)
-	s.publishLocked()
+	// The drift watch first: rows served once the document says so are
+	// monitored.
 	s.synced()
+	s.publishLocked()
 }
 
 // stillNeeded says whether a model this node no longer is assigned must
@@ -380,8 +382,8 @@ func (s *Loader) load(ctx context.Context, key string, m storage.Manifest) {
 	s.setReplica(key, ref, mesh.ReplicaServing, "", 0)
 	s.loaded[key] = servedModel{name: m.Name, version: m.Version, digest: m.Digest}
 	s.log.Info("serving model", "policy", key, "model", m.Ref())
+	s.synced() // before the document says it serves (see reconcile)
 	s.publishLocked()
-	s.synced()
 }
 
 // cannotServe says of every replica assigned here that it failed, and
