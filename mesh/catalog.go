@@ -113,11 +113,11 @@ type PutOptions struct {
 	// every member within a few gossip rounds. Best effort: a lost packet
 	// costs only the gossip's delay. Not part of the entry.
 	Notify []string
-	// Unsynced stores the write in the store's log without waiting for
-	// the disk: a crash of the process loses nothing, a crash of the
-	// host may lose the latest writes. For records their writer derives
-	// again (placements: the owner places again, and peers hold what it
-	// sent), never for what a client is told is stored.
+	// Unsynced stores the write without waiting for the store's log to
+	// reach the disk: a crash (of the process or the host) may lose the
+	// latest such writes. For records their writer derives again
+	// (placements: the owner places again, and peers hold what it sent),
+	// never for what a client is told is stored.
 	Unsynced bool
 }
 
