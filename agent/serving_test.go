@@ -61,9 +61,10 @@ func infer1(t *testing.T, h http.Handler) (int, string, []byte) {
 }
 
 // asking sends infer1 to each of hs over and over, one caller each,
-// pausing pause after every request, until the stop it returns is
-// called; stop says how many were answered 200 and how many were not
-// (each logged).
+// pausing pause after every request (the callers' pacing: the load under
+// test, not a wait for a result), until the stop it returns is called;
+// stop says how many were answered 200 and how many were not (each
+// logged).
 func asking(t *testing.T, hs []http.Handler, pause time.Duration) (stop func() (ok, failed int64)) {
 	var oks, fails atomic.Int64
 	done := make(chan struct{})

@@ -217,10 +217,10 @@ func (m *Mesh) write(key string, value json.RawMessage, deleted bool, o PutOptio
 	m.setEntryLocked(e)
 	m.notifyLocked()
 	m.mu.Unlock()
-	// Synced to disk before it is acknowledged or sent, but outside m.mu:
-	// a controller pass writes hundreds of placements, and gossip waited
-	// on each write's sync (a third of the waits on m.mu at 5,000
-	// policies).
+	// Stored (synced unless o.Unsynced) before it is acknowledged or
+	// sent, but outside m.mu: a controller pass writes hundreds of
+	// placements, and gossip waited on each write's sync (a third of the
+	// waits on m.mu at 5,000 policies).
 	err := m.persistKey(key, !o.Unsynced)
 	if m.spreadEntry(e) {
 		m.sendEntry(e, o.Notify)
@@ -287,47 +287,10 @@ func (m *Mesh) Get(key string) (Entry, error) {
 func (m *Mesh) List(prefix string) []Entry {
 	m.mu.RLock()
 	defer m.mu.RUnlock()
-	t, _, ok := strings.Cut(prefix, "/")
-	if !ok {
-		// Across tables (rare): sorted here, as pointers, then copied.
-		var held []*Entry
-		for k, e := range m.kv {
-			if strings.HasPrefix(k, prefix) && !e.Deleted {
-				held = append(held, e)
-			}
-		}
-		slices.SortFunc(held, func(a, b *Entry) int { return strings.Compare(a.Key, b.Key) })
-		out := make([]Entry, len(held))
-		for i, e := range held {
-			out[i] = *e
-		}
-		return out
-	}
-	// A table keeps its keys sorted: with thousands of entries, sorting
-	// them on every listing was most of a controller pass's listing, and
-	// done under m.mu, which gossip waits on.
-	tab := m.kvTables[t]
-	if tab == nil {
-		return nil
-	}
-	i, _ := slices.BinarySearch(tab.keys, prefix)
-	n := 0
-	for _, k := range tab.keys[i:] {
-		if !strings.HasPrefix(k, prefix) {
-			break
-		}
-		if !tab.entries[k].Deleted {
-			n++
-		}
-	}
-	out := make([]Entry, 0, n)
-	for _, k := range tab.keys[i:] {
-		if !strings.HasPrefix(k, prefix) {
-			break
-		}
-		if e := tab.entries[k]; !e.Deleted {
-			out = append(out, *e)
-		}
+	held := m.liveLocked(prefix)
+	out := make([]Entry, len(held))
+	for i, e := range held {
+		out[i] = *e
 	}
 	return out
 }
@@ -335,32 +298,47 @@ func (m *Mesh) List(prefix string) []Entry {
 // Keys returns the keys of the live entries under prefix, sorted: List
 // without the entries.
 func (m *Mesh) Keys(prefix string) []string {
-	t, _, ok := strings.Cut(prefix, "/")
-	if !ok {
-		entries := m.List(prefix)
-		out := make([]string, len(entries))
-		for i, e := range entries {
-			out[i] = e.Key
-		}
-		return out
-	}
 	m.mu.RLock()
 	defer m.mu.RUnlock()
+	held := m.liveLocked(prefix)
+	out := make([]string, len(held))
+	for i, e := range held {
+		out[i] = e.Key
+	}
+	return out
+}
+
+// liveLocked returns the live entries under prefix, sorted by key, as
+// pointers (an Entry is a large struct). A table keeps its keys sorted:
+// with thousands of entries, sorting them on every listing was most of a
+// controller pass's listing, and done under m.mu, which gossip waits on.
+// The caller holds m.mu.
+func (m *Mesh) liveLocked(prefix string) []*Entry {
+	var held []*Entry
+	t, _, ok := strings.Cut(prefix, "/")
+	if !ok { // across tables (rare): sorted here
+		for k, e := range m.kv {
+			if strings.HasPrefix(k, prefix) && !e.Deleted {
+				held = append(held, e)
+			}
+		}
+		slices.SortFunc(held, func(a, b *Entry) int { return strings.Compare(a.Key, b.Key) })
+		return held
+	}
 	tab := m.kvTables[t]
 	if tab == nil {
 		return nil
 	}
 	i, _ := slices.BinarySearch(tab.keys, prefix)
-	var out []string
 	for _, k := range tab.keys[i:] {
 		if !strings.HasPrefix(k, prefix) {
 			break
 		}
-		if !tab.entries[k].Deleted {
-			out = append(out, k)
+		if e := tab.entries[k]; !e.Deleted {
+			held = append(held, e)
 		}
 	}
-	return out
+	return held
 }
 
 // kvTable is one table of the catalog: its entries, and their keys in
@@ -613,27 +591,16 @@ func (m *Mesh) persistKey(key string, sync bool) error {
 	if e == nil {
 		return nil // collected meanwhile
 	}
-	if !sync {
-		b, err := encodeEntry(e)
-		if err != nil {
-			return err
-		}
-		batch := m.cfg.DB.NewBatch()
-		batch.Put([]byte(keyKVPrefix+e.Key), b)
-		return batch.Commit(false)
-	}
-	return m.persistEntry(e)
-}
-
-func (m *Mesh) persistEntry(e *Entry) error {
-	if m.cfg.DB == nil {
-		return nil
-	}
 	b, err := encodeEntry(e)
 	if err != nil {
 		return err
 	}
-	return m.cfg.DB.Put([]byte(keyKVPrefix+e.Key), b)
+	if sync {
+		return m.cfg.DB.Put([]byte(keyKVPrefix+key), b)
+	}
+	batch := m.cfg.DB.NewBatch()
+	batch.Put([]byte(keyKVPrefix+key), b)
+	return batch.Commit(false)
 }
 
 // checkEntry validates a peer's entry, verifies its signature and asks
