@@ -343,7 +343,7 @@ func (a *Agent) startControl() error {
 			Help: "Times the controller's view of the mesh was updated with new load only, without indexing it again."},
 			func() float64 { return float64(a.ctrl.SnapshotStats().Updates) }),
 	)
-	fc := serving.ForwarderConfig{Mesh: a.mesh, SLO: serving.NewSLOs(a.cat).For, Vouch: serving.NewVouchers(a.cat).Vouch}
+	fc := serving.ForwarderConfig{Mesh: a.mesh, SLO: serving.NewSLOs(a.cat).For, Vouch: serving.NewVouchers(a.cat).Vouch, Site: a.cfg.Site}
 	if a.dp != nil {
 		fc.DataPlane = a.dp.node
 	}

@@ -4,6 +4,7 @@ import (
 	"net/http"
 
 	"github.com/strata-mesh/strata/infer"
+	"github.com/strata-mesh/strata/internal/serving"
 )
 
 // openInference starts the ONNX Runtime server; without the library it
@@ -16,6 +17,7 @@ func (a *Agent) openInference() (*infer.Server, error) {
 		SpillInflight:  a.cfg.SpillInflight,
 		Observer:       func(model string, rows []infer.Sample) { a.drift.Observe(model, rows) }, // a.drift is set before Run
 		Forwarder:      forwarderOf{a},
+		Origin:         func(r *http.Request) string { return serving.ClientSite(r, a.cfg.Site) },
 		Registerer:     a.reg,
 		Logger:         a.log,
 	})

@@ -373,6 +373,18 @@ func TestAutoscaleFollowsRequests(t *testing.T) {
 			}
 		}
 	})
+	// The replicas count the forwarded requests as from's site's.
+	site := from.Mesh().Local().Site
+	meshtest.WaitFor(t, 30*time.Second, "a replica's traffic from site "+site, func() bool {
+		for _, n := range from.Mesh().Nodes() {
+			for _, tr := range n.Traffic {
+				if tr.Model == "scorer@1" && tr.Sites[site] > 0 {
+					return true
+				}
+			}
+		}
+		return false
+	})
 	ok, failed := stop()
 	if rec.Scale == nil || rec.Scale.Replicas != 3 || !strings.Contains(rec.Scale.Reason, "target 20 a replica") {
 		t.Errorf("scale %+v: want 3 replicas with the load as the reason", rec.Scale)

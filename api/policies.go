@@ -212,10 +212,13 @@ type PlacementStatus struct {
 // Scale is an autoscaled service's replica count (Replicas) and its last
 // change: from From, at At, because of the load Reason tells.
 type Scale struct {
-	Replicas int       `json:"replicas"`
-	From     int       `json:"from"`
-	Reason   string    `json:"reason,omitempty"`
-	At       time.Time `json:"at"`
+	Replicas int `json:"replicas"`
+	From     int `json:"from"`
+	// Sites is, for a service placed per client site, each client site's
+	// count; Replicas is their sum.
+	Sites  map[string]int `json:"sites,omitempty"`
+	Reason string         `json:"reason,omitempty"`
+	At     time.Time      `json:"at"`
 }
 
 // PlacedNode is one chosen node and whether it has admitted the work.

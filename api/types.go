@@ -277,6 +277,9 @@ type ModelTraffic struct {
 	// answered in the last 30 seconds; zero when none were.
 	P50 float64 `json:"p50_ms"`
 	P99 float64 `json:"p99_ms"`
+	// Sites is RPS by the client site the requests came from (the
+	// forwarding agent's site, or the node's own), the busiest 16.
+	Sites map[string]float64 `json:"sites,omitempty"`
 }
 
 // Assignment is a node's answer to a placement that names it.

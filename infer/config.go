@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"net/http"
 	"os"
 	"time"
 
@@ -94,6 +95,11 @@ type Config struct {
 	// goroutine, so it must be quick and must not keep the slice's rows
 	// past the call unless it copies them. Default: nil.
 	Observer func(model string, rows []Sample)
+
+	// Origin, when set, names the client site a request came from, for
+	// Traffic's per-site counts; "" counts it in no site. It is called
+	// once per request answered, on its goroutine. Default: nil.
+	Origin func(r *http.Request) string
 
 	// Seed seeds the sampling decisions, so tests are reproducible.
 	// Default: 1.

@@ -238,7 +238,11 @@ func (s *Server) serveInfer(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	defer v.release()
-	done := st.begin()
+	origin := ""
+	if s.cfg.Origin != nil {
+		origin = s.cfg.Origin(r)
+	}
+	done := st.begin(origin)
 	code := s.inferHTTP(w, r, v)
 	done(code)
 	s.metrics.requests.WithLabelValues(v.info.Name, v.info.Version, strconv.Itoa(code)).Inc()

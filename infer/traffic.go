@@ -1,6 +1,7 @@
 package infer
 
 import (
+	"maps"
 	"slices"
 	"sync"
 	"sync/atomic"
@@ -30,7 +31,14 @@ type Traffic struct {
 	// Recent is how many requests P50 and P99 were taken over (at most
 	// recentRequests).
 	Recent int
+	// Sites counts the requests answered since the server started by the
+	// client site they came from (Config.Origin); requests from no known
+	// site, and from sites beyond the first MaxOriginSites, are in none.
+	Sites map[string]uint64
 }
+
+// MaxOriginSites bounds the client sites counted per model version.
+const MaxOriginSites = 32
 
 // TrafficWindow is how far back Traffic's handling times look.
 const TrafficWindow = 30 * time.Second
@@ -44,6 +52,7 @@ type versionStats struct {
 	inflight       atomic.Int64
 
 	mu     sync.Mutex
+	sites  map[string]uint64             // answered, by client site
 	took   [recentRequests]time.Duration // a ring of handling times
 	at     [recentRequests]time.Time     // when each request ended
 	next   int
@@ -81,9 +90,9 @@ func (s *Server) Traffic(name, ver string) Traffic {
 	return v.(*versionStats).traffic(time.Now())
 }
 
-// begin counts a request in flight; the returned func ends it with its
-// status code.
-func (st *versionStats) begin() func(code int) {
+// begin counts a request in flight, from client site origin ("" for
+// none known); the returned func ends it with its status code.
+func (st *versionStats) begin(origin string) func(code int) {
 	st.inflight.Add(1)
 	start := time.Now()
 	return func(code int) {
@@ -93,13 +102,20 @@ func (st *versionStats) begin() func(code int) {
 		if code >= 500 {
 			st.failed.Add(1)
 		}
-		st.record(end.Sub(start), end)
+		st.record(end.Sub(start), end, origin)
 	}
 }
 
-// record keeps a request's handling time, took, that ended at end.
-func (st *versionStats) record(took time.Duration, end time.Time) {
+// record keeps a request's handling time, took, that ended at end, and
+// counts it for its client site.
+func (st *versionStats) record(took time.Duration, end time.Time, origin string) {
 	st.mu.Lock()
+	if _, ok := st.sites[origin]; origin != "" && (ok || len(st.sites) < MaxOriginSites) {
+		if st.sites == nil {
+			st.sites = map[string]uint64{}
+		}
+		st.sites[origin]++
+	}
 	st.took[st.next], st.at[st.next] = took, end
 	st.next = (st.next + 1) % recentRequests
 	st.filled = st.filled || st.next == 0
@@ -109,6 +125,7 @@ func (st *versionStats) record(took time.Duration, end time.Time) {
 func (st *versionStats) traffic(now time.Time) Traffic {
 	t := Traffic{Served: st.served.Load(), Inflight: st.inflight.Load()}
 	st.mu.Lock()
+	t.Sites = maps.Clone(st.sites)
 	n := st.next
 	if st.filled {
 		n = recentRequests

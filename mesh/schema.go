@@ -24,9 +24,11 @@ type Schema struct {
 //	1.1  code artifacts (kind code); TrainingJob code, launcher torchrun,
 //	     gang.ranksPerNode
 //	1.2  node documents carry traffic (each served model's load)
+//	1.3  traffic by client site; autoscale per client site (placement
+//	     records' scale.sites)
 var (
 	SchemaBase    = Schema{1, 0}
-	CurrentSchema = Schema{1, 2}
+	CurrentSchema = Schema{1, 3}
 )
 
 // ParseSchema reads "MAJOR.MINOR"; "" is SchemaBase (written before

@@ -137,6 +137,19 @@ type ModelTraffic struct {
 	// answered in the last 30 seconds; zero when none were.
 	P50 float64 `json:"p50_ms"`
 	P99 float64 `json:"p99_ms"`
+	// Sites is RPS by the client site the requests came from: the site
+	// of the agent that forwarded them here, or this node's own for those
+	// made at its API. Requests from no known site are in none. At most
+	// MaxTrafficSites sites, the busiest.
+	Sites map[string]float64 `json:"sites,omitempty"`
+}
+
+// MaxTrafficSites bounds ModelTraffic.Sites.
+const MaxTrafficSites = 16
+
+// Equal says whether t and o report the same figures.
+func (t ModelTraffic) Equal(o ModelTraffic) bool {
+	return t.Model == o.Model && t.RPS == o.RPS && t.Inflight == o.Inflight && t.P50 == o.P50 && t.P99 == o.P99 && maps.Equal(t.Sites, o.Sites)
 }
 
 // Addrs are the addresses a node advertises.
@@ -281,6 +294,9 @@ func (s NodeState) Clone() NodeState {
 	c.Replicas = slices.Clone(s.Replicas)
 	c.Standbys = slices.Clone(s.Standbys)
 	c.Traffic = slices.Clone(s.Traffic)
+	for i := range c.Traffic {
+		c.Traffic[i].Sites = maps.Clone(s.Traffic[i].Sites)
+	}
 	c.Assignments = slices.Clone(s.Assignments)
 	for i := range c.Assignments {
 		c.Assignments[i].GPUs = slices.Clone(s.Assignments[i].GPUs)

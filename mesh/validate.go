@@ -133,6 +133,17 @@ func (m *Mesh) validateState(s *NodeState, now time.Time) *refusal {
 					return fmt.Errorf("traffic of %.64q: negative or non-finite figure", t.Model)
 				}
 			}
+			if len(t.Sites) > MaxTrafficSites {
+				return fmt.Errorf("traffic of %.64q: %d client sites, over %d", t.Model, len(t.Sites), MaxTrafficSites)
+			}
+			for site, v := range t.Sites {
+				if err := validName("traffic's client site", site, true); err != nil {
+					return err
+				}
+				if math.IsNaN(v) || math.IsInf(v, 0) || v < 0 {
+					return fmt.Errorf("traffic of %.64q from %.64q: negative or non-finite figure", t.Model, site)
+				}
+			}
 		}
 		for _, a := range s.Assignments {
 			if a.CPU < 0 || a.Memory < 0 {

@@ -184,9 +184,10 @@ func (e *Engine) Place(s *Snapshot, req *Request) (*Decision, error) {
 		d.domainFeasN = map[string]int{}
 		e.placeGang(d, passes, need)
 	} else {
-		d.Wanted = need * len(d.ctxs)
 		for _, c := range d.ctxs {
-			e.placeInference(d, c, passes, need)
+			n := req.ReplicasFor(c.client)
+			d.Wanted += n
+			e.placeInference(d, c, passes, n)
 		}
 	}
 	d.Feasible = len(d.Placements) == d.Wanted

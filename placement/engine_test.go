@@ -136,6 +136,56 @@ func TestPerClientSite(t *testing.T) {
 	}
 }
 
+// TestSiteReplicas: a request placed per client site takes each site's
+// own count where SiteReplicas names it, Replicas elsewhere; a count for a
+// site that is not a client, or one without PerClientSite, is refused.
+func TestSiteReplicas(t *testing.T) {
+	s := build(t,
+		box("a1", placement.TierEdge, "shop-a", "west", 4, 8, at(0, 0)),
+		box("a2", placement.TierEdge, "shop-a", "west", 8, 8, at(0, 1)),
+		box("a3", placement.TierEdge, "shop-a", "west", 8, 8, at(0, 2)),
+		box("b1", placement.TierEdge, "shop-b", "east", 4, 8, at(100, 0)),
+		box("b2", placement.TierEdge, "shop-b", "east", 8, 8, at(100, 1)),
+	)
+	req := func() *placement.Request {
+		return &placement.Request{
+			Kind: placement.Inference, PerClientSite: true, Replicas: 1,
+			SiteReplicas: map[string]int{"shop-a": 3},
+			Resources:    placement.Resources{CPU: 1000, Memory: gib},
+			Latency:      placement.Latency{P99: 10 * time.Millisecond, Clients: []string{"shop-a", "shop-b"}},
+		}
+	}
+	d := place(t, s, req())
+	got := map[string][]string{}
+	for _, p := range d.Placements {
+		got[p.Client] = append(got[p.Client], p.Node)
+	}
+	for _, ns := range got {
+		slices.Sort(ns)
+	}
+	if diff := cmp.Diff(map[string][]string{"shop-a": {"a1", "a2", "a3"}, "shop-b": {"b2"}}, got); diff != "" {
+		t.Errorf("replicas per client site (-want +got):\n%s", diff)
+	}
+	if !d.Feasible || d.Wanted != 4 {
+		t.Errorf("feasible %v wanted %d, want true 4", d.Feasible, d.Wanted)
+	}
+	for _, c := range []struct {
+		name string
+		edit func(*placement.Request)
+		want string
+	}{
+		{"not a client", func(r *placement.Request) { r.SiteReplicas["shop-c"] = 1 }, "siteReplicas[shop-c]: not one of latency.clients"},
+		{"not per site", func(r *placement.Request) { r.PerClientSite = false }, "siteReplicas: only with perClientSite"},
+		{"none", func(r *placement.Request) { r.SiteReplicas["shop-a"] = 0 }, "siteReplicas[shop-a] 0: must be at least 1"},
+	} {
+		r := req()
+		c.edit(r)
+		if err := r.Validate(); err == nil || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("%s: %v, want %q", c.name, err, c.want)
+		}
+	}
+}
+
 func TestSpreadRegion(t *testing.T) {
 	s := build(t,
 		box("w1", placement.TierEdge, "w-1", "west", 8, 8, at(0, 0)),

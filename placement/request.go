@@ -3,6 +3,7 @@ package placement
 import (
 	"errors"
 	"fmt"
+	"slices"
 	"time"
 
 	"github.com/strata-mesh/strata/policy"
@@ -140,6 +141,10 @@ type Request struct {
 	// PerClientSite places Replicas for each client site separately, each
 	// on the best node for that site alone.
 	PerClientSite bool
+	// SiteReplicas, with PerClientSite, is the replica count of each
+	// client site it names (an autoscaled service's, by where its load
+	// comes from); the sites it does not name take Replicas.
+	SiteReplicas map[string]int
 	// Resources is what each replica or gang member needs.
 	Resources Resources
 	// Latency is the RTT SLO from the clients.
@@ -215,6 +220,17 @@ func (r *Request) Validate() error {
 	if r.PerClientSite && len(r.Latency.Clients) == 0 {
 		bad("perClientSite needs latency.clients")
 	}
+	if len(r.SiteReplicas) > 0 && !r.PerClientSite {
+		bad("siteReplicas: only with perClientSite")
+	}
+	for site, n := range r.SiteReplicas {
+		if n < 1 {
+			bad("siteReplicas[%s] %d: must be at least 1", site, n)
+		}
+		if !slices.Contains(r.Latency.Clients, site) {
+			bad("siteReplicas[%s]: not one of latency.clients", site)
+		}
+	}
 	for i, c := range r.Constraints {
 		if c == nil {
 			bad("constraints[%d]: nil", i)
@@ -259,6 +275,16 @@ func (r *Request) replicas() int {
 		return 1
 	}
 	return r.Replicas
+}
+
+// ReplicasFor is the number of replicas of client group client: its
+// SiteReplicas count, else Replicas (at least 1). client is "" for the
+// one group of a request not placed per client site.
+func (r *Request) ReplicasFor(client string) int {
+	if n, ok := r.SiteReplicas[client]; ok && client != "" && r.Kind == Inference {
+		return n
+	}
+	return r.replicas()
 }
 
 // member is what each placement needs.

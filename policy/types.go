@@ -246,7 +246,8 @@ type Affinity struct {
 // replicas' reported load asks for more, and removes them when it has
 // asked for fewer for ScaleDownAfter.
 type Autoscale struct {
-	// Min and Max bound the replicas: Min default 1, Max required.
+	// Min and Max bound the replicas (with PerClientSite, each client
+	// site's): Min default 1, Max required.
 	Min int `yaml:"min" json:"min"`
 	Max int `yaml:"max" json:"max"`
 	// Target is the load one replica should carry: exactly one of its

@@ -327,9 +327,6 @@ func (d *decoder) autoscale(s *InferenceServiceSpec, p string) {
 	if a.ScaleDownAfter < 0 || (a.ScaleDownAfter == 0 && d.isSet(q+".scaleDownAfter")) {
 		d.errField(q+".scaleDownAfter", fmt.Sprintf("must be positive, got %s", time.Duration(a.ScaleDownAfter)))
 	}
-	if s.PerClientSite {
-		d.errField(q, "not yet with perClientSite: autoscale counts replicas for the whole service")
-	}
 }
 
 func (d *decoder) inference(s *InferenceServiceSpec, p string) {

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"maps"
 	"slices"
 	"strings"
 	"text/tabwriter"
@@ -273,8 +274,16 @@ func describePolicy(ctx context.Context, c *clientFlags, named string, w io.Writ
 			state += fmt.Sprintf(" (generation %d)", pl.PlacedGeneration)
 		}
 		row("Placement", fmt.Sprintf("%s, owner %s, epoch %d", state, dash(pl.Owner), pl.Epoch))
-		row("Replicas", fmt.Sprintf("%d of %d wanted", len(pl.Nodes), pl.Wanted))
-		if sc := pl.Scale; sc != nil && sc.From != sc.Replicas {
+		replicas := fmt.Sprintf("%d of %d wanted", len(pl.Nodes), pl.Wanted)
+		if sc := pl.Scale; sc != nil && len(sc.Sites) > 0 {
+			var per []string
+			for _, site := range slices.Sorted(maps.Keys(sc.Sites)) {
+				per = append(per, fmt.Sprintf("%s %d", site, sc.Sites[site]))
+			}
+			replicas += " (" + strings.Join(per, ", ") + ")"
+		}
+		row("Replicas", replicas)
+		if sc := pl.Scale; sc != nil && (sc.From != sc.Replicas || len(sc.Sites) > 0) && sc.Reason != "" {
 			row("Autoscaled", fmt.Sprintf("%d → %d at %s: %s", sc.From, sc.Replicas, sc.At.Local().Format(time.DateTime), sc.Reason))
 		}
 		if pl.Message != "" {

@@ -90,15 +90,27 @@ type Scale struct {
 	// change (equal to it before any).
 	Replicas int `json:"replicas"`
 	From     int `json:"from"`
+	// Sites is, for a service placed per client site, the count of each
+	// client site; Replicas is their sum.
+	Sites map[string]int `json:"sites,omitempty"`
 	// Reason is the load that asked for the change; At is when.
 	Reason string    `json:"reason,omitempty"`
 	At     time.Time `json:"at"`
+}
+
+// Equal says whether s and o say the same; nil equals only nil.
+func (s *Scale) Equal(o *Scale) bool {
+	if s == nil || o == nil {
+		return s == o
+	}
+	return s.Replicas == o.Replicas && s.From == o.From && maps.Equal(s.Sites, o.Sites) && s.Reason == o.Reason && s.At.Equal(o.At)
 }
 
 // clone is p with its own slices and maps.
 func (p Placement) clone() Placement {
 	if p.Scale != nil {
 		s := *p.Scale
+		s.Sites = maps.Clone(s.Sites)
 		p.Scale = &s
 	}
 	p.Nodes = slices.Clone(p.Nodes)

@@ -3,11 +3,13 @@ package controller
 import (
 	"fmt"
 	"math"
+	"slices"
 	"strings"
 	"time"
 
 	"github.com/strata-mesh/strata/internal/catalog"
 	"github.com/strata-mesh/strata/mesh"
+	"github.com/strata-mesh/strata/placement"
 	"github.com/strata-mesh/strata/policy"
 )
 
@@ -70,8 +72,10 @@ func scaleTo(a *policy.Autoscale, cur int, loads []replicaLoad) (int, string) {
 // waits while a replica is not serving (loading ones would distort the
 // load) and for scaleSettle after a change; more replicas are placed at
 // once, fewer only after the load asked for fewer for ScaleDownAfter
-// (then as many as it asked for at most meanwhile).
-func (c *Controller) autoscale(a *policy.Autoscale, rec catalog.Placement, byName map[string]mesh.Node, now time.Time) (catalog.Placement, string, bool) {
+// (then as many as it asked for at most meanwhile). For a service placed
+// per client site (clients, else nil), each client site's count follows
+// the load that comes from it (autoscaleSites).
+func (c *Controller) autoscale(a *policy.Autoscale, rec catalog.Placement, clients []string, byName map[string]mesh.Node, now time.Time) (catalog.Placement, string, bool) {
 	cur := rec.Wanted
 	if rec.Scale != nil {
 		cur = rec.Scale.Replicas
@@ -79,46 +83,127 @@ func (c *Controller) autoscale(a *policy.Autoscale, rec catalog.Placement, byNam
 			return rec, "", false
 		}
 	}
-	loads := make([]replicaLoad, 0, len(rec.Nodes))
+	traffic := make([]mesh.ModelTraffic, 0, len(rec.Nodes))
 	for _, pn := range rec.Nodes {
 		n, ok := byName[pn.Name]
 		if !ok || pn.Replica != mesh.ReplicaServing || (n.Status != mesh.StatusAlive && n.Status != mesh.StatusSuspect) {
 			return rec, "", false
 		}
-		loads = append(loads, loadOf(n, rec.Key))
+		traffic = append(traffic, trafficOf(n, rec.Key))
+	}
+	if len(clients) > 0 {
+		return c.autoscaleSites(a, rec, clients, traffic, byName, now)
+	}
+	loads := make([]replicaLoad, len(traffic))
+	for i, t := range traffic {
+		loads[i] = replicaLoad{rps: t.RPS, inflight: float64(t.Inflight), p99: t.P99}
 	}
 	want, why := scaleTo(a, cur, loads)
-	switch {
-	case want > cur && len(rec.Nodes) < cur:
-		// Placed in part: more replicas would not fit either.
-		delete(c.scaleLow, rec.Key)
-		return rec, "", false
-	case want > cur:
-		delete(c.scaleLow, rec.Key)
-	case want < cur:
-		low, ok := c.scaleLow[rec.Key]
-		if !ok {
-			low = scaleLow{since: now}
-		}
-		low.want = max(low.want, want)
-		c.scaleLow[rec.Key] = low
-		if now.Sub(low.since) < time.Duration(a.ScaleDownAfter) {
-			return rec, "", false
-		}
-		delete(c.scaleLow, rec.Key)
-		want = low.want
-		why += fmt.Sprintf(", for %s", time.Duration(a.ScaleDownAfter))
-	default:
-		delete(c.scaleLow, rec.Key)
+	want, why, ok := c.scaleStep(a, rec.Key, cur, want, len(rec.Nodes) < cur, why, now)
+	if !ok {
 		return rec, "", false
 	}
 	rec.Scale = &catalog.Scale{Replicas: want, From: cur, Reason: why, At: now.UTC()}
 	return rec, fmt.Sprintf("autoscaled %d → %d: %s", cur, want, why), true
 }
 
-// loadOf is the traffic node n reports for the model it serves for policy
-// key (zero while it reports none: idle).
-func loadOf(n mesh.Node, key string) replicaLoad {
+// scaleStep decides one count's change, under key in c.scaleLow: from
+// cur to want (the load's ask, for the reason why) at once when more,
+// unless short (placed in part: more would not fit either); when fewer,
+// once the load has asked for fewer for ScaleDownAfter, to the most it
+// asked for meanwhile. ok is false for no change.
+func (c *Controller) scaleStep(a *policy.Autoscale, key string, cur, want int, short bool, why string, now time.Time) (int, string, bool) {
+	switch {
+	case want > cur && short:
+		delete(c.scaleLow, key)
+		return cur, "", false
+	case want > cur:
+		delete(c.scaleLow, key)
+		return want, why, true
+	case want < cur:
+		low, ok := c.scaleLow[key]
+		if !ok {
+			low = scaleLow{since: now}
+		}
+		low.want = max(low.want, want)
+		c.scaleLow[key] = low
+		if now.Sub(low.since) < time.Duration(a.ScaleDownAfter) {
+			return cur, "", false
+		}
+		delete(c.scaleLow, key)
+		return low.want, why + fmt.Sprintf(", for %s", time.Duration(a.ScaleDownAfter)), true
+	default:
+		delete(c.scaleLow, key)
+		return cur, "", false
+	}
+}
+
+// autoscaleSites scales a service placed per client site: each client
+// site's count follows the requests that came from it (ModelTraffic.Sites;
+// a client region takes its sites'), whichever replica answered them, so
+// replicas are added near the sites the load comes from. A replica's in
+// flight and p99 count for a client site by its share of the replica's
+// requests.
+func (c *Controller) autoscaleSites(a *policy.Autoscale, rec catalog.Placement, clients []string, traffic []mesh.ModelTraffic, byName map[string]mesh.Node, now time.Time) (catalog.Placement, string, bool) {
+	regionOf := map[string]string{}
+	for _, n := range byName {
+		regionOf[n.Site] = n.Region
+	}
+	start := max(1, rec.Wanted/len(clients))
+	next := make(map[string]int, len(clients))
+	var notes []string
+	from, to := 0, 0
+	for _, cl := range clients {
+		cur, ok := 0, false
+		if rec.Scale != nil {
+			cur, ok = rec.Scale.Sites[cl]
+		}
+		if !ok {
+			cur = start
+		}
+		placed := 0
+		for _, pn := range rec.Nodes {
+			if pn.Client == cl {
+				placed++
+			}
+		}
+		var loads []replicaLoad
+		for _, t := range traffic {
+			share := 0.0
+			for site, rps := range t.Sites {
+				if site == cl || regionOf[site] == cl {
+					share += rps
+				}
+			}
+			if share <= 0 {
+				continue
+			}
+			l := replicaLoad{rps: share, p99: t.P99}
+			if t.RPS > 0 {
+				l.inflight = float64(t.Inflight) * min(1, share/t.RPS)
+			}
+			loads = append(loads, l)
+		}
+		want, why := scaleTo(a, cur, loads)
+		want, why, changed := c.scaleStep(a, rec.Key+"\x00"+cl, cur, want, placed < cur, why, now)
+		if changed {
+			notes = append(notes, fmt.Sprintf("%s %d → %d: from %s, %s", cl, cur, want, cl, why))
+		}
+		next[cl] = want
+		from += cur
+		to += want
+	}
+	if len(notes) == 0 {
+		return rec, "", false
+	}
+	why := strings.Join(notes, "; ")
+	rec.Scale = &catalog.Scale{Replicas: to, From: from, Sites: next, Reason: why, At: now.UTC()}
+	return rec, fmt.Sprintf("autoscaled %d → %d: %s", from, to, why), true
+}
+
+// trafficOf is the traffic node n reports for the model it serves for
+// policy key (zero while it reports none: idle).
+func trafficOf(n mesh.Node, key string) mesh.ModelTraffic {
 	model := ""
 	for _, r := range n.Replicas {
 		if r.Policy == key {
@@ -127,22 +212,69 @@ func loadOf(n mesh.Node, key string) replicaLoad {
 	}
 	for _, t := range n.Traffic {
 		if t.Model == model && model != "" {
-			return replicaLoad{rps: t.RPS, inflight: float64(t.Inflight), p99: t.P99}
+			return t
 		}
 	}
-	return replicaLoad{}
+	return mesh.ModelTraffic{}
 }
 
-// scaledReplicas is the replica count to place an autoscaled service
-// with: its record's, kept within the policy's bounds, or the policy's
-// starting count before any.
-func scaledReplicas(a *policy.Autoscale, spec int, old catalog.Placement, have bool) (int, *catalog.Scale) {
+// scaleRequest sets req's replica counts for an autoscaled service from
+// its placement record's Scale, each kept within a's bounds, and returns
+// the Scale the new record keeps; before any, req keeps the policy's
+// starting count and it returns nil. A service placed per client site
+// takes each site's count (SiteReplicas); a site the Scale lacks starts
+// at the policy's count.
+func scaleRequest(a *policy.Autoscale, req *placement.Request, old catalog.Placement, have bool) *catalog.Scale {
 	if !have || old.Scale == nil {
-		return spec, nil
+		return nil
 	}
 	s := *old.Scale
-	s.Replicas = min(max(s.Replicas, a.Min), a.Max)
-	return s.Replicas, &s
+	if !req.PerClientSite {
+		s.Sites = nil
+		s.Replicas = min(max(s.Replicas, a.Min), a.Max)
+		req.Replicas = s.Replicas
+		return &s
+	}
+	s.Sites, s.Replicas = make(map[string]int, len(req.Latency.Clients)), 0
+	for _, cl := range req.Latency.Clients {
+		n, ok := old.Scale.Sites[cl]
+		if !ok {
+			n = req.ReplicasFor(cl)
+		}
+		n = min(max(n, a.Min, 1), a.Max)
+		s.Sites[cl] = n
+		s.Replicas += n
+	}
+	req.SiteReplicas = s.Sites
+	return &s
+}
+
+// trimKeptFor is trimKept per client site for a service placed so (each
+// site to its count), else trimKept. Kept replicas of no client site
+// (recorded before clients were) stay.
+func trimKeptFor(req *placement.Request, keep, fresh []catalog.PlacedNode, wanted int) []catalog.PlacedNode {
+	if !req.PerClientSite {
+		return trimKept(keep, fresh, wanted)
+	}
+	of := func(ns []catalog.PlacedNode, cl string) []catalog.PlacedNode {
+		var out []catalog.PlacedNode
+		for _, n := range ns {
+			if n.Client == cl {
+				out = append(out, n)
+			}
+		}
+		return out
+	}
+	var out []catalog.PlacedNode
+	for _, cl := range req.Latency.Clients {
+		out = append(out, trimKept(of(keep, cl), of(fresh, cl), req.ReplicasFor(cl))...)
+	}
+	for _, k := range keep {
+		if !slices.Contains(req.Latency.Clients, k.Client) {
+			out = append(out, k)
+		}
+	}
+	return out
 }
 
 // trimKept drops kept replicas beyond wanted (a service scaled down):

@@ -1,6 +1,7 @@
 package controller
 
 import (
+	"maps"
 	"slices"
 	"strings"
 	"testing"
@@ -134,10 +135,10 @@ func TestAutoscaleFollowsLoad(t *testing.T) {
 		byName[n.Name] = n
 	}
 	a := c.facts(catalog.Policy{Kind: policy.KindInferenceService, Name: "web", Source: scaledSource, Generation: 1}).autoscale
-	if _, _, ok := c.autoscale(a, rec, byName, time.Now().Add(30*time.Second)); ok {
+	if _, _, ok := c.autoscale(a, rec, nil, byName, time.Now().Add(30*time.Second)); ok {
 		t.Errorf("scaled down after 30s of a 1m scaleDownAfter")
 	}
-	scaled, why, ok := c.autoscale(a, rec, byName, time.Now().Add(61*time.Second))
+	scaled, why, ok := c.autoscale(a, rec, nil, byName, time.Now().Add(61*time.Second))
 	if !ok || scaled.Scale.Replicas != 2 || scaled.Scale.From != 3 {
 		t.Fatalf("after scaleDownAfter: %v %+v; want 3 → 2", ok, scaled.Scale)
 	}
@@ -154,7 +155,7 @@ func TestAutoscaleFollowsLoad(t *testing.T) {
 	t.Logf("scaled down: %s", rec.Message)
 	// While a replica loads, nothing scales.
 	rec.Nodes[1].Replica = mesh.ReplicaLoading
-	if _, _, ok := c.autoscale(a, rec, byName, time.Now().Add(time.Hour)); ok {
+	if _, _, ok := c.autoscale(a, rec, nil, byName, time.Now().Add(time.Hour)); ok {
 		t.Error("scaled while a replica was loading")
 	}
 }
@@ -323,4 +324,144 @@ func TestBurstOverflowsAndComesBack(t *testing.T) {
 		t.Errorf("after coming back: %v, %q; want e1, e2, e3 and no burst", got, rec.Message)
 	}
 	t.Logf("came back: %s", rec.Message)
+}
+
+// siteScaledSource is served per client site, each site's replicas
+// autoscaled 1 to 3 at 50 req/s; a replica takes a node.
+const siteScaledSource = `apiVersion: strata/v1
+kind: InferenceService
+metadata: {name: web}
+spec:
+  model: {name: m, version: "1"}
+  perClientSite: true
+  resources: {cpu: 600m, memory: 16Mi}
+  latency: {p99: 15ms, clients: [edge-a, edge-b]}
+  autoscale: {max: 3, target: {rps: 50}, scaleDownAfter: 1m}
+`
+
+// TestAutoscaleBySite: a service placed per client site scales each
+// site's replicas by the load that comes from that site, whichever
+// replica answered it: edge-b's clients, half of them answered by
+// edge-a's replica, get two more replicas in edge-b, and edge-a keeps
+// its one. The load falling away from edge-b takes them back after
+// scaleDownAfter.
+func TestAutoscaleBySite(t *testing.T) {
+	t.Parallel()
+	const key = "InferenceService/web"
+	cat := catalog.New(catalogtest.NewStore(), nil)
+	at := func(name, site string, ms float64) mesh.Node {
+		n := gpuNode(name, 1000)
+		n.Tier, n.Site, n.Region, n.Controller = "edge", site, "eu", name == "a1"
+		n.Coord = &coordinate.Coordinate{Vec: []float64{ms / 1e3, 0}}
+		return n
+	}
+	base := []mesh.Node{at("a1", "edge-a", 0), at("a2", "edge-a", 0.5), at("a3", "edge-a", 1),
+		at("b1", "edge-b", 100), at("b2", "edge-b", 100.5), at("b3", "edge-b", 101)}
+	m := &fakeMesh{nodes: slices.Clone(base)}
+	c := New(Config{Mesh: m, Catalog: cat, Compile: meshview.Compile})
+	p := catalog.Policy{Kind: policy.KindInferenceService, Name: "web", Source: siteScaledSource, Generation: 1}
+	if _, err := cat.Policies.Put(p); err != nil {
+		t.Fatal(err)
+	}
+	// serve admits the placement on its nodes, which serve m@1 with the
+	// traffic given per node, and runs a pass.
+	serve := func(traffic map[string]mesh.ModelTraffic) catalog.Placement {
+		t.Helper()
+		rec := c.placements()[key]
+		m.nodes = slices.Clone(base)
+		for i := range m.nodes {
+			n := &m.nodes[i]
+			if !slices.Contains(names(rec.Nodes), n.Name) {
+				continue
+			}
+			n.Assignments = []mesh.Assignment{{Key: key, Epoch: rec.Epoch, Accepted: true, CPU: 600}}
+			n.Load.FreeCPU -= 600
+			n.Replicas = []mesh.Replica{{Policy: key, Model: "m@1", State: mesh.ReplicaServing}}
+			if tr, ok := traffic[n.Name]; ok {
+				tr.Model = "m@1"
+				n.Traffic = []mesh.ModelTraffic{tr}
+			}
+		}
+		c.reconcile()
+		return c.placements()[key]
+	}
+	// bySite counts the replicas placed for each client site, and checks
+	// each is in its client's site.
+	bySite := func(rec catalog.Placement) map[string]int {
+		t.Helper()
+		out := map[string]int{}
+		for _, pn := range rec.Nodes {
+			if pn.Site != pn.Client {
+				t.Errorf("%s, in %s, serves %s's clients", pn.Name, pn.Site, pn.Client)
+			}
+			out[pn.Client]++
+		}
+		return out
+	}
+	c.reconcile()
+	rec := serve(nil)
+	if got := bySite(rec); rec.State != catalog.StatePlaced || got["edge-a"] != 1 || got["edge-b"] != 1 {
+		t.Fatalf("first placement: %s %q, %v; want one replica a site", rec.State, rec.Message, got)
+	}
+	var onA, onB string
+	for _, pn := range rec.Nodes {
+		if pn.Client == "edge-a" {
+			onA = pn.Name
+		} else {
+			onB = pn.Name
+		}
+	}
+	// edge-b sends 130 req/s: 70 answered by its own replica, 60 by
+	// edge-a's (forwarded there while edge-b's was busy). edge-a sends
+	// 20.
+	rec = serve(map[string]mesh.ModelTraffic{
+		onA: {RPS: 80, Sites: map[string]float64{"edge-a": 20, "edge-b": 60}},
+		onB: {RPS: 70, Sites: map[string]float64{"edge-b": 70}},
+	})
+	got := bySite(rec)
+	if rec.Scale == nil || rec.Scale.Replicas != 4 || rec.Scale.From != 2 || got["edge-a"] != 1 || got["edge-b"] != 3 {
+		t.Fatalf("edge-b at 130 req/s: %v, scale %+v, %q; want edge-a 1, edge-b 3", got, rec.Scale, rec.Message)
+	}
+	if !slices.Contains(names(rec.Nodes), onA) || !slices.Contains(names(rec.Nodes), onB) {
+		t.Errorf("scaling up moved a serving replica: %v, had %s and %s", names(rec.Nodes), onA, onB)
+	}
+	want := "edge-b 1 → 3: from edge-b, 130 req/s over 2 replica(s), target 50 a replica"
+	if rec.Scale.Reason != want || !maps.Equal(rec.Scale.Sites, map[string]int{"edge-a": 1, "edge-b": 3}) {
+		t.Errorf("scale: %q, %v\nwant %q, edge-a 1 and edge-b 3", rec.Scale.Reason, rec.Scale.Sites, want)
+	}
+	t.Logf("scaled up: %s", rec.Message)
+	// The load from edge-b falls to 10 req/s: after scaleDownAfter,
+	// edge-b is back to 1, and edge-a is left as it is.
+	traffic := map[string]mesh.ModelTraffic{onA: {RPS: 20, Sites: map[string]float64{"edge-a": 20}}}
+	for _, pn := range rec.Nodes {
+		if pn.Client == "edge-b" {
+			traffic[pn.Name] = mesh.ModelTraffic{RPS: 3.3, Sites: map[string]float64{"edge-b": 3.3}}
+		}
+	}
+	rec.Scale.At = rec.Scale.At.Add(-scaleSettle)
+	if _, err := cat.Placements.Put(rec); err != nil {
+		t.Fatal(err)
+	}
+	if rec = serve(traffic); rec.Scale.Replicas != 4 {
+		t.Fatalf("at once after the load fell: %+v; want 4 still", rec.Scale)
+	}
+	byName := map[string]mesh.Node{}
+	for _, n := range m.nodes {
+		byName[n.Name] = n
+	}
+	a := c.facts(p).autoscale
+	clients := []string{"edge-a", "edge-b"}
+	if _, _, ok := c.autoscale(a, rec, clients, byName, time.Now().Add(30*time.Second)); ok {
+		t.Errorf("scaled down after 30s of a 1m scaleDownAfter")
+	}
+	scaled, why, ok := c.autoscale(a, rec, clients, byName, time.Now().Add(61*time.Second))
+	if !ok || !maps.Equal(scaled.Scale.Sites, map[string]int{"edge-a": 1, "edge-b": 1}) {
+		t.Fatalf("after scaleDownAfter: %v %+v; want edge-b 3 → 1", ok, scaled.Scale)
+	}
+	c.place(p, scaled, true, &round{c: c, nodes: m.nodes, byName: byName}, nil, why)
+	rec = c.placements()[key]
+	if got := bySite(rec); got["edge-a"] != 1 || got["edge-b"] != 1 || !slices.Contains(names(rec.Nodes), onA) {
+		t.Errorf("scaled down: %v on %v; want one a site, %s kept", got, names(rec.Nodes), onA)
+	}
+	t.Logf("scaled down: %s", rec.Message)
 }

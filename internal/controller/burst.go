@@ -27,7 +27,7 @@ func (c *Controller) burstBack(p catalog.Policy, b *policy.Burst, rec catalog.Pl
 		return "", false
 	}
 	if f := c.facts(p); f.autoscale != nil {
-		req.Replicas, _ = scaledReplicas(f.autoscale, req.Replicas, rec, true)
+		scaleRequest(f.autoscale, req, rec, true)
 	}
 	base, err := view.snapshot()
 	if err != nil {

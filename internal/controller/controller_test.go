@@ -84,6 +84,12 @@ func TestUnreachableSiteKeepsItsReplicas(t *testing.T) {
 	if got := names(mergeKept(keep, fresh, 2)); !slices.Equal(got, []string{"a1", "b2"}) {
 		t.Errorf("merged %v, want a1 b2", got)
 	}
+	// Two replicas for edge-a, the kept one second in the decision: it
+	// counts for itself, and the other is added, not the kept one twice.
+	fresh = []catalog.PlacedNode{{Name: "a2", Client: "edge-a"}, {Name: "a1", Client: "edge-a"}}
+	if got := names(mergeKept(keep, fresh, 2)); !slices.Equal(got, []string{"a1", "a2"}) {
+		t.Errorf("merged %v, want a1 a2", got)
+	}
 	// Without clients: count-based.
 	if got := names(mergeKept([]catalog.PlacedNode{{Name: "a1"}}, []catalog.PlacedNode{{Name: "c1"}, {Name: "a1"}, {Name: "b2"}}, 2)); !slices.Equal(got, []string{"a1", "c1"}) {
 		t.Errorf("merged %v, want a1 c1", got)

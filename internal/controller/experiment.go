@@ -35,6 +35,8 @@ type docFacts struct {
 	// bounds and target, and its starting count.
 	autoscale *policy.Autoscale
 	replicas  int
+	// perSite is an InferenceService placed per client site.
+	perSite bool
 	// prestage is set for an InferenceService that prestages model.
 	prestage bool
 	model    policy.ModelRef
@@ -68,7 +70,7 @@ func (c *Controller) facts(p catalog.Policy) docFacts {
 			if s.Autoscale != nil {
 				f.autoscale, f.replicas = s.Autoscale, s.Replicas
 			}
-			f.prestage, f.model, f.burst = s.Prestage, s.Model, s.Burst
+			f.prestage, f.model, f.burst, f.perSite = s.Prestage, s.Model, s.Burst, s.PerClientSite
 			if s.Latency != nil {
 				f.clients = s.Latency.Clients
 			}

@@ -32,7 +32,7 @@ func (c *Controller) place(p catalog.Policy, old catalog.Placement, have bool, v
 	}
 	f := c.facts(p)
 	if f.autoscale != nil {
-		req.Replicas, rec.Scale = scaledReplicas(f.autoscale, req.Replicas, old, have)
+		rec.Scale = scaleRequest(f.autoscale, req, old, have)
 	}
 	if f.prestage {
 		c.modelData(req, f.model)
@@ -185,7 +185,7 @@ func (c *Controller) chooseNodes(p catalog.Policy, old catalog.Placement, have b
 	snap *placement.Snapshot, req *placement.Request, fresh []catalog.PlacedNode, wanted int, ownTiers bool) (nodes, keep []catalog.PlacedNode, spared bool) {
 	f := c.facts(p)
 	firm, spare := kept(p, f.clients, old, have, view.nodes, cut, c.lost)
-	keep = trimKept(firm, fresh, wanted)
+	keep = trimKeptFor(req, firm, fresh, wanted)
 	if c.returning[p.Key()] && ownTiers {
 		keep = slices.DeleteFunc(keep, func(pn catalog.PlacedNode) bool { return pn.Burst })
 	}
@@ -272,8 +272,9 @@ func kept(p catalog.Policy, clients []string, old catalog.Placement, have bool, 
 }
 
 // mergeKept fills what keep lacks of wanted from fresh. Per client site
-// (fresh names clients), a client served by a kept replica takes none of
-// fresh's; otherwise fresh's nodes not kept already are added in order.
+// (fresh names clients), each replica kept for a client stands for one of
+// fresh's for it (the same node first); otherwise fresh's nodes not kept
+// already are added in order.
 func mergeKept(keep, fresh []catalog.PlacedNode, wanted int) []catalog.PlacedNode {
 	if len(keep) == 0 {
 		return fresh
@@ -286,16 +287,28 @@ func mergeKept(keep, fresh []catalog.PlacedNode, wanted int) []catalog.PlacedNod
 		}
 	}
 	if perClient {
+		// Fresh's nodes that are kept already count for their client
+		// first; then each kept replica stands for one of fresh's.
 		served := map[string]int{}
 		for _, k := range keep {
 			served[k.Client]++
 		}
+		isKept := func(f catalog.PlacedNode) bool {
+			return slices.ContainsFunc(keep, func(k catalog.PlacedNode) bool { return k.Name == f.Name })
+		}
 		for _, f := range fresh {
-			if served[f.Client] > 0 {
+			if isKept(f) && served[f.Client] > 0 {
 				served[f.Client]--
-				continue
 			}
-			out = append(out, f)
+		}
+		for _, f := range fresh {
+			switch {
+			case isKept(f):
+			case served[f.Client] > 0:
+				served[f.Client]--
+			default:
+				out = append(out, f)
+			}
 		}
 		return out
 	}
@@ -331,7 +344,7 @@ func cutSites(keep []catalog.PlacedNode, cut map[string]bool) []string {
 func (c *Controller) unchanged(old catalog.Placement, have bool, rec catalog.Placement) bool {
 	if !have || old.Generation != rec.Generation || old.State == catalog.StateDone ||
 		(old.State == catalog.StateFailed) != (rec.State == catalog.StateFailed) || !sameNodes(old.Nodes, rec.Nodes) ||
-		old.Scale != rec.Scale && (old.Scale == nil || rec.Scale == nil || *old.Scale != *rec.Scale) {
+		!old.Scale.Equal(rec.Scale) {
 		return false
 	}
 	c.mu.Lock()

@@ -43,7 +43,7 @@ func standbys(snap *placement.Snapshot, req *placement.Request, rec *catalog.Pla
 	}
 	for i, pn := range rec.Nodes {
 		r := *req
-		r.Replicas, r.PerClientSite, r.Exclude = 1, false, exclude
+		r.Replicas, r.PerClientSite, r.SiteReplicas, r.Exclude = 1, false, nil, exclude
 		if pn.Client != "" && len(r.Latency.Clients) > 0 {
 			r.Latency.Clients = []string{pn.Client}
 		}
@@ -71,7 +71,7 @@ func takeStandbys(snap *placement.Snapshot, req *placement.Request, old catalog.
 			continue
 		}
 		r := *req
-		r.Replicas, r.PerClientSite, r.Exclude = 1, false, nil
+		r.Replicas, r.PerClientSite, r.SiteReplicas, r.Exclude = 1, false, nil, nil
 		if pn.Client != "" && len(r.Latency.Clients) > 0 {
 			r.Latency.Clients = []string{pn.Client}
 		}

@@ -126,8 +126,12 @@ func (c *Controller) reconcile() {
 		if have && p.Kind == policy.KindInferenceService && rec.State == catalog.StatePlaced && noteReplicas(&rec, reps) {
 			c.write(rec)
 		}
-		if a := c.facts(p).autoscale; a != nil && have && rec.State == catalog.StatePlaced && rec.Generation == p.Generation {
-			if scaled, why, ok := c.autoscale(a, rec, byName, time.Now()); ok {
+		if f := c.facts(p); f.autoscale != nil && have && rec.State == catalog.StatePlaced && rec.Generation == p.Generation {
+			var clients []string
+			if f.perSite {
+				clients = f.clients
+			}
+			if scaled, why, ok := c.autoscale(f.autoscale, rec, clients, byName, time.Now()); ok {
 				c.log.Info("autoscaling", "policy", key, "from", scaled.Scale.From, "to", scaled.Scale.Replicas, "why", scaled.Scale.Reason)
 				c.place(p, scaled, true, view, cut, why)
 				continue

@@ -12,6 +12,7 @@ import (
 
 	"github.com/strata-mesh/strata/api"
 	"github.com/strata-mesh/strata/internal/httpjson"
+	"github.com/strata-mesh/strata/mesh/dataplane"
 )
 
 // Why a request was refused before it reached a route, as the reason
@@ -108,6 +109,9 @@ func (p hostPolicy) allows(hostport string) bool {
 // a page of another origin cannot read its answers either.
 func (s *Server) guard(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		// Only the data plane names an authenticated peer; a client of
+		// this API that names one is not one.
+		r.Header.Del(dataplane.HeaderPeer)
 		if !s.hosts.allows(r.Host) {
 			s.refuse(RefusedHost)
 			h := canonicalHost(r.Host)

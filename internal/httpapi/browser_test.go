@@ -16,6 +16,7 @@ import (
 
 	"github.com/strata-mesh/strata/api"
 	"github.com/strata-mesh/strata/api/client"
+	"github.com/strata-mesh/strata/mesh/dataplane"
 )
 
 // guarded is guard in front of a handler that answers 418, for an API
@@ -289,5 +290,25 @@ func TestHandlerIsGuarded(t *testing.T) {
 	}
 	if !found {
 		t.Error("strata_api_requests_refused_total is not registered")
+	}
+}
+
+// TestGuardDropsThePeerHeader: a client of the API cannot pass as a peer
+// of the data plane, which alone names one (dataplane.HeaderPeer): the
+// header is gone before any handler reads it.
+func TestGuardDropsThePeerHeader(t *testing.T) {
+	t.Parallel()
+	s := &Server{hosts: newHostPolicy(func() string { return "127.0.0.1:7470" }, nil), refused: newRefusedCounter(nil)}
+	var got []string
+	h := s.guard(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		got = r.Header.Values(dataplane.HeaderPeer)
+	}))
+	for _, method := range []string{http.MethodGet, http.MethodPost} {
+		r := httptest.NewRequest(method, "http://127.0.0.1:7470/v2/models/m/infer", nil)
+		r.Header.Add(dataplane.HeaderPeer, "cloud-1")
+		h.ServeHTTP(httptest.NewRecorder(), r)
+		if len(got) != 0 {
+			t.Errorf("%s: the handler read %s %q", method, dataplane.HeaderPeer, got)
+		}
 	}
 }

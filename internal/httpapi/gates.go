@@ -43,10 +43,22 @@ var schema11 = mesh.Schema{Major: 1, Minor: 1}
 // and prestage (standbys in placement records).
 var schema12 = mesh.Schema{Major: 1, Minor: 2}
 
+// schema13 brought traffic by client site and autoscale per client
+// site.
+var schema13 = mesh.Schema{Major: 1, Minor: 3}
+
 // policyGate returns a *GateError when doc uses a field or value that not
 // every live node reads yet.
 func policyGate(doc *policy.Document, nodes []mesh.Node) error {
 	oldest, members := mesh.OldestSchema(nodes)
+	if !oldest.Less(schema13) {
+		return nil
+	}
+	if s := doc.InferenceService; s != nil && s.Autoscale != nil && s.PerClientSite {
+		// An older agent refuses the policy, and an older owner would
+		// neither count load by site nor place by site's count.
+		return &GateError{Field: "spec.autoscale", What: "autoscale with perClientSite", Need: schema13, Oldest: oldest, Members: members}
+	}
 	if !oldest.Less(schema12) {
 		return nil
 	}

@@ -9,7 +9,7 @@ import (
 	"github.com/strata-mesh/strata/storage"
 )
 
-// TestGates: a policy or push that uses what schema 1.1 or 1.2 brought
+// TestGates: a policy or push that uses what schema 1.1, 1.2 or 1.3 brought
 // is refused while a live member runs an older schema (no schema
 // recorded), with the field and the members named; a failed member does
 // not hold it back.
@@ -20,7 +20,7 @@ func TestGates(t *testing.T) {
 		n.Name, n.Schema = name, schema
 		return n
 	}
-	upgraded := []mesh.Node{node("a", "1.2", mesh.StatusAlive), node("b", "1.2", mesh.StatusSuspect), node("c", "", mesh.StatusFailed)}
+	upgraded := []mesh.Node{node("a", "1.3", mesh.StatusAlive), node("b", "1.3", mesh.StatusSuspect), node("c", "", mesh.StatusFailed)}
 	mixed := []mesh.Node{node("a", "1.1", mesh.StatusAlive), node("b", "", mesh.StatusAlive), node("c", "", mesh.StatusSuspect)}
 	job := func(spec string) *policy.Document {
 		docs, err := policy.Parse("job.yaml", []byte("apiVersion: strata/v1\nkind: TrainingJob\nmetadata: {name: j}\nspec:\n"+spec))
@@ -44,6 +44,8 @@ func TestGates(t *testing.T) {
 		{"fixed replicas", service("  replicas: 2\n"), ""},
 		{"autoscale", service("  autoscale: {max: 4, target: {rps: 50}}\n"),
 			"spec.autoscale: autoscale needs every agent at schema 1.2 or newer, and b, c run 1.0: finish upgrading the mesh first"},
+		{"autoscale per client site", service("  perClientSite: true\n  latency: {p99: 20ms, clients: [a]}\n  autoscale: {max: 4, target: {rps: 50}}\n"),
+			"spec.autoscale: autoscale with perClientSite needs every agent at schema 1.3 or newer, and b, c run 1.0: finish upgrading the mesh first"},
 		{"burst", service("  latency: {p99: 20ms, clients: [a]}\n  burst: {tiers: [cloud]}\n"),
 			"spec.burst: burst needs every agent at schema 1.2 or newer, and b, c run 1.0: finish upgrading the mesh first"},
 		{"prestage", service("  prestage: true\n"),

@@ -349,7 +349,7 @@ func Overflow(snap *placement.Snapshot, req *placement.Request, dec *placement.D
 	var groups []group
 	if req.PerClientSite {
 		for _, cl := range req.Latency.Clients {
-			if n := max(1, req.Replicas) - placed[cl]; n > 0 {
+			if n := req.ReplicasFor(cl) - placed[cl]; n > 0 {
 				groups = append(groups, group{cl, n})
 			}
 		}
@@ -362,7 +362,7 @@ func Overflow(snap *placement.Snapshot, req *placement.Request, dec *placement.D
 		r.Tiers, r.Replicas, r.Exclude = b.Tiers, g.missing, slices.Clone(exclude)
 		r.Latency.P99 += time.Duration(b.MaxExtraLatency)
 		if g.client != "" {
-			r.PerClientSite, r.Latency.Clients = false, []string{g.client}
+			r.PerClientSite, r.SiteReplicas, r.Latency.Clients = false, nil, []string{g.client}
 		}
 		d, err := placement.Place(snap, &r)
 		if err != nil {

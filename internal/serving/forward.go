@@ -14,6 +14,7 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+	"unicode/utf8"
 
 	"github.com/strata-mesh/strata/infer"
 	"github.com/strata-mesh/strata/internal/safe"
@@ -24,6 +25,12 @@ import (
 // HeaderForwarded marks a request one agent forwarded to another, so the
 // second answers it or says no, and never forwards it again.
 const HeaderForwarded = infer.HeaderForwardedBy
+
+// HeaderClientSite names, on a request one agent forwards to another, the
+// forwarding agent's site: the client site of the request, which the
+// receiving agent counts its traffic by (mesh.ModelTraffic.Sites). It is
+// believed only on a request that came over the data plane.
+const HeaderClientSite = "Strata-Client-Site"
 
 // Peers is what forwarding reads of the mesh.
 type Peers interface {
@@ -58,6 +65,9 @@ type ForwarderConfig struct {
 	// does): a node is sent requests for a model only then, whatever
 	// its own document claims. Nil believes every document (tests).
 	Vouch func(node, model string, standby bool) bool
+	// Site is this agent's site, sent with each request it forwards
+	// (HeaderClientSite).
+	Site string
 }
 
 // Forwarder sends requests to other agents over the data plane (QUIC,
@@ -439,6 +449,10 @@ func (f *Forwarder) Send(ctx context.Context, n mesh.Node, method, uri string, h
 		req.Header.Del(h)
 	}
 	req.Header.Set(HeaderForwarded, f.cfg.Mesh.Name())
+	req.Header.Del(HeaderClientSite)
+	if f.cfg.Site != "" {
+		req.Header.Set(HeaderClientSite, f.cfg.Site)
+	}
 	ctx, cancel := context.WithTimeout(ctx, forwardTimeout)
 	resp, err := f.cfg.DataPlane.RoundTrip(ctx, dataplane.Peer{Addr: n.Addrs.Data, Name: n.Name, ID: n.ID}, req)
 	if err != nil {
@@ -447,6 +461,23 @@ func (f *Forwarder) Send(ctx context.Context, n mesh.Node, method, uri string, h
 	}
 	resp.Body = cancelOnClose{resp.Body, cancel}
 	return resp, nil
+}
+
+// ClientSite is the client site of an inference request answered here,
+// for its traffic by site: the site the forwarding agent names
+// (HeaderClientSite) for a request that came over the data plane, where
+// the peer is authenticated (dataplane.HeaderPeer, which only the data
+// plane sets); own, this agent's site, for one made at its API. It is ""
+// for a forward that names no site, or one that is not a name.
+func ClientSite(r *http.Request, own string) string {
+	if r.Header.Get(dataplane.HeaderPeer) == "" {
+		return own
+	}
+	site := r.Header.Get(HeaderClientSite)
+	if len(site) > 253 || !utf8.ValidString(site) || strings.ContainsFunc(site, func(c rune) bool { return c < 0x20 || c == 0x7f }) {
+		return ""
+	}
+	return site
 }
 
 // browserHeaders are the headers only a browser sets, which tell an

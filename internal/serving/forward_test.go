@@ -95,7 +95,7 @@ func (r *recorder) RoundTrip(_ context.Context, to dataplane.Peer, req *http.Req
 
 // TestForwardedRequestsCarryNoCredentials: what a forwarded request
 // carries is the caller's request less its credentials, marked as
-// forwarded by this agent, addressed to the target by data-plane address,
+// forwarded by this agent and from its site, addressed to the target by data-plane address,
 // name and ID (the data plane checks the certificate against the last
 // two).
 func TestForwardedRequestsCarryNoCredentials(t *testing.T) {
@@ -103,11 +103,11 @@ func TestForwardedRequestsCarryNoCredentials(t *testing.T) {
 	target := mesh.Node{Status: mesh.StatusAlive}
 	target.ID, target.Name, target.Models, target.Addrs.API, target.Addrs.Data = "id-edge-1", "edge-1", []string{"fraud@1"}, "10.0.0.1:7470", "10.0.0.1:7471"
 	dp := &recorder{}
-	f := NewForwarder(ForwarderConfig{Mesh: peers{target}, DataPlane: dp})
+	f := NewForwarder(ForwarderConfig{Mesh: peers{target}, DataPlane: dp, Site: "edge-a"})
 	r := httptest.NewRequest(http.MethodPost, "/v2/models/fraud/infer?x=1", strings.NewReader(`{"inputs":[]}`))
 	for k, v := range map[string]string{
 		"Authorization": "Bearer s3cret", "Proxy-Authorization": "Basic czNjcmV0", "Cookie": "session=s3cret",
-		"Content-Type": "application/json", "Traceparent": "00-abc-def-01",
+		"Content-Type": "application/json", "Traceparent": "00-abc-def-01", HeaderClientSite: "elsewhere",
 	} {
 		r.Header.Set(k, v)
 	}
@@ -123,7 +123,7 @@ func TestForwardedRequestsCarryNoCredentials(t *testing.T) {
 			t.Errorf("forwarded request carries %s: %q", h, v)
 		}
 	}
-	for h, want := range map[string]string{"Content-Type": "application/json", "Traceparent": "00-abc-def-01", HeaderForwarded: "self"} {
+	for h, want := range map[string]string{"Content-Type": "application/json", "Traceparent": "00-abc-def-01", HeaderForwarded: "self", HeaderClientSite: "edge-a"} {
 		if v := got.Header.Get(h); v != want {
 			t.Errorf("forwarded %s = %q, want %q", h, v, want)
 		}

@@ -1,6 +1,7 @@
 package serving
 
 import (
+	"cmp"
 	"context"
 	"log/slog"
 	"math"
@@ -41,8 +42,9 @@ type TrafficReporter struct {
 }
 
 type served struct {
-	n  uint64
-	at time.Time
+	n     uint64
+	sites map[string]uint64
+	at    time.Time
 }
 
 // NewTrafficReporter returns a reporter that reads traffic (an
@@ -76,7 +78,7 @@ func (r *TrafficReporter) Run(ctx context.Context) {
 func (r *TrafficReporter) Report(now time.Time) error {
 	local := r.mesh.Local()
 	report := r.read(local.Models, now)
-	if !trafficChanged(local.Traffic, report) && (now.Sub(r.sent) < trafficRefresh || slices.Equal(local.Traffic, report)) {
+	if !trafficChanged(local.Traffic, report) && (now.Sub(r.sent) < trafficRefresh || slices.EqualFunc(local.Traffic, report, mesh.ModelTraffic.Equal)) {
 		return nil
 	}
 	r.sent = now
@@ -99,16 +101,19 @@ func (r *TrafficReporter) read(models []string, now time.Time) []mesh.ModelTraff
 		t := r.traffic(name, ver)
 		seen[m] = true
 		prev, ok := r.last[m]
-		r.last[m] = served{t.Served, now}
+		r.last[m] = served{t.Served, t.Sites, now}
 		rps := 0.0
+		var sites map[string]float64
 		if ok && now.After(prev.at) && t.Served >= prev.n {
-			rps = float64(t.Served-prev.n) / now.Sub(prev.at).Seconds()
+			secs := now.Sub(prev.at).Seconds()
+			rps = float64(t.Served-prev.n) / secs
+			sites = siteRates(prev.sites, t.Sites, secs)
 		}
 		if rps == 0 && t.Inflight == 0 && t.Recent == 0 {
 			continue
 		}
 		out = append(out, mesh.ModelTraffic{Model: m, RPS: round2(rps), Inflight: max(0, t.Inflight),
-			P50: round2(ms(t.P50)), P99: round2(ms(t.P99))})
+			P50: round2(ms(t.P50)), P99: round2(ms(t.P99)), Sites: sites})
 	}
 	for m := range r.last {
 		if !seen[m] {
@@ -118,10 +123,43 @@ func (r *TrafficReporter) read(models []string, now time.Time) []mesh.ModelTraff
 	return out
 }
 
+// siteRates is requests/s by client site between two readings of the
+// counts, secs apart: the busiest mesh.MaxTrafficSites sites, rounded,
+// without those that answered none; nil for none.
+func siteRates(prev, now map[string]uint64, secs float64) map[string]float64 {
+	type rate struct {
+		site string
+		rps  float64
+	}
+	var rs []rate
+	for site, n := range now {
+		if n > prev[site] {
+			if v := round2(float64(n-prev[site]) / secs); v > 0 {
+				rs = append(rs, rate{site, v})
+			}
+		}
+	}
+	if len(rs) == 0 {
+		return nil
+	}
+	slices.SortFunc(rs, func(a, b rate) int {
+		if a.rps != b.rps {
+			return cmp.Compare(b.rps, a.rps)
+		}
+		return strings.Compare(a.site, b.site)
+	})
+	out := make(map[string]float64, min(len(rs), mesh.MaxTrafficSites))
+	for _, r := range rs[:min(len(rs), mesh.MaxTrafficSites)] {
+		out[r.site] = r.rps
+	}
+	return out
+}
+
 // trafficChanged says whether a report differs from the published one
-// enough to gossip: another set of models, requests/s or a handling time
-// off by a quarter (and by more than noise: 1 request/s, 1 ms), or in
-// flight off by half (and by more than 2).
+// enough to gossip: another set of models, requests/s (in all or from a
+// client site) or a handling time off by a quarter (and by more than
+// noise: 1 request/s, 1 ms), or in flight off by half (and by more than
+// 2).
 func trafficChanged(old, report []mesh.ModelTraffic) bool {
 	if len(old) != len(report) {
 		return true
@@ -131,6 +169,16 @@ func trafficChanged(old, report []mesh.ModelTraffic) bool {
 		if a.Model != b.Model || apart(a.RPS, b.RPS, 0.25, 1) || apart(a.P50, b.P50, 0.25, 1) || apart(a.P99, b.P99, 0.25, 1) ||
 			apart(float64(a.Inflight), float64(b.Inflight), 0.5, 2) {
 			return true
+		}
+		for site, v := range a.Sites {
+			if apart(v, b.Sites[site], 0.25, 1) {
+				return true
+			}
+		}
+		for site, v := range b.Sites {
+			if apart(v, a.Sites[site], 0.25, 1) {
+				return true
+			}
 		}
 	}
 	return false

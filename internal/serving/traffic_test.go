@@ -1,7 +1,11 @@
 package serving
 
 import (
+	"fmt"
+	"maps"
 	"math/rand/v2"
+	"net/http"
+	"net/http/httptest"
 	"sync"
 	"testing"
 	"time"
@@ -10,6 +14,7 @@ import (
 	"github.com/strata-mesh/strata/internal/catalog"
 	"github.com/strata-mesh/strata/internal/catalog/catalogtest"
 	"github.com/strata-mesh/strata/mesh"
+	"github.com/strata-mesh/strata/mesh/dataplane"
 	"github.com/strata-mesh/strata/policy"
 )
 
@@ -57,7 +62,7 @@ func TestTrafficReports(t *testing.T) {
 	counters["fraud@1"] = infer.Traffic{Served: 200, Inflight: 3, P50: 4 * time.Millisecond, P99: 12500 * time.Microsecond, Recent: 200}
 	got := report(2 * time.Second)
 	want := []mesh.ModelTraffic{{Model: "fraud@1", RPS: 100, Inflight: 3, P50: 4, P99: 12.5}}
-	if len(got) != 1 || got[0] != want[0] || m.updates != 1 {
+	if len(got) != 1 || !got[0].Equal(want[0]) || m.updates != 1 {
 		t.Fatalf("after 200 requests in 2s: %+v (%d updates), want %+v", got, m.updates, want)
 	}
 	if q := m.Local().Load.QPS; q != 100 {
@@ -82,6 +87,49 @@ func TestTrafficReports(t *testing.T) {
 	counters["fraud@1"] = infer.Traffic{Served: 810 + 210*30}
 	if got := report(8*time.Second + trafficRefresh); len(got) != 0 || m.Local().Load.QPS != 0 {
 		t.Errorf("idle: %+v, QPS %v", got, m.Local().Load.QPS)
+	}
+}
+
+// TestTrafficBySite: the report says requests/s by client site, and a
+// shift of the load between sites is published though the total stays.
+func TestTrafficBySite(t *testing.T) {
+	t.Parallel()
+	m := &docMesh{s: mesh.NodeState{Models: []string{"fraud@1"}}}
+	var counters infer.Traffic
+	r := NewTrafficReporter(m, func(string, string) infer.Traffic { return counters }, nil)
+	t0 := time.Now()
+	report := func(at time.Duration) mesh.ModelTraffic {
+		t.Helper()
+		if err := r.Report(t0.Add(at)); err != nil {
+			t.Fatal(err)
+		}
+		got := m.Local().Traffic
+		if len(got) != 1 {
+			t.Fatalf("report %+v, want fraud@1", got)
+		}
+		return got[0]
+	}
+	r.Report(t0)
+	counters = infer.Traffic{Served: 200, Recent: 200, Sites: map[string]uint64{"edge-a": 150, "edge-b": 40}}
+	got := report(2 * time.Second)
+	if got.RPS != 100 || len(got.Sites) != 2 || got.Sites["edge-a"] != 75 || got.Sites["edge-b"] != 20 {
+		t.Fatalf("after 2s: %+v; want 100 req/s, 75 from edge-a and 20 from edge-b", got)
+	}
+	// The same total, most of it from edge-b now.
+	counters = infer.Traffic{Served: 400, Recent: 400, Sites: map[string]uint64{"edge-a": 160, "edge-b": 220}}
+	if got := report(4 * time.Second); m.updates != 2 || got.Sites["edge-a"] != 5 || got.Sites["edge-b"] != 90 {
+		t.Errorf("load moved to edge-b: %+v (%d updates); want 5 and 90 published", got, m.updates)
+	}
+	// At most mesh.MaxTrafficSites sites, the busiest.
+	counters.Served += 1000
+	counters.Sites = maps.Clone(counters.Sites)
+	for i := range 2 * mesh.MaxTrafficSites {
+		counters.Sites[fmt.Sprintf("site-%02d", i)] = uint64(i + 1)
+	}
+	counters.Sites["edge-b"] += 500
+	got = report(6 * time.Second)
+	if len(got.Sites) != mesh.MaxTrafficSites || got.Sites["edge-b"] != 250 || got.Sites["site-00"] != 0 {
+		t.Errorf("%d sites: %v; want the %d busiest, edge-b at 250", len(got.Sites), got.Sites, mesh.MaxTrafficSites)
 	}
 }
 
@@ -231,5 +279,35 @@ func TestSLOsFollowPolicies(t *testing.T) {
 	}
 	if got := s.For("other"); got != 0 {
 		t.Errorf("a model no service serves: %s", got)
+	}
+}
+
+// TestClientSite: a request made at this agent's API is from its site; a
+// forwarded one is from the site its sender names, believed only where
+// the data plane named the sender; a name that is not one counts in no
+// site.
+func TestClientSite(t *testing.T) {
+	t.Parallel()
+	for _, c := range []struct {
+		name       string
+		peer, site string
+		want       string
+	}{
+		{"made here", "", "", "edge-a"},
+		{"made here, naming a site", "", "edge-b", "edge-a"},
+		{"forwarded", "b1", "edge-b", "edge-b"},
+		{"forwarded by an older agent", "b1", "", ""},
+		{"forwarded with a control character", "b1", "edge\x01b", ""},
+	} {
+		r := httptest.NewRequest(http.MethodPost, "/v2/models/m/infer", nil)
+		if c.peer != "" {
+			r.Header.Set(dataplane.HeaderPeer, c.peer)
+		}
+		if c.site != "" {
+			r.Header.Set(HeaderClientSite, c.site)
+		}
+		if got := ClientSite(r, "edge-a"); got != c.want {
+			t.Errorf("%s: %q, want %q", c.name, got, c.want)
+		}
 	}
 }
