@@ -185,6 +185,9 @@ func (c *Controller) autoscaleSites(a *policy.Autoscale, rec catalog.Placement, 
 			loads = append(loads, l)
 		}
 		want, why := scaleTo(a, cur, loads)
+		if len(loads) == 0 {
+			why = "no requests"
+		}
 		want, why, changed := c.scaleStep(a, rec.Key+"\x00"+cl, cur, want, placed < cur, why, now)
 		if changed {
 			notes = append(notes, fmt.Sprintf("%s %d → %d: from %s, %s", cl, cur, want, cl, why))
