@@ -79,6 +79,7 @@ type nsAgent struct {
 	join              string
 	args              []string // more agent flags
 	dataDir           string   // made at the first start, kept across restarts
+	cgroup            string   // the host's CPU bound (testbed.Host.CPUGroup), "" for none
 	proc              *proc
 }
 
@@ -100,6 +101,10 @@ func (n *nsAgent) start(t testing.TB) {
 	p := &proc{name: n.name}
 	p.log = &bytes.Buffer{}
 	p.cmd = exec.Command("ip", args...)
+	if n.cgroup != "" {
+		// The shell moves itself into the host's group, then becomes ip.
+		p.cmd = exec.Command("sh", append([]string{"-c", `echo $$ > "$0/cgroup.procs" && exec "$@"`, n.cgroup, "ip"}, args...)...)
+	}
 	p.cmd.Stdout, p.cmd.Stderr = p.log, p.log
 	if err := p.cmd.Start(); err != nil {
 		t.Fatal(err)

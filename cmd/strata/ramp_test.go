@@ -62,44 +62,81 @@ type rampSecond struct {
 	failedSamples []string
 }
 
+// rampConfig is one load ramp: its peak, the service's target a replica,
+// the agents' spill_inflight, edge-a's CPU bound per host (0: none) and
+// the model's hidden width.
+type rampConfig struct {
+	name         string
+	peak         float64
+	target       int
+	spill, width int
+	edgeCPU      float64
+}
+
 // BenchmarkLoadRamp runs the inference load of a day's peak, compressed,
 // on the test bed: edge-a (2 hosts, tier edge), onprem (2 hosts, 5 ms from
 // edge-a), cloud (1 host, the controller, 20 ms away), 40 Mbit/s between
 // sites. An open-loop client in edge-a spreads requests over edge-a's two
-// agents (a site's load balancer) and ramps from 50 to STRATA_RAMP_PEAK
-// requests/s (default 2,000) and back: 20 s at 50, a minute up, a minute
-// at the peak, a minute down, 90 s at 50. The service (rampPolicy)
-// autoscales at STRATA_RAMP_TARGET requests/s a replica (default 400) up
-// to 4 replicas: edge-a holds 2, the rest burst to on-prem, and come back
-// when the load falls. Logged, per 10 s: the load offered and answered,
-// failures, the client's p50 and p99, and the replicas placed, serving
-// and on the burst tier. Reported: requests failed, the most replicas and
-// burst replicas, the p99 over the whole run, and the seconds whose p99
-// was over 50 ms (the reaction window). STRATA_RAMP_SPILL sets the
-// agents' spill_inflight (default 64): with 2, the edge replicas offer
-// requests on as soon as two are in flight, but only to a replica
-// expected to answer sooner, which here (sub-millisecond answers, every
-// host on one machine) is none: the hop costs more than the queue.
-// Failed requests are counted apart, not in the percentiles.
+// agents (a site's load balancer) and ramps from 50 requests/s to the peak
+// and back: 20 s at 50, a minute up, a minute at the peak, a minute down,
+// 90 s at 50. The service (rampPolicy) autoscales at the target a replica
+// up to 4 replicas: edge-a holds 2, the rest burst to on-prem, and come
+// back when the load falls. Logged, per 10 s: the load offered and
+// answered, failures, the client's p50 and p99, and the replicas placed,
+// serving and on the burst tier. Reported: requests failed, the most
+// replicas and burst replicas, the p99 over the whole run, and the
+// seconds whose p99 was over 50 ms (the reaction window). Failed requests
+// are counted apart, not in the percentiles.
+//
+// Two ramps, side by side:
+//   - edge-unbounded: a small model (8-16-16-1), a peak of 2,000 req/s,
+//     400 a replica, the agents' default spill_inflight (64). Every host
+//     shares this machine's cores, so edge-a's replicas never queue, and
+//     the burst replicas are placed but answer nothing: the hop costs
+//     more than the queue.
+//   - edge-0.2cpu: each edge-a host bounded to 0.2 CPU (a control group's
+//     quota, as a small edge box), a model that costs milliseconds of CPU
+//     a request (8-4096-4096-1), a peak of 400 req/s, 100 a replica, and
+//     spill_inflight 1: edge-a cannot answer the peak, and the burst tier
+//     answers what it offers on.
+//
+// STRATA_RAMP_PEAK, STRATA_RAMP_TARGET, STRATA_RAMP_SPILL,
+// STRATA_RAMP_EDGE_CPU and STRATA_RAMP_WIDTH override those figures in
+// both.
 //
 //	go test -run '^$' -bench BenchmarkLoadRamp -benchtime 1x ./cmd/strata/
 func BenchmarkLoadRamp(b *testing.B) {
 	if os.Getenv("STRATA_ORT_LIB") == "" {
 		b.Skip("STRATA_ORT_LIB is not set: run `make setup-ort`")
 	}
-	peak, target := 2000.0, 400
-	if v, err := strconv.ParseFloat(os.Getenv("STRATA_RAMP_PEAK"), 64); err == nil && v > 0 {
-		peak = v
+	for _, c := range []rampConfig{
+		{name: "edge-unbounded", peak: 2000, target: 400, spill: 64, width: 16},
+		{name: "edge-0.2cpu", peak: 400, target: 100, spill: 1, width: 4096, edgeCPU: 0.2},
+	} {
+		if v, err := strconv.ParseFloat(os.Getenv("STRATA_RAMP_PEAK"), 64); err == nil && v > 0 {
+			c.peak = v
+		}
+		if v, err := strconv.Atoi(os.Getenv("STRATA_RAMP_TARGET")); err == nil && v > 0 {
+			c.target = v
+		}
+		if v, err := strconv.Atoi(os.Getenv("STRATA_RAMP_SPILL")); err == nil && v != 0 {
+			c.spill = v
+		}
+		if v, err := strconv.ParseFloat(os.Getenv("STRATA_RAMP_EDGE_CPU"), 64); err == nil && v > 0 {
+			c.edgeCPU = v
+		}
+		if v, err := strconv.Atoi(os.Getenv("STRATA_RAMP_WIDTH")); err == nil && v > 0 {
+			c.width = v
+		}
+		b.Run(c.name, func(b *testing.B) { loadRamp(b, c) })
 	}
-	if v, err := strconv.Atoi(os.Getenv("STRATA_RAMP_TARGET")); err == nil && v > 0 {
-		target = v
-	}
-	spill := 64 // the agents' default
-	if v, err := strconv.Atoi(os.Getenv("STRATA_RAMP_SPILL")); err == nil && v != 0 {
-		spill = v
-	}
+}
+
+// loadRamp runs one ramp of BenchmarkLoadRamp.
+func loadRamp(b *testing.B, c rampConfig) {
+	peak, target, spill, edgeCPU, width := c.peak, c.target, c.spill, c.edgeCPU, c.width
 	const clientSLO = 50 * time.Millisecond
-	bed := testbed.Start(b, testbed.Site{Name: "edge-a", Hosts: 2}, testbed.Site{Name: "onprem", Hosts: 2}, testbed.Site{Name: "cloud", Hosts: 1})
+	bed := testbed.Start(b, testbed.Site{Name: "edge-a", Hosts: 2, CPU: edgeCPU}, testbed.Site{Name: "onprem", Hosts: 2}, testbed.Site{Name: "cloud", Hosts: 1})
 	bed.SetLink("edge-a", "onprem", 5*time.Millisecond, 0)
 	bed.SetLink("edge-a", "cloud", 20*time.Millisecond, 0)
 	bed.SetLink("onprem", "cloud", 20*time.Millisecond, 0)
@@ -115,7 +152,7 @@ func BenchmarkLoadRamp(b *testing.B) {
 	dump := func() { logAgents(b, all) }
 	meshtest.Poll(b, 60*time.Second, 250*time.Millisecond, "one mesh of five", func() bool { return cloud.seesAlive(b, 5) }, dump)
 
-	m, _, err := onnx.RandomMLP(1, 8, 16, 1)
+	m, _, err := onnx.RandomMLP(1, 8, width, width, 1)
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -172,7 +209,9 @@ func BenchmarkLoadRamp(b *testing.B) {
 	var targets []client
 	for _, h := range bed.Hosts("edge-a") {
 		targets = append(targets, client{url: "http://127.0.0.1:7470/v2/models/ramp/infer", c: &http.Client{Timeout: 5 * time.Second, Transport: &http.Transport{
-			MaxIdleConnsPerHost: 512,
+			// Within the agent's 64 connections a client: a site's load
+			// balancer queues the rest (and its wait counts).
+			MaxIdleConnsPerHost: 60, MaxConnsPerHost: 60,
 			DialContext: func(ctx context.Context, network, addr string) (net.Conn, error) {
 				var c net.Conn
 				err := h.Do(func() (err error) {
@@ -353,9 +392,13 @@ func BenchmarkLoadRamp(b *testing.B) {
 	for _, h := range bed.Hosts("edge-a") {
 		spilled += sumMetric(hostMetrics(b, h), "strata_infer_spilled_total")
 	}
-	fmt.Printf("load ramp 50 → %.0f → 50 req/s, %d req/s a replica, spill_inflight %d, client SLO p99 %s (per second, over 10 s; replicas: the most placed, serving and burst):\n  from  offered  answered  failed  unsent  p50ms  p99ms  replicas  serving  burst  atburst\n%s\n"+
+	bound := "unbounded"
+	if edgeCPU > 0 {
+		bound = fmt.Sprintf("%g CPU each (throttled in %s of their quota periods)", edgeCPU, throttled(b, bed.Hosts("edge-a")))
+	}
+	fmt.Printf("load ramp 50 → %.0f → 50 req/s, an MLP 8-%d-%d-1, %d req/s a replica, spill_inflight %d, edge-a's hosts %s, client SLO p99 %s (per second, over 10 s; replicas: the most placed, serving and burst):\n  from  offered  answered  failed  unsent  p50ms  p99ms  replicas  serving  burst  atburst\n%s\n"+
 		"at the end: %s, %d replica(s), %s; %d requests answered on the burst tier, %.0f spilled by edge-a's agents\n",
-		peak, target, spill, clientSLO, strings.Join(lines, "\n"), p.State, len(p.Nodes), p.Message, answeredBurst, spilled)
+		peak, width, width, target, spill, bound, clientSLO, strings.Join(lines, "\n"), p.State, len(p.Nodes), p.Message, answeredBurst, spilled)
 	if len(samples) > 0 {
 		fmt.Printf("failures (samples): %q\n", samples[:min(len(samples), 10)])
 	}
@@ -368,6 +411,27 @@ func BenchmarkLoadRamp(b *testing.B) {
 	b.ReportMetric(ms(pct(every, 0.99)), "p99-ms")
 	b.ReportMetric(float64(overSLO), "s-over-slo")
 	b.ReportMetric(float64(answeredBurst), "answered-on-burst")
+}
+
+// throttled says, for hosts with a CPU bound, in how many of their quota
+// periods each was throttled: "N of M" per host.
+func throttled(tb testing.TB, hosts []testbed.Host) string {
+	var out []string
+	for _, h := range hosts {
+		stat, err := os.ReadFile(filepath.Join(h.CPUGroup, "cpu.stat"))
+		if err != nil {
+			tb.Logf("%s: %v", h.Name, err)
+			continue
+		}
+		f := map[string]string{}
+		for _, l := range strings.Split(string(stat), "\n") {
+			if kv := strings.Fields(l); len(kv) == 2 {
+				f[kv[0]] = kv[1]
+			}
+		}
+		out = append(out, fmt.Sprintf("%s of %s", f["nr_throttled"], f["nr_periods"]))
+	}
+	return strings.Join(out, ", ")
 }
 
 // ms is d in milliseconds.

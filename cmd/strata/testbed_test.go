@@ -887,7 +887,7 @@ func startPool(tb testing.TB, bed *testbed.Bed, sites []string, args func(site s
 	var agents []*nsAgent
 	for _, site := range sites {
 		for _, h := range bed.Hosts(site) {
-			a := &nsAgent{ns: netns{h.NS}, name: h.Name, site: site, gossip: 7946, api: 7470, data: 7471, args: args(site)}
+			a := &nsAgent{ns: netns{h.NS}, name: h.Name, site: site, gossip: 7946, api: 7470, data: 7471, args: args(site), cgroup: h.CPUGroup}
 			if h.Name != seed.Name {
 				a.join = seed.IP.String() + ":7946"
 			}

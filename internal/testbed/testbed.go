@@ -2,7 +2,8 @@
 // machine, for tests of the mesh across real sockets and real routes: each
 // host is a network namespace, each site a bridge its hosts plug into, and
 // a userspace router between the sites delays, drops, cuts and limits the
-// rate of packets per pair of sites (this kernel has no netem). Root and
+// rate of packets per pair of sites (this kernel has no netem). A site's
+// hosts may be bounded to a share of the machine's CPU (Site.CPU). Root and
 // iproute2 are needed; New returns an error wrapping ErrUnsupported where
 // namespaces or a TUN device cannot be made, and Start skips the test with
 // it.
@@ -49,6 +50,11 @@ type Site struct {
 	// hosts reach the other sites from the site's one public address, and
 	// nothing outside reaches them unless they sent to it first.
 	NAT bool
+	// CPU, when set, bounds what each host's processes (those started
+	// with Host.Command or in Host.CPUGroup) use together to this many
+	// CPUs, as a small edge box's cores would: a control group's CPU
+	// quota. New fails with ErrUnsupported where none can be made.
+	CPU float64
 }
 
 // Host is one host of the testbed.
@@ -59,12 +65,21 @@ type Host struct {
 	NS string
 	// IP is its address on its site's network.
 	IP net.IP
+	// CPUGroup is the control group directory that bounds the host's CPU
+	// (Site.CPU), "" for none: a process whose ID is written to its
+	// cgroup.procs, and what it starts, share the bound.
+	CPUGroup string
 }
 
 // Command returns a command that runs name with args in the host's
-// namespace.
+// namespace, within its CPU bound if it has one.
 func (h Host) Command(name string, args ...string) *exec.Cmd {
-	return exec.Command("ip", append([]string{"netns", "exec", h.NS, name}, args...)...)
+	ip := append([]string{"ip", "netns", "exec", h.NS, name}, args...)
+	if h.CPUGroup == "" {
+		return exec.Command(ip[0], ip[1:]...)
+	}
+	// The shell moves itself into the group, then becomes ip.
+	return exec.Command("sh", append([]string{"-c", `echo $$ > "$0/cgroup.procs" && exec "$@"`, h.CPUGroup}, ip...)...)
 }
 
 // Do runs fn on a thread in the host's namespace: the sockets fn opens
@@ -159,7 +174,17 @@ func (b *Bed) build() error {
 		)
 		for i := range s.Hosts {
 			h := Host{Name: fmt.Sprintf("%s-%d", s.Name, i+1), Site: s.Name, NS: fmt.Sprintf("tb-%s-%d-%d", b.tag, k+1, i+1), IP: net.IPv4(10, 78, byte(k+1), byte(i+1)).To4()}
+			if s.CPU > 0 {
+				dir, err := makeCPUGroup(h.NS, s.CPU)
+				if err != nil {
+					return err
+				}
+				h.CPUGroup = dir
+			}
 			if err := ipCmd("netns", "add", h.NS); err != nil {
+				if h.CPUGroup != "" {
+					os.Remove(h.CPUGroup)
+				}
 				return err
 			}
 			b.hosts[s.Name] = append(b.hosts[s.Name], h)
@@ -304,6 +329,10 @@ func (b *Bed) Close() error {
 	for _, hs := range b.hosts {
 		for _, h := range hs {
 			errs = append(errs, ipCmd("netns", "del", h.NS))
+			if h.CPUGroup != "" {
+				// Empty once the host's processes have ended.
+				errs = append(errs, os.Remove(h.CPUGroup))
+			}
 		}
 	}
 	errs = append(errs, ipCmd("netns", "del", b.router))

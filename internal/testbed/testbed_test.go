@@ -2,7 +2,11 @@ package testbed
 
 import (
 	"net"
+	"os"
+	"path/filepath"
 	"slices"
+	"strconv"
+	"strings"
 	"testing"
 	"time"
 )
@@ -200,5 +204,38 @@ func TestNAT(t *testing.T) {
 	t.Logf("NAT: %d packets out, %d back in, %d refused", out, in, refused)
 	if out == 0 || in == 0 || refused < 3 {
 		t.Errorf("NAT stats: %d out, %d in, %d refused", out, in, refused)
+	}
+}
+
+// TestCPUBound: a busy loop started in a host of a site with a CPU bound
+// runs in the host's group and is throttled to it; a host of a site
+// without one has no group.
+func TestCPUBound(t *testing.T) {
+	bed := Start(t, Site{Name: "small", Hosts: 1, CPU: 0.2}, Site{Name: "big", Hosts: 1})
+	if g := bed.Host("big", 0).CPUGroup; g != "" {
+		t.Errorf("a site without a bound has group %s", g)
+	}
+	h := bed.Host("small", 0)
+	// One to two seconds of spinning: under a fifth of a CPU, the quota
+	// runs out in most of its periods.
+	out, err := h.Command("sh", "-c", `cat /proc/self/cgroup; end=$(($(date +%s) + 2)); while [ $(date +%s) -lt $end ]; do :; done`).CombinedOutput()
+	if err != nil {
+		t.Fatalf("%v: %s", err, out)
+	}
+	if !strings.Contains(string(out), filepath.Base(h.CPUGroup)) {
+		t.Errorf("the command ran outside %s:\n%s", h.CPUGroup, out)
+	}
+	stat, err := os.ReadFile(filepath.Join(h.CPUGroup, "cpu.stat"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	throttled := -1
+	for _, l := range strings.Split(string(stat), "\n") {
+		if f := strings.Fields(l); len(f) == 2 && f[0] == "nr_throttled" {
+			throttled, _ = strconv.Atoi(f[1])
+		}
+	}
+	if throttled <= 0 {
+		t.Errorf("a busy loop under 0.2 CPU was throttled %d times:\n%s", throttled, stat)
 	}
 }
