@@ -116,7 +116,10 @@ type Config struct {
 	// server answers it when none takes it in time or it refuses (429,
 	// 5xx). A site whose agents all serve a
 	// model would otherwise keep its peak to itself, whatever replicas
-	// autoscaling added elsewhere. Negative: never. Default: 64 (a full
+	// autoscaling added elsewhere. A version whose median answer here
+	// takes SlowAnswer or more (a host short of CPU) offers every request
+	// on, whatever is in flight: the Forwarder still sends it only where
+	// it would be answered sooner. Negative: never. Default: 64 (a full
 	// batch of one-row requests for each default runner).
 	SpillInflight int
 

@@ -234,7 +234,8 @@ func (s *Server) serveInfer(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	st := s.statsOf(v.info.Name, v.info.Version)
-	if n := st.inflight.Load(); s.cfg.Forwarder != nil && s.cfg.SpillInflight > 0 && n >= int64(s.cfg.SpillInflight) && r.Header.Get(HeaderForwardedBy) == "" && s.spill(w, r, v, n) {
+	if n := st.inflight.Load(); s.cfg.Forwarder != nil && s.cfg.SpillInflight > 0 && r.Header.Get(HeaderForwardedBy) == "" &&
+		(n >= int64(s.cfg.SpillInflight) || st.slow(start)) && s.spill(w, r, v, n) {
 		return
 	}
 	defer v.release()

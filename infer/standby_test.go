@@ -7,6 +7,7 @@ import (
 	"net/http/httptest"
 	"strings"
 	"testing"
+	"time"
 )
 
 // fallbackForwarder records whether requests came marked WithFallback,
@@ -123,4 +124,28 @@ func TestSpill(t *testing.T) {
 		t.Errorf("strata_infer_spilled_total = %v, want 1", got)
 	}
 	st.inflight.Add(-2)
+}
+
+// TestSpillWhenSlow: a version whose median answer here takes SlowAnswer
+// or more (a host short of CPU) offers a request on with nothing in
+// flight; a fast one does not.
+func TestSpillWhenSlow(t *testing.T) {
+	for _, c := range []struct {
+		took    time.Duration
+		offered bool
+	}{{time.Millisecond, false}, {2 * SlowAnswer, true}} {
+		fwd := &fallbackForwarder{}
+		s, _ := newServer(t, Config{Forwarder: fwd, NodeName: "edge-2", DisableBatching: true, SpillInflight: 64})
+		if err := s.Load(context.Background(), "m", "1", newMLP(t, 1, 2, 1).model); err != nil {
+			t.Fatal(err)
+		}
+		st := s.statsOf("m", "1")
+		for range 20 {
+			st.record(c.took, time.Now(), "")
+		}
+		code, got, _ := do(t, s.Handler(), "POST", "/v2/models/m/infer", `{"inputs":[{"name":"input","datatype":"FP32","shape":[1,2],"data":[1,2]}]}`)
+		if offered := got["forwarded"] == "m"; code != 200 || offered != c.offered {
+			t.Errorf("median %s, nothing in flight: %d %v; offered %v, want %v", c.took, code, got, offered, c.offered)
+		}
+	}
 }

@@ -50,6 +50,9 @@ const recentRequests = 512
 type versionStats struct {
 	served, failed atomic.Uint64
 	inflight       atomic.Int64
+	// p50 and p50At cache the median handling time (see slow).
+	p50   atomic.Int64 // time.Duration
+	p50At atomic.Int64 // unix nanoseconds
 
 	mu     sync.Mutex
 	sites  map[string]uint64             // answered, by client site
@@ -88,6 +91,21 @@ func (s *Server) Traffic(name, ver string) Traffic {
 		return Traffic{}
 	}
 	return v.(*versionStats).traffic(time.Now())
+}
+
+// SlowAnswer is the median handling time at which a model version's
+// requests are offered to other replicas whatever is in flight here (see
+// Config.SpillInflight).
+const SlowAnswer = 5 * time.Millisecond
+
+// slow says whether the version's median handling time over the recent
+// requests is SlowAnswer or more, as of at most a quarter second ago: it
+// is asked for every request, and sorting the recent ones is not free.
+func (st *versionStats) slow(now time.Time) bool {
+	if at := st.p50At.Load(); now.UnixNano()-at > int64(250*time.Millisecond) && st.p50At.CompareAndSwap(at, now.UnixNano()) {
+		st.p50.Store(int64(st.traffic(now).P50))
+	}
+	return time.Duration(st.p50.Load()) >= SlowAnswer
 }
 
 // begin counts a request in flight, from client site origin ("" for
