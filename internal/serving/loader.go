@@ -119,6 +119,9 @@ type Loader struct {
 	standbys   map[string]servedModel
 	warming    string
 	failedWarm map[string]bool
+	// downSeen holds, by digest, when a replica this node is the cold
+	// standby of was last seen on a node not alive (see standbyModels).
+	downSeen map[string]time.Time
 }
 
 // NewLoader returns a loader; nothing loads until Run.
@@ -130,7 +133,7 @@ func NewLoader(cfg LoaderConfig) *Loader {
 		cfg.Guard = safe.New(safe.Config{Logger: cfg.Logger})
 	}
 	return &Loader{cfg: cfg, log: cfg.Logger, loaded: map[string]servedModel{}, loading: map[string]bool{}, replicas: map[string]mesh.Replica{}, overBudget: map[string]bool{},
-		standbys: map[string]servedModel{}, failedWarm: map[string]bool{}}
+		standbys: map[string]servedModel{}, failedWarm: map[string]bool{}, downSeen: map[string]time.Time{}}
 }
 
 // Serves says whether a blob is a model loaded here (kept through GC).

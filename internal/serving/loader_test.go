@@ -349,3 +349,59 @@ func TestWarmStandby(t *testing.T) {
 		}
 	})
 }
+
+// TestColdStandbyLoadsWhenItsReplicaIsDown: a standby of a service that
+// prestages without warm holds the model unloaded while its replica's
+// node is alive; once that node is suspect it loads the model, keeps it
+// while the node flaps back to alive, and drops it downHold after the
+// node was last seen down.
+func TestColdStandbyLoadsWhenItsReplicaIsDown(t *testing.T) {
+	t.Parallel()
+	const key = "InferenceService/scorer"
+	ctx := context.Background()
+	cat := catalog.New(catalogtest.NewStore(), nil)
+	if _, err := cat.Policies.Put(catalog.Policy{Kind: "InferenceService", Name: "scorer", Generation: 1,
+		Source: "apiVersion: strata/v1\nkind: InferenceService\nmetadata: {name: scorer}\nspec:\n  model: {name: scorer, version: \"1\"}\n  prestage: true\n  resources: {memory: 1Gi}\n"}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := cat.Placements.Put(catalog.Placement{Key: key, Kind: "InferenceService", Name: "scorer", State: catalog.StatePlaced,
+		Nodes: []catalog.PlacedNode{{Name: "b", Standby: "a"}}}); err != nil {
+		t.Fatal(err)
+	}
+	m := &localMesh{self: mesh.NodeState{Name: "a", Load: mesh.Load{FreeMemory: 4 << 30}},
+		others: map[string]mesh.Node{"b": {NodeState: mesh.NodeState{Name: "b", Models: []string{"scorer@1"}}, Status: mesh.StatusAlive}}}
+	inf := &loads{}
+	l := NewLoader(LoaderConfig{Mesh: m, Catalog: cat, Inference: inf,
+		Artifacts: oneModel{storage.Manifest{Kind: storage.KindModel, Name: "scorer", Version: "1", Digest: "d1", Size: 100 << 20}}})
+	status := func(st mesh.Status) {
+		m.mu.Lock()
+		b := m.others["b"]
+		b.Status = st
+		m.others["b"] = b
+		m.mu.Unlock()
+	}
+	for range 3 {
+		l.reconcile(ctx)
+	}
+	if _, sb, _, _ := inf.snapshot(); len(sb) != 0 {
+		t.Fatalf("standbys %v while the replica's node is alive; want the model held cold", sb)
+	}
+	status(mesh.StatusSuspect)
+	meshtest.WaitFor(t, 10*time.Second, "the standby loaded once b is suspect", func() bool {
+		l.reconcile(ctx)
+		_, sb, _, _ := inf.snapshot()
+		return slices.Equal(sb, []string{"scorer@1"}) && l.Serves("d1")
+	})
+	status(mesh.StatusAlive)
+	l.reconcile(ctx)
+	if _, sb, _, _ := inf.snapshot(); len(sb) != 1 {
+		t.Fatalf("standbys %v right after b answered again; want it kept for %s", sb, downHold)
+	}
+	l.mu.Lock()
+	l.downSeen["d1"] = time.Now().Add(-downHold)
+	l.mu.Unlock()
+	l.reconcile(ctx)
+	if _, sb, _, _ := inf.snapshot(); len(sb) != 0 || l.Serves("d1") {
+		t.Errorf("standbys %v %s after b was last seen down; want it unloaded", sb, downHold)
+	}
+}

@@ -9,6 +9,7 @@ import (
 
 	"github.com/strata-mesh/strata/infer"
 	"github.com/strata-mesh/strata/internal/catalog"
+	"github.com/strata-mesh/strata/mesh"
 	"github.com/strata-mesh/strata/policy"
 	"github.com/strata-mesh/strata/storage"
 )
@@ -19,8 +20,9 @@ const DefaultPrestageBudget = 8 << 30
 // standbyModel is a model this node holds, or should, as a standby.
 type standbyModel struct {
 	m storage.Manifest
-	// warm: the policy asks for it loaded, needing mem bytes of memory
-	// (its replicas' request, or twice the model's size).
+	// warm: the policy asks for it loaded, or its replica's node is not
+	// alive (see standbyModels), needing mem bytes of memory (its
+	// replicas' request, or twice the model's size).
 	warm bool
 	mem  int64
 	// replica: the placement has moved the replica here; its standby,
@@ -28,11 +30,35 @@ type standbyModel struct {
 	replica bool
 }
 
+// downHold is how long a cold standby stays wanted loaded after its
+// replica's node was last seen not alive: on a busy host a member turns
+// suspect and alive again, and a model is not loaded and dropped at each
+// turn.
+const downHold = time.Minute
+
+// replicaDown says whether the node named name, which holds a replica
+// this node is the standby of, is known and not alive: suspect, failed,
+// unreachable or gone.
+func (s *Loader) replicaDown(name string) bool {
+	n, err := s.cfg.Mesh.Node(name)
+	return err == nil && n.Status != mesh.StatusAlive && n.Status != mesh.StatusUnknown
+}
+
 // standbyModels lists the models of the services whose placements name
 // this node the standby of a replica (see catalog.PlacedNode.Standby), or
-// a replica's node, and whose policies prestage, by digest.
+// a replica's node, and whose policies prestage, by digest. A standby is
+// wanted loaded (warm) where its policy says so, and also while, and for
+// downHold after, its replica's node is not alive: a replica that died
+// moves here after the failure detector has ruled, and the model loads
+// meanwhile instead of after. s.mu is held.
 func (s *Loader) standbyModels() []standbyModel {
 	me := s.cfg.Mesh.Name()
+	now := time.Now()
+	for d, at := range s.downSeen {
+		if now.Sub(at) >= downHold {
+			delete(s.downSeen, d)
+		}
+	}
 	recs, _ := s.cfg.Catalog.Placements.Select(func(_ string, p catalog.Placement) bool {
 		return p.Kind == policy.KindInferenceService && slices.ContainsFunc(p.Nodes, func(pn catalog.PlacedNode) bool { return pn.Standby == me || pn.Name == me })
 	})
@@ -63,12 +89,20 @@ func (s *Loader) standbyModels() []standbyModel {
 			if mem <= 0 {
 				mem = 2 * m.Size
 			}
+			if pn.Standby == me && s.replicaDown(pn.Name) {
+				if _, ok := s.downSeen[m.Digest]; !ok && !spec.Warm {
+					s.log.Info("a cold standby's replica is on a node not alive: loading it where memory allows", "model", m.Ref(), "node", pn.Name)
+				}
+				s.downSeen[m.Digest] = now
+			}
+			_, down := s.downSeen[m.Digest]
+			warm := spec.Warm || down
 			i := slices.IndexFunc(want, func(w standbyModel) bool { return w.m.Digest == m.Digest })
 			if i < 0 {
-				want = append(want, standbyModel{m: m, warm: spec.Warm, mem: mem, replica: replica})
+				want = append(want, standbyModel{m: m, warm: warm, mem: mem, replica: replica})
 				continue
 			}
-			want[i].warm = want[i].warm || spec.Warm
+			want[i].warm = want[i].warm || warm
 			want[i].mem = max(want[i].mem, mem)
 			want[i].replica = want[i].replica || replica
 		}
