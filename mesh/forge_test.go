@@ -3,6 +3,7 @@ package mesh
 import (
 	"encoding/json"
 	"errors"
+	"fmt"
 	"math"
 	"strings"
 	"testing"
@@ -171,6 +172,20 @@ func TestForgedRecordsAreRefused(t *testing.T) {
 		{"the edge node's document with negative traffic", refuseInvalid, func() []byte {
 			s := edgeDoc.Clone()
 			s.Version, s.Traffic = uint64(time.Now().UnixMicro()), []ModelTraffic{{Model: "m@1", RPS: 3, Inflight: -40}}
+			return edge.sign(t, s)
+		}},
+		{"the edge node's document with traffic from too many client sites", refuseInvalid, func() []byte {
+			s := edgeDoc.Clone()
+			sites := map[string]float64{}
+			for i := range MaxTrafficSites + 1 {
+				sites[fmt.Sprintf("site-%d", i)] = 1
+			}
+			s.Version, s.Traffic = uint64(time.Now().UnixMicro()), []ModelTraffic{{Model: "m@1", RPS: 3, Sites: sites}}
+			return edge.sign(t, s)
+		}},
+		{"the edge node's document with traffic from a site that is no name", refuseInvalid, func() []byte {
+			s := edgeDoc.Clone()
+			s.Version, s.Traffic = uint64(time.Now().UnixMicro()), []ModelTraffic{{Model: "m@1", RPS: 3, Sites: map[string]float64{"edge\x00a": 3}}}
 			return edge.sign(t, s)
 		}},
 		{"the edge node's document from the future", refuseFuture, func() []byte {
