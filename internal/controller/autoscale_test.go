@@ -465,3 +465,31 @@ func TestAutoscaleBySite(t *testing.T) {
 	}
 	t.Logf("scaled down: %s", rec.Message)
 }
+
+// TestDeletedPolicyForgotten: what the controller keeps per policy (its
+// retries, the autoscaler's wait per client site, the burst's) goes with
+// the policy.
+func TestDeletedPolicyForgotten(t *testing.T) {
+	t.Parallel()
+	const key = "InferenceService/web"
+	cat := catalog.New(catalogtest.NewStore(), nil)
+	m := &fakeMesh{nodes: []mesh.Node{gpuNode("w1", 8000)}}
+	c := New(Config{Mesh: m, Catalog: cat, Compile: meshview.Compile})
+	if _, err := cat.Policies.Put(catalog.Policy{Kind: policy.KindInferenceService, Name: "web", Source: scaledSource, Generation: 1}); err != nil {
+		t.Fatal(err)
+	}
+	c.reconcile()
+	c.scaleLow[key+"\x00edge-a"] = scaleLow{since: time.Now()}
+	c.roomSince[key] = time.Now()
+	c.policies()
+	if _, ok := c.lastTry[key]; !ok || len(c.scaleLow) != 1 || len(c.roomSince) != 1 {
+		t.Fatalf("while the policy exists: lastTry %v, scaleLow %v, roomSince %v; want each kept", c.lastTry, c.scaleLow, c.roomSince)
+	}
+	if err := cat.Policies.Delete(key); err != nil {
+		t.Fatal(err)
+	}
+	c.policies()
+	if len(c.lastTry) != 0 || len(c.scaleLow) != 0 || len(c.roomSince) != 0 {
+		t.Errorf("after the delete: lastTry %v, scaleLow %v, roomSince %v; want none", c.lastTry, c.scaleLow, c.roomSince)
+	}
+}

@@ -82,11 +82,16 @@ func (c *Controller) facts(p catalog.Policy) docFacts {
 	return f
 }
 
-// forgetFacts drops the docFacts of policies not in ps.
+// forgetFacts drops the docFacts of policies not in ps, and what the
+// controller keeps per policy of them (retries, the autoscaler's and the
+// burst's waits, why a job is held): a sweep's thousands of trials come
+// and go. Run's goroutine only.
 func (c *Controller) forgetFacts(ps []catalog.Policy) {
 	keep := make(map[policyID]bool, len(ps))
+	keys := make(map[string]bool, len(ps))
 	for _, p := range ps {
 		keep[policyID{p.Kind, p.Name}] = true
+		keys[p.Key()] = true
 	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
@@ -95,6 +100,16 @@ func (c *Controller) forgetFacts(ps []catalog.Policy) {
 			delete(c.docs, k)
 		}
 	}
+	gone := func(key string) bool {
+		policyKey, _, _ := strings.Cut(key, "\x00") // scaleLow's per client site
+		return !keys[policyKey]
+	}
+	maps.DeleteFunc(c.lastTry, func(k string, _ time.Time) bool { return gone(k) })
+	maps.DeleteFunc(c.tries, func(k string, _ int) bool { return gone(k) })
+	maps.DeleteFunc(c.holding, func(k, _ string) bool { return gone(k) })
+	maps.DeleteFunc(c.scaleLow, func(k string, _ scaleLow) bool { return gone(k) })
+	maps.DeleteFunc(c.roomSince, func(k string, _ time.Time) bool { return gone(k) })
+	maps.DeleteFunc(c.returning, func(k string, _ bool) bool { return gone(k) })
 }
 
 // experiments drives the hyperparameter searches this controller owns:
