@@ -73,6 +73,11 @@ func validName(what, s string, required bool) error {
 	return nil
 }
 
+// ValidSiteName says whether s is a site name a document may carry (in
+// its site, or as a client site of its traffic): not empty, at most 253
+// bytes, UTF-8 without control characters.
+func ValidSiteName(s string) bool { return validName("site", s, true) == nil }
+
 func validAddr(what, a string) error {
 	if a == "" {
 		return nil

@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/strata-mesh/strata/api"
+	"github.com/strata-mesh/strata/internal/testbed"
 	"github.com/strata-mesh/strata/mesh/meshtest"
 )
 
@@ -100,11 +101,7 @@ func (n *nsAgent) start(t testing.TB) {
 	args = append(args, n.args...)
 	p := &proc{name: n.name}
 	p.log = &bytes.Buffer{}
-	p.cmd = exec.Command("ip", args...)
-	if n.cgroup != "" {
-		// The shell moves itself into the host's group, then becomes ip.
-		p.cmd = exec.Command("sh", append([]string{"-c", `echo $$ > "$0/cgroup.procs" && exec "$@"`, n.cgroup, "ip"}, args...)...)
-	}
+	p.cmd = testbed.InGroup(n.cgroup, "ip", args...)
 	p.cmd.Stdout, p.cmd.Stderr = p.log, p.log
 	if err := p.cmd.Start(); err != nil {
 		t.Fatal(err)

@@ -418,18 +418,12 @@ func loadRamp(b *testing.B, c rampConfig) {
 func throttled(tb testing.TB, hosts []testbed.Host) string {
 	var out []string
 	for _, h := range hosts {
-		stat, err := os.ReadFile(filepath.Join(h.CPUGroup, "cpu.stat"))
+		periods, n, err := h.Throttled()
 		if err != nil {
 			tb.Logf("%s: %v", h.Name, err)
 			continue
 		}
-		f := map[string]string{}
-		for _, l := range strings.Split(string(stat), "\n") {
-			if kv := strings.Fields(l); len(kv) == 2 {
-				f[kv[0]] = kv[1]
-			}
-		}
-		out = append(out, fmt.Sprintf("%s of %s", f["nr_throttled"], f["nr_periods"]))
+		out = append(out, fmt.Sprintf("%d of %d", n, periods))
 	}
 	return strings.Join(out, ", ")
 }

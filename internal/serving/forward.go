@@ -14,7 +14,6 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
-	"unicode/utf8"
 
 	"github.com/strata-mesh/strata/infer"
 	"github.com/strata-mesh/strata/internal/safe"
@@ -468,16 +467,16 @@ func (f *Forwarder) Send(ctx context.Context, n mesh.Node, method, uri string, h
 // (HeaderClientSite) for a request that came over the data plane, where
 // the peer is authenticated (dataplane.HeaderPeer, which only the data
 // plane sets); own, this agent's site, for one made at its API. It is ""
-// for a forward that names no site, or one that is not a name.
+// for a forward that names no site, or one the mesh would refuse in a
+// document (mesh.ValidSiteName).
 func ClientSite(r *http.Request, own string) string {
 	if r.Header.Get(dataplane.HeaderPeer) == "" {
 		return own
 	}
-	site := r.Header.Get(HeaderClientSite)
-	if len(site) > 253 || !utf8.ValidString(site) || strings.ContainsFunc(site, func(c rune) bool { return c < 0x20 || c == 0x7f }) {
-		return ""
+	if site := r.Header.Get(HeaderClientSite); mesh.ValidSiteName(site) {
+		return site
 	}
-	return site
+	return ""
 }
 
 // browserHeaders are the headers only a browser sets, which tell an

@@ -3,7 +3,9 @@ package testbed
 import (
 	"fmt"
 	"os"
+	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 )
 
@@ -62,3 +64,36 @@ func exists(path string) bool {
 }
 
 func writeFile(path, s string) error { return os.WriteFile(path, []byte(s), 0o644) }
+
+// InGroup returns a command that runs name with args inside the control
+// group dir (a Host's CPUGroup), or as exec.Command does where dir is "".
+func InGroup(dir, name string, args ...string) *exec.Cmd {
+	if dir == "" {
+		return exec.Command(name, args...)
+	}
+	// The shell moves itself into the group, then becomes name.
+	return exec.Command("sh", append([]string{"-c", `echo $$ > "$0/cgroup.procs" && exec "$@"`, dir, name}, args...)...)
+}
+
+// Throttled reads, for a host with a CPU bound, how many quota periods
+// have passed since its group was made and in how many of them its
+// processes were throttled (cpu.stat's nr_periods and nr_throttled).
+func (h Host) Throttled() (periods, throttled int, err error) {
+	if h.CPUGroup == "" {
+		return 0, 0, fmt.Errorf("testbed: %s has no CPU bound", h.Name)
+	}
+	stat, err := os.ReadFile(filepath.Join(h.CPUGroup, "cpu.stat"))
+	if err != nil {
+		return 0, 0, err
+	}
+	for _, l := range strings.Split(string(stat), "\n") {
+		switch f := strings.Fields(l); {
+		case len(f) != 2:
+		case f[0] == "nr_periods":
+			periods, _ = strconv.Atoi(f[1])
+		case f[0] == "nr_throttled":
+			throttled, _ = strconv.Atoi(f[1])
+		}
+	}
+	return periods, throttled, nil
+}

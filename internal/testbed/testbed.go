@@ -74,12 +74,7 @@ type Host struct {
 // Command returns a command that runs name with args in the host's
 // namespace, within its CPU bound if it has one.
 func (h Host) Command(name string, args ...string) *exec.Cmd {
-	ip := append([]string{"ip", "netns", "exec", h.NS, name}, args...)
-	if h.CPUGroup == "" {
-		return exec.Command(ip[0], ip[1:]...)
-	}
-	// The shell moves itself into the group, then becomes ip.
-	return exec.Command("sh", append([]string{"-c", `echo $$ > "$0/cgroup.procs" && exec "$@"`, h.CPUGroup}, ip...)...)
+	return InGroup(h.CPUGroup, "ip", append([]string{"netns", "exec", h.NS, name}, args...)...)
 }
 
 // Do runs fn on a thread in the host's namespace: the sockets fn opens
