@@ -354,6 +354,7 @@ func (m *Mesh) setEntryLocked(e *Entry) {
 	m.kv[e.Key] = e
 	t := tableOf(e.Key)
 	m.tableVersions[t]++
+	m.logChangeLocked(t, e.Key)
 	tab := m.kvTables[t]
 	if tab == nil {
 		tab = &kvTable{entries: map[string]*Entry{}}
@@ -371,6 +372,7 @@ func (m *Mesh) deleteEntryLocked(key string) {
 	delete(m.kv, key)
 	t := tableOf(key)
 	m.tableVersions[t]++
+	m.logChangeLocked(t, key)
 	tab := m.kvTables[t]
 	if tab == nil {
 		return
@@ -395,6 +397,69 @@ func (m *Mesh) TableVersion(table string) uint64 {
 	return m.tableVersions[table]
 }
 
+// changeLog is a table's latest changes: the key of each, in the order of
+// the table's versions, the first at version first.
+type changeLog struct {
+	first uint64
+	keys  []string
+}
+
+// minChangeLog is how many changes a table's log keeps at least; it
+// keeps as many as the table has entries when that is more, so a reader
+// that lists the table once per round of changes to all of it still
+// reads only what changed.
+const minChangeLog = 4096
+
+// logChangeLocked notes that key of table t changed, at the version
+// just counted. The caller holds m.mu.
+func (m *Mesh) logChangeLocked(t, key string) {
+	l := m.tableLogs[t]
+	if l == nil {
+		if m.tableLogs == nil {
+			m.tableLogs = map[string]*changeLog{}
+		}
+		l = &changeLog{first: m.tableVersions[t]}
+		m.tableLogs[t] = l
+	}
+	l.keys = append(l.keys, key)
+	held := 0
+	if tab := m.kvTables[t]; tab != nil {
+		held = len(tab.entries)
+	}
+	if limit := max(minChangeLog, held); len(l.keys) > 2*limit {
+		drop := len(l.keys) - limit
+		l.keys = slices.Clone(l.keys[drop:]) // the dropped keys' strings go too
+		l.first += uint64(drop)
+	}
+}
+
+// ChangedKeys returns the keys of table whose entries changed (written,
+// deleted or collected) after its version since (see TableVersion),
+// each once, and the table's version now. ok is false when this node no
+// longer remembers every change since then, or since is not a version it
+// counted: the reader lists the table afresh. A reader that derives
+// something from a table of thousands of entries reads only what changed.
+func (m *Mesh) ChangedKeys(table string, since uint64) (keys []string, now uint64, ok bool) {
+	m.mu.RLock()
+	defer m.mu.RUnlock()
+	now = m.tableVersions[table]
+	if since == now {
+		return nil, now, true
+	}
+	l := m.tableLogs[table]
+	if since > now || l == nil || since+1 < l.first {
+		return nil, now, false
+	}
+	seen := map[string]bool{}
+	for _, k := range l.keys[since+1-l.first:] {
+		if !seen[k] {
+			seen[k] = true
+			keys = append(keys, k)
+		}
+	}
+	return keys, now, true
+}
+
 // tableOf is the table of a catalog key: up to its first "/", or the
 // whole key.
 func tableOf(key string) string {
@@ -404,7 +469,8 @@ func tableOf(key string) string {
 
 // Lookup returns the entry of key as held here, tombstone included, and
 // whether one is held. Readers use it to tell "not yet replicated" from
-// "deleted".
+// "deleted". As List's, its Value and Deps are the store's own: read
+// them, do not modify them.
 func (m *Mesh) Lookup(key string) (Entry, bool) {
 	m.mu.RLock()
 	defer m.mu.RUnlock()
@@ -412,7 +478,7 @@ func (m *Mesh) Lookup(key string) (Entry, bool) {
 	if e == nil {
 		return Entry{}, false
 	}
-	return cloneEntry(e), true
+	return *e, true
 }
 
 // Missing returns the dependencies of deps that this node does not hold

@@ -2,6 +2,7 @@ package mesh
 
 import (
 	"fmt"
+	"maps"
 	"math/rand/v2"
 	"slices"
 	"strings"
@@ -42,5 +43,78 @@ func TestListInKeyOrder(t *testing.T) {
 		if !slices.Equal(got, want) {
 			t.Errorf("List(%q): %d keys, want %d in order (%v…)", prefix, len(got), len(want), want[:min(len(want), 3)])
 		}
+	}
+}
+
+// TestChangedKeys: a reader that kept a table's version is told every key
+// written, deleted or collected since, each once, or told to list afresh
+// once the log no longer reaches back that far; never a partial answer.
+func TestChangedKeys(t *testing.T) {
+	t.Parallel()
+	m := &Mesh{kv: map[string]*Entry{}, kvTables: map[string]*kvTable{}, tableVersions: map[string]uint64{}, tableLogs: map[string]*changeLog{}}
+	rng := rand.New(rand.NewPCG(3, 4))
+	// history[v] is the key whose change made version v of "placements".
+	history := []string{""}
+	type reader struct{ at uint64 }
+	var readers []reader
+	forgot, answered := 0, 0
+	for i := range 30000 {
+		table := []string{"placements", "policies"}[rng.IntN(2)]
+		key := fmt.Sprintf("%s/k-%d", table, rng.IntN(300))
+		if rng.IntN(5) == 0 {
+			m.deleteEntryLocked(key)
+		} else {
+			m.setEntryLocked(&Entry{Key: key, Version: uint64(i)})
+		}
+		if table == "placements" {
+			history = append(history, key)
+		}
+		if i%1000 == 0 {
+			readers = append(readers, reader{at: m.TableVersion("placements")})
+		}
+	}
+	now := m.TableVersion("placements")
+	if int(now) != len(history)-1 {
+		t.Fatalf("version %d after %d changes", now, len(history)-1)
+	}
+	for _, r := range append(readers, reader{at: now}, reader{at: now + 5}) {
+		keys, v, ok := m.ChangedKeys("placements", r.at)
+		if v != now {
+			t.Errorf("since %d: version now %d, want %d", r.at, v, now)
+		}
+		if r.at > now {
+			if ok {
+				t.Errorf("since %d, ahead of the table (%d): answered, want a fresh listing", r.at, now)
+			}
+			continue
+		}
+		if !ok {
+			forgot++
+			if now-r.at <= minChangeLog {
+				t.Errorf("since %d: %d changes back, within the log, but told to list afresh", r.at, now-r.at)
+			}
+			continue
+		}
+		answered++
+		want := map[string]bool{}
+		for _, k := range history[r.at+1:] {
+			want[k] = true
+		}
+		got := map[string]bool{}
+		for _, k := range keys {
+			if got[k] {
+				t.Errorf("since %d: %s told twice", r.at, k)
+			}
+			got[k] = true
+		}
+		if !maps.Equal(got, want) {
+			t.Errorf("since %d: told %d keys, want the %d changed", r.at, len(got), len(want))
+		}
+	}
+	if forgot == 0 || answered < 3 {
+		t.Errorf("%d readers answered, %d told to list afresh: the test no longer covers both", answered, forgot)
+	}
+	if _, _, ok := m.ChangedKeys("nothing", 0); !ok {
+		t.Error("a table never written, read from 0: want an empty answer")
 	}
 }

@@ -141,8 +141,10 @@ type Mesh struct {
 	// kvTables holds kv's entries again by table, the key up to its
 	// first "/" (see setEntry): List scans one table, not the catalog.
 	kvTables map[string]*kvTable
-	// tableVersions counts each table's changes (TableVersion).
+	// tableVersions counts each table's changes (TableVersion);
+	// tableLogs are each table's latest changes (ChangedKeys).
 	tableVersions map[string]uint64
+	tableLogs     map[string]*changeLog
 	dirtyKV       map[string]bool
 	deleted       map[string]bool
 	fetching      map[string]time.Time // name → when its document was asked for
@@ -201,6 +203,7 @@ func New(cfg Config) (*Mesh, error) {
 		kv:              map[string]*Entry{},
 		kvTables:        map[string]*kvTable{},
 		tableVersions:   map[string]uint64{},
+		tableLogs:       map[string]*changeLog{},
 		dirtyKV:         map[string]bool{},
 		deleted:         map[string]bool{},
 		fetching:        map[string]time.Time{},

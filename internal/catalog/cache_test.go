@@ -1,10 +1,12 @@
 package catalog
 
 import (
+	"encoding/json"
 	"reflect"
 	"testing"
 
 	"github.com/strata-mesh/strata/internal/catalog/catalogtest"
+	"github.com/strata-mesh/strata/mesh"
 )
 
 // TestCachedValuesAreCopies: the tables that keep decoded values hand each
@@ -54,34 +56,63 @@ func TestCachedValuesAreCopies(t *testing.T) {
 	}
 }
 
-// TestChangedDecodesWhatChanged: Changed hands back only the records whose
-// version moved since the versions it was given, and every live version.
-func TestChangedDecodesWhatChanged(t *testing.T) {
+// TestNextDecodesWhatChanged: Next hands back only the records written
+// since the cursor last read, and the keys gone since, over a store that
+// remembers its changes (read by key) as over one that does not (listed).
+func TestNextDecodesWhatChanged(t *testing.T) {
 	t.Parallel()
-	c := New(catalogtest.NewStore(), nil)
-	for _, name := range []string{"a", "b"} {
-		if _, err := c.Jobs.Put(Job{Name: name, State: JobRunning}); err != nil {
-			t.Fatal(err)
-		}
-	}
-	changed, now := c.Jobs.Changed(nil)
-	if len(changed) != 2 || len(now) != 2 {
-		t.Fatalf("first look: %d changed, %d versions; want 2 and 2", len(changed), len(now))
-	}
-	if changed, _ := c.Jobs.Changed(now); len(changed) != 0 {
-		t.Errorf("nothing written: %d changed", len(changed))
-	}
-	if _, err := c.Jobs.Put(Job{Name: "b", State: JobSucceeded}); err != nil {
-		t.Fatal(err)
-	}
-	if err := c.Jobs.Delete("a"); err != nil {
-		t.Fatal(err)
-	}
-	changed, now = c.Jobs.Changed(now)
-	if len(changed) != 1 || changed[0].Value.State != JobSucceeded || len(now) != 1 {
-		t.Errorf("b rewritten, a deleted: changed %+v, versions %v; want b alone", changed, now)
+	for name, store := range map[string]Store{"by key": catalogtest.NewStore(), "listed": listedOnly{catalogtest.NewStore()}} {
+		t.Run(name, func(t *testing.T) {
+			t.Parallel()
+			c := New(store, nil)
+			for _, name := range []string{"a", "b", "c"} {
+				if _, err := c.Jobs.Put(Job{Name: name, State: JobRunning}); err != nil {
+					t.Fatal(err)
+				}
+			}
+			var cur Cursor
+			changed, gone := c.Jobs.Next(&cur)
+			if len(changed) != 3 || len(gone) != 0 || cur.Len() != 3 {
+				t.Fatalf("first look: %d changed, %d gone, %d read; want 3, 0, 3", len(changed), len(gone), cur.Len())
+			}
+			if changed, gone := c.Jobs.Next(&cur); len(changed)+len(gone) != 0 {
+				t.Errorf("nothing written: %d changed, %d gone", len(changed), len(gone))
+			}
+			for _, j := range []Job{{Name: "b", State: JobSucceeded}, {Name: "b", State: JobFailed}} {
+				if _, err := c.Jobs.Put(j); err != nil {
+					t.Fatal(err)
+				}
+			}
+			if err := c.Jobs.Delete("a"); err != nil {
+				t.Fatal(err)
+			}
+			if _, err := c.Rollouts.Put(Rollout{Policy: "K/x"}); err != nil { // another table
+				t.Fatal(err)
+			}
+			changed, gone = c.Jobs.Next(&cur)
+			if len(changed) != 1 || changed[0].Value.State != JobFailed || !reflect.DeepEqual(gone, []string{"a"}) {
+				t.Errorf("b written twice, a deleted: changed %+v, gone %v; want b's last write and a", changed, gone)
+			}
+			if cur.Has("a") || !cur.Has("b") || !cur.Has("c") || cur.Len() != 2 {
+				t.Errorf("read %d records, a %v b %v c %v; want b and c", cur.Len(), cur.Has("a"), cur.Has("b"), cur.Has("c"))
+			}
+		})
 	}
 }
+
+// listedOnly is a store that does not remember its changes: a reader
+// lists the table.
+type listedOnly struct{ s *catalogtest.Store }
+
+func (l listedOnly) Put(key string, v json.RawMessage, opts ...mesh.PutOptions) (mesh.Entry, error) {
+	return l.s.Put(key, v, opts...)
+}
+func (l listedOnly) Delete(key string) error              { return l.s.Delete(key) }
+func (l listedOnly) Lookup(key string) (mesh.Entry, bool) { return l.s.Lookup(key) }
+func (l listedOnly) List(prefix string) []mesh.Entry      { return l.s.List(prefix) }
+func (l listedOnly) Missing(deps []mesh.Dep) []mesh.Dep   { return l.s.Missing(deps) }
+func (l listedOnly) Changed() <-chan struct{}             { return l.s.Changed() }
+func (l listedOnly) TableVersion(table string) uint64     { return l.s.TableVersion(table) }
 
 // TestSelectCopiesWhatItKeeps: Select hands back the records keep chose,
 // as copies a caller may change, and Keys lists every live key.

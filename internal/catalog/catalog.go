@@ -408,25 +408,90 @@ func (t *Table[T]) Keys() []string {
 	return out
 }
 
-// Changed returns the live records whose version is not the one seen
-// maps their key to, decoded, and the version of every live record now.
-// A reader that keeps now and passes it back next time decodes only what
-// changed in between; records that do not decode are left out of changed
-// (and counted, as List does).
-func (t *Table[T]) Changed(seen map[string]uint64) (changed []Record[T], now map[string]uint64) {
+// Cursor is a reader's place in a table: the version of each live
+// record it has read (see Table.Next). The zero Cursor has read nothing.
+type Cursor struct {
+	at      uint64
+	started bool
+	seen    map[string]uint64
+}
+
+// Has says whether the reader has read key's live record (whether it
+// decoded or not).
+func (c *Cursor) Has(key string) bool {
+	_, ok := c.seen[key]
+	return ok
+}
+
+// Len is how many live records the reader has read.
+func (c *Cursor) Len() int { return len(c.seen) }
+
+// Next returns the live records written since c last read the table,
+// decoded and sorted by key, and the keys of those c read that are gone
+// (deleted or collected) since, and moves c past them. Over a store that
+// remembers its changes (the mesh: ChangedKeys) it reads only the keys
+// that changed: a reader that follows a table of thousands of records
+// does not list it every time. Records that do not decode are left out
+// of changed and counted, as List does; c still moves past them.
+func (t *Table[T]) Next(c *Cursor) (changed []Record[T], removed []string) {
+	if c.seen == nil {
+		c.seen = map[string]uint64{}
+	}
+	v, versioned := t.version()
+	if c.started && versioned && v == c.at {
+		return nil, nil
+	}
+	if s, ok := t.c.store.(interface {
+		ChangedKeys(table string, since uint64) ([]string, uint64, bool)
+	}); ok && c.started {
+		if keys, now, ok := s.ChangedKeys(t.name, c.at); ok {
+			for _, full := range keys {
+				key := strings.TrimPrefix(full, t.prefix())
+				e, held := t.c.store.Lookup(full)
+				if !held || e.Deleted {
+					if c.Has(key) {
+						delete(c.seen, key)
+						removed = append(removed, key)
+					}
+					continue
+				}
+				if ver, had := c.seen[key]; had && ver == e.Version {
+					continue
+				}
+				c.seen[key] = e.Version
+				if r, err := t.decode(e); err == nil {
+					changed = append(changed, r)
+				}
+			}
+			slices.SortFunc(changed, func(a, b Record[T]) int { return strings.Compare(a.Key, b.Key) })
+			slices.Sort(removed)
+			c.at = now
+			return changed, removed
+		}
+	}
+	// Listed afresh: the first read, or the store forgot that far back.
 	entries := t.c.store.List(t.prefix())
-	now = make(map[string]uint64, len(entries))
+	live := make(map[string]bool, len(entries))
 	for _, e := range entries {
 		key := strings.TrimPrefix(e.Key, t.prefix())
-		now[key] = e.Version
-		if v, ok := seen[key]; ok && v == e.Version {
+		live[key] = true
+		if ver, had := c.seen[key]; had && ver == e.Version {
 			continue
 		}
+		c.seen[key] = e.Version
 		if r, err := t.decode(e); err == nil {
 			changed = append(changed, r)
 		}
 	}
-	return changed, now
+	for key := range c.seen {
+		if !live[key] {
+			delete(c.seen, key)
+			removed = append(removed, key)
+		}
+	}
+	slices.Sort(removed)
+	c.at, c.started = v, true
+	return changed, removed
 }
 
 // forget drops the decoded values of keys no longer live, now that recs

@@ -78,13 +78,10 @@ type Stream struct {
 	subs  map[chan Event]struct{}
 	last  map[string]string // event subject → its last seen state
 	// of is the record (table/key) each subject of last comes from, and
-	// versions the version of each record at the last scan, by table:
-	// a scan decodes only the records that changed since.
-	of       map[string]string
-	versions map[string]map[string]uint64
-	// at is each table's version (catalog.Table.Version) at the last
-	// scan.
-	at map[string]uint64
+	// read the stream's place in each table: a scan decodes only the
+	// records that changed since the last.
+	of   map[string]string
+	read map[string]*catalog.Cursor
 	// logs is how far the stream has told each drift log (by key).
 	logs map[string]logMark
 }
@@ -103,7 +100,7 @@ func New(cat *catalog.Catalog, guard *safe.Guard) *Stream {
 		guard = safe.New(safe.Config{})
 	}
 	return &Stream{cat: cat, guard: guard, subs: map[chan Event]struct{}{}, last: map[string]string{}, of: map[string]string{},
-		versions: map[string]map[string]uint64{}, at: map[string]uint64{}, logs: map[string]logMark{}}
+		read: map[string]*catalog.Cursor{}, logs: map[string]logMark{}}
 }
 
 // Run derives events until ctx ends. What the catalog holds when Run
@@ -163,7 +160,7 @@ func (e *Stream) derive(emit bool) []Event {
 			out = append(out, ev)
 		}
 	}
-	placements := changedSince(e, "p", e.cat.Placements) // undecodable records are counted by the catalog
+	placements, gone := changedSince(e, "p", e.cat.Placements) // undecodable records are counted by the catalog
 	for _, r := range placements {
 		p := r.Value
 		key := p.Key
@@ -174,7 +171,8 @@ func (e *Stream) derive(emit bool) []Event {
 				Message: fmt.Sprintf("%s autoscaled %d → %d: %s", key, sc.From, sc.Replicas, sc.Reason)})
 		}
 	}
-	logs := changedSince(e, "l", e.cat.DriftLogs)
+	logs, g := changedSince(e, "l", e.cat.DriftLogs)
+	gone = gone || g
 	for _, r := range logs {
 		l := r.Value
 		mark, had := e.logs[r.Key]
@@ -195,7 +193,8 @@ func (e *Stream) derive(emit bool) []Event {
 		}
 		e.logs[r.Key] = mark
 	}
-	drifts := changedSince(e, "d", e.cat.Drift)
+	drifts, g := changedSince(e, "d", e.cat.Drift)
+	gone = gone || g
 	for _, r := range drifts {
 		d := r.Value
 		if d.State != "" {
@@ -223,7 +222,8 @@ func (e *Stream) derive(emit bool) []Event {
 		}
 		note("d/"+r.Key, "d/"+d.Policy+"/"+d.Node, d.Version+"/"+state, Event{Time: at, Type: "drift." + state, Policy: d.Policy, Node: d.Node, Message: msg})
 	}
-	jobs := changedSince(e, "j", e.cat.Jobs)
+	jobs, g := changedSince(e, "j", e.cat.Jobs)
+	gone = gone || g
 	for _, r := range jobs {
 		j := r.Value
 		msg := fmt.Sprintf("job %s %s on [%s]", j.Name, j.State, strings.Join(j.Nodes, ","))
@@ -241,7 +241,8 @@ func (e *Stream) derive(emit bool) []Event {
 		}
 		note("j/"+r.Key, "j/"+j.Name, fmt.Sprintf("%d/%d/%s", j.Generation, j.Epoch, j.State), Event{Time: at, Type: "job." + j.State, Policy: j.Key, Node: j.Node, Message: msg})
 	}
-	rollouts := changedSince(e, "r", e.cat.Rollouts)
+	rollouts, g := changedSince(e, "r", e.cat.Rollouts)
+	gone = gone || g
 	for _, rec := range rollouts {
 		r := rec.Value
 		// Every step, not only the current stage: a rollout can pass
@@ -254,10 +255,10 @@ func (e *Stream) derive(emit bool) []Event {
 		}
 	}
 	// Subjects of records no longer held are forgotten.
-	held := func(table, key string) bool {
-		_, ok := e.versions[table][key]
-		return ok
+	if !gone {
+		return out
 	}
+	held := func(table, key string) bool { return e.read[table].Has(key) }
 	for subject, record := range e.of {
 		if table, key, _ := strings.Cut(record, "/"); !held(table, key) {
 			delete(e.last, subject)
@@ -272,20 +273,16 @@ func (e *Stream) derive(emit bool) []Event {
 	return out
 }
 
-// changedSince returns the records of t (called table in e.versions)
-// that changed since the last scan. A table whose version has not moved
-// is not listed at all.
-func changedSince[T any](e *Stream, table string, t *catalog.Table[T]) []catalog.Record[T] {
-	v, versioned := t.Version()
-	if _, ok := e.versions[table]; ok && versioned && e.at[table] == v {
-		return nil
+// changedSince returns the records of t (called table in e.read) that
+// changed since the last scan, and whether any it read before is gone.
+func changedSince[T any](e *Stream, table string, t *catalog.Table[T]) ([]catalog.Record[T], bool) {
+	c := e.read[table]
+	if c == nil {
+		c = &catalog.Cursor{}
+		e.read[table] = c
 	}
-	recs, now := t.Changed(e.versions[table])
-	e.versions[table] = now
-	if versioned {
-		e.at[table] = v
-	}
-	return recs
+	recs, removed := t.Next(c)
+	return recs, len(removed) > 0
 }
 
 // driftEvent tells one entry of a drift log.

@@ -19,7 +19,7 @@ type SLOs struct {
 
 	mu       sync.Mutex
 	read     time.Time
-	seen     map[string]uint64 // policy key → version read
+	pols     catalog.Cursor // the policies read
 	byPolicy map[string]modelSLO
 	byModel  map[string]time.Duration
 }
@@ -48,12 +48,10 @@ func (s *SLOs) For(model string) time.Duration {
 
 // refresh reads what changed among the policies; s.mu is held.
 func (s *SLOs) refresh() {
-	changed, now := s.cat.Policies.Changed(s.seen)
-	dirty := len(changed) > 0 || len(now) != len(s.seen)
-	for key := range s.byPolicy {
-		if _, ok := now[key]; !ok {
-			delete(s.byPolicy, key)
-		}
+	changed, gone := s.cat.Policies.Next(&s.pols)
+	dirty := len(changed) > 0 || len(gone) > 0
+	for _, key := range gone {
+		delete(s.byPolicy, key)
 	}
 	for _, r := range changed {
 		delete(s.byPolicy, r.Key)
@@ -64,7 +62,6 @@ func (s *SLOs) refresh() {
 		svc := doc.InferenceService
 		s.byPolicy[r.Key] = modelSLO{model: svc.Model.Name, p99: time.Duration(svc.Latency.P99)}
 	}
-	s.seen = now
 	if !dirty {
 		return
 	}

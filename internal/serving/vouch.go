@@ -41,8 +41,8 @@ type Vouchers struct {
 	mu       sync.Mutex
 	read     time.Time
 	versions [2]uint64          // the policies' and placements' table versions read
-	seenPol  map[string]uint64  // policy key → version read
-	seenPl   map[string]uint64  // placement key → version read
+	pols     catalog.Cursor     // the policies read
+	pls      catalog.Cursor     // the placements read
 	models   map[string]string  // policy key → the model it serves (anyModel: unknown)
 	named    map[string]vouches // policy key → what its placements have named
 	count    map[vouch]int      // how many services' placements have named each
@@ -61,7 +61,7 @@ type vouches map[vouch]bool
 // NewVouchers returns an index over cat's policies and placements.
 func NewVouchers(cat *catalog.Catalog) *Vouchers {
 	_, versioned := cat.Placements.Version()
-	return &Vouchers{cat: cat, now: time.Now, seenPol: map[string]uint64{}, seenPl: map[string]uint64{},
+	return &Vouchers{cat: cat, now: time.Now,
 		models: map[string]string{}, named: map[string]vouches{}, count: map[vouch]int{}, versioned: versioned}
 }
 
@@ -109,13 +109,10 @@ func (v *Vouchers) refresh(now time.Time) {
 		b, _ := v.cat.Placements.Version()
 		v.versions = [2]uint64{a, b}
 	}
-	pols, polNow := v.cat.Policies.Changed(v.seenPol)
-	pls, plNow := v.cat.Placements.Changed(v.seenPl)
-	v.seenPol, v.seenPl = polNow, plNow
-	for key := range v.models {
-		if _, ok := polNow[key]; !ok {
-			v.forget(key) // deleted: its replicas unload
-		}
+	pols, gone := v.cat.Policies.Next(&v.pols)
+	pls, _ := v.cat.Placements.Next(&v.pls)
+	for _, key := range gone {
+		v.forget(key) // deleted: its replicas unload
 	}
 	for _, r := range pols {
 		doc, err := r.Value.Document()

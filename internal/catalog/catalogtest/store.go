@@ -24,7 +24,8 @@ type Store struct {
 	mu      sync.Mutex
 	kv      map[string]mesh.Entry
 	ver     uint64
-	changes uint64 // writes of any kind (TableVersion)
+	changes uint64   // writes of any kind (TableVersion)
+	log     []string // the key of each write, in order (ChangedKeys)
 	changed chan struct{}
 }
 
@@ -33,7 +34,32 @@ func NewStore() *Store {
 	return &Store{kv: map[string]mesh.Entry{}, changed: make(chan struct{})}
 }
 
-func (s *Store) notifyLocked() { s.changes++; close(s.changed); s.changed = make(chan struct{}) }
+func (s *Store) notifyLocked(key string) {
+	s.countLocked(key)
+	close(s.changed)
+	s.changed = make(chan struct{})
+}
+
+func (s *Store) countLocked(key string) {
+	s.changes++
+	s.log = append(s.log, key)
+}
+
+// ChangedKeys returns the keys of table written since the store's count
+// of writes was since, as the mesh's does (it remembers every write).
+func (s *Store) ChangedKeys(table string, since uint64) (keys []string, now uint64, ok bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if since > s.changes {
+		return nil, s.changes, false
+	}
+	for _, k := range s.log[since:] {
+		if strings.HasPrefix(k, table+"/") && !slices.Contains(keys, k) {
+			keys = append(keys, k)
+		}
+	}
+	return keys, s.changes, true
+}
 
 // TableVersion counts the store's writes: it changes whenever any table
 // does (the mesh counts each table's own), which is all a reader that
@@ -54,7 +80,7 @@ func (s *Store) Put(key string, v json.RawMessage, opts ...mesh.PutOptions) (mes
 		e.Scope, e.Deps = opts[0].Scope, slices.Clone(opts[0].Deps)
 	}
 	s.kv[key] = e
-	s.notifyLocked()
+	s.notifyLocked(key)
 	return e, nil
 }
 
@@ -65,7 +91,7 @@ func (s *Store) PutAt(key string, v json.RawMessage, schema string) mesh.Entry {
 	defer s.mu.Unlock()
 	e.Schema = schema
 	s.kv[key] = e
-	s.changes++
+	s.countLocked(key)
 	return e
 }
 
@@ -75,7 +101,7 @@ func (s *Store) Delete(key string) error {
 	defer s.mu.Unlock()
 	s.ver++
 	s.kv[key] = mesh.Entry{Key: key, Version: s.ver, Origin: "test", Deleted: true, Written: time.Now()}
-	s.notifyLocked()
+	s.notifyLocked(key)
 	return nil
 }
 
@@ -131,6 +157,6 @@ func (s *Store) Deliver(dst *Store, key string) {
 	dst.mu.Lock()
 	dst.kv[key] = e
 	dst.ver = max(dst.ver, e.Version)
-	dst.notifyLocked()
+	dst.notifyLocked(key)
 	dst.mu.Unlock()
 }
