@@ -37,6 +37,14 @@ type Controller struct {
 	ledger *placement.Ledger
 	// held maps policy key → the epoch admitted (or refused) here.
 	held map[string]mesh.Assignment
+	// passWrites counts the placement records written since reconcile's
+	// pass began, and resume is where in the list of policies the next
+	// pass starts (see maxPassWrites).
+	passWrites, resume int
+	// here are the placements that name this node, as read by
+	// placedRead (admit only).
+	here       map[string]catalog.Record[catalog.Placement]
+	placedRead catalog.Cursor
 	// lastTry is when an owned, not fully placed policy was last placed;
 	// tries counts the retries since that came to the same placement (see
 	// retryDelay).
@@ -76,7 +84,7 @@ type Controller struct {
 		run  func()
 	}
 	// docs are the facts of each policy's document (see facts).
-	docs map[policyID]docFacts
+	docs map[policyID]*docFacts
 	// listed is the policies as last listed, at the policy table's
 	// version listedAt (see policies; Run's goroutine only).
 	listed   []catalog.Policy
@@ -135,7 +143,7 @@ func New(cfg Config) *Controller {
 	if cfg.Guard == nil {
 		cfg.Guard = safe.New(safe.Config{Logger: cfg.Logger})
 	}
-	c := &Controller{cfg: cfg, log: cfg.Logger, held: map[string]mesh.Assignment{}, lastTry: map[string]time.Time{}, tries: map[string]int{}, failedSince: map[string]time.Time{}, holding: map[string]string{}, docs: map[policyID]docFacts{}, scaleLow: map[string]scaleLow{}, roomSince: map[string]time.Time{}, returning: map[string]bool{},
+	c := &Controller{cfg: cfg, log: cfg.Logger, held: map[string]mesh.Assignment{}, lastTry: map[string]time.Time{}, tries: map[string]int{}, failedSince: map[string]time.Time{}, holding: map[string]string{}, docs: map[policyID]*docFacts{}, scaleLow: map[string]scaleLow{}, roomSince: map[string]time.Time{}, returning: map[string]bool{},
 		live: placement.Live{CoordSlack: coordSlack}}
 	c.steps = []struct {
 		name string

@@ -50,7 +50,8 @@ type docFacts struct {
 type policyID struct{ kind, name string }
 
 // facts returns p's docFacts, parsing its source only when it changed.
-func (c *Controller) facts(p catalog.Policy) docFacts {
+// They are shared: read them, do not change them.
+func (c *Controller) facts(p catalog.Policy) *docFacts {
 	// Not a hash of the source: every step of a pass asks for every
 	// policy's facts, and hashing 10,000 sources a step was a cost of
 	// its own.
@@ -61,7 +62,7 @@ func (c *Controller) facts(p catalog.Policy) docFacts {
 	if ok && f.generation == p.Generation && f.applied.Equal(p.Applied) {
 		return f
 	}
-	f = docFacts{generation: p.Generation, applied: p.Applied}
+	f = &docFacts{generation: p.Generation, applied: p.Applied}
 	if doc, err := p.Document(); err == nil {
 		f.sweep = doc.TrainingJob != nil && doc.TrainingJob.Sweep != nil
 		f.retrain = doc.InferenceService != nil && doc.InferenceService.Retrain != nil

@@ -389,6 +389,7 @@ func (c *Controller) write(rec catalog.Placement) {
 			return
 		}
 	}
+	c.passWrites++
 	var deps []mesh.Dep
 	if ref, ok := c.cfg.Catalog.Policies.Ref(rec.Key); ok {
 		deps = append(deps, ref)

@@ -56,8 +56,19 @@ func lastEpoch(nodes []mesh.Node, key string) uint64 {
 	return e
 }
 
+// maxPassWrites and maxPassTime bound one reconcile pass: once it wrote
+// that many placement records, or ran that long, the rest wait for the
+// next pass, which follows as soon as the writes land. Each write waits
+// its turn for the mesh, and on a busy host a pass that placed the
+// hundreds of policies a burst of applies brings took seconds, with this
+// node's admissions, rollouts and sweeps waiting behind it.
+const (
+	maxPassWrites = 128
+	maxPassTime   = 500 * time.Millisecond
+)
+
 // reconcile places every policy this agent owns whose placement is
-// missing, stale, or lost a node.
+// missing, stale, or lost a node, up to maxPassWrites records a pass.
 func (c *Controller) reconcile() {
 	nodes := c.cfg.Mesh.Nodes()
 	if len(nodes) > 1 && time.Now().Before(c.settleUntil) {
@@ -87,11 +98,20 @@ func (c *Controller) reconcile() {
 	reps := &replicaIndex{byName: byName}
 	ps := c.policies()
 	applied := make(map[string]bool, len(ps))
-	for _, p := range ps {
+	c.passWrites = 0
+	begun, full := time.Now(), false
+	// Each pass starts where the last one stopped (see maxPassWrites),
+	// so that what a busy pass left is not left again.
+	first := c.resume % max(len(ps), 1)
+	for i := range ps {
+		p := ps[(first+i)%len(ps)]
 		key := p.Key()
 		applied[key] = true
-		if !c.owns(key) {
-			continue
+		if !full && (c.passWrites >= maxPassWrites || time.Since(begun) > maxPassTime) {
+			full, c.resume = true, (first+i)%len(ps)
+		}
+		if full || !c.owns(key) {
+			continue // the next pass goes on from here
 		}
 		// Only the placements of owned policies are read: with thousands
 		// of policies, copying every record each pass was most of it.

@@ -431,3 +431,41 @@ func TestNoteReplicas(t *testing.T) {
 		t.Error("a change noted the second time")
 	}
 }
+
+// TestPassWritesBounded: a burst of policies is placed over several
+// passes of at most maxPassWrites records each, every one placed in the
+// end, none twice.
+func TestPassWritesBounded(t *testing.T) {
+	t.Parallel()
+	cat := catalog.New(catalogtest.NewStore(), nil)
+	m := &fakeMesh{nodes: []mesh.Node{gpuNode("big", 1<<20)}}
+	c := New(Config{Mesh: m, Catalog: cat, Compile: func(p catalog.Policy) (*placement.Request, error) {
+		return &placement.Request{Kind: placement.Inference, Key: p.Key(), Replicas: 1, Resources: placement.Resources{CPU: 1, Memory: 1 << 20}}, nil
+	}})
+	const n = 3*maxPassWrites + 10
+	for i := range n {
+		if _, err := cat.Policies.Put(catalog.Policy{Kind: policy.KindInferenceService, Name: fmt.Sprintf("s-%03d", i), Generation: 1}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	epochs := map[string]uint64{}
+	for pass := 1; len(epochs) < n; pass++ {
+		if pass > 2*n/maxPassWrites+2 {
+			t.Fatalf("%d of %d placed after %d passes", len(epochs), n, pass-1)
+		}
+		before := len(epochs)
+		c.reconcile()
+		for key, rec := range c.placements() {
+			if e, ok := epochs[key]; ok && e != rec.Epoch {
+				t.Errorf("%s placed again in pass %d: epoch %d → %d", key, pass, e, rec.Epoch)
+			}
+			epochs[key] = rec.Epoch
+		}
+		if c.passWrites > maxPassWrites {
+			t.Errorf("pass %d wrote %d records, over %d", pass, c.passWrites, maxPassWrites)
+		}
+		if len(epochs) == before {
+			t.Fatalf("pass %d placed nothing: %d of %d placed", pass, len(epochs), n)
+		}
+	}
+}
