@@ -163,10 +163,23 @@ func (s *Loader) Run(ctx context.Context) {
 		case <-ctx.Done():
 			return
 		case <-changed:
+			// Let a burst of changes land before the next pass: while
+			// thousands of policies are applied the mesh changes
+			// thousands of times a second, and each pass reads every
+			// assignment held here.
+			select {
+			case <-ctx.Done():
+				return
+			case <-time.After(passGap):
+			}
 		case <-time.After(5 * time.Second):
 		}
 	}
 }
+
+// passGap is the least time between two passes of the loader that a
+// change of the mesh starts.
+const passGap = 50 * time.Millisecond
 
 // wanted resolves the models of the inference policies admitted here; the
 // policies whose model it cannot resolve yet are in unresolved, with why.
@@ -454,7 +467,7 @@ func (s *Loader) publishLocked() {
 		}
 		replicas = append(replicas, r)
 	}
-	sort.Slice(replicas, func(i, j int) bool { return replicas[i].Policy < replicas[j].Policy })
+	slices.SortFunc(replicas, func(a, b mesh.Replica) int { return strings.Compare(a.Policy, b.Policy) })
 	local := s.cfg.Mesh.Local()
 	if slices.Equal(models, local.Models) && slices.Equal(standbys, local.Standbys) && slices.EqualFunc(replicas, local.Replicas, func(a, b mesh.Replica) bool {
 		return a.Policy == b.Policy && a.Model == b.Model && a.State == b.State && a.Reason == b.Reason && a.Attempts == b.Attempts
