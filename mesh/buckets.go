@@ -44,7 +44,7 @@ type bucketsMsg struct {
 type bucketEntries struct {
 	From    string            `json:"from"`
 	Buckets []int             `json:"buckets"`
-	Entries []json.RawMessage `json:"entries"`
+	Entries []json.RawMessage `json:"entries,omitempty"` // see entriesPayload
 	Reply   bool              `json:"reply,omitempty"`
 }
 
@@ -84,8 +84,8 @@ func (m *Mesh) entriesPayload(buckets []int, reply bool) []byte {
 	for _, i := range buckets {
 		want[i] = true
 	}
-	out := bucketEntries{From: m.cfg.Name, Buckets: buckets, Reply: reply}
 	now := time.Now()
+	var entries [][]byte
 	m.mu.Lock()
 	for _, e := range m.kv {
 		// Settled entries only, as the digests count: the others are
@@ -94,15 +94,25 @@ func (m *Mesh) entriesPayload(buckets []int, reply bool) []byte {
 			continue
 		}
 		if b, err := encodeEntry(e); err == nil {
-			out.Entries = append(out.Entries, b)
+			entries = append(entries, b)
 		}
 	}
 	m.mu.Unlock()
-	b, err := json.Marshal(out)
+	// The entries are written as they are held (see encodePushPull).
+	head, err := json.Marshal(bucketEntries{From: m.cfg.Name, Buckets: buckets, Reply: reply})
 	if err != nil {
 		return nil
 	}
-	return append([]byte{msgBucketEntries}, b...)
+	size := 1 + len(head) + len(`,"entries":[]`) + len(entries)
+	for _, b := range entries {
+		size += len(b)
+	}
+	out := make([]byte, 0, size)
+	out = append(out, msgBucketEntries)
+	out = append(out, head[:len(head)-1]...) // all but its closing brace
+	out = append(out, `,"entries":`...)
+	out = appendArray(out, entries)
+	return append(out, '}')
 }
 
 // onBuckets answers a peer's bucket digests with this member's entries of

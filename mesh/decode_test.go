@@ -1,8 +1,11 @@
 package mesh
 
 import (
+	"bytes"
 	"encoding/json"
+	"fmt"
 	"testing"
+	"time"
 	"unsafe"
 )
 
@@ -36,6 +39,61 @@ func TestDecodedValueSharesTheBytes(t *testing.T) {
 		}
 		if tc.shared && cap(e.Value) != len(e.Value) {
 			t.Errorf("%s: value has room to grow into the entry's bytes", raw)
+		}
+	}
+}
+
+// TestPushPullEncoding: the push/pull and bucket payloads written from
+// held encodings decode as json.Marshal's of the same values would, with
+// and without certificates, empty or not.
+func TestPushPullEncoding(t *testing.T) {
+	t.Parallel()
+	doc := []byte(`{"id":"a","version":3}`)
+	entries := [][]byte{[]byte(`{"key":"policies/K/x","version":1}`), []byte(` {"key":"placements/K/x", "version":2} `)}
+	for _, tc := range []struct {
+		nodes, entries, certs [][]byte
+	}{{nil, nil, nil}, {[][]byte{doc}, entries, nil}, {[][]byte{doc, doc}, entries[:1], [][]byte{{1, 2, 3}}}} {
+		b, err := encodePushPull(tc.nodes, tc.entries, tc.certs)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var got pushPull
+		if err := json.Unmarshal(b, &got); err != nil {
+			t.Fatalf("%s does not decode: %v", b, err)
+		}
+		if len(got.Nodes) != len(tc.nodes) || len(got.Entries) != len(tc.entries) || len(got.Certs) != len(tc.certs) {
+			t.Errorf("%s: %d nodes, %d entries, %d certs; want %d, %d, %d", b, len(got.Nodes), len(got.Entries), len(got.Certs), len(tc.nodes), len(tc.entries), len(tc.certs))
+		}
+		for i, e := range got.Entries {
+			if !bytes.Equal(bytes.TrimSpace(e), bytes.TrimSpace(tc.entries[i])) {
+				t.Errorf("entry %d: %s, want %s", i, e, tc.entries[i])
+			}
+		}
+		if len(tc.certs) > 0 && !bytes.Equal(got.Certs[0], tc.certs[0]) {
+			t.Errorf("cert %v, want %v", got.Certs[0], tc.certs[0])
+		}
+	}
+	m := &Mesh{cfg: Config{Name: "me"}, kv: map[string]*Entry{}}
+	for i, raw := range entries {
+		e, err := decodeEntry(raw)
+		if err != nil {
+			t.Fatal(err)
+		}
+		e.stamp(time.Now().Add(-time.Hour))
+		m.kv[fmt.Sprint(i)] = e
+	}
+	var all []int
+	for i := range syncBuckets {
+		all = append(all, i)
+	}
+	for _, buckets := range [][]int{nil, all} {
+		b := m.entriesPayload(buckets, true)
+		var got bucketEntries
+		if b[0] != msgBucketEntries || json.Unmarshal(b[1:], &got) != nil {
+			t.Fatalf("bucket payload %q does not decode", b)
+		}
+		if want := len(entries) * min(len(buckets), 1); got.From != "me" || !got.Reply || len(got.Entries) != want || len(got.Buckets) != len(buckets) {
+			t.Errorf("bucket payload %+v: want from me, a reply, %d buckets and %d entries", got, len(buckets), want)
 		}
 	}
 }

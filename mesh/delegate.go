@@ -107,31 +107,75 @@ type pushPull struct {
 // sends digests (an agent from before them, in an upgrade).
 func (d *delegate) LocalState(join bool) []byte {
 	d.m.mu.Lock()
-	pp := pushPull{Nodes: make([]json.RawMessage, 0, len(d.m.docs))}
+	nodes := make([][]byte, 0, len(d.m.docs))
 	for _, s := range d.m.docs {
 		if b, err := encodeState(s); err == nil {
-			pp.Nodes = append(pp.Nodes, b)
+			nodes = append(nodes, b)
 		}
 	}
 	all := join || !d.m.digestSyncLocked()
 	now := time.Now()
+	var entries [][]byte
 	for _, e := range d.m.kv {
 		if !all && now.Sub(e.seen) >= recentEntries {
 			continue
 		}
 		if b, err := encodeEntry(e); err == nil {
-			pp.Entries = append(pp.Entries, b)
+			entries = append(entries, b)
 		}
 	}
 	d.m.mu.Unlock()
+	var certs [][]byte
 	if d.m.trust != nil {
-		pp.Certs = d.m.trust.knownCerts()
+		certs = d.m.trust.knownCerts()
 	}
-	b, err := json.Marshal(pp)
+	b, err := encodePushPull(nodes, entries, certs)
 	if err != nil {
 		return nil
 	}
 	return b
+}
+
+// encodePushPull writes a pushPull of documents and entries already
+// encoded (valid JSON each: this node's own encoding, or a peer's that
+// decoded) into one buffer of the right size. json.Marshal of the struct
+// validated and copied every entry again into a growing buffer: with
+// 10,000 policies a catalog sync's encoding took tens of MB, and checking
+// JSON it had written was a twentieth of the agents' CPU.
+func encodePushPull(nodes, entries, certs [][]byte) ([]byte, error) {
+	tail := []byte("}")
+	if len(certs) > 0 {
+		c, err := json.Marshal(certs)
+		if err != nil {
+			return nil, err
+		}
+		tail = append(append([]byte(`,"certs":`), c...), '}')
+	}
+	size := len(`{"nodes":[],"entries":[]`) + len(nodes) + len(entries) + len(tail)
+	for _, b := range nodes {
+		size += len(b)
+	}
+	for _, b := range entries {
+		size += len(b)
+	}
+	out := make([]byte, 0, size)
+	out = append(out, `{"nodes":`...)
+	out = appendArray(out, nodes)
+	out = append(out, `,"entries":`...)
+	out = appendArray(out, entries)
+	return append(out, tail...), nil
+}
+
+// appendArray appends a JSON array of items, each valid JSON, to out.
+func appendArray(out []byte, items [][]byte) []byte {
+	out = append(out, '[')
+	for i, b := range items {
+		if i > 0 {
+			out = append(out, ',')
+		}
+		out = append(out, b...)
+	}
+	return append(out, ']')
 }
 
 // MergeRemoteState folds a peer's documents and entries into ours
