@@ -26,7 +26,8 @@ import (
 // of a 7-agent dev mesh, 8 requests at a time, and waits until every agent
 // sees each one placed. It reports applies per second and their p99, the
 // controller's slowest reconcile pass (p99 over every agent's passes, from
-// strata_controller_pass_seconds), Go heap per policy per agent, and how
+// strata_controller_pass_seconds) and the largest such p99 of any step
+// (admit, rollouts and experiments too), Go heap per policy per agent, and how
 // often a member was seen failed (target 0). STRATA_BENCH_HEAP_PROFILE=FILE
 // writes the heap the agents hold once every policy is placed;
 // STRATA_BENCH_SECONDS bounds the wait for that (default 150 ms a policy),
@@ -150,6 +151,11 @@ func BenchmarkManyPolicies(b *testing.B) {
 			b.ReportMetric(float64(lat[len(lat)*99/100].Microseconds())/1e3, "apply-p99-ms")
 			b.ReportMetric(settled.Seconds(), "all-placed-s")
 			b.ReportMetric(passP99(b, agents, "reconcile")*1e3, "reconcile-p99-ms")
+			var slowest float64
+			for _, step := range []string{"reconcile", "admit", "rollouts", "experiments"} {
+				slowest = max(slowest, passP99(b, agents, step))
+			}
+			b.ReportMetric(slowest*1e3, "slowest-step-p99-ms")
 			b.ReportMetric(float64(heapInUse()-heapBefore)/float64(n)/float64(len(agents)), "heap-B/policy/agent")
 			b.ReportMetric(float64(failedSeen.Load()), "failed-sightings")
 		}
