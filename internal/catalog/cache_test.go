@@ -96,6 +96,24 @@ func TestNextDecodesWhatChanged(t *testing.T) {
 			if cur.Has("a") || !cur.Has("b") || !cur.Has("c") || cur.Len() != 2 {
 				t.Errorf("read %d records, a %v b %v c %v; want b and c", cur.Len(), cur.Has("a"), cur.Has("b"), cur.Has("c"))
 			}
+			// c rewritten by an agent of a major this one does not read:
+			// what was read of it no longer holds.
+			putAt := func(key string, v []byte, schema string) {
+				switch s := store.(type) {
+				case *catalogtest.Store:
+					s.PutAt(key, v, schema)
+				case listedOnly:
+					s.s.PutAt(key, v, schema)
+				}
+			}
+			putAt("jobs/c", []byte(`{"name":"c","state":"running"}`), "9.0")
+			changed, gone = c.Jobs.Next(&cur)
+			if len(changed) != 0 || !reflect.DeepEqual(gone, []string{"c"}) || !cur.Has("c") {
+				t.Errorf("c no longer decodes: changed %+v, gone %v, read %v; want c gone, and read", changed, gone, cur.Has("c"))
+			}
+			if changed, gone := c.Jobs.Next(&cur); len(changed)+len(gone) != 0 {
+				t.Errorf("nothing written since: %d changed, %d gone", len(changed), len(gone))
+			}
 		})
 	}
 }

@@ -431,8 +431,10 @@ func (c *Cursor) Len() int { return len(c.seen) }
 // (deleted or collected) since, and moves c past them. Over a store that
 // remembers its changes (the mesh: ChangedKeys) it reads only the keys
 // that changed: a reader that follows a table of thousands of records
-// does not list it every time. Records that do not decode are left out
-// of changed and counted, as List does; c still moves past them.
+// does not list it every time. A record written since that does not
+// decode is counted, as List does, and its key is among the gone: what
+// the reader derived from its earlier write no longer holds. Has still
+// says true of it, and c moves past it.
 func (t *Table[T]) Next(c *Cursor) (changed []Record[T], removed []string) {
 	if c.seen == nil {
 		c.seen = map[string]uint64{}
@@ -461,6 +463,8 @@ func (t *Table[T]) Next(c *Cursor) (changed []Record[T], removed []string) {
 				c.seen[key] = e.Version
 				if r, err := t.decode(e); err == nil {
 					changed = append(changed, r)
+				} else {
+					removed = append(removed, key)
 				}
 			}
 			slices.SortFunc(changed, func(a, b Record[T]) int { return strings.Compare(a.Key, b.Key) })
@@ -481,6 +485,8 @@ func (t *Table[T]) Next(c *Cursor) (changed []Record[T], removed []string) {
 		c.seen[key] = e.Version
 		if r, err := t.decode(e); err == nil {
 			changed = append(changed, r)
+		} else {
+			removed = append(removed, key)
 		}
 	}
 	for key := range c.seen {
