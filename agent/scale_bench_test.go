@@ -27,8 +27,9 @@ import (
 // sees each one placed. It reports applies per second and their p99, the
 // controller's slowest reconcile pass (p99 over every agent's passes, from
 // strata_controller_pass_seconds) and the largest such p99 of any step
-// (admit, rollouts and experiments too), Go heap per policy per agent, and how
-// often a member was seen failed (target 0). STRATA_BENCH_HEAP_PROFILE=FILE
+// (admit, rollouts and experiments too), Go heap and the process's
+// resident set per policy per agent, and how often a member was seen
+// failed (target 0). STRATA_BENCH_HEAP_PROFILE=FILE
 // writes the heap the agents hold once every policy is placed;
 // STRATA_BENCH_SECONDS bounds the wait for that (default 150 ms a policy),
 // after which it says what is not placed, where.
@@ -69,7 +70,7 @@ func BenchmarkManyPolicies(b *testing.B) {
 					}
 				}
 			})
-			heapBefore := heapInUse()
+			heapBefore, rssBefore := heapInUse(), processRSS()
 			lat := make([]time.Duration, n)
 			var next atomic.Int64
 			var errs atomic.Int64
@@ -157,6 +158,9 @@ func BenchmarkManyPolicies(b *testing.B) {
 			}
 			b.ReportMetric(slowest*1e3, "slowest-step-p99-ms")
 			b.ReportMetric(float64(heapInUse()-heapBefore)/float64(n)/float64(len(agents)), "heap-B/policy/agent")
+			if rssBefore > 0 {
+				b.ReportMetric(float64(processRSS()-rssBefore)/float64(n)/float64(len(agents)), "rss-B/policy/agent")
+			}
 			b.ReportMetric(float64(failedSeen.Load()), "failed-sightings")
 		}
 	})
@@ -173,6 +177,23 @@ func writeHeapProfile(b *testing.B, path string) {
 	if err := pprof.Lookup("heap").WriteTo(f, 0); err != nil {
 		b.Fatal(err)
 	}
+}
+
+// processRSS is the process's resident set in bytes (VmRSS), 0 where it
+// cannot be read. It counts what the Go runtime holds beyond the live
+// heap (the garbage collector's headroom, freed spans not yet returned).
+func processRSS() int64 {
+	b, err := os.ReadFile("/proc/self/status")
+	if err != nil {
+		return 0
+	}
+	for _, l := range strings.Split(string(b), "\n") {
+		if f := strings.Fields(l); len(f) == 3 && f[0] == "VmRSS:" && f[2] == "kB" {
+			kb, _ := strconv.ParseInt(f[1], 10, 64)
+			return kb << 10
+		}
+	}
+	return 0
 }
 
 func heapInUse() int64 {
