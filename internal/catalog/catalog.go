@@ -443,6 +443,18 @@ func (t *Table[T]) Next(c *Cursor) (changed []Record[T], removed []string) {
 	if c.started && versioned && v == c.at {
 		return nil, nil
 	}
+	// read takes e, live, unless c read this version of it already.
+	read := func(key string, e mesh.Entry) {
+		if ver, had := c.seen[key]; had && ver == e.Version {
+			return
+		}
+		c.seen[key] = e.Version
+		if r, err := t.decode(e); err == nil {
+			changed = append(changed, r)
+		} else {
+			removed = append(removed, key)
+		}
+	}
 	if s, ok := t.c.store.(interface {
 		ChangedKeys(table string, since uint64) ([]string, uint64, bool)
 	}); ok && c.started {
@@ -457,15 +469,7 @@ func (t *Table[T]) Next(c *Cursor) (changed []Record[T], removed []string) {
 					}
 					continue
 				}
-				if ver, had := c.seen[key]; had && ver == e.Version {
-					continue
-				}
-				c.seen[key] = e.Version
-				if r, err := t.decode(e); err == nil {
-					changed = append(changed, r)
-				} else {
-					removed = append(removed, key)
-				}
+				read(key, e)
 			}
 			slices.SortFunc(changed, func(a, b Record[T]) int { return strings.Compare(a.Key, b.Key) })
 			slices.Sort(removed)
@@ -479,15 +483,7 @@ func (t *Table[T]) Next(c *Cursor) (changed []Record[T], removed []string) {
 	for _, e := range entries {
 		key := strings.TrimPrefix(e.Key, t.prefix())
 		live[key] = true
-		if ver, had := c.seen[key]; had && ver == e.Version {
-			continue
-		}
-		c.seen[key] = e.Version
-		if r, err := t.decode(e); err == nil {
-			changed = append(changed, r)
-		} else {
-			removed = append(removed, key)
-		}
+		read(key, e)
 	}
 	for key := range c.seen {
 		if !live[key] {

@@ -28,9 +28,6 @@ func (c *Controller) admit() {
 	// The placements that name this node, kept up to date from what
 	// changed: scanning every placement each pass was most of admit's
 	// time at 10,000 policies.
-	if c.here == nil {
-		c.here = map[string]catalog.Record[catalog.Placement]{}
-	}
 	recs, gone := c.cfg.Catalog.Placements.Next(&c.placedRead)
 	for _, r := range recs {
 		if slices.ContainsFunc(r.Value.Nodes, func(pn catalog.PlacedNode) bool { return pn.Name == self.Name }) {

@@ -57,9 +57,9 @@ func lastEpoch(nodes []mesh.Node, key string) uint64 {
 }
 
 // maxPassWrites and maxPassTime bound one reconcile pass: once it wrote
-// that many placement records, or ran that long, the rest wait for the
-// next pass, which follows as soon as the writes land. Each write waits
-// its turn for the mesh, and on a busy host a pass that placed the
+// that many placement records, or ran that long and wrote one, the rest
+// wait for the next pass, which follows as soon as the writes land. Each
+// write waits its turn for the mesh, and on a busy host a pass that placed the
 // hundreds of policies a burst of applies brings took seconds, with this
 // node's admissions, rollouts and sweeps waiting behind it.
 const (
@@ -107,7 +107,10 @@ func (c *Controller) reconcile() {
 		p := ps[(first+i)%len(ps)]
 		key := p.Key()
 		applied[key] = true
-		if !full && (c.passWrites >= maxPassWrites || time.Since(begun) > maxPassTime) {
+		// The time bound once something is written: on a starved host
+		// the pass may pass it before its first write, and must still
+		// make progress.
+		if !full && (c.passWrites >= maxPassWrites || c.passWrites > 0 && time.Since(begun) > maxPassTime) {
 			full, c.resume = true, (first+i)%len(ps)
 		}
 		if full || !c.owns(key) {
