@@ -638,7 +638,27 @@ func (m *Mesh) queueEntryBroadcast(e *Entry) bool {
 		return false
 	}
 	m.bq.QueueBroadcast(&stateBroadcast{id: "kv/" + e.Key, msg: append([]byte{msgEntry}, b...)})
+	m.pruneBroadcasts()
 	return true
+}
+
+// maxQueuedBroadcasts bounds the broadcast queue. Gossip sends a few
+// entries a round, each several times; a burst of writes (thousands of
+// applies and their placements) is queued far faster, and at 10,000
+// policies the agents still held 5 MB each of queued copies once every
+// policy was placed (BenchmarkManyPolicies' heap profile). The bucket
+// repair (buckets.go) carries what a pruned broadcast would have; and a
+// write's Notify reaches the members that act on it at once.
+const maxQueuedBroadcasts = 1024
+
+// pruneBroadcasts drops the broadcasts sent most, then the oldest, from a
+// queue longer than maxQueuedBroadcasts (memberlist's order; the anchor,
+// never sent, stays).
+func (m *Mesh) pruneBroadcasts() {
+	if n := m.bq.NumQueued(); n > maxQueuedBroadcasts {
+		m.bq.Prune(maxQueuedBroadcasts)
+		m.metrics.broadcastsPruned.Add(float64(n - maxQueuedBroadcasts))
+	}
 }
 
 // persistKey writes the entry held for key to the store, synced unless

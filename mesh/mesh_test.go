@@ -421,3 +421,22 @@ func TestConfigValidate(t *testing.T) {
 		t.Error("DecodeGossipKey accepted non-base64")
 	}
 }
+
+// TestBurstOfWritesReachesPeersPastTheQueueBound: a burst of writes longer
+// than the broadcast queue's bound is pruned from the queue, and every
+// write still reaches the peer (by the bucket repair).
+func TestBurstOfWritesReachesPeersPastTheQueueBound(t *testing.T) {
+	nodes := cluster(t, 2)
+	const n = 3000
+	for i := range n {
+		if _, err := nodes[0].m.Put(fmt.Sprintf("policies/p-%d", i), []byte(`{}`), mesh.PutOptions{Unsynced: true}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if got := counterValue(t, nodes[0].reg, "strata_gossip_broadcasts_pruned_total"); got == 0 {
+		t.Errorf("%d writes in a burst pruned no broadcast", n)
+	}
+	meshtest.WaitFor(t, 30*time.Second, "every write at the peer", func() bool {
+		return len(nodes[1].m.List("policies/")) == n
+	})
+}

@@ -35,6 +35,9 @@ type metrics struct {
 	// bucketRepairs counts peers' bucket digests answered with the
 	// entries of the buckets that differed (see buckets.go).
 	bucketRepairs prometheus.Counter
+	// broadcastsPruned counts broadcasts dropped from a queue longer
+	// than maxQueuedBroadcasts.
+	broadcastsPruned prometheus.Counter
 }
 
 func newMetrics(reg prometheus.Registerer) *metrics {
@@ -100,13 +103,17 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 			Name: "strata_catalog_bucket_repairs_total",
 			Help: "Peers' per-bucket catalog digests this node answered with its entries of the buckets that differed: a lost broadcast repaired at the cost of its bucket, a 256th of the catalog, before a whole-state sync.",
 		}),
+		broadcastsPruned: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "strata_gossip_broadcasts_pruned_total",
+			Help: "Gossip broadcasts dropped, most sent first, from a queue of more than 1024: the bucket repair carries what they would have.",
+		}),
 		tombstonesCollected: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "strata_catalog_tombstones_collected_total",
 			Help: "Deleted catalog entries whose tombstone was forgotten after the tombstone TTL.",
 		}),
 	}
 	if reg != nil {
-		reg.MustRegister(m.tombstonesCollected, m.reconnects, m.catalogSyncs, m.catalogSyncSeconds, m.bucketRepairs)
+		reg.MustRegister(m.tombstonesCollected, m.reconnects, m.catalogSyncs, m.catalogSyncSeconds, m.bucketRepairs, m.broadcastsPruned)
 		reg.MustRegister(m.invalid, m.peerWarnings, m.logSuppressed, m.conflicts)
 		reg.MustRegister(m.refused, m.malformed, m.recordsRefused, m.dropped, m.stateUpdates, m.stateDuplicates, m.members)
 	}

@@ -280,6 +280,14 @@ type Locality struct {
 	Pulling []string `json:"pulling,omitempty"`
 }
 
+// shared is s without its signature and encoding, sharing its slices and
+// maps: for a reader of a document the mesh holds (see Nodes).
+func (s *NodeState) shared() NodeState {
+	c := *s
+	c.Sig, c.Cert, c.raw = nil, nil, nil
+	return c
+}
+
 // Clone returns a deep copy.
 func (s NodeState) Clone() NodeState {
 	c := s
