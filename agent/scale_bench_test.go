@@ -28,7 +28,8 @@ import (
 // controller's slowest reconcile pass (p99 over every agent's passes, from
 // strata_controller_pass_seconds) and the largest such p99 of any step
 // (admit, rollouts and experiments too), Go heap and the process's
-// resident set per policy per agent, and how often a member was seen
+// resident set per policy per agent, the CPU an agent takes once every
+// policy is placed and nothing changes, and how often a member was seen
 // failed (target 0). STRATA_BENCH_HEAP_PROFILE=FILE
 // writes the heap the agents hold once every policy is placed;
 // STRATA_BENCH_SECONDS bounds the wait for that (default 150 ms a policy),
@@ -143,6 +144,12 @@ func BenchmarkManyPolicies(b *testing.B) {
 				}
 			})
 			settled := time.Since(start)
+			// What the agents take with nothing to do: every policy placed,
+			// no apply. Each pass, probe and sync still goes over
+			// thousands of records.
+			cpu0, idle0 := processCPU(), time.Now()
+			time.Sleep(idleWindow)
+			idleCPU := (processCPU() - cpu0).Seconds() / time.Since(idle0).Seconds() / float64(len(agents))
 			stopWatch()
 			if path := os.Getenv("STRATA_BENCH_HEAP_PROFILE"); path != "" {
 				writeHeapProfile(b, path) // what the agents hold, while they run
@@ -161,6 +168,7 @@ func BenchmarkManyPolicies(b *testing.B) {
 			if rssBefore > 0 {
 				b.ReportMetric(float64(processRSS()-rssBefore)/float64(n)/float64(len(agents)), "rss-B/policy/agent")
 			}
+			b.ReportMetric(idleCPU*100, "idle-cpu-%/agent")
 			b.ReportMetric(float64(failedSeen.Load()), "failed-sightings")
 		}
 	})
@@ -178,6 +186,10 @@ func writeHeapProfile(b *testing.B, path string) {
 		b.Fatal(err)
 	}
 }
+
+// idleWindow is how long BenchmarkManyPolicies measures the CPU the
+// agents take once every policy is placed.
+const idleWindow = 20 * time.Second
 
 // processRSS is the process's resident set in bytes (VmRSS), 0 where it
 // cannot be read. It counts what the Go runtime holds beyond the live
