@@ -351,6 +351,11 @@ type kvTable struct {
 // setEntryLocked holds e as its key's entry, in kv and in its table of
 // kvTables. The caller holds m.mu.
 func (m *Mesh) setEntryLocked(e *Entry) {
+	if old := m.kv[e.Key]; old != nil {
+		m.kvDigest ^= old.hash
+	}
+	m.kvDigest ^= e.hash
+	m.unsettled = append(m.unsettled, e)
 	m.kv[e.Key] = e
 	t := tableOf(e.Key)
 	m.tableVersions[t]++
@@ -369,6 +374,9 @@ func (m *Mesh) setEntryLocked(e *Entry) {
 
 // deleteEntryLocked forgets key's entry. The caller holds m.mu.
 func (m *Mesh) deleteEntryLocked(key string) {
+	if old := m.kv[key]; old != nil {
+		m.kvDigest ^= old.hash
+	}
 	delete(m.kv, key)
 	t := tableOf(key)
 	m.tableVersions[t]++

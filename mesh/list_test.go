@@ -7,6 +7,7 @@ import (
 	"slices"
 	"strings"
 	"testing"
+	"time"
 )
 
 // TestListInKeyOrder puts and deletes keys in random order and checks
@@ -116,5 +117,44 @@ func TestChangedKeys(t *testing.T) {
 	}
 	if _, _, ok := m.ChangedKeys("nothing", 0); !ok {
 		t.Error("a table never written, read from 0: want an empty answer")
+	}
+}
+
+// TestSettledDigest: the settled digest, kept as entries are set and
+// deleted, is the hash of the entries held for catalogSettle, as a scan of
+// the catalog finds, while entries are replaced, deleted and settle, also
+// set out of the order of their times.
+func TestSettledDigest(t *testing.T) {
+	t.Parallel()
+	m := &Mesh{kv: map[string]*Entry{}, kvTables: map[string]*kvTable{}, tableVersions: map[string]uint64{}, tableLogs: map[string]*changeLog{}}
+	rng := rand.New(rand.NewPCG(5, 6))
+	start := time.Unix(1e9, 0)
+	now := start
+	for i := range 20000 {
+		now = now.Add(time.Duration(rng.IntN(20)) * time.Millisecond)
+		key := fmt.Sprintf("placements/k-%d", rng.IntN(500))
+		if rng.IntN(6) == 0 {
+			m.deleteEntryLocked(key)
+		} else {
+			e := &Entry{Key: key, Version: uint64(i)}
+			e.stamp(now.Add(-time.Duration(rng.IntN(5)) * time.Millisecond)) // out of order, a little
+			m.setEntryLocked(e)
+		}
+		if i%97 == 0 {
+			at := now.Add(time.Duration(rng.IntN(3000)) * time.Millisecond)
+			var want uint64
+			for _, e := range m.kv {
+				if at.Sub(e.seen) >= catalogSettle {
+					want ^= e.hash
+				}
+			}
+			if got := m.settledDigestLocked(at); got != want {
+				t.Fatalf("write %d: settled digest %x, a scan finds %x", i, got, want)
+			}
+			now = at
+		}
+	}
+	if len(m.unsettled) > 1000 {
+		t.Errorf("%d entries kept as unsettled after the last digest", len(m.unsettled))
 	}
 }

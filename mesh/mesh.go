@@ -145,9 +145,14 @@ type Mesh struct {
 	// tableLogs are each table's latest changes (ChangedKeys).
 	tableVersions map[string]uint64
 	tableLogs     map[string]*changeLog
-	dirtyKV       map[string]bool
-	deleted       map[string]bool
-	fetching      map[string]time.Time // name → when its document was asked for
+	// kvDigest is the XOR of every entry's hash, and unsettled the
+	// entries set in the last catalogSettle (and some older, until a
+	// digest is asked): see settledDigestLocked.
+	kvDigest  uint64
+	unsettled []*Entry
+	dirtyKV   map[string]bool
+	deleted   map[string]bool
+	fetching  map[string]time.Time // name → when its document was asked for
 	// coordPublished is when the coordinate was last put in the document.
 	coordPublished time.Time
 	// bucketsAnswered is when each peer's bucket digests were last
@@ -275,6 +280,7 @@ func (m *Mesh) initLocal() error {
 		return err
 	}
 	m.local = local.Clone() // the caller's slices are its own
+	m.local.index = &docIndex{}
 
 	return nil
 }
@@ -470,8 +476,10 @@ func (m *Mesh) Update(fn func(*NodeState)) error {
 	if m.trust != nil && !m.trust.me().Controller {
 		next.Controller = false
 	}
+	next.index = &docIndex{} // of what fn left
 	m.local = next
 	cp := next.Clone()
+	cp.index = &docIndex{}
 	if m.trust != nil {
 		body, err := json.Marshal(&cp)
 		if err != nil {

@@ -6,6 +6,7 @@ import (
 	"maps"
 	"slices"
 	"strconv"
+	"sync"
 	"time"
 
 	"github.com/hashicorp/serf/coordinate"
@@ -100,6 +101,74 @@ type NodeState struct {
 
 	// raw is the document as received or signed, sent on unchanged.
 	raw []byte
+	// index indexes Assignments and Replicas by policy, for a document
+	// the mesh holds (nil in a copy to change: see Clone).
+	index *docIndex
+}
+
+// docIndex is a held document's Assignments and Replicas by policy key,
+// each built at its first lookup. A controller asks each node's answer
+// and replica for each policy it owns on every pass: a scan of lists of
+// thousands for each was a tenth of an idle agent's CPU at 10,000
+// policies, and an index of their own for each pass most of its
+// allocation.
+type docIndex struct {
+	assignOnce, replicaOnce sync.Once
+	assign, replica         map[string]int
+}
+
+// Assignment returns this node's answer to the placement of policy key
+// (the first listed).
+func (s *NodeState) Assignment(key string) (Assignment, bool) {
+	if ix := s.index; ix != nil {
+		ix.assignOnce.Do(func() {
+			ix.assign = make(map[string]int, len(s.Assignments))
+			for i, as := range s.Assignments {
+				if _, dup := ix.assign[as.Key]; !dup {
+					ix.assign[as.Key] = i
+				}
+			}
+		})
+		i, ok := ix.assign[key]
+		if !ok {
+			return Assignment{}, false
+		}
+		if i < len(s.Assignments) && s.Assignments[i].Key == key {
+			return s.Assignments[i], true
+		}
+	}
+	for _, as := range s.Assignments {
+		if as.Key == key {
+			return as, true
+		}
+	}
+	return Assignment{}, false
+}
+
+// Replica returns what this node reports of its replica of policy key
+// (the last listed).
+func (s *NodeState) Replica(key string) (Replica, bool) {
+	if ix := s.index; ix != nil {
+		ix.replicaOnce.Do(func() {
+			ix.replica = make(map[string]int, len(s.Replicas))
+			for i, r := range s.Replicas {
+				ix.replica[r.Policy] = i
+			}
+		})
+		i, ok := ix.replica[key]
+		if !ok {
+			return Replica{}, false
+		}
+		if i < len(s.Replicas) && s.Replicas[i].Policy == key {
+			return s.Replicas[i], true
+		}
+	}
+	for i := len(s.Replicas) - 1; i >= 0; i-- {
+		if s.Replicas[i].Policy == key {
+			return s.Replicas[i], true
+		}
+	}
+	return Replica{}, false
 }
 
 // Replica states.
@@ -315,7 +384,7 @@ func (s NodeState) Clone() NodeState {
 	if s.Coord != nil {
 		c.Coord = s.Coord.Clone()
 	}
-	c.Sig, c.Cert, c.raw = nil, nil, nil
+	c.Sig, c.Cert, c.raw, c.index = nil, nil, nil, nil
 	return c
 }
 
@@ -391,5 +460,6 @@ func decodeState(b []byte) (*NodeState, error) {
 		return nil, err
 	}
 	s.raw = b
+	s.index = &docIndex{}
 	return &s, nil
 }

@@ -73,6 +73,9 @@ type Controller struct {
 	// liveNodes names the nodes alive or suspect in the last pass
 	// (reconcile's goroutine only): a change resets retryDelay.
 	liveNodes string
+	// cleaned is what the last clean-up of deleted policies' placements
+	// saw, when it left nothing to do again (reconcile's goroutine only).
+	cleaned cleanView
 	// live is the engine's view of the mesh, kept from round to round
 	// (reconcile's goroutine only); liveStats is its latest stats.
 	live      placement.Live

@@ -419,15 +419,15 @@ func TestNoteReplicas(t *testing.T) {
 	a.Replicas = []mesh.Replica{{Policy: "InferenceService/other", State: mesh.ReplicaFailed, Reason: "not this one"},
 		{Policy: key, State: mesh.ReplicaLoading}, {Policy: key, State: mesh.ReplicaServing}}
 	b := node("b", "edge", mesh.StatusAlive, "", 0)
-	reps := &replicaIndex{byName: map[string]mesh.Node{"a": a, "b": b}}
+	byName := map[string]mesh.Node{"a": a, "b": b}
 	rec := catalog.Placement{Key: key, Nodes: []catalog.PlacedNode{{Name: "a"}, {Name: "b", Replica: mesh.ReplicaLoading}, {Name: "gone"}}}
-	if !noteReplicas(&rec, reps) {
+	if !noteReplicas(&rec, byName) {
 		t.Fatal("no change noted")
 	}
 	if got := []string{rec.Nodes[0].Replica, rec.Nodes[1].Replica, rec.Nodes[2].Replica}; !slices.Equal(got, []string{mesh.ReplicaServing, mesh.ReplicaLoading, ""}) {
 		t.Errorf("replicas %q, want a serving (its last entry), b and gone as they were", got)
 	}
-	if noteReplicas(&rec, reps) {
+	if noteReplicas(&rec, byName) {
 		t.Error("a change noted the second time")
 	}
 }

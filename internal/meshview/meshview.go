@@ -93,12 +93,7 @@ func UnreachableControllers(nodes []mesh.Node) []string {
 
 // AssignmentOf returns node n's answer to the placement of policy key.
 func AssignmentOf(n mesh.Node, key string) (mesh.Assignment, bool) {
-	for _, as := range n.Assignments {
-		if as.Key == key {
-			return as, true
-		}
-	}
-	return mesh.Assignment{}, false
+	return n.Assignment(key)
 }
 
 // SummarizeRejections says in a line why nodes were not chosen: each
