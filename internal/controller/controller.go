@@ -24,6 +24,7 @@ import (
 	"github.com/strata-mesh/strata/internal/safe"
 	"github.com/strata-mesh/strata/mesh"
 	"github.com/strata-mesh/strata/placement"
+	"github.com/strata-mesh/strata/policy"
 	"github.com/strata-mesh/strata/storage"
 )
 
@@ -92,6 +93,12 @@ type Controller struct {
 	// version listedAt (see policies; Run's goroutine only).
 	listed   []catalog.Policy
 	listedAt uint64
+	// retrain is the inference services of listed with a retrain block
+	// (see retrainPolicies; Run's goroutine only), valid while retrainOK
+	// and the listing is at retrainAt.
+	retrain   []catalog.Policy
+	retrainAt uint64
+	retrainOK bool
 	// scaleLow are the autoscaled services whose load asks for fewer
 	// replicas, since when (see autoscale); only reconcile uses it.
 	scaleLow map[string]scaleLow
@@ -363,6 +370,26 @@ func (c *Controller) policies() []catalog.Policy {
 		}
 		c.listed, c.listedAt = out, v
 	}
+	return out
+}
+
+// retrainPolicies returns the inference services with a retrain block,
+// kept while the policy table stays the same: a rollouts step on each
+// pass asked every policy's facts to find the few, 8% of an idle agent's
+// CPU at 10,000 policies.
+func (c *Controller) retrainPolicies() []catalog.Policy {
+	ps := c.policies()
+	v, versioned := c.cfg.Catalog.Policies.Version()
+	if versioned && c.retrainOK && v == c.retrainAt {
+		return c.retrain
+	}
+	var out []catalog.Policy
+	for _, p := range ps {
+		if p.Kind == policy.KindInferenceService && c.facts(p).retrain {
+			out = append(out, p)
+		}
+	}
+	c.retrain, c.retrainAt, c.retrainOK = out, v, versioned
 	return out
 }
 

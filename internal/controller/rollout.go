@@ -56,8 +56,8 @@ func step(r *catalog.Rollout, stage, format string, args ...any) {
 func (c *Controller) rollouts() {
 	c.noteView(c.cfg.Mesh.Nodes(), time.Now())
 	var drifts []catalog.Drift
-	for _, p := range c.policies() {
-		if p.Kind != policy.KindInferenceService || !c.facts(p).retrain || !c.owns(p.Key()) {
+	for _, p := range c.retrainPolicies() {
+		if !c.owns(p.Key()) {
 			continue
 		}
 		doc, err := p.Document()
