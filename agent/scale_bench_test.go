@@ -32,9 +32,10 @@ import (
 // policy is placed and nothing changes (the median of 5 windows of 6 s),
 // and how often a member was seen failed (target 0).
 // STRATA_BENCH_HEAP_PROFILE=FILE writes the heap the agents hold once
-// every policy is placed;
-// STRATA_BENCH_SECONDS bounds the wait for that (default 150 ms a policy),
-// after which it says what is not placed, where.
+// every policy is placed, STRATA_BENCH_IDLE_PROFILE=FILE a CPU profile of
+// the idle windows. STRATA_BENCH_SECONDS bounds the wait until every
+// policy is placed (default 150 ms a policy), after which it says what
+// is not placed, where.
 func BenchmarkManyPolicies(b *testing.B) {
 	n := 2000
 	if v, err := strconv.Atoi(os.Getenv("STRATA_BENCH_POLICIES")); err == nil && v > 0 {
@@ -149,12 +150,14 @@ func BenchmarkManyPolicies(b *testing.B) {
 			// no apply. Each pass, probe and sync still goes over
 			// thousands of records. The median of a few windows: one that
 			// holds a periodic push/pull or a store compaction reads high.
+			stopProfile := startIdleProfile(b)
 			var idle []float64
 			for range idleWindows {
 				cpu0, idle0 := processCPU(), time.Now()
 				time.Sleep(idleWindow)
 				idle = append(idle, (processCPU()-cpu0).Seconds()/time.Since(idle0).Seconds()/float64(len(agents)))
 			}
+			stopProfile()
 			slices.Sort(idle)
 			idleCPU := idle[len(idle)/2]
 			stopWatch()
@@ -179,6 +182,29 @@ func BenchmarkManyPolicies(b *testing.B) {
 			b.ReportMetric(float64(failedSeen.Load()), "failed-sightings")
 		}
 	})
+}
+
+// startIdleProfile starts a CPU profile of the idle windows into
+// STRATA_BENCH_IDLE_PROFILE, when set, and returns what stops it.
+func startIdleProfile(b *testing.B) func() {
+	path := os.Getenv("STRATA_BENCH_IDLE_PROFILE")
+	if path == "" {
+		return func() {}
+	}
+	f, err := os.Create(path)
+	if err != nil {
+		b.Fatal(err)
+	}
+	if err := pprof.StartCPUProfile(f); err != nil {
+		f.Close()
+		b.Fatal(err) // -cpuprofile too: one profile at a time
+	}
+	return func() {
+		pprof.StopCPUProfile()
+		if err := f.Close(); err != nil {
+			b.Fatal(err)
+		}
+	}
 }
 
 // writeHeapProfile writes the in-use heap to path (go tool pprof reads it).
