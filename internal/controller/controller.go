@@ -375,7 +375,7 @@ func (c *Controller) policies() []catalog.Policy {
 
 // retrainPolicies returns the inference services with a retrain block,
 // kept while the policy table stays the same: a rollouts step on each
-// pass asked every policy's facts to find the few, 8% of an idle agent's
+// pass asked every policy's facts to find the few, 5% of an idle agent's
 // CPU at 10,000 policies.
 func (c *Controller) retrainPolicies() []catalog.Policy {
 	ps := c.policies()
