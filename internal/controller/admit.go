@@ -34,14 +34,20 @@ func (c *Controller) admit() {
 			c.here[r.Key] = r
 		} else {
 			delete(c.here, r.Key)
+			delete(c.ready, r.Key)
 		}
 	}
 	for _, key := range gone {
 		delete(c.here, key)
+		delete(c.ready, key)
 	}
 	wanted := map[string]catalog.Placement{}
 	for _, r := range c.here {
-		if len(c.cfg.Catalog.Placements.Pending(r)) == 0 { // its policy has replicated here
+		// Its policy has replicated here: asked of the mesh once per
+		// version, not on every pass (at 10,000 policies, a tenth of an
+		// idle agent's CPU, each ask taking the mesh's lock).
+		if c.ready[r.Key] == r.Version || len(c.cfg.Catalog.Placements.Pending(r)) == 0 {
+			c.ready[r.Key] = r.Version
 			wanted[r.Key] = r.Value
 		}
 	}

@@ -46,6 +46,10 @@ type Controller struct {
 	// placedRead (admit only).
 	here       map[string]catalog.Record[catalog.Placement]
 	placedRead catalog.Cursor
+	// ready is the version of each placement in here whose policy had
+	// replicated here when admit last looked (admit only): a version
+	// that was ready stays so, as versions only grow.
+	ready map[string]uint64
 	// lastTry is when an owned, not fully placed policy was last placed;
 	// tries counts the retries since that came to the same placement (see
 	// retryDelay).
@@ -153,7 +157,7 @@ func New(cfg Config) *Controller {
 	if cfg.Guard == nil {
 		cfg.Guard = safe.New(safe.Config{Logger: cfg.Logger})
 	}
-	c := &Controller{cfg: cfg, log: cfg.Logger, held: map[string]mesh.Assignment{}, here: map[string]catalog.Record[catalog.Placement]{}, lastTry: map[string]time.Time{}, tries: map[string]int{}, failedSince: map[string]time.Time{}, holding: map[string]string{}, docs: map[policyID]*docFacts{}, scaleLow: map[string]scaleLow{}, roomSince: map[string]time.Time{}, returning: map[string]bool{},
+	c := &Controller{cfg: cfg, log: cfg.Logger, held: map[string]mesh.Assignment{}, here: map[string]catalog.Record[catalog.Placement]{}, ready: map[string]uint64{}, lastTry: map[string]time.Time{}, tries: map[string]int{}, failedSince: map[string]time.Time{}, holding: map[string]string{}, docs: map[policyID]*docFacts{}, scaleLow: map[string]scaleLow{}, roomSince: map[string]time.Time{}, returning: map[string]bool{},
 		live: placement.Live{CoordSlack: coordSlack}}
 	c.steps = []struct {
 		name string
