@@ -28,9 +28,10 @@ import (
 // controller's slowest reconcile pass (p99 over every agent's passes, from
 // strata_controller_pass_seconds) and the largest such p99 of any step
 // (admit, rollouts and experiments too), Go heap and the process's
-// resident set per policy per agent, the CPU an agent takes once every
-// policy is placed and nothing changes (the median of 5 windows of 6 s),
-// and how often a member was seen failed (target 0).
+// resident set per policy per agent, the catalog's own bytes per policy
+// (what every agent holds of it, as encoded), the CPU an agent takes once
+// every policy is placed and nothing changes (the median of 5 windows of
+// 6 s), and how often a member was seen failed (target 0).
 // STRATA_BENCH_HEAP_PROFILE=FILE writes the heap the agents hold once
 // every policy is placed, STRATA_BENCH_IDLE_PROFILE=FILE a CPU profile of
 // the idle windows. STRATA_BENCH_SECONDS bounds the wait until every
@@ -146,6 +147,10 @@ func BenchmarkManyPolicies(b *testing.B) {
 				}
 			})
 			settled := time.Since(start)
+			// The catalog's own bytes (every policy and its placement, as
+			// encoded), which every agent holds: the floor of its memory
+			// per policy while the catalog is held in memory.
+			catalogBytes := agents[0].Mesh().CatalogStats().Bytes
 			// What the agents take with nothing to do: every policy placed,
 			// no apply. Each pass, probe and sync still goes over
 			// thousands of records. The median of a few windows: one that
@@ -178,6 +183,7 @@ func BenchmarkManyPolicies(b *testing.B) {
 			if rssBefore > 0 {
 				b.ReportMetric(float64(processRSS()-rssBefore)/float64(n)/float64(len(agents)), "rss-B/policy/agent")
 			}
+			b.ReportMetric(float64(catalogBytes)/float64(n), "catalog-B/policy")
 			b.ReportMetric(idleCPU*100, "idle-cpu-%/agent")
 			b.ReportMetric(float64(failedSeen.Load()), "failed-sightings")
 		}
