@@ -355,6 +355,7 @@ func (m *Mesh) setEntryLocked(e *Entry) {
 		m.kvDigest ^= old.hash
 	}
 	m.kvDigest ^= e.hash
+	m.trimUnsettledLocked(e.seen)
 	m.unsettled = append(m.unsettled, e)
 	m.kv[e.Key] = e
 	t := tableOf(e.Key)

@@ -158,3 +158,21 @@ func TestSettledDigest(t *testing.T) {
 		t.Errorf("%d entries kept as unsettled after the last digest", len(m.unsettled))
 	}
 }
+
+// TestUnsettledBoundedWithoutDigests: an agent asked for no digest (no
+// peer probes it) keeps only the entries set within catalogSettle as
+// unsettled, not every write.
+func TestUnsettledBoundedWithoutDigests(t *testing.T) {
+	t.Parallel()
+	m := &Mesh{kv: map[string]*Entry{}, kvTables: map[string]*kvTable{}, tableVersions: map[string]uint64{}, tableLogs: map[string]*changeLog{}}
+	now := time.Unix(1e9, 0)
+	for i := range 20000 {
+		now = now.Add(10 * time.Millisecond) // 200 s of writes, 100 a second
+		e := &Entry{Key: fmt.Sprintf("placements/k-%d", i%50), Version: uint64(i)}
+		e.stamp(now)
+		m.setEntryLocked(e)
+	}
+	if want := int(catalogSettle/(10*time.Millisecond)) + 1; len(m.unsettled) > want {
+		t.Errorf("%d entries kept as unsettled, want at most the %d set within %v", len(m.unsettled), want, catalogSettle)
+	}
+}

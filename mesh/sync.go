@@ -78,12 +78,7 @@ func (e *Entry) stamp(now time.Time) {
 // ack carries it, and hashing the whole catalog for each was a
 // sixteenth of an idle agent's CPU at 10,000 policies.
 func (m *Mesh) settledDigestLocked(now time.Time) uint64 {
-	settled := 0
-	for settled < len(m.unsettled) && now.Sub(m.unsettled[settled].seen) >= catalogSettle {
-		m.unsettled[settled] = nil // not kept for a digest
-		settled++
-	}
-	m.unsettled = m.unsettled[settled:]
+	m.trimUnsettledLocked(now)
 	d := m.kvDigest
 	var counted map[*Entry]bool
 	for _, e := range m.unsettled {
@@ -97,6 +92,19 @@ func (m *Mesh) settledDigestLocked(now time.Time) uint64 {
 		d ^= e.hash
 	}
 	return d
+}
+
+// trimUnsettledLocked drops from m.unsettled the entries at its front
+// held for catalogSettle at now. Setting an entry trims too: an agent
+// that no peer probes (alone, or cut off) is asked no digest, and its
+// list must not grow with every write. m.mu is held for writing.
+func (m *Mesh) trimUnsettledLocked(now time.Time) {
+	settled := 0
+	for settled < len(m.unsettled) && now.Sub(m.unsettled[settled].seen) >= catalogSettle {
+		m.unsettled[settled] = nil // not kept for a digest
+		settled++
+	}
+	m.unsettled = m.unsettled[settled:]
 }
 
 // digestSyncLocked says whether catalog anti-entropy rests on the digests
