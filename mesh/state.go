@@ -113,62 +113,64 @@ type NodeState struct {
 // policies, and an index of their own for each pass most of its
 // allocation.
 type docIndex struct {
-	assignOnce, replicaOnce sync.Once
-	assign, replica         map[string]int
+	assign, replica keyIndex
+}
+
+// keyIndex is a list's positions by key, built once.
+type keyIndex struct {
+	once sync.Once
+	at   map[string]int
 }
 
 // Assignment returns this node's answer to the placement of policy key
 // (the first listed).
 func (s *NodeState) Assignment(key string) (Assignment, bool) {
-	if ix := s.index; ix != nil {
-		ix.assignOnce.Do(func() {
-			ix.assign = make(map[string]int, len(s.Assignments))
-			for i, as := range s.Assignments {
-				if _, dup := ix.assign[as.Key]; !dup {
-					ix.assign[as.Key] = i
-				}
-			}
-		})
-		i, ok := ix.assign[key]
-		if !ok {
-			return Assignment{}, false
-		}
-		if i < len(s.Assignments) && s.Assignments[i].Key == key {
-			return s.Assignments[i], true
-		}
+	var ix *keyIndex
+	if s.index != nil {
+		ix = &s.index.assign
 	}
-	for _, as := range s.Assignments {
-		if as.Key == key {
-			return as, true
-		}
-	}
-	return Assignment{}, false
+	return find(ix, s.Assignments, key, func(as Assignment) string { return as.Key }, false)
 }
 
 // Replica returns what this node reports of its replica of policy key
 // (the last listed).
 func (s *NodeState) Replica(key string) (Replica, bool) {
-	if ix := s.index; ix != nil {
-		ix.replicaOnce.Do(func() {
-			ix.replica = make(map[string]int, len(s.Replicas))
-			for i, r := range s.Replicas {
-				ix.replica[r.Policy] = i
+	var ix *keyIndex
+	if s.index != nil {
+		ix = &s.index.replica
+	}
+	return find(ix, s.Replicas, key, func(r Replica) string { return r.Policy }, true)
+}
+
+// find returns the item of list whose key is key, the last of them if
+// last, else the first: from ix, built at the first call, where list is
+// a held document's (never changed), else by a scan.
+func find[T any](ix *keyIndex, list []T, key string, keyOf func(T) string, last bool) (T, bool) {
+	var zero T
+	if ix != nil {
+		ix.once.Do(func() {
+			ix.at = make(map[string]int, len(list))
+			for i, v := range list {
+				if _, dup := ix.at[keyOf(v)]; last || !dup {
+					ix.at[keyOf(v)] = i
+				}
 			}
 		})
-		i, ok := ix.replica[key]
-		if !ok {
-			return Replica{}, false
+		if i, ok := ix.at[key]; ok {
+			return list[i], true
 		}
-		if i < len(s.Replicas) && s.Replicas[i].Policy == key {
-			return s.Replicas[i], true
+		return zero, false
+	}
+	for i := range list {
+		j := i
+		if last {
+			j = len(list) - 1 - i
+		}
+		if keyOf(list[j]) == key {
+			return list[j], true
 		}
 	}
-	for i := len(s.Replicas) - 1; i >= 0; i-- {
-		if s.Replicas[i].Policy == key {
-			return s.Replicas[i], true
-		}
-	}
-	return Replica{}, false
+	return zero, false
 }
 
 // Replica states.
