@@ -63,10 +63,13 @@ func infer1(t *testing.T, h http.Handler) (int, string, []byte) {
 // asking sends infer1 to each of hs over and over, one caller each,
 // pausing pause after every request (the callers' pacing: the load under
 // test, not a wait for a result), until the stop it returns is called;
-// stop says how many were answered 200 and how many were not (each
-// logged).
+// stop says how many were answered 200 and how many were not. The first
+// failures are logged with the time since the callers started, then
+// only counted: a run of hundreds would bury the rest of the output.
 func asking(t *testing.T, hs []http.Handler, pause time.Duration) (stop func() (ok, failed int64)) {
-	var oks, fails atomic.Int64
+	const logged = 10
+	var oks, fails, last atomic.Int64 // last: when the last failure came, since start
+	start := time.Now()
 	done := make(chan struct{})
 	var wg sync.WaitGroup
 	for _, h := range hs {
@@ -80,8 +83,11 @@ func asking(t *testing.T, hs []http.Handler, pause time.Duration) (stop func() (
 				if code, _, body := infer1(t, h); code == http.StatusOK {
 					oks.Add(1)
 				} else {
-					fails.Add(1)
-					t.Logf("request: %d %s", code, body)
+					at := time.Since(start)
+					last.Store(int64(at))
+					if n := fails.Add(1); n <= logged {
+						t.Logf("request at +%v: %d %s", at.Round(time.Millisecond), code, body)
+					}
 				}
 			}
 		})
@@ -89,6 +95,9 @@ func asking(t *testing.T, hs []http.Handler, pause time.Duration) (stop func() (
 	return func() (int64, int64) {
 		close(done)
 		wg.Wait()
+		if n := fails.Load(); n > logged {
+			t.Logf("%d more requests failed (not logged), the last at +%v", n-logged, time.Duration(last.Load()).Round(time.Millisecond))
+		}
 		return oks.Load(), fails.Load()
 	}
 }
@@ -357,6 +366,12 @@ func TestAutoscaleFollowsRequests(t *testing.T) {
 			break
 		}
 	}
+	// The mesh's view of who serves reaches from a gossip round after
+	// agents[0]'s: until it does, from answers 404 (served nowhere), which
+	// is not what is under test.
+	meshtest.WaitFor(t, 30*time.Second, from.Name()+" to see a replica", func() bool {
+		return len(from.fwd.ServingNodes("scorer", "")) > 0
+	})
 	// Four callers, each pausing 40ms after a request: about 100
 	// requests/s, 5 replicas' worth of the target, capped at 3. The pace
 	// is the load under test.
