@@ -229,6 +229,7 @@ func (a *Agent) joinMesh() error {
 		GossipKey:     a.gossipKey,
 		Local:         a.discover(),
 		DB:            a.db,
+		Spill:         catalog.Cached,
 		Logger:        a.log,
 		Registerer:    a.reg,
 		Compress:      cfg.GossipCompression,

@@ -86,6 +86,7 @@ func (m *Mesh) entriesPayload(buckets []int, reply bool) []byte {
 	}
 	now := time.Now()
 	var entries [][]byte
+	var spilled []*Entry // read from the store, outside m.mu
 	m.mu.Lock()
 	for _, e := range m.kv {
 		// Settled entries only, as the digests count: the others are
@@ -93,11 +94,18 @@ func (m *Mesh) entriesPayload(buckets []int, reply bool) []byte {
 		if now.Sub(e.seen) < catalogSettle || !want[e.bucket] {
 			continue
 		}
-		if b, err := encodeEntry(e); err == nil {
+		if e.spilled {
+			spilled = append(spilled, e)
+		} else if b, err := encodeEntry(e); err == nil {
 			entries = append(entries, b)
 		}
 	}
 	m.mu.Unlock()
+	for _, e := range m.fullEach(spilled) {
+		if b, err := encodeEntry(e); err == nil {
+			entries = append(entries, b)
+		}
+	}
 	// The entries are written as they are held (see encodePushPull).
 	head, err := json.Marshal(bucketEntries{From: m.cfg.Name, Buckets: buckets, Reply: reply})
 	if err != nil {

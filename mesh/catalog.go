@@ -57,10 +57,17 @@ type Entry struct {
 	bucket int
 	// raw is the entry as received or signed, sent on unchanged.
 	raw []byte
+	// spilled: the value, signature and raw bytes are in the store alone
+	// (see spill.go); size is its length as CatalogStats counts it.
+	spilled bool
+	size    int
 }
 
 // encodeEntry returns the entry as received or signed, else encodes it.
 func encodeEntry(e *Entry) ([]byte, error) {
+	if e.spilled {
+		return nil, fmt.Errorf("mesh: %s is in the store alone", e.Key)
+	}
 	if e.raw != nil {
 		return e.raw, nil
 	}
@@ -187,8 +194,11 @@ func (m *Mesh) write(key string, value json.RawMessage, deleted bool, o PutOptio
 	old := m.kv[key]
 	for {
 		m.mu.Unlock()
-		if old != nil && !deleted && !old.Deleted && m.cfg.Prefer != nil && m.cfg.Prefer(*e, *old) < 0 {
-			return Entry{}, fmt.Errorf("%w: %s", ErrSuperseded, key)
+		if old != nil && !deleted && !old.Deleted && m.cfg.Prefer != nil {
+			held, err := m.full(old)
+			if err == nil && m.cfg.Prefer(*e, *held) < 0 {
+				return Entry{}, fmt.Errorf("%w: %s", ErrSuperseded, key)
+			}
 		}
 		m.mu.Lock()
 		if now := m.kv[key]; now != old {
@@ -249,7 +259,7 @@ func (m *Mesh) sendEntry(e *Entry, to []string) {
 	entries := []*Entry{e}
 	now := time.Now()
 	for _, d := range e.Deps {
-		if dep := m.kv[d.Key]; dep != nil && !dep.Deleted && dep.Version == d.Version && now.Sub(dep.seen) < recentEntries {
+		if dep := m.kv[d.Key]; dep != nil && !dep.Deleted && !dep.spilled && dep.Version == d.Version && now.Sub(dep.seen) < recentEntries {
 			entries = append(entries, dep)
 		}
 	}
@@ -270,12 +280,19 @@ func (m *Mesh) sendEntry(e *Entry, to []string) {
 // Get returns the live entry of key, or ErrNotFound.
 func (m *Mesh) Get(key string) (Entry, error) {
 	m.mu.RLock()
-	defer m.mu.RUnlock()
 	e := m.kv[key]
+	m.mu.RUnlock()
 	if e == nil || e.Deleted {
 		return Entry{}, fmt.Errorf("%w: %s", ErrNotFound, key)
 	}
-	return cloneEntry(e), nil
+	f, err := m.full(e)
+	if err != nil {
+		return Entry{}, err
+	}
+	if f.Deleted {
+		return Entry{}, fmt.Errorf("%w: %s", ErrNotFound, key)
+	}
+	return cloneEntry(f), nil
 }
 
 // List returns the live entries whose key has the prefix, sorted by key.
@@ -285,6 +302,28 @@ func (m *Mesh) Get(key string) (Entry, error) {
 // with a thousand sweep trials held, though most readers decode nothing
 // (their tables keep decoded values by version).
 func (m *Mesh) List(prefix string) []Entry {
+	m.mu.RLock()
+	held := m.liveLocked(prefix)
+	m.mu.RUnlock()
+	spilled := false
+	for _, e := range held {
+		spilled = spilled || e.spilled
+	}
+	if spilled {
+		held = slices.DeleteFunc(m.fullEach(held), func(e *Entry) bool { return e.Deleted })
+	}
+	out := make([]Entry, len(held))
+	for i, e := range held {
+		out[i] = *e
+	}
+	return out
+}
+
+// ListMeta is List, but an entry of a table of Config.Spill may come
+// without its value and signature (Entry.Spilled says so; Load reads
+// them): for readers that keep what they decoded by version and read few
+// values.
+func (m *Mesh) ListMeta(prefix string) []Entry {
 	m.mu.RLock()
 	defer m.mu.RUnlock()
 	held := m.liveLocked(prefix)
@@ -482,6 +521,25 @@ func tableOf(key string) string {
 // them, do not modify them.
 func (m *Mesh) Lookup(key string) (Entry, bool) {
 	m.mu.RLock()
+	e := m.kv[key]
+	m.mu.RUnlock()
+	if e == nil {
+		return Entry{}, false
+	}
+	f, err := m.full(e)
+	if err != nil {
+		if !errors.Is(err, ErrNotFound) {
+			m.log.Warn("reading a catalog entry back from the store", "key", key, "err", err)
+		}
+		return Entry{}, false
+	}
+	return *f, true
+}
+
+// LookupMeta is Lookup, but an entry of a table of Config.Spill may come
+// without its value and signature (see ListMeta).
+func (m *Mesh) LookupMeta(key string) (Entry, bool) {
+	m.mu.RLock()
 	defer m.mu.RUnlock()
 	e := m.kv[key]
 	if e == nil {
@@ -525,7 +583,9 @@ func (m *Mesh) CatalogStats() CatalogStats {
 		} else {
 			st.Live++
 		}
-		if b, err := json.Marshal(e); err == nil {
+		if e.spilled {
+			st.Bytes += e.size
+		} else if b, err := json.Marshal(e); err == nil {
 			st.Bytes += len(b)
 		}
 	}
@@ -683,8 +743,8 @@ func (m *Mesh) persistKey(key string, sync bool) error {
 	m.mu.RLock()
 	e := m.kv[key]
 	m.mu.RUnlock()
-	if e == nil {
-		return nil // collected meanwhile
+	if e == nil || e.spilled {
+		return nil // collected meanwhile, or stored long since
 	}
 	b, err := encodeEntry(e)
 	if err != nil {
@@ -734,8 +794,10 @@ func (m *Mesh) takes(e, held *Entry) bool {
 		return false
 	}
 	if held != nil && !e.Deleted && !held.Deleted && m.cfg.Prefer != nil {
-		if p := m.cfg.Prefer(*e, *held); p != 0 {
-			return p > 0
+		if f, err := m.full(held); err == nil {
+			if p := m.cfg.Prefer(*e, *f); p != 0 {
+				return p > 0
+			}
 		}
 	}
 	return newerEntry(e, held)

@@ -38,6 +38,11 @@ type Config struct {
 	// DB persists the node's own document, its version and the last known
 	// state of every peer; nil keeps nothing (tests, benchmarks).
 	DB *storage.DB
+	// Spill names catalog tables (the keys up to their first "/") whose
+	// settled entries keep their value and signature in DB alone, read
+	// back when asked for (see ListMeta): for large tables whose readers
+	// keep what they decoded. Ignored without DB.
+	Spill []string
 	// Logger receives the mesh's logs; nil discards them.
 	Logger *slog.Logger
 	// Registerer receives the mesh's Prometheus collectors; nil registers

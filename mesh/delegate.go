@@ -116,15 +116,23 @@ func (d *delegate) LocalState(join bool) []byte {
 	all := join || !d.m.digestSyncLocked()
 	now := time.Now()
 	var entries [][]byte
+	var spilled []*Entry // read from the store, outside d.m.mu
 	for _, e := range d.m.kv {
 		if !all && now.Sub(e.seen) >= recentEntries {
 			continue
 		}
-		if b, err := encodeEntry(e); err == nil {
+		if e.spilled {
+			spilled = append(spilled, e)
+		} else if b, err := encodeEntry(e); err == nil {
 			entries = append(entries, b)
 		}
 	}
 	d.m.mu.Unlock()
+	for _, e := range d.m.fullEach(spilled) {
+		if b, err := encodeEntry(e); err == nil {
+			entries = append(entries, b)
+		}
+	}
 	var certs [][]byte
 	if d.m.trust != nil {
 		certs = d.m.trust.knownCerts()

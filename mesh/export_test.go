@@ -100,3 +100,16 @@ func counterValue(c prometheus.Counter) float64 {
 
 // QueuedBroadcasts is how many broadcasts m has yet to send.
 func QueuedBroadcasts(m *Mesh) int { return m.bq.NumQueued() }
+
+// SpillDue spills what m would spill once every entry it holds has been
+// held for spillAfter, and returns how many it spilled.
+func SpillDue(m *Mesh) int {
+	n := 0
+	for {
+		k := m.spillSettled(time.Now().Add(spillAfter))
+		if k == 0 {
+			return n
+		}
+		n += k
+	}
+}

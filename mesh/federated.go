@@ -10,20 +10,24 @@ import (
 // sites.
 func (m *Mesh) GlobalEntries() []Entry {
 	m.mu.Lock()
-	defer m.mu.Unlock()
-	var out []Entry
+	var held []*Entry
 	for _, e := range m.kv {
 		if e.Scope == ScopeGlobal {
-			c := cloneEntry(e)
-			// Other sites hold no document of the writer: the entry
-			// carries its certificate there.
-			if m.trust != nil && len(c.Sig) > 0 && len(c.Cert) == 0 {
-				if _, der := m.trust.writer(c.Origin); der != nil {
-					c.Cert, c.raw = der, nil
-				}
-			}
-			out = append(out, c)
+			held = append(held, e)
 		}
+	}
+	m.mu.Unlock()
+	var out []Entry
+	for _, e := range m.fullEach(held) {
+		c := cloneEntry(e)
+		// Other sites hold no document of the writer: the entry carries
+		// its certificate there.
+		if m.trust != nil && len(c.Sig) > 0 && len(c.Cert) == 0 {
+			if _, der := m.trust.writer(c.Origin); der != nil {
+				c.Cert, c.raw = der, nil
+			}
+		}
+		out = append(out, c)
 	}
 	slices.SortFunc(out, func(a, b Entry) int { return strings.Compare(a.Key, b.Key) })
 	return out

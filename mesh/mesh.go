@@ -1137,6 +1137,7 @@ func (m *Mesh) maintain() {
 			m.publishCoordinate()
 			m.reap()
 			m.collectTombstones(time.Now())
+			m.spillSettled(time.Now())
 		case <-persistTick.C:
 			if err := m.flush(); err != nil {
 				m.log.Warn("persisting mesh state failed", "err", err)

@@ -38,6 +38,9 @@ type metrics struct {
 	// broadcastsPruned counts broadcasts dropped from a queue longer
 	// than maxQueuedBroadcasts.
 	broadcastsPruned prometheus.Counter
+	// spilled counts catalog entries whose value is kept in the store
+	// alone (see spill.go).
+	spilled prometheus.Counter
 }
 
 func newMetrics(reg prometheus.Registerer) *metrics {
@@ -103,6 +106,10 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 			Name: "strata_catalog_bucket_repairs_total",
 			Help: "Peers' per-bucket catalog digests this node answered with its entries of the buckets that differed: a lost broadcast repaired at the cost of its bucket, a 256th of the catalog, before a whole-state sync.",
 		}),
+		spilled: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "strata_catalog_entries_spilled_total",
+			Help: "Settled catalog entries whose value and signature this agent now keeps in its store alone, read back when asked for (the tables of the mesh's Spill setting).",
+		}),
 		broadcastsPruned: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "strata_gossip_broadcasts_pruned_total",
 			Help: "Gossip broadcasts dropped, most sent first, from a queue of more than 1024: the bucket repair carries what they would have.",
@@ -113,7 +120,7 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 		}),
 	}
 	if reg != nil {
-		reg.MustRegister(m.tombstonesCollected, m.reconnects, m.catalogSyncs, m.catalogSyncSeconds, m.bucketRepairs, m.broadcastsPruned)
+		reg.MustRegister(m.tombstonesCollected, m.reconnects, m.catalogSyncs, m.catalogSyncSeconds, m.bucketRepairs, m.broadcastsPruned, m.spilled)
 		reg.MustRegister(m.invalid, m.peerWarnings, m.logSuppressed, m.conflicts)
 		reg.MustRegister(m.refused, m.malformed, m.recordsRefused, m.dropped, m.stateUpdates, m.stateDuplicates, m.members)
 	}

@@ -237,3 +237,30 @@ func TestListKeptUntilTheTableChanges(t *testing.T) {
 		t.Errorf("after a write of another major: %d records, error %v; want b alone and a decode error", len(got), err)
 	}
 }
+
+// cachedName is t's name, and whether it keeps what it decodes.
+func (t *Table[T]) cachedName() (string, bool) { return t.name, t.clone != nil }
+
+// TestCachedNamesTheCachedTables: Cached, which a store may keep on disk
+// alone, names exactly the tables that keep what they decode.
+func TestCachedNamesTheCachedTables(t *testing.T) {
+	t.Parallel()
+	c := New(catalogtest.NewStore(), nil)
+	var got []string
+	v := reflect.ValueOf(c).Elem()
+	for i := range v.NumField() {
+		if !v.Type().Field(i).IsExported() {
+			continue
+		}
+		tab, ok := v.Field(i).Interface().(interface{ cachedName() (string, bool) })
+		if !ok {
+			continue
+		}
+		if name, ok := tab.cachedName(); ok {
+			got = append(got, name)
+		}
+	}
+	if !reflect.DeepEqual(got, Cached) {
+		t.Errorf("tables that keep what they decode: %v; Cached says %v", got, Cached)
+	}
+}

@@ -29,6 +29,24 @@ type Store interface {
 
 var _ Store = (*mesh.Mesh)(nil)
 
+// Cached names the tables that keep what they decode (policies and
+// placements, see New): a store may keep their values on disk alone
+// (mesh.Config.Spill), as these tables read a value only for a version
+// they have not decoded.
+var Cached = []string{"policies", "placements"}
+
+// metaStore is a Store that may hand out entries without their values
+// (the mesh, for the tables it spills to its store: mesh.Config.Spill). A
+// table that keeps what it decoded (see cached) lists and looks up
+// entries so, and reads a value only for a version it has not decoded.
+type metaStore interface {
+	ListMeta(prefix string) []mesh.Entry
+	LookupMeta(key string) (mesh.Entry, bool)
+	Load(e mesh.Entry) (mesh.Entry, error)
+}
+
+var _ metaStore = (*mesh.Mesh)(nil)
+
 // ErrNotFound is returned for a key that is absent or deleted. It wraps
 // mesh.ErrNotFound, so either matches with errors.Is.
 var ErrNotFound = fmt.Errorf("catalog: %w", mesh.ErrNotFound)
@@ -224,6 +242,23 @@ func (t *Table[T]) Key(v T) string { return t.key(v) }
 
 func (t *Table[T]) prefix() string { return t.name + "/" }
 
+// list lists the store's live entries under prefix; for a table with a
+// cache, without the values the store keeps alone (see metaStore).
+func (t *Table[T]) list(prefix string) []mesh.Entry {
+	if s, ok := t.c.store.(metaStore); ok && t.clone != nil {
+		return s.ListMeta(prefix)
+	}
+	return t.c.store.List(prefix)
+}
+
+// lookup is list for one key.
+func (t *Table[T]) lookup(key string) (mesh.Entry, bool) {
+	if s, ok := t.c.store.(metaStore); ok && t.clone != nil {
+		return s.LookupMeta(key)
+	}
+	return t.c.store.Lookup(key)
+}
+
 func (t *Table[T]) decode(e mesh.Entry) (Record[T], error) {
 	r, err := t.decodeShared(e)
 	if err != nil {
@@ -249,8 +284,18 @@ func (t *Table[T]) decodeShared(e mesh.Entry) (*Record[T], error) {
 			return d, nil
 		}
 	}
+	var err error
+	if e.Spilled() {
+		// Listed without its value (see list): read it.
+		if s, ok := t.c.store.(metaStore); ok {
+			e, err = s.Load(e)
+		}
+		if err != nil {
+			return nil, fmt.Errorf("catalog: %s/%s: %w", t.name, key, err)
+		}
+	}
 	r := &Record[T]{Key: key, Version: e.Version, Writer: e.Origin, Written: e.Written, Deps: e.Deps, fullKey: e.Key}
-	err := mesh.CheckSchema(e.Key, e.Schema)
+	err = mesh.CheckSchema(e.Key, e.Schema)
 	if err == nil {
 		err = json.Unmarshal(e.Value, &r.Value)
 	}
@@ -274,7 +319,7 @@ func (t *Table[T]) decodeShared(e mesh.Entry) (*Record[T], error) {
 // Get returns the live record of key: ErrNotFound when absent or deleted,
 // a *DecodeError when it does not decode.
 func (t *Table[T]) Get(key string) (Record[T], error) {
-	e, ok := t.c.store.Lookup(t.prefix() + key)
+	e, ok := t.lookup(t.prefix() + key)
 	if !ok || e.Deleted {
 		return Record[T]{}, fmt.Errorf("%w: %s/%s", ErrNotFound, t.name, key)
 	}
@@ -317,7 +362,7 @@ func (t *Table[T]) sharedList() ([]*Record[T], error) {
 			return l.recs, l.err
 		}
 	}
-	recs, err := decodeEach(t.c.store.List(t.prefix()), t.decodeShared)
+	recs, err := decodeEach(t.list(t.prefix()), t.decodeShared)
 	if t.clone != nil {
 		t.forget(recs)
 	}
@@ -370,7 +415,7 @@ func (t *Table[T]) Select(keep func(key string, v T) bool) ([]Record[T], error) 
 // (joined). Unlike Select it reads only those records: a reader of a few
 // of thousands (one kind's placements) does not list the table.
 func (t *Table[T]) Prefix(prefix string) ([]Record[T], error) {
-	return decodeEach(t.c.store.List(t.prefix()+prefix), t.decode)
+	return decodeEach(t.list(t.prefix()+prefix), t.decode)
 }
 
 // decodeEach decodes entries in order: the records that decode, and the
@@ -462,7 +507,7 @@ func (t *Table[T]) Next(c *Cursor) (changed []Record[T], removed []string) {
 		if keys, now, ok := s.ChangedKeys(t.name, c.at); ok {
 			for _, full := range keys {
 				key := strings.TrimPrefix(full, t.prefix())
-				e, held := t.c.store.Lookup(full)
+				e, held := t.lookup(full)
 				if !held || e.Deleted {
 					if c.Has(key) {
 						delete(c.seen, key)
@@ -479,7 +524,7 @@ func (t *Table[T]) Next(c *Cursor) (changed []Record[T], removed []string) {
 		}
 	}
 	// Listed afresh: the first read, or the store forgot that far back.
-	entries := t.c.store.List(t.prefix())
+	entries := t.list(t.prefix())
 	live := make(map[string]bool, len(entries))
 	for _, e := range entries {
 		key := strings.TrimPrefix(e.Key, t.prefix())
@@ -553,13 +598,13 @@ func (t *Table[T]) Delete(key string) error { return t.c.store.Delete(t.prefix()
 // Deleted says key was deleted: its tombstone is held here (until it is
 // collected).
 func (t *Table[T]) Deleted(key string) bool {
-	e, ok := t.c.store.Lookup(t.prefix() + key)
+	e, ok := t.lookup(t.prefix() + key)
 	return ok && e.Deleted
 }
 
 // Ref names the live record of key at the version held here.
 func (t *Table[T]) Ref(key string) (mesh.Dep, bool) {
-	e, ok := t.c.store.Lookup(t.prefix() + key)
+	e, ok := t.lookup(t.prefix() + key)
 	if !ok || e.Deleted {
 		return mesh.Dep{}, false
 	}

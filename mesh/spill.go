@@ -1,0 +1,168 @@
+package mesh
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"time"
+)
+
+// Spilled entries. At 10,000 policies the catalog's own bytes (each
+// policy and its placement as received) were a quarter of an agent's
+// heap, though every one of them is also in the store and the catalog
+// package keeps each decoded. The tables named in Config.Spill keep in
+// memory, for an entry settled spillAfter ago and found in the store at
+// its version, only what gossip and the digests need (key, version,
+// writer, scope, dependencies, hash); its value and signature are read
+// from the store when asked for: by Get, List and Lookup, a repair, a
+// join's push/pull or a write that Config.Prefer compares.
+
+// spillAfter is how long an entry is held before it may be spilled: past
+// recentEntries, so a periodic push/pull and a write's Notify (which
+// carry recent entries) never read the store, and far past
+// catalogSettle (what the settled digest counts as recent).
+const spillAfter = 2 * recentEntries
+
+// spillBatch bounds the entries spilled in one round (each is read back
+// from the store first): at 10,000 policies the first round after a
+// burst of applies is spread over several.
+const spillBatch = 4096
+
+// errSpillMoved is a spilled entry whose key the store holds at another
+// version: the entry was replaced since it was read.
+var errSpillMoved = errors.New("mesh: spilled entry replaced")
+
+// Spilled says whether e came without its value and signature (see
+// ListMeta): Load reads them.
+func (e Entry) Spilled() bool { return e.spilled }
+
+// Load returns e with its value and signature, read from the store where
+// e was listed without them (see ListMeta); else e as it is. An entry
+// replaced since it was listed is read as held now.
+func (m *Mesh) Load(e Entry) (Entry, error) {
+	if !e.spilled {
+		return e, nil
+	}
+	f, err := m.full(&e)
+	if err != nil {
+		return Entry{}, err
+	}
+	return *f, nil
+}
+
+// full returns e with its value, read from the store when e is spilled,
+// or, when the store has moved past e, the entry held now for its key
+// (also read, when spilled). Callers do not hold m.mu.
+func (m *Mesh) full(e *Entry) (*Entry, error) {
+	for range 8 {
+		f, err := m.loadSpilled(e)
+		if !errors.Is(err, errSpillMoved) {
+			return f, err
+		}
+		m.mu.RLock()
+		cur := m.kv[e.Key]
+		m.mu.RUnlock()
+		if cur == nil || cur == e {
+			return nil, fmt.Errorf("%w: %s", ErrNotFound, e.Key)
+		}
+		e = cur
+	}
+	return nil, fmt.Errorf("mesh: %s changed while it was read", e.Key)
+}
+
+// loadSpilled reads a spilled entry back from the store; an entry that is
+// not spilled is returned as it is.
+func (m *Mesh) loadSpilled(e *Entry) (*Entry, error) {
+	if !e.spilled {
+		return e, nil
+	}
+	b, err := m.cfg.DB.Get([]byte(keyKVPrefix + e.Key))
+	if err != nil {
+		return nil, fmt.Errorf("mesh: read %s from the store: %w", e.Key, err)
+	}
+	s, err := decodeEntry(b)
+	if err != nil {
+		return nil, fmt.Errorf("mesh: stored %s does not decode: %w", e.Key, err)
+	}
+	if s.Version != e.Version || s.Origin != e.Origin || s.Deleted != e.Deleted {
+		return nil, errSpillMoved
+	}
+	s.seen, s.hash, s.bucket = e.seen, e.hash, e.bucket
+	return s, nil
+}
+
+// fullEach returns es with each spilled entry read from the store; one
+// that cannot be read (collected meanwhile) is left out.
+func (m *Mesh) fullEach(es []*Entry) []*Entry {
+	out := es[:0:0]
+	for _, e := range es {
+		if f, err := m.full(e); err == nil {
+			out = append(out, f)
+		} else if !errors.Is(err, ErrNotFound) {
+			m.log.Warn("reading a catalog entry back from the store", "key", e.Key, "err", err)
+		}
+	}
+	return out
+}
+
+// spillSettled spills, in the tables of Config.Spill, up to spillBatch
+// entries held since spillAfter and written to the store since: each is
+// read back first, and spilled only if the store holds it at its version
+// (a write whose store write failed stays in memory).
+func (m *Mesh) spillSettled(now time.Time) int {
+	if m.cfg.DB == nil || len(m.cfg.Spill) == 0 {
+		return 0
+	}
+	var cands []*Entry
+	m.mu.RLock()
+	for _, t := range m.cfg.Spill {
+		tab := m.kvTables[t]
+		if tab == nil {
+			continue
+		}
+		for _, e := range tab.entries {
+			if len(cands) == spillBatch {
+				break
+			}
+			if !e.spilled && !e.Deleted && now.Sub(e.seen) >= spillAfter && !m.dirtyKV[e.Key] {
+				cands = append(cands, e)
+			}
+		}
+	}
+	m.mu.RUnlock()
+	stored := cands[:0]
+	for _, e := range cands {
+		b, err := m.cfg.DB.Get([]byte(keyKVPrefix + e.Key))
+		if err != nil {
+			continue
+		}
+		if s, err := decodeEntry(b); err == nil && s.Version == e.Version && s.Origin == e.Origin && !s.Deleted {
+			stored = append(stored, e)
+		}
+	}
+	n := 0
+	m.mu.Lock()
+	for _, e := range stored {
+		if m.kv[e.Key] != e {
+			continue // replaced meanwhile
+		}
+		s := e.spill()
+		m.kv[e.Key] = s
+		m.kvTables[tableOf(e.Key)].entries[e.Key] = s
+		n++
+	}
+	m.mu.Unlock()
+	m.metrics.spilled.Add(float64(n))
+	return n
+}
+
+// spill is e without what the store holds: its value and signature. The
+// held entry is replaced, never changed: readers may hold it.
+func (e *Entry) spill() *Entry {
+	s := *e
+	if b, err := json.Marshal(e); err == nil {
+		s.size = len(b) // as CatalogStats counts it
+	}
+	s.Value, s.Sig, s.Cert, s.raw, s.spilled = nil, nil, nil, nil, true
+	return &s
+}
