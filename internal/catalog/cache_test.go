@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"reflect"
 	"testing"
+	"unsafe"
 
 	"github.com/strata-mesh/strata/internal/catalog/catalogtest"
 	"github.com/strata-mesh/strata/mesh"
@@ -262,5 +263,36 @@ func TestCachedNamesTheCachedTables(t *testing.T) {
 	}
 	if !reflect.DeepEqual(got, Cached) {
 		t.Errorf("tables that keep what they decode: %v; Cached says %v", got, Cached)
+	}
+}
+
+// TestKeptPlacementsShareWhatRepeats: placements kept decoded share
+// their equal strings and rejection counts, and a reader that changes
+// its copy changes neither the kept records nor another reader's.
+func TestKeptPlacementsShareWhatRepeats(t *testing.T) {
+	t.Parallel()
+	cat := New(catalogtest.NewStore(), nil)
+	for _, key := range []string{"K/a", "K/b"} {
+		p := Placement{Key: key, Kind: "K", Owner: "edge-1", State: "placed", Message: "every node admitted the work",
+			Nodes: []PlacedNode{{Name: "edge-2", ID: "id-2", Tier: "edge", Site: "s", Replica: "serving"}}, Rejected: map[Reason]int{"not_selected": 2}}
+		if _, err := cat.Placements.Put(p); err != nil {
+			t.Fatal(err)
+		}
+	}
+	recs, err := cat.Placements.sharedList()
+	if err != nil || len(recs) != 2 {
+		t.Fatalf("listed %d, %v", len(recs), err)
+	}
+	a, b := recs[0].Value, recs[1].Value
+	if unsafe.StringData(a.Message) != unsafe.StringData(b.Message) || unsafe.StringData(a.Nodes[0].ID) != unsafe.StringData(b.Nodes[0].ID) {
+		t.Errorf("equal strings of two kept placements are held twice")
+	}
+	if reflect.ValueOf(a.Rejected).Pointer() != reflect.ValueOf(b.Rejected).Pointer() {
+		t.Errorf("equal rejection counts of two kept placements are held twice")
+	}
+	got, _ := cat.Placements.Value("K/a")
+	got.Rejected["not_selected"] = 99
+	if other, _ := cat.Placements.Value("K/b"); other.Rejected["not_selected"] != 2 {
+		t.Errorf("a reader's change to its copy reached another placement: %v", other.Rejected)
 	}
 }

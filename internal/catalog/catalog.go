@@ -131,12 +131,12 @@ func New(store Store, reg prometheus.Registerer) *Catalog {
 	}
 	// Policies and placements are the tables with a record per policy,
 	// listed by every controller pass: their decoded values are kept.
-	c.Policies = newTable(c, "policies", mesh.ScopeGlobal, Policy.Key).cached(func(p Policy) Policy { return p })
+	c.Policies = newTable(c, "policies", mesh.ScopeGlobal, Policy.Key).cached(func(p Policy) Policy { return p }, (*Policy).intern)
 	// A placement is its owner's decision, made again from the policy
 	// and the mesh after a crash; peers hold what was sent. Stored
 	// without a sync each: a pass writes hundreds, and the syncs were
 	// half of each write's time at 10,000 policies.
-	c.Placements = newTable(c, "placements", mesh.ScopeGlobal, func(p Placement) string { return p.Key }).cached(Placement.clone).rederived()
+	c.Placements = newTable(c, "placements", mesh.ScopeGlobal, func(p Placement) string { return p.Key }).cached(Placement.clone, (*Placement).intern).rederived()
 	c.Jobs = newTable(c, "jobs", mesh.ScopeGlobal, func(j Job) string { return j.Name })
 	c.Rollouts = newTable(c, "rollouts", mesh.ScopeGlobal, func(r Rollout) string { return r.Policy })
 	c.Drift = newTable(c, "drift", mesh.ScopeSite, func(d Drift) string { return d.Policy + "/" + d.Node })
@@ -195,6 +195,10 @@ type Table[T any] struct {
 	// The listing shares its records.
 	decoded map[string]*Record[T]
 	clone   func(T) T
+	// intern, where set, shares what a kept record repeats of others
+	// (see interner) once it is decoded.
+	intern   func(*T, *interner)
+	interned interner
 	// listed is the last List of a table with a clone, kept while the
 	// store's count of the table's changes stays the same: a controller
 	// pass lists the policies in each of its steps.
@@ -219,8 +223,8 @@ func newTable[T any](c *Catalog, name string, scope mesh.Scope, key func(T) stri
 // cached makes t keep decoded values, handing each caller its own copy
 // made by clone (which must copy whatever a caller could change in
 // place: slices and maps). It returns t.
-func (t *Table[T]) cached(clone func(T) T) *Table[T] {
-	t.clone, t.decoded = clone, map[string]*Record[T]{}
+func (t *Table[T]) cached(clone func(T) T, intern func(*T, *interner)) *Table[T] {
+	t.clone, t.decoded, t.intern = clone, map[string]*Record[T]{}, intern
 	return t
 }
 
@@ -309,6 +313,9 @@ func (t *Table[T]) decodeShared(e mesh.Entry) (*Record[T], error) {
 		return nil, &DecodeError{Table: t.name, Key: key, Version: e.Version, Err: err}
 	}
 	if t.clone != nil {
+		if t.intern != nil {
+			t.intern(&r.Value, &t.interned)
+		}
 		t.mu.Lock()
 		t.decoded[key] = r
 		t.mu.Unlock()
