@@ -9,28 +9,61 @@ import (
 // tombstones included, sorted by key: what federation carries to the other
 // sites.
 func (m *Mesh) GlobalEntries() []Entry {
+	es := m.GlobalEntriesMeta()
+	out := es[:0]
+	for _, e := range es {
+		if f, err := m.LoadGlobal(e); err == nil {
+			out = append(out, f)
+		}
+	}
+	return out
+}
+
+// GlobalEntriesMeta is GlobalEntries, but an entry of a table of
+// Config.Spill may come without its value and signature (Entry.Spilled
+// says so; LoadGlobal reads them): a federation sync compares versions,
+// and reads only what it sends.
+func (m *Mesh) GlobalEntriesMeta() []Entry {
 	m.mu.Lock()
-	var held []*Entry
+	var out []Entry
 	for _, e := range m.kv {
 		if e.Scope == ScopeGlobal {
-			held = append(held, e)
+			out = append(out, *e)
 		}
 	}
 	m.mu.Unlock()
-	var out []Entry
-	for _, e := range m.fullEach(held) {
-		c := cloneEntry(e)
-		// Other sites hold no document of the writer: the entry carries
-		// its certificate there.
-		if m.trust != nil && len(c.Sig) > 0 && len(c.Cert) == 0 {
-			if _, der := m.trust.writer(c.Origin); der != nil {
-				c.Cert, c.raw = der, nil
-			}
+	for i, e := range out {
+		if !e.spilled {
+			out[i] = m.withCert(cloneEntry(&e))
 		}
-		out = append(out, c)
 	}
 	slices.SortFunc(out, func(a, b Entry) int { return strings.Compare(a.Key, b.Key) })
 	return out
+}
+
+// LoadGlobal returns e, listed by GlobalEntriesMeta, as federation
+// carries it: read from the store where it was listed without its value,
+// and with its writer's certificate.
+func (m *Mesh) LoadGlobal(e Entry) (Entry, error) {
+	if !e.spilled {
+		return e, nil
+	}
+	f, err := m.full(&e)
+	if err != nil {
+		return Entry{}, err
+	}
+	return m.withCert(cloneEntry(f)), nil
+}
+
+// withCert is c carrying its writer's certificate: other sites hold no
+// document of the writer.
+func (m *Mesh) withCert(c Entry) Entry {
+	if m.trust != nil && len(c.Sig) > 0 && len(c.Cert) == 0 {
+		if _, der := m.trust.writer(c.Origin); der != nil {
+			c.Cert, c.raw = der, nil
+		}
+	}
+	return c
 }
 
 // MergeRemote folds a global entry that federation carried from another

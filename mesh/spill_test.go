@@ -18,9 +18,9 @@ import (
 
 // TestSpilledEntriesReadBack: the entries of a table named in
 // Config.Spill, once settled, keep their values in the store alone, and
-// every reader still gets them as written: Get, List, Lookup, a catalog
-// that decodes them afresh, a member that joins (push/pull) and a write
-// over one that Config.Prefer compares. ListMeta lists them without
+// every reader still gets them as written: Get, List, Lookup, federation,
+// a catalog that decodes them afresh, a member that joins (push/pull) and
+// a write over one that Config.Prefer compares. ListMeta lists them without
 // their values; the catalog's byte count does not move.
 func TestSpilledEntriesReadBack(t *testing.T) {
 	t.Parallel()
@@ -56,7 +56,7 @@ func TestSpilledEntriesReadBack(t *testing.T) {
 	want := map[string]string{}
 	for i := range n {
 		pol := fmt.Sprintf("policies/InferenceService/s-%d", i)
-		e, err := a.Put(pol, json.RawMessage(fmt.Sprintf(`{"kind":"InferenceService","name":"s-%d"}`, i)))
+		e, err := a.Put(pol, json.RawMessage(fmt.Sprintf(`{"kind":"InferenceService","name":"s-%d"}`, i)), mesh.PutOptions{Scope: mesh.ScopeGlobal})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -117,6 +117,18 @@ func TestSpilledEntriesReadBack(t *testing.T) {
 	}
 	if e, err := b.Load(meta[0]); err != nil || string(e.Value) != want[e.Key] || e.Spilled() {
 		t.Errorf("Load(%s) = %s, %v", meta[0].Key, e.Value, err)
+	}
+	// Federation lists the global ones (the policies) without their
+	// values, and reads those it sends.
+	global := b.GlobalEntriesMeta()
+	if len(global) != n || !global[0].Spilled() {
+		t.Fatalf("GlobalEntriesMeta: %d entries, the first spilled %v", len(global), global[0].Spilled())
+	}
+	if e, err := b.LoadGlobal(global[0]); err != nil || string(e.Value) != want[e.Key] {
+		t.Errorf("LoadGlobal(%s) = %s, %v", global[0].Key, e.Value, err)
+	}
+	if all := b.GlobalEntries(); len(all) != n || string(all[n-1].Value) != want[all[n-1].Key] {
+		t.Errorf("GlobalEntries: %d entries", len(all))
 	}
 	// A catalog that has decoded nothing reads each value from the store.
 	cat := catalog.New(b, nil)

@@ -443,7 +443,7 @@ func (g *gateway) publishRecords(ctx context.Context) {
 		}
 		batch, keys, size = nil, nil, 0
 	}
-	for _, e := range g.f.cfg.Mesh.GlobalEntries() {
+	for _, e := range g.f.cfg.Mesh.GlobalEntriesMeta() {
 		if !own[e.Origin] {
 			continue
 		}
@@ -455,7 +455,14 @@ func (g *gateway) publishRecords(ctx context.Context) {
 		if sent {
 			continue
 		}
-		b := encode(e)
+		full, err := g.f.cfg.Mesh.LoadGlobal(e)
+		if err != nil {
+			g.mu.Lock()
+			delete(g.published, e.Key) // collected meanwhile, or tried again next time
+			g.mu.Unlock()
+			continue
+		}
+		b := encode(full)
 		if size+len(b) > maxBatch {
 			flush()
 		}

@@ -102,6 +102,41 @@ type catalog interface {
 	GlobalEntries() []mesh.Entry
 }
 
+// lazyCatalog is a catalog that can list its entries without the values
+// it keeps on disk alone (the mesh: mesh.Config.Spill). A sync compares
+// versions, and reads only the entries it sends: with 10,000 policies,
+// reading every one back on each sync and each publish was most of what
+// a gateway did.
+type lazyCatalog interface {
+	GlobalEntriesMeta() []mesh.Entry
+	LoadGlobal(e mesh.Entry) (mesh.Entry, error)
+}
+
+// listed is c's global entries, without the values it keeps on disk
+// where it can list them so (see lazyCatalog).
+func listed(c catalog) []mesh.Entry {
+	if l, ok := c.(lazyCatalog); ok {
+		return l.GlobalEntriesMeta()
+	}
+	return c.GlobalEntries()
+}
+
+// loaded is es, listed by listed, with their values: an entry that can no
+// longer be read (collected meanwhile) is left out.
+func loaded(c catalog, es []mesh.Entry) []mesh.Entry {
+	l, ok := c.(lazyCatalog)
+	if !ok {
+		return es
+	}
+	out := make([]mesh.Entry, 0, len(es))
+	for _, e := range es {
+		if f, err := l.LoadGlobal(e); err == nil {
+			out = append(out, f)
+		}
+	}
+	return out
+}
+
 func (f *Federation) goSync(ctx context.Context, p peer.ID) {
 	f.wg.Go(func() {
 		if err := f.sync(ctx, p); err != nil && ctx.Err() == nil {
@@ -170,7 +205,7 @@ var errMalformed = errors.New("malformed sync message")
 // syncWhole is the dialer's side of protoSync: it returns the records
 // received.
 func syncWhole(rw io.ReadWriter, c catalog) ([]mesh.Entry, error) {
-	mine := c.GlobalEntries()
+	mine := listed(c)
 	d := digest(mine)
 	if err := writeMsg(rw, syncMsg{Digest: d}); err != nil {
 		return nil, err
@@ -182,7 +217,7 @@ func syncWhole(rw io.ReadWriter, c catalog) ([]mesh.Entry, error) {
 	if theirs.Digest == d {
 		return nil, nil
 	}
-	return theirs.Entries, writeMsg(rw, syncMsg{Digest: d, Entries: mine})
+	return theirs.Entries, writeMsg(rw, syncMsg{Digest: d, Entries: loaded(c, mine)})
 }
 
 // serveWhole is the answering side of protoSync.
@@ -191,12 +226,12 @@ func serveWhole(rw io.ReadWriter, c catalog) ([]mesh.Entry, error) {
 	if err := readMsg(rw, &theirs); err != nil {
 		return nil, err
 	}
-	mine := c.GlobalEntries()
+	mine := listed(c)
 	d := digest(mine)
 	if theirs.Digest == d {
 		return nil, writeMsg(rw, syncMsg{Digest: d})
 	}
-	if err := writeMsg(rw, syncMsg{Digest: d, Entries: mine}); err != nil {
+	if err := writeMsg(rw, syncMsg{Digest: d, Entries: loaded(c, mine)}); err != nil {
 		return nil, err
 	}
 	var back syncMsg
@@ -209,7 +244,7 @@ func serveWhole(rw io.ReadWriter, c catalog) ([]mesh.Entry, error) {
 // syncDelta is the dialer's side of protoSync2: it returns the records
 // received.
 func syncDelta(rw io.ReadWriter, c catalog) ([]mesh.Entry, error) {
-	mine := c.GlobalEntries()
+	mine := listed(c)
 	if err := writeMsg(rw, syncMsg{Buckets: buckets(mine)}); err != nil {
 		return nil, err
 	}
@@ -248,6 +283,7 @@ func syncDelta(rw io.ReadWriter, c catalog) ([]mesh.Entry, error) {
 		}
 	}
 	slices.Sort(back.Want)
+	back.Entries = loaded(c, back.Entries)
 	if err := writeMsg(rw, back); err != nil {
 		return nil, err
 	}
@@ -270,7 +306,7 @@ func serveDelta(rw io.ReadWriter, c catalog) ([]mesh.Entry, error) {
 	if len(theirs.Buckets) != syncBuckets {
 		return nil, fmt.Errorf("%w: %d bucket digests, want %d", errMalformed, len(theirs.Buckets), syncBuckets)
 	}
-	mine := c.GlobalEntries()
+	mine := listed(c)
 	ours := buckets(mine)
 	var answer syncMsg
 	differ := map[int]bool{}
@@ -307,6 +343,7 @@ func serveDelta(rw io.ReadWriter, c catalog) ([]mesh.Entry, error) {
 			give.Entries = append(give.Entries, e)
 		}
 	}
+	give.Entries = loaded(c, give.Entries)
 	return back.Entries, writeMsg(rw, give)
 }
 
