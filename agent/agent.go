@@ -344,7 +344,8 @@ func (a *Agent) startControl() error {
 			Help: "Times the controller's view of the mesh was updated with new load only, without indexing it again."},
 			func() float64 { return float64(a.ctrl.SnapshotStats().Updates) }),
 	)
-	fc := serving.ForwarderConfig{Mesh: a.mesh, SLO: serving.NewSLOs(a.cat).For, Vouch: serving.NewVouchers(a.cat).Vouch, Site: a.cfg.Site}
+	vouchers := serving.NewVouchers(a.cat)
+	fc := serving.ForwarderConfig{Mesh: a.mesh, SLO: serving.NewSLOs(a.cat).For, Vouch: vouchers.Vouch, Declared: vouchers.Declared, Site: a.cfg.Site}
 	if a.dp != nil {
 		fc.DataPlane = a.dp.node
 	}

@@ -367,8 +367,8 @@ func TestAutoscaleFollowsRequests(t *testing.T) {
 		}
 	}
 	// The mesh's view of who serves reaches from a gossip round after
-	// agents[0]'s: until it does, from answers 404 (served nowhere), which
-	// is not what is under test.
+	// agents[0]'s: until it does, from answers 503 (no replica serves yet
+	// as it sees the mesh), which is not what is under test.
 	meshtest.WaitFor(t, 30*time.Second, from.Name()+" to see a replica", func() bool {
 		return len(from.fwd.ServingNodes("scorer", "")) > 0
 	})

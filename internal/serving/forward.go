@@ -64,6 +64,12 @@ type ForwarderConfig struct {
 	// does): a node is sent requests for a model only then, whatever
 	// its own document claims. Nil believes every document (tests).
 	Vouch func(node, model string, standby bool) bool
+	// Declared, when set, names a service that serves model, empty for
+	// none (Vouchers.Declared): a request for a model that a service
+	// declares but that no replica serves yet, as this agent sees the
+	// mesh (its view lags a gossip round behind the replica's own), is
+	// answered 503, to be retried, not 404.
+	Declared func(model string) string
 	// Site is this agent's site, sent with each request it forwards
 	// (HeaderClientSite).
 	Site string
@@ -376,7 +382,8 @@ func (f *Forwarder) nearestFirst(ns []mesh.Node) {
 
 // whyNot says why no agent serves model (at version, when given): it is
 // loading somewhere (not ready), it failed to load (with the reason),
-// only other versions are served, or nothing of it is.
+// only other versions are served, a service declares it but no replica
+// is known to serve yet (not ready), or nothing of it is.
 func (f *Forwarder) whyNot(model, version string) error {
 	ref := model
 	if version != "" {
@@ -413,6 +420,11 @@ func (f *Forwarder) whyNot(model, version string) error {
 	case len(others) > 0:
 		slices.Sort(others)
 		return fmt.Errorf("%w: version %s of %s is served nowhere (served versions: %s)", infer.ErrModelNotFound, version, model, strings.Join(others, ", "))
+	}
+	if f.cfg.Declared != nil {
+		if svc := f.cfg.Declared(model); svc != "" {
+			return fmt.Errorf("%w: %s serves %s, and no replica of it serves yet as this agent sees the mesh: try again (strata placements %s says where it is placed)", infer.ErrModelNotReady, svc, ref, svc)
+		}
 	}
 	return fmt.Errorf("%w: %s is served nowhere in the mesh", infer.ErrModelNotFound, model)
 }

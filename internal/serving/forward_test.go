@@ -61,6 +61,20 @@ func TestWhyNotServed(t *testing.T) {
 			t.Errorf("whyNot(%s, %q) = %v; want %v with %q", c.model, c.version, err, c.is, c.want)
 		}
 	}
+	// A model a service declares, that no replica serves yet as this
+	// agent sees the mesh: not ready (retry), not not found.
+	f.cfg.Declared = func(model string) string {
+		if model == "scorer" {
+			return "InferenceService/scorer"
+		}
+		return ""
+	}
+	if err := f.whyNot("scorer", ""); !errors.Is(err, infer.ErrModelNotReady) || !strings.Contains(err.Error(), "InferenceService/scorer serves scorer, and no replica of it serves yet") {
+		t.Errorf("a declared model no replica serves yet: %v", err)
+	}
+	if err := f.whyNot("other", ""); !errors.Is(err, infer.ErrModelNotFound) {
+		t.Errorf("a model nothing declares: %v, want not found", err)
+	}
 }
 
 // TestServingNodesSuspectsLast: a suspect node that serves the model is

@@ -85,6 +85,23 @@ func (v *Vouchers) Vouch(node, model string, standby bool) bool {
 	return v.vouched(node, model, standby)
 }
 
+// Declared returns the key of a service that serves model (by name), the
+// least such key, or empty when none does.
+func (v *Vouchers) Declared(model string) string {
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	if now := v.now(); v.moved() || now.Sub(v.read) >= vouchRetry {
+		v.refresh(now)
+	}
+	least := ""
+	for key, m := range v.models {
+		if m == model && (least == "" || key < least) {
+			least = key
+		}
+	}
+	return least
+}
+
 // moved says whether the policies or placements changed since they were
 // read, where the store counts its tables' changes; v.mu is held.
 func (v *Vouchers) moved() bool {

@@ -48,6 +48,9 @@ func TestVouchersFollowPlacements(t *testing.T) {
 		t.Error("edge-1 vouched before the policy saying what the service serves")
 	}
 	apply("{name: fraud}")
+	if got := v.Declared("fraud"); got != key {
+		t.Errorf("Declared(fraud) = %q, want %s", got, key)
+	}
 	for _, c := range []struct {
 		node, model string
 		standby     bool
@@ -84,6 +87,9 @@ func TestVouchersFollowPlacements(t *testing.T) {
 	}
 	if v.Vouch("edge-3", "scorer", false) {
 		t.Error("edge-3 vouched after its service was deleted")
+	}
+	if got := v.Declared("scorer"); got != "" {
+		t.Errorf("Declared(scorer) = %q after its service was deleted, want none", got)
 	}
 }
 
