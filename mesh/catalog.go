@@ -196,7 +196,11 @@ func (m *Mesh) write(key string, value json.RawMessage, deleted bool, o PutOptio
 		m.mu.Unlock()
 		if old != nil && !deleted && !old.Deleted && m.cfg.Prefer != nil {
 			held, err := m.full(old)
-			if err == nil && m.cfg.Prefer(*e, *held) < 0 {
+			switch {
+			case errors.Is(err, ErrNotFound): // collected meanwhile: nothing to rank against
+			case err != nil:
+				return Entry{}, err // not ranked against what is held: not made
+			case m.cfg.Prefer(*e, *held) < 0:
 				return Entry{}, fmt.Errorf("%w: %s", ErrSuperseded, key)
 			}
 		}
@@ -794,7 +798,11 @@ func (m *Mesh) takes(e, held *Entry) bool {
 		return false
 	}
 	if held != nil && !e.Deleted && !held.Deleted && m.cfg.Prefer != nil {
-		if f, err := m.full(held); err == nil {
+		f, err := m.full(held)
+		if err != nil && !errors.Is(err, ErrNotFound) {
+			return false // not ranked against what is held: a repair brings it again
+		}
+		if err == nil {
 			if p := m.cfg.Prefer(*e, *f); p != 0 {
 				return p > 0
 			}

@@ -1,6 +1,7 @@
 package mesh
 
 import (
+	"fmt"
 	"slices"
 	"strings"
 )
@@ -51,6 +52,10 @@ func (m *Mesh) LoadGlobal(e Entry) (Entry, error) {
 	f, err := m.full(&e)
 	if err != nil {
 		return Entry{}, err
+	}
+	if f.Scope != ScopeGlobal || f.Version != e.Version || f.Origin != e.Origin {
+		// Rewritten since it was listed: the next listing has it.
+		return Entry{}, fmt.Errorf("mesh: %s changed since it was listed", e.Key)
 	}
 	return m.withCert(cloneEntry(f)), nil
 }

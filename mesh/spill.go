@@ -1,10 +1,13 @@
 package mesh
 
 import (
+	"bytes"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"time"
+
+	"github.com/strata-mesh/strata/storage"
 )
 
 // Spilled entries. At 10,000 policies the catalog's own bytes (each
@@ -77,6 +80,9 @@ func (m *Mesh) loadSpilled(e *Entry) (*Entry, error) {
 		return e, nil
 	}
 	b, err := m.cfg.DB.Get([]byte(keyKVPrefix + e.Key))
+	if errors.Is(err, storage.ErrNotFound) {
+		return nil, errSpillMoved // deleted and collected since: see what is held
+	}
 	if err != nil {
 		return nil, fmt.Errorf("mesh: read %s from the store: %w", e.Key, err)
 	}
@@ -107,8 +113,8 @@ func (m *Mesh) fullEach(es []*Entry) []*Entry {
 
 // spillSettled spills, in the tables of Config.Spill, up to spillBatch
 // entries held since spillAfter and written to the store since: each is
-// read back first, and spilled only if the store holds it at its version
-// (a write whose store write failed stays in memory).
+// read back first, and spilled only if the store holds its very bytes (a
+// write whose store write failed stays in memory).
 func (m *Mesh) spillSettled(now time.Time) int {
 	if m.cfg.DB == nil || len(m.cfg.Spill) == 0 {
 		return 0
@@ -130,25 +136,29 @@ func (m *Mesh) spillSettled(now time.Time) int {
 		}
 	}
 	m.mu.RUnlock()
-	stored := cands[:0]
+	// The bytes compared, not only the version: a copy of the same write
+	// relayed with other bytes (a schema added) whose store write failed
+	// stays in memory. The spilled copies are made outside m.mu, which
+	// gossip waits on.
+	type swap struct{ held, spilled *Entry }
+	var swaps []swap
 	for _, e := range cands {
 		b, err := m.cfg.DB.Get([]byte(keyKVPrefix + e.Key))
 		if err != nil {
 			continue
 		}
-		if s, err := decodeEntry(b); err == nil && s.Version == e.Version && s.Origin == e.Origin && !s.Deleted {
-			stored = append(stored, e)
+		if enc, err := encodeEntry(e); err == nil && bytes.Equal(b, enc) {
+			swaps = append(swaps, swap{e, e.spill()})
 		}
 	}
 	n := 0
 	m.mu.Lock()
-	for _, e := range stored {
-		if m.kv[e.Key] != e {
+	for _, sw := range swaps {
+		if m.kv[sw.held.Key] != sw.held {
 			continue // replaced meanwhile
 		}
-		s := e.spill()
-		m.kv[e.Key] = s
-		m.kvTables[tableOf(e.Key)].entries[e.Key] = s
+		m.kv[sw.held.Key] = sw.spilled
+		m.kvTables[tableOf(sw.held.Key)].entries[sw.held.Key] = sw.spilled
 		n++
 	}
 	m.mu.Unlock()

@@ -150,6 +150,16 @@ func TestSpilledEntriesReadBack(t *testing.T) {
 	meshtest.WaitFor(t, 20*time.Second, "c to hold every entry", func() bool { return len(c.Keys("")) == len(want) })
 	check(c, "c, joined from b")
 
+	// A placement deleted after it was listed is not found, not
+	// undecodable: the catalog leaves it out of its listing.
+	stale := staleMeta{Mesh: b, placements: b.ListMeta("placements/")}
+	if err := b.Delete("placements/InferenceService/s-9"); err != nil {
+		t.Fatal(err)
+	}
+	if pls, err := catalog.New(stale, nil).Placements.List(); err != nil || len(pls) != n-1 {
+		t.Errorf("listed with one deleted since: %d placements, %v; want %d and no error", len(pls), err, n-1)
+	}
+
 	// A write over a spilled entry is compared with it (Prefer reads it).
 	key := "placements/InferenceService/s-3"
 	if _, err := b.Put(key, json.RawMessage(`{"key":"InferenceService/s-3","epoch":0}`)); err == nil {
@@ -164,4 +174,18 @@ func TestSpilledEntriesReadBack(t *testing.T) {
 	if !slices.ContainsFunc(b.ListMeta("placements/"), func(e mesh.Entry) bool { return e.Key == key && !e.Spilled() }) {
 		t.Errorf("the rewritten %s is listed spilled", key)
 	}
+}
+
+// staleMeta is a mesh whose ListMeta of the placements is one made
+// earlier: a reader that listed them just before a change.
+type staleMeta struct {
+	*mesh.Mesh
+	placements []mesh.Entry
+}
+
+func (s staleMeta) ListMeta(prefix string) []mesh.Entry {
+	if prefix == "placements/" {
+		return s.placements
+	}
+	return s.Mesh.ListMeta(prefix)
 }

@@ -290,9 +290,13 @@ func (t *Table[T]) decodeShared(e mesh.Entry) (*Record[T], error) {
 	}
 	var err error
 	if e.Spilled() {
-		// Listed without its value (see list): read it.
+		// Listed without its value (see list): read it. It may have
+		// been deleted since: then it is not found, not undecodable.
 		if s, ok := t.c.store.(metaStore); ok {
 			e, err = s.Load(e)
+		}
+		if err == nil && e.Deleted {
+			err = ErrNotFound
 		}
 		if err != nil {
 			return nil, fmt.Errorf("catalog: %s/%s: %w", t.name, key, err)
@@ -432,6 +436,9 @@ func decodeEach[R any](entries []mesh.Entry, decode func(mesh.Entry) (R, error))
 	var errs []error
 	for _, e := range entries {
 		r, err := decode(e)
+		if errors.Is(err, mesh.ErrNotFound) {
+			continue // deleted since it was listed
+		}
 		if err != nil {
 			errs = append(errs, err)
 			continue

@@ -88,6 +88,9 @@ func (v *Vouchers) Vouch(node, model string, standby bool) bool {
 // Declared returns the key of a service that serves model (by name), the
 // least such key, or empty when none does.
 func (v *Vouchers) Declared(model string) string {
+	if model == anyModel {
+		return ""
+	}
 	v.mu.Lock()
 	defer v.mu.Unlock()
 	if now := v.now(); v.moved() || now.Sub(v.read) >= vouchRetry {
