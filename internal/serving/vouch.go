@@ -44,6 +44,7 @@ type Vouchers struct {
 	pols     catalog.Cursor     // the policies read
 	pls      catalog.Cursor     // the placements read
 	models   map[string]string  // policy key → the model it serves (anyModel: unknown)
+	unnamed  map[string]string  // policy key → the digest it names, while its model is unknown
 	named    map[string]vouches // policy key → what its placements have named
 	count    map[vouch]int      // how many services' placements have named each
 	// versioned: the store counts its tables' changes.
@@ -62,7 +63,7 @@ type vouches map[vouch]bool
 func NewVouchers(cat *catalog.Catalog) *Vouchers {
 	_, versioned := cat.Placements.Version()
 	return &Vouchers{cat: cat, now: time.Now,
-		models: map[string]string{}, named: map[string]vouches{}, count: map[vouch]int{}, versioned: versioned}
+		models: map[string]string{}, unnamed: map[string]string{}, named: map[string]vouches{}, count: map[vouch]int{}, versioned: versioned}
 }
 
 // Vouch says whether a placement of a service that serves model (by
@@ -100,6 +101,15 @@ func (v *Vouchers) Declared(model string) string {
 	for key, m := range v.models {
 		if m == model && (least == "" || key < least) {
 			least = key
+		}
+	}
+	// A service that names its model by a digest whose manifest came
+	// after it: named now.
+	for key, d := range v.unnamed {
+		if least == "" || key < least {
+			if v.nameOf(d) == model {
+				least = key
+			}
 		}
 	}
 	return least
@@ -145,15 +155,19 @@ func (v *Vouchers) refresh(now time.Time) {
 		if m == "" {
 			m = v.nameOf(ref.Digest)
 		}
-		if old, ok := v.models[r.Key]; ok && old == m {
-			continue
+		if old, ok := v.models[r.Key]; !ok || old != m {
+			// New, or serving another model: what was placed for the
+			// old one no longer counts; the current placement does.
+			v.forget(r.Key)
+			v.models[r.Key] = m
+			if pl, err := v.cat.Placements.Value(r.Key); err == nil {
+				v.place(r.Key, pl)
+			}
 		}
-		// New, or serving another model: what was placed for the old
-		// one no longer counts; the current placement does.
-		v.forget(r.Key)
-		v.models[r.Key] = m
-		if pl, err := v.cat.Placements.Value(r.Key); err == nil {
-			v.place(r.Key, pl)
+		if m == anyModel {
+			v.unnamed[r.Key] = ref.Digest
+		} else {
+			delete(v.unnamed, r.Key)
 		}
 	}
 	for _, r := range pls {
@@ -194,6 +208,7 @@ func (v *Vouchers) forget(key string) {
 	}
 	delete(v.named, key)
 	delete(v.models, key)
+	delete(v.unnamed, key)
 }
 
 // nameOf is the name of the model published with digest, anyModel when

@@ -194,3 +194,29 @@ func TestPromotedStandbyIsATarget(t *testing.T) {
 		t.Fatalf("a suspect warm standby, the only one, was not tried: %v, sent to %v", err, dp.to)
 	}
 }
+
+// TestDeclaredByDigest: a service that names its model by a digest
+// whose manifest comes after it declares the model once the manifest
+// is here, though the policy does not change.
+func TestDeclaredByDigest(t *testing.T) {
+	t.Parallel()
+	cat := catalog.New(catalogtest.NewStore(), nil)
+	d := "sha256:" + strings.Repeat("ab", 32)
+	if _, err := cat.Policies.Put(catalog.Policy{Kind: policy.KindInferenceService, Name: "pinned", Generation: 1,
+		Source: "apiVersion: strata/v1\nkind: InferenceService\nmetadata: {name: pinned}\nspec:\n  model: {digest: \"" + d + "\"}\n"}); err != nil {
+		t.Fatal(err)
+	}
+	v := NewVouchers(cat)
+	if got := v.Declared("late"); got != "" {
+		t.Errorf("before its manifest: Declared(late) = %q, want none", got)
+	}
+	if got := v.Declared(anyModel); got != "" {
+		t.Errorf("Declared(%q) = %q, want none", anyModel, got)
+	}
+	if _, err := cat.Manifests.Put(storage.Manifest{Kind: storage.KindModel, Name: "late", Version: "1", Digest: d}); err != nil {
+		t.Fatal(err)
+	}
+	if got := v.Declared("late"); got != "InferenceService/pinned" {
+		t.Errorf("after its manifest: Declared(late) = %q, want InferenceService/pinned", got)
+	}
+}
