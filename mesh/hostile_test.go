@@ -103,10 +103,15 @@ func TestNameConflictIsReported(t *testing.T) {
 	meshtest.WaitFor(t, 10*time.Second, "the conflict to be counted", func() bool {
 		return counterValue(t, seed.reg, "strata_gossip_name_conflicts_total") > 0
 	})
-	logs := seed.logs.String()
-	if !strings.Contains(logs, "level=ERROR") || !strings.Contains(logs, "gossip name conflict") {
-		t.Errorf("conflict not logged as an error:\n%s", logs)
+	// Counted first, then logged (the log is rate-limited, the count is
+	// not): a read of the log right after the count can come between.
+	logged := func() bool {
+		logs := seed.logs.String()
+		return strings.Contains(logs, "level=ERROR") && strings.Contains(logs, "gossip name conflict")
 	}
+	meshtest.Poll(t, 10*time.Second, 20*time.Millisecond, "the conflict to be logged as an error", logged, func() {
+		t.Logf("log:\n%s", seed.logs.String())
+	})
 	if got, _ := seed.m.Node("dup"); got.ID != first.m.ID() {
 		t.Errorf("seed holds dup as %s, want the first one %s", got.ID, first.m.ID())
 	}
