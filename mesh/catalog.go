@@ -309,11 +309,7 @@ func (m *Mesh) List(prefix string) []Entry {
 	m.mu.RLock()
 	held := m.liveLocked(prefix)
 	m.mu.RUnlock()
-	spilled := false
-	for _, e := range held {
-		spilled = spilled || e.spilled
-	}
-	if spilled {
+	if slices.ContainsFunc(held, func(e *Entry) bool { return e.spilled }) {
 		held = slices.DeleteFunc(m.fullEach(held), func(e *Entry) bool { return e.Deleted })
 	}
 	out := make([]Entry, len(held))

@@ -8,7 +8,8 @@ import (
 
 // GlobalEntries returns every catalog entry of scope global held here,
 // tombstones included, sorted by key: what federation carries to the other
-// sites.
+// sites. As List's, their Value and Deps are the store's own: read them,
+// do not modify them.
 func (m *Mesh) GlobalEntries() []Entry {
 	es := m.GlobalEntriesMeta()
 	out := es[:0]
@@ -35,7 +36,7 @@ func (m *Mesh) GlobalEntriesMeta() []Entry {
 	m.mu.Unlock()
 	for i, e := range out {
 		if !e.spilled {
-			out[i] = m.withCert(cloneEntry(&e))
+			out[i] = m.withCert(e)
 		}
 	}
 	slices.SortFunc(out, func(a, b Entry) int { return strings.Compare(a.Key, b.Key) })
@@ -47,9 +48,9 @@ func (m *Mesh) GlobalEntriesMeta() []Entry {
 // and with its writer's certificate.
 func (m *Mesh) LoadGlobal(e Entry) (Entry, error) {
 	if !e.spilled {
-		return e, nil
+		return e, nil // as GlobalEntriesMeta made it
 	}
-	f, err := m.full(&e)
+	f, err := m.Load(e)
 	if err != nil {
 		return Entry{}, err
 	}
@@ -57,7 +58,7 @@ func (m *Mesh) LoadGlobal(e Entry) (Entry, error) {
 		// Rewritten since it was listed: the next listing has it.
 		return Entry{}, fmt.Errorf("mesh: %s changed since it was listed", e.Key)
 	}
-	return m.withCert(cloneEntry(f)), nil
+	return m.withCert(f), nil
 }
 
 // withCert is c carrying its writer's certificate: other sites hold no
