@@ -27,7 +27,25 @@ type Options struct {
 	// Logger receives pebble's errors (at Error) and its informational
 	// lines (at Debug); nil discards them.
 	Logger *slog.Logger
+	// CacheSize is the block cache's size in bytes; 0 means
+	// DefaultCacheSize.
+	CacheSize int64
+	// MemTableSize is the most a memtable holds before it is flushed, in
+	// bytes; 0 means DefaultMemTableSize.
+	MemTableSize uint64
 }
+
+// The defaults of Options, sized for an agent's store: the catalog, a few
+// keys of the agent's own, the manifests of the models it holds (model
+// bytes are files of their own, see Store). The catalog is held decoded
+// in memory too, so the store is read for a record that changed or whose
+// value is kept on disk alone: pebble's defaults (an 8 MiB cache and
+// 4 MiB memtables, two of them at once while one flushes) were most of the
+// memory an idle agent held outside the Go heap.
+const (
+	DefaultCacheSize    = 2 << 20
+	DefaultMemTableSize = 2 << 20
+)
 
 // DB is a pebble database with the few operations strata needs. It is safe
 // for concurrent use, and for calls racing with Close (they get ErrClosed).
@@ -41,7 +59,11 @@ func Open(opts Options) (*DB, error) {
 	if opts.Dir == "" {
 		return nil, errors.New("storage: Options.Dir is required")
 	}
-	po := &pebble.Options{Logger: pebbleLogger{log: cmp.Or(opts.Logger, slog.New(slog.DiscardHandler)).With("component", "pebble")}}
+	po := &pebble.Options{
+		Logger:       pebbleLogger{log: cmp.Or(opts.Logger, slog.New(slog.DiscardHandler)).With("component", "pebble")},
+		CacheSize:    cmp.Or(opts.CacheSize, DefaultCacheSize),
+		MemTableSize: cmp.Or(opts.MemTableSize, DefaultMemTableSize),
+	}
 	if opts.FS != nil {
 		po.FS = opts.FS
 	}
