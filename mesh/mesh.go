@@ -135,6 +135,9 @@ type Mesh struct {
 	peerCoords map[string]*coordinate.Coordinate
 	dirty      map[string]bool
 	kv         map[string]*Entry // the replicated catalog, by key
+	// entryStrings and docStrings are the strings that peers' entries
+	// and documents repeat (see shareLocked, NodeState.shareStrings).
+	entryStrings, docStrings stringSet
 	// persistMu orders the writes of the store (see persistKey); taken
 	// before mu, never while holding it.
 	persistMu sync.Mutex
@@ -779,6 +782,7 @@ func (m *Mesh) merge(s *NodeState, rebroadcast bool) bool {
 		m.refused("state", r)
 		return false
 	}
+	s.shareStrings(&m.docStrings)
 	m.mu.Lock()
 	if s.ID == m.id {
 		if s.Version > m.local.Version {

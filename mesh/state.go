@@ -456,6 +456,54 @@ func peekState(b []byte) (id string, version uint64, ok bool) {
 }
 
 // decodeState decodes a document and keeps its bytes (b is not copied).
+// shareStrings makes s, a document decoded from a peer and not yet
+// shared, hold once what it repeats: a replica's policy is its
+// assignment's key, and the models, states and reasons that many
+// replicas and answers share come from set. At 10,000 policies a peer's
+// document lists thousands of each, and their strings were most of what
+// the documents held in memory.
+func (s *NodeState) shareStrings(set *stringSet) {
+	set.mu.Lock()
+	defer set.mu.Unlock()
+	for i := range s.Assignments {
+		s.Assignments[i].Reason = set.get(s.Assignments[i].Reason)
+	}
+	for i := range s.Replicas {
+		r := &s.Replicas[i]
+		if as, ok := s.Assignment(r.Policy); ok {
+			r.Policy = as.Key
+		}
+		r.Model, r.State, r.Reason = set.get(r.Model), set.get(r.State), set.get(r.Reason)
+	}
+}
+
+// stringSet holds one copy of each string it is given, up to
+// maxSharedStrings; past that it starts afresh (those handed out stay
+// valid).
+type stringSet struct {
+	mu  sync.Mutex
+	set map[string]string
+}
+
+// maxSharedStrings bounds a stringSet.
+const maxSharedStrings = 4096
+
+// get returns the held copy of v, holding v if none is. The caller holds
+// s.mu.
+func (s *stringSet) get(v string) string {
+	if v == "" {
+		return ""
+	}
+	if held, ok := s.set[v]; ok {
+		return held
+	}
+	if s.set == nil || len(s.set) >= maxSharedStrings {
+		s.set = map[string]string{}
+	}
+	s.set[v] = v
+	return v
+}
+
 func decodeState(b []byte) (*NodeState, error) {
 	var s NodeState
 	if err := json.Unmarshal(b, &s); err != nil {

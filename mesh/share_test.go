@@ -1,0 +1,83 @@
+package mesh
+
+import (
+	"encoding/json"
+	"testing"
+	"unsafe"
+)
+
+// TestTakenEntriesShareStrings decodes entries as a peer sends them and
+// checks that shareLocked points their key, writer and dependencies at
+// what is held, and leaves what is not held as it came.
+func TestTakenEntriesShareStrings(t *testing.T) {
+	t.Parallel()
+	m := &Mesh{kv: map[string]*Entry{}, kvTables: map[string]*kvTable{}, tableVersions: map[string]uint64{}}
+	decoded := func(e Entry) *Entry {
+		b, err := json.Marshal(e)
+		if err != nil {
+			t.Fatal(err)
+		}
+		d, err := decodeEntry(b)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return d
+	}
+	same := func(a, b string) bool { return a == b && unsafe.StringData(a) == unsafe.StringData(b) }
+
+	pol := decoded(Entry{Key: "policies/svc", Version: 1, Origin: "node-a", Value: json.RawMessage(`{}`)})
+	m.shareLocked(pol)
+	m.setEntryLocked(pol)
+	pl := decoded(Entry{Key: "placements/svc", Version: 2, Origin: "node-a", Value: json.RawMessage(`{}`),
+		Deps: []Dep{{Key: "policies/svc", Version: 1}, {Key: "policies/other", Version: 1}}})
+	m.shareLocked(pl)
+	m.setEntryLocked(pl)
+	if !same(pl.Origin, pol.Origin) || !same(pl.Deps[0].Key, pol.Key) {
+		t.Errorf("placement: origin %q, dep %q: not the held strings", pl.Origin, pl.Deps[0].Key)
+	}
+	if pl.Deps[1].Key != "policies/other" {
+		t.Errorf("a dependency not held: %q, want it as sent", pl.Deps[1].Key)
+	}
+	again := decoded(Entry{Key: "placements/svc", Version: 3, Origin: "node-b", Value: json.RawMessage(`{}`)})
+	m.shareLocked(again)
+	if !same(again.Key, pl.Key) || again.Origin != "node-b" {
+		t.Errorf("a newer write: key %q shared %v, origin %q", again.Key, same(again.Key, pl.Key), again.Origin)
+	}
+}
+
+// TestDocumentsShareStrings decodes a peer's document and checks that
+// shareStrings points each replica's policy at its assignment's key and
+// its state and reason at one copy, in this document and the next.
+func TestDocumentsShareStrings(t *testing.T) {
+	t.Parallel()
+	same := func(a, b string) bool { return a == b && unsafe.StringData(a) == unsafe.StringData(b) }
+	var set stringSet
+	doc := func() *NodeState {
+		s := NodeState{ID: "n1", Name: "n1"}
+		for _, k := range []string{"InferenceService/a", "InferenceService/b"} {
+			s.Assignments = append(s.Assignments, Assignment{Key: k, Epoch: 1, Accepted: true})
+			s.Replicas = append(s.Replicas, Replica{Policy: k, Model: "m@1", State: "failed", Reason: "cannot pull models"})
+		}
+		b, err := json.Marshal(s)
+		if err != nil {
+			t.Fatal(err)
+		}
+		d, err := decodeState(b)
+		if err != nil {
+			t.Fatal(err)
+		}
+		d.shareStrings(&set)
+		return d
+	}
+	a, b := doc(), doc()
+	for i, r := range a.Replicas {
+		if !same(r.Policy, a.Assignments[i].Key) {
+			t.Errorf("replica %d: policy %q is not its assignment's key", i, r.Policy)
+		}
+		for _, other := range []Replica{a.Replicas[0], b.Replicas[i]} {
+			if !same(r.State, other.State) || !same(r.Reason, other.Reason) || !same(r.Model, other.Model) {
+				t.Errorf("replica %d: %+v and %+v do not share their strings", i, r, other)
+			}
+		}
+	}
+}
