@@ -163,6 +163,41 @@ func TestSelectCopiesWhatItKeeps(t *testing.T) {
 	}
 }
 
+// TestSharedHandsOutWhatItKeeps: Shared lists a cached table's live
+// values in key order as the values it keeps (the same ones on each call
+// while nothing changed), and a table without a cache's as copies.
+func TestSharedHandsOutWhatItKeeps(t *testing.T) {
+	t.Parallel()
+	cat := New(catalogtest.NewStore(), nil)
+	for _, name := range []string{"b", "a", "c"} {
+		if _, err := cat.Policies.Put(Policy{Kind: "K", Name: name, Source: "s"}); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := cat.Jobs.Put(Job{Name: name}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := cat.Policies.Delete("K/c"); err != nil {
+		t.Fatal(err)
+	}
+	one, err := cat.Policies.Shared()
+	two, _ := cat.Policies.Shared()
+	if err != nil || len(one) != 2 || one[0].Name != "a" || one[1].Name != "b" {
+		t.Fatalf("Shared = %v, %v; want K/a, K/b", one, err)
+	}
+	if one[0] != two[0] || one[1] != two[1] {
+		t.Error("two listings of an unchanged table hand out different values")
+	}
+	jobs, err := cat.Jobs.Shared()
+	if err != nil || len(jobs) != 3 || jobs[0].Name != "a" {
+		t.Fatalf("Jobs.Shared = %v, %v; want a, b, c", jobs, err)
+	}
+	jobs[0].Name = "changed"
+	if j, _ := cat.Jobs.Value("a"); j.Name != "a" {
+		t.Errorf("a change to an uncached table's listing reached it: %q", j.Name)
+	}
+}
+
 // TestPrefixReadsOneKind: Prefix hands back the live records under a key
 // prefix, sorted, as copies a caller may change.
 func TestPrefixReadsOneKind(t *testing.T) {

@@ -575,6 +575,25 @@ func (t *Table[T]) forget(recs []*Record[T]) {
 	}
 }
 
+// Shared returns the live values that decode, sorted by key, and the
+// decode errors of those that do not (joined). For a table with a cache
+// (see cached) they are the values it keeps: read them, never change
+// them or what they hold. A reader that keeps a listing of thousands
+// keeps a pointer each, not a copy of each value.
+func (t *Table[T]) Shared() ([]*T, error) {
+	recs, err := t.sharedList()
+	out := make([]*T, len(recs))
+	for i, r := range recs {
+		if t.clone != nil {
+			out[i] = &r.Value
+		} else {
+			v := r.Value
+			out[i] = &v
+		}
+	}
+	return out, err
+}
+
 // Values is List without the metadata.
 func (t *Table[T]) Values() ([]T, error) {
 	recs, err := t.List()

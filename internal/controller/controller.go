@@ -92,10 +92,12 @@ type Controller struct {
 		run  func()
 	}
 	// docs are the facts of each policy's document (see facts).
-	docs map[policyID]*docFacts
+	docs map[policyID]factsOf
+	// shared are docFacts that policies alike share (see shareFacts).
+	shared map[plainFacts]*docFacts
 	// listed is the policies as last listed, at the policy table's
 	// version listedAt (see policies; Run's goroutine only).
-	listed   []catalog.Policy
+	listed   []*catalog.Policy
 	listedAt uint64
 	// retrain is the inference services of listed with a retrain block
 	// (see retrainPolicies; Run's goroutine only), valid while retrainOK
@@ -157,7 +159,7 @@ func New(cfg Config) *Controller {
 	if cfg.Guard == nil {
 		cfg.Guard = safe.New(safe.Config{Logger: cfg.Logger})
 	}
-	c := &Controller{cfg: cfg, log: cfg.Logger, held: map[string]mesh.Assignment{}, here: map[string]catalog.Record[catalog.Placement]{}, ready: map[string]uint64{}, lastTry: map[string]time.Time{}, tries: map[string]int{}, failedSince: map[string]time.Time{}, holding: map[string]string{}, docs: map[policyID]*docFacts{}, scaleLow: map[string]scaleLow{}, roomSince: map[string]time.Time{}, returning: map[string]bool{},
+	c := &Controller{cfg: cfg, log: cfg.Logger, held: map[string]mesh.Assignment{}, here: map[string]catalog.Record[catalog.Placement]{}, ready: map[string]uint64{}, lastTry: map[string]time.Time{}, tries: map[string]int{}, failedSince: map[string]time.Time{}, holding: map[string]string{}, docs: map[policyID]factsOf{}, shared: map[plainFacts]*docFacts{}, scaleLow: map[string]scaleLow{}, roomSince: map[string]time.Time{}, returning: map[string]bool{},
 		live: placement.Live{CoordSlack: coordSlack}}
 	c.steps = []struct {
 		name string
@@ -354,7 +356,7 @@ const DefaultSiteLostAfter = 5 * time.Minute
 
 // policies returns every applied policy that decodes (the catalog counts
 // the others).
-func (c *Controller) policies() []catalog.Policy {
+func (c *Controller) policies() []*catalog.Policy {
 	// Each step of a pass lists every policy. Listed once while the
 	// table stays the same: at 10,000 policies the copies of four
 	// listings a pass were most of the controller's garbage.
@@ -362,15 +364,15 @@ func (c *Controller) policies() []catalog.Policy {
 	if versioned && c.listed != nil && v == c.listedAt {
 		return c.listed
 	}
-	out, _ := c.cfg.Catalog.Policies.Values()
+	out, _ := c.cfg.Catalog.Policies.Shared()
 	if c.cfg.Federated {
 		site := c.cfg.Mesh.Local().Site
-		out = slices.DeleteFunc(out, func(p catalog.Policy) bool { return p.Site != "" && p.Site != site })
+		out = slices.DeleteFunc(out, func(p *catalog.Policy) bool { return p.Site != "" && p.Site != site })
 	}
 	c.forgetFacts(out)
 	if versioned {
 		if out == nil {
-			out = []catalog.Policy{}
+			out = []*catalog.Policy{}
 		}
 		c.listed, c.listedAt = out, v
 	}
@@ -389,8 +391,8 @@ func (c *Controller) retrainPolicies() []catalog.Policy {
 	}
 	var out []catalog.Policy
 	for _, p := range ps {
-		if p.Kind == policy.KindInferenceService && c.facts(p).retrain {
-			out = append(out, p)
+		if p.Kind == policy.KindInferenceService && c.facts(*p).retrain {
+			out = append(out, *p)
 		}
 	}
 	c.retrain, c.retrainAt, c.retrainOK = out, v, versioned

@@ -23,14 +23,9 @@ import (
 // trials applied (BenchmarkSweepTrialsUnderLoad). It is parsed once per
 // source (see facts).
 type docFacts struct {
-	// generation and applied identify the policy's Source: a new source
-	// is a new generation, and a policy deleted and applied again is
-	// applied anew.
-	generation uint64
-	applied    time.Time
-	sweep      bool   // a TrainingJob with a sweep (IsSweep)
-	retrain    bool   // an InferenceService with a retrain block
-	trialOf    string // the sweep it is a trial of (LabelTrialOf)
+	sweep   bool   // a TrainingJob with a sweep (IsSweep)
+	retrain bool   // an InferenceService with a retrain block
+	trialOf string // the sweep it is a trial of (LabelTrialOf)
 	// autoscale and replicas are an autoscaled InferenceService's
 	// bounds and target, and its starting count.
 	autoscale *policy.Autoscale
@@ -46,6 +41,28 @@ type docFacts struct {
 	clients []string
 }
 
+// plainFacts are the docFacts without the parts that are not comparable:
+// the facts of most policies, which many policies share (one model, no
+// autoscale, burst or latency block).
+type plainFacts struct {
+	sweep, retrain, perSite, prestage bool
+	trialOf                           string
+	replicas                          int
+	model                             policy.ModelRef
+}
+
+// maxSharedFacts bounds the distinct plainFacts the controller shares.
+const maxSharedFacts = 4096
+
+// factsOf is a policy's docFacts and the source they were read from:
+// generation and applied identify it (a new source is a new generation,
+// and a policy deleted and applied again is applied anew).
+type factsOf struct {
+	generation uint64
+	applied    time.Time
+	facts      *docFacts
+}
+
 // policyID is a policy's kind and name, its key in docs.
 type policyID struct{ kind, name string }
 
@@ -57,12 +74,12 @@ func (c *Controller) facts(p catalog.Policy) *docFacts {
 	// its own.
 	key := policyID{p.Kind, p.Name} // not p.Key(): no string built a call
 	c.mu.Lock()
-	f, ok := c.docs[key]
+	held, ok := c.docs[key]
 	c.mu.Unlock()
-	if ok && f.generation == p.Generation && f.applied.Equal(p.Applied) {
-		return f
+	if ok && held.generation == p.Generation && held.applied.Equal(p.Applied) {
+		return held.facts
 	}
-	f = &docFacts{generation: p.Generation, applied: p.Applied}
+	f := &docFacts{}
 	if doc, err := p.Document(); err == nil {
 		f.sweep = doc.TrainingJob != nil && doc.TrainingJob.Sweep != nil
 		f.retrain = doc.InferenceService != nil && doc.InferenceService.Retrain != nil
@@ -78,8 +95,27 @@ func (c *Controller) facts(p catalog.Policy) *docFacts {
 		}
 	}
 	c.mu.Lock()
-	c.docs[key] = f
+	f = c.shareFacts(f)
+	c.docs[key] = factsOf{generation: p.Generation, applied: p.Applied, facts: f}
 	c.mu.Unlock()
+	return f
+}
+
+// shareFacts returns the held docFacts equal to f where f has no part
+// that is not comparable, so that policies alike hold one (at 10,000
+// policies, one each was a seventh of what the controller held per
+// policy). Called with c.mu held.
+func (c *Controller) shareFacts(f *docFacts) *docFacts {
+	if f.autoscale != nil || f.burst != nil || f.clients != nil {
+		return f
+	}
+	k := plainFacts{sweep: f.sweep, retrain: f.retrain, perSite: f.perSite, prestage: f.prestage, trialOf: f.trialOf, replicas: f.replicas, model: f.model}
+	if held, ok := c.shared[k]; ok {
+		return held
+	}
+	if len(c.shared) < maxSharedFacts {
+		c.shared[k] = f
+	}
 	return f
 }
 
@@ -87,7 +123,7 @@ func (c *Controller) facts(p catalog.Policy) *docFacts {
 // controller keeps per policy of them (retries, the autoscaler's and the
 // burst's waits, why a job is held): a sweep's thousands of trials come
 // and go. Run's goroutine only.
-func (c *Controller) forgetFacts(ps []catalog.Policy) {
+func (c *Controller) forgetFacts(ps []*catalog.Policy) {
 	keep := make(map[policyID]bool, len(ps))
 	keys := make(map[string]bool, len(ps))
 	for _, p := range ps {
@@ -100,6 +136,11 @@ func (c *Controller) forgetFacts(ps []catalog.Policy) {
 		if !keep[k] {
 			delete(c.docs, k)
 		}
+	}
+	if len(c.docs) == 0 || len(c.shared) >= maxSharedFacts {
+		// Policies that hold one keep it; those read from now on
+		// share afresh. A sweep's trials each come with their own.
+		clear(c.shared)
 	}
 	gone := func(key string) bool {
 		policyKey, _, _ := strings.Cut(key, "\x00") // scaleLow's per client site
@@ -120,7 +161,8 @@ func (c *Controller) forgetFacts(ps []catalog.Policy) {
 func (c *Controller) experiments() {
 	c.noteView(c.cfg.Mesh.Nodes(), time.Now())
 	c.collectDeletedSweeps()
-	for _, p := range c.policies() {
+	for _, pp := range c.policies() {
+		p := *pp
 		if p.Kind != policy.KindTrainingJob || !c.facts(p).sweep || !c.owns(p.Key()) {
 			continue
 		}
@@ -170,7 +212,8 @@ func (c *Controller) collectDeletedSweeps() {
 		return c.cfg.Catalog.Policies.Deleted(policy.KindTrainingJob + "/" + name)
 	}
 	me := c.cfg.Mesh.Name()
-	for _, p := range c.policies() {
+	for _, pp := range c.policies() {
+		p := *pp
 		if p.Kind != policy.KindTrainingJob || c.ownerOf(p.Key()) != me {
 			continue
 		}

@@ -334,7 +334,29 @@ func TestFactsFollowTheSource(t *testing.T) {
 		t.Error("applied again at generation 1: not read again")
 	}
 	c.forgetFacts(nil)
-	if len(c.docs) != 0 {
-		t.Errorf("%d facts kept for no policy", len(c.docs))
+	if len(c.docs) != 0 || len(c.shared) != 0 {
+		t.Errorf("%d facts, %d shared kept for no policy", len(c.docs), len(c.shared))
+	}
+}
+
+// Policies alike hold one docFacts; one with a part that is not
+// comparable (a latency block) holds its own.
+func TestAlikePoliciesShareFacts(t *testing.T) {
+	t.Parallel()
+	c := New(Config{})
+	svc := func(name, extra string) catalog.Policy {
+		return catalog.Policy{Kind: policy.KindInferenceService, Name: name, Generation: 1,
+			Source: "apiVersion: strata/v1\nkind: InferenceService\nmetadata: {name: " + name + "}\nspec:\n  model: {name: m, version: \"1\"}\n  replicas: 1\n" + extra}
+	}
+	a, b := c.facts(svc("a", "")), c.facts(svc("b", ""))
+	if a != b || a.model.Name != "m" {
+		t.Errorf("alike policies: %p %+v and %p %+v, want one, of model m", a, a, b, b)
+	}
+	l := c.facts(svc("l", "  latency: {p99: 15ms, clients: [edge-b]}\n"))
+	if l == a || !slices.Equal(l.clients, []string{"edge-b"}) {
+		t.Errorf("with clients: %+v, want its own, clients [edge-b]", l)
+	}
+	if o := c.facts(svc("o", "  prestage: true\n")); o == a || !o.prestage {
+		t.Errorf("prestaged: %+v, want its own facts", o)
 	}
 }

@@ -103,7 +103,7 @@ func (c *Controller) reconcile() {
 	// so that what a busy pass left is not left again.
 	first := c.resume % max(len(ps), 1)
 	for i := range ps {
-		p := ps[(first+i)%len(ps)]
+		p := *ps[(first+i)%len(ps)] // a copy: the catalog's own is shared
 		key := p.Key()
 		applied[key] = true
 		// The time bound once something is written: on a starved host
