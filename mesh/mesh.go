@@ -481,8 +481,10 @@ func (m *Mesh) Update(fn func(*NodeState)) error {
 	}
 	next.index = &docIndex{} // of what fn left
 	m.local = next
-	cp := next.Clone()
-	cp.index = &docIndex{}
+	// The held copy shares next's lists and index: neither changes once
+	// set (each Update starts from a clone). A deep copy of its own held
+	// every assignment and replica of this node twice.
+	cp := next
 	if m.trust != nil {
 		body, err := json.Marshal(&cp)
 		if err != nil {
@@ -783,6 +785,7 @@ func (m *Mesh) merge(s *NodeState, rebroadcast bool) bool {
 		return false
 	}
 	s.shareStrings(&m.docStrings)
+	s.dropRaw()
 	m.mu.Lock()
 	if s.ID == m.id {
 		if s.Version > m.local.Version {

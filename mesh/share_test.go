@@ -1,8 +1,11 @@
 package mesh
 
 import (
+	"bytes"
 	"encoding/json"
+	"slices"
 	"testing"
+	"time"
 	"unsafe"
 )
 
@@ -79,5 +82,54 @@ func TestDocumentsShareStrings(t *testing.T) {
 				t.Errorf("replica %d: %+v and %+v do not share their strings", i, r, other)
 			}
 		}
+	}
+}
+
+// TestDocumentsKeepBytesOnlyWhenNeeded: a peer's signed document that
+// encodes back to its bytes is held without them and relayed as the very
+// bytes it came as (a third node verifies them); one with a field of a
+// later schema keeps its bytes, and relays them unchanged.
+func TestDocumentsKeepBytesOnlyWhenNeeded(t *testing.T) {
+	t.Parallel()
+	ca := newForgeCA(t)
+	a := ca.node(t, "a", "s", TierEdge, false, rules)
+	b := ca.node(t, "b", "s", TierOnprem, true, rules)
+	c := ca.node(t, "c", "s", TierOnprem, true, rules)
+	if err := a.m.Update(func(s *NodeState) {
+		s.Replicas = []Replica{{Policy: "InferenceService/x", Model: "m@1", State: "serving", Since: time.Now().UTC()}}
+		s.Assignments = []Assignment{{Key: "InferenceService/x", Epoch: 1, Accepted: true}}
+	}); err != nil {
+		t.Fatal(err)
+	}
+	sent := a.ownDoc(t)
+	s, err := decodeState(slices.Clone(sent))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !b.m.merge(s, false) {
+		t.Fatal("b refused a's document")
+	}
+	b.m.mu.Lock()
+	held := b.m.docs[a.m.ID()]
+	kept := held.raw != nil
+	relayed, err := encodeState(held)
+	b.m.mu.Unlock()
+	if err != nil || kept || !bytes.Equal(relayed, sent) {
+		t.Fatalf("held with its bytes: %v; relayed %d bytes (err %v), the same as sent: %v", kept, len(relayed), err, bytes.Equal(relayed, sent))
+	}
+	again, err := decodeState(relayed)
+	if err != nil || !c.m.merge(again, false) {
+		t.Fatalf("c refused the relayed document (%v)", err)
+	}
+
+	// A later schema's field: the bytes are what is relayed.
+	later := append(slices.Clone(sent[:len(sent)-1]), []byte(`,"later":1}`)...)
+	d, err := decodeState(slices.Clone(later))
+	if err != nil {
+		t.Fatal(err)
+	}
+	d.dropRaw()
+	if out, _ := encodeState(d); !bytes.Equal(out, later) {
+		t.Errorf("a document with an unknown field relayed as %d bytes, not the %d it came as", len(out), len(later))
 	}
 }

@@ -477,6 +477,21 @@ func (s *NodeState) shareStrings(set *stringSet) {
 	}
 }
 
+// dropRaw forgets the bytes s was decoded from where s encodes back to
+// those very bytes: encodeState encodes it again to relay it. The
+// documents of nodes that serve thousands of replicas were held twice,
+// as bytes and decoded. A document that does not encode back to its bytes
+// (fields of a later schema, another encoder's spacing) keeps them, to
+// relay them as signed.
+func (s *NodeState) dropRaw() {
+	if s.raw == nil {
+		return
+	}
+	if b, err := json.Marshal(s); err == nil && bytes.Equal(b, s.raw) {
+		s.raw = nil
+	}
+}
+
 // stringSet holds one copy of each string it is given, up to
 // maxSharedStrings; past that it starts afresh (those handed out stay
 // valid).
