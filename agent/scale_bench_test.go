@@ -6,6 +6,7 @@ import (
 	"net/http"
 	"os"
 	"runtime"
+	"runtime/metrics"
 	"runtime/pprof"
 	"slices"
 	"strconv"
@@ -30,13 +31,17 @@ import (
 // controller's slowest reconcile pass (p99 over every agent's passes, from
 // strata_controller_pass_seconds) and the largest such p99 of any step
 // (admit, rollouts and experiments too), Go heap and the process's
-// resident set per policy per agent, the catalog's own bytes per policy
+// resident set per policy per agent, the most live heap the agents held
+// at any time (sampled, per policy per agent: the peak comes while the
+// policies are placed, and sets how far the heap grows), the catalog's
+// own bytes per policy
 // (what every agent holds of it, as encoded), the CPU an agent takes once
 // every policy is placed and nothing changes (the median of 5 windows of
 // 6 s), and how often a member was seen failed (target 0).
 // STRATA_BENCH_HEAP_PROFILE=FILE writes the heap the agents hold once
 // every policy is placed, STRATA_BENCH_IDLE_PROFILE=FILE a CPU profile of
-// the idle windows. STRATA_BENCH_SECONDS bounds the wait until every
+// the idle windows, STRATA_BENCH_PEAK_PROFILE=FILE the heap at the peak.
+// STRATA_BENCH_SECONDS bounds the wait until every
 // policy is placed (default 150 ms a policy), after which it says what
 // is not placed, where.
 func BenchmarkManyPolicies(b *testing.B) {
@@ -77,6 +82,8 @@ func BenchmarkManyPolicies(b *testing.B) {
 				}
 			})
 			heapBefore, rssBefore := heapInUse(), processRSS()
+			liveBefore := liveHeap()
+			stopPeak := watchPeak(b)
 			lat := make([]time.Duration, n)
 			var next atomic.Int64
 			var errs atomic.Int64
@@ -188,6 +195,7 @@ func BenchmarkManyPolicies(b *testing.B) {
 			if path := os.Getenv("STRATA_BENCH_HEAP_PROFILE"); path != "" {
 				writeHeapProfile(b, path) // what the agents hold, while they run
 			}
+			peak := stopPeak()
 			slices.Sort(lat)
 			b.ReportMetric(float64(n)/applied.Seconds(), "applies/s")
 			b.ReportMetric(float64(lat[len(lat)*99/100].Microseconds())/1e3, "apply-p99-ms")
@@ -202,6 +210,7 @@ func BenchmarkManyPolicies(b *testing.B) {
 			if rssBefore > 0 {
 				b.ReportMetric(float64(processRSS()-rssBefore)/float64(n)/float64(len(agents)), "rss-B/policy/agent")
 			}
+			b.ReportMetric(float64(peak-liveBefore)/float64(n)/float64(len(agents)), "peak-heap-B/policy/agent")
 			b.ReportMetric(float64(catalogBytes)/float64(n), "catalog-B/policy")
 			b.ReportMetric(idleCPU*100, "idle-cpu-%/agent")
 			b.ReportMetric(float64(failedSeen.Load()), "failed-sightings")
@@ -267,6 +276,47 @@ func processRSS() int64 {
 		}
 	}
 	return 0
+}
+
+// liveHeap is the heap the last collection found live.
+func liveHeap() uint64 {
+	s := []metrics.Sample{{Name: "/gc/heap/live:bytes"}}
+	metrics.Read(s)
+	return s[0].Value.Uint64()
+}
+
+// watchPeak samples the live heap until the function it returns is
+// called, which returns the most seen. With STRATA_BENCH_PEAK_PROFILE
+// set, it writes the heap there at each new peak (10% over the last).
+func watchPeak(b *testing.B) func() uint64 {
+	path := os.Getenv("STRATA_BENCH_PEAK_PROFILE")
+	stop, done := make(chan struct{}), make(chan uint64)
+	go func() {
+		var peak, profiled uint64
+		t := time.NewTicker(250 * time.Millisecond)
+		defer t.Stop()
+		for {
+			select {
+			case <-stop:
+				done <- peak
+				return
+			case <-t.C:
+			}
+			v := liveHeap()
+			peak = max(peak, v)
+			if path != "" && v > profiled*11/10 {
+				profiled = v
+				// The heap as the last collection found it: no GC forced.
+				if f, err := os.Create(path); err == nil {
+					_ = pprof.Lookup("heap").WriteTo(f, 0)
+					f.Close()
+				}
+			}
+		}
+	}()
+	stopped := sync.OnceValue(func() uint64 { close(stop); return <-done })
+	b.Cleanup(func() { stopped() }) // also when the benchmark fails first
+	return stopped
 }
 
 func heapInUse() int64 {
