@@ -167,7 +167,8 @@ func (m *Mesh) onBuckets(b []byte) {
 // onBucketEntries merges a peer's entries of the buckets that differed
 // (policies and placements first, as a push/pull does) and, when asked,
 // sends this member's own. Malformed messages and entries are dropped
-// and counted; every entry is checked as a push/pull's are.
+// and counted; every entry is checked as a push/pull's are. It keeps
+// nothing of b, which the caller may reuse once it returns.
 func (m *Mesh) onBucketEntries(b []byte) {
 	var in bucketEntries
 	if err := json.Unmarshal(b, &in); err != nil || in.From == "" || len(in.Buckets) > syncBuckets ||

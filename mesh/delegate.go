@@ -60,7 +60,11 @@ func (d *delegate) NotifyMsg(b []byte) {
 	case msgBuckets:
 		d.m.onBuckets(b[1:])
 	case msgBucketEntries:
-		d.m.onBucketEntries(slices.Clone(b[1:]))
+		// Not copied: decoding copies each entry out of b (json.RawMessage)
+		// before onBucketEntries returns. A repair carries a 16th of the
+		// catalog at most, and while thousands of policies were placed the
+		// repairs under way were most of the agents' peak heap.
+		d.m.onBucketEntries(b[1:])
 	case msgEntry:
 		e, err := decodeEntry(slices.Clone(b[1:]))
 		if err != nil {

@@ -7,6 +7,8 @@ import (
 	"testing"
 	"time"
 	"unsafe"
+
+	"github.com/prometheus/client_golang/prometheus"
 )
 
 // TestTakenEntriesShareStrings decodes entries as a peer sends them and
@@ -131,5 +133,40 @@ func TestDocumentsKeepBytesOnlyWhenNeeded(t *testing.T) {
 	d.dropRaw()
 	if out, _ := encodeState(d); !bytes.Equal(out, later) {
 		t.Errorf("a document with an unknown field relayed as %d bytes, not the %d it came as", len(out), len(later))
+	}
+}
+
+// TestBucketEntriesKeepNothingOfTheMessage: the entries a repair carries
+// are held as they were sent after the message's buffer is reused.
+func TestBucketEntriesKeepNothingOfTheMessage(t *testing.T) {
+	t.Parallel()
+	id, err := NewIdentity()
+	if err != nil {
+		t.Fatal(err)
+	}
+	m, err := New(Config{Name: "a", Identity: id, BindAddr: "127.0.0.1:0", Registerer: prometheus.NewRegistry()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { m.Close() })
+	e := Entry{Key: "policies/x", Value: json.RawMessage(`{"name":"x"}`), Version: 7, Origin: "peer", Written: time.Now().UTC()}
+	raw, err := json.Marshal(&e)
+	if err != nil {
+		t.Fatal(err)
+	}
+	msg, err := json.Marshal(bucketEntries{From: "b", Buckets: []int{bucketOf(e.Key)}, Entries: []json.RawMessage{raw}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	m.onBucketEntries(msg)
+	for i := range msg {
+		msg[i] = 'X' // memberlist reuses its buffers
+	}
+	got, err := m.Get(e.Key)
+	if err != nil || got.Version != 7 || string(got.Value) != `{"name":"x"}` {
+		t.Fatalf("held %+v (%v), want version 7, value as sent", got, err)
+	}
+	if out, err := encodeEntry(&got); err != nil || !bytes.Equal(out, raw) {
+		t.Errorf("relayed as %q (%v), want %q", out, err, raw)
 	}
 }
