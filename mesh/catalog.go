@@ -683,9 +683,7 @@ func (m *Mesh) shareLocked(e *Entry) {
 	if held := m.kv[e.Key]; held != nil {
 		e.Key = held.Key
 	}
-	m.entryStrings.mu.Lock()
-	e.Origin, e.Schema = m.entryStrings.get(e.Origin), m.entryStrings.get(e.Schema)
-	m.entryStrings.mu.Unlock()
+	e.Origin, e.Schema = m.entryStrings.Get(e.Origin), m.entryStrings.Get(e.Schema)
 	for i, d := range e.Deps {
 		if held := m.kv[d.Key]; held != nil {
 			e.Deps[i].Key = held.Key

@@ -22,6 +22,7 @@ import (
 	"github.com/hashicorp/serf/coordinate"
 
 	"github.com/strata-mesh/strata/internal/backoff"
+	"github.com/strata-mesh/strata/internal/intern"
 )
 
 // Status is a member's liveness as this agent sees it.
@@ -137,7 +138,7 @@ type Mesh struct {
 	kv         map[string]*Entry // the replicated catalog, by key
 	// entryStrings and docStrings are the strings that peers' entries
 	// and documents repeat (see shareLocked, NodeState.shareStrings).
-	entryStrings, docStrings stringSet
+	entryStrings, docStrings intern.Strings
 	// persistMu orders the writes of the store (see persistKey); taken
 	// before mu, never while holding it.
 	persistMu sync.Mutex

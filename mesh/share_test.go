@@ -9,6 +9,8 @@ import (
 	"unsafe"
 
 	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/strata-mesh/strata/internal/intern"
 )
 
 // TestTakenEntriesShareStrings decodes entries as a peer sends them and
@@ -56,7 +58,7 @@ func TestTakenEntriesShareStrings(t *testing.T) {
 func TestDocumentsShareStrings(t *testing.T) {
 	t.Parallel()
 	same := func(a, b string) bool { return a == b && unsafe.StringData(a) == unsafe.StringData(b) }
-	var set stringSet
+	var set intern.Strings
 	doc := func() *NodeState {
 		s := NodeState{ID: "n1", Name: "n1"}
 		for _, k := range []string{"InferenceService/a", "InferenceService/b"} {
@@ -137,7 +139,8 @@ func TestDocumentsKeepBytesOnlyWhenNeeded(t *testing.T) {
 }
 
 // TestBucketEntriesKeepNothingOfTheMessage: the entries a repair carries
-// are held as they were sent after the message's buffer is reused.
+// are held as they were sent after memberlist reuses the buffer it
+// handed NotifyMsg.
 func TestBucketEntriesKeepNothingOfTheMessage(t *testing.T) {
 	t.Parallel()
 	id, err := NewIdentity()
@@ -158,9 +161,10 @@ func TestBucketEntriesKeepNothingOfTheMessage(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	m.onBucketEntries(msg)
-	for i := range msg {
-		msg[i] = 'X' // memberlist reuses its buffers
+	buf := append([]byte{msgBucketEntries}, msg...)
+	(&delegate{m: m}).NotifyMsg(buf)
+	for i := range buf {
+		buf[i] = 'X' // memberlist reuses its buffers
 	}
 	got, err := m.Get(e.Key)
 	if err != nil || got.Version != 7 || string(got.Value) != `{"name":"x"}` {

@@ -10,6 +10,8 @@ import (
 	"time"
 
 	"github.com/hashicorp/serf/coordinate"
+
+	"github.com/strata-mesh/strata/internal/intern"
 )
 
 // Tiers a node can belong to.
@@ -462,18 +464,16 @@ func peekState(b []byte) (id string, version uint64, ok bool) {
 // replicas and answers share come from set. At 10,000 policies a peer's
 // document lists thousands of each, and their strings were most of what
 // the documents held in memory.
-func (s *NodeState) shareStrings(set *stringSet) {
-	set.mu.Lock()
-	defer set.mu.Unlock()
+func (s *NodeState) shareStrings(set *intern.Strings) {
 	for i := range s.Assignments {
-		s.Assignments[i].Reason = set.get(s.Assignments[i].Reason)
+		s.Assignments[i].Reason = set.Get(s.Assignments[i].Reason)
 	}
 	for i := range s.Replicas {
 		r := &s.Replicas[i]
 		if as, ok := s.Assignment(r.Policy); ok {
 			r.Policy = as.Key
 		}
-		r.Model, r.State, r.Reason = set.get(r.Model), set.get(r.State), set.get(r.Reason)
+		r.Model, r.State, r.Reason = set.Get(r.Model), set.Get(r.State), set.Get(r.Reason)
 	}
 }
 
@@ -490,33 +490,6 @@ func (s *NodeState) dropRaw() {
 	if b, err := json.Marshal(s); err == nil && bytes.Equal(b, s.raw) {
 		s.raw = nil
 	}
-}
-
-// stringSet holds one copy of each string it is given, up to
-// maxSharedStrings; past that it starts afresh (those handed out stay
-// valid).
-type stringSet struct {
-	mu  sync.Mutex
-	set map[string]string
-}
-
-// maxSharedStrings bounds a stringSet.
-const maxSharedStrings = 4096
-
-// get returns the held copy of v, holding v if none is. The caller holds
-// s.mu.
-func (s *stringSet) get(v string) string {
-	if v == "" {
-		return ""
-	}
-	if held, ok := s.set[v]; ok {
-		return held
-	}
-	if s.set == nil || len(s.set) >= maxSharedStrings {
-		s.set = map[string]string{}
-	}
-	s.set[v] = v
-	return v
 }
 
 func decodeState(b []byte) (*NodeState, error) {

@@ -6,42 +6,25 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+
+	"github.com/strata-mesh/strata/internal/intern"
 )
 
-// interner shares equal strings, and equal small maps, among the records
-// a table keeps decoded. Most of a placement's strings (its kind, owner,
-// state and message, each node's name, ID, tier, site, replica state and
-// reason) and its rejection counts repeat across thousands of records:
-// decoded, each was an allocation of its own, about a third of a kept
-// placement at 10,000 policies. What it keeps is bounded: past
-// maxInterned distinct values a new one is left as it is.
+// interner shares equal strings (intern.Strings), and equal small maps,
+// among the records a table keeps decoded. Most of a placement's strings
+// (its kind, owner, state and message, each node's name, ID, tier, site,
+// replica state and reason) and its rejection counts repeat across
+// thousands of records: decoded, each was an allocation of its own, about
+// a third of a kept placement at 10,000 policies. The maps it keeps are
+// bounded as the strings are (intern.Max), and start afresh when full.
 type interner struct {
+	strs   intern.Strings
 	mu     sync.Mutex
-	strs   map[string]string
 	counts map[string]map[Reason]int
 }
 
-// maxInterned bounds each of an interner's maps.
-const maxInterned = 1 << 14
-
 // str returns s, or an equal string already held.
-func (in *interner) str(s string) string {
-	if s == "" {
-		return ""
-	}
-	in.mu.Lock()
-	defer in.mu.Unlock()
-	if held, ok := in.strs[s]; ok {
-		return held
-	}
-	if in.strs == nil {
-		in.strs = map[string]string{}
-	}
-	if len(in.strs) < maxInterned {
-		in.strs[s] = s
-	}
-	return s
-}
+func (in *interner) str(s string) string { return in.strs.Get(s) }
 
 // reasons returns m, or an equal map already held. A held map is shared
 // by records that are never changed in place (Placement.clone copies
@@ -63,12 +46,10 @@ func (in *interner) reasons(m map[Reason]int) map[Reason]int {
 	if held, ok := in.counts[id]; ok {
 		return held
 	}
-	if in.counts == nil {
+	if in.counts == nil || len(in.counts) >= intern.Max {
 		in.counts = map[string]map[Reason]int{}
 	}
-	if len(in.counts) < maxInterned {
-		in.counts[id] = m
-	}
+	in.counts[id] = m
 	return m
 }
 
