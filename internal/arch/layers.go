@@ -12,7 +12,7 @@ var Layers = []Layer{
 	{"pure: no project imports", []string{
 		"internal/arch", "internal/clidoc",
 		"policy", "infer/drift", "trainer/onnx", "storage", "mesh/pki", "api", "sweep",
-		"internal/safe", "internal/backoff", "internal/httpjson", "internal/ui", "internal/testbed",
+		"internal/safe", "internal/backoff", "internal/intern", "internal/httpjson", "internal/ui", "internal/testbed",
 		"mesh/meshtest", "cmd/benchtable", "trainer/internal/orttest", "internal/docrun",
 	}},
 	{"engines and transports", []string{"placement", "infer", "trainer", "mesh/dataplane", "api/client", "packaging/gendocs", "packaging/releasetest"}},
