@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"reflect"
 	"testing"
+	"time"
 	"unsafe"
 
 	"github.com/strata-mesh/strata/internal/catalog/catalogtest"
@@ -329,5 +330,76 @@ func TestKeptPlacementsShareWhatRepeats(t *testing.T) {
 	got.Rejected["not_selected"] = 99
 	if other, _ := cat.Placements.Value("K/b"); other.Rejected["not_selected"] != 2 {
 		t.Errorf("a reader's change to its copy reached another placement: %v", other.Rejected)
+	}
+}
+
+// withID is a store that names the node it belongs to, as the mesh does.
+type withID struct {
+	*catalogtest.Store
+	id string
+}
+
+func (s withID) ID() string { return s.id }
+
+// TestPlacementsKeepWhatThisNodeWrote: a node keeps decoded for good the
+// placements it wrote (its controller reads them every pass), and the
+// others only while they are read: two agings without a read drop one,
+// and a read after that decodes it again.
+func TestPlacementsKeepWhatThisNodeWrote(t *testing.T) {
+	t.Parallel()
+	held := func(tab *Table[Placement]) int {
+		tab.mu.Lock()
+		defer tab.mu.Unlock()
+		return len(tab.decoded) + len(tab.old)
+	}
+	age := func(tab *Table[Placement], by time.Duration) {
+		tab.mu.Lock()
+		defer tab.mu.Unlock()
+		tab.ageLocked(tab.aged.Add(by))
+	}
+	for _, tc := range []struct {
+		id   string // the node's ID; the store writes as "test"
+		kept bool
+	}{{"test", true}, {"elsewhere", false}} {
+		t.Run(tc.id, func(t *testing.T) {
+			t.Parallel()
+			cat := New(withID{catalogtest.NewStore(), tc.id}, nil)
+			tab := cat.Placements
+			for _, k := range []string{"K/a", "K/b"} {
+				if _, err := tab.Put(Placement{Key: k, State: StatePlaced}); err != nil {
+					t.Fatal(err)
+				}
+			}
+			if _, err := tab.List(); err != nil || held(tab) != 2 {
+				t.Fatalf("listed: %d held, err %v; want 2", held(tab), err)
+			}
+			age(tab, agingGap)
+			if _, err := tab.Value("K/a"); err != nil { // read: kept another gap
+				t.Fatal(err)
+			}
+			age(tab, agingGap)
+			want := 1
+			if tc.kept {
+				want = 2
+			}
+			if n := held(tab); n != want {
+				t.Errorf("after two agings, K/a read between: %d held, want %d", n, want)
+			}
+			age(tab, agingGap)
+			want = 0
+			if tc.kept {
+				want = 2
+			}
+			if n := held(tab); n != want {
+				t.Errorf("after three agings: %d held, want %d", n, want)
+			}
+			age(tab, agingGap/2) // not yet a gap: nothing moves
+			if p, err := tab.Value("K/b"); err != nil || p.State != StatePlaced {
+				t.Fatalf("K/b read again: %+v, %v", p, err)
+			}
+			if n := held(tab); n != want+1 && !tc.kept {
+				t.Errorf("read again: %d held, want %d", n, want+1)
+			}
+		})
 	}
 }

@@ -114,6 +114,12 @@ type Loader struct {
 	prestaging   string
 	standbyBytes int64
 	overBudget   map[string]bool
+	// named are the inference services' placements that name this node a
+	// replica's node or a standby, by key, kept up to date from what
+	// changed since namedRead: listing every placement each pass kept
+	// them all decoded (see standbyModels).
+	named     map[string]catalog.Placement
+	namedRead catalog.Cursor
 	// standbys are the models loaded as standbys, by digest; warming the
 	// digest of the one loading; failedWarm those that failed to load.
 	standbys   map[string]servedModel
@@ -133,7 +139,8 @@ func NewLoader(cfg LoaderConfig) *Loader {
 		cfg.Guard = safe.New(safe.Config{Logger: cfg.Logger})
 	}
 	return &Loader{cfg: cfg, log: cfg.Logger, loaded: map[string]servedModel{}, loading: map[string]bool{}, replicas: map[string]mesh.Replica{}, overBudget: map[string]bool{},
-		standbys: map[string]servedModel{}, failedWarm: map[string]bool{}, downSeen: map[string]time.Time{}}
+		standbys: map[string]servedModel{}, failedWarm: map[string]bool{}, downSeen: map[string]time.Time{},
+		named: map[string]catalog.Placement{}}
 }
 
 // Serves says whether a blob is a model loaded here (kept through GC).

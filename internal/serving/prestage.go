@@ -3,6 +3,7 @@ package serving
 import (
 	"context"
 	"errors"
+	"maps"
 	"slices"
 	"sort"
 	"time"
@@ -59,12 +60,20 @@ func (s *Loader) standbyModels() []standbyModel {
 			delete(s.downSeen, d)
 		}
 	}
-	recs, _ := s.cfg.Catalog.Placements.Select(func(_ string, p catalog.Placement) bool {
-		return p.Kind == policy.KindInferenceService && slices.ContainsFunc(p.Nodes, func(pn catalog.PlacedNode) bool { return pn.Standby == me || pn.Name == me })
-	})
+	changed, gone := s.cfg.Catalog.Placements.Next(&s.namedRead)
+	for _, r := range changed {
+		if p := r.Value; p.Kind == policy.KindInferenceService && slices.ContainsFunc(p.Nodes, func(pn catalog.PlacedNode) bool { return pn.Standby == me || pn.Name == me }) {
+			s.named[r.Key] = p
+		} else {
+			delete(s.named, r.Key)
+		}
+	}
+	for _, key := range gone {
+		delete(s.named, key)
+	}
 	var want []standbyModel
-	for _, r := range recs {
-		rec := r.Value
+	for _, key := range slices.Sorted(maps.Keys(s.named)) {
+		rec := s.named[key]
 		p, err := s.cfg.Catalog.Policies.Value(rec.Key)
 		if err != nil {
 			continue
