@@ -31,7 +31,7 @@ func (c *Controller) admit() {
 	recs, gone := c.cfg.Catalog.Placements.Next(&c.placedRead)
 	for _, r := range recs {
 		if slices.ContainsFunc(r.Value.Nodes, func(pn catalog.PlacedNode) bool { return pn.Name == self.Name }) {
-			c.here[r.Key] = r
+			c.here[r.Key] = placedHere{version: r.Version, epoch: r.Value.Epoch, resources: r.Value.Resources, deps: r.Deps}
 		} else {
 			delete(c.here, r.Key)
 			delete(c.ready, r.Key)
@@ -41,14 +41,14 @@ func (c *Controller) admit() {
 		delete(c.here, key)
 		delete(c.ready, key)
 	}
-	wanted := map[string]catalog.Placement{}
-	for _, r := range c.here {
+	wanted := map[string]placedHere{}
+	for key, h := range c.here {
 		// Its policy has replicated here: asked of the mesh once per
 		// version, not on every pass (at 10,000 policies, a tenth of an
 		// idle agent's CPU, each ask taking the mesh's lock).
-		if c.ready[r.Key] == r.Version || len(c.cfg.Catalog.Placements.Pending(r)) == 0 {
-			c.ready[r.Key] = r.Version
-			wanted[r.Key] = r.Value
+		if c.ready[key] == h.version || len(c.cfg.Catalog.Placements.Pending(catalog.Record[catalog.Placement]{Deps: h.deps})) == 0 {
+			c.ready[key] = h.version
+			wanted[key] = h
 		}
 	}
 	// Release what is no longer ours, or was placed again at a newer
@@ -57,7 +57,7 @@ func (c *Controller) admit() {
 	// node goes on serving the newer one.
 	for key, as := range c.held {
 		rec, ok := wanted[key]
-		if ok && (rec.Epoch == as.Epoch || rec.Epoch < as.Epoch && as.Accepted) {
+		if ok && (rec.epoch == as.Epoch || rec.epoch < as.Epoch && as.Accepted) {
 			continue
 		}
 		if as.Accepted {
@@ -70,14 +70,14 @@ func (c *Controller) admit() {
 		if _, ok := c.held[key]; ok {
 			continue
 		}
-		as := mesh.Assignment{Key: key, Epoch: rec.Epoch}
-		grant, err := c.ledger.Admit(placement.Assignment{ID: assignmentID(key, rec.Epoch), Key: key, Epoch: rec.Epoch, Resources: placement.Resources(rec.Resources)})
+		as := mesh.Assignment{Key: key, Epoch: rec.epoch}
+		grant, err := c.ledger.Admit(placement.Assignment{ID: assignmentID(key, rec.epoch), Key: key, Epoch: rec.epoch, Resources: placement.Resources(rec.resources)})
 		if err != nil {
 			as.Reason = strings.TrimPrefix(err.Error(), "placement: refused: ")
-			c.log.Info("refused assignment", "policy", key, "epoch", rec.Epoch, "reason", as.Reason)
+			c.log.Info("refused assignment", "policy", key, "epoch", rec.epoch, "reason", as.Reason)
 		} else {
-			as.Accepted, as.CPU, as.Memory, as.GPUs = true, rec.Resources.CPU, rec.Resources.Memory, grant.GPUs
-			c.log.Info("admitted assignment", "policy", key, "epoch", rec.Epoch)
+			as.Accepted, as.CPU, as.Memory, as.GPUs = true, rec.resources.CPU, rec.resources.Memory, grant.GPUs
+			c.log.Info("admitted assignment", "policy", key, "epoch", rec.epoch)
 		}
 		c.held[key] = as
 		changed = true
@@ -97,6 +97,15 @@ func (c *Controller) admit() {
 	}); err != nil {
 		c.log.Warn("publishing assignments", "err", err)
 	}
+}
+
+// placedHere is what admission keeps of a placement that names this
+// node: a copy of each record was a tenth of the heap of a node that
+// serves thousands of them.
+type placedHere struct {
+	version, epoch uint64
+	resources      catalog.Resources
+	deps           []mesh.Dep
 }
 
 func assignmentID(key string, epoch uint64) string { return fmt.Sprintf("%s@%d", key, epoch) }

@@ -43,8 +43,8 @@ type Controller struct {
 	// pass starts (see maxPassWrites).
 	passWrites, resume int
 	// here are the placements that name this node, as read by
-	// placedRead (admit only).
-	here       map[string]catalog.Record[catalog.Placement]
+	// placedRead (admit only): what admission needs of each.
+	here       map[string]placedHere
 	placedRead catalog.Cursor
 	// ready is the version of each placement in here whose policy had
 	// replicated here when admit last looked (admit only): a version
@@ -159,7 +159,7 @@ func New(cfg Config) *Controller {
 	if cfg.Guard == nil {
 		cfg.Guard = safe.New(safe.Config{Logger: cfg.Logger})
 	}
-	c := &Controller{cfg: cfg, log: cfg.Logger, held: map[string]mesh.Assignment{}, here: map[string]catalog.Record[catalog.Placement]{}, ready: map[string]uint64{}, lastTry: map[string]time.Time{}, tries: map[string]int{}, failedSince: map[string]time.Time{}, holding: map[string]string{}, docs: map[policyID]factsOf{}, shared: map[plainFacts]*docFacts{}, scaleLow: map[string]scaleLow{}, roomSince: map[string]time.Time{}, returning: map[string]bool{},
+	c := &Controller{cfg: cfg, log: cfg.Logger, held: map[string]mesh.Assignment{}, here: map[string]placedHere{}, ready: map[string]uint64{}, lastTry: map[string]time.Time{}, tries: map[string]int{}, failedSince: map[string]time.Time{}, holding: map[string]string{}, docs: map[policyID]factsOf{}, shared: map[plainFacts]*docFacts{}, scaleLow: map[string]scaleLow{}, roomSince: map[string]time.Time{}, returning: map[string]bool{},
 		live: placement.Live{CoordSlack: coordSlack}}
 	c.steps = []struct {
 		name string
