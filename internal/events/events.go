@@ -76,15 +76,17 @@ type Stream struct {
 	seq   uint64
 	ring  []Event
 	subs  map[chan Event]struct{}
-	last  map[string]string // event subject → its last seen state
-	// of is the record (table/key) each subject of last comes from, and
-	// read the stream's place in each table: a scan decodes only the
-	// records that changed since the last.
-	of   map[string]string
+	// last is each event subject's last seen state and the record
+	// (table/key) it comes from; read is the stream's place in each
+	// table: a scan decodes only the records that changed since the last.
+	last map[string]subjectState
 	read map[string]*catalog.Cursor
 	// logs is how far the stream has told each drift log (by key).
 	logs map[string]logMark
 }
+
+// subjectState is what the stream last saw of an event subject.
+type subjectState struct{ state, record string }
 
 // logMark is the latest entry told of a drift log.
 type logMark struct {
@@ -99,7 +101,7 @@ func New(cat *catalog.Catalog, guard *safe.Guard) *Stream {
 	if guard == nil {
 		guard = safe.New(safe.Config{})
 	}
-	return &Stream{cat: cat, guard: guard, subs: map[chan Event]struct{}{}, last: map[string]string{}, of: map[string]string{},
+	return &Stream{cat: cat, guard: guard, subs: map[chan Event]struct{}{}, last: map[string]subjectState{},
 		read: map[string]*catalog.Cursor{}, logs: map[string]logMark{}}
 }
 
@@ -155,8 +157,11 @@ func (e *Stream) derive(emit bool) []Event {
 	defer e.mu.Unlock()
 	note := func(record, subject, state string, ev Event) {
 		prev, had := e.last[subject]
-		e.last[subject], e.of[subject] = state, record
-		if emit && (!had || prev != state) {
+		if had && prev.state == state && prev.record == record {
+			return
+		}
+		e.last[subject] = subjectState{state: state, record: record}
+		if emit && (!had || prev.state != state) {
 			out = append(out, ev)
 		}
 	}
@@ -164,10 +169,14 @@ func (e *Stream) derive(emit bool) []Event {
 	for _, r := range placements {
 		p := r.Value
 		key := p.Key
-		note("p/"+r.Key, "p/"+key, fmt.Sprintf("%d/%s", p.Epoch, p.State), Event{Time: p.Updated, Type: "placement." + p.State, Policy: key, Node: p.Owner,
+		record, subject := "p/"+r.Key, "p/"+key
+		if r.Key == key {
+			subject = record // one string, not two, for each of thousands
+		}
+		note(record, subject, fmt.Sprintf("%d/%s", p.Epoch, p.State), Event{Time: p.Updated, Type: "placement." + p.State, Policy: key, Node: p.Owner,
 			Message: fmt.Sprintf("%s %s on [%s]: %s", key, p.State, p.NodeNames(), p.Message)})
 		if sc := p.Scale; sc != nil && sc.From != sc.Replicas {
-			note("p/"+r.Key, "s/"+key, sc.At.Format(time.RFC3339Nano), Event{Time: sc.At, Type: "placement.scaled", Policy: key, Node: p.Owner,
+			note(record, "s/"+key, sc.At.Format(time.RFC3339Nano), Event{Time: sc.At, Type: "placement.scaled", Policy: key, Node: p.Owner,
 				Message: fmt.Sprintf("%s autoscaled %d → %d: %s", key, sc.From, sc.Replicas, sc.Reason)})
 		}
 	}
@@ -259,10 +268,9 @@ func (e *Stream) derive(emit bool) []Event {
 		return out
 	}
 	held := func(table, key string) bool { return e.read[table].Has(key) }
-	for subject, record := range e.of {
-		if table, key, _ := strings.Cut(record, "/"); !held(table, key) {
+	for subject, st := range e.last {
+		if table, key, _ := strings.Cut(st.record, "/"); !held(table, key) {
 			delete(e.last, subject)
-			delete(e.of, subject)
 		}
 	}
 	for key := range e.logs {
