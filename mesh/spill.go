@@ -126,10 +126,11 @@ func (m *Mesh) spillSettled(now time.Time) int {
 		if tab == nil {
 			continue
 		}
-		for _, e := range tab.entries {
+		for _, k := range tab.keys {
 			if len(cands) == spillBatch {
 				break
 			}
+			e := m.kv[k]
 			if !e.spilled && !e.Deleted && now.Sub(e.seen) >= spillAfter && !m.dirtyKV[e.Key] {
 				cands = append(cands, e)
 			}
@@ -158,7 +159,6 @@ func (m *Mesh) spillSettled(now time.Time) int {
 			continue // replaced meanwhile
 		}
 		m.kv[sw.held.Key] = sw.spilled
-		m.kvTables[tableOf(sw.held.Key)].entries[sw.held.Key] = sw.spilled
 		n++
 	}
 	m.mu.Unlock()
