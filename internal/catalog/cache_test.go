@@ -2,6 +2,7 @@ package catalog
 
 import (
 	"encoding/json"
+	"errors"
 	"reflect"
 	"testing"
 	"time"
@@ -164,9 +165,9 @@ func TestSelectCopiesWhatItKeeps(t *testing.T) {
 	}
 }
 
-// TestSharedHandsOutWhatItKeeps: Shared lists a cached table's live
-// values in key order as the values it keeps (the same ones on each call
-// while nothing changed), and a table without a cache's as copies.
+// TestSharedHandsOutWhatItKeeps: SharedValue hands out the value a cached
+// table keeps (the same one on each call while nothing changed), and a
+// table without a cache's as a copy.
 func TestSharedHandsOutWhatItKeeps(t *testing.T) {
 	t.Parallel()
 	cat := New(catalogtest.NewStore(), nil)
@@ -181,21 +182,24 @@ func TestSharedHandsOutWhatItKeeps(t *testing.T) {
 	if err := cat.Policies.Delete("K/c"); err != nil {
 		t.Fatal(err)
 	}
-	one, err := cat.Policies.Shared()
-	two, _ := cat.Policies.Shared()
-	if err != nil || len(one) != 2 || one[0].Name != "a" || one[1].Name != "b" {
-		t.Fatalf("Shared = %v, %v; want K/a, K/b", one, err)
+	one, err := cat.Policies.SharedValue("K/a")
+	two, _ := cat.Policies.SharedValue("K/a")
+	if err != nil || one.Name != "a" {
+		t.Fatalf("SharedValue(K/a) = %v, %v", one, err)
 	}
-	if one[0] != two[0] || one[1] != two[1] {
-		t.Error("two listings of an unchanged table hand out different values")
+	if one != two {
+		t.Error("two reads of an unchanged record hand out different values")
 	}
-	jobs, err := cat.Jobs.Shared()
-	if err != nil || len(jobs) != 3 || jobs[0].Name != "a" {
-		t.Fatalf("Jobs.Shared = %v, %v; want a, b, c", jobs, err)
+	if _, err := cat.Policies.SharedValue("K/c"); !errors.Is(err, ErrNotFound) {
+		t.Errorf("SharedValue of a deleted record: %v, want ErrNotFound", err)
 	}
-	jobs[0].Name = "changed"
+	job, err := cat.Jobs.SharedValue("a")
+	if err != nil || job.Name != "a" {
+		t.Fatalf("Jobs.SharedValue(a) = %v, %v", job, err)
+	}
+	job.Name = "changed"
 	if j, _ := cat.Jobs.Value("a"); j.Name != "a" {
-		t.Errorf("a change to an uncached table's listing reached it: %q", j.Name)
+		t.Errorf("a change to an uncached table's value reached it: %q", j.Name)
 	}
 }
 

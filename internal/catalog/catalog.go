@@ -130,8 +130,11 @@ func New(store Store, reg prometheus.Registerer) *Catalog {
 		reg.MustRegister(c.decodes)
 	}
 	// Policies and placements are the tables with a record per policy,
-	// listed by every controller pass: their decoded values are kept.
-	c.Policies = newTable(c, "policies", mesh.ScopeGlobal, Policy.Key).cached(func(p Policy) Policy { return p }, (*Policy).intern)
+	// read by every controller pass: their decoded values are kept. A
+	// controller reads the policies it owns, an agent those it serves:
+	// the others are decoded as they change or are listed, and kept
+	// while read (keeping).
+	c.Policies = newTable(c, "policies", mesh.ScopeGlobal, Policy.Key).cached(func(p Policy) Policy { return p }, (*Policy).intern).keeping(nil)
 	// A placement is its owner's decision, made again from the policy
 	// and the mesh after a crash; peers hold what was sent. Stored
 	// without a sync each: a pass writes hundreds, and the syncs were
@@ -203,9 +206,10 @@ type Table[T any] struct {
 	// The listing shares its records.
 	decoded map[string]*Record[T]
 	clone   func(T) T
-	// retain, where set, says which decoded records the table keeps for
-	// good; it keeps the others while they are read (see age): old holds
-	// those not read since the last aging, which was at aged.
+	// aging tables keep for good only the decoded records retain (where
+	// set) says, and the others while they are read (see keeping): old
+	// holds those not read since the last aging, which was at aged.
+	aging  bool
 	retain func(*Record[T]) bool
 	old    map[string]*Record[T]
 	aged   time.Time
@@ -243,11 +247,11 @@ func (t *Table[T]) cached(clone func(T) T, intern func(*T, *interner)) *Table[T]
 }
 
 // keeping makes a table with a cache keep for good only the decoded
-// records retain keeps, and the others while they are read: a record no
-// reader asked for in a whole agingGap (listed, looked up or read as
-// changed) is decoded again when one does. It returns t.
+// records retain keeps (none where nil), and the others while they are
+// read: a record no reader asked for in a whole agingGap (listed, looked
+// up or read as changed) is decoded again when one does. It returns t.
 func (t *Table[T]) keeping(retain func(*Record[T]) bool) *Table[T] {
-	t.retain, t.old = retain, map[string]*Record[T]{}
+	t.aging, t.retain, t.old = true, retain, map[string]*Record[T]{}
 	return t
 }
 
@@ -260,12 +264,12 @@ const agingGap = 30 * time.Second
 // reader asked for since the last time and that retain does not keep,
 // and the listing, which holds them. The caller holds t.mu.
 func (t *Table[T]) ageLocked(now time.Time) {
-	if t.retain == nil || now.Sub(t.aged) < agingGap {
+	if !t.aging || now.Sub(t.aged) < agingGap {
 		return
 	}
 	t.aged = now
 	for k, r := range t.old {
-		if t.retain(r) {
+		if t.retain != nil && t.retain(r) {
 			t.decoded[k] = r
 		}
 	}
@@ -277,7 +281,7 @@ func (t *Table[T]) ageLocked(now time.Time) {
 // that look often whether anything changed (Next, Version) age the
 // table also when no record is read.
 func (t *Table[T]) age() {
-	if t.retain == nil {
+	if !t.aging {
 		return
 	}
 	t.mu.Lock()
@@ -407,6 +411,25 @@ func (t *Table[T]) Get(key string) (Record[T], error) {
 		return Record[T]{}, fmt.Errorf("%w: %s/%s", ErrNotFound, t.name, key)
 	}
 	return t.decode(e)
+}
+
+// SharedValue is Value without the copy: for a table with a cache (see
+// cached) the value is the one it keeps; read it, never change it or
+// what it holds.
+func (t *Table[T]) SharedValue(key string) (*T, error) {
+	e, ok := t.lookup(t.prefix() + key)
+	if !ok || e.Deleted {
+		return nil, fmt.Errorf("%w: %s/%s", ErrNotFound, t.name, key)
+	}
+	r, err := t.decodeShared(e)
+	if err != nil {
+		return nil, err
+	}
+	if t.clone == nil {
+		v := r.Value
+		return &v, nil
+	}
+	return &r.Value, nil
 }
 
 // Value returns the live value of key (Get without the metadata).
@@ -651,25 +674,6 @@ func (t *Table[T]) forget(recs []*Record[T]) {
 			}
 		}
 	}
-}
-
-// Shared returns the live values that decode, sorted by key, and the
-// decode errors of those that do not (joined). For a table with a cache
-// (see cached) they are the values it keeps: read them, never change
-// them or what they hold. A reader that keeps a listing of thousands
-// keeps a pointer each, not a copy of each value.
-func (t *Table[T]) Shared() ([]*T, error) {
-	recs, err := t.sharedList()
-	out := make([]*T, len(recs))
-	for i, r := range recs {
-		if t.clone != nil {
-			out[i] = &r.Value
-		} else {
-			v := r.Value
-			out[i] = &v
-		}
-	}
-	return out, err
 }
 
 // Values is List without the metadata.

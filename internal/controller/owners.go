@@ -67,9 +67,14 @@ func (c *Controller) noteView(nodes []mesh.Node, at time.Time) {
 		}
 	}
 	c.downSince = since
-	c.serviceOwners.note(meshview.Owners(nodes), at)
-	if c.trainingOwners.note(c.jobOwners(nodes, at), at) && c.trainingOwners.prev != nil {
-		c.log.Info("owners of training jobs changed", "owners", c.trainingOwners.now, "before", c.trainingOwners.prev)
+	if c.serviceOwners.note(meshview.Owners(nodes), at) {
+		c.ownersSeen++
+	}
+	if c.trainingOwners.note(c.jobOwners(nodes, at), at) {
+		c.ownersSeen++
+		if c.trainingOwners.prev != nil {
+			c.log.Info("owners of training jobs changed", "owners", c.trainingOwners.now, "before", c.trainingOwners.prev)
+		}
 	}
 	c.viewAt = at
 }

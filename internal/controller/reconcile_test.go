@@ -469,3 +469,57 @@ func TestPassWritesBounded(t *testing.T) {
 		}
 	}
 }
+
+// TestControllerDecodesWhatItOwns: a controller reads, and keeps facts
+// of, only the policies it owns: two controllers split 40 services
+// between them, and one that sees the other gone (once owners settle)
+// takes all 40.
+func TestControllerDecodesWhatItOwns(t *testing.T) {
+	t.Parallel()
+	p := newControllerPair(controllerNode, 64000)
+	for j := range 40 {
+		name := fmt.Sprintf("svc-%d", j)
+		p.apply(t, policy.KindInferenceService, name, strings.Replace(webSource, "{name: web}", "{name: "+name+"}", 1))
+	}
+	listed := func(c *Controller) map[string]bool {
+		out := map[string]bool{}
+		for _, pol := range c.policies() {
+			out[pol.Key()] = true
+		}
+		return out
+	}
+	seen := map[string]int{}
+	for i, c := range p.ctls {
+		p.pass(t, i)
+		mine := listed(c)
+		if len(mine) == 0 || len(mine) == 40 {
+			t.Errorf("%s lists %d of 40 policies: want its share", p.views[i].nodes[0].Name, len(mine))
+		}
+		for key := range mine {
+			seen[key]++
+			if owner := c.ownerOf(key); owner != p.views[i].nodes[0].Name {
+				t.Errorf("%s lists %s, owned by %s", p.views[i].nodes[0].Name, key, owner)
+			}
+		}
+		c.mu.Lock()
+		facts := len(c.docs)
+		c.mu.Unlock()
+		if facts > len(mine) {
+			t.Errorf("%s keeps facts of %d policies, owns %d", p.views[i].nodes[0].Name, facts, len(mine))
+		}
+	}
+	if len(seen) != 40 {
+		t.Errorf("the two list %d distinct policies, want all 40", len(seen))
+	}
+	for key, n := range seen {
+		if n != 1 {
+			t.Errorf("%s listed by %d controllers", key, n)
+		}
+	}
+	c1 := p.ctls[0]
+	p.views[0].nodes[1].Status = mesh.StatusFailed
+	p.pass(t, 0)
+	if n := len(listed(c1)); n != 40 {
+		t.Errorf("c1 with c2 failed lists %d policies, want 40", n)
+	}
+}
