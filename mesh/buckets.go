@@ -49,17 +49,17 @@ type bucketEntries struct {
 }
 
 // bucketOf is the bucket of a key.
-func bucketOf(key string) int {
+func bucketOf(key string) uint16 {
 	h := fnv.New32a()
 	h.Write([]byte(key))
-	return int(h.Sum32() % syncBuckets)
+	return uint16(h.Sum32() % syncBuckets)
 }
 
 // bucketDigestsLocked is settledDigestLocked per bucket; m.mu is held.
 func (m *Mesh) bucketDigestsLocked(now time.Time) []uint64 {
 	d := make([]uint64, syncBuckets)
 	for _, e := range m.kv {
-		if now.Sub(e.seen) >= catalogSettle {
+		if e.sinceSeen(now) >= catalogSettle {
 			d[e.bucket] ^= e.hash
 		}
 	}
@@ -91,7 +91,7 @@ func (m *Mesh) entriesPayload(buckets []int, reply bool) []byte {
 	for _, e := range m.kv {
 		// Settled entries only, as the digests count: the others are
 		// still on their way by gossip.
-		if now.Sub(e.seen) < catalogSettle || !want[e.bucket] {
+		if e.sinceSeen(now) < catalogSettle || !want[e.bucket] {
 			continue
 		}
 		if e.spilled {

@@ -27,6 +27,13 @@ type Entry struct {
 	Origin string `json:"origin"`
 	// Deleted marks a tombstone: the key was deleted at Version.
 	Deleted bool `json:"deleted,omitempty"`
+	// spilled: the value, signature and raw bytes are in the store alone
+	// (see spill.go); size is its length as CatalogStats counts it.
+	// bucket is its key's bucket (stamp). Narrow and beside Deleted: an
+	// entry is held per catalog record, and this kept it within 240 bytes.
+	spilled bool
+	bucket  uint16
+	size    int32
 	// Written is when Origin wrote it (Origin's clock). A tombstone is
 	// collected TombstoneTTL after Written.
 	Written time.Time `json:"written"`
@@ -50,17 +57,27 @@ type Entry struct {
 	Sig  []byte `json:"sig,omitempty"`
 	Cert []byte `json:"cert,omitempty"`
 
-	// seen is when this node got the entry, hash its digest term and
-	// bucket its key's bucket (stamp).
-	seen   time.Time
-	hash   uint64
-	bucket int
+	// seen is when this node got the entry (see setSeen) and hash its
+	// digest term (stamp).
+	seen int64
+	hash uint64
 	// raw is the entry as received or signed, sent on unchanged.
 	raw []byte
-	// spilled: the value, signature and raw bytes are in the store alone
-	// (see spill.go); size is its length as CatalogStats counts it.
-	spilled bool
-	size    int
+}
+
+// monoBase is the time Entry.seen counts from: an offset from it keeps
+// the clock's monotonic reading in 8 bytes, where a time.Time takes 24.
+var monoBase = time.Now()
+
+// setSeen notes t as when this node got e.
+func (e *Entry) setSeen(t time.Time) { e.seen = int64(t.Sub(monoBase)) }
+
+// seenAt is when this node got e.
+func (e *Entry) seenAt() time.Time { return monoBase.Add(time.Duration(e.seen)) }
+
+// sinceSeen is how long before now this node got e.
+func (e *Entry) sinceSeen(now time.Time) time.Duration {
+	return now.Sub(monoBase) - time.Duration(e.seen)
 }
 
 // encodeEntry returns the entry as received or signed, else encodes it.
@@ -263,7 +280,7 @@ func (m *Mesh) sendEntry(e *Entry, to []string) {
 	entries := []*Entry{e}
 	now := time.Now()
 	for _, d := range e.Deps {
-		if dep := m.kv[d.Key]; dep != nil && !dep.Deleted && !dep.spilled && dep.Version == d.Version && now.Sub(dep.seen) < recentEntries {
+		if dep := m.kv[d.Key]; dep != nil && !dep.Deleted && !dep.spilled && dep.Version == d.Version && dep.sinceSeen(now) < recentEntries {
 			entries = append(entries, dep)
 		}
 	}
@@ -395,7 +412,7 @@ func (m *Mesh) setEntryLocked(e *Entry) {
 		m.kvDigest ^= old.hash
 	}
 	m.kvDigest ^= e.hash
-	m.trimUnsettledLocked(e.seen)
+	m.trimUnsettledLocked(e.seenAt())
 	m.unsettled = append(m.unsettled, e)
 	m.kv[e.Key] = e
 	t := tableOf(e.Key)
@@ -584,7 +601,7 @@ func (m *Mesh) CatalogStats() CatalogStats {
 			st.Live++
 		}
 		if e.spilled {
-			st.Bytes += e.size
+			st.Bytes += int(e.size)
 		} else if b, err := json.Marshal(e); err == nil {
 			st.Bytes += len(b)
 		}

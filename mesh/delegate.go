@@ -122,7 +122,7 @@ func (d *delegate) LocalState(join bool) []byte {
 	var entries [][]byte
 	var spilled []*Entry // read from the store, outside d.m.mu
 	for _, e := range d.m.kv {
-		if !all && now.Sub(e.seen) >= recentEntries {
+		if !all && e.sinceSeen(now) >= recentEntries {
 			continue
 		}
 		if e.spilled {

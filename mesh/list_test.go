@@ -144,7 +144,7 @@ func TestSettledDigest(t *testing.T) {
 			at := now.Add(time.Duration(rng.IntN(3000)) * time.Millisecond)
 			var want uint64
 			for _, e := range m.kv {
-				if at.Sub(e.seen) >= catalogSettle {
+				if e.sinceSeen(at) >= catalogSettle {
 					want ^= e.hash
 				}
 			}

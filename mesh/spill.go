@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"math"
 	"time"
 
 	"github.com/strata-mesh/strata/storage"
@@ -131,7 +132,7 @@ func (m *Mesh) spillSettled(now time.Time) int {
 				break
 			}
 			e := m.kv[k]
-			if !e.spilled && !e.Deleted && now.Sub(e.seen) >= spillAfter && !m.dirtyKV[e.Key] {
+			if !e.spilled && !e.Deleted && e.sinceSeen(now) >= spillAfter && !m.dirtyKV[e.Key] {
 				cands = append(cands, e)
 			}
 		}
@@ -171,7 +172,7 @@ func (m *Mesh) spillSettled(now time.Time) int {
 func (e *Entry) spill() *Entry {
 	s := *e
 	if b, err := json.Marshal(e); err == nil {
-		s.size = len(b) // as CatalogStats counts it
+		s.size = int32(min(len(b), math.MaxInt32)) // as CatalogStats counts it
 	}
 	s.Value, s.Sig, s.Cert, s.raw, s.spilled = nil, nil, nil, nil, true
 	return &s

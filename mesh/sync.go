@@ -68,7 +68,8 @@ func (e *Entry) stamp(now time.Time) {
 	}
 	h.Write(b[:])
 	h.Write([]byte(e.Origin))
-	e.hash, e.seen, e.bucket = h.Sum64(), now, bucketOf(e.Key)
+	e.hash, e.bucket = h.Sum64(), bucketOf(e.Key)
+	e.setSeen(now)
 }
 
 // settledDigestLocked is an order-free hash of the entries held here for
@@ -82,7 +83,7 @@ func (m *Mesh) settledDigestLocked(now time.Time) uint64 {
 	d := m.kvDigest
 	var counted map[*Entry]bool
 	for _, e := range m.unsettled {
-		if m.kv[e.Key] != e || now.Sub(e.seen) >= catalogSettle || counted[e] {
+		if m.kv[e.Key] != e || e.sinceSeen(now) >= catalogSettle || counted[e] {
 			continue // replaced, deleted, or settled (set out of order)
 		}
 		if counted == nil {
@@ -100,7 +101,7 @@ func (m *Mesh) settledDigestLocked(now time.Time) uint64 {
 // list must not grow with every write. m.mu is held for writing.
 func (m *Mesh) trimUnsettledLocked(now time.Time) {
 	settled := 0
-	for settled < len(m.unsettled) && now.Sub(m.unsettled[settled].seen) >= catalogSettle {
+	for settled < len(m.unsettled) && m.unsettled[settled].sinceSeen(now) >= catalogSettle {
 		m.unsettled[settled] = nil // not kept for a digest
 		settled++
 	}

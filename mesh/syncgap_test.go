@@ -89,8 +89,8 @@ func TestPeriodicPushPullLeavesTheCatalogToDigests(t *testing.T) {
 	} {
 		m := &Mesh{cfg: Config{CatalogSyncInterval: c.syncs}, docs: map[string]*NodeState{},
 			kv: map[string]*Entry{
-				"policies/old": {Key: "policies/old", Value: []byte(`{}`), Version: 1, Origin: "x", seen: time.Now().Add(-2 * recentEntries)},
-				"policies/new": {Key: "policies/new", Value: []byte(`{}`), Version: 1, Origin: "x", seen: time.Now()},
+				"policies/old": {Key: "policies/old", Value: []byte(`{}`), Version: 1, Origin: "x", seen: int64(time.Since(monoBase) - 2*recentEntries)},
+				"policies/new": {Key: "policies/new", Value: []byte(`{}`), Version: 1, Origin: "x", seen: int64(time.Since(monoBase))},
 			},
 			members: map[string]*memberInfo{"b": {status: StatusAlive, digests: c.digests}, "gone": {status: StatusFailed}}}
 		d := &delegate{m: m}
