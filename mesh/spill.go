@@ -6,6 +6,8 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"slices"
+	"strings"
 	"time"
 
 	"github.com/strata-mesh/strata/storage"
@@ -52,6 +54,44 @@ func (m *Mesh) Load(e Entry) (Entry, error) {
 		return Entry{}, err
 	}
 	return *f, nil
+}
+
+// loadScanMin is the least number of spilled entries LoadEach reads in
+// one scan of the store rather than one read each.
+const loadScanMin = 64
+
+// LoadEach reads the values of entries under prefix (a table's,
+// "policies/") that are spilled, in one scan of the store where there
+// are many: a read each took most of the time of listing a table of
+// thousands once it was spilled. An entry not read so (few, or replaced
+// or collected since) is returned as it came, for Load.
+func (m *Mesh) LoadEach(prefix string, es []Entry) []Entry {
+	out := slices.Clone(es)
+	want := map[string]int{}
+	for i, e := range es {
+		if e.spilled && strings.HasPrefix(e.Key, prefix) {
+			want[e.Key] = i
+		}
+	}
+	if len(want) >= loadScanMin && m.cfg.DB != nil {
+		_ = m.cfg.DB.Scan([]byte(keyKVPrefix+prefix), func(k, v []byte) error {
+			key := string(k[len(keyKVPrefix):])
+			i, ok := want[key]
+			if !ok {
+				return nil
+			}
+			s, err := decodeEntry(bytes.Clone(v)) // v is the scan's
+			e := es[i]
+			if err != nil || s.Version != e.Version || s.Origin != e.Origin || s.Deleted != e.Deleted {
+				return nil // read as Load does, below
+			}
+			s.seen, s.hash, s.bucket = e.seen, e.hash, e.bucket
+			out[i] = *s
+			delete(want, key)
+			return nil
+		})
+	}
+	return out
 }
 
 // full returns e with its value, read from the store when e is spilled,

@@ -50,7 +50,7 @@ func TestSpilledEntriesReadBack(t *testing.T) {
 		}
 		return m
 	}
-	const n = 50
+	const n = 80 // over loadScanMin: a listing reads them in one scan
 	a := start("a")
 	b := start("b", a.GossipAddr())
 	want := map[string]string{}
@@ -129,6 +129,12 @@ func TestSpilledEntriesReadBack(t *testing.T) {
 	}
 	if all := b.GlobalEntries(); len(all) != n || string(all[n-1].Value) != want[all[n-1].Key] {
 		t.Errorf("GlobalEntries: %d entries", len(all))
+	}
+	// LoadEach reads the spilled values in one go.
+	for _, e := range b.LoadEach("placements/", b.ListMeta("placements/")) {
+		if e.Spilled() || string(e.Value) != want[e.Key] {
+			t.Errorf("LoadEach: %s spilled %v, %s", e.Key, e.Spilled(), e.Value)
+		}
 	}
 	// A catalog that has decoded nothing reads each value from the store.
 	cat := catalog.New(b, nil)

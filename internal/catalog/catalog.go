@@ -43,6 +43,7 @@ type metaStore interface {
 	ListMeta(prefix string) []mesh.Entry
 	LookupMeta(key string) (mesh.Entry, bool)
 	Load(e mesh.Entry) (mesh.Entry, error)
+	LoadEach(prefix string, es []mesh.Entry) []mesh.Entry
 }
 
 var _ metaStore = (*mesh.Mesh)(nil)
@@ -330,6 +331,45 @@ func (t *Table[T]) list(prefix string) []mesh.Entry {
 	return t.c.store.List(prefix)
 }
 
+// loaded returns entries, listed by list, with the values of those the
+// store keeps alone and t has not decoded at their version read in one
+// go, where the store can (mesh.Mesh.LoadEach): a listing of a table
+// whose records are mostly spilled and not decoded here (see keeping)
+// read each from the store otherwise.
+func (t *Table[T]) loaded(entries []mesh.Entry) []mesh.Entry {
+	s, ok := t.c.store.(metaStore)
+	if !ok || t.clone == nil {
+		return entries
+	}
+	var need []int
+	t.mu.Lock()
+	for i, e := range entries {
+		if !e.Spilled() {
+			continue
+		}
+		key := strings.TrimPrefix(e.Key, t.prefix())
+		d, ok := t.decoded[key]
+		if !ok {
+			d, ok = t.old[key]
+		}
+		if !ok || d.Version != e.Version || d.Writer != e.Origin {
+			need = append(need, i)
+		}
+	}
+	t.mu.Unlock()
+	if len(need) == 0 {
+		return entries
+	}
+	es := make([]mesh.Entry, len(need))
+	for j, i := range need {
+		es[j] = entries[i]
+	}
+	for j, e := range s.LoadEach(t.prefix(), es) {
+		entries[need[j]] = e
+	}
+	return entries
+}
+
 // lookup is list for one key.
 func (t *Table[T]) lookup(key string) (mesh.Entry, bool) {
 	if s, ok := t.c.store.(metaStore); ok && t.clone != nil {
@@ -468,7 +508,7 @@ func (t *Table[T]) sharedList() ([]*Record[T], error) {
 			return l.recs, l.err
 		}
 	}
-	recs, err := decodeEach(t.list(t.prefix()), t.decodeShared)
+	recs, err := decodeEach(t.loaded(t.list(t.prefix())), t.decodeShared)
 	if t.clone != nil {
 		t.forget(recs)
 	}
@@ -566,48 +606,43 @@ func (t *Table[T]) Keys() []string {
 	return out
 }
 
-// Cursor is a reader's place in a table: the version of each live
-// record it has read (see Table.Next). The zero Cursor has read nothing.
+// Cursor is a reader's place in a table (see Table.Next): the table's
+// version when it last read. It holds nothing per record: a reader that
+// follows a table of thousands of records keeps what it derived, and a
+// cursor that also kept the version of each record it read cost as much
+// again for each of the readers. The zero Cursor has read nothing.
 type Cursor struct {
-	at      uint64
-	started bool
-	seen    map[string]uint64
+	at       uint64
+	started  bool
+	relisted bool
 }
 
-// Has says whether the reader has read key's live record (whether it
-// decoded or not).
-func (c *Cursor) Has(key string) bool {
-	_, ok := c.seen[key]
-	return ok
-}
-
-// Len is how many live records the reader has read.
-func (c *Cursor) Len() int { return len(c.seen) }
+// Relisted says whether the last Next listed the table afresh (the first
+// read, or the store no longer remembered every change since, or does
+// not remember changes): then what it returned as changed is every live
+// record that decodes, and the reader drops whatever it holds of the
+// table that those do not name.
+func (c *Cursor) Relisted() bool { return c.relisted }
 
 // Next returns the live records written since c last read the table,
-// decoded and sorted by key, and the keys of those c read that are gone
-// (deleted or collected) since, and moves c past them. Over a store that
-// remembers its changes (the mesh: ChangedKeys) it reads only the keys
-// that changed: a reader that follows a table of thousands of records
-// does not list it every time. A record written since that does not
-// decode is counted, as List does, and its key is among the gone: what
-// the reader derived from its earlier write no longer holds. Has still
-// says true of it, and c moves past it.
+// decoded and sorted by key, and the keys of those deleted or collected
+// since (which the reader may never have read), and moves c past them.
+// Over a store that remembers its changes (the mesh: ChangedKeys) it
+// reads only the keys that changed: a reader that follows a table of
+// thousands of records does not list it every time. A record written
+// since that does not decode is counted, as List does, and its key is
+// among the removed: what the reader derived from its earlier write no
+// longer holds. Where it lists the table afresh, see Cursor.Relisted. A
+// record may come back unchanged (a copy of the same write set again):
+// a reader applies what it reads as it is.
 func (t *Table[T]) Next(c *Cursor) (changed []Record[T], removed []string) {
-	if c.seen == nil {
-		c.seen = map[string]uint64{}
-	}
 	t.age()
 	v, versioned := t.version()
 	if c.started && versioned && v == c.at {
+		c.relisted = false
 		return nil, nil
 	}
-	// read takes e, live, unless c read this version of it already.
 	read := func(key string, e mesh.Entry) {
-		if ver, had := c.seen[key]; had && ver == e.Version {
-			return
-		}
-		c.seen[key] = e.Version
 		if r, err := t.decode(e); err == nil {
 			changed = append(changed, r)
 		} else {
@@ -620,38 +655,23 @@ func (t *Table[T]) Next(c *Cursor) (changed []Record[T], removed []string) {
 		if keys, now, ok := s.ChangedKeys(t.name, c.at); ok {
 			for _, full := range keys {
 				key := strings.TrimPrefix(full, t.prefix())
-				e, held := t.lookup(full)
-				if !held || e.Deleted {
-					if c.Has(key) {
-						delete(c.seen, key)
-						removed = append(removed, key)
-					}
-					continue
+				if e, held := t.lookup(full); held && !e.Deleted {
+					read(key, e)
+				} else {
+					removed = append(removed, key)
 				}
-				read(key, e)
 			}
 			slices.SortFunc(changed, func(a, b Record[T]) int { return strings.Compare(a.Key, b.Key) })
 			slices.Sort(removed)
-			c.at = now
+			c.at, c.relisted = now, false
 			return changed, removed
 		}
 	}
 	// Listed afresh: the first read, or the store forgot that far back.
-	entries := t.list(t.prefix())
-	live := make(map[string]bool, len(entries))
-	for _, e := range entries {
-		key := strings.TrimPrefix(e.Key, t.prefix())
-		live[key] = true
-		read(key, e)
+	for _, e := range t.loaded(t.list(t.prefix())) {
+		read(strings.TrimPrefix(e.Key, t.prefix()), e)
 	}
-	for key := range c.seen {
-		if !live[key] {
-			delete(c.seen, key)
-			removed = append(removed, key)
-		}
-	}
-	slices.Sort(removed)
-	c.at, c.started = v, true
+	c.at, c.started, c.relisted = v, true, true
 	return changed, removed
 }
 

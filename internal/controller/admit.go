@@ -2,6 +2,7 @@ package controller
 
 import (
 	"fmt"
+	"maps"
 	"slices"
 	"strings"
 
@@ -29,6 +30,9 @@ func (c *Controller) admit() {
 	// changed: scanning every placement each pass was most of admit's
 	// time at 10,000 policies.
 	recs, gone := c.cfg.Catalog.Placements.Next(&c.placedRead)
+	if c.placedRead.Relisted() {
+		clear(c.here) // what recs name is all there is
+	}
 	for _, r := range recs {
 		if slices.ContainsFunc(r.Value.Nodes, func(pn catalog.PlacedNode) bool { return pn.Name == self.Name }) {
 			c.here[r.Key] = placedHere{version: r.Version, epoch: r.Value.Epoch, resources: r.Value.Resources, deps: r.Deps}
@@ -40,6 +44,9 @@ func (c *Controller) admit() {
 	for _, key := range gone {
 		delete(c.here, key)
 		delete(c.ready, key)
+	}
+	if c.placedRead.Relisted() {
+		maps.DeleteFunc(c.ready, func(key string, _ uint64) bool { _, ok := c.here[key]; return !ok })
 	}
 	wanted := map[string]placedHere{}
 	for key, h := range c.here {

@@ -267,7 +267,22 @@ func (e *Stream) derive(emit bool) []Event {
 	if !gone {
 		return out
 	}
-	held := func(table, key string) bool { return e.read[table].Has(key) }
+	held := func(table, key string) bool {
+		var ok bool
+		switch table {
+		case "p":
+			_, ok = e.cat.Placements.Ref(key)
+		case "l":
+			_, ok = e.cat.DriftLogs.Ref(key)
+		case "d":
+			_, ok = e.cat.Drift.Ref(key)
+		case "j":
+			_, ok = e.cat.Jobs.Ref(key)
+		case "r":
+			_, ok = e.cat.Rollouts.Ref(key)
+		}
+		return ok
+	}
 	for subject, st := range e.last {
 		if table, key, _ := strings.Cut(st.record, "/"); !held(table, key) {
 			delete(e.last, subject)
@@ -282,7 +297,8 @@ func (e *Stream) derive(emit bool) []Event {
 }
 
 // changedSince returns the records of t (called table in e.read) that
-// changed since the last scan, and whether any it read before is gone.
+// changed since the last scan, and whether any may be gone (deleted, or
+// the table listed afresh).
 func changedSince[T any](e *Stream, table string, t *catalog.Table[T]) ([]catalog.Record[T], bool) {
 	c := e.read[table]
 	if c == nil {
@@ -290,7 +306,7 @@ func changedSince[T any](e *Stream, table string, t *catalog.Table[T]) ([]catalo
 		e.read[table] = c
 	}
 	recs, removed := t.Next(c)
-	return recs, len(removed) > 0
+	return recs, len(removed) > 0 || c.Relisted()
 }
 
 // driftEvent tells one entry of a drift log.

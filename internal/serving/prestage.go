@@ -61,6 +61,9 @@ func (s *Loader) standbyModels() []standbyModel {
 		}
 	}
 	changed, gone := s.cfg.Catalog.Placements.Next(&s.namedRead)
+	if s.namedRead.Relisted() {
+		clear(s.named) // what changed names is all there is
+	}
 	for _, r := range changed {
 		if p := r.Value; p.Kind == policy.KindInferenceService && slices.ContainsFunc(p.Nodes, func(pn catalog.PlacedNode) bool { return pn.Standby == me || pn.Name == me }) {
 			s.named[r.Key] = p

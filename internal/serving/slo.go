@@ -49,7 +49,10 @@ func (s *SLOs) For(model string) time.Duration {
 // refresh reads what changed among the policies; s.mu is held.
 func (s *SLOs) refresh() {
 	changed, gone := s.cat.Policies.Next(&s.pols)
-	dirty := len(changed) > 0 || len(gone) > 0
+	dirty := len(changed) > 0 || len(gone) > 0 || s.pols.Relisted()
+	if s.pols.Relisted() {
+		clear(s.byPolicy) // what changed names is all there is
+	}
 	for _, key := range gone {
 		delete(s.byPolicy, key)
 	}

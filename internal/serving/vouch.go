@@ -144,6 +144,17 @@ func (v *Vouchers) refresh(now time.Time) {
 	for _, key := range gone {
 		v.forget(key) // deleted: its replicas unload
 	}
+	if v.pols.Relisted() {
+		live := make(map[string]bool, len(pols))
+		for _, r := range pols {
+			live[r.Key] = true
+		}
+		for key := range v.models {
+			if !live[key] {
+				v.forget(key)
+			}
+		}
+	}
 	for _, r := range pols {
 		doc, err := r.Value.Document()
 		if err != nil || doc.InferenceService == nil {
