@@ -3,6 +3,8 @@ package mesh
 import (
 	"encoding/json"
 	"fmt"
+	"slices"
+	"strings"
 	"testing"
 )
 
@@ -12,11 +14,26 @@ import (
 // answers from its own lists.
 func TestDocIndex(t *testing.T) {
 	t.Parallel()
+	for _, sorted := range []bool{false, true} {
+		t.Run(fmt.Sprintf("sorted=%v", sorted), func(t *testing.T) {
+			t.Parallel()
+			checkDocIndex(t, sorted)
+		})
+	}
+}
+
+// checkDocIndex is TestDocIndex over lists in the order written, or sorted by
+// key as agents write them (searched, without a map).
+func checkDocIndex(t *testing.T, sorted bool) {
 	var s NodeState
 	s.ID, s.Name = "id", "n"
 	for i := range 500 {
 		s.Assignments = append(s.Assignments, Assignment{Key: fmt.Sprintf("InferenceService/s-%d", i%400), Epoch: uint64(i)})
 		s.Replicas = append(s.Replicas, Replica{Policy: fmt.Sprintf("InferenceService/s-%d", i%400), Attempts: i})
+	}
+	if sorted { // stable: the first and last of a key stay so
+		slices.SortStableFunc(s.Assignments, func(a, b Assignment) int { return strings.Compare(a.Key, b.Key) })
+		slices.SortStableFunc(s.Replicas, func(a, b Replica) int { return strings.Compare(a.Policy, b.Policy) })
 	}
 	b, err := json.Marshal(&s)
 	if err != nil {
@@ -27,6 +44,12 @@ func TestDocIndex(t *testing.T) {
 		t.Fatal(err)
 	}
 	shared := held.shared()
+	if shared.index == nil {
+		t.Fatal("a held document has no index")
+	}
+	if _, _ = shared.Assignment("x"); shared.index.assign.sorted != sorted {
+		t.Errorf("the index reads the assignments sorted: %v, want %v", shared.index.assign.sorted, sorted)
+	}
 	for i := range 450 {
 		key := fmt.Sprintf("InferenceService/s-%d", i)
 		as, ok := shared.Assignment(key)

@@ -6,6 +6,7 @@ import (
 	"maps"
 	"slices"
 	"strconv"
+	"strings"
 	"sync"
 	"time"
 
@@ -118,10 +119,14 @@ type docIndex struct {
 	assign, replica keyIndex
 }
 
-// keyIndex is a list's positions by key, built once.
+// keyIndex is a list's positions by key, built once: none where the list
+// is sorted by key (as agents write theirs), searched then; a map else.
+// A serving node's document lists thousands, and every agent held a map
+// of each.
 type keyIndex struct {
-	once sync.Once
-	at   map[string]int
+	once   sync.Once
+	sorted bool
+	at     map[string]int
 }
 
 // Assignment returns this node's answer to the placement of policy key
@@ -151,6 +156,10 @@ func find[T any](ix *keyIndex, list []T, key string, keyOf func(T) string, last 
 	var zero T
 	if ix != nil {
 		ix.once.Do(func() {
+			ix.sorted = slices.IsSortedFunc(list, func(a, b T) int { return strings.Compare(keyOf(a), keyOf(b)) })
+			if ix.sorted {
+				return
+			}
 			ix.at = make(map[string]int, len(list))
 			for i, v := range list {
 				if _, dup := ix.at[keyOf(v)]; last || !dup {
@@ -158,6 +167,16 @@ func find[T any](ix *keyIndex, list []T, key string, keyOf func(T) string, last 
 				}
 			}
 		})
+		if ix.sorted {
+			i, found := slices.BinarySearchFunc(list, key, func(v T, k string) int { return strings.Compare(keyOf(v), k) })
+			if !found {
+				return zero, false
+			}
+			for last && i+1 < len(list) && keyOf(list[i+1]) == key {
+				i++
+			}
+			return list[i], true
+		}
 		if i, ok := ix.at[key]; ok {
 			return list[i], true
 		}
