@@ -34,10 +34,11 @@ import (
 // resident set per policy per agent, the most live heap the agents held
 // at any time (sampled, per policy per agent: the peak comes while the
 // policies are placed, and sets how far the heap grows), the catalog's
-// own bytes per policy
-// (what every agent holds of it, as encoded), the CPU an agent takes once
-// every policy is placed and nothing changes (the median of 5 windows of
-// 6 s), and how often a member was seen failed (target 0).
+// own bytes per policy (what every agent holds of it, as encoded), the
+// CPU an agent takes once every policy is placed and nothing changes (the
+// median of 5 windows of 6 s), how often a member was seen failed (target
+// 0), and how long GET /v1/placements takes at the end (the agent keeps
+// few records decoded by then: catalog.Table's aging) and once more.
 // STRATA_BENCH_HEAP_PROFILE=FILE writes the heap the agents hold once
 // every policy is placed, STRATA_BENCH_IDLE_PROFILE=FILE a CPU profile of
 // the idle windows, STRATA_BENCH_PEAK_PROFILE=FILE the heap at the peak.
@@ -196,6 +197,18 @@ func BenchmarkManyPolicies(b *testing.B) {
 				writeHeapProfile(b, path) // what the agents hold, while they run
 			}
 			peak := stopPeak()
+			heapPer := float64(heapInUse()-heapBefore) / float64(n) / float64(len(agents))
+			rssPer := float64(processRSS()-rssBefore) / float64(n) / float64(len(agents))
+			// What listing every placement costs once the agent keeps
+			// few of them decoded (catalog: keeping), then again at once.
+			listMS := func() float64 {
+				t0 := time.Now()
+				if code, body := post(b, h, http.MethodGet, "/v1/placements", nil); code != http.StatusOK {
+					b.Fatalf("GET /v1/placements = %d %.200s", code, body)
+				}
+				return float64(time.Since(t0).Microseconds()) / 1e3
+			}
+			coldList, warmList := listMS(), listMS()
 			slices.Sort(lat)
 			b.ReportMetric(float64(n)/applied.Seconds(), "applies/s")
 			b.ReportMetric(float64(lat[len(lat)*99/100].Microseconds())/1e3, "apply-p99-ms")
@@ -206,10 +219,12 @@ func BenchmarkManyPolicies(b *testing.B) {
 				slowest = max(slowest, passP99(b, agents, step))
 			}
 			b.ReportMetric(slowest*1e3, "slowest-step-p99-ms")
-			b.ReportMetric(float64(heapInUse()-heapBefore)/float64(n)/float64(len(agents)), "heap-B/policy/agent")
+			b.ReportMetric(heapPer, "heap-B/policy/agent")
 			if rssBefore > 0 {
-				b.ReportMetric(float64(processRSS()-rssBefore)/float64(n)/float64(len(agents)), "rss-B/policy/agent")
+				b.ReportMetric(rssPer, "rss-B/policy/agent")
 			}
+			b.ReportMetric(coldList, "list-placements-ms")
+			b.ReportMetric(warmList, "list-placements-again-ms")
 			b.ReportMetric(float64(peak-liveBefore)/float64(n)/float64(len(agents)), "peak-heap-B/policy/agent")
 			b.ReportMetric(float64(catalogBytes)/float64(n), "catalog-B/policy")
 			b.ReportMetric(idleCPU*100, "idle-cpu-%/agent")
