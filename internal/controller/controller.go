@@ -373,7 +373,8 @@ func (c *Controller) policies() []*catalog.Policy {
 	}
 	me, site := c.cfg.Mesh.Name(), c.cfg.Mesh.Local().Site
 	out := []*catalog.Policy{}
-	for _, key := range c.cfg.Catalog.Policies.Keys() {
+	keys := c.cfg.Catalog.Policies.Keys()
+	for _, key := range keys {
 		if c.ownerOf(key) != me {
 			continue
 		}
@@ -386,7 +387,7 @@ func (c *Controller) policies() []*catalog.Policy {
 		}
 		out = append(out, p)
 	}
-	c.forgetFacts(out)
+	c.forgetFacts(out, keys)
 	if versioned {
 		c.listed, c.listedAt, c.listedOwners = out, v, c.ownersSeen
 	}

@@ -119,16 +119,20 @@ func (c *Controller) shareFacts(f *docFacts) *docFacts {
 	return f
 }
 
-// forgetFacts drops the docFacts of policies not in ps, and what the
-// controller keeps per policy of them (retries, the autoscaler's and the
-// burst's waits, why a job is held): a sweep's thousands of trials come
-// and go. Run's goroutine only.
-func (c *Controller) forgetFacts(ps []*catalog.Policy) {
+// forgetFacts drops the docFacts of policies not in ps (those this agent
+// owns), and what the controller keeps per policy (retries, the
+// autoscaler's and the burst's waits, why a job is held) of those whose
+// key is not among live (every policy's): a sweep's thousands of trials
+// come and go, and a policy whose owner flaps away and back keeps its
+// backoff. Run's goroutine only.
+func (c *Controller) forgetFacts(ps []*catalog.Policy, live []string) {
 	keep := make(map[policyID]bool, len(ps))
-	keys := make(map[string]bool, len(ps))
 	for _, p := range ps {
 		keep[policyID{p.Kind, p.Name}] = true
-		keys[p.Key()] = true
+	}
+	keys := make(map[string]bool, len(live))
+	for _, k := range live {
+		keys[k] = true
 	}
 	c.mu.Lock()
 	defer c.mu.Unlock()

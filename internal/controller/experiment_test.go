@@ -333,7 +333,7 @@ func TestFactsFollowTheSource(t *testing.T) {
 	if !c.facts(p).sweep {
 		t.Error("applied again at generation 1: not read again")
 	}
-	c.forgetFacts(nil)
+	c.forgetFacts(nil, nil)
 	if len(c.docs) != 0 || len(c.shared) != 0 {
 		t.Errorf("%d facts, %d shared kept for no policy", len(c.docs), len(c.shared))
 	}

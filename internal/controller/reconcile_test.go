@@ -473,7 +473,7 @@ func TestPassWritesBounded(t *testing.T) {
 // TestControllerDecodesWhatItOwns: a controller reads, and keeps facts
 // of, only the policies it owns: two controllers split 40 services
 // between them, and one that sees the other gone (once owners settle)
-// takes all 40.
+// takes all 40. What it keeps per policy outlives its ownership.
 func TestControllerDecodesWhatItOwns(t *testing.T) {
 	t.Parallel()
 	p := newControllerPair(controllerNode, 64000)
@@ -517,6 +517,20 @@ func TestControllerDecodesWhatItOwns(t *testing.T) {
 		}
 	}
 	c1 := p.ctls[0]
+	// What c1 keeps of a policy it does not own (a retry's backoff, from
+	// when it did) stays while the policy does: its owner may flap back.
+	var other string
+	for key := range seen {
+		if c1.ownerOf(key) != "c1" {
+			other = key
+			break
+		}
+	}
+	c1.tries[other] = 3
+	c1.ownersSeen++ // lists again
+	if c1.policies(); c1.tries[other] != 3 {
+		t.Errorf("c1 forgot its retries of %s, which c2 owns", other)
+	}
 	p.views[0].nodes[1].Status = mesh.StatusFailed
 	p.pass(t, 0)
 	if n := len(listed(c1)); n != 40 {
