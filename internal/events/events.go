@@ -80,13 +80,23 @@ type Stream struct {
 	// (table/key) it comes from; read is the stream's place in each
 	// table: a scan decodes only the records that changed since the last.
 	last map[string]subjectState
-	read map[string]*catalog.Cursor
+	// placed is what the stream last saw of each placement, by its
+	// record's key: one entry per policy and no string of its own, as
+	// there are thousands (its autoscaling is a subject of last).
+	placed map[string]placedSeen
+	read   map[string]*catalog.Cursor
 	// logs is how far the stream has told each drift log (by key).
 	logs map[string]logMark
 }
 
 // subjectState is what the stream last saw of an event subject.
 type subjectState struct{ state, record string }
+
+// placedSeen is what the stream last saw of a placement.
+type placedSeen struct {
+	epoch uint64
+	state string
+}
 
 // logMark is the latest entry told of a drift log.
 type logMark struct {
@@ -101,7 +111,7 @@ func New(cat *catalog.Catalog, guard *safe.Guard) *Stream {
 	if guard == nil {
 		guard = safe.New(safe.Config{})
 	}
-	return &Stream{cat: cat, guard: guard, subs: map[chan Event]struct{}{}, last: map[string]subjectState{},
+	return &Stream{cat: cat, guard: guard, subs: map[chan Event]struct{}{}, last: map[string]subjectState{}, placed: map[string]placedSeen{},
 		read: map[string]*catalog.Cursor{}, logs: map[string]logMark{}}
 }
 
@@ -169,14 +179,15 @@ func (e *Stream) derive(emit bool) []Event {
 	for _, r := range placements {
 		p := r.Value
 		key := p.Key
-		record, subject := "p/"+r.Key, "p/"+key
-		if r.Key == key {
-			subject = record // one string, not two, for each of thousands
+		if prev, had := e.placed[r.Key]; !had || prev != (placedSeen{p.Epoch, p.State}) {
+			e.placed[r.Key] = placedSeen{p.Epoch, p.State}
+			if emit {
+				out = append(out, Event{Time: p.Updated, Type: "placement." + p.State, Policy: key, Node: p.Owner,
+					Message: fmt.Sprintf("%s %s on [%s]: %s", key, p.State, p.NodeNames(), p.Message)})
+			}
 		}
-		note(record, subject, fmt.Sprintf("%d/%s", p.Epoch, p.State), Event{Time: p.Updated, Type: "placement." + p.State, Policy: key, Node: p.Owner,
-			Message: fmt.Sprintf("%s %s on [%s]: %s", key, p.State, p.NodeNames(), p.Message)})
 		if sc := p.Scale; sc != nil && sc.From != sc.Replicas {
-			note(record, "s/"+key, sc.At.Format(time.RFC3339Nano), Event{Time: sc.At, Type: "placement.scaled", Policy: key, Node: p.Owner,
+			note("p/"+r.Key, "s/"+key, sc.At.Format(time.RFC3339Nano), Event{Time: sc.At, Type: "placement.scaled", Policy: key, Node: p.Owner,
 				Message: fmt.Sprintf("%s autoscaled %d → %d: %s", key, sc.From, sc.Replicas, sc.Reason)})
 		}
 	}
@@ -286,6 +297,11 @@ func (e *Stream) derive(emit bool) []Event {
 	for subject, st := range e.last {
 		if table, key, _ := strings.Cut(st.record, "/"); !held(table, key) {
 			delete(e.last, subject)
+		}
+	}
+	for key := range e.placed {
+		if !held("p", key) {
+			delete(e.placed, key)
 		}
 	}
 	for key := range e.logs {

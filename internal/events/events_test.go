@@ -38,7 +38,7 @@ func TestEventsFromCatalogChanges(t *testing.T) {
 	deadline := time.After(10 * time.Second)
 	for {
 		st.mu.Lock()
-		n := len(st.last)
+		n := len(st.placed)
 		st.mu.Unlock()
 		if n == 1 {
 			break
