@@ -48,22 +48,27 @@ func (c *Controller) admit() {
 	if c.placedRead.Relisted() {
 		maps.DeleteFunc(c.ready, func(key string, _ uint64) bool { _, ok := c.here[key]; return !ok })
 	}
-	wanted := map[string]placedHere{}
 	for key, h := range c.here {
 		// Its policy has replicated here: asked of the mesh once per
 		// version, not on every pass (at 10,000 policies, a tenth of an
 		// idle agent's CPU, each ask taking the mesh's lock).
-		if c.ready[key] == h.version || len(c.cfg.Catalog.Placements.Pending(catalog.Record[catalog.Placement]{Deps: h.deps})) == 0 {
+		if c.ready[key] != h.version && len(c.cfg.Catalog.Placements.Pending(catalog.Record[catalog.Placement]{Deps: h.deps})) == 0 {
 			c.ready[key] = h.version
-			wanted[key] = h
 		}
+	}
+	// The placements wanted here: those whose policy has replicated. Not
+	// gathered into a map of their own each pass: a node that serves
+	// thousands held several such maps, of passes under way, at once.
+	wanted := func(key string) (placedHere, bool) {
+		h, ok := c.here[key]
+		return h, ok && c.ready[key] == h.version
 	}
 	// Release what is no longer ours, or was placed again at a newer
 	// epoch. A record of an older epoch than the one held (a lagging
 	// owner's, or a copy that arrived late) changes nothing here: the
 	// node goes on serving the newer one.
 	for key, as := range c.held {
-		rec, ok := wanted[key]
+		rec, ok := wanted(key)
 		if ok && (rec.epoch == as.Epoch || rec.epoch < as.Epoch && as.Accepted) {
 			continue
 		}
@@ -73,8 +78,9 @@ func (c *Controller) admit() {
 		delete(c.held, key)
 		changed = true
 	}
-	for key, rec := range wanted {
-		if _, ok := c.held[key]; ok {
+	for key := range c.here {
+		rec, ok := wanted(key)
+		if _, held := c.held[key]; !ok || held {
 			continue
 		}
 		as := mesh.Assignment{Key: key, Epoch: rec.epoch}
