@@ -1,7 +1,6 @@
 package catalog
 
 import (
-	"encoding/json"
 	"errors"
 	"reflect"
 	"testing"
@@ -9,7 +8,6 @@ import (
 	"unsafe"
 
 	"github.com/strata-mesh/strata/internal/catalog/catalogtest"
-	"github.com/strata-mesh/strata/mesh"
 )
 
 // TestCachedValuesAreCopies: the tables that keep decoded values hand each
@@ -73,7 +71,7 @@ func TestNextDecodesWhatChanged(t *testing.T) {
 		}
 		return out
 	}
-	for name, store := range map[string]Store{"by key": catalogtest.NewStore(), "listed": listedOnly{catalogtest.NewStore()}} {
+	for name, store := range map[string]Store{"by key": catalogtest.NewStore(), "listed": catalogtest.Relisting{S: catalogtest.NewStore()}} {
 		t.Run(name, func(t *testing.T) {
 			t.Parallel()
 			byKey := name == "by key"
@@ -116,8 +114,8 @@ func TestNextDecodesWhatChanged(t *testing.T) {
 				switch s := store.(type) {
 				case *catalogtest.Store:
 					s.PutAt(key, v, schema)
-				case listedOnly:
-					s.s.PutAt(key, v, schema)
+				case catalogtest.Relisting:
+					s.S.PutAt(key, v, schema)
 				}
 			}
 			putAt("jobs/c", []byte(`{"name":"c","state":"running"}`), "9.0")
@@ -135,20 +133,6 @@ func TestNextDecodesWhatChanged(t *testing.T) {
 		})
 	}
 }
-
-// listedOnly is a store that does not remember its changes: a reader
-// lists the table.
-type listedOnly struct{ s *catalogtest.Store }
-
-func (l listedOnly) Put(key string, v json.RawMessage, opts ...mesh.PutOptions) (mesh.Entry, error) {
-	return l.s.Put(key, v, opts...)
-}
-func (l listedOnly) Delete(key string) error              { return l.s.Delete(key) }
-func (l listedOnly) Lookup(key string) (mesh.Entry, bool) { return l.s.Lookup(key) }
-func (l listedOnly) List(prefix string) []mesh.Entry      { return l.s.List(prefix) }
-func (l listedOnly) Missing(deps []mesh.Dep) []mesh.Dep   { return l.s.Missing(deps) }
-func (l listedOnly) Changed() <-chan struct{}             { return l.s.Changed() }
-func (l listedOnly) TableVersion(table string) uint64     { return l.s.TableVersion(table) }
 
 // TestSelectCopiesWhatItKeeps: Select hands back the records keep chose,
 // as copies a caller may change, and Keys lists every live key.

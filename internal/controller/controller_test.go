@@ -2,6 +2,7 @@ package controller
 
 import (
 	"cmp"
+	"maps"
 	"slices"
 	"strings"
 	"testing"
@@ -517,4 +518,37 @@ func TestReplicaStatesTravel(t *testing.T) {
 func (c *Controller) placements() map[string]catalog.Placement {
 	out, _ := c.cfg.Catalog.Placements.Map()
 	return out
+}
+
+// TestAdmitFollowsARelisting: admission over listings afresh releases
+// what a listing no longer names here: a placement deleted, and one
+// placed elsewhere.
+func TestAdmitFollowsARelisting(t *testing.T) {
+	t.Parallel()
+	cat := catalog.New(catalogtest.Relisting{S: catalogtest.NewStore()}, nil)
+	m := &fakeMesh{nodes: []mesh.Node{gpuNode("e1", 8000), gpuNode("e2", 8000)}}
+	c := New(Config{Mesh: m, Catalog: cat})
+	put := func(name, node string) {
+		t.Helper()
+		if _, err := cat.Placements.Put(catalog.Placement{Key: "InferenceService/" + name, Kind: policy.KindInferenceService, Name: name, Epoch: 1, Generation: 1,
+			State: catalog.StatePending, Nodes: []catalog.PlacedNode{{Name: node}}, Resources: catalog.Resources{CPU: 100}}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	held := func() []string { return slices.Sorted(maps.Keys(c.held)) }
+	put("a", "e1")
+	put("b", "e1")
+	put("c", "e2")
+	c.admit()
+	if got := held(); !slices.Equal(got, []string{"InferenceService/a", "InferenceService/b"}) {
+		t.Fatalf("holds %v, want a and b", got)
+	}
+	if err := cat.Placements.Delete("InferenceService/b"); err != nil {
+		t.Fatal(err)
+	}
+	put("a", "e2") // a moves away
+	c.admit()
+	if got := held(); len(got) != 0 {
+		t.Errorf("holds %v once b is deleted and a placed on e2, want nothing", got)
+	}
 }

@@ -244,10 +244,20 @@ func TestForwardWithinTheSLO(t *testing.T) {
 }
 
 // TestSLOsFollowPolicies: the index holds each model's tightest SLO over
-// the services that serve it, and follows policies as they change.
+// the services that serve it, and follows policies as they change, also
+// where each read lists them afresh.
 func TestSLOsFollowPolicies(t *testing.T) {
 	t.Parallel()
-	cat := catalog.New(catalogtest.NewStore(), nil)
+	for name, store := range map[string]catalog.Store{"by key": catalogtest.NewStore(), "listed afresh": catalogtest.Relisting{S: catalogtest.NewStore()}} {
+		t.Run(name, func(t *testing.T) {
+			t.Parallel()
+			slosFollowPolicies(t, catalog.New(store, nil))
+		})
+	}
+}
+
+// slosFollowPolicies is TestSLOsFollowPolicies over cat.
+func slosFollowPolicies(t *testing.T, cat *catalog.Catalog) {
 	put := func(name, p99 string) {
 		t.Helper()
 		src := "apiVersion: strata/v1\nkind: InferenceService\nmetadata: {name: " + name + "}\nspec:\n  model: {name: fraud}\n  latency: {p99: " + p99 + ", clients: [edge-a]}\n"

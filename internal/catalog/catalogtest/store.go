@@ -160,3 +160,32 @@ func (s *Store) Deliver(dst *Store, key string) {
 	dst.notifyLocked(key)
 	dst.mu.Unlock()
 }
+
+// Relisting is S as a store that does not remember its changes (no
+// ChangedKeys): every read of a table that moved lists it afresh
+// (catalog.Cursor.Relisted), as a reader that fell behind the mesh's
+// change log does.
+type Relisting struct{ S *Store }
+
+// Put writes through to S.
+func (r Relisting) Put(key string, v json.RawMessage, opts ...mesh.PutOptions) (mesh.Entry, error) {
+	return r.S.Put(key, v, opts...)
+}
+
+// Delete deletes from S.
+func (r Relisting) Delete(key string) error { return r.S.Delete(key) }
+
+// Lookup looks up in S.
+func (r Relisting) Lookup(key string) (mesh.Entry, bool) { return r.S.Lookup(key) }
+
+// List lists S.
+func (r Relisting) List(prefix string) []mesh.Entry { return r.S.List(prefix) }
+
+// Missing is S's.
+func (r Relisting) Missing(deps []mesh.Dep) []mesh.Dep { return r.S.Missing(deps) }
+
+// Changed is S's.
+func (r Relisting) Changed() <-chan struct{} { return r.S.Changed() }
+
+// TableVersion is S's.
+func (r Relisting) TableVersion(table string) uint64 { return r.S.TableVersion(table) }
