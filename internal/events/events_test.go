@@ -331,3 +331,46 @@ func TestScaledEvents(t *testing.T) {
 		t.Errorf("events (-want +got):\n%s", diff)
 	}
 }
+
+// TestStreamForgetsWhatIsGone: a placement deleted is forgotten, so the
+// same placement written again is news, whether the stream reads what
+// changed or lists the table afresh each time.
+func TestStreamForgetsWhatIsGone(t *testing.T) {
+	t.Parallel()
+	for name, store := range map[string]catalog.Store{"by key": catalogtest.NewStore(), "listed afresh": catalogtest.Relisting{S: catalogtest.NewStore()}} {
+		t.Run(name, func(t *testing.T) {
+			t.Parallel()
+			cat := catalog.New(store, nil)
+			put := func() {
+				t.Helper()
+				if _, err := cat.Placements.Put(catalog.Placement{Key: "InferenceService/x", State: catalog.StatePlaced, Epoch: 1}); err != nil {
+					t.Fatal(err)
+				}
+			}
+			types := func(evs []Event) []string {
+				var out []string
+				for _, ev := range evs {
+					out = append(out, ev.Type)
+				}
+				return out
+			}
+			st := New(cat, nil)
+			put()
+			st.derive(false) // the baseline
+			if got := types(st.derive(true)); len(got) != 0 {
+				t.Errorf("nothing changed: %v", got)
+			}
+			if err := cat.Placements.Delete("InferenceService/x"); err != nil {
+				t.Fatal(err)
+			}
+			st.derive(true)
+			if _, ok := st.placed["InferenceService/x"]; ok {
+				t.Error("a deleted placement is still remembered")
+			}
+			put()
+			if got := types(st.derive(true)); !slices.Equal(got, []string{"placement.placed"}) {
+				t.Errorf("written again: %v, want placement.placed", got)
+			}
+		})
+	}
+}
