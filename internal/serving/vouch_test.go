@@ -23,10 +23,20 @@ import (
 // standby for standbys), and stays so while the service exists and
 // serves that model: a moved replica answers until its replacements do.
 // Never for another model; a service named by digest vouches for the
-// model published with it.
+// model published with it. The same where each read lists the tables
+// afresh.
 func TestVouchersFollowPlacements(t *testing.T) {
 	t.Parallel()
-	cat := catalog.New(catalogtest.NewStore(), nil)
+	for name, store := range map[string]catalog.Store{"by key": catalogtest.NewStore(), "listed afresh": catalogtest.Relisting{S: catalogtest.NewStore()}} {
+		t.Run(name, func(t *testing.T) {
+			t.Parallel()
+			vouchersFollowPlacements(t, catalog.New(store, nil))
+		})
+	}
+}
+
+// vouchersFollowPlacements is TestVouchersFollowPlacements over cat.
+func vouchersFollowPlacements(t *testing.T, cat *catalog.Catalog) {
 	const key = "InferenceService/svc"
 	apply := func(model string) {
 		t.Helper()
