@@ -383,12 +383,13 @@ func replicaStates(rec *catalog.Placement, byName map[string]mesh.Node) {
 	serving, loading := 0, 0
 	var failed, waiting []string
 	for i, pn := range rec.Nodes {
-		for _, r := range byName[pn.Name].Replicas {
-			if r.Policy == rec.Key {
-				rec.Nodes[i].Replica, rec.Nodes[i].Reason = r.State, r.Reason
-				if pn.Standby != "" && r.Model != "" {
-					rec.Nodes[i].StandbyWarm = slices.Contains(byName[pn.Standby].Standbys, r.Model)
-				}
+		// The node's last report of it: looked up, not scanned (a serving
+		// node reports thousands, and every placement asks).
+		n := byName[pn.Name]
+		if r, ok := n.Replica(rec.Key); ok {
+			rec.Nodes[i].Replica, rec.Nodes[i].Reason = r.State, r.Reason
+			if pn.Standby != "" && r.Model != "" {
+				rec.Nodes[i].StandbyWarm = slices.Contains(byName[pn.Standby].Standbys, r.Model)
 			}
 		}
 		switch rec.Nodes[i].Replica {
