@@ -31,7 +31,9 @@ import (
 // controller's slowest reconcile pass (p99 over every agent's passes, from
 // strata_controller_pass_seconds) and the largest such p99 of any step
 // (admit, rollouts and experiments too), Go heap and the process's
-// resident set per policy per agent, the most live heap the agents held
+// resident set per policy per agent (with the live heap after a collection,
+// and the part of the resident set outside what the Go runtime holds), the
+// most live heap the agents held
 // at any time (sampled, per policy per agent: the peak comes while the
 // policies are placed, and sets how far the heap grows), the catalog's
 // own bytes per policy (what every agent holds of it, as encoded), the
@@ -83,7 +85,7 @@ func BenchmarkManyPolicies(b *testing.B) {
 				}
 			})
 			heapBefore, rssBefore := heapInUse(), processRSS()
-			liveBefore := liveHeap()
+			liveBefore, outsideBefore := liveHeap(), rssBefore-goMapped()
 			stopPeak := watchPeak(b)
 			lat := make([]time.Duration, n)
 			var next atomic.Int64
@@ -198,7 +200,10 @@ func BenchmarkManyPolicies(b *testing.B) {
 			}
 			peak := stopPeak()
 			heapPer := float64(heapInUse()-heapBefore) / float64(n) / float64(len(agents))
-			rssPer := float64(processRSS()-rssBefore) / float64(n) / float64(len(agents))
+			livePer := float64(liveHeap()-liveBefore) / float64(n) / float64(len(agents)) // after heapInUse's collection
+			rss := processRSS()
+			rssPer := float64(rss-rssBefore) / float64(n) / float64(len(agents))
+			outsidePer := float64(rss-goMapped()-outsideBefore) / float64(n) / float64(len(agents))
 			// What listing every placement costs once the agent keeps
 			// few of them decoded (catalog: keeping), then again at once.
 			listMS := func() float64 {
@@ -220,8 +225,10 @@ func BenchmarkManyPolicies(b *testing.B) {
 			}
 			b.ReportMetric(slowest*1e3, "slowest-step-p99-ms")
 			b.ReportMetric(heapPer, "heap-B/policy/agent")
+			b.ReportMetric(livePer, "live-heap-B/policy/agent")
 			if rssBefore > 0 {
 				b.ReportMetric(rssPer, "rss-B/policy/agent")
+				b.ReportMetric(outsidePer, "outside-go-B/policy/agent")
 			}
 			b.ReportMetric(coldList, "list-placements-ms")
 			b.ReportMetric(warmList, "list-placements-again-ms")
@@ -298,6 +305,15 @@ func liveHeap() uint64 {
 	s := []metrics.Sample{{Name: "/gc/heap/live:bytes"}}
 	metrics.Read(s)
 	return s[0].Value.Uint64()
+}
+
+// goMapped is the memory the Go runtime holds from the system and has not
+// handed back: the resident set less it is, near enough, what the process
+// holds outside Go's heap (C allocations, the binary, libraries).
+func goMapped() int64 {
+	s := []metrics.Sample{{Name: "/memory/classes/total:bytes"}, {Name: "/memory/classes/heap/released:bytes"}}
+	metrics.Read(s)
+	return int64(s[0].Value.Uint64() - s[1].Value.Uint64())
 }
 
 // watchPeak samples the live heap until the function it returns is
