@@ -324,6 +324,8 @@ func watchPeak(b *testing.B) func() uint64 {
 	stop, done := make(chan struct{}), make(chan uint64)
 	go func() {
 		var peak, profiled uint64
+		// The tick is the sampling period of what is measured, not a
+		// wait for a condition.
 		t := time.NewTicker(250 * time.Millisecond)
 		defer t.Stop()
 		for {

@@ -83,7 +83,7 @@ func (m *Mesh) LoadEach(prefix string, es []Entry) []Entry {
 			s, err := decodeEntry(bytes.Clone(v)) // v is the scan's
 			e := es[i]
 			if err != nil || s.Version != e.Version || s.Origin != e.Origin || s.Deleted != e.Deleted {
-				return nil // read as Load does, below
+				return nil // left as it came, for Load
 			}
 			s.seen, s.hash, s.bucket = e.seen, e.hash, e.bucket
 			out[i] = *s
