@@ -31,6 +31,13 @@ const HeaderForwarded = infer.HeaderForwardedBy
 // believed only on a request that came over the data plane.
 const HeaderClientSite = "Strata-Client-Site"
 
+// HeaderTried names, on a forwarded response, the replicas tried before
+// the one that answered and why each was passed over ("edge-a-2: did
+// not answer within 500ms"; several are comma-separated): a request
+// answered further away than its nearest replica says why. It is absent
+// when the first replica tried answered.
+const HeaderTried = "Strata-Tried"
+
 // Peers is what forwarding reads of the mesh.
 type Peers interface {
 	ID() string
@@ -180,6 +187,7 @@ func (f *Forwarder) Forward(w http.ResponseWriter, r *http.Request, model, versi
 	// the last is bounded (see tryTimeout).
 	tries := targets[:min(len(targets), 3)]
 	var lastErr error
+	var passed []string // for HeaderTried: "node: why"
 	for i, n := range tries {
 		ctx, cancel := context.WithCancel(r.Context())
 		var bound time.Duration
@@ -207,6 +215,7 @@ func (f *Forwarder) Forward(w http.ResponseWriter, r *http.Request, model, versi
 			if (late || r.Context().Err() == nil) && !errors.Is(err, ErrNoDataPlane) {
 				f.eject(n.Name) // the node failed, not (only) the caller who went away
 			}
+			passed = append(passed, n.Name+": "+strings.TrimPrefix(lastErr.Error(), n.Name+" "))
 			continue
 		}
 		resp.Body = cancelOnClose{resp.Body, cancel}
@@ -214,6 +223,7 @@ func (f *Forwarder) Forward(w http.ResponseWriter, r *http.Request, model, versi
 			out.Add(-1)
 			resp.Body.Close()
 			lastErr = fmt.Errorf("%w: %s no longer serves %s", infer.ErrModelNotFound, n.Name, model)
+			passed = append(passed, n.Name+": answered 404")
 			continue
 		}
 		if fallback && (resp.StatusCode == http.StatusTooManyRequests || resp.StatusCode >= 500) {
@@ -222,9 +232,15 @@ func (f *Forwarder) Forward(w http.ResponseWriter, r *http.Request, model, versi
 			out.Add(-1)
 			resp.Body.Close()
 			lastErr = fmt.Errorf("%s answered %d", n.Name, resp.StatusCode)
+			passed = append(passed, fmt.Sprintf("%s: answered %d", n.Name, resp.StatusCode))
 			continue
 		}
 		w.Header().Del(infer.HeaderServedBy) // the serving agent names itself
+		w.Header().Del(HeaderTried)
+		resp.Header.Del(HeaderTried) // this agent's word on its tries, not the peer's
+		if len(passed) > 0 {
+			w.Header().Set(HeaderTried, strings.Join(passed, ", "))
+		}
 		CopyResponse(w, resp)
 		out.Add(-1)
 		return nil

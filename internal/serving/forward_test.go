@@ -338,6 +338,7 @@ func TestForwardPastANodeThatDoesNotAnswer(t *testing.T) {
 	f.draw = func() float64 { return 0 } // the power of two choices picks edge-1, the first listed
 	now := time.Now()
 	f.now = func() time.Time { return now }
+	var tried string // the last answer's HeaderTried
 	forward := func() error {
 		// The caller waits 10 s: without a bound on each try, the one to
 		// edge-1 would take all of it and edge-2 would never be asked.
@@ -348,6 +349,7 @@ func TestForwardPastANodeThatDoesNotAnswer(t *testing.T) {
 		if err == nil && w.Code != http.StatusOK {
 			err = fmt.Errorf("HTTP %d", w.Code)
 		}
+		tried = w.Header().Get(HeaderTried)
 		return err
 	}
 	if err := forward(); err != nil {
@@ -356,11 +358,17 @@ func TestForwardPastANodeThatDoesNotAnswer(t *testing.T) {
 	if got := dp.triedSoFar(); !slices.Equal(got, []string{"edge-1", "edge-2"}) {
 		t.Fatalf("tried %v, want edge-1 then edge-2", got)
 	}
+	if want := "edge-1: did not answer within " + tryFloor.String(); tried != want {
+		t.Errorf("%s = %q, want %q: the answer from further away says why", HeaderTried, tried, want)
+	}
 	if err := forward(); err != nil {
 		t.Fatal(err)
 	}
 	if got := dp.triedSoFar(); !slices.Equal(got, []string{"edge-1", "edge-2", "edge-2"}) {
 		t.Fatalf("tried %v; want edge-2 alone the second time: edge-1 failed a request a moment ago", got)
+	}
+	if tried != "" {
+		t.Errorf("%s = %q on an answer from the first replica tried, want none", HeaderTried, tried)
 	}
 	now = now.Add(ejectFor + time.Second)
 	if err := forward(); err != nil {
