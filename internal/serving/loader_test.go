@@ -271,8 +271,12 @@ func TestWarmStandby(t *testing.T) {
 	t.Parallel()
 	const key = "InferenceService/scorer"
 	ctx := context.Background()
-	setup := func(t *testing.T, free int64) (*Loader, *loads, *localMesh, *catalog.Catalog) {
-		cat := catalog.New(catalogtest.NewStore(), nil)
+	setup := func(t *testing.T, free int64, store ...catalog.Store) (*Loader, *loads, *localMesh, *catalog.Catalog) {
+		var st catalog.Store = catalogtest.NewStore()
+		if len(store) > 0 {
+			st = store[0]
+		}
+		cat := catalog.New(st, nil)
 		if _, err := cat.Policies.Put(catalog.Policy{Kind: "InferenceService", Name: "scorer", Generation: 1,
 			Source: "apiVersion: strata/v1\nkind: InferenceService\nmetadata: {name: scorer}\nspec:\n  model: {name: scorer, version: \"1\"}\n  prestage: true\n  warm: true\n  resources: {memory: 1Gi}\n"}); err != nil {
 			t.Fatal(err)
@@ -333,6 +337,24 @@ func TestWarmStandby(t *testing.T) {
 		l.reconcile(ctx)
 		if _, sb, _, _ := inf.snapshot(); len(sb) != 0 || l.Serves("d1") {
 			t.Errorf("standbys %v after another node became the standby; want none", sb)
+		}
+	})
+	t.Run("unloaded when its placement is gone, in a store that relists", func(t *testing.T) {
+		t.Parallel()
+		// A store without a change log: every read of the placements
+		// lists them afresh, and names no key gone.
+		l, inf, _, cat := setup(t, 4<<30, catalogtest.Relisting{S: catalogtest.NewStore()})
+		meshtest.WaitFor(t, 10*time.Second, "the standby loaded", func() bool {
+			l.reconcile(ctx)
+			_, sb, _, _ := inf.snapshot()
+			return len(sb) == 1 && l.Serves("d1")
+		})
+		if err := cat.Placements.Delete(key); err != nil {
+			t.Fatal(err)
+		}
+		l.reconcile(ctx)
+		if _, sb, _, _ := inf.snapshot(); len(sb) != 0 || l.Serves("d1") {
+			t.Errorf("standbys %v after the placement was deleted; want none", sb)
 		}
 	})
 	t.Run("no room", func(t *testing.T) {
