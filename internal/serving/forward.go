@@ -52,6 +52,14 @@ type RoundTripper interface {
 	RoundTrip(ctx context.Context, to dataplane.Peer, req *http.Request) (*http.Response, error)
 }
 
+// Connector is implemented by a RoundTripper that can open its
+// connection to a peer before a request (*dataplane.Node does): a try
+// whose answer is bounded connects first, within connectTimeout, and
+// the bound counts from the request.
+type Connector interface {
+	Connect(ctx context.Context, to dataplane.Peer) error
+}
+
 // ForwarderConfig configures a Forwarder. DataPlane is nil in a mesh
 // without a CA: nothing is forwarded then (ErrNoDataPlane).
 type ForwarderConfig struct {
@@ -120,7 +128,10 @@ func NewForwarder(cfg ForwarderConfig) *Forwarder {
 	return &Forwarder{cfg: cfg, draw: rand.Float64, now: time.Now}
 }
 
-var _ infer.Forwarder = (*Forwarder)(nil)
+var (
+	_ infer.Forwarder = (*Forwarder)(nil)
+	_ Connector       = (*dataplane.Node)(nil)
+)
 
 // Forward sends a request for a model this agent does not serve to an
 // agent that does, near and not busy (see byLoad); it implements
@@ -196,6 +207,26 @@ func (f *Forwarder) Forward(w http.ResponseWriter, r *http.Request, model, versi
 			bound = lastResortTimeout
 		case fallback || (i < len(tries)-1 && len(body) <= boundedBody):
 			bound = tryTimeout(n, model, version)
+		}
+		if c, ok := f.cfg.DataPlane.(Connector); ok && bound > 0 && !lastResort && n.Addrs.Data != "" {
+			// The connection first, bounded on its own: on a busy host a
+			// handshake can take longer than a replica's answer is given.
+			cctx, ccancel := context.WithTimeout(r.Context(), connectTimeout)
+			err := c.Connect(cctx, dataplane.Peer{Addr: n.Addrs.Data, Name: n.Name, ID: n.ID})
+			late := cctx.Err() != nil && r.Context().Err() == nil
+			ccancel()
+			if err != nil {
+				cancel()
+				lastErr = fmt.Errorf("%s: %w", n.Name, err)
+				if late {
+					lastErr = fmt.Errorf("%s: no connection within %s", n.Name, connectTimeout)
+				}
+				if r.Context().Err() == nil {
+					f.eject(n.Name)
+				}
+				passed = append(passed, lastErr.Error())
+				continue
+			}
 		}
 		var answer *time.Timer // bounds the wait for the node's answer (its headers)
 		if bound > 0 {
@@ -286,6 +317,12 @@ const boundedBody = 1 << 20
 // seconds later. It is below the 1 s that clients commonly wait: a
 // forwarder that gave up when its caller does would help no one.
 const tryFloor = 500 * time.Millisecond
+
+// connectTimeout bounds the opening of a connection to a node before a
+// bounded try (see Connector): a node that died a moment ago is not
+// connected to, and a handshake at both ends of a busy host takes far
+// less.
+const connectTimeout = 2 * time.Second
 
 // ejectFor is how long a node that failed a request (no answer in time,
 // or a connection that failed) is tried only after the others: long

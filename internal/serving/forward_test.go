@@ -379,6 +379,94 @@ func TestForwardPastANodeThatDoesNotAnswer(t *testing.T) {
 	}
 }
 
+// slowToConnect is a data plane whose first use of each peer (Connect, or
+// a round trip when nothing connected first) takes dial, as a handshake
+// on a busy host does, or never ends for the peers named in dead; then
+// each round trip answers 200 at once. Safe for concurrent use.
+type slowToConnect struct {
+	dial      time.Duration
+	dead      map[string]bool
+	mu        sync.Mutex
+	connected map[string]bool
+	tried     []string
+}
+
+func (s *slowToConnect) Connect(ctx context.Context, to dataplane.Peer) error {
+	s.mu.Lock()
+	up := s.connected[to.Name]
+	s.mu.Unlock()
+	if up {
+		return nil
+	}
+	if s.dead[to.Name] {
+		<-ctx.Done()
+		return ctx.Err()
+	}
+	// The handshake's time is what is under test.
+	select {
+	case <-time.After(s.dial):
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+	s.mu.Lock()
+	if s.connected == nil {
+		s.connected = map[string]bool{}
+	}
+	s.connected[to.Name] = true
+	s.mu.Unlock()
+	return nil
+}
+
+func (s *slowToConnect) RoundTrip(ctx context.Context, to dataplane.Peer, _ *http.Request) (*http.Response, error) {
+	s.mu.Lock()
+	s.tried = append(s.tried, to.Name)
+	s.mu.Unlock()
+	if err := s.Connect(ctx, to); err != nil {
+		return nil, err
+	}
+	return &http.Response{StatusCode: http.StatusOK, Header: http.Header{}, Body: io.NopCloser(strings.NewReader("{}"))}, nil
+}
+
+// TestForwardCountsTheAnswerNotTheHandshake: the first request to a
+// replica also opens the connection to it, which on a busy host can take
+// longer than the bound on the replica's answer. The connection has a
+// bound of its own (connectTimeout), so the nearest replica answers and
+// is not ejected, rather than the request crossing to the next one; a
+// replica never connected to is passed over once that bound has passed.
+func TestForwardCountsTheAnswerNotTheHandshake(t *testing.T) {
+	t.Parallel()
+	forward := func(f *Forwarder) (string, error) {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		w := httptest.NewRecorder()
+		err := f.Forward(w, httptest.NewRequest(http.MethodPost, "/v2/models/fraud/infer", strings.NewReader(`{}`)).WithContext(ctx), "fraud", "")
+		return w.Header().Get(HeaderTried), err
+	}
+	peers := peers{fraudNode("edge-1", mesh.StatusAlive), fraudNode("edge-2", mesh.StatusAlive)}
+	t.Run("slow handshake", func(t *testing.T) {
+		t.Parallel()
+		dp := &slowToConnect{dial: 2 * tryFloor}
+		f := NewForwarder(ForwarderConfig{Mesh: peers, DataPlane: dp})
+		f.draw = func() float64 { return 0 } // edge-1 first
+		if tried, err := forward(f); err != nil || !slices.Equal(dp.tried, []string{"edge-1"}) || tried != "" || f.isEjected("edge-1") {
+			t.Errorf("forward: %v, sent to %v, %s %q, edge-1 ejected %v; want edge-1 alone to answer once connected", err, dp.tried, HeaderTried, tried, f.isEjected("edge-1"))
+		}
+	})
+	t.Run("no connection", func(t *testing.T) {
+		t.Parallel()
+		dp := &slowToConnect{dead: map[string]bool{"edge-1": true}}
+		f := NewForwarder(ForwarderConfig{Mesh: peers, DataPlane: dp})
+		f.draw = func() float64 { return 0 } // edge-1 first
+		tried, err := forward(f)
+		if err != nil || !slices.Equal(dp.tried, []string{"edge-2"}) || !f.isEjected("edge-1") {
+			t.Errorf("forward: %v, sent to %v, edge-1 ejected %v; want edge-2 to answer, edge-1 ejected", err, dp.tried, f.isEjected("edge-1"))
+		}
+		if want := "edge-1: no connection within " + connectTimeout.String(); tried != want {
+			t.Errorf("%s = %q, want %q", HeaderTried, tried, want)
+		}
+	})
+}
+
 // TestForwardWithAFallback: a caller with a standby of the model
 // (infer.WithFallback) hears soon that the only replica does not answer,
 // instead of waiting for it as long as a request may take, and while the

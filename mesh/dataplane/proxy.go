@@ -80,6 +80,19 @@ func (n *Node) checkPeer(c *quic.Conn, to Peer) error {
 	return nil
 }
 
+// Connect opens the connection RoundTrip uses to reach to, or finds it
+// open, and checks that to's certificate names it (ErrWrongPeer); it
+// sends nothing. A caller that bounds how long a peer may take to answer
+// connects first: a handshake on a busy host (a TLS handshake at each
+// end) is not the peer's slowness in answering.
+func (n *Node) Connect(ctx context.Context, to Peer) error {
+	c, err := n.conn(ctx, to.Addr, rpcConn)
+	if err != nil {
+		return err
+	}
+	return n.checkPeer(c, to)
+}
+
 // RoundTrip sends req to the agent to and returns its response. It fails
 // with ErrWrongPeer, before anything of req is sent, unless the server's
 // certificate names to (Peer). The request, body included, is sent

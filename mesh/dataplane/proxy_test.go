@@ -126,6 +126,11 @@ func TestRoundTripChecksPeer(t *testing.T) {
 		{"id-without-derivation", withoutIDs, Peer{Addr: server.Addr().String(), Name: "server", ID: serverID}, "Config.NodeID is not set"},
 	} {
 		t.Run(c.name, func(t *testing.T) {
+			// Connect checks the certificate as RoundTrip does, sending
+			// nothing.
+			if err := c.client.Connect(context.Background(), c.to); (c.want == "") != (err == nil) || (err != nil && (!errors.Is(err, ErrWrongPeer) || !strings.Contains(err.Error(), c.want))) {
+				t.Errorf("Connect to %+v: %v; want %q", c.to, err, c.want)
+			}
 			req, _ := http.NewRequest(http.MethodGet, "http://peer/v1/jobs/j/logs", nil)
 			req.Header.Set("Authorization", "Bearer secret")
 			resp, err := c.client.RoundTrip(context.Background(), c.to, req)
