@@ -205,6 +205,13 @@ func (d *delegate) MergeRemoteState(buf []byte, join bool) {
 		d.m.trust.learnCerts(pp.Certs, time.Now())
 	}
 	for _, raw := range pp.Nodes {
+		// Every periodic push/pull carries every document, most of them
+		// held already at that version: at 10,000 policies decoding them
+		// was a third of what an idle agent allocated.
+		if d.m.heldAlready(raw) {
+			d.m.metrics.stateDuplicates.Inc()
+			continue
+		}
 		s, err := decodeState(raw)
 		if err != nil || s == nil {
 			d.m.metrics.malformed.WithLabelValues("state").Inc()

@@ -6,6 +6,7 @@ import (
 	"crypto/cipher"
 	"crypto/rand"
 	"encoding/binary"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -443,6 +444,29 @@ func TestDuplicateDocumentsAreNotDecoded(t *testing.T) {
 	} {
 		before := duplicates()
 		d.NotifyMsg(tc.msg)
+		if got := duplicates() - before; (got == 1) != tc.dropped {
+			t.Errorf("%s: %v dropped unread, want %v", tc.name, got, tc.dropped)
+		}
+		if n, err := tg.m.Node("peer"); err != nil || n.Version != tc.version {
+			t.Errorf("%s: held version %d (%v), want %d", tc.name, n.Version, err, tc.version)
+		}
+	}
+	// A push/pull carries every document: one held already is not
+	// decoded either, a newer one is merged.
+	for _, tc := range []struct {
+		name    string
+		version uint64
+		dropped bool
+	}{
+		{"push/pull of the held version", 5, true},
+		{"push/pull of a newer one", 6, false},
+	} {
+		pp, err := json.Marshal(pushPull{Nodes: []json.RawMessage{doc(tc.version)[1:]}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		before := duplicates()
+		d.MergeRemoteState(pp, false)
 		if got := duplicates() - before; (got == 1) != tc.dropped {
 			t.Errorf("%s: %v dropped unread, want %v", tc.name, got, tc.dropped)
 		}
