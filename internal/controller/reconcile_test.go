@@ -411,7 +411,8 @@ func TestSlowPassIsNoPause(t *testing.T) {
 
 // TestNoteReplicas: a placement takes what each of its nodes reports of
 // the service's replica (the last entry a node lists for the policy),
-// says whether that changed, and leaves nodes that report none alone.
+// says whether that changed, and leaves nodes that report none alone; the
+// list it was read with stays as it was.
 func TestNoteReplicas(t *testing.T) {
 	t.Parallel()
 	const key = "InferenceService/web"
@@ -421,8 +422,12 @@ func TestNoteReplicas(t *testing.T) {
 	b := node("b", "edge", mesh.StatusAlive, "", 0)
 	byName := map[string]mesh.Node{"a": a, "b": b}
 	rec := catalog.Placement{Key: key, Nodes: []catalog.PlacedNode{{Name: "a"}, {Name: "b", Replica: mesh.ReplicaLoading}, {Name: "gone"}}}
+	held := rec.Nodes // as the catalog keeps it: reconcile reads its records shared
 	if !noteReplicas(&rec, byName) {
 		t.Fatal("no change noted")
+	}
+	if held[0].Replica != "" {
+		t.Errorf("the list read was changed (a's replica %q): it may be the catalog's own", held[0].Replica)
 	}
 	if got := []string{rec.Nodes[0].Replica, rec.Nodes[1].Replica, rec.Nodes[2].Replica}; !slices.Equal(got, []string{mesh.ReplicaServing, mesh.ReplicaLoading, ""}) {
 		t.Errorf("replicas %q, want a serving (its last entry), b and gone as they were", got)
