@@ -98,9 +98,13 @@ type pushPull struct {
 	Certs   [][]byte          `json:"certs,omitempty"`
 }
 
-// LocalState sends every document this node holds and catalog entries:
+// LocalState sends the documents this node holds and catalog entries:
 // all of them in a join (a catalog sync is one), else those it got within
-// recentEntries. memberlist's periodic push/pull (every 30 s, with each
+// recentEntries. A document is otherwise repaired by its own node: every
+// probe's ack and every meta update says its version, and a node that
+// holds an older one asks for it; at 10,000 policies the documents of
+// nodes that serve thousands of replicas made every periodic exchange
+// megabytes to send, decrypt and read though they had not changed. memberlist's periodic push/pull (every 30 s, with each
 // member in turn) carried the whole catalog, though the digest in every ack
 // already starts a sync with a member whose catalog differs: with 10,000
 // policies each was tens of MB to encode, send and decode, most of the
@@ -111,14 +115,17 @@ type pushPull struct {
 // sends digests (an agent from before them, in an upgrade).
 func (d *delegate) LocalState(join bool) []byte {
 	d.m.mu.Lock()
+	all := join || !d.m.digestSyncLocked()
+	now := time.Now()
 	nodes := make([][]byte, 0, len(d.m.docs))
 	for _, s := range d.m.docs {
+		if !all && now.Sub(s.got) >= recentEntries {
+			continue
+		}
 		if b, err := encodeState(s); err == nil {
 			nodes = append(nodes, b)
 		}
 	}
-	all := join || !d.m.digestSyncLocked()
-	now := time.Now()
 	var entries [][]byte
 	var spilled []*Entry // read from the store, outside d.m.mu
 	for _, e := range d.m.kv {

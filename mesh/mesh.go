@@ -494,6 +494,7 @@ func (m *Mesh) Update(fn func(*NodeState)) error {
 		}
 		cp.raw, cp.Sig, cp.Cert = m.trust.sign(body, true)
 	}
+	cp.got = time.Now()
 	m.docs[m.id] = &cp
 	m.notifyLocked()
 	m.mu.Unlock()
@@ -810,6 +811,7 @@ func (m *Mesh) merge(s *NodeState, rebroadcast bool) bool {
 		m.mu.Unlock()
 		return false
 	}
+	s.got = time.Now()
 	m.docs[s.ID] = s
 	m.dirty[s.ID] = true
 	delete(m.deleted, s.ID)

@@ -104,6 +104,9 @@ type NodeState struct {
 
 	// raw is the document as received or signed, sent on unchanged.
 	raw []byte
+	// got is when this node took this version (merged a peer's, or wrote
+	// its own); zero for one read from the store at start.
+	got time.Time
 	// index indexes Assignments and Replicas by policy, for a document
 	// the mesh holds (nil in a copy to change: see Clone).
 	index *docIndex

@@ -72,9 +72,10 @@ func TestBucketsBeforeAFullSync(t *testing.T) {
 }
 
 // TestPeriodicPushPullLeavesTheCatalogToDigests: memberlist's periodic
-// push/pull carries only the catalog entries got lately, unless a live
-// member has not shown that its acks carry digests (or syncs are off); a
-// join, which a catalog sync is, always carries them all.
+// push/pull carries only the catalog entries and node documents got
+// lately, unless a live member has not shown that its acks carry digests
+// (or syncs are off); a join, which a catalog sync is, always carries
+// them all.
 func TestPeriodicPushPullLeavesTheCatalogToDigests(t *testing.T) {
 	t.Parallel()
 	for _, c := range []struct {
@@ -87,7 +88,10 @@ func TestPeriodicPushPullLeavesTheCatalogToDigests(t *testing.T) {
 		{"a member has not shown it sends digests", 5 * time.Second, false, true},
 		{"digest syncs off", -1, true, true},
 	} {
-		m := &Mesh{cfg: Config{CatalogSyncInterval: c.syncs}, docs: map[string]*NodeState{},
+		m := &Mesh{cfg: Config{CatalogSyncInterval: c.syncs}, docs: map[string]*NodeState{
+			"old": {ID: "old", Name: "old", Version: 1, got: time.Now().Add(-2 * recentEntries)},
+			"new": {ID: "new", Name: "new", Version: 1, got: time.Now()},
+		},
 			kv: map[string]*Entry{
 				"policies/old": {Key: "policies/old", Value: []byte(`{}`), Version: 1, Origin: "x", seen: int64(time.Since(monoBase) - 2*recentEntries)},
 				"policies/new": {Key: "policies/new", Value: []byte(`{}`), Version: 1, Origin: "x", seen: int64(time.Since(monoBase))},
@@ -105,6 +109,9 @@ func TestPeriodicPushPullLeavesTheCatalogToDigests(t *testing.T) {
 			}
 			if len(pp.Entries) != want {
 				t.Errorf("%s, join %v: %d entries sent, want %d", c.name, join, len(pp.Entries), want)
+			}
+			if len(pp.Nodes) != want {
+				t.Errorf("%s, join %v: %d documents sent, want %d", c.name, join, len(pp.Nodes), want)
 			}
 		}
 	}
