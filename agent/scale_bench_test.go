@@ -31,8 +31,10 @@ import (
 // controller's slowest reconcile pass (p99 over every agent's passes, from
 // strata_controller_pass_seconds) and the largest such p99 of any step
 // (admit, rollouts and experiments too), Go heap and the process's
-// resident set per policy per agent (with the live heap after a collection,
-// and the part of the resident set outside what the Go runtime holds), the
+// resident set per policy per agent (the median and the most of the
+// readings of each second the agents are idle; with the live heap after
+// a collection, and the part of the resident set outside what the Go
+// runtime holds), the
 // most live heap the agents held
 // at any time (sampled, per policy per agent: the peak comes while the
 // policies are placed, and sets how far the heap grows), the catalog's
@@ -42,8 +44,11 @@ import (
 // 0), and how long GET /v1/placements takes at the end (the agent keeps
 // few records decoded by then: catalog.Table's aging) and once more.
 // STRATA_BENCH_HEAP_PROFILE=FILE writes the heap the agents hold once
-// every policy is placed, STRATA_BENCH_IDLE_PROFILE=FILE a CPU profile of
-// the idle windows, STRATA_BENCH_PEAK_PROFILE=FILE the heap at the peak.
+// every policy is placed, STRATA_BENCH_IDLE_HEAP_PROFILE=FILE the heap as
+// the idle windows begin (go tool pprof -sample_index=alloc_space -base
+// it, with the other, shows what the idle agents allocate),
+// STRATA_BENCH_IDLE_PROFILE=FILE a CPU profile of the idle windows,
+// STRATA_BENCH_PEAK_PROFILE=FILE the heap at the peak.
 // STRATA_BENCH_SECONDS bounds the wait until every
 // policy is placed (default 150 ms a policy), after which it says what
 // is not placed, where.
@@ -182,18 +187,31 @@ func BenchmarkManyPolicies(b *testing.B) {
 			// no apply. Each pass, probe and sync still goes over
 			// thousands of records. The median of a few windows: one that
 			// holds a periodic push/pull or a store compaction reads high.
+			// The resident set is read each second of those windows: a
+			// periodic push/pull takes it up for a moment, and one reading
+			// could fall on one.
+			if path := os.Getenv("STRATA_BENCH_IDLE_HEAP_PROFILE"); path != "" {
+				writeHeapProfile(b, path) // diffed with the one after (pprof -base): what idle agents allocate
+			}
 			stopProfile := startIdleProfile(b)
 			var idle []float64
+			var rssSeen []int64
 			for range idleWindows {
 				cpu0, idle0 := processCPU(), time.Now()
-				// The sleep is what is measured: a window in which nothing
-				// is applied, not a wait for a condition.
-				time.Sleep(idleWindow)
+				// The sleeps are what is measured: a window in which
+				// nothing is applied, not a wait for a condition.
+				for range int(idleWindow / time.Second) {
+					time.Sleep(time.Second)
+					rssSeen = append(rssSeen, processRSS())
+				}
 				idle = append(idle, (processCPU()-cpu0).Seconds()/time.Since(idle0).Seconds()/float64(len(agents)))
 			}
 			stopProfile()
 			slices.Sort(idle)
 			idleCPU := idle[len(idle)/2]
+			slices.Sort(rssSeen)
+			rssPer := float64(rssSeen[len(rssSeen)/2]-rssBefore) / float64(n) / float64(len(agents))
+			rssMaxPer := float64(rssSeen[len(rssSeen)-1]-rssBefore) / float64(n) / float64(len(agents))
 			stopWatch()
 			if path := os.Getenv("STRATA_BENCH_HEAP_PROFILE"); path != "" {
 				writeHeapProfile(b, path) // what the agents hold, while they run
@@ -201,9 +219,7 @@ func BenchmarkManyPolicies(b *testing.B) {
 			peak := stopPeak()
 			heapPer := float64(heapInUse()-heapBefore) / float64(n) / float64(len(agents))
 			livePer := float64(liveHeap()-liveBefore) / float64(n) / float64(len(agents)) // after heapInUse's collection
-			rss := processRSS()
-			rssPer := float64(rss-rssBefore) / float64(n) / float64(len(agents))
-			outsidePer := float64(rss-goMapped()-outsideBefore) / float64(n) / float64(len(agents))
+			outsidePer := float64(processRSS()-goMapped()-outsideBefore) / float64(n) / float64(len(agents))
 			// What listing every placement costs once the agent keeps
 			// few of them decoded (catalog: keeping), then again at once.
 			listMS := func() float64 {
@@ -228,6 +244,7 @@ func BenchmarkManyPolicies(b *testing.B) {
 			b.ReportMetric(livePer, "live-heap-B/policy/agent")
 			if rssBefore > 0 {
 				b.ReportMetric(rssPer, "rss-B/policy/agent")
+				b.ReportMetric(rssMaxPer, "rss-max-B/policy/agent")
 				b.ReportMetric(outsidePer, "outside-go-B/policy/agent")
 			}
 			b.ReportMetric(coldList, "list-placements-ms")
