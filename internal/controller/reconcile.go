@@ -96,7 +96,6 @@ func (c *Controller) reconcile() {
 	c.failedSince = since
 	view := &round{c: c, nodes: nodes, byName: byName}
 	ps := c.policies()
-	applied := make(map[string]bool, len(ps))
 	c.passWrites = 0
 	begun, full := time.Now(), false
 	// Each pass starts where the last one stopped (see maxPassWrites),
@@ -105,7 +104,6 @@ func (c *Controller) reconcile() {
 	for i := range ps {
 		p := *ps[(first+i)%len(ps)] // a copy: the catalog's own is shared
 		key := p.Key()
-		applied[key] = true
 		// The time bound once something is written: on a starved host
 		// the pass may pass it before its first write, and must still
 		// make progress.
@@ -192,7 +190,7 @@ func (c *Controller) reconcile() {
 		}
 		c.place(p, rec, have, view, cut, why)
 	}
-	c.cleanUp(applied)
+	c.cleanUp(ps)
 }
 
 // cleanView is the tables' versions and the live nodes a clean-up saw.
@@ -207,14 +205,19 @@ type cleanView struct {
 // it everywhere, stopping the job or service it placed. It lists the
 // placements only when they, the policies or the owners may have
 // changed since a clean-up that left nothing to do: listing them each
-// pass was 5% of an idle agent's CPU at 10,000 policies.
-func (c *Controller) cleanUp(applied map[string]bool) {
+// pass was 5% of an idle agent's CPU at 10,000 policies. ps are the
+// policies of this pass (see policies).
+func (c *Controller) cleanUp(ps []*catalog.Policy) {
 	pv, ok1 := c.cfg.Catalog.Placements.Version()
 	qv, ok2 := c.cfg.Catalog.Policies.Version()
 	view := cleanView{placements: pv, policies: qv, live: c.liveNodes}
 	versioned := ok1 && ok2
 	if versioned && c.cleaned == view {
 		return
+	}
+	applied := make(map[string]bool, len(ps)) // made here, not each pass: most passes return above
+	for _, p := range ps {
+		applied[p.Key()] = true
 	}
 	done := true
 	for _, key := range c.cfg.Catalog.Placements.Keys() {
