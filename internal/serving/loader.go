@@ -421,21 +421,23 @@ func (s *Loader) cannotServe() {
 			why += " (" + s.cfg.InferenceErr.Error() + ")"
 		}
 	}
-	want := map[string]string{}
-	for _, as := range s.cfg.Mesh.Local().Assignments {
-		if as.Accepted && strings.HasPrefix(as.Key, policy.KindInferenceService+"/") {
-			want[as.Key] = ""
-		}
+	// Looked up in the document, not gathered into a map each pass: a
+	// node may hold thousands of assignments.
+	local := s.cfg.Mesh.Local()
+	wanted := func(as mesh.Assignment) bool {
+		return as.Accepted && strings.HasPrefix(as.Key, policy.KindInferenceService+"/")
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	for key := range s.replicas {
-		if _, ok := want[key]; !ok {
+		if as, ok := local.Assignment(key); !ok || !wanted(as) {
 			delete(s.replicas, key)
 		}
 	}
-	for key := range want {
-		s.setReplica(key, s.replicas[key].Model, mesh.ReplicaFailed, why, 0)
+	for _, as := range local.Assignments {
+		if wanted(as) {
+			s.setReplica(as.Key, s.replicas[as.Key].Model, mesh.ReplicaFailed, why, 0)
+		}
 	}
 	s.publishLocked()
 }

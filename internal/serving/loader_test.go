@@ -2,6 +2,7 @@ package serving
 
 import (
 	"context"
+	"errors"
 	"slices"
 	"strings"
 	"sync"
@@ -425,5 +426,36 @@ func TestColdStandbyLoadsWhenItsReplicaIsDown(t *testing.T) {
 	l.reconcile(ctx)
 	if _, sb, _, _ := inf.snapshot(); len(sb) != 0 || l.Serves("d1") {
 		t.Errorf("standbys %v %s after b was last seen down; want it unloaded", sb, downHold)
+	}
+}
+
+// TestCannotServe: an agent that cannot serve (no ONNX Runtime here)
+// reports each inference service assigned to it and accepted as a
+// failed replica, saying why, and forgets one no longer assigned.
+func TestCannotServe(t *testing.T) {
+	t.Parallel()
+	m := &localMesh{self: mesh.NodeState{Name: "a"}}
+	l := NewLoader(LoaderConfig{Mesh: m, Catalog: catalog.New(catalogtest.NewStore(), nil), InferenceErr: errors.New("libonnxruntime.so: not found")})
+	assign := func(as ...mesh.Assignment) {
+		m.Update(func(s *mesh.NodeState) { s.Assignments = as })
+		l.cannotServe()
+	}
+	reported := func() []string {
+		var out []string
+		for _, r := range m.Local().Replicas {
+			out = append(out, r.Policy+" "+r.State+": "+r.Reason)
+		}
+		slices.Sort(out)
+		return out
+	}
+	assign(mesh.Assignment{Key: "InferenceService/a", Accepted: true}, mesh.Assignment{Key: "InferenceService/b"},
+		mesh.Assignment{Key: "TrainingJob/c", Accepted: true}, mesh.Assignment{Key: "InferenceService/d", Accepted: true})
+	why := "failed: this agent serves no models: ONNX Runtime is not loaded (libonnxruntime.so: not found)"
+	if got, want := reported(), []string{"InferenceService/a " + why, "InferenceService/d " + why}; !slices.Equal(got, want) {
+		t.Errorf("replicas %q, want %q", got, want)
+	}
+	assign(mesh.Assignment{Key: "InferenceService/d", Accepted: true})
+	if got, want := reported(), []string{"InferenceService/d " + why}; !slices.Equal(got, want) {
+		t.Errorf("replicas %q once a is no longer assigned, want %q", got, want)
 	}
 }
