@@ -199,7 +199,8 @@ func BenchmarkManyPolicies(b *testing.B) {
 			for range idleWindows {
 				cpu0, idle0 := processCPU(), time.Now()
 				// The sleeps are what is measured: a window in which
-				// nothing is applied, not a wait for a condition.
+				// nothing is applied, read once a second (the sampling
+				// period of the resident set), not a wait for a condition.
 				for range int(idleWindow / time.Second) {
 					time.Sleep(time.Second)
 					rssSeen = append(rssSeen, processRSS())

@@ -200,7 +200,6 @@ func (f *Forwarder) Forward(w http.ResponseWriter, r *http.Request, model, versi
 	var lastErr error
 	var passed []string // for HeaderTried: "node: why"
 	for i, n := range tries {
-		ctx, cancel := context.WithCancel(r.Context())
 		var bound time.Duration
 		switch {
 		case lastResort:
@@ -216,7 +215,6 @@ func (f *Forwarder) Forward(w http.ResponseWriter, r *http.Request, model, versi
 			late := cctx.Err() != nil && r.Context().Err() == nil
 			ccancel()
 			if err != nil {
-				cancel()
 				lastErr = fmt.Errorf("%s: %w", n.Name, err)
 				if late {
 					lastErr = fmt.Errorf("%s: no connection within %s", n.Name, connectTimeout)
@@ -228,6 +226,7 @@ func (f *Forwarder) Forward(w http.ResponseWriter, r *http.Request, model, versi
 				continue
 			}
 		}
+		ctx, cancel := context.WithCancel(r.Context())
 		var answer *time.Timer // bounds the wait for the node's answer (its headers)
 		if bound > 0 {
 			answer = time.AfterFunc(bound, cancel)
@@ -240,13 +239,15 @@ func (f *Forwarder) Forward(w http.ResponseWriter, r *http.Request, model, versi
 			out.Add(-1)
 			cancel()
 			lastErr = err
+			why := err.Error()
 			if late {
-				lastErr = fmt.Errorf("%s did not answer within %s", n.Name, bound)
+				why = fmt.Sprintf("did not answer within %s", bound)
+				lastErr = fmt.Errorf("%s %s", n.Name, why)
 			}
 			if (late || r.Context().Err() == nil) && !errors.Is(err, ErrNoDataPlane) {
 				f.eject(n.Name) // the node failed, not (only) the caller who went away
 			}
-			passed = append(passed, n.Name+": "+strings.TrimPrefix(lastErr.Error(), n.Name+" "))
+			passed = append(passed, n.Name+": "+why)
 			continue
 		}
 		resp.Body = cancelOnClose{resp.Body, cancel}
