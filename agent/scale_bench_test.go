@@ -48,7 +48,9 @@ import (
 // the idle windows begin (go tool pprof -sample_index=alloc_space -base
 // it, with the other, shows what the idle agents allocate),
 // STRATA_BENCH_IDLE_PROFILE=FILE a CPU profile of the idle windows,
-// STRATA_BENCH_PEAK_PROFILE=FILE the heap at the peak.
+// STRATA_BENCH_PEAK_PROFILE=FILE the heap at the peak,
+// STRATA_BENCH_RSS_TRACE=FILE a line each second of the idle windows:
+// the resident set and what the runtime says it holds (MB).
 // STRATA_BENCH_SECONDS bounds the wait until every
 // policy is placed (default 150 ms a policy), after which it says what
 // is not placed, where.
@@ -204,6 +206,7 @@ func BenchmarkManyPolicies(b *testing.B) {
 				for range int(idleWindow / time.Second) {
 					time.Sleep(time.Second)
 					rssSeen = append(rssSeen, processRSS())
+					traceRSS(rssSeen[len(rssSeen)-1])
 				}
 				idle = append(idle, (processCPU()-cpu0).Seconds()/time.Since(idle0).Seconds()/float64(len(agents)))
 			}
@@ -436,4 +439,29 @@ func hasLabel(m *dto.Metric, name, value string) bool {
 		}
 	}
 	return false
+}
+
+// traceRSS writes, with STRATA_BENCH_RSS_TRACE=FILE set, what the resident
+// set rss is made of as the runtime counts it, a line each call.
+func traceRSS(rss int64) {
+	path := os.Getenv("STRATA_BENCH_RSS_TRACE")
+	if path == "" {
+		return
+	}
+	names := []string{"/memory/classes/heap/objects:bytes", "/memory/classes/heap/unused:bytes", "/memory/classes/heap/free:bytes", "/memory/classes/heap/stacks:bytes", "/gc/heap/goal:bytes", "/gc/heap/live:bytes", "/memory/classes/total:bytes", "/memory/classes/heap/released:bytes"}
+	s := make([]metrics.Sample, len(names))
+	for i, n := range names {
+		s[i].Name = n
+	}
+	metrics.Read(s)
+	f, err := os.OpenFile(path, os.O_APPEND|os.O_CREATE|os.O_WRONLY, 0o644)
+	if err != nil {
+		return
+	}
+	defer f.Close()
+	fmt.Fprintf(f, "%s rss=%d", time.Now().Format("15:04:05"), rss>>20)
+	for i, n := range names {
+		fmt.Fprintf(f, " %s=%d", strings.TrimSuffix(strings.TrimPrefix(strings.TrimPrefix(n, "/memory/classes"), "/gc"), ":bytes"), s[i].Value.Uint64()>>20)
+	}
+	fmt.Fprintln(f)
 }

@@ -472,7 +472,9 @@ type changeLog struct {
 // minChangeLog is how many changes a table's log keeps at least; it
 // keeps as many as the table has entries when that is more, so a reader
 // that lists the table once per round of changes to all of it still
-// reads only what changed.
+// reads only what changed. A full log is cut back to that a quarter
+// past it: at twice, the logs of the policies and placements tables were
+// a twentieth of an idle agent's heap at 10,000 policies.
 const minChangeLog = 4096
 
 // logChangeLocked notes that key of table t changed, at the version
@@ -491,7 +493,7 @@ func (m *Mesh) logChangeLocked(t, key string) {
 	if tab := m.kvTables[t]; tab != nil {
 		held = len(tab.keys)
 	}
-	if limit := max(minChangeLog, held); len(l.keys) > 2*limit {
+	if limit := max(minChangeLog, held); len(l.keys) > limit+limit/4 {
 		drop := len(l.keys) - limit
 		l.keys = slices.Clone(l.keys[drop:]) // the dropped keys' strings go too
 		l.first += uint64(drop)
@@ -691,8 +693,8 @@ func (m *Mesh) mergeEntry(e *Entry, rebroadcast bool) bool {
 }
 
 // shareLocked makes e, decoded from a peer's bytes, share the strings it
-// repeats of what is held: its key (the held entry's), its writer's ID and
-// schema, and its dependencies' keys (the held entries'). Each entry held
+// repeats of what is held: its key (the held entry's), its writer's ID,
+// schema and scope, and its dependencies' keys (the held entries'). Each entry held
 // its own copies: at 10,000 policies, a tenth of what the catalog's
 // entries held in memory once their values were spilled. The caller holds
 // m.mu and e is not yet shared.
@@ -701,6 +703,12 @@ func (m *Mesh) shareLocked(e *Entry) {
 		e.Key = held.Key
 	}
 	e.Origin, e.Schema = m.entryStrings.Get(e.Origin), m.entryStrings.Get(e.Schema)
+	switch e.Scope { // the constants' bytes, not one copy per entry
+	case ScopeSite:
+		e.Scope = ScopeSite
+	case ScopeGlobal:
+		e.Scope = ScopeGlobal
+	}
 	for i, d := range e.Deps {
 		if held := m.kv[d.Key]; held != nil {
 			e.Deps[i].Key = held.Key
@@ -753,8 +761,13 @@ func (m *Mesh) queueEntryBroadcast(e *Entry) bool {
 // policies the agents still held 5 MB each of queued copies once every
 // policy was placed (BenchmarkManyPolicies' heap profile). The bucket
 // repair (buckets.go) carries what a pruned broadcast would have; and a
-// write's Notify reaches the members that act on it at once.
-const maxQueuedBroadcasts = 1024
+// write's Notify reaches the members that act on it at once. An entry
+// near maxEntryBroadcast takes a packet of its own, so gossip sends a few
+// a second, each several times: 1,024 queued took minutes to drain after
+// a burst, and were an agent's largest buffer once it was idle (1.2 MB at
+// 10,000 policies), while a bucket repair carries a difference within
+// seconds (bucketRepairGrace). 256 drain within about a minute.
+const maxQueuedBroadcasts = 256
 
 // pruneBroadcasts drops the broadcasts sent most, then the oldest, from a
 // queue longer than maxQueuedBroadcasts (memberlist's order; the anchor,

@@ -485,7 +485,7 @@ func peekState(b []byte) (id string, version uint64, ok bool) {
 // assignment's key, and the models, states and reasons that many
 // replicas and answers share come from set. At 10,000 policies a peer's
 // document lists thousands of each, and their strings were most of what
-// the documents held in memory.
+// the documents held in memory. Its longest lists are clipped.
 func (s *NodeState) shareStrings(set *intern.Strings) {
 	for i := range s.Assignments {
 		s.Assignments[i].Reason = set.Get(s.Assignments[i].Reason)
@@ -497,6 +497,17 @@ func (s *NodeState) shareStrings(set *intern.Strings) {
 		}
 		r.Model, r.State, r.Reason = set.Get(r.Model), set.Get(r.State), set.Get(r.Reason)
 	}
+	s.Assignments, s.Replicas = clipped(s.Assignments), clipped(s.Replicas)
+}
+
+// clipped is v in an array of its length where json's growth (by half
+// again) left an eighth of it or more unused: a document is held until
+// its node writes the next one.
+func clipped[T any](v []T) []T {
+	if cap(v)-len(v) > len(v)/8 {
+		return slices.Clone(v)
+	}
+	return v
 }
 
 // dropRaw forgets the bytes s was decoded from where s encodes back to
