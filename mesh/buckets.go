@@ -86,7 +86,7 @@ func (m *Mesh) entriesPayload(buckets []int, reply bool) []byte {
 	}
 	now := time.Now()
 	var entries [][]byte
-	var spilled []*Entry // read from the store, outside m.mu
+	var spilled []*held // read from the store, outside m.mu
 	m.mu.Lock()
 	for _, e := range m.kv {
 		// Settled entries only, as the digests count: the others are
@@ -96,7 +96,7 @@ func (m *Mesh) entriesPayload(buckets []int, reply bool) []byte {
 		}
 		if e.spilled {
 			spilled = append(spilled, e)
-		} else if b, err := encodeEntry(e); err == nil {
+		} else if b, err := encodeEntry(e.full); err == nil {
 			entries = append(entries, b)
 		}
 	}

@@ -28,9 +28,8 @@ type Entry struct {
 	// Deleted marks a tombstone: the key was deleted at Version.
 	Deleted bool `json:"deleted,omitempty"`
 	// spilled: the value, signature and raw bytes are in the store alone
-	// (see spill.go); size is its length as CatalogStats counts it.
-	// bucket is its key's bucket (stamp). Narrow and beside Deleted: an
-	// entry is held per catalog record, and this kept it within 240 bytes.
+	// (see spill.go, ListMeta); size is its length as CatalogStats
+	// counts it. bucket is its key's bucket (stamp).
 	spilled bool
 	bucket  uint16
 	size    int32
@@ -65,6 +64,48 @@ type Entry struct {
 	raw []byte
 }
 
+// held is what the catalog keeps of an entry (Mesh.kv): what gossip, the
+// digests and listings without values need, and the entry itself (full)
+// until it is spilled (see spill.go). A spilled entry was an Entry with
+// its value, signature and bytes cleared, 240 bytes: at 10,000 policies
+// those were a quarter of an idle agent's heap. A held entry is replaced,
+// never changed: readers may hold it.
+type held struct {
+	Key     string
+	Version uint64
+	Origin  string
+	Deleted bool
+	spilled bool
+	bucket  uint16
+	size    int32
+	Written time.Time
+	Scope   Scope
+	Deps    []Dep
+	Schema  string
+	seen    int64
+	hash    uint64
+	full    *Entry // nil when spilled
+}
+
+// holding is what the catalog keeps of e, not spilled.
+func holding(e *Entry) *held {
+	return &held{Key: e.Key, Version: e.Version, Origin: e.Origin, Deleted: e.Deleted, bucket: e.bucket, Written: e.Written, Scope: e.Scope, Deps: e.Deps, Schema: e.Schema, seen: e.seen, hash: e.hash, full: e}
+}
+
+// entry is h as an Entry: the entry itself, or, spilled, without its
+// value and signature (Entry.Spilled says so).
+func (h *held) entry() Entry {
+	if h.full != nil {
+		return *h.full
+	}
+	return Entry{Key: h.Key, Version: h.Version, Origin: h.Origin, Deleted: h.Deleted, spilled: true, bucket: h.bucket, size: h.size, Written: h.Written, Scope: h.Scope, Deps: h.Deps, Schema: h.Schema, seen: h.seen, hash: h.hash}
+}
+
+// sinceSeen is how long before now this node got h.
+func (h *held) sinceSeen(now time.Time) time.Duration {
+	return now.Sub(monoBase) - time.Duration(h.seen)
+}
+
 // monoBase is the time Entry.seen counts from: an offset from it keeps
 // the clock's monotonic reading in 8 bytes, where a time.Time takes 24.
 var monoBase = time.Now()
@@ -74,11 +115,6 @@ func (e *Entry) setSeen(t time.Time) { e.seen = int64(t.Sub(monoBase)) }
 
 // seenAt is when this node got e.
 func (e *Entry) seenAt() time.Time { return monoBase.Add(time.Duration(e.seen)) }
-
-// sinceSeen is how long before now this node got e.
-func (e *Entry) sinceSeen(now time.Time) time.Duration {
-	return now.Sub(monoBase) - time.Duration(e.seen)
-}
 
 // encodeEntry returns the entry as received or signed, else encodes it.
 func encodeEntry(e *Entry) ([]byte, error) {
@@ -163,7 +199,7 @@ const maxEntryBroadcast = 1100
 // msgEntry carries one catalog entry (JSON).
 const msgEntry byte = 3
 
-func newerEntry(a, b *Entry) bool {
+func newerEntry(a *Entry, b *held) bool {
 	if b == nil || a.Version > b.Version || (a.Version == b.Version && a.Origin > b.Origin) {
 		return true
 	}
@@ -281,7 +317,7 @@ func (m *Mesh) sendEntry(e *Entry, to []string) {
 	now := time.Now()
 	for _, d := range e.Deps {
 		if dep := m.kv[d.Key]; dep != nil && !dep.Deleted && !dep.spilled && dep.Version == d.Version && dep.sinceSeen(now) < recentEntries {
-			entries = append(entries, dep)
+			entries = append(entries, dep.full)
 		}
 	}
 	var msgs [][]byte
@@ -324,13 +360,12 @@ func (m *Mesh) Get(key string) (Entry, error) {
 // (their tables keep decoded values by version).
 func (m *Mesh) List(prefix string) []Entry {
 	m.mu.RLock()
-	held := m.liveLocked(prefix)
+	live := m.liveLocked(prefix)
 	m.mu.RUnlock()
-	if slices.ContainsFunc(held, func(e *Entry) bool { return e.spilled }) {
-		held = slices.DeleteFunc(m.fullEach(held), func(e *Entry) bool { return e.Deleted })
-	}
-	out := make([]Entry, len(held))
-	for i, e := range held {
+	// One read from the store may have been deleted since it was listed.
+	full := slices.DeleteFunc(m.fullEach(live), func(e *Entry) bool { return e.Deleted })
+	out := make([]Entry, len(full))
+	for i, e := range full {
 		out[i] = *e
 	}
 	return out
@@ -343,10 +378,10 @@ func (m *Mesh) List(prefix string) []Entry {
 func (m *Mesh) ListMeta(prefix string) []Entry {
 	m.mu.RLock()
 	defer m.mu.RUnlock()
-	held := m.liveLocked(prefix)
-	out := make([]Entry, len(held))
-	for i, e := range held {
-		out[i] = *e
+	live := m.liveLocked(prefix)
+	out := make([]Entry, len(live))
+	for i, e := range live {
+		out[i] = e.entry()
 	}
 	return out
 }
@@ -356,30 +391,30 @@ func (m *Mesh) ListMeta(prefix string) []Entry {
 func (m *Mesh) Keys(prefix string) []string {
 	m.mu.RLock()
 	defer m.mu.RUnlock()
-	held := m.liveLocked(prefix)
-	out := make([]string, len(held))
-	for i, e := range held {
+	live := m.liveLocked(prefix)
+	out := make([]string, len(live))
+	for i, e := range live {
 		out[i] = e.Key
 	}
 	return out
 }
 
 // liveLocked returns the live entries under prefix, sorted by key, as
-// pointers (an Entry is a large struct). A table keeps its keys sorted:
-// with thousands of entries, sorting them on every listing was most of a
-// controller pass's listing, and done under m.mu, which gossip waits on.
+// held. A table keeps its keys sorted: with thousands of entries, sorting
+// them on every listing was most of a controller pass's listing, and done
+// under m.mu, which gossip waits on.
 // The caller holds m.mu.
-func (m *Mesh) liveLocked(prefix string) []*Entry {
-	var held []*Entry
+func (m *Mesh) liveLocked(prefix string) []*held {
+	var live []*held
 	t, _, ok := strings.Cut(prefix, "/")
 	if !ok { // across tables (rare): sorted here
 		for k, e := range m.kv {
 			if strings.HasPrefix(k, prefix) && !e.Deleted {
-				held = append(held, e)
+				live = append(live, e)
 			}
 		}
-		slices.SortFunc(held, func(a, b *Entry) int { return strings.Compare(a.Key, b.Key) })
-		return held
+		slices.SortFunc(live, func(a, b *held) int { return strings.Compare(a.Key, b.Key) })
+		return live
 	}
 	tab := m.kvTables[t]
 	if tab == nil {
@@ -391,10 +426,10 @@ func (m *Mesh) liveLocked(prefix string) []*Entry {
 			break
 		}
 		if e := m.kv[k]; !e.Deleted {
-			held = append(held, e)
+			live = append(live, e)
 		}
 	}
-	return held
+	return live
 }
 
 // kvTable is one table of the catalog: the keys of its entries (held in
@@ -413,8 +448,9 @@ func (m *Mesh) setEntryLocked(e *Entry) {
 	}
 	m.kvDigest ^= e.hash
 	m.trimUnsettledLocked(e.seenAt())
-	m.unsettled = append(m.unsettled, e)
-	m.kv[e.Key] = e
+	h := holding(e)
+	m.unsettled = append(m.unsettled, h)
+	m.kv[e.Key] = h
 	t := tableOf(e.Key)
 	m.tableVersions[t]++
 	m.logChangeLocked(t, e.Key)
@@ -564,7 +600,7 @@ func (m *Mesh) LookupMeta(key string) (Entry, bool) {
 	if e == nil {
 		return Entry{}, false
 	}
-	return *e, true
+	return e.entry(), true
 }
 
 // Missing returns the dependencies of deps that this node does not hold
@@ -584,8 +620,9 @@ func (m *Mesh) Missing(deps []Dep) []Dep {
 
 // CatalogStats says how large the replicated catalog held here is.
 type CatalogStats struct {
-	// Live and Tombstones count entries.
-	Live, Tombstones int
+	// Live and Tombstones count entries; Spilled those whose value is in
+	// the store alone (see Config.Spill).
+	Live, Tombstones, Spilled int
 	// Bytes is the JSON size of every entry held: what one push/pull
 	// exchange carries of the catalog.
 	Bytes int
@@ -603,8 +640,9 @@ func (m *Mesh) CatalogStats() CatalogStats {
 			st.Live++
 		}
 		if e.spilled {
+			st.Spilled++
 			st.Bytes += int(e.size)
-		} else if b, err := json.Marshal(e); err == nil {
+		} else if b, err := json.Marshal(e.full); err == nil {
 			st.Bytes += len(b)
 		}
 	}
@@ -795,7 +833,7 @@ func (m *Mesh) persistKey(key string, sync bool) error {
 	if e == nil || e.spilled {
 		return nil // collected meanwhile, or stored long since
 	}
-	b, err := encodeEntry(e)
+	b, err := encodeEntry(e.full)
 	if err != nil {
 		return err
 	}
@@ -830,7 +868,7 @@ func (m *Mesh) checkEntry(e *Entry) *refusal {
 // takes reports whether e is newer than held, the entry held for its
 // key (nil: none). Held entries are never changed in place, so it needs
 // no lock.
-func (m *Mesh) takes(e, held *Entry) bool {
+func (m *Mesh) takes(e *Entry, held *held) bool {
 	// A tombstone past its TTL that we do not hold was collected here
 	// already (or never mattered): taking it back would undo collection.
 	if e.Deleted && held == nil && time.Since(e.Written) > m.cfg.TombstoneTTL {

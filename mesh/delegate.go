@@ -127,14 +127,14 @@ func (d *delegate) LocalState(join bool) []byte {
 		}
 	}
 	var entries [][]byte
-	var spilled []*Entry // read from the store, outside d.m.mu
+	var spilled []*held // read from the store, outside d.m.mu
 	for _, e := range d.m.kv {
 		if !all && e.sinceSeen(now) >= recentEntries {
 			continue
 		}
 		if e.spilled {
 			spilled = append(spilled, e)
-		} else if b, err := encodeEntry(e); err == nil {
+		} else if b, err := encodeEntry(e.full); err == nil {
 			entries = append(entries, b)
 		}
 	}

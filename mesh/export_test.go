@@ -22,7 +22,7 @@ func BenchRecords(m *Mesh, n int) [][]byte {
 			panic(err)
 		}
 		m.mu.Lock()
-		b, _ := encodeEntry(m.kv[e.Key])
+		b, _ := encodeEntry(m.kv[e.Key].full)
 		out = append(out, append([]byte{msgEntry}, b...))
 		m.mu.Unlock()
 	}

@@ -30,7 +30,7 @@ func (m *Mesh) GlobalEntriesMeta() []Entry {
 	var out []Entry
 	for _, e := range m.kv {
 		if e.Scope == ScopeGlobal {
-			out = append(out, *e)
+			out = append(out, e.entry())
 		}
 	}
 	m.mu.Unlock()

@@ -15,7 +15,7 @@ import (
 // whole catalog would.
 func TestListInKeyOrder(t *testing.T) {
 	t.Parallel()
-	m := &Mesh{kv: map[string]*Entry{}, kvTables: map[string]*kvTable{}, tableVersions: map[string]uint64{}}
+	m := &Mesh{kv: map[string]*held{}, kvTables: map[string]*kvTable{}, tableVersions: map[string]uint64{}}
 	rng := rand.New(rand.NewPCG(1, 2))
 	for i := range 5000 {
 		key := fmt.Sprintf("%s/k-%d", []string{"policies", "placements", "jobs"}[rng.IntN(3)], rng.IntN(700))
@@ -52,7 +52,7 @@ func TestListInKeyOrder(t *testing.T) {
 // once the log no longer reaches back that far; never a partial answer.
 func TestChangedKeys(t *testing.T) {
 	t.Parallel()
-	m := &Mesh{kv: map[string]*Entry{}, kvTables: map[string]*kvTable{}, tableVersions: map[string]uint64{}, tableLogs: map[string]*changeLog{}}
+	m := &Mesh{kv: map[string]*held{}, kvTables: map[string]*kvTable{}, tableVersions: map[string]uint64{}, tableLogs: map[string]*changeLog{}}
 	rng := rand.New(rand.NewPCG(3, 4))
 	// history[v] is the key whose change made version v of "placements".
 	history := []string{""}
@@ -126,7 +126,7 @@ func TestChangedKeys(t *testing.T) {
 // set out of the order of their times.
 func TestSettledDigest(t *testing.T) {
 	t.Parallel()
-	m := &Mesh{kv: map[string]*Entry{}, kvTables: map[string]*kvTable{}, tableVersions: map[string]uint64{}, tableLogs: map[string]*changeLog{}}
+	m := &Mesh{kv: map[string]*held{}, kvTables: map[string]*kvTable{}, tableVersions: map[string]uint64{}, tableLogs: map[string]*changeLog{}}
 	rng := rand.New(rand.NewPCG(5, 6))
 	start := time.Unix(1e9, 0)
 	now := start
@@ -164,7 +164,7 @@ func TestSettledDigest(t *testing.T) {
 // unsettled, not every write.
 func TestUnsettledBoundedWithoutDigests(t *testing.T) {
 	t.Parallel()
-	m := &Mesh{kv: map[string]*Entry{}, kvTables: map[string]*kvTable{}, tableVersions: map[string]uint64{}, tableLogs: map[string]*changeLog{}}
+	m := &Mesh{kv: map[string]*held{}, kvTables: map[string]*kvTable{}, tableVersions: map[string]uint64{}, tableLogs: map[string]*changeLog{}}
 	now := time.Unix(1e9, 0)
 	for i := range 20000 {
 		now = now.Add(10 * time.Millisecond) // 200 s of writes, 100 a second

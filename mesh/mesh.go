@@ -135,7 +135,7 @@ type Mesh struct {
 	members    map[string]*memberInfo // by node name
 	peerCoords map[string]*coordinate.Coordinate
 	dirty      map[string]bool
-	kv         map[string]*Entry // the replicated catalog, by key
+	kv         map[string]*held // the replicated catalog, by key
 	// entryStrings and docStrings are the strings that peers' entries
 	// and documents repeat (see shareLocked, NodeState.shareStrings).
 	entryStrings, docStrings intern.Strings
@@ -153,7 +153,7 @@ type Mesh struct {
 	// entries set in the last catalogSettle (and some older, until a
 	// digest is asked): see settledDigestLocked.
 	kvDigest  uint64
-	unsettled []*Entry
+	unsettled []*held
 	dirtyKV   map[string]bool
 	deleted   map[string]bool
 	fetching  map[string]time.Time // name → when its document was asked for
@@ -209,7 +209,7 @@ func New(cfg Config) (*Mesh, error) {
 		members:         map[string]*memberInfo{},
 		peerCoords:      map[string]*coordinate.Coordinate{},
 		dirty:           map[string]bool{},
-		kv:              map[string]*Entry{},
+		kv:              map[string]*held{},
 		kvTables:        map[string]*kvTable{},
 		tableVersions:   map[string]uint64{},
 		tableLogs:       map[string]*changeLog{},

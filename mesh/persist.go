@@ -118,8 +118,8 @@ func (m *Mesh) flush() error {
 		b.Delete([]byte(keyNodePrefix + id))
 	}
 	for key := range m.dirtyKV {
-		if e := m.kv[key]; e != nil {
-			enc, err := encodeEntry(e)
+		if e := m.kv[key]; e != nil && !e.spilled { // a spilled one was stored
+			enc, err := encodeEntry(e.full)
 			if err != nil {
 				errs = append(errs, err)
 				continue

@@ -50,7 +50,7 @@ func TestSchemaSurvivesOldRelays(t *testing.T) {
 	}
 	fe := &Entry{Key: "k", Version: 7, Origin: "a", Schema: "1.1"}
 	se := &Entry{Key: "k", Version: 7, Origin: "a"}
-	if !newerEntry(fe, se) || newerEntry(se, fe) || newerEntry(fe, fe) {
+	if !newerEntry(fe, holding(se)) || newerEntry(se, holding(fe)) || newerEntry(fe, holding(fe)) {
 		t.Error("entries: the full copy of a write must replace the stripped one, and only that")
 	}
 }

@@ -18,7 +18,7 @@ import (
 // what is held, and leaves what is not held as it came.
 func TestTakenEntriesShareStrings(t *testing.T) {
 	t.Parallel()
-	m := &Mesh{kv: map[string]*Entry{}, kvTables: map[string]*kvTable{}, tableVersions: map[string]uint64{}}
+	m := &Mesh{kv: map[string]*held{}, kvTables: map[string]*kvTable{}, tableVersions: map[string]uint64{}}
 	decoded := func(e Entry) *Entry {
 		b, err := json.Marshal(e)
 		if err != nil {

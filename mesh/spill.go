@@ -49,7 +49,7 @@ func (m *Mesh) Load(e Entry) (Entry, error) {
 	if !e.spilled {
 		return e, nil
 	}
-	f, err := m.full(&e)
+	f, err := m.full(&held{Key: e.Key, Version: e.Version, Origin: e.Origin, Deleted: e.Deleted, spilled: true, bucket: e.bucket, seen: e.seen, hash: e.hash})
 	if err != nil {
 		return Entry{}, err
 	}
@@ -94,10 +94,10 @@ func (m *Mesh) LoadEach(prefix string, es []Entry) []Entry {
 	return out
 }
 
-// full returns e with its value, read from the store when e is spilled,
+// full returns the entry e holds, read from the store when e is spilled,
 // or, when the store has moved past e, the entry held now for its key
 // (also read, when spilled). Callers do not hold m.mu.
-func (m *Mesh) full(e *Entry) (*Entry, error) {
+func (m *Mesh) full(e *held) (*Entry, error) {
 	for range 8 {
 		f, err := m.loadSpilled(e)
 		if !errors.Is(err, errSpillMoved) {
@@ -116,9 +116,9 @@ func (m *Mesh) full(e *Entry) (*Entry, error) {
 
 // loadSpilled reads a spilled entry back from the store; an entry that is
 // not spilled is returned as it is.
-func (m *Mesh) loadSpilled(e *Entry) (*Entry, error) {
+func (m *Mesh) loadSpilled(e *held) (*Entry, error) {
 	if !e.spilled {
-		return e, nil
+		return e.full, nil
 	}
 	b, err := m.cfg.DB.Get([]byte(keyKVPrefix + e.Key))
 	if errors.Is(err, storage.ErrNotFound) {
@@ -138,10 +138,10 @@ func (m *Mesh) loadSpilled(e *Entry) (*Entry, error) {
 	return s, nil
 }
 
-// fullEach returns es with each spilled entry read from the store; one
-// that cannot be read (collected meanwhile) is left out.
-func (m *Mesh) fullEach(es []*Entry) []*Entry {
-	out := es[:0:0]
+// fullEach returns the entries es hold, each spilled one read from the
+// store; one that cannot be read (collected meanwhile) is left out.
+func (m *Mesh) fullEach(es []*held) []*Entry {
+	out := make([]*Entry, 0, len(es))
 	for _, e := range es {
 		if f, err := m.full(e); err == nil {
 			out = append(out, f)
@@ -160,7 +160,7 @@ func (m *Mesh) spillSettled(now time.Time) int {
 	if m.cfg.DB == nil || len(m.cfg.Spill) == 0 {
 		return 0
 	}
-	var cands []*Entry
+	var cands []*held
 	m.mu.RLock()
 	for _, t := range m.cfg.Spill {
 		tab := m.kvTables[t]
@@ -182,14 +182,14 @@ func (m *Mesh) spillSettled(now time.Time) int {
 	// relayed with other bytes (a schema added) whose store write failed
 	// stays in memory. The spilled copies are made outside m.mu, which
 	// gossip waits on.
-	type swap struct{ held, spilled *Entry }
+	type swap struct{ held, spilled *held }
 	var swaps []swap
 	for _, e := range cands {
 		b, err := m.cfg.DB.Get([]byte(keyKVPrefix + e.Key))
 		if err != nil {
 			continue
 		}
-		if enc, err := encodeEntry(e); err == nil && bytes.Equal(b, enc) {
+		if enc, err := encodeEntry(e.full); err == nil && bytes.Equal(b, enc) {
 			swaps = append(swaps, swap{e, e.spill()})
 		}
 	}
@@ -207,13 +207,14 @@ func (m *Mesh) spillSettled(now time.Time) int {
 	return n
 }
 
-// spill is e without what the store holds: its value and signature. The
-// held entry is replaced, never changed: readers may hold it.
-func (e *Entry) spill() *Entry {
+// spill is e without what the store holds: the entry itself, with its
+// value and signature. The held entry is replaced, never changed:
+// readers may hold it.
+func (e *held) spill() *held {
 	s := *e
-	if b, err := json.Marshal(e); err == nil {
+	if b, err := json.Marshal(e.full); err == nil {
 		s.size = int32(min(len(b), math.MaxInt32)) // as CatalogStats counts it
 	}
-	s.Value, s.Sig, s.Cert, s.raw, s.spilled = nil, nil, nil, nil, true
+	s.full, s.spilled = nil, true
 	return &s
 }

@@ -81,13 +81,13 @@ func (e *Entry) stamp(now time.Time) {
 func (m *Mesh) settledDigestLocked(now time.Time) uint64 {
 	m.trimUnsettledLocked(now)
 	d := m.kvDigest
-	var counted map[*Entry]bool
+	var counted map[*held]bool
 	for _, e := range m.unsettled {
 		if m.kv[e.Key] != e || e.sinceSeen(now) >= catalogSettle || counted[e] {
 			continue // replaced, deleted, or settled (set out of order)
 		}
 		if counted == nil {
-			counted = map[*Entry]bool{}
+			counted = map[*held]bool{}
 		}
 		counted[e] = true
 		d ^= e.hash

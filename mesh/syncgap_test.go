@@ -25,7 +25,7 @@ func TestSyncWaitsAfterALongOne(t *testing.T) {
 		now := time.Now()
 		// The buckets were asked for a moment ago, and the difference
 		// outlasted them.
-		m := &Mesh{cfg: Config{CatalogSyncInterval: 5 * time.Second}, kv: map[string]*Entry{}, syncs: make(chan string, 1), work: make(chan job, 1),
+		m := &Mesh{cfg: Config{CatalogSyncInterval: 5 * time.Second}, kv: map[string]*held{}, syncs: make(chan string, 1), work: make(chan job, 1),
 			members: map[string]*memberInfo{"b": {ip: net.IPv4(127, 0, 0, 1), port: 7946, status: StatusAlive,
 				catalogDiffers: now.Add(-catalogSyncAfter - bucketRepairGrace), bucketsAsked: now}},
 			lastCatalogSync: now.Add(-c.since), lastSyncTook: c.took}
@@ -56,7 +56,7 @@ func TestBucketsBeforeAFullSync(t *testing.T) {
 		if c.asked > 0 {
 			mi.bucketsAsked = now.Add(-c.asked)
 		}
-		m := &Mesh{cfg: Config{CatalogSyncInterval: 5 * time.Second}, kv: map[string]*Entry{}, syncs: make(chan string, 1), work: make(chan job, 1),
+		m := &Mesh{cfg: Config{CatalogSyncInterval: 5 * time.Second}, kv: map[string]*held{}, syncs: make(chan string, 1), work: make(chan job, 1),
 			members: map[string]*memberInfo{"b": mi}, lastCatalogSync: now.Add(-time.Hour)}
 		m.compareCatalog("b", 42)
 		var buckets bool
@@ -92,9 +92,9 @@ func TestPeriodicPushPullLeavesTheCatalogToDigests(t *testing.T) {
 			"old": {ID: "old", Name: "old", Version: 1, got: time.Now().Add(-2 * recentEntries)},
 			"new": {ID: "new", Name: "new", Version: 1, got: time.Now()},
 		},
-			kv: map[string]*Entry{
-				"policies/old": {Key: "policies/old", Value: []byte(`{}`), Version: 1, Origin: "x", seen: int64(time.Since(monoBase) - 2*recentEntries)},
-				"policies/new": {Key: "policies/new", Value: []byte(`{}`), Version: 1, Origin: "x", seen: int64(time.Since(monoBase))},
+			kv: map[string]*held{
+				"policies/old": holding(&Entry{Key: "policies/old", Value: []byte(`{}`), Version: 1, Origin: "x", seen: int64(time.Since(monoBase) - 2*recentEntries)}),
+				"policies/new": holding(&Entry{Key: "policies/new", Value: []byte(`{}`), Version: 1, Origin: "x", seen: int64(time.Since(monoBase))}),
 			},
 			members: map[string]*memberInfo{"b": {status: StatusAlive, digests: c.digests}, "gone": {status: StatusFailed}}}
 		d := &delegate{m: m}
