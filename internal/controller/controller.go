@@ -364,12 +364,20 @@ const DefaultSiteLostAfter = 5 * time.Minute
 // at 10,000 policies, every agent holding every policy decoded was an
 // eighth of its heap.
 func (c *Controller) policies() []*catalog.Policy {
+	ps, _, _ := c.policiesAt()
+	return ps
+}
+
+// policiesAt is policies, and the policies table's version they were
+// listed at, where the table counts its changes (versioned): a listing
+// holds what that version held or newer.
+func (c *Controller) policiesAt() (ps []*catalog.Policy, v uint64, versioned bool) {
 	// Each step of a pass reads the policies. Listed once while the
 	// table and the owners stay the same: at 10,000 policies the copies
 	// of four listings a pass were most of the controller's garbage.
-	v, versioned := c.cfg.Catalog.Policies.Version()
+	v, versioned = c.cfg.Catalog.Policies.Version()
 	if versioned && c.listed != nil && v == c.listedAt && c.ownersSeen == c.listedOwners {
-		return c.listed
+		return c.listed, v, true
 	}
 	me, site := c.cfg.Mesh.Name(), c.cfg.Mesh.Local().Site
 	out := []*catalog.Policy{}
@@ -391,7 +399,7 @@ func (c *Controller) policies() []*catalog.Policy {
 	if versioned {
 		c.listed, c.listedAt, c.listedOwners = out, v, c.ownersSeen
 	}
-	return out
+	return out, v, versioned
 }
 
 // retrainPolicies returns the inference services with a retrain block,

@@ -95,7 +95,7 @@ func (c *Controller) reconcile() {
 	}
 	c.failedSince = since
 	view := &round{c: c, nodes: nodes, byName: byName}
-	ps := c.policies()
+	ps, psAt, psVersioned := c.policiesAt()
 	c.passWrites = 0
 	begun, full := time.Now(), false
 	// Each pass starts where the last one stopped (see maxPassWrites),
@@ -190,7 +190,7 @@ func (c *Controller) reconcile() {
 		}
 		c.place(p, rec, have, view, cut, why)
 	}
-	c.cleanUp(ps)
+	c.cleanUp(ps, psAt, psVersioned)
 }
 
 // cleanView is the tables' versions and the live nodes a clean-up saw.
@@ -206,12 +206,16 @@ type cleanView struct {
 // placements only when they, the policies or the owners may have
 // changed since a clean-up that left nothing to do: listing them each
 // pass was 5% of an idle agent's CPU at 10,000 policies. ps are the
-// policies of this pass (see policies).
-func (c *Controller) cleanUp(ps []*catalog.Policy) {
-	pv, ok1 := c.cfg.Catalog.Placements.Version()
-	qv, ok2 := c.cfg.Catalog.Policies.Version()
-	view := cleanView{placements: pv, policies: qv, live: c.liveNodes}
-	versioned := ok1 && ok2
+// policies of this pass, listed at version psAt of their table (see
+// policiesAt): the version a clean-up notes is the one ps were listed
+// at, not the table's now. A policy deleted while a pass placed others
+// is in ps; noted at the version that deleted it, its placement was
+// never cleaned up (seen under the race detector: a deleted service
+// still placed 20 s later).
+func (c *Controller) cleanUp(ps []*catalog.Policy, psAt uint64, psVersioned bool) {
+	pv, ok := c.cfg.Catalog.Placements.Version()
+	view := cleanView{placements: pv, policies: psAt, live: c.liveNodes}
+	versioned := ok && psVersioned
 	if versioned && c.cleaned == view {
 		return
 	}

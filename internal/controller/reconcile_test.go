@@ -3,6 +3,7 @@ package controller
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"math/rand/v2"
 	"slices"
@@ -96,6 +97,37 @@ func TestSettlingPlacesNothing(t *testing.T) {
 	c.reconcile()
 	if _, err := cat.Placements.Value("InferenceService/web"); err != nil {
 		t.Fatalf("not placed once settled: %v", err)
+	}
+}
+
+// TestDeletedDuringPassIsCleanedUp: a policy deleted while a pass places
+// others is still in the policies that pass listed; its placement is
+// removed by the next pass, not left for good because the clean-up that
+// saw it applied noted the table's version after the delete.
+func TestDeletedDuringPassIsCleanedUp(t *testing.T) {
+	t.Parallel()
+	cat := catalog.New(catalogtest.NewStore(), nil)
+	if _, err := cat.Policies.Put(catalog.Policy{Kind: policy.KindInferenceService, Name: "web", Source: webSource, Generation: 1}); err != nil {
+		t.Fatal(err)
+	}
+	c := New(Config{Mesh: &fakeMesh{nodes: []mesh.Node{controllerNode("c1"), node("e1", "edge", mesh.StatusAlive, "", 0)}}, Catalog: cat, Compile: meshview.Compile})
+	c.settleUntil = time.Now()
+	c.reconcile()
+	key := "InferenceService/web"
+	if _, err := cat.Placements.Value(key); err != nil {
+		t.Fatalf("not placed: %v", err)
+	}
+	ps, at, versioned := c.policiesAt()              // a pass lists the policies...
+	if err := cat.Policies.Delete(key); err != nil { // ...one is deleted meanwhile...
+		t.Fatal(err)
+	}
+	c.cleanUp(ps, at, versioned) // ...and its clean-up sees it applied
+	if _, err := cat.Placements.Value(key); err != nil {
+		t.Fatalf("placement removed by a clean-up whose listing still held its policy: %v", err)
+	}
+	c.reconcile()
+	if _, err := cat.Placements.Value(key); !errors.Is(err, catalog.ErrNotFound) {
+		t.Errorf("placement of a deleted policy still held after the next pass: %v", err)
 	}
 }
 
