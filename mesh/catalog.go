@@ -78,7 +78,9 @@ type held struct {
 	spilled bool
 	bucket  uint16
 	size    int32
-	Written time.Time
+	// written is Entry.Written in Unix nanoseconds (0 outside their
+	// range): 8 bytes where a time.Time takes 24, and held then fits 144.
+	written int64
 	Scope   Scope
 	Deps    []Dep
 	Schema  string
@@ -89,7 +91,7 @@ type held struct {
 
 // holding is what the catalog keeps of e, not spilled.
 func holding(e *Entry) *held {
-	return &held{Key: e.Key, Version: e.Version, Origin: e.Origin, Deleted: e.Deleted, bucket: e.bucket, Written: e.Written, Scope: e.Scope, Deps: e.Deps, Schema: e.Schema, seen: e.seen, hash: e.hash, full: e}
+	return &held{Key: e.Key, Version: e.Version, Origin: e.Origin, Deleted: e.Deleted, bucket: e.bucket, written: unixNanos(e.Written), Scope: e.Scope, Deps: e.Deps, Schema: e.Schema, seen: e.seen, hash: e.hash, full: e}
 }
 
 // entry is h as an Entry: the entry itself, or, spilled, without its
@@ -98,7 +100,26 @@ func (h *held) entry() Entry {
 	if h.full != nil {
 		return *h.full
 	}
-	return Entry{Key: h.Key, Version: h.Version, Origin: h.Origin, Deleted: h.Deleted, spilled: true, bucket: h.bucket, size: h.size, Written: h.Written, Scope: h.Scope, Deps: h.Deps, Schema: h.Schema, seen: h.seen, hash: h.hash}
+	return Entry{Key: h.Key, Version: h.Version, Origin: h.Origin, Deleted: h.Deleted, spilled: true, bucket: h.bucket, size: h.size, Written: h.writtenAt(), Scope: h.Scope, Deps: h.Deps, Schema: h.Schema, seen: h.seen, hash: h.hash}
+}
+
+// writtenAt is when h's writer wrote it (Entry.Written), in UTC.
+func (h *held) writtenAt() time.Time {
+	if h.full != nil {
+		return h.full.Written
+	}
+	if h.written == 0 {
+		return time.Time{}
+	}
+	return time.Unix(0, h.written).UTC()
+}
+
+// unixNanos is t in Unix nanoseconds, or 0 where they cannot say it.
+func unixNanos(t time.Time) int64 {
+	if t.Year() < 1678 || t.Year() > 2261 {
+		return 0
+	}
+	return t.UnixNano()
 }
 
 // sinceSeen is how long before now this node got h.
@@ -657,7 +678,7 @@ func (m *Mesh) collectTombstones(now time.Time) int {
 	m.mu.Lock()
 	var gone []string
 	for k, e := range m.kv {
-		if e.Deleted && now.Sub(e.Written) > m.cfg.TombstoneTTL {
+		if e.Deleted && now.Sub(e.writtenAt()) > m.cfg.TombstoneTTL {
 			m.deleteEntryLocked(k)
 			delete(m.dirtyKV, k)
 			gone = append(gone, k)

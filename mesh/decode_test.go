@@ -102,14 +102,35 @@ func TestPushPullEncoding(t *testing.T) {
 // (held without the entry) is what it holds per record once idle, twice
 // over in an agent's resident set (the collector's goal): at 10,000
 // policies an Entry (240 bytes) a record was a quarter of the heap.
-// Growing held past 160 bytes (its allocation size class) should be a
+// Growing held past 144 bytes (its allocation size class) should be a
 // choice, not an accident.
 func TestSpilledEntriesAreSmall(t *testing.T) {
 	t.Parallel()
-	if n := unsafe.Sizeof(held{}); n > 160 {
-		t.Errorf("held is %d bytes, want at most 160", n)
+	if n := unsafe.Sizeof(held{}); n > 144 {
+		t.Errorf("held is %d bytes, want at most 144", n)
 	}
 	if n := unsafe.Sizeof(held{}); n >= unsafe.Sizeof(Entry{}) {
 		t.Errorf("held (%d bytes) is not smaller than Entry (%d)", n, unsafe.Sizeof(Entry{}))
+	}
+}
+
+// TestSpilledEntryKeepsWhenWritten: a spilled entry lists with the time
+// its writer wrote it, the same instant; one its held form cannot say
+// (out of Unix nanoseconds' range) lists with none.
+func TestSpilledEntryKeepsWhenWritten(t *testing.T) {
+	t.Parallel()
+	for _, c := range []struct {
+		written time.Time
+		want    time.Time
+	}{
+		{time.Date(2026, 11, 29, 20, 50, 1, 123456789, time.UTC), time.Date(2026, 11, 29, 20, 50, 1, 123456789, time.UTC)},
+		{time.Date(2026, 11, 29, 21, 50, 1, 5, time.FixedZone("CET", 3600)), time.Date(2026, 11, 29, 20, 50, 1, 5, time.UTC)},
+		{time.Date(1, 1, 1, 0, 0, 0, 0, time.UTC), time.Time{}},
+		{time.Date(9999, 1, 1, 0, 0, 0, 0, time.UTC), time.Time{}},
+	} {
+		e := &Entry{Key: "policies/x", Value: []byte(`{}`), Version: 1, Origin: "a", Written: c.written}
+		if got := holding(e).spill().entry().Written; !got.Equal(c.want) {
+			t.Errorf("written %v: spilled lists %v, want %v", c.written, got, c.want)
+		}
 	}
 }
