@@ -196,13 +196,14 @@ func BenchmarkManyPolicies(b *testing.B) {
 			// The resident set is read each second of those windows: a
 			// periodic push/pull takes it up for a moment, and one reading
 			// could fall on one.
+			//
 			// A collection first: the last one may have been while the
 			// agents still held the burst (policies and placements not yet
 			// spilled, repairs in flight), and the runtime keeps the heap
 			// it set its goal by then until its next one, which an idle
-			// agent makes within seconds to two minutes. The windows read
-			// 4.5-6.4 KB a policy without it, one build, as that fell
-			// inside them or not (STRATA_BENCH_RSS_TRACE shows it).
+			// agent makes within seconds to two minutes. Without it, one
+			// build (8db1d68) read 5.4-6.4 KB a policy as that fell inside
+			// the windows or not (STRATA_BENCH_RSS_TRACE shows it).
 			runtime.GC()
 			if path := os.Getenv("STRATA_BENCH_IDLE_HEAP_PROFILE"); path != "" {
 				writeHeapProfile(b, path) // diffed with the one after (pprof -base): what idle agents allocate

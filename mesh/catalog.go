@@ -753,10 +753,10 @@ func (m *Mesh) mergeEntry(e *Entry, rebroadcast bool) bool {
 
 // shareLocked makes e, decoded from a peer's bytes, share the strings it
 // repeats of what is held: its key (the held entry's), its writer's ID,
-// schema and scope, and its dependencies' keys (the held entries'). Each entry held
-// its own copies: at 10,000 policies, a tenth of what the catalog's
-// entries held in memory once their values were spilled. The caller holds
-// m.mu and e is not yet shared.
+// schema and scope, and its dependencies' keys (the held entries'). Each
+// entry held its own copies: at 10,000 policies, a tenth of what the
+// catalog's entries held in memory once their values were spilled. The
+// caller holds m.mu and e is not yet shared.
 func (m *Mesh) shareLocked(e *Entry) {
 	if held := m.kv[e.Key]; held != nil {
 		e.Key = held.Key

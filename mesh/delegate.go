@@ -104,8 +104,9 @@ type pushPull struct {
 // probe's ack and every meta update says its version, and a node that
 // holds an older one asks for it; at 10,000 policies the documents of
 // nodes that serve thousands of replicas made every periodic exchange
-// megabytes to send, decrypt and read though they had not changed. memberlist's periodic push/pull (every 30 s, with each
-// member in turn) carried the whole catalog, though the digest in every ack
+// megabytes to send, decrypt and read though they had not changed.
+// memberlist's periodic push/pull (every 30 s, with each member in
+// turn) carried the whole catalog, though the digest in every ack
 // already starts a sync with a member whose catalog differs: with 10,000
 // policies each was tens of MB to encode, send and decode, most of the
 // agents' heap at any moment (BenchmarkManyPolicies). What a member misses
@@ -212,9 +213,10 @@ func (d *delegate) MergeRemoteState(buf []byte, join bool) {
 		d.m.trust.learnCerts(pp.Certs, time.Now())
 	}
 	for _, raw := range pp.Nodes {
-		// Every periodic push/pull carries every document, most of them
-		// held already at that version: at 10,000 policies decoding them
-		// was a third of what an idle agent allocated.
+		// A join carries every document and an exchange those of the
+		// last minute, most of them held already at that version: at
+		// 10,000 policies decoding them was a third of what an idle agent
+		// allocated.
 		if d.m.heldAlready(raw) {
 			d.m.metrics.stateDuplicates.Inc()
 			continue

@@ -78,16 +78,23 @@ func TestTrainingJobWaits(t *testing.T) {
 	}
 }
 
+// webController is a catalog holding the service "web" and a controller,
+// c1, of a mesh with one edge node, e1, in status.
+func webController(t *testing.T, status mesh.Status) (*catalog.Catalog, *Controller) {
+	t.Helper()
+	cat := catalog.New(catalogtest.NewStore(), nil)
+	if _, err := cat.Policies.Put(catalog.Policy{Kind: policy.KindInferenceService, Name: "web", Source: webSource, Generation: 1}); err != nil {
+		t.Fatal(err)
+	}
+	return cat, New(Config{Mesh: &fakeMesh{nodes: []mesh.Node{controllerNode("c1"), node("e1", "edge", status, "", 0)}}, Catalog: cat, Compile: meshview.Compile})
+}
+
 // TestSettlingPlacesNothing: a controller that has just started or resumed
 // from a pause, and knows other nodes, places nothing until its view of
 // the mesh is current; then it places.
 func TestSettlingPlacesNothing(t *testing.T) {
 	t.Parallel()
-	cat := catalog.New(catalogtest.NewStore(), nil)
-	if _, err := cat.Policies.Put(catalog.Policy{Kind: policy.KindInferenceService, Name: "web", Source: webSource, Generation: 1}); err != nil {
-		t.Fatal(err)
-	}
-	c := New(Config{Mesh: &fakeMesh{nodes: []mesh.Node{controllerNode("c1"), node("e1", "edge", mesh.StatusFailed, "", 0)}}, Catalog: cat, Compile: meshview.Compile})
+	cat, c := webController(t, mesh.StatusFailed)
 	c.settleUntil = time.Now().Add(time.Hour)
 	c.reconcile()
 	if _, err := cat.Placements.Get("InferenceService/web"); err == nil {
@@ -106,11 +113,7 @@ func TestSettlingPlacesNothing(t *testing.T) {
 // saw it applied noted the table's version after the delete.
 func TestDeletedDuringPassIsCleanedUp(t *testing.T) {
 	t.Parallel()
-	cat := catalog.New(catalogtest.NewStore(), nil)
-	if _, err := cat.Policies.Put(catalog.Policy{Kind: policy.KindInferenceService, Name: "web", Source: webSource, Generation: 1}); err != nil {
-		t.Fatal(err)
-	}
-	c := New(Config{Mesh: &fakeMesh{nodes: []mesh.Node{controllerNode("c1"), node("e1", "edge", mesh.StatusAlive, "", 0)}}, Catalog: cat, Compile: meshview.Compile})
+	cat, c := webController(t, mesh.StatusAlive)
 	c.settleUntil = time.Now()
 	c.reconcile()
 	key := "InferenceService/web"
